@@ -1,0 +1,202 @@
+"""One config dataclass for every model family we build.
+
+Choices (norm kind, MLP kind, positional scheme...) are stored as plain strings so the config stays
+JSON-serialisable: it travels inside our own safetensors files and into the UI's model card.
+Family-specific translation from Hugging Face `config.json` lives in `playground.checkpoints.families`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from playground.errors import ConfigError
+
+Kind = Literal["decoder", "seq2seq"]
+NormKind = Literal["rmsnorm", "layernorm"]
+NormPosition = Literal["pre", "post"]
+MlpKind = Literal["gated", "plain"]
+Activation = Literal["silu", "gelu", "gelu_tanh", "relu"]
+Positional = Literal["rope", "learned", "sinusoidal", "relative", "none"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "kind": ("decoder", "seq2seq"),
+    "norm": ("rmsnorm", "layernorm"),
+    "norm_position": ("pre", "post"),
+    "mlp": ("gated", "plain"),
+    "activation": ("silu", "gelu", "gelu_tanh", "relu"),
+    "positional": ("rope", "learned", "sinusoidal", "relative", "none"),
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a decoder-only or encoder-decoder Transformer.
+
+    For seq2seq models `n_layers` counts decoder layers and `n_encoder_layers` encoder layers.
+    """
+
+    family: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    kind: Kind = "decoder"
+    n_kv_heads: int | None = None  # None: same as n_heads (MHA); 1: MQA; otherwise GQA
+    head_dim: int | None = None  # None: d_model // n_heads
+    n_encoder_layers: int = 0
+    max_positions: int = 2048
+
+    # --- blocks
+    norm: NormKind = "rmsnorm"
+    norm_eps: float = 1e-5
+    norm_bias: bool = True  # LayerNorm only
+    norm_position: NormPosition = "pre"
+    final_norm: bool = True  # a norm after the last block (pre-LN models)
+    embedding_norm: bool = False  # a norm right after the embeddings (BART's layernorm_embedding)
+    mlp: MlpKind = "gated"
+    activation: Activation = "silu"
+    attention_bias: bool = False  # bias on q, k, v projections
+    attention_out_bias: bool = False  # bias on the output projection
+    mlp_bias: bool = False
+    attention_scale: float | None = None  # None: head_dim ** -0.5 (T5 uses 1.0)
+    sliding_window: int | None = None  # Mistral: a query sees at most this many keys
+
+    # --- positions
+    positional: Positional = "rope"
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear" | "llama3", ...}
+    learned_position_offset: int = 0  # BART stores positions shifted by 2
+    relative_buckets: int = 32  # T5 relative attention bias
+    relative_max_distance: int = 128
+    sinusoidal_base: float = 10000.0
+
+    # --- embeddings and head
+    tie_word_embeddings: bool = True
+    embed_scale: float = 1.0  # sqrt(d_model) for the original Transformer / Marian
+    logit_scale: float = 1.0  # T5 with tied head rescales by d_model ** -0.5
+    final_logits_bias: bool = False  # Marian / BART add a learned bias to the logits
+
+    # --- special tokens
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+
+    extra: dict[str, Any] = field(default_factory=dict)  # provenance, source config etc.
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(f"config field '{name}' is {value!r}; expected one of {', '.join(allowed)}")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"config field '{name}' must be a positive integer, got {value!r}")
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ConfigError(
+                    f"d_model ({self.d_model}) is not divisible by n_heads ({self.n_heads}); "
+                    "set head_dim explicitly or fix the head count"
+                )
+            self.head_dim = self.d_model // self.n_heads
+        if self.n_kv_heads <= 0 or self.head_dim <= 0:
+            raise ConfigError("config fields 'n_kv_heads' and 'head_dim' must be positive")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads}) "
+                "so that query heads can share key/value heads in equal groups"
+            )
+        if self.rope_scaling and self.rope_scaling.get("rope_type", "default") not in ("default", "linear", "llama3"):
+            raise ConfigError(
+                f"RoPE scaling {self.rope_scaling.get('rope_type')!r} is not implemented; "
+                "supported: default, linear, llama3"
+            )
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        if self.kind == "seq2seq" and self.n_encoder_layers <= 0:
+            raise ConfigError("a seq2seq config needs n_encoder_layers > 0")
+        if self.norm_eps <= 0:
+            raise ConfigError(f"config field 'norm_eps' must be positive, got {self.norm_eps}")
+        if self.max_positions > 1_048_576:
+            raise ConfigError(f"config field 'max_positions' ({self.max_positions}) is absurdly large")
+
+    def _check_types(self) -> None:
+        # Configs arrive from untrusted files: a string where a number belongs must fail here, clearly.
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), f.type
+            optional = "None" in kind
+            if value is None:
+                if optional:
+                    continue
+                raise ConfigError(f"config field '{f.name}' must not be null")
+            if kind.startswith("int | list[int]"):
+                ok = _is_int(value) or (isinstance(value, list) and all(_is_int(v) for v in value))
+            elif kind.startswith("int"):
+                ok = _is_int(value)
+            elif kind.startswith("float"):
+                ok = (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+            elif kind.startswith("bool"):
+                ok = isinstance(value, bool)
+            elif kind.startswith("dict"):
+                ok = isinstance(value, dict)
+            else:  # str and Literal choices
+                ok = isinstance(value, str)
+            if not ok:
+                raise ConfigError(f"config field '{f.name}' has the wrong type ({type(value).__name__}: {value!r})")
+
+    # --- derived
+    @property
+    def kv_groups(self) -> int:
+        """Query heads per key/value head (1 for MHA)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def attention_kind(self) -> str:
+        if self.n_kv_heads == self.n_heads:
+            return "MHA"
+        return "MQA" if self.n_kv_heads == 1 else f"GQA ({self.kv_groups} query heads per KV head)"
+
+    @property
+    def scale(self) -> float:
+        return self.attention_scale if self.attention_scale is not None else self.head_dim**-0.5
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        if self.eos_token_id is None:
+            return []
+        return [self.eos_token_id] if isinstance(self.eos_token_id, int) else list(self.eos_token_id)
+
+    # --- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ConfigError("a model config must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as error:  # a missing required field
+            raise ConfigError(f"incomplete config: {error}") from None

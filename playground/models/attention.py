@@ -1,0 +1,121 @@
+"""Multi-head attention with grouped key/value heads (MHA, GQA, MQA).
+
+Two paths that compute the same thing:
+- fast: `F.scaled_dot_product_attention`, used unless weights are asked for;
+- explicit: softmax(q·kᵀ·scale + mask) · v, returning the per-head weights for the attention panel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from playground.config import ModelConfig
+from playground.models.kv_cache import KVCache
+from playground.models.layers import Linear
+from playground.models.positional import apply_rope
+
+
+def causal_mask(
+    queries: int, keys: int, *, window: int | None = None, device: torch.device | None = None
+) -> torch.Tensor | None:
+    """Boolean (T, S) mask, True where query i (absolute position S - T + i) may see key j.
+
+    Returns None when every query sees every key (one new token, no sliding window).
+    """
+    offset = keys - queries
+    if queries == 1 and (window is None or keys <= window):
+        return None
+    q_pos = torch.arange(offset, keys, device=device)[:, None]
+    k_pos = torch.arange(keys, device=device)[None, :]
+    mask = k_pos <= q_pos
+    if window is not None:
+        mask &= k_pos > q_pos - window
+    return mask
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q: (B, h, T, d); k, v: (B, h_kv, S, d); mask: bool (True = visible) or additive float,
+    broadcastable to (B, h, T, S); `is_causal` (with mask None, T == S) means a plain causal mask.
+    Returns the output (B, h, T, d) and, if asked, the weights (B, h, T, S).
+    """
+    B, h, T, d = q.shape
+    h_kv, S = k.shape[1], k.shape[2]
+    if not need_weights:
+        if T == 1 and mask is None and h != h_kv:
+            # One new token: the g query heads that share a KV head are g queries of that head,
+            # which avoids SDPA's slow grouped-query path and any copy of K/V.
+            out = F.scaled_dot_product_attention(q.reshape(B, h_kv, h // h_kv, d), k, v, scale=scale)
+            return out.reshape(B, h, 1, d), None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=h != h_kv
+        )
+        return out, None
+    if is_causal and mask is None:
+        mask = causal_mask(T, S, device=q.device)
+    # Group the query heads that share a KV head instead of copying K/V (head i uses KV head i // g).
+    qg = q.reshape(B, h_kv, h // h_kv, T, d)
+    scores = (qg @ k.unsqueeze(2).transpose(-1, -2)).reshape(B, h, T, S) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    out = (weights.reshape(B, h_kv, h // h_kv, T, S) @ v.unsqueeze(2)).reshape(B, h, T, d)
+    return out, weights
+
+
+class SelfAttention(nn.Module):
+    """Self-attention with fused q/k/v projection, optional RoPE, optional KV cache."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.scale = config.scale
+        self.window = config.sliding_window
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.split_sizes = (q_size, kv_size, kv_size)
+        self.qkv = Linear(config.d_model, q_size + 2 * kv_size, bias=config.attention_bias)
+        self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        layer: int,
+        causal: bool = True,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
+        mask: torch.Tensor | None = None,
+        capture: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, d_model). `mask` (additive float or bool) replaces the causal mask when given;
+        attention weights are appended to `capture` when it is a list."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(self.split_sizes, dim=-1)
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, h_kv, T, d)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if cache is not None:
+            k, v = cache.write(layer, k, v)  # (B, h_kv, S, d), S = cached + T
+        S = k.shape[2]
+        # A prompt processed from position 0 without a window is the plain causal case SDPA does fastest.
+        is_causal = mask is None and causal and T == S and (self.window is None or S <= self.window)
+        if mask is None and causal and not is_causal:
+            mask = causal_mask(T, S, window=self.window, device=x.device)
+        out, weights = attend(
+            q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=capture is not None
+        )
+        if capture is not None:
+            capture.append(weights)
+        return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
