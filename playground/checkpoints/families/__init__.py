@@ -1,0 +1,29 @@
+"""Model families: Hugging Face config.json -> ModelConfig, and the weight map for each.
+
+Adding a family means adding one module here with a `FAMILY` and listing it in `FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from playground.checkpoints.families import gpt2, llama
+from playground.checkpoints.families.base import Family
+from playground.errors import CheckpointError
+
+FAMILIES: dict[str, Family] = {}
+for module in (gpt2, llama):
+    for family in module.FAMILIES:
+        FAMILIES[family.model_type] = family
+
+
+def register(family: Family) -> None:
+    FAMILIES[family.model_type] = family
+
+
+def family_for(hf_config: dict, where: str = "config.json") -> Family:
+    model_type = hf_config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"{where}: model_type {model_type!r} is not supported; supported families: "
+            f"{', '.join(sorted(FAMILIES))}"
+        )
+    return FAMILIES[model_type]

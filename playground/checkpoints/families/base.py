@@ -1,0 +1,70 @@
+"""What every family module provides, and helpers for reading Hugging Face configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from playground.checkpoints.weight_map import Rule
+from playground.config import ModelConfig
+from playground.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    config_from_hf: Callable[[dict[str, Any]], ModelConfig]
+    rules: Callable[[ModelConfig], list[Rule]]  # with "{i}" for layer indices
+    ignore: tuple[str, ...] = ()  # regexes of checkpoint tensors we deliberately do not use
+    prefixes: tuple[str, ...] = ("",)  # tried in order; the first whose embedding exists wins
+    probe: str = ""  # a tensor name (after the prefix) that every checkpoint of the family has
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def require(hf: dict[str, Any], key: str, where: str = "config.json") -> Any:
+    if key not in hf or hf[key] is None:
+        raise CheckpointError(f"{where}: missing required field '{key}'")
+    return hf[key]
+
+
+def refuse(condition: bool, message: str, where: str = "config.json") -> None:
+    if condition:
+        raise CheckpointError(f"{where}: {message}")
+
+
+ACTIVATIONS = {
+    "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+}
+
+
+def activation(name: str | None, where: str = "config.json") -> str:
+    if name not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{where}: activation {name!r} is not implemented; supported: {', '.join(sorted(ACTIVATIONS))}"
+        )
+    return ACTIVATIONS[name]
+
+
+def rope_settings(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """(theta, scaling) from either transformers 5 `rope_parameters` or older `rope_theta`/`rope_scaling`."""
+    params = dict(hf.get("rope_parameters") or {})
+    scaling = dict(hf.get("rope_scaling") or {})
+    theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    merged = {**scaling, **params}
+    kind = merged.get("rope_type", merged.get("type", "default"))
+    if kind == "default":
+        return float(theta), None
+    merged.pop("rope_theta", None)
+    merged.pop("type", None)
+    merged["rope_type"] = kind
+    return float(theta), merged
+
+
+def token_ids(hf: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "bos_token_id": hf.get("bos_token_id"),
+        "eos_token_id": hf.get("eos_token_id"),
+        "pad_token_id": hf.get("pad_token_id"),
+    }

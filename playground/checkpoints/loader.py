@@ -1,0 +1,206 @@
+"""`load_model`: a checkpoint on disk -> our own model, config and tokenizer.
+
+Accepted inputs:
+- a Hugging Face directory: config.json + model.safetensors (or a sharded model.safetensors.index.json)
+  + tokenizer files;
+- our own single .safetensors file whose metadata carries the config (see own_format.py), or a
+  directory holding exactly one such file.
+Pickle-based files (.bin, .pt...) are refused: unpickling can execute code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from playground.checkpoints.families import family_for
+from playground.checkpoints.limits import Limits, check_file_sizes, check_memory
+from playground.checkpoints.own_format import is_own_format
+from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES, TensorReader, read_header, refuse_pickle
+from playground.checkpoints.tokenizer import load_directory_tokenizer, tokenizer_from_json
+from playground.checkpoints.weight_map import Rule, build_state_dict, expand_layers
+from playground.config import ModelConfig
+from playground.errors import CheckpointError, ConfigError
+from playground.loaded import LoadedModel
+from playground.models import build_model, reset_buffers
+
+MAX_CONFIG_BYTES = 1024 * 1024
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def load_model(
+    path: str | Path, device: str = "cpu", dtype: str = "float32", *, limits: Limits | None = None
+) -> LoadedModel:
+    """Load a checkpoint into playground's own model classes (see module docstring).
+
+    `limits` (default `Limits.default()`) caps file size and estimated memory before any tensor is read.
+    """
+    started = time.perf_counter()
+    limits = limits or Limits.default()
+    if dtype not in DTYPES:
+        raise CheckpointError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    torch_dtype = DTYPES[dtype]
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or directory; pass a checkpoint folder or a .safetensors file")
+    if path.is_dir():
+        loaded = _load_directory(path, torch_dtype, limits)
+    else:
+        loaded = _load_file(path, torch_dtype, limits)
+    model, config, tokenizer, tokenizer_error, reader = loaded
+    model.to(device).eval()
+    return LoadedModel(
+        model=model,
+        config=config,
+        tokenizer=tokenizer,
+        tokenizer_error=tokenizer_error,
+        path=path,
+        device=torch.device(device),
+        dtype=torch_dtype,
+        file_bytes=reader.total_bytes,
+        load_seconds=time.perf_counter() - started,
+    )
+
+
+def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits):
+    config_path = directory / "config.json"
+    if not config_path.exists():
+        own = [p for p in directory.glob("*.safetensors") if is_own_format(read_header(p).metadata)]
+        if len(own) == 1:
+            return _load_file(own[0], dtype, limits)
+        pickles = sorted(p.name for p in directory.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+        if pickles:
+            refuse_pickle(directory / pickles[0])
+        raise CheckpointError(
+            f"{directory}: no config.json and no playground .safetensors file; "
+            "a checkpoint folder needs config.json + model.safetensors (Hugging Face layout)"
+        )
+    hf_config = _read_json(config_path)
+    family = family_for(hf_config, where=f"{directory.name}/config.json")
+    try:
+        config = family.config_from_hf(hf_config)
+    except CheckpointError:
+        raise
+    except ConfigError as error:
+        raise CheckpointError(f"{directory.name}/config.json: {error}") from None
+    except (TypeError, ValueError, ArithmeticError) as error:  # e.g. a string where a size belongs
+        raise CheckpointError(f"{directory.name}/config.json: invalid field values ({error})") from None
+    files = _weight_files(directory)
+    check_file_sizes({f.name: f.stat().st_size for f in files}, limits)
+    reader = TensorReader.open(files)
+    check_memory(reader.headers, config, dtype.itemsize, limits, directory.name)
+    prefix = next((p for p in family.prefixes if p + family.probe in reader), family.prefixes[0])
+    model = _build(config, family.rules(config), reader, dtype, family.ignore, prefix, directory.name)
+    tokenizer, tokenizer_error = load_directory_tokenizer(directory)
+    return model, config, tokenizer, tokenizer_error, reader
+
+
+def _load_file(path: Path, dtype: torch.dtype, limits: Limits):
+    refuse_pickle(path)
+    if path.suffix.lower() != ".safetensors":
+        raise CheckpointError(f"{path.name}: not a .safetensors file; only safetensors checkpoints are loaded")
+    check_file_sizes({path.name: path.stat().st_size}, limits)
+    header = read_header(path)
+    if not is_own_format(header.metadata):
+        if (path.parent / "config.json").exists():
+            return _load_directory(path.parent, dtype, limits)
+        raise CheckpointError(
+            f"{path.name}: no playground config in the file's metadata and no config.json beside it; "
+            "put the file in a folder with its config.json"
+        )
+    try:
+        config = ModelConfig.from_dict(json.loads(header.metadata["config"]))
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise CheckpointError(f"{path.name}: config in the metadata is not valid JSON ({error})") from None
+    except ConfigError as error:
+        raise CheckpointError(f"{path.name}: {error}") from None
+    check_memory([header], config, dtype.itemsize, limits, path.name)
+    reader = TensorReader([header])
+    model = _build(config, None, reader, dtype, (), "", path.name)
+    tokenizer, tokenizer_error = _own_tokenizer(path, header.metadata)
+    return model, config, tokenizer, tokenizer_error, reader
+
+
+def _own_tokenizer(path: Path, metadata: dict[str, str]):
+    if "tokenizer" in metadata:
+        try:
+            settings = json.loads(metadata.get("tokenizer_settings", "{}"))
+            return tokenizer_from_json(metadata["tokenizer"], settings), None
+        except Exception as error:  # a broken embedded tokenizer must not hide a good model
+            return None, f"{path.name}: embedded tokenizer is unreadable ({error}); pass token ids instead"
+    return load_directory_tokenizer(path.parent)
+
+
+def _build(
+    config: ModelConfig,
+    rules: list[Rule] | None,
+    reader: TensorReader,
+    dtype: torch.dtype,
+    ignore: tuple[str, ...],
+    prefix: str,
+    where: str,
+) -> torch.nn.Module:
+    """Build on the meta device, then adopt the converted tensors without a second allocation."""
+    with torch.device("meta"):
+        model = build_model(config)
+    expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
+    # rules=None: our own format, whose tensor names are our state dict; names and shapes are still checked.
+    rules = [Rule(name, (name,)) for name in expected] if rules is None else expand_layers(rules, config.n_layers, config.n_encoder_layers)
+    state = build_state_dict(
+        reader, rules, expected_shapes=expected, ignore=ignore,
+        prefix=prefix, dtype=dtype, where=where,
+    )
+    _check_finite(state, where)
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as error:
+        missing = sorted(set(expected) - set(state))
+        detail = f"no weights for {missing[0]}" if missing else str(error).splitlines()[0]
+        raise CheckpointError(f"{where}: {detail}") from None
+    reset_buffers(model)
+    return model
+
+
+def _check_finite(state: dict[str, torch.Tensor], where: str) -> None:
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{where}: tensor for {name} contains NaN or Inf values; the weights are corrupt")
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.exists():
+        return [single]
+    if index.exists():
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index.name}: missing or empty 'weight_map'")
+        files = []
+        for name in sorted(set(weight_map.values())):
+            shard = (directory / str(name)).resolve()
+            if shard.parent != directory.resolve() or shard.suffix != ".safetensors":
+                raise CheckpointError(f"{index.name}: shard {name!r} is not a .safetensors file inside the folder")
+            if not shard.exists():
+                raise CheckpointError(f"{index.name}: shard {name} is missing from {directory.name}")
+            files.append(shard)
+        return files
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        refuse_pickle(directory / pickles[0])
+    raise CheckpointError(f"{directory.name}: no model.safetensors or model.safetensors.index.json found")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path.name}: {path.stat().st_size} bytes is too large for a config file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise CheckpointError(f"{path.name}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path.name}: expected a JSON object")
+    return data

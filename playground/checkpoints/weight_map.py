@@ -1,0 +1,131 @@
+"""Declarative weight maps: how a family's tensor names become our state dict.
+
+A `Rule` names one of our parameters and the checkpoint tensors it is made from. Several sources are
+concatenated along the output dimension (fused q/k/v, fused gate/up); `transpose` turns a Hugging
+Face nn.Linear weight (out, in) into our (in, out) layout. `{i}` stands for the (decoder) layer
+index, `{e}` for the encoder layer index.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from playground.checkpoints.safetensors_io import TensorReader
+from playground.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class Rule:
+    target: str
+    sources: tuple[str, ...]
+    transpose: bool = False
+    optional: bool = False  # skip silently when the sources are absent (e.g. biases some files omit)
+
+
+def _full_name(prefix: str, source: str) -> str:
+    # "^name" opts out of the family prefix (GPT-2's lm_head sits beside "transformer.").
+    return source[1:] if source.startswith("^") else prefix + source
+
+
+def linear(target: str, *sources: str, bias: bool = False) -> list[Rule]:
+    """Rules for an nn.Linear-style projection (weights (out, in) in the file), with optional bias."""
+    rules = [Rule(f"{target}.weight", tuple(f"{s}.weight" for s in sources), transpose=True)]
+    if bias:
+        rules.append(Rule(f"{target}.bias", tuple(f"{s}.bias" for s in sources)))
+    return rules
+
+
+def copy(target: str, source: str, *, optional: bool = False) -> Rule:
+    return Rule(target, (source,), optional=optional)
+
+
+def expand_layers(rules: list[Rule], layers: int, encoder_layers: int = 0) -> list[Rule]:
+    """Repeat each rule per layer: "{i}" over (decoder) layers, "{e}" over encoder layers."""
+    out: list[Rule] = []
+    for rule in rules:
+        placeholder = "{e}" if "{e}" in rule.target else "{i}" if "{i}" in rule.target else None
+        if placeholder is None:
+            out.append(rule)
+            continue
+        for i in range(encoder_layers if placeholder == "{e}" else layers):
+            out.append(
+                Rule(
+                    rule.target.replace(placeholder, str(i)),
+                    tuple(s.replace(placeholder, str(i)) for s in rule.sources),
+                    rule.transpose,
+                    rule.optional,
+                )
+            )
+    return out
+
+
+def build_state_dict(
+    reader: TensorReader,
+    rules: list[Rule],
+    *,
+    expected_shapes: dict[str, torch.Size],
+    ignore: tuple[str, ...] = (),
+    prefix: str = "",
+    dtype: torch.dtype | None = None,
+    where: str = "checkpoint",
+) -> dict[str, torch.Tensor]:
+    """Apply `rules` to the checkpoint; every tensor must be used or match an `ignore` regex."""
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for rule in rules:
+        names = [_full_name(prefix, s) for s in rule.sources]
+        missing = [n for n in names if n not in reader]
+        if missing:
+            if rule.optional and len(missing) == len(names):
+                continue
+            raise CheckpointError(
+                f"{where}: missing tensor '{missing[0]}' (needed for {rule.target}); "
+                "the file is incomplete or belongs to a different architecture"
+            )
+        parts = [reader.get(n) for n in names]
+        used.update(names)
+        expected = expected_shapes.get(rule.target)
+        if expected is None:
+            raise CheckpointError(f"{where}: internal weight map names unknown parameter {rule.target}")
+        for name, part in zip(names, parts):
+            if not part.is_floating_point():
+                raise CheckpointError(f"{where}: tensor '{name}' has dtype {part.dtype}; expected floating point weights")
+            if part.dim() != len(expected):
+                raise CheckpointError(
+                    f"{where}: tensor '{name}' has shape {tuple(part.shape)} but {rule.target} needs "
+                    f"{len(expected)} dimensions; the config and the weights disagree"
+                )
+        tensor = parts[0] if len(parts) == 1 else _concat(parts, names, rule.target, where)
+        if rule.transpose:
+            tensor = tensor.t()
+        if tuple(tensor.shape) != tuple(expected):
+            shapes = ", ".join(f"'{n}' {tuple(p.shape)}" for n, p in zip(names, parts))
+            raise CheckpointError(
+                f"{where}: tensor {shapes} does not fit {rule.target} of shape {tuple(expected)} implied by "
+                "config.json; the config and the weights disagree"
+            )
+        state[rule.target] = tensor.to(dtype=dtype).contiguous() if dtype is not None else tensor.contiguous()
+    unused = [
+        n for n in reader.names()
+        if n not in used and not any(re.fullmatch(prefix + p, n) or re.fullmatch(p, n) for p in ignore)
+    ]
+    if unused:
+        raise CheckpointError(
+            f"{where}: unexpected tensor '{unused[0]}' ({len(unused)} unused in all); the weights do not match "
+            "the architecture named in config.json"
+        )
+    return state
+
+
+def _concat(parts: list[torch.Tensor], names: list[str], target: str, where: str) -> torch.Tensor:
+    trailing = {tuple(p.shape[1:]) for p in parts}
+    if len(trailing) != 1:
+        listed = ", ".join(f"'{n}' {tuple(p.shape)}" for n, p in zip(names, parts))
+        raise CheckpointError(
+            f"{where}: tensors {listed} cannot be fused into {target}; their shapes disagree with each other "
+            "and with config.json"
+        )
+    return torch.cat(parts, dim=0)

@@ -1,0 +1,93 @@
+"""Command line: `python -m playground {info,generate,import-smollm2} ...`.
+
+Errors a person can fix print one line on stderr and exit with status 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from playground.errors import PlaygroundError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage + message; keep it to one line
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from playground.checkpoints.loader import load_model
+
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    info = lm.info()
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        c = lm.config
+        print(f"{info['family']} ({info['kind']}), {info['parameters']:,} parameters, {info['dtype']}")
+        print(f"  layers {c.n_layers}, d_model {c.d_model}, heads {c.n_heads} / KV heads {c.n_kv_heads}, head dim {c.head_dim}")
+        print(f"  positional encoding: {info['positional_encoding_label']}; attention: {info['attention']}")
+        print(f"  file size {info['file_bytes']:,} bytes, loaded in {info['load_seconds']:.2f} s")
+        if info["tokenizer_error"]:
+            print(f"  tokenizer: {info['tokenizer_error']}")
+    return 0
+
+
+def _generate_command() -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    try:
+        from playground.generation import cli_generate
+    except ImportError:  # the engine lands in its own change; say so instead of crashing
+        def unavailable(args: argparse.Namespace) -> int:
+            print("error: the generation engine is not installed in this build", file=sys.stderr)
+            return EXIT_USAGE
+
+        return (lambda parser: None), unavailable
+    return cli_generate.add_arguments, cli_generate.run
+
+
+def _import_smollm2(args: argparse.Namespace) -> int:
+    from playground.checkpoints import import_smollm2
+
+    forwarded = ["--dest", args.dest] + (["--force"] if args.force else [])
+    return import_smollm2.main(forwarded)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m playground", description="Transformer Playground command line")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    info = commands.add_parser("info", help="describe a checkpoint: config, parameters, positional encoding")
+    info.add_argument("--model", required=True, help="checkpoint folder or .safetensors file")
+    info.add_argument("--device", default="cpu")
+    info.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(handler=_info)
+
+    generate = commands.add_parser("generate", help="generate from a prompt or token ids")
+    add_arguments, run = _generate_command()
+    add_arguments(generate)
+    generate.set_defaults(handler=run)
+
+    imports = commands.add_parser("import-smollm2", help="convert the pip-installed SmolLM2-135M-Instruct GGUF to safetensors")
+    imports.add_argument("--dest", default="weights/SmolLM2-135M-Instruct")
+    imports.add_argument("--force", action="store_true")
+    imports.set_defaults(handler=_import_smollm2)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except PlaygroundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryError:
+        print("error: out of memory; try a smaller model, --dtype bfloat16 or fewer tokens", file=sys.stderr)
+        return EXIT_USAGE

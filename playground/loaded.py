@@ -1,0 +1,102 @@
+"""`LoadedModel`: what `load_model` returns — our module, its config, its tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from playground.config import ModelConfig
+from playground.errors import PlaygroundError
+from playground.models.positional import positional_kind_label
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    config: ModelConfig
+    tokenizer: Any | None
+    tokenizer_error: str | None
+    path: Path
+    device: torch.device
+    dtype: torch.dtype
+    file_bytes: int
+    load_seconds: float
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    @property
+    def chat_template_available(self) -> bool:
+        return self.tokenizer is not None and bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @torch.inference_mode()
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        decoder_input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, T, V): of the input for decoders, of `decoder_input_ids` for seq2seq models."""
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        if self.kind == "decoder":
+            return self.model(input_ids).float()
+        if decoder_input_ids is None:
+            raise PlaygroundError("a seq2seq model needs decoder_input_ids as well as input_ids")
+        decoder_input_ids = torch.as_tensor(decoder_input_ids, device=self.device)
+        if decoder_input_ids.dim() == 1:
+            decoder_input_ids = decoder_input_ids[None]
+        if attention_mask is not None:
+            attention_mask = torch.as_tensor(attention_mask, device=self.device)
+        return self.model(input_ids, decoder_input_ids, attention_mask=attention_mask).float()
+
+    def encode(self, text: str, *, chat: bool = False) -> list[int]:
+        """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn."""
+        if self.tokenizer is None:
+            raise PlaygroundError(self.tokenizer_error or "this checkpoint has no tokenizer; pass token ids instead")
+        if chat:
+            if not self.chat_template_available:
+                raise PlaygroundError("this checkpoint has no chat template; turn chat off")
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        return [int(i) for i in self.tokenizer.encode(text)]
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(i) for i in ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def info(self) -> dict[str, Any]:
+        """JSON-serialisable description for `python -m playground info` and the model card."""
+        c = self.config
+        return {
+            "path": str(self.path),
+            "family": c.family,
+            "kind": c.kind,
+            "parameters": self.parameter_count,
+            "positional_encoding": c.positional,
+            "positional_encoding_label": positional_kind_label(c),
+            "attention": c.attention_kind,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "file_bytes": self.file_bytes,
+            "load_seconds": round(self.load_seconds, 4),
+            "tokenizer": None if self.tokenizer is None else type(self.tokenizer).__name__,
+            "tokenizer_error": self.tokenizer_error,
+            "chat_template": self.chat_template_available,
+            "config": c.to_dict(),
+        }
