@@ -1,0 +1,58 @@
+"""Plotly figures and HTML for the playground: pure functions of numpy arrays and plain dicts.
+
+No torch and no Gradio here; callers convert tensors with `.detach().cpu().numpy()`.
+"""
+
+from playground.viz.attention import attention_heads_grid, attention_heatmap, attention_row, head_summary
+from playground.viz.attention_stats import (
+    aggregate_heads,
+    attention_entropy,
+    group_by_kv_head,
+    mean_attention_distance,
+)
+from playground.viz.cache import cache_growth, format_bytes, timing_bars, timing_comparison
+from playground.viz.positional import (
+    cosine_similarity,
+    cosine_similarity_matrix,
+    learned_table_heatmap,
+    pe_base_comparison,
+    pe_heatmap,
+    pe_similarity,
+    pe_waves,
+    relative_bias_plot,
+    rope_frequencies,
+    rope_relative_scores,
+    rope_rotation,
+)
+from playground.viz.sampling import beam_table, beam_tree, candidate_funnel
+from playground.viz.tokens import tokens_html
+
+__all__ = [
+    "aggregate_heads",
+    "attention_entropy",
+    "attention_heads_grid",
+    "attention_heatmap",
+    "attention_row",
+    "beam_table",
+    "beam_tree",
+    "cache_growth",
+    "candidate_funnel",
+    "cosine_similarity",
+    "cosine_similarity_matrix",
+    "format_bytes",
+    "group_by_kv_head",
+    "head_summary",
+    "learned_table_heatmap",
+    "mean_attention_distance",
+    "pe_base_comparison",
+    "pe_heatmap",
+    "pe_similarity",
+    "pe_waves",
+    "relative_bias_plot",
+    "rope_frequencies",
+    "rope_relative_scores",
+    "rope_rotation",
+    "timing_bars",
+    "timing_comparison",
+    "tokens_html",
+]

@@ -1,0 +1,93 @@
+"""Shared layout and label helpers for the figure builders (private to `playground.viz`)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+# Leaves room for colour bars and long token labels inside a 1280-px page.
+MARGIN = dict(l=70, r=30, t=70, b=60)
+PROB_SCALE = "Viridis"  # sequential, for probabilities
+SIGNED_SCALE = "RdBu"  # diverging, always centred at 0
+MAX_TICKS = 48  # beyond this, token tick labels overlap; hover still shows every token
+
+
+def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
+    """Apply the common look: title, fixed height, page-filling width, margins."""
+    fig.update_layout(
+        title=dict(text=title, x=0.01, xanchor="left"),
+        height=int(height),
+        autosize=True,  # width follows the container, so it never overflows the page
+        margin=MARGIN,
+        template="plotly_white",
+        hoverlabel=dict(font_family="monospace"),
+        **layout,
+    )
+    return fig
+
+
+def display_token(token: str) -> str:
+    """Make a token safe and visible in plotly text: whitespace shown, pseudo-HTML escaped.
+
+    Plotly renders a small HTML subset in tick labels and hover text, so a token such as `<br>`
+    would break the line and `<b>` would turn bold; entities are decoded back for display.
+    """
+    if token == "":
+        return "∅"
+    shown = token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    return html.escape(shown, quote=False)
+
+
+def labels_or_index(labels: Sequence[str] | None, n: int, name: str) -> list[str]:
+    """Displayable labels, defaulting to positions; the count must match the data."""
+    if labels is None:
+        return [str(i) for i in range(n)]
+    labels = list(labels)
+    if len(labels) != n:
+        raise ValueError(f"{name} has {len(labels)} labels but the data has {n} entries; pass one label per entry")
+    return [display_token(str(t)) for t in labels]
+
+
+def token_ticks(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
+    """Tick settings for a numeric axis labelled by tokens.
+
+    Numeric positions (not categories) because repeated tokens ("the" twice) would otherwise be
+    merged into one category and the heatmap would silently lose rows.
+    """
+    n = len(labels)
+    stride = max(1, int(np.ceil(n / max_ticks)))
+    vals = list(range(0, n, stride))
+    return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
+
+
+def as_array(x, ndim: int, name: str) -> np.ndarray:
+    """Float numpy array of the expected rank, or a ValueError that names the expected shape."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    return arr
+
+
+def pair_text(query_labels: Sequence[str], key_labels: Sequence[str]) -> np.ndarray:
+    """(T, S) hover strings 'query → key' for attention cells."""
+    q = np.asarray(query_labels, dtype=object)[:, None]
+    k = np.asarray(key_labels, dtype=object)[None, :]
+    return q + " → " + k
+
+
+def display_text(text: str) -> str:
+    """Escape running text (a beam hypothesis) for plotly; spaces kept, newlines shown as ↵."""
+    return html.escape(text.replace("\n", "↵"), quote=False)
+
+
+def empty_figure(message: str, title: str, height: int = 260) -> go.Figure:
+    """A blank figure that says why there is nothing to show yet (e.g. before the first step)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="grey"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return finish(fig, title, height=height)

@@ -1,0 +1,139 @@
+"""KV-cache figures: memory as the sequence grows, and prefill / decode timings.
+
+Bytes come from the cache stats (`event.cache`): bytes = 2·layers·batch·kv_heads·tokens·head_dim·
+element_size; `allocated` is the static buffer; `mha_equivalent` what full multi-head K/V would use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from playground.viz._common import finish
+
+_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+WITH_CACHE_COLOUR = "#3182bd"
+WITHOUT_CACHE_COLOUR = "#fd8d3c"
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The binary unit that keeps `largest` bytes readable: (name, bytes per unit)."""
+    for name, size in _UNITS:
+        if largest >= size:
+            return name, size
+    return "B", 1
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB'."""
+    name, size = byte_unit(abs(n))
+    return f"{n:.0f} B" if size == 1 else f"{n / size:.2f} {name}"
+
+
+def cache_growth(
+    steps: Sequence[int],
+    bytes_used: Sequence[int],
+    allocated: Sequence[int],
+    mha_equivalent: Sequence[int],
+    title: str = "KV-cache memory",
+) -> go.Figure:
+    """Cache bytes per step: used (grows linearly), allocated (static buffer), MHA equivalent.
+
+    The gap between 'used' and 'MHA equivalent' is what grouped KV heads (GQA / MQA) save.
+    """
+    series = {"used": bytes_used, "allocated": allocated, "mha_equivalent": mha_equivalent}
+    n = len(steps)
+    for name, values in series.items():
+        if len(values) != n:
+            raise ValueError(f"{name} has {len(values)} values but steps has {n}; pass one value per step")
+    largest = max([float(max(v)) for v in series.values() if len(v)] or [0.0])
+    fig = go.Figure()
+    styles = (
+        ("used", "KV cache used", dict(color=WITH_CACHE_COLOUR, width=3)),
+        ("allocated", "allocated (static buffer)", dict(color="#636363", dash="dot")),
+        ("mha_equivalent", "MHA equivalent", dict(color=WITHOUT_CACHE_COLOUR, dash="dash")),
+    )
+    # A static buffer sized for the whole context dwarfs the early growth: hide it behind its legend
+    # entry (one click shows it) and put its size in the name instead.
+    in_use = max([float(max(v)) for v in (bytes_used, mha_equivalent) if len(v)] or [0.0])
+    big_buffer = n > 0 and float(max(allocated)) > 10 * max(in_use, 1.0)
+    unit, size = byte_unit(in_use if big_buffer else largest)
+    for key, name, line in styles:
+        raw = np.asarray(series[key], dtype=np.float64)
+        hidden = key == "allocated" and big_buffer
+        if hidden:
+            name = f"{name}: {format_bytes(float(raw.max()))}"
+        fig.add_trace(
+            go.Scatter(
+                x=list(steps), y=raw / size, mode="lines+markers" if n <= 64 else "lines", name=name, line=line,
+                visible="legendonly" if hidden else True,
+                customdata=[format_bytes(b) + f" ({int(b):,} bytes)" for b in raw],
+                hovertemplate=f"{name}, step %{{x}}: %{{customdata}}<extra></extra>",
+            )
+        )
+    if n and float(bytes_used[-1]) > 0 and float(mha_equivalent[-1]) > float(bytes_used[-1]):
+        ratio = float(mha_equivalent[-1]) / float(bytes_used[-1])
+        fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=f"{ratio:.3g}× smaller than MHA",
+                           showarrow=True, arrowhead=2, ax=-60, ay=-30)
+    fig.update_xaxes(title_text="step (tokens in cache)")
+    fig.update_yaxes(title_text=f"memory ({unit})", rangemode="tozero")
+    return finish(fig, title, height=380, legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+def timing_bars(prefill_ms: float, decode_ms_per_token: float, label: str = "", title: str = "Timing") -> go.Figure:
+    """Prefill (whole prompt at once) vs one decode step, in milliseconds."""
+    values = [float(prefill_ms), float(decode_ms_per_token)]
+    fig = go.Figure(
+        go.Bar(
+            x=["prefill (prompt)", "decode (per token)"], y=values, name=label or "timing",
+            marker=dict(color=[WITHOUT_CACHE_COLOUR, WITH_CACHE_COLOUR]),
+            text=[f"{v:.1f} ms" for v in values], textposition="outside",
+            hovertemplate="%{x}: %{y:.2f} ms<extra></extra>",
+        )
+    )
+    fig.update_yaxes(title_text="milliseconds", rangemode="tozero", range=[0, max(values + [1e-9]) * 1.2])
+    fig.update_xaxes(title_text=label or "phase")
+    return finish(fig, title, height=340, showlegend=False)
+
+
+def timing_comparison(
+    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str = "With vs without KV cache"
+) -> go.Figure:
+    """Side-by-side bars for two runs. Each dict: prefill_ms, decode_ms_per_token[, tokens_per_s].
+
+    Without a cache every decode step recomputes the whole prefix, so its per-token time grows
+    with length; the annotation gives the decode speed-up.
+    """
+    keys = ("prefill_ms", "decode_ms_per_token")
+    for name, run in (("with_cache", with_cache), ("without_cache", without_cache)):
+        missing = [k for k in keys if k not in run]
+        if missing:
+            raise ValueError(f"{name} is missing {missing}; pass the CLI's timing dict")
+    show_rate = "tokens_per_s" in with_cache and "tokens_per_s" in without_cache
+    fig = make_subplots(rows=1, cols=2 if show_rate else 1, horizontal_spacing=0.15,
+                        subplot_titles=("time (ms)", "throughput (tokens/s)") if show_rate else ("time (ms)",))
+    labels = ["prefill", "decode / token"]
+    for name, run, colour in (("with KV cache", with_cache, WITH_CACHE_COLOUR),
+                              ("without KV cache", without_cache, WITHOUT_CACHE_COLOUR)):
+        ms = [float(run[k]) for k in keys]
+        fig.add_trace(go.Bar(x=labels, y=ms, name=name, marker_color=colour, legendgroup=name,
+                             text=[f"{v:.1f}" for v in ms], textposition="outside",
+                             hovertemplate=f"{name}, %{{x}}: %{{y:.2f}} ms<extra></extra>"), row=1, col=1)
+        if show_rate:
+            rate = float(run["tokens_per_s"])
+            fig.add_trace(go.Bar(x=[name], y=[rate], name=name, marker_color=colour, legendgroup=name,
+                                 showlegend=False, text=[f"{rate:.1f}"], textposition="outside",
+                                 hovertemplate=f"{name}: %{{y:.1f}} tokens/s<extra></extra>"), row=1, col=2)
+    with_decode, without_decode = float(with_cache["decode_ms_per_token"]), float(without_cache["decode_ms_per_token"])
+    if with_decode > 0:
+        fig.add_annotation(x="decode / token", y=max(with_decode, without_decode), xref="x", yref="y",
+                           text=f"{without_decode / with_decode:.2f}× faster decode with cache",
+                           showarrow=False, yshift=30)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
+    if show_rate:
+        fig.update_yaxes(title_text="tokens / s", rangemode="tozero", row=1, col=2)
+    return finish(fig, title, height=400, barmode="group",
+                  legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))

@@ -1,0 +1,228 @@
+"""Decoding figures: how each logits processor reshapes the top candidates, and beam search.
+
+Candidate dicts (one per token, from the step inspector):
+    {"token": str, "id": int, "stages": {"raw": p, "repetition_penalty": p, "temperature": p,
+     "top_k": p, "top_p": p}, "removed_by": "top_k" | "top_p" | ... | None, "chosen": bool}
+Stages missing from a dict (knob switched off) are simply not drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from playground.viz._common import display_text, display_token, empty_figure, finish
+
+# Hugging Face order: repetition penalty, then temperature, top-k, top-p.
+STAGE_ORDER = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+STAGE_NAMES = {
+    "raw": "raw softmax",
+    "repetition_penalty": "repetition penalty",
+    "temperature": "temperature",
+    "top_k": "top-k",
+    "top_p": "top-p",
+}
+# Sequential blues: later stages darker, so the eye reads the pipeline left to right.
+STAGE_COLOURS = {
+    "raw": "#c6dbef",
+    "repetition_penalty": "#9ecae1",
+    "temperature": "#6baed6",
+    "top_k": "#3182bd",
+    "top_p": "#08519c",
+}
+REMOVED_COLOUR = "#bdbdbd"
+CHOSEN_FILL = "rgba(255, 196, 0, 0.18)"
+
+
+def stage_name(stage: str) -> str:
+    """Human name of a processor stage key ('top_k' -> 'top-k')."""
+    return STAGE_NAMES.get(stage, stage.replace("_", " "))
+
+
+def _stages_present(candidates: Sequence[dict]) -> list[str]:
+    seen: list[str] = []
+    for c in candidates:
+        for s in c.get("stages", {}):
+            if s not in seen:
+                seen.append(s)
+    known = [s for s in STAGE_ORDER if s in seen]
+    return known + [s for s in seen if s not in STAGE_ORDER]
+
+
+def _candidate_label(c: dict) -> str:
+    label = f"{display_token(str(c['token']))} #{c.get('id', '?')}"
+    if c.get("chosen"):
+        return f"<b>▶ {label}</b>"
+    if c.get("removed_by"):
+        return f'<span style="color:#9e9e9e">{label}</span>'
+    return label
+
+
+def candidate_funnel(candidates: Sequence[dict], title: str = "Candidates through the sampling pipeline") -> go.Figure:
+    """Grouped horizontal bars: each candidate token's probability after every processor stage.
+
+    Removed tokens are grey and annotated 'removed by <stage>'; the chosen token is bold and
+    sits on a highlighted band. Candidates are drawn in the given order, first at the top.
+    """
+    if not candidates:
+        return empty_figure("no candidates yet: run a generation step", title)
+    for c in candidates:
+        if "token" not in c or "stages" not in c:
+            raise ValueError(f"each candidate needs 'token' and 'stages' keys, got keys {sorted(c)}")
+    stages = _stages_present(candidates)
+    n = len(candidates)
+    y = np.arange(n)
+    removed = [bool(c.get("removed_by")) for c in candidates]
+    tokens = [display_token(str(c["token"])) for c in candidates]
+    fig = go.Figure()
+    for s in stages:
+        probs = [c["stages"].get(s) for c in candidates]  # None: stage not run for this token
+        colour = STAGE_COLOURS.get(s, "#756bb1")
+        fig.add_trace(
+            go.Bar(
+                x=[np.nan if p is None else float(p) for p in probs],
+                y=y,
+                orientation="h",
+                name=stage_name(s),
+                marker=dict(color=[REMOVED_COLOUR if r else colour for r in removed]),
+                customdata=tokens,
+                hovertemplate=f"%{{customdata}} · {stage_name(s)}: %{{x:.4f}}<extra></extra>",
+            )
+        )
+    top = max(
+        (float(p) for c in candidates for p in c["stages"].values() if p is not None and np.isfinite(p)),
+        default=1.0,
+    )
+    for i, c in enumerate(candidates):
+        if c.get("chosen"):
+            fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
+                          fillcolor=CHOSEN_FILL, line=dict(width=0), layer="below")
+            note = "<b>chosen</b>"
+        elif c.get("removed_by"):
+            note = f"<i>removed by {stage_name(str(c['removed_by']))}</i>"
+        else:
+            continue
+        row_max = max((float(p) for p in c["stages"].values() if p is not None), default=0.0)
+        fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="left", xshift=6,
+                           font=dict(color="#616161" if not c.get("chosen") else "#000000", size=11))
+    fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
+                     autorange="reversed", title_text="candidate token")
+    # Headroom on the right for the annotations.
+    fig.update_xaxes(title_text="probability", range=[0, top * 1.35], rangemode="tozero")
+    height = int(min(1200, max(300, 130 + n * (9 * len(stages) + 14))))
+    return finish(fig, title, height=height, barmode="group", bargap=0.25,
+                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"))
+
+
+def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
+    for t, step in enumerate(beams):
+        for b in step:
+            if "tokens" not in b or "score" not in b:
+                raise ValueError(f"beam at step {t} needs 'tokens' and 'score' keys, got keys {sorted(b)}")
+
+
+def beam_table(beams: Sequence[Sequence[dict]], title: str = "Beam search hypotheses") -> go.Figure:
+    """One table row per (step, beam): hypothesis text, score (sum log-prob / length penalty), status.
+
+    beams[t] lists the beams after step t, best first: {"tokens": str, "score": float,
+    "finished": bool}. Finished hypotheses are shaded green.
+    """
+    if not beams or not any(beams):
+        return empty_figure("no beams yet: run beam search (num_beams > 1)", title)
+    _check_beams(beams)
+    rows = [(t, r, b) for t, step in enumerate(beams) for r, b in enumerate(step)]
+    finished = [bool(b.get("finished")) for _, _, b in rows]
+    fill = ["#e5f5e0" if f else ("#f7f7f7" if t % 2 else "white") for (t, _, _), f in zip(rows, finished)]
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[50, 50, 420, 80, 80],
+            header=dict(values=["step", "rank", "hypothesis", "score", "status"], fill_color="#deebf7",
+                        align="left", font=dict(size=12)),
+            cells=dict(
+                values=[
+                    [t for t, _, _ in rows],
+                    [r for _, r, _ in rows],
+                    [display_text(str(b["tokens"])) for _, _, b in rows],
+                    [f"{float(b['score']):.3f}" for _, _, b in rows],
+                    ["finished" if f else "open" for f in finished],
+                ],
+                fill_color=[fill] * 5,
+                align="left",
+                height=24,
+            ),
+        )
+    )
+    # The table scrolls inside its panel, so cap the height.
+    return finish(fig, title, height=int(min(620, 110 + 25 * len(rows))))
+
+
+def _parents(beams: Sequence[Sequence[dict]]) -> list[list[int | None]]:
+    # Explicit "parent" (index into the previous step) wins; else the longest matching prefix.
+    out: list[list[int | None]] = []
+    for t, step in enumerate(beams):
+        row: list[int | None] = []
+        for b in step:
+            if t == 0:
+                row.append(None)
+            elif "parent" in b and b["parent"] is not None:
+                row.append(int(b["parent"]))
+            else:
+                prev = [str(p["tokens"]) for p in beams[t - 1]]
+                text = str(b["tokens"])
+                matches = [(len(p), j) for j, p in enumerate(prev) if text.startswith(p)]
+                row.append(max(matches)[1] if matches else None)
+        out.append(row)
+    return out
+
+
+def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree") -> go.Figure:
+    """Beams as a tree: x = step, y = rank, an edge from each beam to the beam it extended.
+
+    Each node shows the text it added; hover shows the whole hypothesis and its score. Beams may
+    carry "parent" (index into the previous step's list); otherwise the parent is the previous
+    beam whose text is the longest prefix of this one. Finished hypotheses are stars.
+    """
+    if not beams or not any(beams):
+        return empty_figure("no beams yet: run beam search (num_beams > 1)", title)
+    _check_beams(beams)
+    parents = _parents(beams)
+    edge_x: list[float | None] = []
+    edge_y: list[float | None] = []
+    xs, ys, added, hover, scores, symbols = [], [], [], [], [], []
+    for t, step in enumerate(beams):
+        for r, b in enumerate(step):
+            text = str(b["tokens"])
+            p = parents[t][r]
+            if p is not None and 0 <= p < len(beams[t - 1]):
+                edge_x += [t - 1, t, None]
+                edge_y += [p, r, None]
+                parent_text = str(beams[t - 1][p]["tokens"])
+                new = text[len(parent_text):] if text.startswith(parent_text) else text
+            else:
+                new = text
+            xs.append(t)
+            ys.append(r)
+            added.append(display_token(new[-16:]) if new else "∅")  # short node label; hover has it all
+            hover.append(f"{display_text(text)}<br>score {float(b['score']):.3f}"
+                         + (" · finished" if b.get("finished") else ""))
+            scores.append(float(b["score"]))
+            symbols.append("star" if b.get("finished") else "circle")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line=dict(color="#bdbdbd", width=1.5),
+                             hoverinfo="skip", name="extends"))
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name="beams",
+            customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+            marker=dict(size=13, color=scores, colorscale="Viridis", symbol=symbols,
+                        colorbar=dict(title=dict(text="score")), line=dict(width=1, color="white")),
+        )
+    )
+    width = max(len(s) for s in beams)
+    fig.update_xaxes(title_text="step", dtick=1)
+    # Explicit padded range (reversed: best beam on top) so node labels above row 0 are not clipped.
+    fig.update_yaxes(title_text="beam rank", dtick=1, range=[width - 0.6, -0.6])
+    fig.update_xaxes(range=[-0.4, len(beams) - 0.6])
+    return finish(fig, title, height=int(min(600, max(300, 160 + 60 * width))), showlegend=False)
