@@ -44,12 +44,12 @@ class UISettings:
     # Widget ranges, shared by the layout (slider bounds) and the parser (reject what a slider can't show).
     RANGES = {
         "temperature": (0.0, 5.0),
-        "top_k": (0, 1_000_000),
-        "top_p": (0.0, 1.0),
+        "top_k": (0, 500),
+        "top_p": (0.01, 1.0),
         "repetition_penalty": (0.5, 3.0),
         "num_beams": (1, 16),
         "length_penalty": (-3.0, 3.0),
-        "max_new_tokens": (1, 4096),
+        "max_new_tokens": (1, 1024),
         "seed": (0, 2**31 - 1),
         "top_candidates": (1, 50),
         "pace_ms": (0, 1000),

@@ -39,6 +39,7 @@ def record(event: Any) -> dict[str, Any]:
                 "prob_after_temperature": _opt(_get(c, "prob_after_temperature")),
                 "prob_final": _opt(_get(c, "prob_final")),
                 "removed_by": _get(c, "removed_by"),
+                "stages": {str(k): float(v) for k, v in (_get(c, "stages") or {}).items() if v is not None},
             }
             for c in candidates
         ],
@@ -93,6 +94,10 @@ def candidate_items(rec: dict, knobs: Mapping[str, Any]) -> list[dict]:
         final_stage = "top_k"
     out = []
     for c in rec["candidates"]:
+        if c.get("stages"):  # the engine names the stages it ran: use them as they are
+            out.append({"token": c["text"], "id": c["token_id"], "stages": dict(c["stages"]),
+                        "removed_by": c["removed_by"], "chosen": c["token_id"] == rec["token_id"]})
+            continue
         stages: dict[str, float] = {}
         if c["prob_raw"] is not None:
             stages["raw"] = c["prob_raw"]
