@@ -222,6 +222,9 @@ class Handlers:
             self._release_stop(key, stop)
         if not run["records"]:
             raise PlaygroundError("the model produced no tokens; raise max new tokens or change the prompt")
+        last = run["records"][-1]
+        if not last["finished"]:  # the engine ends without a final event when stopped
+            last["finished"], last["finish_reason"] = True, "stopped"
         self._attach_attention(lm, run, settings.attention)
         session = {**(session or new_session()), "model": settings.model, "dtype": settings.dtype, "run": run}
         yield self._frame(run, session, notes_md, beam, final=True)
@@ -238,7 +241,8 @@ class Handlers:
         reason = last["finish_reason"]
         if final or last["finished"]:
             why = {"eos": "the model emitted end-of-sequence", "length": "max new tokens reached",
-                   "stopped": "stopped by you"}.get(reason, str(reason))
+                   "stopped": "stopped by you",
+                   "stop_string": "a stop string appeared"}.get(reason, str(reason))
             status = f"✅ Done: {n} tokens ({why})."
         else:
             status = f"⏳ Generating… {n} tokens so far."
