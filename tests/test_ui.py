@@ -231,7 +231,7 @@ def test_beam_search_shows_beams(h):
 def test_settings_are_clamped_with_visible_notes(h):
     frames, r = run(h, UISettings(prompt="Hello", mode="sample", top_k=500, max_new_tokens=1024, seed=0))
     notes = frames[-1][2]
-    assert "top" in notes.lower() and "ℹ️" in notes
+    assert "top" in notes.lower() and "Note:" in notes
     with pytest.raises(gr.Error, match="prompt is empty"):
         run(h, UISettings(prompt="   "))
 
@@ -242,7 +242,7 @@ def test_stop_ends_the_generation_within_one_step(h):
     first = next(gen)
     assert "Generating" in first[1]
     msg = h.stop(gr.Request(session_hash="stopper"))
-    assert msg.startswith("⏹")
+    assert msg.startswith("**Stopped**")
     rest = list(gen)
     records = rest[-1][-1]["run"]["records"]
     assert records[-1]["finish_reason"] == "stopped" and len(records) <= 3

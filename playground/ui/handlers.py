@@ -103,7 +103,7 @@ class Handlers:
         kind = lm.kind
         kinds = ATTENTION_KINDS[kind]
         is_seq2seq = kind == "seq2seq"
-        status = f"✅ Loaded **{name}** ({'encoder-decoder' if is_seq2seq else 'decoder-only'}, {dtype})."
+        status = f"**Loaded** **{name}** ({'encoder-decoder' if is_seq2seq else 'decoder-only'}, {dtype})."
         return (
             views.model_card(lm.info(), name),
             status,
@@ -113,9 +113,6 @@ class Handlers:
             gr.update(visible=lm.chat_template_available, value=False if not lm.chat_template_available else None),
             gr.update(choices=[(ATTENTION_KIND_LABELS[k], k) for k in kinds], value=kinds[0]),
         )
-
-    def load_error_status(self, message: str) -> str:
-        return f"❌ {message}"
 
     @friendly
     def upload(self, files: list[str] | str | None, dtype: str, session: dict):
@@ -129,7 +126,7 @@ class Handlers:
         except Exception:
             self.catalog.discard_upload(name)
             raise
-        return self.dropdown_update(name), f"✅ Uploaded and checked; loading **{name}**."
+        return self.dropdown_update(name), f"**Uploaded** and checked; loading **{name}**."
 
     # --- query parameters and links -------------------------------------------------------------
 
@@ -243,12 +240,12 @@ class Handlers:
             why = {"eos": "the model emitted end-of-sequence", "length": "max new tokens reached",
                    "stopped": "stopped by you",
                    "stop_string": "a stop string appeared"}.get(reason, str(reason))
-            status = f"✅ Done: {n} tokens ({why})."
+            status = f"**Done**: {n} tokens ({why})."
         else:
-            status = f"⏳ Generating… {n} tokens so far."
+            status = f"**Generating…** {n} tokens so far."
         timing = views.timing_markdown(last["timing"], n)
         kv_md, growth = self.cache_outputs(records)
-        step_slider = gr.update(maximum=max(0, n - 1), value=n - 1, interactive=final)
+        step_slider = gr.update(maximum=max(1, n - 1), value=n - 1, interactive=final)  # a slider needs min < max
         inspector = self.inspector_outputs(run, n - 1) if final else (gr.skip(),) * 4
         return (output, status, notes_md, timing, kv_md, growth, step_slider, *inspector,
                 session if final else gr.skip())
@@ -333,7 +330,7 @@ class Handlers:
         with_timing = run["records"][-1]["timing"]
         same = list(without.token_ids) == run["records"][-1]["token_ids"]
         fig = viz.timing_comparison(with_timing, dict(without.timing))
-        verdict = "the same tokens ✅" if same else "different tokens (sampling is only reproducible with a seed)"
+        verdict = "the same tokens" if same else "different tokens (sampling is only reproducible with a seed)"
         md = (f"Without the cache every step recomputes keys and values for the whole prefix. "
               f"Both runs produced {verdict}.")
         return fig, md
@@ -379,7 +376,7 @@ class Handlers:
         layer, head = int(min(max(layer or 0, 0), L - 1)), int(min(max(head or 0, 0), h - 1))
         q_labels, k_labels = run["labels"][kind]
         first_q = run["first_generated_query"][kind]
-        query = int(min(max(query if query is not None else T - 1, 0), T - 1))
+        query = int(min(max(T - 1 if query is None else query, 0), T - 1))  # None: the last token
         groups = run["kv_groups"]
         label = ATTENTION_KIND_LABELS[kind]
         grid = viz.attention_heads_grid(data[layer], q_labels, k_labels, title=f"{label}: all heads of layer {layer}",
@@ -403,8 +400,12 @@ class Handlers:
                 + (f" GQA: {groups} query heads share each KV head (rows of the grid)." if groups > 1 else "")
                 + (" Mean distance compares positions in two different sequences for cross-attention."
                    if kind == "cross" else ""))
-        return (grid, heat, row, summary, note, gr.update(maximum=L - 1), gr.update(maximum=h - 1),
-                gr.update(maximum=T - 1))
+        return (grid, heat, row, summary, note, gr.update(maximum=max(1, L - 1)), gr.update(maximum=max(1, h - 1)),
+                gr.update(maximum=max(1, T - 1), value=query))
+
+    def attention_latest(self, session: dict, kind: str, layer: float, head: float, view: str):
+        """After a generation: show the row of the last token."""
+        return self.attention(session, kind, layer, head, view, None)
 
     # --- positional encodings --------------------------------------------------------------------
 
@@ -436,7 +437,7 @@ class Handlers:
                     show(viz.rope_rotation(f, pair, data["length"])),
                     show(viz.rope_relative_scores(viz.rope_score_curve(f, distances), distances,
                                                   title="q·k for q = k = 1 vs relative distance (long-term decay)")),
-                    hidden, gr.update(visible=True, maximum=len(f) - 1))
+                    hidden, gr.update(visible=True, maximum=max(1, len(f) - 1)))
         if scheme == "learned":
             t = data["table"]
             md = (f"**Learned absolute positions**: the model's own table ({t.shape[0]} of "
@@ -480,7 +481,7 @@ class Handlers:
         if event is None:
             return "Nothing is running."
         event.set()
-        return f"⏹ Stopped after {n} tokens."
+        return f"**Stopped** after {n} tokens."
 
     def unload(self, request: gr.Request) -> None:
         """The tab closed: end its generation so its memory is returned."""

@@ -194,7 +194,7 @@ def model_card(info: Mapping[str, Any], name: str) -> str:
         ("Chat template", "yes" if info.get("chat_template") else "no"),
     ]
     if info.get("tokenizer_error"):
-        rows.append(("Tokenizer", f"⚠ {info['tokenizer_error']}"))
+        rows.append(("Tokenizer", f"unavailable: {info['tokenizer_error']}"))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return "| | |\n|---|---|\n" + body
 
@@ -203,4 +203,4 @@ def notes_markdown(notes: Sequence[str]) -> str:
     """Clamps and adjustments, shown above the output so nobody misses them."""
     if not notes:
         return ""
-    return "\n".join(f"- ℹ️ {html.escape(n)}" for n in notes)
+    return "\n".join(f"- **Note:** {html.escape(n)}" for n in notes)

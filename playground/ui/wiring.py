@@ -51,7 +51,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     runs = []
     for trigger in (p.generate.click, s["prompt"].submit):
         run = trigger(h.generate, [*settings_inputs, p.session], gen_outputs, **gen_kw)
-        run.success(h.attention, att_inputs, att_outputs, concurrency_limit=2, concurrency_id="figures")
+        run.success(h.attention_latest, att_inputs[:-1], att_outputs, concurrency_limit=2, concurrency_id="figures")
         runs.append(run)
     p.stop.click(h.stop, None, p.gen_status, cancels=runs, queue=False)
 
