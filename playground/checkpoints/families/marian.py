@@ -21,8 +21,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     vocab, target_vocab = hf.get("vocab_size"), hf.get("decoder_vocab_size")
     refuse(target_vocab not in (None, vocab), f"decoder_vocab_size {target_vocab} differs from vocab_size {vocab}; not supported")
     fields = shared_fields(hf)
-    fields.setdefault("decoder_start_token_id", fields["pad_token_id"])
-    if fields["decoder_start_token_id"] is None:
+    if fields["decoder_start_token_id"] is None:  # Marian starts decoding from the pad token
         fields["decoder_start_token_id"] = fields["pad_token_id"]
     return ModelConfig(family="marian", positional="sinusoidal", sinusoidal_layout="halves", **fields)
 
