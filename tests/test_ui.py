@@ -18,13 +18,16 @@ from playground.ui.catalog import UPLOAD_PREFIX, Catalog
 from playground.ui.handlers import new_session
 from playground.ui.registry import ModelRegistry
 from playground.ui.settings import FIELDS, UISettings, from_query, from_widgets, generation_kwargs, to_query
-from tests.ui_fixtures import save_tiny_decoder
+from tests.hf_tiny import save_seq2seq, t5_like
+from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
 
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(root / "tiny-lm")
+    save_tiny_seq2seq(root / "tiny-seq2seq" / "model.safetensors")
+    save_seq2seq(root / "t5-random", "t5", t5_like())
     return root
 
 
@@ -311,3 +314,25 @@ def test_app_entry_reads_port_from_the_environment(monkeypatch):
 def test_app_exposes_a_named_generation_api(app):
     names = [getattr(fn, "api_name", None) for fn in app.fns.values()]
     assert "generate_text" in names
+
+
+def test_seq2seq_generation_shows_encoder_decoder_and_cross_attention(h):
+    card, status, session, prompt, chat, kind = h.load("tiny-seq2seq", "float32", new_session())
+    assert "encoder-decoder" in card and "Source text" in prompt["label"]
+    assert [v for _, v in kind["choices"]] == ["cross", "self", "encoder"] and kind["value"] == "cross"
+    frames, r = run(h, UISettings(model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=6))
+    assert "Cross-attention cache" in frames[-1][4] or "cross" in str(r["records"][-1]["cache"])
+    maps = r["attention"]
+    L, heads, T, S = maps["cross"].shape
+    assert S == len(r["prompt_ids"]) and maps["encoder"].shape[2:] == (S, S) and maps["self"].shape[2:] == (T, T)
+    grid, heat, row, summary, note, *_ = h.attention({"run": r}, "cross", 1, 2, "single head", None)
+    assert "cross-attention" in heat.layout.title.text and len(heat.layout.xaxis.ticktext) == S
+    md, *figs, pair = h.positional("tiny-seq2seq", "float32", 64, 1000, 0)
+    assert "Sinusoidal" in md and all(f["visible"] for f in figs)
+    assert "base 1000" in figs[3]["value"].layout.annotations[1].text
+
+
+def test_t5_relative_bias_panel(h):
+    md, f1, f2, f3, f4, pair = h.positional("t5-random", "float32", 32, 1000, 0)
+    assert "Relative position bias" in md and f1["visible"] and not f2["visible"]
+    assert len(f1["value"].data) == 4  # one line per head

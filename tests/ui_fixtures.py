@@ -33,3 +33,26 @@ def save_tiny_decoder(directory: Path, *, seed: int = 0) -> Path:
                                                  max_position_embeddings=256), seed=seed, init_std=0.1)
     save_char_tokenizer(directory)
     return directory
+
+
+def save_tiny_seq2seq(path: Path, *, seed: int = 0) -> Path:
+    """A random original-Transformer encoder-decoder (sinusoidal, post-LN) in our own single-file format."""
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.checkpoints.families.transformer import transformer_config
+    from playground.checkpoints.own_format import save_checkpoint
+    from playground.models import build_model
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok_dir = path.parent / (path.stem + "-tokenizer")
+    size = save_char_tokenizer(tok_dir)
+    config = transformer_config(size, d_model=32, n_layers=2, n_encoder_layers=2, n_heads=4, d_ff=64,
+                                max_positions=128, decoder_start_token_id=1)
+    torch.manual_seed(seed)
+    model = build_model(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return save_checkpoint(path, model, config, tokenizer=PreTrainedTokenizerFast.from_pretrained(tok_dir))

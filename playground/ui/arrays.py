@@ -17,6 +17,7 @@ from torch import nn
 
 from playground.loaded import LoadedModel
 from playground.models.positional import rope_inverse_frequencies, sinusoidal_table
+from playground.models.relative_bias import RelativePositionBias, relative_position_bucket
 
 ATTENTION_BUDGET_BYTES = 96 * 2**20  # all captured maps of one run, float32
 
@@ -80,29 +81,11 @@ def _position_embedding(model: nn.Module) -> nn.Embedding | None:
     return None
 
 
-def _relative_bias(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+def _relative_bias(model: nn.Module) -> tuple[str, RelativePositionBias] | None:
     for name, module in model.named_modules():
-        if isinstance(module, nn.Embedding) and "relative" in name.lower():
+        if isinstance(module, RelativePositionBias):
             return name, module
     return None
-
-
-def t5_bucket(distance: np.ndarray, bidirectional: bool, num_buckets: int, max_distance: int) -> np.ndarray:
-    """T5's relative-position bucket for key − query distances (same rule as transformers' T5)."""
-    rel = np.asarray(distance, dtype=np.int64)
-    buckets = np.zeros_like(rel)
-    if bidirectional:
-        num_buckets //= 2
-        buckets += (rel > 0).astype(np.int64) * num_buckets
-        rel = np.abs(rel)
-    else:
-        rel = -np.minimum(rel, 0)
-    max_exact = num_buckets // 2
-    is_small = rel < max_exact
-    safe = np.maximum(rel, 1).astype(np.float64)
-    large = max_exact + (np.log(safe / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
-    large = np.minimum(large.astype(np.int64), num_buckets - 1)
-    return buckets + np.where(is_small, rel, large)
 
 
 @torch.inference_mode()
@@ -118,8 +101,10 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
     scheme = c.positional
     out: dict[str, Any] = {"scheme": scheme, "length": length}
     if scheme == "sinusoidal":
-        out["table"] = sinusoidal_table(length, c.d_model, c.sinusoidal_base).numpy()
-        out["compare_table"] = sinusoidal_table(length, c.d_model, compare_base).numpy()
+        layout = getattr(c, "sinusoidal_layout", "interleaved")
+        out["table"] = sinusoidal_table(length, c.d_model, c.sinusoidal_base, layout).numpy()
+        out["compare_table"] = sinusoidal_table(length, c.d_model, compare_base, layout).numpy()
+        out["layout"] = layout
         out["base"], out["compare_base"] = c.sinusoidal_base, compare_base
     elif scheme == "rope":
         out["inv_freq"] = rope_inverse_frequencies(c).double().numpy()
@@ -137,13 +122,12 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
         if found is None:
             out["scheme"], out["missing"] = "none", "no relative attention bias table found in this model"
         else:
-            name, emb = found
-            bidirectional = "encoder" in name.lower()
+            name, module = found
             span = min(length, c.relative_max_distance * 2)
-            distances = np.arange(-span, span + 1)
-            buckets = t5_bucket(distances, bidirectional, c.relative_buckets, c.relative_max_distance)
-            weight = emb.weight.float().cpu().numpy()  # (buckets, h)
-            out["bias"] = weight[buckets].T
-            out["distances"] = distances
+            distances = torch.arange(-span, span + 1)
+            buckets = relative_position_bucket(distances, bidirectional=module.bidirectional,
+                                               num_buckets=module.num_buckets, max_distance=module.max_distance)
+            out["bias"] = module.embedding.weight[buckets].T.float().cpu().numpy()  # (h, R)
+            out["distances"] = distances.numpy()
             out["table_name"] = name
     return out
