@@ -46,7 +46,7 @@ def values(settings: UISettings) -> list:
 
 
 def run(h, settings: UISettings, session_hash: str = "s1"):
-    frames = list(h.generate(*values(settings), new_session(), request=gr.Request(session_hash=session_hash)))
+    frames = list(h.generate(gr.Request(session_hash=session_hash), *values(settings), new_session()))
     return frames, frames[-1][-1]["run"]
 
 
@@ -241,7 +241,7 @@ def test_settings_are_clamped_with_visible_notes(h):
 
 def test_stop_ends_the_generation_within_one_step(h):
     s = UISettings(prompt="Hello", max_new_tokens=200, pace_ms=50)
-    gen = h.generate(*values(s), new_session(), request=gr.Request(session_hash="stopper"))
+    gen = h.generate(gr.Request(session_hash="stopper"), *values(s), new_session())
     first = next(gen)
     assert "Generating" in first[1]
     msg = h.stop(gr.Request(session_hash="stopper"))

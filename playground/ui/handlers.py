@@ -184,8 +184,12 @@ class Handlers:
                 self._live.pop(key, None)
 
     @friendly
-    def generate(self, *args, request: gr.Request | None = None) -> Iterator[tuple]:
-        """Stream a generation: tokens, status, KV cache and inspector, at most ~10 updates/s."""
+    def generate(self, request: gr.Request, *args) -> Iterator[tuple]:
+        """Stream a generation: tokens, status, KV cache and inspector, at most ~10 updates/s.
+
+        args: the settings widgets' values in FIELDS order, then the session state. `request` comes
+        first because Gradio injects it by position (it identifies the tab for Stop).
+        """
         from playground.generation import generate
 
         *values, session = args
@@ -240,7 +244,8 @@ class Handlers:
             why = {"eos": "the model emitted end-of-sequence", "length": "max new tokens reached",
                    "stopped": "stopped by you",
                    "stop_string": "a stop string appeared"}.get(reason, str(reason))
-            status = f"**Done**: {n} tokens ({why})."
+            status = (f"**Stopped** after {n} tokens (you pressed Stop)." if reason == "stopped"
+                      else f"**Done**: {n} tokens ({why}).")
         else:
             status = f"**Generating…** {n} tokens so far."
         timing = views.timing_markdown(last["timing"], n)

@@ -43,17 +43,17 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     uploaded = p.upload.upload(h.upload, [p.upload, s["dtype"], p.session], [s["model"], p.model_status], **load_kw)
     after_load(uploaded.success(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
 
-    # Generation: streamed; Stop cancels it (and tells the engine to stop at its next step).
+    # Generation: streamed. Stop sets the session's stop event: the engine ends at its next step and the
+    # handler paints a final "stopped" frame. (Gradio's `cancels=` would also halt it, but marks every
+    # output of the cancelled event with an "Error" badge and skips the final frame, so it is not used.)
     gen_outputs = [p.output, p.gen_status, p.notes, p.timing, p.kv, p.growth, p.step, p.funnel, p.beam_tree,
                    p.beam_table, p.caption, p.session]
     gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
                   show_progress="minimal")
-    runs = []
     for trigger in (p.generate.click, s["prompt"].submit):
         run = trigger(h.generate, [*settings_inputs, p.session], gen_outputs, **gen_kw)
         run.success(h.attention_latest, att_inputs[:-1], att_outputs, concurrency_limit=2, concurrency_id="figures")
-        runs.append(run)
-    p.stop.click(h.stop, None, p.gen_status, cancels=runs, queue=False)
+    p.stop.click(h.stop, None, p.gen_status, queue=False)
 
     # Step inspector: slider, or a click on a token (forwarded by page JS through a hidden textbox).
     inspect_outputs = [p.funnel, p.beam_tree, p.beam_table, p.caption, p.output]
