@@ -114,12 +114,18 @@ def decoder_name() -> str:
 def open_app(page, server: str, **params) -> None:
     page.goto(server + ("?" + urlencode(params) if params else ""))
     page.wait_for_selector("#model-card table", state="attached")  # the selected model is loaded
-    page.wait_for_function("() => document.querySelector('#model-status').innerText.includes('Loaded')")
+    wait_text(page, "#model-status", "Loaded")
+
+
+def wait_text(page, selector: str, text: str) -> None:
+    """Wait until the element exists and its text contains `text`."""
+    page.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText ?? '').includes(text)",
+                           arg=[selector, text])
 
 
 def generate_and_wait(page) -> str:
     page.click("#generate-btn")
-    page.wait_for_function("() => document.querySelector('#gen-status').innerText.includes('Done')")
+    wait_text(page, "#gen-status", "Done")
     return page.inner_text("#token-output")
 
 
@@ -166,14 +172,14 @@ def test_default_decoder_streams_tokens_progressively(page, server):
     assert "id" in title and "p =" in title
     open_tab(page, "Step inspector")
     page.click("#token-output .tok[data-step='2']")
-    page.wait_for_function("() => document.querySelector('#step-caption').innerText.includes('Step 2')")
+    wait_text(page, "#step-caption", "Step 2")
     page.wait_for_selector("#funnel-plot .js-plotly-plot")
     shot(page, "step-inspector", readme="step-inspector")
     open_tab(page, "KV cache")
     page.wait_for_selector("#cache-growth .js-plotly-plot")
     assert "2 · N_layers" in page.inner_text("#kv-stats")
     page.click("#rerun-btn")
-    page.wait_for_function("() => document.querySelector('#compare-md').innerText.includes('Both runs')")
+    wait_text(page, "#compare-md", "Both runs")
     shot(page, "kv-cache", readme="kv-cache")
     open_tab(page, "Attention")
     page.wait_for_selector("#att-heat .js-plotly-plot")
@@ -189,8 +195,7 @@ def test_seq2seq_translates_a_date_with_cross_attention(page, server):
     assert "2021" in text or len(text.strip()) > 0
     open_tab(page, "Attention")
     page.wait_for_selector("#att-heat .js-plotly-plot")
-    page.wait_for_function(
-        "() => document.querySelector('#att-heat').innerText.includes('cross-attention')")
+    wait_text(page, "#att-heat", "cross-attention")
     assert_fits(page)
     shot(page, "seq2seq-cross-attention", readme="seq2seq-cross-attention")
 
@@ -200,7 +205,7 @@ def test_seq2seq_translates_a_date_with_cross_attention(page, server):
 def test_positional_encoding_panel_for_each_default(page, server, model, words):
     open_app(page, server, model=model)
     open_tab(page, "Positional encoding")
-    page.wait_for_function(f"() => document.querySelector('#pe-md').innerText.includes('{words}')")
+    wait_text(page, "#pe-md", words)
     page.wait_for_selector("#pe-plot-1 .js-plotly-plot")
     page.wait_for_selector("#pe-plot-2 .js-plotly-plot")
     assert_fits(page)
@@ -223,16 +228,16 @@ def test_stop_interrupts_a_long_generation(page, server):
     page.click("#generate-btn")
     page.wait_for_function("() => document.querySelectorAll('#token-output .tok[data-step]').length >= 3")
     page.click("#stop-btn")
-    page.wait_for_function("() => document.querySelector('#gen-status').innerText.includes('Stopped')")
+    wait_text(page, "#gen-status", "Stopped")
     n = page.locator("#token-output .tok[data-step]").count()
     time.sleep(1.5)
     assert page.locator("#token-output .tok[data-step]").count() == n < 400
     shot(page, "stop")
     # The app still works afterwards: a new run starts streaming again.
     page.click("#generate-btn")
-    page.wait_for_function("() => document.querySelector('#gen-status').innerText.includes('Generating')")
+    wait_text(page, "#gen-status", "Generating")
     page.click("#stop-btn")
-    page.wait_for_function("() => document.querySelector('#gen-status').innerText.includes('Stopped')")
+    wait_text(page, "#gen-status", "Stopped")
 
 
 def test_link_restores_settings_and_reproduces_the_seeded_output(page, browser, server):
@@ -245,13 +250,13 @@ def test_link_restores_settings_and_reproduces_the_seeded_output(page, browser, 
     assert page.input_value("#seed input") == "7"
     first = (generate_and_wait(page), generated_text(page))
     page.click("#copy-link-btn")
-    page.wait_for_function("() => document.querySelector('#share-link textarea').value.includes('seed=7')")
+    page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').includes('seed=7')")
     link = page.input_value("#share-link textarea")
     assert page.url == link
     other = browser.new_context(viewport={"width": WIDTH, "height": 900}).new_page()
     other.set_default_timeout(TIMEOUT_MS)
     other.goto(link)
-    other.wait_for_function("() => document.querySelector('#model-status').innerText.includes('Loaded')")
+    wait_text(other, "#model-status", "Loaded")
     assert other.input_value("#repetition-penalty input[type=number]") == "1.2"
     second = (generate_and_wait(other), generated_text(other))
     assert second == first
