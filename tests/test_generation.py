@@ -215,3 +215,17 @@ def test_tensor_prompt_and_public_exports(llama):
     _, lm = llama
     a = playground.generate_all(lm, torch.tensor([PROMPT]), playground.GenerationConfig(max_new_tokens=3))
     assert a.token_ids == generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=3)).token_ids
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_and_beam_match_transformers(smollm2_dir):
+    import transformers
+
+    lm = playground.load_model(smollm2_dir)
+    ids = lm.encode("What is the capital of France?", chat=True)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    result = generate_all(lm, ids, GenerationConfig(max_new_tokens=32))
+    assert result.token_ids == _hf_greedy(reference, ids, 32)
+    assert "Paris" in result.text
+    beam = generate_all(lm, ids, GenerationConfig(max_new_tokens=12, num_beams=4, length_penalty=0.6))
+    assert beam.token_ids == _hf_greedy(reference, ids, 12, num_beams=4, length_penalty=0.6)
