@@ -229,3 +229,18 @@ def test_smollm2_greedy_and_beam_match_transformers(smollm2_dir):
     assert "Paris" in result.text
     beam = generate_all(lm, ids, GenerationConfig(max_new_tokens=12, num_beams=4, length_penalty=0.6))
     assert beam.token_ids == _hf_greedy(reference, ids, 12, num_beams=4, length_penalty=0.6)
+
+
+def test_stop_strings_end_the_run(llama):
+    _, lm = llama
+    free = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=10)).token_ids
+    # without a tokenizer the text is the ids joined by spaces; stop on the third token's text
+    marker = f"{free[1]} {free[2]}"
+    result = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=10, stop_strings=(marker,)))
+    assert result.token_ids == free[:3] and result.finish_reason == "stop_string"
+
+
+def test_empty_prompt_starts_from_bos(llama):
+    _, lm = llama
+    result = generate_all(lm, [], GenerationConfig(max_new_tokens=3))
+    assert result.prompt_ids == [lm.config.bos_token_id] and len(result.token_ids) == 3 and result.notes
