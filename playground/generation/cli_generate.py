@@ -88,11 +88,7 @@ def _run(args: argparse.Namespace) -> int:
             "prefill_ms": timing.get("prefill_ms", 0.0),
             "decode_ms_per_token": timing.get("decode_ms_per_token", 0.0),
             "tokens_per_s": timing.get("tokens_per_s", 0.0),
-            "elapsed_ms": timing.get("elapsed_ms", 0.0),
         },
-        "finish_reason": result.finish_reason,
-        "prompt_ids": result.prompt_ids,
-        "notes": result.notes,
     }
     if args.json:
         print(json.dumps(out))

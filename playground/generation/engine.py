@@ -61,6 +61,15 @@ def _as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: Genera
     raise SettingsError("the prompt must be text, a list of token ids or a 1-D tensor of ids")
 
 
+def decoder_prefix(lm: LoadedModel) -> list[int]:
+    """The ids a seq2seq decoder starts from: [decoder_start_token_id], as transformers' generate()."""
+    c = lm.config
+    start = c.decoder_start_token_id if c.decoder_start_token_id is not None else c.bos_token_id
+    if start is None:
+        raise SettingsError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
+    return [start]
+
+
 def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> Plan:
     """Validate the settings against the model and the prompt; raise SettingsError saying what to change."""
     cfg.validate()
@@ -97,10 +106,7 @@ def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: Generatio
                 )
             notes.append(f"the source was truncated on the left from {len(ids)} to {context} tokens")
             ids = ids[-context:]
-        start = c.decoder_start_token_id if c.decoder_start_token_id is not None else c.bos_token_id
-        if start is None:
-            raise SettingsError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
-        prefix = [start]
+        prefix = decoder_prefix(lm)
         if bounded and len(prefix) + cfg.max_new_tokens > context:
             raise SettingsError(
                 f"max_new_tokens ({cfg.max_new_tokens}) exceeds the decoder's {context} positions; "
@@ -344,7 +350,7 @@ def generate_all(
         score = float(sum(np.log(max(e.prob, 1e-45)) for e in steps))
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]
     reason = last.finish_reason if last is not None and last.finished else "stopped"
-    attention = full_attention(lm, p, token_ids) if cfg.capture_attention and token_ids else None
+    attention = full_attention(lm, p.prompt_ids, token_ids) if cfg.capture_attention and token_ids else None
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,
@@ -353,18 +359,18 @@ def generate_all(
 
 
 @torch.inference_mode()
-def full_attention(lm: LoadedModel, p: Plan, token_ids: list[int]) -> dict[str, np.ndarray]:
+def full_attention(lm: LoadedModel, prompt_ids: list[int], token_ids: list[int]) -> dict[str, np.ndarray]:
     """Attention over the whole final sequence in one pass: decoder {"self": (L, h, T, T)} over
     prompt + generated; seq2seq {"encoder": (L_e, h, S, S), "self": (L, h, T, T), "cross": (L, h, T, S)}
-    over decoder start + generated."""
+    over decoder start + generated (prompt_ids is then the source)."""
     device = lm.device
     if lm.kind == "decoder":
-        ids = torch.tensor([p.prompt_ids + token_ids], dtype=torch.long, device=device)
+        ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=device)
         captured: list[torch.Tensor] = []
         lm.model(ids, None, captured)
         return {"self": torch.stack([w[0] for w in captured]).float().cpu().numpy()}
-    source = torch.tensor([p.prompt_ids], dtype=torch.long, device=device)
-    target = torch.tensor([p.prefix_ids + token_ids], dtype=torch.long, device=device)
+    source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    target = torch.tensor([decoder_prefix(lm) + list(token_ids)], dtype=torch.long, device=device)
     enc_capture: list[torch.Tensor] = []
     encoded = lm.model.encode(source, None, capture=enc_capture)
     dec_capture: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
