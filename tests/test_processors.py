@@ -116,10 +116,11 @@ def test_validation_names_the_knob(changes, word):
         GenerationConfig(**changes).validate()
 
 
-def _lm(kind: str = "decoder", max_positions: int = 64, vocab: int = 100, bos: int | None = 1):
+def _lm(kind: str = "decoder", max_positions: int = 64, vocab: int = 100, bos: int | None = 1, positional=None):
     config = ModelConfig(
         family="llama", vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_positions=max_positions,
         kind=kind, n_encoder_layers=1 if kind == "seq2seq" else 0, bos_token_id=bos, decoder_start_token_id=0,
+        positional=positional or ("learned" if kind == "seq2seq" else "rope"),
     )
     return SimpleNamespace(config=config, kind=kind)
 
@@ -156,3 +157,8 @@ def test_clamp_settings_long_source_for_seq2seq():
     cfg, notes = clamp_settings(GenerationConfig(max_new_tokens=100), _lm("seq2seq", max_positions=32), 50)
     assert cfg.truncate_prompt and cfg.max_new_tokens == 31
     assert any("truncated on the left" in n for n in notes)
+
+
+def test_clamp_settings_relative_positions_have_no_source_limit():
+    cfg, notes = clamp_settings(GenerationConfig(max_new_tokens=100), _lm("seq2seq", 32, positional="relative"), 50)
+    assert not cfg.truncate_prompt and cfg.max_new_tokens == 100 and notes == []

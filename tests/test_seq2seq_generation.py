@@ -9,11 +9,7 @@ import transformers
 
 import playground
 from playground.generation import GenerationConfig, generate, generate_all
-from tests import hf_tiny
-
-if not hasattr(hf_tiny, "save_seq2seq"):  # until the encoder-decoder stream is merged into this branch
-    pytest.skip("needs playground.models.seq2seq and tests.hf_tiny.save_seq2seq", allow_module_level=True)
-from tests.hf_tiny import bart_like, marian_like, save_seq2seq, t5_like  # noqa: E402
+from tests.hf_tiny import bart_like, marian_like, save_seq2seq, t5_like
 
 transformers.logging.set_verbosity_error()
 

@@ -187,7 +187,9 @@ def clamp_settings(
         else:
             notes.append("the prompt is empty: generating from the start token alone")
         prompt_ids_len = 1
-    if lm.kind == "seq2seq":
+    if lm.kind == "seq2seq" and lm.config.positional in ("relative", "none"):
+        room = c.max_new_tokens  # T5's relative positions set no length limit
+    elif lm.kind == "seq2seq":
         if prompt_ids_len > context:
             notes.append(
                 f"the source has {prompt_ids_len} tokens but the encoder holds {context}: "
