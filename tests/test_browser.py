@@ -269,10 +269,15 @@ def test_corrupt_upload_shows_an_error_and_the_app_still_works(page, server, tmp
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all" + b"\x00" * 64)
     page.set_input_files("#upload input[type=file]", str(bad))
-    toast = page.locator(".toast-body").first
-    toast.wait_for()
-    message = toast.inner_text()
+    wait_text(page, "#model-status", "Upload refused")
+    message = page.inner_text("#model-status")
     assert "model.safetensors" in message or "header" in message.lower()
-    assert "Traceback" not in message
+    assert "Traceback" not in message and "\n" not in message.strip()
+    assert f"Still using {decoder_name()}" in message
+    # One line in the status, no red "Error" badges on the picker, the upload box or the status.
+    badges = page.evaluate("""() => ['#model-select', '#upload', '#model-status'].flatMap(sel =>
+        Array.from(document.querySelectorAll(sel + ' .error, ' + sel + ' .error-text'))).length""")
+    assert badges == 0 and page.locator(".toast-body").count() == 0
+    assert page.input_value("#model-select input").startswith(decoder_name())
     shot(page, "corrupt-upload", readme="corrupt-upload")
     generate_and_wait(page)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -180,13 +181,21 @@ def test_copy_link_encodes_the_widgets(h):
     assert from_query(dict(__import__("urllib.parse").parse.parse_qsl(q[1:])))[0] == s
 
 
+def is_skip(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
 def test_load_shows_a_model_card_and_refuses_bad_names(h):
-    card, status, session, prompt, chat, kind = h.load("tiny-lm", "float32", new_session())
+    dropdown, card, status, session, prompt, chat, kind = h.load("tiny-lm", "float32", new_session())
     assert "Parameters" in card and "GQA" in card and "RoPE" in card
     assert session["model"] == "tiny-lm" and "Loaded" in status
     assert chat["visible"] is False and kind["value"] == "self"
-    with pytest.raises(gr.Error, match="outside|not a checkpoint|no checkpoint"):
-        h.load("../../etc", "float32", new_session())
+    # A bad name: one line in the status (no gr.Error badge), the previous model stays in use.
+    dropdown, card, status, *rest = h.load("../../etc", "float32", session)
+    assert "Could not load" in status and "\n" not in status and "Still using **tiny-lm**" in status
+    assert re.search("outside|not a checkpoint|no checkpoint", status)
+    assert dropdown["value"] == "tiny-lm" and is_skip(card) and all(is_skip(v) for v in rest)
+    assert "Could not load" in h.load("../../etc", "float32", new_session())[2]
 
 
 def test_generation_streams_frames_and_fills_every_panel(h):
@@ -277,16 +286,24 @@ def test_positional_panel_follows_the_model_scheme(h):
     md, f1, f2, f3, f4, pair = h.positional("tiny-lm", "float32", 64, 1000, 2)
     assert "RoPE" in md and f1["visible"] and pair["visible"]
     assert "pair 2" in f2["value"].layout.title.text
+    assert h.positional_for_session({"model": "tiny-lm", "dtype": "float32"}, 64, 1000, 2)[0] == md
+    assert all(is_skip(v) for v in h.positional_for_session(new_session(), 64, 1000, 2))
 
 
 def test_corrupt_upload_is_one_clear_error_and_the_app_keeps_working(h, tmp_path):
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\xff" * 64)
     before = set(h.catalog.names())
-    with pytest.raises(gr.Error) as info:
-        h.upload([str(bad)], "float32", new_session())
-    assert "\n" not in info.value.message and "Traceback" not in info.value.message
+    session = {**new_session(), "model": "tiny-lm"}
+    dropdown, card, status, *rest = h.upload([str(bad)], "float32", session)  # no exception: a status line
+    assert status.startswith("**Upload refused:**") and "\n" not in status and "Traceback" not in status
+    assert "model.safetensors" in status or "header" in status
+    assert dropdown["value"] == "tiny-lm" and is_skip(card) and all(is_skip(v) for v in rest)
     assert set(h.catalog.names()) == before  # the broken upload was removed
+    for files in (None, [str(tmp_path / "weights.bin")]):
+        (tmp_path / "weights.bin").write_bytes(b"x")
+        status = h.upload(files, "float32", session)[2]
+        assert status.startswith("**") and ("pickle" in status or "choose" in status)
     frames, _ = run(h, UISettings(prompt="still ok", max_new_tokens=3))
     assert "Done" in frames[-1][1]
 
@@ -297,9 +314,10 @@ def test_a_valid_upload_is_loaded_and_listed(h, weights):
 
     lm = load_model(weights / "tiny-lm")
     path = save_checkpoint(weights.parent / "own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
-    dropdown, status = h.upload([str(path)], "float32", new_session())
-    assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status
-    assert h.load(dropdown["value"], "float32", new_session())[2]["model"] == dropdown["value"]
+    dropdown, card, status, session, *_ = h.upload([str(path)], "float32", new_session())
+    assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status and "Parameters" in card
+    assert session["model"] == dropdown["value"]
+    assert h.load(dropdown["value"], "float32", new_session())[3]["model"] == dropdown["value"]
 
 
 def test_app_entry_reads_port_from_the_environment(monkeypatch):
@@ -317,7 +335,7 @@ def test_app_exposes_a_named_generation_api(app):
 
 
 def test_seq2seq_generation_shows_encoder_decoder_and_cross_attention(h):
-    card, status, session, prompt, chat, kind = h.load("tiny-seq2seq", "float32", new_session())
+    _, card, status, session, prompt, chat, kind = h.load("tiny-seq2seq", "float32", new_session())
     assert "encoder-decoder" in card and "Source text" in prompt["label"]
     assert [v for _, v in kind["choices"]] == ["cross", "self", "encoder"] and kind["value"] == "cross"
     frames, r = run(h, UISettings(model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=6))
