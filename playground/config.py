@@ -21,6 +21,7 @@ NormPosition = Literal["pre", "post"]
 MlpKind = Literal["gated", "plain"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "relu"]
 Positional = Literal["rope", "learned", "sinusoidal", "relative", "none"]
+SinusoidalLayout = Literal["interleaved", "halves"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "kind": ("decoder", "seq2seq"),
@@ -29,6 +30,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "mlp": ("gated", "plain"),
     "activation": ("silu", "gelu", "gelu_tanh", "relu"),
     "positional": ("rope", "learned", "sinusoidal", "relative", "none"),
+    "sinusoidal_layout": ("interleaved", "halves"),
 }
 
 
@@ -78,6 +80,7 @@ class ModelConfig:
     relative_buckets: int = 32  # T5 relative attention bias
     relative_max_distance: int = 128
     sinusoidal_base: float = 10000.0
+    sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper: sin/cos interleaved; Marian: sin half | cos half
 
     # --- embeddings and head
     tie_word_embeddings: bool = True
@@ -130,6 +133,14 @@ class ModelConfig:
             raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
         if self.kind == "seq2seq" and self.n_encoder_layers <= 0:
             raise ConfigError("a seq2seq config needs n_encoder_layers > 0")
+        if self.kind == "decoder" and self.n_encoder_layers:
+            raise ConfigError("a decoder-only config must have n_encoder_layers = 0; use kind='seq2seq'")
+        if self.kind == "seq2seq" and self.positional == "rope":
+            raise ConfigError("seq2seq models support sinusoidal, learned, relative or no positions, not RoPE")
+        if self.positional == "relative" and not (0 < self.relative_buckets and 0 < self.relative_max_distance):
+            raise ConfigError("config fields 'relative_buckets' and 'relative_max_distance' must be positive")
+        if self.learned_position_offset < 0:
+            raise ConfigError("config field 'learned_position_offset' must not be negative")
         if self.norm_eps <= 0:
             raise ConfigError(f"config field 'norm_eps' must be positive, got {self.norm_eps}")
         if self.max_positions > 1_048_576:

@@ -50,3 +50,75 @@ def save_decoder(
     model.eval()
     model.save_pretrained(directory)
     return model
+
+
+SEQ2SEQ_CLASSES = {
+    "t5": (transformers.T5Config, transformers.T5ForConditionalGeneration),
+    "bart": (transformers.BartConfig, transformers.BartForConditionalGeneration),
+    "marian": (transformers.MarianConfig, transformers.MarianMTModel),
+}
+
+
+def t5_like(**overrides: Any) -> dict[str, Any]:
+    base = dict(
+        vocab_size=61, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+        relative_attention_max_distance=20, feed_forward_proj="relu", decoder_start_token_id=0, pad_token_id=0,
+        eos_token_id=1,
+    )
+    base.update(overrides)
+    return base
+
+
+def bart_like(**overrides: Any) -> dict[str, Any]:
+    base = dict(
+        vocab_size=61, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=40,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+    )
+    base.update(overrides)
+    return base
+
+
+def marian_like(**overrides: Any) -> dict[str, Any]:
+    base = bart_like(pad_token_id=60, decoder_start_token_id=60, eos_token_id=0, bos_token_id=None, scale_embedding=True)
+    base.update(overrides)
+    return base
+
+
+def save_seq2seq(
+    directory: Path,
+    family: str,
+    config_kwargs: dict[str, Any],
+    *,
+    seed: int = 0,
+    init_std: float = 0.2,
+    untied_head: bool = False,
+) -> torch.nn.Module:
+    """A random encoder-decoder saved with `save_pretrained`; returns the reference read back from the
+    directory by transformers itself (eager attention, eval mode).
+
+    `untied_head` adds a separate random `lm_head.weight` to the file, the way real T5 v1.1 / Flan-T5
+    checkpoints carry one (transformers 5 always writes tied T5 heads).
+    """
+    from safetensors.torch import load_file, save_file
+
+    config_cls, model_cls = SEQ2SEQ_CLASSES[family]
+    config = config_cls(**config_kwargs)
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():
+        for name, param in model.state_dict(keep_vars=True).items():
+            if "norm" in name:
+                param.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(param))
+            elif "embed_positions" in name and family == "marian":
+                continue  # fixed sinusoidal table
+            else:
+                param.normal_(0.0, init_std)
+    model.save_pretrained(directory)
+    if untied_head:
+        path = directory / "model.safetensors"
+        tensors = load_file(path)
+        tensors["lm_head.weight"] = torch.randn(config.vocab_size, config.d_model) * init_std
+        save_file(tensors, path, metadata={"format": "pt"})
+    reference = model_cls.from_pretrained(directory, attn_implementation="eager")
+    return reference.eval()

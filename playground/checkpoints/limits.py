@@ -65,6 +65,8 @@ def estimate_memory(headers: list[SafetensorsHeader], config: ModelConfig, eleme
                   for header in headers for info in header.tensors.values())
     tokens = min(cache_tokens, config.max_positions)
     cache = 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * element_size
+    if config.kind == "seq2seq":
+        cache *= 2  # cross-attention K/V of a source as long as the target
     return {"weights": weights, "cache": cache, "total": weights + cache}
 
 

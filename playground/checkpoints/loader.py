@@ -94,6 +94,8 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits):
     reader = TensorReader.open(files)
     check_memory(reader.headers, config, dtype.itemsize, limits, directory.name)
     prefix = next((p for p in family.prefixes if p + family.probe in reader), family.prefixes[0])
+    if family.adapt is not None:
+        config = family.adapt(config, reader, prefix)
     model = _build(config, family.rules(config), reader, dtype, family.ignore, prefix, directory.name)
     tokenizer, tokenizer_error = load_directory_tokenizer(directory)
     return model, config, tokenizer, tokenizer_error, reader

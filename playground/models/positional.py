@@ -96,8 +96,10 @@ def positional_kind_label(config: ModelConfig) -> str:
     """A human name for the config's positional scheme (model card, `info`)."""
     return {
         "rope": f"RoPE (rotary, base {config.rope_theta:g})",
-        "learned": "learned absolute positions",
-        "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g})",
+        "learned": "learned absolute positions"
+        + (f" (offset {config.learned_position_offset})" if config.learned_position_offset else ""),
+        "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g}"
+        + (", sin half | cos half)" if config.sinusoidal_layout == "halves" else ")"),
         "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
         "none": "none",
     }[config.positional]

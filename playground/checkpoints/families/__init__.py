@@ -5,12 +5,12 @@ Adding a family means adding one module here with a `FAMILY` and listing it in `
 
 from __future__ import annotations
 
-from playground.checkpoints.families import gpt2, llama
+from playground.checkpoints.families import bart, gpt2, llama, marian, t5, transformer
 from playground.checkpoints.families.base import Family
 from playground.errors import CheckpointError
 
 FAMILIES: dict[str, Family] = {}
-for module in (gpt2, llama):
+for module in (gpt2, llama, t5, bart, marian, transformer):
     for family in module.FAMILIES:
         FAMILIES[family.model_type] = family
 

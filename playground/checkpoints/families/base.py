@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from playground.checkpoints.safetensors_io import TensorReader
 from playground.checkpoints.weight_map import Rule
 from playground.config import ModelConfig
 from playground.errors import CheckpointError
@@ -20,6 +24,8 @@ class Family:
     prefixes: tuple[str, ...] = ("",)  # tried in order; the first whose embedding exists wins
     probe: str = ""  # a tensor name (after the prefix) that every checkpoint of the family has
     notes: dict[str, str] = field(default_factory=dict)
+    # Settle what config.json leaves open from the tensors in the file: (config, reader, prefix) -> config.
+    adapt: Callable[[ModelConfig, TensorReader, str], ModelConfig] | None = None
 
 
 def require(hf: dict[str, Any], key: str, where: str = "config.json") -> Any:
@@ -68,3 +74,16 @@ def token_ids(hf: dict[str, Any]) -> dict[str, Any]:
         "eos_token_id": hf.get("eos_token_id"),
         "pad_token_id": hf.get("pad_token_id"),
     }
+
+
+def untie_if_head_differs(config: ModelConfig, reader: TensorReader, prefix: str, *, embed: str, head: str = "lm_head.weight") -> ModelConfig:
+    """A file with its own output head that differs from the embeddings has an untied head, whatever
+    config.json says (transformers unties in that case too); an absent or identical head is tied."""
+    if head not in reader or prefix + embed not in reader:
+        tied = True
+    else:
+        a, b = reader.get(head), reader.get(prefix + embed)
+        tied = a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if tied == config.tie_word_embeddings:
+        return config
+    return dataclasses.replace(config, tie_word_embeddings=tied)

@@ -1,0 +1,51 @@
+"""Cross-attention: decoder queries attend to the encoder's output.
+
+The keys and values depend only on the encoder output, so they are projected once per source
+(`project_kv`) and reused for every generated token; the decoder's cache keeps them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from playground.config import ModelConfig
+from playground.models.attention import attend
+from playground.models.layers import Linear
+
+
+class CrossAttention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.scale = config.scale
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.kv_size = kv_size
+        self.q = Linear(config.d_model, q_size, bias=config.attention_bias)
+        self.kv = Linear(config.d_model, 2 * kv_size, bias=config.attention_bias)
+        self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
+
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory: encoder output (B, S, d_model) -> keys, values (B, h_kv, S, d_head)."""
+        B, S, _ = memory.shape
+        k, v = self.kv(memory).split(self.kv_size, dim=-1)
+        k = k.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        capture: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, d_model); k, v from `project_kv`; mask: additive (B, 1, 1, S) hiding source padding."""
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d)
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=capture is not None)
+        if capture is not None:
+            capture.append(weights)  # (B, h, T, S)
+        return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

@@ -1,0 +1,343 @@
+"""Encoder-decoder Transformer (the original Transformer, T5, BART, Marian), one class for all of them.
+
+    src = embed(input_ids) * embed_scale [+ positions] [-> embed_norm]
+    encoder block:  x = x + attn(norm(x));  x = x + mlp(norm(x))            (pre-LN: T5)
+                    x = norm(x + attn(x));  x = norm(x + mlp(x))            (post-LN: paper, BART, Marian)
+    decoder block:  masked self-attention, cross-attention over the encoder output, MLP
+    logits = head(norm(y) * logit_scale) [+ final_logits_bias]
+
+Positions: sinusoidal tables, learned absolute positions (BART's offset of 2) or T5's relative
+position bias (owned by each stack, added to the scores of every layer). Cross-attention keys and
+values come from the encoder output once per source and live in `Seq2SeqCache`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from playground.config import ModelConfig
+from playground.models.attention import SelfAttention, causal_mask
+from playground.models.cross_attention import CrossAttention
+from playground.models.kv_cache import KVCache
+from playground.models.layers import Linear, make_mlp, make_norm
+from playground.models.positional import sinusoidal_table
+from playground.models.relative_bias import RelativePositionBias
+
+
+def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """(B, S) 1/0 mask -> additive (B, 1, 1, S) bias: 0 where visible, the dtype's minimum on padding."""
+    if attention_mask is None:
+        return None
+    keep = attention_mask.to(torch.bool)[:, None, None, :]
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def _add_bias(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+class SinusoidalPositions(nn.Module):
+    """A fixed sin/cos table (max_positions, d_model), recomputed rather than stored in checkpoints."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.register_buffer("table", self._table(), persistent=False)
+
+    def _table(self) -> torch.Tensor:
+        c = self.config
+        return sinusoidal_table(c.max_positions, c.d_model, c.sinusoidal_base, c.sinusoidal_layout)
+
+    def reset_buffers(self) -> None:
+        """Recompute the table after the module was built on the meta device."""
+        self.table = self._table()
+
+    def forward(self, start: int, length: int) -> torch.Tensor:
+        return self.table[start : start + length]  # (T, d)
+
+
+class LearnedPositions(nn.Embedding):
+    """Learned absolute positions; BART stores row p + offset for position p (offset 2)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config.max_positions + config.learned_position_offset, config.d_model)
+        self.offset = config.learned_position_offset
+
+    def forward(self, start: int, length: int) -> torch.Tensor:  # type: ignore[override]
+        positions = torch.arange(start + self.offset, start + self.offset + length, device=self.weight.device)
+        return super().forward(positions)  # (T, d)
+
+
+def _absolute_positions(config: ModelConfig) -> nn.Module | None:
+    if config.positional == "sinusoidal":
+        return SinusoidalPositions(config)
+    if config.positional == "learned":
+        return LearnedPositions(config)
+    return None
+
+
+def _sublayer(x: torch.Tensor, norm: nn.Module, fn, pre: bool) -> torch.Tensor:
+    """Residual connection around `fn`, normalising before (pre-LN) or after the sum (post-LN)."""
+    return x + fn(norm(x)) if pre else norm(x + fn(x))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer, self.pre = layer, config.norm_position == "pre"
+        self.attn_norm = make_norm(config)
+        self.attn = SelfAttention(config)
+        self.mlp_norm = make_norm(config)
+        self.mlp = make_mlp(config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, capture: list[torch.Tensor] | None) -> torch.Tensor:
+        x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, causal=False, mask=mask, capture=capture), self.pre)
+        return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer, self.pre = layer, config.norm_position == "pre"
+        self.attn_norm = make_norm(config)
+        self.attn = SelfAttention(config)
+        self.cross_norm = make_norm(config)
+        self.cross = CrossAttention(config)
+        self.mlp_norm = make_norm(config)
+        self.mlp = make_mlp(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        self_mask: torch.Tensor | None,
+        cache: KVCache | None,
+        cross_kv: tuple[torch.Tensor, torch.Tensor],
+        cross_mask: torch.Tensor | None,
+        capture: dict[str, list[torch.Tensor]] | None,
+    ) -> torch.Tensor:
+        self_capture = capture.setdefault("self", []) if capture is not None else None
+        cross_capture = capture.setdefault("cross", []) if capture is not None else None
+        x = _sublayer(
+            x, self.attn_norm,
+            lambda h: self.attn(h, layer=self.layer, causal=True, mask=self_mask, cache=cache, capture=self_capture),
+            self.pre,
+        )
+        x = _sublayer(x, self.cross_norm, lambda h: self.cross(h, *cross_kv, mask=cross_mask, capture=cross_capture), self.pre)
+        return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
+
+
+class Stack(nn.Module):
+    """What encoder and decoder share: positions, the optional embedding norm and final norm."""
+
+    def __init__(self, config: ModelConfig, *, decoder: bool) -> None:
+        super().__init__()
+        self.positions = _absolute_positions(config)
+        self.relative_bias = (
+            RelativePositionBias(config, bidirectional=not decoder) if config.positional == "relative" else None
+        )
+        self.embed_norm = make_norm(config) if config.embedding_norm else None
+        block = DecoderBlock if decoder else EncoderBlock
+        layers = config.n_layers if decoder else config.n_encoder_layers
+        self.blocks = nn.ModuleList(block(config, i) for i in range(layers))
+        self.norm = make_norm(config) if config.final_norm else None
+
+    def embed_positions(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        if self.positions is not None:
+            x = x + self.positions(start, x.shape[1]).to(x.dtype)
+        return self.embed_norm(x) if self.embed_norm is not None else x
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.norm is not None else x
+
+
+class Seq2SeqCache:
+    """Decoder self-attention KV cache plus the cross-attention K/V of the current source.
+
+    The cross K/V are projected from the encoder output on the first `decode` call and reused after.
+    """
+
+    def __init__(self, self_cache: KVCache) -> None:
+        self.self_cache = self_cache
+        self.cross_keys: list[torch.Tensor] | None = None  # per layer (B, h_kv, S, d_head)
+        self.cross_values: list[torch.Tensor] | None = None
+
+    @property
+    def length(self) -> int:
+        return self.self_cache.length
+
+    @property
+    def cross_ready(self) -> bool:
+        return self.cross_keys is not None
+
+    def set_cross(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.cross_keys, self.cross_values = keys, values
+
+    def reorder(self, batch_index: torch.Tensor) -> None:
+        """Beam search: row b becomes old row batch_index[b], in the self cache and the cross K/V."""
+        self.self_cache.reorder(batch_index)
+        if self.cross_keys is not None and self.cross_values is not None:
+            self.cross_keys = [k.index_select(0, batch_index) for k in self.cross_keys]
+            self.cross_values = [v.index_select(0, batch_index) for v in self.cross_values]
+
+    def stats(self) -> dict[str, Any]:
+        """self_cache.stats() plus "cross_attention" (bytes = 2·layers·batch·kv_heads·S·head_dim·element_size)."""
+        stats = self.self_cache.stats()
+        c = self.self_cache
+        tokens = self.cross_keys[0].shape[2] if self.cross_keys else 0
+        batch = self.cross_keys[0].shape[0] if self.cross_keys else c.batch
+        element = self.cross_keys[0].element_size() if self.cross_keys else c.element_size
+        shape = [batch, c.kv_heads, tokens, c.head_dim]
+        stats["cross_attention"] = {
+            "layers": c.layers,
+            "batch": batch,
+            "kv_heads": c.kv_heads,
+            "head_dim": c.head_dim,
+            "tokens": tokens,
+            "element_size": element,
+            "bytes": 2 * c.layers * batch * c.kv_heads * tokens * c.head_dim * element,
+            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(c.layers)],
+        }
+        return stats
+
+
+class EncoderDecoderLM(nn.Module):
+    """Sequence-to-sequence model: `encode` the source once, `decode` target tokens against it."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.kind != "seq2seq":
+            raise ValueError("EncoderDecoderLM needs a config with kind='seq2seq'")
+        if config.positional == "rope":
+            raise ValueError("EncoderDecoderLM does not implement RoPE")
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)  # shared by source, target and tied head
+        self.encoder = Stack(config, decoder=False)
+        self.decoder = Stack(config, decoder=True)
+        self.lm_head = None if config.tie_word_embeddings else Linear(config.d_model, config.vocab_size)
+        self.final_logits_bias = nn.Parameter(torch.zeros(1, config.vocab_size)) if config.final_logits_bias else None
+        self._head_t: torch.Tensor | None = None
+        self._head_t_version: tuple[int, int] | None = None
+
+    # --- positions
+    def _check_length(self, length: int, what: str) -> None:
+        if self.config.positional in ("learned", "sinusoidal") and length > self.config.max_positions:
+            raise ValueError(f"{what} of {length} tokens exceeds the model's {self.config.max_positions} positions")
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)  # (B, T, d)
+        return x * self.config.embed_scale if self.config.embed_scale != 1.0 else x
+
+    # --- encoder
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        capture: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """input_ids (B, S), attention_mask (B, S) of 1 (token) / 0 (padding) -> encoder output (B, S, d).
+
+        When `capture` is a list each layer appends its self-attention weights (B, h, S, S).
+        """
+        B, S = input_ids.shape
+        self._check_length(S, "source")
+        x = self.encoder.embed_positions(self._embed(input_ids), 0)
+        mask = padding_bias(attention_mask, x.dtype)
+        if self.encoder.relative_bias is not None:
+            mask = _add_bias(self.encoder.relative_bias(S, S).to(x.dtype), mask)
+        for block in self.encoder.blocks:
+            x = block(x, mask, capture)
+        return self.encoder.finish(x)
+
+    # --- decoder
+    def new_cache(self, batch: int, max_tokens: int) -> Seq2SeqCache:
+        c, p = self.config, self.embed.weight
+        return Seq2SeqCache(
+            KVCache(
+                layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
+                query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+            )
+        )
+
+    def cross_kv(self, encoder_out: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-layer cross-attention keys and values (B, h_kv, S, d_head) of an encoder output."""
+        pairs = [block.cross.project_kv(encoder_out) for block in self.decoder.blocks]
+        return [k for k, _ in pairs], [v for _, v in pairs]
+
+    def decode(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_out: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: Seq2SeqCache | None = None,
+        capture: dict[str, list[torch.Tensor]] | None = None,
+        *,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """decoder_input_ids (B, T) placed after the `cache.length` cached target tokens -> logits (B, T, V).
+
+        `attention_mask` is the source padding mask (B, S). With a cache, the cross K/V are projected
+        from `encoder_out` on the first call and reused afterwards. When `capture` is a dict, its
+        "self" and "cross" lists receive per-layer weights (B, h, T, S_self) and (B, h, T, S_src).
+        """
+        B, T = decoder_input_ids.shape
+        start = cache.length if cache is not None else 0
+        self._check_length(start + T, "target")
+        if cache is not None:
+            if not cache.cross_ready:
+                cache.set_cross(*self.cross_kv(encoder_out))
+            keys, values = cache.cross_keys, cache.cross_values
+        else:
+            keys, values = self.cross_kv(encoder_out)
+        x = self.decoder.embed_positions(self._embed(decoder_input_ids), start)
+        self_mask = None
+        if self.decoder.relative_bias is not None:
+            S = start + T
+            self_mask = self.decoder.relative_bias(T, S, start=start).to(x.dtype)  # (1, h, T, S)
+            visible = causal_mask(T, S, device=x.device)
+            if visible is not None:
+                self_mask = self_mask.masked_fill(~visible, torch.finfo(x.dtype).min)
+        cross_mask = padding_bias(attention_mask, x.dtype)
+        self_cache = cache.self_cache if cache is not None else None
+        for i, block in enumerate(self.decoder.blocks):
+            x = block(
+                x, self_mask=self_mask, cache=self_cache, cross_kv=(keys[i], values[i]),
+                cross_mask=cross_mask, capture=capture,
+            )
+        if self_cache is not None:
+            self_cache.advance(T)
+        if last_only:
+            x = x[:, -1:]
+        x = self.decoder.finish(x)
+        if self.config.logit_scale != 1.0:
+            x = x * self.config.logit_scale  # T5 with a tied head, on the hidden states as transformers does
+        logits = self.head(x)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Teacher-forced logits (B, T, V): encode the source, decode the whole target, no cache."""
+        encoder_out = self.encode(input_ids, attention_mask)
+        return self.decode(decoder_input_ids, encoder_out, attention_mask)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Project hidden states (B, T, d) to vocabulary logits (B, T, V)."""
+        if self.lm_head is not None:
+            return self.lm_head(x)
+        if torch.is_grad_enabled():  # training: go through the shared parameter itself
+            return x @ self.embed.weight.t()
+        # A contiguous (d, V) copy streams faster than the transposed embedding; rebuilt when it changes.
+        weight = self.embed.weight
+        if self._head_t is None or self._head_t_version != (weight._version, weight.data_ptr()):
+            self._head_t = weight.detach().t().contiguous()
+            self._head_t_version = (weight._version, weight.data_ptr())
+        return x @ self._head_t
