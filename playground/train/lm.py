@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, progress=None) -> tuple[nn.Module, ModelConfig
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="weights/tiny-lm/model.safetensors", help="checkpoint file to write")
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=700)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--context", type=int, default=128, help="training window = the model's max_positions")
     p.add_argument("--vocab-size", type=int, default=2048)
@@ -196,7 +196,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--schedule", choices=("cosine", "inverse_sqrt"), default="cosine")
     p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-tokens", type=int, default=None, help="cap on held-out tokens per evaluation")
     p.add_argument("--max-docs", type=int, default=None, help="use only the first N documents (tests)")
     p.add_argument("--seed", type=int, default=0)

@@ -226,15 +226,15 @@ def run(args: argparse.Namespace, progress=None) -> tuple[nn.Module, ModelConfig
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="weights/tiny-seq2seq/model.safetensors", help="checkpoint file to write")
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--layers", type=int, default=2, help="decoder layers")
     p.add_argument("--encoder-layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=256)
+    p.add_argument("--d-ff", type=int, default=512)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=400)
     p.add_argument("--schedule", choices=("cosine", "inverse_sqrt"), default="inverse_sqrt")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--eval-every", type=int, default=250)
