@@ -1,15 +1,36 @@
-"""Transformer Playground — the Gradio app (also the Hugging Face Space's app_file)."""
+"""Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR]`.
+
+Also the Hugging Face Space's app_file (a Space runs it without arguments).
+"""
 
 from __future__ import annotations
 
-import gradio as gr
+import argparse
+import os
+
+from playground.ui import build_app, launch_kwargs
 
 
-def build_app() -> gr.Blocks:
-    with gr.Blocks(title="Transformer Playground") as demo:
-        gr.Markdown("# Transformer Playground\nThe interactive panels are being built; see the README.")
-    return demo
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Run the Transformer Playground web app.")
+    parser.add_argument("--share", action="store_true", help="also print a public gradio.live share link")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)),
+                        help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="address to listen on (0.0.0.0 for every interface)")
+    parser.add_argument("--weights", default=None, help="folder of checkpoints to offer (default: ./weights)")
+    parser.add_argument("--concurrency", type=int, default=4, help="generations running at once")
+    parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    demo = build_app(args.weights, generate_concurrency=args.concurrency)
+    demo.queue(max_size=args.queue_size, default_concurrency_limit=2)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
+                max_file_size="2gb", **launch_kwargs())
 
 
 if __name__ == "__main__":
-    build_app().launch()
+    main()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 
 from playground.errors import PlaygroundError
+from playground.generation import cli_generate
 
 EXIT_USAGE = 2
 
@@ -39,18 +39,6 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate_command() -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
-    try:
-        from playground.generation import cli_generate
-    except ImportError:  # the engine lands in its own change; say so instead of crashing
-        def unavailable(args: argparse.Namespace) -> int:
-            print("error: the generation engine is not installed in this build", file=sys.stderr)
-            return EXIT_USAGE
-
-        return (lambda parser: None), unavailable
-    return cli_generate.add_arguments, cli_generate.run
-
-
 def _import_smollm2(args: argparse.Namespace) -> int:
     from playground.checkpoints import import_smollm2
 
@@ -70,9 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(handler=_info)
 
     generate = commands.add_parser("generate", help="generate from a prompt or token ids")
-    add_arguments, run = _generate_command()
-    add_arguments(generate)
-    generate.set_defaults(handler=run)
+    cli_generate.add_arguments(generate)
+    generate.set_defaults(handler=cli_generate.run)
 
     imports = commands.add_parser("import-smollm2", help="convert the pip-installed SmolLM2-135M-Instruct GGUF to safetensors")
     imports.add_argument("--dest", default="weights/SmolLM2-135M-Instruct")

@@ -471,3 +471,30 @@ def test_viz_imports_neither_torch_nor_gradio():
     code = "import sys, playground.viz; print('torch' in sys.modules, 'gradio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_kv_formula_fills_the_seed_formula_and_matches_bytes():
+    from playground.viz import kv_formula
+
+    stats = {"layers": 4, "batch": 1, "kv_heads": 2, "query_heads": 8, "tokens": 37, "head_dim": 32,
+             "element_size": 4}
+    text = kv_formula(stats)
+    total = 2 * 4 * 1 * 2 * 37 * 32 * 4
+    assert "2 · 4 · 1 · 2 · 37 · 32 · 4" in text
+    assert f"{total:,} bytes" in text
+    assert f"{total * 4:,} bytes" in text and "4× more" in text  # MHA line for GQA
+    mha = kv_formula({**stats, "query_heads": 2})
+    assert "MHA" not in mha
+    with pytest.raises(ValueError, match="missing"):
+        kv_formula({"layers": 1})
+
+
+def test_rope_score_curve_starts_at_head_dim_and_decays():
+    from playground.viz import rope_score_curve
+
+    inv_freq = 1.0 / (10000 ** (np.arange(0, 64, 2) / 64))
+    d = np.arange(0, 512)
+    s = rope_score_curve(inv_freq, d)
+    assert s.shape == (512,)
+    assert s[0] == pytest.approx(64.0)
+    assert np.abs(s[256:]).mean() < s[0] / 2 and s[1:].max() < s[0]

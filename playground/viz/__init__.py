@@ -10,7 +10,7 @@ from playground.viz.attention_stats import (
     group_by_kv_head,
     mean_attention_distance,
 )
-from playground.viz.cache import cache_growth, format_bytes, timing_bars, timing_comparison
+from playground.viz.cache import cache_growth, format_bytes, kv_formula, timing_bars, timing_comparison
 from playground.viz.positional import (
     cosine_similarity,
     cosine_similarity_matrix,
@@ -23,6 +23,7 @@ from playground.viz.positional import (
     rope_frequencies,
     rope_relative_scores,
     rope_rotation,
+    rope_score_curve,
 )
 from playground.viz.sampling import beam_table, beam_tree, candidate_funnel
 from playground.viz.tokens import tokens_html
@@ -42,6 +43,7 @@ __all__ = [
     "format_bytes",
     "group_by_kv_head",
     "head_summary",
+    "kv_formula",
     "learned_table_heatmap",
     "mean_attention_distance",
     "pe_base_comparison",
@@ -52,6 +54,7 @@ __all__ = [
     "rope_frequencies",
     "rope_relative_scores",
     "rope_rotation",
+    "rope_score_curve",
     "timing_bars",
     "timing_comparison",
     "tokens_html",

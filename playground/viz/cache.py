@@ -137,3 +137,28 @@ def timing_comparison(
         fig.update_yaxes(title_text="tokens / s", rangemode="tozero", row=1, col=2)
     return finish(fig, title, height=400, barmode="group",
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
+
+
+def kv_formula(stats: Mapping[str, int]) -> str:
+    """The seeds' formula filled with one cache's numbers, as Markdown.
+
+    2 · N_layers · B · h_kv · T · d_head · bytes = total; `stats` is a KV-cache stats dict
+    (layers, batch, kv_heads, tokens, head_dim, element_size). When query_heads differs from
+    kv_heads, a second line gives the multi-head (MHA) equivalent and the saving.
+    """
+    keys = ("layers", "batch", "kv_heads", "tokens", "head_dim", "element_size")
+    missing = [k for k in keys if k not in stats]
+    if missing:
+        raise ValueError(f"cache stats are missing {missing}; pass a KVCache.stats() dict")
+    L, B, h, T, d, e = (int(stats[k]) for k in keys)
+    total = 2 * L * B * h * T * d * e
+    lines = [
+        "**2 · N_layers · B · h_kv · T · d_head · bytes**",
+        f"= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} bytes** ({format_bytes(total)})",
+    ]
+    q = int(stats.get("query_heads", h))
+    if q != h and h > 0:
+        mha = total * q // h
+        lines.append(f"MHA would store all {q} heads: 2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} bytes "
+                     f"({format_bytes(mha)}), {q / h:g}× more")
+    return "  \n".join(lines)

