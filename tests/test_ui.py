@@ -345,6 +345,10 @@ def test_seq2seq_generation_shows_encoder_decoder_and_cross_attention(h):
     assert S == len(r["prompt_ids"]) and maps["encoder"].shape[2:] == (S, S) and maps["self"].shape[2:] == (T, T)
     grid, heat, row, summary, note, *_ = h.attention({"run": r}, "cross", 1, 2, "single head", None)
     assert "cross-attention" in heat.layout.title.text and len(heat.layout.xaxis.ticktext) == S
+    n = len(r["records"][-1]["token_ids"])  # by default the row that chose the last generated token
+    assert f"while choosing generated token {n - 1}" in row.layout.title.text
+    row_end = h.attention({"run": r}, "cross", 0, 0, "single head", T - 1)[2]
+    assert "chose nothing" in row_end.layout.title.text if T > n else True
     md, *figs, pair = h.positional("tiny-seq2seq", "float32", 64, 1000, 0)
     assert "Sinusoidal" in md and all(f["visible"] for f in figs)
     assert "base 1000" in figs[3]["value"].layout.annotations[1].text
@@ -354,3 +358,13 @@ def test_t5_relative_bias_panel(h):
     md, f1, f2, f3, f4, pair = h.positional("t5-random", "float32", 32, 1000, 0)
     assert "Relative position bias" in md and f1["visible"] and not f2["visible"]
     assert len(f1["value"].data) == 4  # one line per head
+
+
+def test_beam_view_leaves_out_retired_beams():
+    from playground.ui.views import beam_steps
+
+    live = {"text": "a b", "score": -3.0, "finished": False}
+    final = [{"text": "a b c", "score": -1e9, "finished": False}, {"text": "a b d", "score": -1.2, "finished": True}]
+    steps = beam_steps([{"beams": [live]}, {"beams": final}, {"beams": None}])
+    assert steps == [[{"tokens": "a b", "score": -3.0, "finished": False}],
+                     [{"tokens": "a b d", "score": -1.2, "finished": True}]]

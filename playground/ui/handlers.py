@@ -410,7 +410,10 @@ class Handlers:
         layer, head = int(min(max(layer or 0, 0), L - 1)), int(min(max(head or 0, 0), h - 1))
         q_labels, k_labels = run["labels"][kind]
         first_q = run["first_generated_query"][kind]
-        query = int(min(max(T - 1 if query is None else query, 0), T - 1))  # None: the last token
+        n_generated = len(run["records"][-1]["token_ids"])
+        if query is None:  # the row that chose the last generated token
+            query = first_q + n_generated - 1
+        query = int(min(max(query, 0), T - 1))
         groups = run["kv_groups"]
         label = ATTENTION_KIND_LABELS[kind]
         grid = viz.attention_heads_grid(data[layer], q_labels, k_labels, title=f"{label}: all heads of layer {layer}",
@@ -424,9 +427,11 @@ class Handlers:
         else:
             big, what = data[layer, head], f"head {head}"
         heat = viz.attention_heatmap(big, q_labels, k_labels, title=f"{label}, layer {layer}, {what}")
-        row_title = f"Row of query {query} ({q_labels[query]!r}), layer {layer}, {what}"
-        if kind != "encoder" and query >= first_q:
+        row_title = f"Row of query {query} ({html.escape(repr(q_labels[query]))}), layer {layer}, {what}"
+        if kind != "encoder" and first_q <= query < first_q + n_generated:
             row_title += f": while choosing generated token {query - first_q}"
+        elif kind != "encoder" and query >= first_q + n_generated:
+            row_title += ": the last token (it chose nothing; generation had ended)"
         row = viz.attention_row(big[query], k_labels, title=row_title)
         summary = viz.head_summary(viz.attention_entropy(data), viz.mean_attention_distance(data),
                                    title=f"{label}: entropy and mean distance per layer × head")
