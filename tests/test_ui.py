@@ -368,3 +368,11 @@ def test_beam_view_leaves_out_retired_beams():
     steps = beam_steps([{"beams": [live]}, {"beams": final}, {"beams": None}])
     assert steps == [[{"tokens": "a b", "score": -3.0, "finished": False}],
                      [{"tokens": "a b d", "score": -1.2, "finished": True}]]
+
+
+def test_load_test_reads_server_memory_from_proc():
+    from playground.loadtest import _rss_bytes, _vmrss_bytes
+
+    own = _vmrss_bytes(os.getpid())
+    assert own > 10 * 2**20 and _rss_bytes(os.getpid()) >= own  # this process (plus any children)
+    assert _rss_bytes(2**22 + 12345) == 0  # no such process: 0, not an exception
