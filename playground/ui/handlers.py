@@ -26,7 +26,7 @@ from playground import viz
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.ui import arrays, views
-from playground.ui.catalog import Catalog
+from playground.ui.catalog import HUB_PREFIX, Catalog
 from playground.ui.registry import ModelRegistry
 from playground.ui.settings import FIELDS, UISettings, from_query, from_widgets, generation_kwargs, to_query
 
@@ -131,6 +131,20 @@ class Handlers:
             self.catalog.discard_upload(name)
             return self._load_failed("Upload refused", exc, session)
         return self._loaded(lm, name, dtype, session, self.dropdown_update(name), verb="Uploaded and loaded")
+
+    def load_hub(self, repo_id: str, dtype: str, session: dict, progress=gr.Progress()):
+        """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
+        from playground.checkpoints.hub import download_checkpoint, validate_repo_id
+
+        try:
+            rid = validate_repo_id(repo_id)
+            progress(0.1, desc=f"downloading {rid}")
+            download_checkpoint(rid, self.catalog.hub_dir, max_bytes=self.limits.max_file_bytes)
+            name = HUB_PREFIX + rid
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001
+            return self._load_failed("Hub download failed", exc, session)
+        return self._loaded(lm, name, dtype, session, self.dropdown_update(name), verb="Downloaded and loaded")
 
     def _loaded(self, lm, name: str, dtype: str, session: dict, dropdown, verb: str = "Loaded") -> tuple:
         session = {**(session or new_session()), "model": name, "dtype": dtype, "run": None}

@@ -41,6 +41,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     for trigger in (s["model"].input, s["dtype"].input):
         after_load(trigger(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
     after_load(p.upload.upload(h.upload, [p.upload, s["dtype"], p.session], load_outputs, **load_kw))
+    for trigger in (p.hub_load.click, p.hub_id.submit):
+        after_load(trigger(h.load_hub, [p.hub_id, s["dtype"], p.session], load_outputs, **load_kw))
 
     # Generation: streamed. Stop sets the session's stop event: the engine ends at its next step and the
     # handler paints a final "stopped" frame. (Gradio's `cancels=` would also halt it, but marks every
