@@ -376,3 +376,45 @@ def test_load_test_reads_server_memory_from_proc():
     own = _vmrss_bytes(os.getpid())
     assert own > 10 * 2**20 and _rss_bytes(os.getpid()) >= own  # this process (plus any children)
     assert _rss_bytes(2**22 + 12345) == 0  # no such process: 0, not an exception
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant: {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_app(tmp_path_factory):
+    """A folder checkpoint and an own-format single file, both with a chat template, beside tiny-lm."""
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.checkpoints.loader import load_model
+    from playground.checkpoints.own_format import save_checkpoint
+
+    root = tmp_path_factory.mktemp("chat-weights")
+    save_tiny_decoder(root / "tiny-lm")
+    folder = save_tiny_decoder(root / "chat-folder", seed=1)
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(folder)
+    lm = load_model(folder)
+    save_checkpoint(root / "chat-own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
+    return build_app(root, tmp_path_factory.mktemp("chat-uploads")).playground_handlers
+
+
+@pytest.mark.parametrize("name", ["chat-folder", "chat-own.safetensors"])
+def test_chat_toggle_wraps_the_prompt_in_the_chat_template(chat_app, name):
+    h = chat_app
+    _, card, status, session, prompt, chat, kind = h.load(name, "float32", new_session())
+    assert chat["visible"] is True and "| Chat template | yes |" in card
+    lm = h.model_for(name, "float32")
+    plain = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=False))[1]
+    wrapped = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=True))[1]
+    assert plain["prompt_ids"] == lm.encode("Hi")
+    assert lm.decode(wrapped["prompt_ids"]) == "<s>user: Hi</s><s>assistant: "
+    assert "chat=true" in wrapped["query"]  # a copied link keeps the toggle
+    assert not wrapped["notes"]
+    # The toggle is hidden again for a checkpoint without a template, and a stale chat=1 is only a note.
+    assert h.load("tiny-lm", "float32", session)[5]["visible"] is False
+    stale = run(h, UISettings(model="tiny-lm", prompt="Hi", max_new_tokens=2, chat=True))[1]
+    assert stale["prompt_ids"] == h.model_for("tiny-lm", "float32").encode("Hi")
+    assert any("no chat template" in n for n in stale["notes"])
