@@ -418,3 +418,11 @@ def test_chat_toggle_wraps_the_prompt_in_the_chat_template(chat_app, name):
     stale = run(h, UISettings(model="tiny-lm", prompt="Hi", max_new_tokens=2, chat=True))[1]
     assert stale["prompt_ids"] == h.model_for("tiny-lm", "float32").encode("Hi")
     assert any("no chat template" in n for n in stale["notes"])
+
+
+def test_every_screenshot_linked_from_the_readme_is_in_the_repo():
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    links = re.findall(r"\]\((tests/screenshots/[^)]+\.png)\)", readme.read_text())
+    assert len(links) >= 9
+    missing = [p for p in links if not (readme.parent / p).is_file()]
+    assert not missing, f"README links screenshots that are not in the repo: {missing}"
