@@ -82,7 +82,6 @@ class SelfAttention(nn.Module):
         self.scale = config.scale
         self.window = config.sliding_window
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.split_sizes = (q_size, kv_size, kv_size)
         self.qkv = Linear(config.d_model, q_size + 2 * kv_size, bias=config.attention_bias)
         self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
 
@@ -100,12 +99,12 @@ class SelfAttention(nn.Module):
         """x: (B, T, d_model). `mask` (additive float or bool) replaces the causal mask when given;
         attention weights are appended to `capture` when it is a list."""
         B, T, _ = x.shape
-        q, k, v = self.qkv(x).split(self.split_sizes, dim=-1)
-        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d)
-        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, h_kv, T, d)
-        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        h, h_kv = self.n_heads, self.n_kv_heads
+        qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim).transpose(1, 2)  # (B, h + 2·h_kv, T, d)
+        qk, v = qkv[:, : h + h_kv], qkv[:, h + h_kv :]
+        if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
+            qk = apply_rope(qk, *rope)
+        q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
         if cache is not None:
             k, v = cache.write(layer, k, v)  # (B, h_kv, S, d), S = cached + T
         S = k.shape[2]
