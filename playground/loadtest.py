@@ -35,15 +35,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its children (Linux /proc)."""
+def _vmrss_bytes(pid: int) -> int:
+    """VmRSS of one process from /proc/<pid>/status (Linux), in bytes; 0 if it is gone."""
     try:
-        import psutil
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024  # the kernel reports kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
-        proc = psutil.Process(pid)
-        return proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
-    except Exception:  # noqa: BLE001 - memory is informative only
-        return 0
+
+def _children(pid: int) -> list[int]:
+    """Direct children of a process (from /proc/<pid>/task/*/children)."""
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of the server process and its descendants (Linux /proc; no psutil needed)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _vmrss_bytes(p)
+        todo += _children(p)
+    return total
 
 
 def start_server(weights: str | None, concurrency: int) -> tuple[subprocess.Popen, str]:

@@ -156,6 +156,9 @@ def test_default_decoder_streams_tokens_progressively(page, server):
     if not _have_defaults():
         pytest.skip("default weights (weights/tiny-lm) not merged yet")
     open_app(page, server, model="tiny-lm", prompt="The Python interpreter", max_new_tokens=40, pace_ms=40)
+    card = page.inner_text("#model-card")
+    assert "2,016,960" in card and "RoPE" in card and "GQA" in card
+    shot(page, "model-card", readme="model-card")
     page.evaluate("""() => { window.__counts = []; new MutationObserver(() => window.__counts.push(
         document.querySelectorAll('#token-output .tok[data-step]').length)).observe(
         document.querySelector('#token-output'), {subtree: true, childList: true}); }""")
@@ -174,7 +177,7 @@ def test_default_decoder_streams_tokens_progressively(page, server):
     page.click("#token-output .tok[data-step='2']")
     wait_text(page, "#step-caption", "Step 2")
     page.wait_for_selector("#funnel-plot .js-plotly-plot")
-    shot(page, "step-inspector", readme="step-inspector")
+    shot(page, "step-inspector-greedy")
     open_tab(page, "KV cache")
     page.wait_for_selector("#cache-growth .js-plotly-plot")
     assert "2 · N_layers" in page.inner_text("#kv-stats")
@@ -191,11 +194,19 @@ def test_default_decoder_streams_tokens_progressively(page, server):
 @needs_defaults
 def test_seq2seq_translates_a_date_with_cross_attention(page, server):
     open_app(page, server, model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=16)
-    text = generate_and_wait(page)
-    assert "2021" in text or len(text.strip()) > 0
+    assert "Source text" in page.inner_text("#prompt")
+    generate_and_wait(page)
+    assert "end-of-sequence" in page.inner_text("#gen-status")
+    text = generated_text(page).replace("</s>", "").strip()
+    assert text == "2021-03-05", f"the default seq2seq translated 'March 5, 2021' to {text!r}"
     open_tab(page, "Attention")
     page.wait_for_selector("#att-heat .js-plotly-plot")
     wait_text(page, "#att-heat", "cross-attention")
+    # The large heatmap has token labels on both axes (source on x, generated on y).
+    page.wait_for_function("() => document.querySelectorAll('#att-heat .xtick').length > 5 && "
+                           "document.querySelectorAll('#att-heat .ytick').length > 5")
+    page.wait_for_selector("#att-grid .js-plotly-plot")
+    page.wait_for_selector("#att-summary .js-plotly-plot")
     assert_fits(page)
     shot(page, "seq2seq-cross-attention", readme="seq2seq-cross-attention")
 
@@ -261,6 +272,12 @@ def test_link_restores_settings_and_reproduces_the_seeded_output(page, browser, 
     second = (generate_and_wait(other), generated_text(other))
     assert second == first
     shot(other, "query-link")
+    # The step inspector of a sampled run shows every stage of the pipeline and what each filter removed.
+    open_tab(other, "Step inspector")
+    other.wait_for_selector("#funnel-plot .js-plotly-plot")
+    wait_text(other, "#funnel-plot", "top-p")
+    assert_fits(other)
+    shot(other, "step-inspector", readme="step-inspector")
     other.context.close()
 
 
@@ -269,10 +286,15 @@ def test_corrupt_upload_shows_an_error_and_the_app_still_works(page, server, tmp
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all" + b"\x00" * 64)
     page.set_input_files("#upload input[type=file]", str(bad))
-    toast = page.locator(".toast-body").first
-    toast.wait_for()
-    message = toast.inner_text()
+    wait_text(page, "#model-status", "Upload refused")
+    message = page.inner_text("#model-status")
     assert "model.safetensors" in message or "header" in message.lower()
-    assert "Traceback" not in message
+    assert "Traceback" not in message and "\n" not in message.strip()
+    assert f"Still using {decoder_name()}" in message
+    # One line in the status, no red "Error" badges on the picker, the upload box or the status.
+    badges = page.evaluate("""() => ['#model-select', '#upload', '#model-status'].flatMap(sel =>
+        Array.from(document.querySelectorAll(sel + ' .error, ' + sel + ' .error-text'))).length""")
+    assert badges == 0 and page.locator(".toast-body").count() == 0
+    assert page.input_value("#model-select input").startswith(decoder_name())
     shot(page, "corrupt-upload", readme="corrupt-upload")
     generate_and_wait(page)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -180,13 +181,21 @@ def test_copy_link_encodes_the_widgets(h):
     assert from_query(dict(__import__("urllib.parse").parse.parse_qsl(q[1:])))[0] == s
 
 
+def is_skip(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
 def test_load_shows_a_model_card_and_refuses_bad_names(h):
-    card, status, session, prompt, chat, kind = h.load("tiny-lm", "float32", new_session())
+    dropdown, card, status, session, prompt, chat, kind = h.load("tiny-lm", "float32", new_session())
     assert "Parameters" in card and "GQA" in card and "RoPE" in card
     assert session["model"] == "tiny-lm" and "Loaded" in status
     assert chat["visible"] is False and kind["value"] == "self"
-    with pytest.raises(gr.Error, match="outside|not a checkpoint|no checkpoint"):
-        h.load("../../etc", "float32", new_session())
+    # A bad name: one line in the status (no gr.Error badge), the previous model stays in use.
+    dropdown, card, status, *rest = h.load("../../etc", "float32", session)
+    assert "Could not load" in status and "\n" not in status and "Still using **tiny-lm**" in status
+    assert re.search("outside|not a checkpoint|no checkpoint", status)
+    assert dropdown["value"] == "tiny-lm" and is_skip(card) and all(is_skip(v) for v in rest)
+    assert "Could not load" in h.load("../../etc", "float32", new_session())[2]
 
 
 def test_generation_streams_frames_and_fills_every_panel(h):
@@ -277,16 +286,24 @@ def test_positional_panel_follows_the_model_scheme(h):
     md, f1, f2, f3, f4, pair = h.positional("tiny-lm", "float32", 64, 1000, 2)
     assert "RoPE" in md and f1["visible"] and pair["visible"]
     assert "pair 2" in f2["value"].layout.title.text
+    assert h.positional_for_session({"model": "tiny-lm", "dtype": "float32"}, 64, 1000, 2)[0] == md
+    assert all(is_skip(v) for v in h.positional_for_session(new_session(), 64, 1000, 2))
 
 
 def test_corrupt_upload_is_one_clear_error_and_the_app_keeps_working(h, tmp_path):
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\xff" * 64)
     before = set(h.catalog.names())
-    with pytest.raises(gr.Error) as info:
-        h.upload([str(bad)], "float32", new_session())
-    assert "\n" not in info.value.message and "Traceback" not in info.value.message
+    session = {**new_session(), "model": "tiny-lm"}
+    dropdown, card, status, *rest = h.upload([str(bad)], "float32", session)  # no exception: a status line
+    assert status.startswith("**Upload refused:**") and "\n" not in status and "Traceback" not in status
+    assert "model.safetensors" in status or "header" in status
+    assert dropdown["value"] == "tiny-lm" and is_skip(card) and all(is_skip(v) for v in rest)
     assert set(h.catalog.names()) == before  # the broken upload was removed
+    for files in (None, [str(tmp_path / "weights.bin")]):
+        (tmp_path / "weights.bin").write_bytes(b"x")
+        status = h.upload(files, "float32", session)[2]
+        assert status.startswith("**") and ("pickle" in status or "choose" in status)
     frames, _ = run(h, UISettings(prompt="still ok", max_new_tokens=3))
     assert "Done" in frames[-1][1]
 
@@ -297,9 +314,10 @@ def test_a_valid_upload_is_loaded_and_listed(h, weights):
 
     lm = load_model(weights / "tiny-lm")
     path = save_checkpoint(weights.parent / "own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
-    dropdown, status = h.upload([str(path)], "float32", new_session())
-    assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status
-    assert h.load(dropdown["value"], "float32", new_session())[2]["model"] == dropdown["value"]
+    dropdown, card, status, session, *_ = h.upload([str(path)], "float32", new_session())
+    assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status and "Parameters" in card
+    assert session["model"] == dropdown["value"]
+    assert h.load(dropdown["value"], "float32", new_session())[3]["model"] == dropdown["value"]
 
 
 def test_app_entry_reads_port_from_the_environment(monkeypatch):
@@ -317,7 +335,7 @@ def test_app_exposes_a_named_generation_api(app):
 
 
 def test_seq2seq_generation_shows_encoder_decoder_and_cross_attention(h):
-    card, status, session, prompt, chat, kind = h.load("tiny-seq2seq", "float32", new_session())
+    _, card, status, session, prompt, chat, kind = h.load("tiny-seq2seq", "float32", new_session())
     assert "encoder-decoder" in card and "Source text" in prompt["label"]
     assert [v for _, v in kind["choices"]] == ["cross", "self", "encoder"] and kind["value"] == "cross"
     frames, r = run(h, UISettings(model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=6))
@@ -327,6 +345,10 @@ def test_seq2seq_generation_shows_encoder_decoder_and_cross_attention(h):
     assert S == len(r["prompt_ids"]) and maps["encoder"].shape[2:] == (S, S) and maps["self"].shape[2:] == (T, T)
     grid, heat, row, summary, note, *_ = h.attention({"run": r}, "cross", 1, 2, "single head", None)
     assert "cross-attention" in heat.layout.title.text and len(heat.layout.xaxis.ticktext) == S
+    n = len(r["records"][-1]["token_ids"])  # by default the row that chose the last generated token
+    assert f"while choosing generated token {n - 1}" in row.layout.title.text
+    row_end = h.attention({"run": r}, "cross", 0, 0, "single head", T - 1)[2]
+    assert "chose nothing" in row_end.layout.title.text if T > n else True
     md, *figs, pair = h.positional("tiny-seq2seq", "float32", 64, 1000, 0)
     assert "Sinusoidal" in md and all(f["visible"] for f in figs)
     assert "base 1000" in figs[3]["value"].layout.annotations[1].text
@@ -336,3 +358,71 @@ def test_t5_relative_bias_panel(h):
     md, f1, f2, f3, f4, pair = h.positional("t5-random", "float32", 32, 1000, 0)
     assert "Relative position bias" in md and f1["visible"] and not f2["visible"]
     assert len(f1["value"].data) == 4  # one line per head
+
+
+def test_beam_view_leaves_out_retired_beams():
+    from playground.ui.views import beam_steps
+
+    live = {"text": "a b", "score": -3.0, "finished": False}
+    final = [{"text": "a b c", "score": -1e9, "finished": False}, {"text": "a b d", "score": -1.2, "finished": True}]
+    steps = beam_steps([{"beams": [live]}, {"beams": final}, {"beams": None}])
+    assert steps == [[{"tokens": "a b", "score": -3.0, "finished": False}],
+                     [{"tokens": "a b d", "score": -1.2, "finished": True}]]
+
+
+def test_load_test_reads_server_memory_from_proc():
+    from playground.loadtest import _rss_bytes, _vmrss_bytes
+
+    own = _vmrss_bytes(os.getpid())
+    assert own > 10 * 2**20 and _rss_bytes(os.getpid()) >= own  # this process (plus any children)
+    assert _rss_bytes(2**22 + 12345) == 0  # no such process: 0, not an exception
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant: {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_app(tmp_path_factory):
+    """A folder checkpoint and an own-format single file, both with a chat template, beside tiny-lm."""
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.checkpoints.loader import load_model
+    from playground.checkpoints.own_format import save_checkpoint
+
+    root = tmp_path_factory.mktemp("chat-weights")
+    save_tiny_decoder(root / "tiny-lm")
+    folder = save_tiny_decoder(root / "chat-folder", seed=1)
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(folder)
+    lm = load_model(folder)
+    save_checkpoint(root / "chat-own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
+    return build_app(root, tmp_path_factory.mktemp("chat-uploads")).playground_handlers
+
+
+@pytest.mark.parametrize("name", ["chat-folder", "chat-own.safetensors"])
+def test_chat_toggle_wraps_the_prompt_in_the_chat_template(chat_app, name):
+    h = chat_app
+    _, card, status, session, prompt, chat, kind = h.load(name, "float32", new_session())
+    assert chat["visible"] is True and "| Chat template | yes |" in card
+    lm = h.model_for(name, "float32")
+    plain = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=False))[1]
+    wrapped = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=True))[1]
+    assert plain["prompt_ids"] == lm.encode("Hi")
+    assert lm.decode(wrapped["prompt_ids"]) == "<s>user: Hi</s><s>assistant: "
+    assert "chat=true" in wrapped["query"]  # a copied link keeps the toggle
+    assert not wrapped["notes"]
+    # The toggle is hidden again for a checkpoint without a template, and a stale chat=1 is only a note.
+    assert h.load("tiny-lm", "float32", session)[5]["visible"] is False
+    stale = run(h, UISettings(model="tiny-lm", prompt="Hi", max_new_tokens=2, chat=True))[1]
+    assert stale["prompt_ids"] == h.model_for("tiny-lm", "float32").encode("Hi")
+    assert any("no chat template" in n for n in stale["notes"])
+
+
+def test_every_screenshot_linked_from_the_readme_is_in_the_repo():
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    links = re.findall(r"\]\((tests/screenshots/[^)]+\.png)\)", readme.read_text())
+    assert len(links) >= 9
+    missing = [p for p in links if not (readme.parent / p).is_file()]
+    assert not missing, f"README links screenshots that are not in the repo: {missing}"

@@ -156,6 +156,9 @@ def test_heatmap_keeps_repeated_tokens_and_escapes_labels():
     assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3]
     assert list(fig.layout.yaxis.ticktext) == ["the", "␣the", "&lt;b&gt;", "↵"]
     assert list(fig.layout.xaxis.ticktext) == ["the", "␣the", "&lt;b&gt;", "↵"]
+    long = attention_heatmap(np.eye(2), ["=" * 40, "<" * 20], ["a", "b"])
+    assert list(long.layout.yaxis.ticktext) == ["=" * 11 + "…", "&lt;" * 11 + "…"]  # cut on the axis only
+    assert "=" * 40 in long.data[0].text[0][0]
     assert fig.layout.xaxis.title.text == "key" and fig.layout.yaxis.title.text == "query"
     assert fig.layout.yaxis.autorange == "reversed"
     assert trace.text[2][0] == "&lt;b&gt; → the"
@@ -454,7 +457,7 @@ def test_tokens_html_escapes_and_links_steps():
     ])
     assert "<script>" not in html_out
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html_out
-    assert "\n  &amp;" in html_out and "white-space:pre-wrap" in html_out
+    assert "↵\n  &amp;" in html_out and "white-space:pre-wrap" in html_out
     assert html_out.count("data-step=") == 2  # prompt tokens are not steps
     assert 'data-step="0"' in html_out and 'data-step="1"' in html_out
     assert 'title="step 0 · id 2 · p = 0.900"' in html_out

@@ -25,6 +25,7 @@ DEFAULT_DECODER = "tiny-lm"
 DEFAULT_SEQ2SEQ = "tiny-seq2seq"
 SMOLLM2 = "SmolLM2-135M-Instruct"
 UPLOAD_PREFIX = "upload/"
+HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Hugging Face Hub
 # A checkpoint folder's files: weights, config, tokenizer. Nothing executable, nothing pickled.
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
@@ -60,14 +61,16 @@ def _describe(path: Path) -> str:
 
 
 class Catalog:
-    """Checkpoints under `weights_dir` (depth ≤ 2) plus uploads under `upload_dir`."""
+    """Checkpoints under `weights_dir` (depth ≤ 2), uploads under `upload_dir`, Hub downloads under `hub_dir`."""
 
-    def __init__(self, weights_dir: Path | str, upload_dir: Path | str | None = None) -> None:
+    def __init__(self, weights_dir: Path | str, upload_dir: Path | str | None = None,
+                 hub_dir: Path | str | None = None) -> None:
         self.weights_dir = Path(weights_dir).resolve()
         if upload_dir is None:
             upload_dir = Path(tempfile.gettempdir()) / "playground-uploads"
         self.upload_dir = Path(upload_dir).resolve()
         self.upload_dir.mkdir(parents=True, exist_ok=True)
+        self.hub_dir = Path(hub_dir).resolve() if hub_dir is not None else self.upload_dir.parent / "playground-hub"
 
     # --- listing ---------------------------------------------------------------------------------
 
@@ -97,6 +100,12 @@ class Catalog:
             if up.is_dir() and _SAFE_UPLOAD_ID.match(up.name) and _is_checkpoint_dir(up):
                 files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
                 entries.append(Entry(UPLOAD_PREFIX + up.name, f"uploaded: {', '.join(files)} [{up.name[:8]}]"))
+        if self.hub_dir.is_dir():
+            for owner in sorted(self.hub_dir.iterdir()):
+                for repo in sorted(owner.iterdir()) if owner.is_dir() else []:
+                    if _SAFE_NAME.match(owner.name) and _SAFE_NAME.match(repo.name) and _is_checkpoint_dir(repo):
+                        rid = f"{owner.name}/{repo.name}"
+                        entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
         return entries
 
     def default_name(self) -> str | None:
@@ -114,6 +123,10 @@ class Catalog:
             root, rel = self.upload_dir, name[len(UPLOAD_PREFIX):].strip("/")
             if not _SAFE_UPLOAD_ID.match(rel):
                 raise PlaygroundError(f"'{name}' is not an upload of this server; upload the file again")
+        elif name.startswith(HUB_PREFIX):
+            root, rel = self.hub_dir, name[len(HUB_PREFIX):]
+            if not all(_SAFE_NAME.match(part) for part in rel.split("/")) or rel.count("/") != 1:
+                raise PlaygroundError(f"'{name}' is not a Hub download of this server; load the repo id again")
         else:
             root, rel = self.weights_dir, name
         parts = rel.split("/")

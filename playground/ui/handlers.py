@@ -2,8 +2,9 @@
 
 Every handler takes widget values and the session's state dict and returns widget values; the
 maths lives in `playground.generation`, `playground.viz` and `playground.ui.arrays`. Errors a
-person can fix become one `gr.Error` message; anything else is logged with its traceback on the
-server and shown as one line, and the app keeps serving.
+person can fix become one line: in the status under the model picker for loads and uploads, one
+`gr.Error` message elsewhere; anything else is logged with its traceback on the server and shown as
+one line, and the app keeps serving.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from playground import viz
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.ui import arrays, views
-from playground.ui.catalog import Catalog
+from playground.ui.catalog import HUB_PREFIX, Catalog
 from playground.ui.registry import ModelRegistry
 from playground.ui.settings import FIELDS, UISettings, from_query, from_widgets, generation_kwargs, to_query
 
@@ -39,17 +40,24 @@ VIEWS = ["single head", "mean of heads", "max of heads", "mean per KV group"]
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}
 
 
+def one_line(exc: Exception, where: str = "") -> str:
+    """The message a person sees for an exception: its first line; unexpected ones are logged in full."""
+    if isinstance(exc, gr.Error):
+        return str(exc.message).splitlines()[0] if exc.message else "error"
+    if isinstance(exc, (PlaygroundError, ValueError)):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log.error("unexpected error%s", f" in {where}" if where else "", exc_info=exc)
+    return (f"Something went wrong ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}). "
+            "The app is still running; try again or pick another model.")
+
+
 def friendly(fn: Callable) -> Callable:
     """Turn exceptions into one readable gr.Error; log unexpected ones with their traceback."""
 
     def convert(exc: Exception) -> gr.Error:
         if isinstance(exc, gr.Error):
             return exc
-        if isinstance(exc, (PlaygroundError, ValueError)):
-            return gr.Error(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, print_exception=False)
-        log.exception("unexpected error in %s", fn.__name__)
-        return gr.Error(f"Something went wrong ({type(exc).__name__}: {str(exc)[:200]}). "
-                        "The app is still running; try again or pick another model.", print_exception=False)
+        return gr.Error(one_line(exc, fn.__name__), print_exception=False)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -93,18 +101,59 @@ class Handlers:
         choices = [(e.label, e.name) for e in self.catalog.entries()]
         return gr.update(choices=choices, value=value if value is not None else self.catalog.default_name())
 
-    @friendly
+    # Loading never raises into Gradio: a failure is one line in the status under the model picker
+    # (no "Error" badges on the components), the previous model stays selected and in use.
+    # Outputs, in order: model dropdown, card, status, session, prompt, chat toggle, attention kind.
+
     def load(self, name: str, dtype: str, session: dict, progress=gr.Progress()):
         """Load (or fetch the shared copy of) a model; show its card and adapt the inputs to its kind."""
         progress(0.1, desc=f"loading {name}")
-        lm = self.model_for(name, dtype)
+        try:
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001 - the message goes to the status line
+            return self._load_failed(f"Could not load **{name or 'a model'}**", exc, session)
         progress(1.0, desc="ready")
+        return self._loaded(lm, name, dtype, session, gr.skip())
+
+    def upload(self, files: list[str] | str | None, dtype: str, session: dict):
+        """Copy an upload into its own folder and load it; on failure delete it and say why."""
+        if not files:
+            return self._load_failed("Nothing uploaded", PlaygroundError(
+                "choose a .safetensors file (or a checkpoint folder's files)"), session)
+        files = [files] if isinstance(files, str) else list(files)
+        try:
+            name = self.catalog.save_upload(files, self.limits.max_file_bytes)
+        except Exception as exc:  # noqa: BLE001
+            return self._load_failed("Upload refused", exc, session)
+        try:
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001
+            self.catalog.discard_upload(name)
+            return self._load_failed("Upload refused", exc, session)
+        return self._loaded(lm, name, dtype, session, self.dropdown_update(name), verb="Uploaded and loaded")
+
+    def load_hub(self, repo_id: str, dtype: str, session: dict, progress=gr.Progress()):
+        """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
+        from playground.checkpoints.hub import download_checkpoint, validate_repo_id
+
+        try:
+            rid = validate_repo_id(repo_id)
+            progress(0.1, desc=f"downloading {rid}")
+            download_checkpoint(rid, self.catalog.hub_dir, max_bytes=self.limits.max_file_bytes)
+            name = HUB_PREFIX + rid
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001
+            return self._load_failed("Hub download failed", exc, session)
+        return self._loaded(lm, name, dtype, session, self.dropdown_update(name), verb="Downloaded and loaded")
+
+    def _loaded(self, lm, name: str, dtype: str, session: dict, dropdown, verb: str = "Loaded") -> tuple:
         session = {**(session or new_session()), "model": name, "dtype": dtype, "run": None}
         kind = lm.kind
         kinds = ATTENTION_KINDS[kind]
         is_seq2seq = kind == "seq2seq"
-        status = f"**Loaded** **{name}** ({'encoder-decoder' if is_seq2seq else 'decoder-only'}, {dtype})."
+        status = f"**{verb}** **{name}** ({'encoder-decoder' if is_seq2seq else 'decoder-only'}, {dtype})."
         return (
+            dropdown,
             views.model_card(lm.info(), name),
             status,
             session,
@@ -114,19 +163,13 @@ class Handlers:
             gr.update(choices=[(ATTENTION_KIND_LABELS[k], k) for k in kinds], value=kinds[0]),
         )
 
-    @friendly
-    def upload(self, files: list[str] | str | None, dtype: str, session: dict):
-        """Copy an upload into its own folder, load it; on failure delete it and say why."""
-        if not files:
-            raise gr.Error("Choose a .safetensors file (or a checkpoint folder's files) to upload.")
-        files = [files] if isinstance(files, str) else list(files)
-        name = self.catalog.save_upload(files, self.limits.max_file_bytes)
-        try:
-            self.model_for(name, dtype)
-        except Exception:
-            self.catalog.discard_upload(name)
-            raise
-        return self.dropdown_update(name), f"**Uploaded** and checked; loading **{name}**."
+    def _load_failed(self, what: str, exc: Exception, session: dict) -> tuple:
+        """Status line with the reason; the dropdown goes back to the model still in use."""
+        previous = (session or {}).get("model")
+        keep = f" Still using **{previous}**." if previous else ""
+        status = f"**{what}:** {html.escape(one_line(exc, 'load').rstrip('.'))}.{keep}"
+        dropdown = self.dropdown_update(previous) if previous else gr.skip()
+        return (dropdown, gr.skip(), status, gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
     # --- query parameters and links -------------------------------------------------------------
 
@@ -381,7 +424,10 @@ class Handlers:
         layer, head = int(min(max(layer or 0, 0), L - 1)), int(min(max(head or 0, 0), h - 1))
         q_labels, k_labels = run["labels"][kind]
         first_q = run["first_generated_query"][kind]
-        query = int(min(max(T - 1 if query is None else query, 0), T - 1))  # None: the last token
+        n_generated = len(run["records"][-1]["token_ids"])
+        if query is None:  # the row that chose the last generated token
+            query = first_q + n_generated - 1
+        query = int(min(max(query, 0), T - 1))
         groups = run["kv_groups"]
         label = ATTENTION_KIND_LABELS[kind]
         grid = viz.attention_heads_grid(data[layer], q_labels, k_labels, title=f"{label}: all heads of layer {layer}",
@@ -395,9 +441,11 @@ class Handlers:
         else:
             big, what = data[layer, head], f"head {head}"
         heat = viz.attention_heatmap(big, q_labels, k_labels, title=f"{label}, layer {layer}, {what}")
-        row_title = f"Row of query {query} ({q_labels[query]!r}), layer {layer}, {what}"
-        if kind != "encoder" and query >= first_q:
+        row_title = f"Row of query {query} ({html.escape(repr(q_labels[query]))}), layer {layer}, {what}"
+        if kind != "encoder" and first_q <= query < first_q + n_generated:
             row_title += f": while choosing generated token {query - first_q}"
+        elif kind != "encoder" and query >= first_q + n_generated:
+            row_title += ": the last token (it chose nothing; generation had ended)"
         row = viz.attention_row(big[query], k_labels, title=row_title)
         summary = viz.head_summary(viz.attention_entropy(data), viz.mean_attention_distance(data),
                                    title=f"{label}: entropy and mean distance per layer × head")
@@ -413,6 +461,13 @@ class Handlers:
         return self.attention(session, kind, layer, head, view, None)
 
     # --- positional encodings --------------------------------------------------------------------
+
+    def positional_for_session(self, session: dict, length: float, compare_base: float, pair: float):
+        """The PE panel for the model this tab has loaded (nothing before the first successful load)."""
+        session = session or {}
+        if not session.get("model"):
+            return (gr.skip(),) * 6
+        return self.positional(session["model"], session.get("dtype", "float32"), length, compare_base, pair)
 
     @friendly
     def positional(self, name: str, dtype: str, length: float, compare_base: float, pair: float):

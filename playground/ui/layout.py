@@ -86,6 +86,10 @@ def build_page(title: str = "Transformer Playground") -> Page:
                                           "(config.json, model.safetensors, tokenizer files)",
                                           file_count="multiple", file_types=[".safetensors", ".json", ".txt"],
                                           height=120, elem_id="upload")
+                    with gr.Row(equal_height=True):
+                        c["hub_id"] = gr.Textbox(label="or a Hugging Face Hub repo id (online only)",
+                                                 placeholder="owner/name", scale=3, elem_id="hub-id")
+                        c["hub_load"] = gr.Button("Load", scale=1, min_width=60, elem_id="hub-load-btn")
                 c["model_status"] = gr.Markdown("Loading the default model…", elem_id="model-status")
                 with gr.Accordion("Decoding settings", open=True):
                     s["mode"] = gr.Radio(list(MODES), value=d.mode, label="Decoding",

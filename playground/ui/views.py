@@ -114,13 +114,22 @@ def candidate_items(rec: dict, knobs: Mapping[str, Any]) -> list[dict]:
     return out
 
 
+DEAD_BEAM_SCORE = -1e8  # the engine marks beams that can no longer win with a -1e9 score
+
+
 def beam_steps(records: Sequence[dict]) -> list[list[dict]]:
-    """Per step, the live beams for `viz.beam_table` / `viz.beam_tree` (best first)."""
-    return [
-        [{"tokens": b["text"], "score": b["score"], "finished": b["finished"]} for b in r["beams"]]
-        for r in records
-        if r["beams"]
-    ]
+    """Per step, the beams for `viz.beam_table` / `viz.beam_tree` (best first).
+
+    Beams the engine has retired (score ≤ -1e8, e.g. the live beams left when the final n-best are
+    chosen) are left out: they are not candidates, and their sentinel score would swamp the colours.
+    """
+    steps = []
+    for r in records:
+        beams = [{"tokens": b["text"], "score": b["score"], "finished": b["finished"]} for b in r["beams"] or []
+                 if b["finished"] or float(b["score"]) > DEAD_BEAM_SCORE]
+        if beams:
+            steps.append(beams)
+    return steps
 
 
 def step_caption(rec: dict) -> str:
@@ -196,7 +205,7 @@ def model_card(info: Mapping[str, Any], name: str) -> str:
     if info.get("tokenizer_error"):
         rows.append(("Tokenizer", f"unavailable: {info['tokenizer_error']}"))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    return "| | |\n|---|---|\n" + body
+    return "| Property | Value |\n|---|---|\n" + body
 
 
 def notes_markdown(notes: Sequence[str]) -> str:

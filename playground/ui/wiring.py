@@ -21,8 +21,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p, s = page, page.settings
     settings_inputs = [s[f] for f in FIELDS]
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
-    load_outputs = [p.card, p.model_status, p.session, s["prompt"], s["chat"], p.att_kind]
-    pe_inputs = [s["model"], s["dtype"], p.pe_length, p.pe_base, p.pe_pair]
+    load_outputs = [s["model"], p.card, p.model_status, p.session, s["prompt"], s["chat"], p.att_kind]
+    pe_inputs = [p.session, p.pe_length, p.pe_base, p.pe_pair]
     pe_outputs = [p.pe_md, p.pe1, p.pe2, p.pe3, p.pe4, p.pe_pair]
     att_inputs = [p.session, p.att_kind, p.att_layer, p.att_head, p.att_view, p.att_query]
     att_outputs = [p.att_grid, p.att_heat, p.att_row, p.att_summary, p.att_note, p.att_layer, p.att_head,
@@ -30,7 +30,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     load_kw = dict(concurrency_limit=2, concurrency_id="load")
 
     def after_load(dep):
-        return dep.success(h.positional, pe_inputs, pe_outputs, concurrency_limit=2, concurrency_id="figures")
+        return dep.success(h.positional_for_session, pe_inputs, pe_outputs, concurrency_limit=2, concurrency_id="figures")
 
     # Page load: settings from the URL, then the selected model, its PE panel and the mode's knobs.
     start = p.demo.load(h.on_page_load, None, [*settings_inputs, p.notes], queue=False)
@@ -40,8 +40,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     for trigger in (s["model"].input, s["dtype"].input):
         after_load(trigger(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
-    uploaded = p.upload.upload(h.upload, [p.upload, s["dtype"], p.session], [s["model"], p.model_status], **load_kw)
-    after_load(uploaded.success(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
+    after_load(p.upload.upload(h.upload, [p.upload, s["dtype"], p.session], load_outputs, **load_kw))
+    for trigger in (p.hub_load.click, p.hub_id.submit):
+        after_load(trigger(h.load_hub, [p.hub_id, s["dtype"], p.session], load_outputs, **load_kw))
 
     # Generation: streamed. Stop sets the session's stop event: the engine ends at its next step and the
     # handler paints a final "stopped" frame. (Gradio's `cancels=` would also halt it, but marks every
@@ -67,7 +68,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
                     p.att_query.release):
         control(h.attention, att_inputs, att_outputs, concurrency_id="figures")
     for control in (p.pe_length.release, p.pe_base.submit, p.pe_pair.release):
-        control(h.positional, pe_inputs, pe_outputs, concurrency_id="figures")
+        control(h.positional_for_session, pe_inputs, pe_outputs, concurrency_id="figures")
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(h.make_link, settings_inputs, p.link, queue=False).then(

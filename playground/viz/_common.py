@@ -13,6 +13,7 @@ MARGIN = dict(l=70, r=30, t=70, b=60)
 PROB_SCALE = "Viridis"  # sequential, for probabilities
 SIGNED_SCALE = "RdBu"  # diverging, always centred at 0
 MAX_TICKS = 48  # beyond this, token tick labels overlap; hover still shows every token
+MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
 
 
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
@@ -60,7 +61,15 @@ def token_ticks(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
     n = len(labels)
     stride = max(1, int(np.ceil(n / max_ticks)))
     vals = list(range(0, n, stride))
-    return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
+    return dict(tickmode="array", tickvals=vals, ticktext=[short_label(labels[i]) for i in vals])
+
+
+def short_label(label: str, max_chars: int = MAX_TICK_CHARS) -> str:
+    """An escaped display label cut to `max_chars` visible characters (entities kept whole)."""
+    plain = html.unescape(label)
+    if len(plain) <= max_chars:
+        return label
+    return html.escape(plain[: max_chars - 1], quote=False) + "…"
 
 
 def as_array(x, ndim: int, name: str) -> np.ndarray:

@@ -124,7 +124,9 @@ def attention_row(
             x=np.arange(w.shape[0]),
             y=w,
             customdata=k,
-            marker=dict(color=w, colorscale="Blues", cmin=0.0, cmax=1.0),
+            # Shaded relative to the largest weight, starting from a visible blue (small bars stay legible).
+            marker=dict(color=w, colorscale="Blues", cmin=-0.3 * max(float(w.max()), 1e-6),
+                        cmax=max(float(w.max()), 1e-6)),
             hovertemplate="%{customdata} (pos %{x}): %{y:.3f}<extra></extra>",
         )
     )

@@ -23,8 +23,11 @@ def prob_colour(prob: float) -> str:
     return f"rgb({r}, {g}, {b})"
 
 
+NEWLINE_MARK = "↵"  # drawn before each newline so a newline token has a visible, clickable box
+
+
 def _span(tok: dict, default_step: int, selected: int | None) -> str:
-    text = html.escape(str(tok.get("token", "")), quote=True)
+    text = html.escape(str(tok.get("token", "")), quote=True).replace("\n", NEWLINE_MARK + "\n")
     prob = tok.get("prob")
     tid = tok.get("id")
     if prob is None:
@@ -46,7 +49,8 @@ def tokens_html(tokens: Sequence[dict], selected: int | None = None) -> str:
     """HTML for the token stream; every generated token's span has data-step for the inspector.
 
     Token text is HTML-escaped (a token may be `<script>`); spaces and newlines are preserved by
-    `white-space: pre-wrap`. `selected` outlines the span of that step.
+    `white-space: pre-wrap`, and each newline is preceded by ↵ so a newline token can be seen,
+    hovered and clicked. `selected` outlines the span of that step.
     """
     spans, generated = [], 0
     for tok in tokens:

@@ -1,0 +1,97 @@
+"""Download a checkpoint from the Hugging Face Hub by repo id (online only), safetensors only.
+
+Only the files `load_model` needs are fetched: `*.safetensors` weights, `*.json` configs and
+tokenizer files (`tokenizer.json`, `tokenizer_config.json`, `vocab.json`, `merges.txt`,
+`tokenizer.model`, a chat template). Pickled weights (`.bin`, `.pt`, `.pth`, `.ckpt`) and Python
+files are never downloaded, and nothing is run: our own model code loads the weights, there is no
+`trust_remote_code`. The repo's listed size is checked against a budget before anything is
+downloaded. Offline, every call fails with one message starting "no network: ".
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+
+from playground.errors import PlaygroundError
+
+ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+class NoNetworkError(PlaygroundError):
+    """The Hub cannot be reached (offline mode, no route, DNS, timeout)."""
+
+
+def validate_repo_id(repo_id: str) -> str:
+    """'owner/name' with safe characters (it becomes a folder name), or a PlaygroundError."""
+    rid = (repo_id or "").strip()
+    if not _REPO_ID.match(rid) or ".." in rid:
+        raise PlaygroundError(f"'{rid}' is not a Hub repo id; write it as owner/name, e.g. HuggingFaceTB/SmolLM2-135M")
+    return rid
+
+
+def allowed(filename: str) -> bool:
+    """Whether a repo file is one we download (weights as safetensors, configs, tokenizer files)."""
+    base = filename.rsplit("/", 1)[-1]
+    return "/" not in filename and any(fnmatch.fnmatch(base, pat) for pat in ALLOW_PATTERNS)
+
+
+def offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_VARS)
+
+
+def _no_network(repo_id: str, why: str) -> NoNetworkError:
+    return NoNetworkError(f"no network: cannot reach the Hugging Face Hub to download '{repo_id}' ({why}); "
+                          "download its .safetensors and config/tokenizer files elsewhere and upload them, "
+                          "or pick a model from the list")
+
+
+def download_checkpoint(repo_id: str, cache_dir: Path | str, *, revision: str | None = None,
+                        max_bytes: int | None = None, endpoint: str | None = None) -> Path:
+    """Fetch `repo_id`'s safetensors checkpoint into `cache_dir/owner/name`; return that folder."""
+    rid = validate_repo_id(repo_id)
+    if offline():
+        raise _no_network(rid, "offline mode is on (HF_HUB_OFFLINE)")
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub import errors as hub_errors
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        raise PlaygroundError("loading by Hub repo id needs huggingface_hub: pip install huggingface_hub") from None
+
+    try:
+        info = HfApi(endpoint=endpoint).model_info(rid, revision=revision, files_metadata=True)
+        files = [s for s in (info.siblings or []) if allowed(s.rfilename)]
+        if not any(s.rfilename.endswith(".safetensors") for s in files):
+            raise PlaygroundError(f"'{rid}' has no .safetensors weights at its top level; pickled .bin/.pt "
+                                  "weights are never loaded here (they can run code); pick a safetensors repo")
+        total = sum(int(s.size or 0) for s in files)
+        if max_bytes is not None and total > max_bytes:
+            raise PlaygroundError(f"'{rid}' is {total / 2**20:,.1f} MiB of weights and files, over the "
+                                  f"{max_bytes / 2**20:,.1f} MiB limit here; pick a smaller model")
+        target = Path(cache_dir) / rid
+        # Exactly the top-level files checked above (the patterns alone would also match sub-folders).
+        snapshot_download(rid, revision=info.sha, allow_patterns=[s.rfilename for s in files], local_dir=target,
+                          endpoint=endpoint)
+    except PlaygroundError:
+        raise
+    except hub_errors.GatedRepoError:
+        raise PlaygroundError(f"'{rid}' is gated on the Hub (accept its licence and use a token); "
+                              "download it elsewhere and upload its files") from None
+    except hub_errors.RepositoryNotFoundError:
+        raise PlaygroundError(f"no public model repo '{rid}' on the Hub; check the spelling") from None
+    except hub_errors.RevisionNotFoundError:
+        raise PlaygroundError(f"'{rid}' has no revision '{revision}'") from None
+    except hub_errors.HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        raise PlaygroundError(f"the Hub refused to serve '{rid}' (HTTP {status}); try again later") from None
+    except (ConnectionError, TimeoutError, OSError) as exc:  # includes OfflineModeIsEnabled, socket errors
+        raise _no_network(rid, type(exc).__name__) from None
+    except Exception as exc:  # httpx transport errors and the like are not OSErrors
+        if type(exc).__module__.split(".")[0].startswith(("httpx", "httpcore", "requests", "urllib3")):
+            raise _no_network(rid, type(exc).__name__) from None
+        raise
+    return target
