@@ -52,7 +52,6 @@ def streaming_bandwidth(device: torch.device, mib: int = 1024, repeats: int = 5)
     buffer.sum()  # warm-up: pages touched, threads started
     seconds = _best(lambda: buffer.sum(), repeats, device)
     size = buffer.numel() * 4
-    del buffer
     return size / seconds
 
 

@@ -22,6 +22,15 @@ def pytest_configure(config) -> None:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine threads spin-wait."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The real SmolLM2-135M-Instruct, imported once from the pip-installed GGUF into weights/.

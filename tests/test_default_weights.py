@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 import playground
 from playground.checkpoints.safetensors_io import read_header
@@ -20,12 +19,7 @@ MAX_BYTES = 15 * 1024 * 1024
 TEST_SEED = 5_550_123  # never used by training, validation or the README's report
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _provenance(directory: Path) -> dict:

@@ -19,13 +19,7 @@ from playground.train.recipe import IGNORE, Recipe, label_smoothed_loss, lr_fact
 from playground.train.tokenizer_build import char_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core machine threads spin-wait."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _falls(losses: list[float], by: float = 0.5) -> bool:

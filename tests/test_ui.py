@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import threading
-import time
 from pathlib import Path
 
 import gradio as gr

@@ -176,6 +176,15 @@ class _Clock:
         self.decode_steps = 0
         self.total_ms = 0.0
 
+    def record(self, step: int, started: float) -> float:
+        """Account one step that began at perf_counter() `started`; returns its milliseconds."""
+        step_ms = (time.perf_counter() - started) * 1000
+        self.total_ms += step_ms
+        if step > 0:  # step 0 is the prefill
+            self.decode_ms += step_ms
+            self.decode_steps += 1
+        return step_ms
+
     def timing(self, step_ms: float, tokens: int) -> dict[str, float]:
         per_token = self.decode_ms / self.decode_steps if self.decode_steps else 0.0
         return {
@@ -244,11 +253,7 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
         text = lm.decode(generated, skip_special_tokens=True)
         reason = _finish_reason(p, token_id, len(generated), text)
         cache = stepper.stats()
-        step_ms = (time.perf_counter() - t0) * 1000
-        clock.total_ms += step_ms
-        if step > 0:
-            clock.decode_ms += step_ms
-            clock.decode_steps += 1
+        step_ms = clock.record(step, t0)
         yield StepEvent(
             step=step, token_id=token_id, token_text=decode_one(token_id), prob=prob, token_ids=list(generated),
             text=text, candidates=cands, beams=None, cache=cache, timing=clock.timing(step_ms, len(generated)),
@@ -313,11 +318,7 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
         else:
             best_ids, reason = live[0][0], None
         cache = stepper.stats()
-        step_ms = (time.perf_counter() - t0) * 1000
-        clock.total_ms += step_ms
-        if step > 0:
-            clock.decode_ms += step_ms
-            clock.decode_steps += 1
+        step_ms = clock.record(step, t0)
         yield StepEvent(
             step=step, token_id=token_id, token_text=decode_one(token_id), prob=prob, token_ids=list(best_ids),
             text=lm.decode(best_ids, skip_special_tokens=True), candidates=cands, beams=hypotheses, cache=cache,
