@@ -90,3 +90,22 @@ def test_beam_events_show_live_beams(pair):
         assert event.token_ids == live[0].token_ids
         assert event.candidates and any(c.chosen for c in event.candidates)
     assert events[-1].finished and events[-1].finish_reason in ("length", "eos")
+
+
+def test_final_beam_event_describes_the_best_hypothesis(pair):
+    """The last event's token, probability and candidates belong to the step that completed the
+    returned best hypothesis, and beams that ended are not listed as live ones."""
+    _, lm = pair
+    cfg = GenerationConfig(max_new_tokens=6, num_beams=3, top_candidates=50)
+    *earlier, last = list(generate(lm, PROMPT, cfg))
+    assert last.finish_reason == "length" and len(last.token_ids) == 6
+    assert last.token_id == last.token_ids[-1]
+    assert all(b.score > -1e8 for b in last.beams)
+    chosen = [c for c in last.candidates if c.chosen]
+    assert [c.token_id for c in chosen] == [last.token_id]
+    # Its score (length penalty 1: summed log-probability / length) extends the live beam it came from
+    # by log p(last token).
+    best = next(b for b in last.beams if b.finished and b.token_ids == last.token_ids)
+    parent = next(b for b in earlier[-1].beams if b.token_ids == last.token_ids[:-1])
+    expected = (parent.score + torch.log(torch.tensor(last.prob)).item()) / len(last.token_ids)
+    assert abs(best.score - expected) < 1e-5

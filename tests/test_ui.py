@@ -358,14 +358,15 @@ def test_t5_relative_bias_panel(h):
     assert len(f1["value"].data) == 4  # one line per head
 
 
-def test_beam_view_leaves_out_retired_beams():
+def test_beam_view_lists_real_hypotheses_only(h):
     from playground.ui.views import beam_steps
 
-    live = {"text": "a b", "score": -3.0, "finished": False}
-    final = [{"text": "a b c", "score": -1e9, "finished": False}, {"text": "a b d", "score": -1.2, "finished": True}]
-    steps = beam_steps([{"beams": [live]}, {"beams": final}, {"beams": None}])
-    assert steps == [[{"tokens": "a b", "score": -3.0, "finished": False}],
-                     [{"tokens": "a b d", "score": -1.2, "finished": True}]]
+    _, r = run(h, UISettings(prompt="Hello", mode="beam", num_beams=3, max_new_tokens=5))
+    steps = beam_steps(r["records"])
+    assert len(steps) == 5 and all(len(beams) >= 1 for beams in steps)
+    # scores are log-probabilities, never the placeholders of beam slots that ended
+    assert all(-1e3 < b["score"] <= 0 for beams in steps for b in beams)
+    assert all(len(beams) == 3 for beams in steps[:-1])
 
 
 def test_load_test_reads_server_memory_from_proc():

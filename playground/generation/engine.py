@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from playground.generation import search
-from playground.generation.beam import BeamSearch
+from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.events import GenerationResult, Hypothesis, StepEvent
 from playground.generation.processors import Pipeline, build_pipeline
@@ -298,25 +298,27 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
             else:
                 processed = pipeline.run(sequence, log_probs)
             result = beams.step(processed)
-            source = int(result.beam_index[0])
-            token_id = int(result.next_tokens[0])
+            live, finished = beams.live(), beams.finished()
+            if result.done:
+                best_ids = finished[0][0] if finished else live[0][0]
+                reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
+                source = _extended_beam(sequence, len(p.prefix_ids), best_ids)
+            else:
+                best_ids, reason, source = live[0][0], None, None
+            if source is None:  # this step's best continuation (the best hypothesis may have ended earlier)
+                source, token_id = int(result.beam_index[0]), int(result.next_tokens[0])
+            else:  # the step that completed the best hypothesis
+                token_id = best_ids[-1]
             prob = float(torch.log_softmax(processed[source], dim=-1)[token_id].exp())
             cands = None
             if cfg.top_candidates > 0:
                 cand_stages = [("raw", logits[source])] + [(n, s[source]) for n, s in stages[1:]]
                 cands = search.candidates(cand_stages, token_id, cfg.top_candidates, decode_one)
             attention = _attention_rows(stepper, source)
-            live = beams.live()
-            finished = beams.finished()
-        hypotheses = [Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, False) for ids, s in live] + [
-            Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, True) for ids, s in finished
-        ]
-        if result.done:
-            best_ids = finished[0][0] if finished else live[0][0]
-            token_id = best_ids[-1] if best_ids else token_id
-            reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
-        else:
-            best_ids, reason = live[0][0], None
+        # Slots of beams that ended carry a placeholder score; they are not hypotheses.
+        hypotheses = [
+            Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, False) for ids, s in live if s > LARGE_NEGATIVE / 2
+        ] + [Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, True) for ids, s in finished]
         cache = stepper.stats()
         step_ms = clock.record(step, t0)
         yield StepEvent(
@@ -327,6 +329,15 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
         if result.done:
             return
         step += 1
+
+
+def _extended_beam(running: torch.Tensor, prefix_len: int, ids: list[int]) -> int | None:
+    """The running beam (row of `running`, before this step) that `ids` extended at this step, or None."""
+    head = ids[:-1]
+    for beam, row in enumerate(running.tolist()):
+        if row[prefix_len:] == head:
+            return beam
+    return None
 
 
 def generate_all(

@@ -114,19 +114,11 @@ def candidate_items(rec: dict, knobs: Mapping[str, Any]) -> list[dict]:
     return out
 
 
-DEAD_BEAM_SCORE = -1e8  # the engine marks beams that can no longer win with a -1e9 score
-
-
 def beam_steps(records: Sequence[dict]) -> list[list[dict]]:
-    """Per step, the beams for `viz.beam_table` / `viz.beam_tree` (best first).
-
-    Beams the engine has retired (score ≤ -1e8, e.g. the live beams left when the final n-best are
-    chosen) are left out: they are not candidates, and their sentinel score would swamp the colours.
-    """
+    """Per step, the beams for `viz.beam_table` / `viz.beam_tree` (best first)."""
     steps = []
     for r in records:
-        beams = [{"tokens": b["text"], "score": b["score"], "finished": b["finished"]} for b in r["beams"] or []
-                 if b["finished"] or float(b["score"]) > DEAD_BEAM_SCORE]
+        beams = [{"tokens": b["text"], "score": b["score"], "finished": b["finished"]} for b in r["beams"] or []]
         if beams:
             steps.append(beams)
     return steps

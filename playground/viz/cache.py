@@ -132,9 +132,12 @@ def timing_comparison(
         fig.add_annotation(x="decode / token", y=max(with_decode, without_decode), xref="x", yref="y",
                            text=f"{without_decode / with_decode:.2f}× faster decode with cache",
                            showarrow=False, yshift=30)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
+    # Headroom above the tallest bar so the value labels printed "outside" the bars stay visible.
+    top_ms = max(float(run[k]) for run in (with_cache, without_cache) for k in keys)
+    fig.update_yaxes(title_text="ms", range=[0, 1.3 * top_ms or 1], row=1, col=1)
     if show_rate:
-        fig.update_yaxes(title_text="tokens / s", rangemode="tozero", row=1, col=2)
+        top_rate = max(float(with_cache["tokens_per_s"]), float(without_cache["tokens_per_s"]))
+        fig.update_yaxes(title_text="tokens / s", range=[0, 1.2 * top_rate or 1], row=1, col=2)
     return finish(fig, title, height=400, barmode="group",
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
 
