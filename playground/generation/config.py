@@ -83,7 +83,7 @@ class GenerationConfig:
         for name in ("use_cache", "capture_attention", "chat", "truncate_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
+        if not isinstance(self.stop_strings, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop_strings):
             raise SettingsError("stop_strings must be a list of non-empty strings")
         return self
 
@@ -133,32 +133,57 @@ def clamp_settings(
     c = dataclasses.replace(cfg)
     vocab = lm.config.vocab_size
 
-    def num(value: Any, default: float) -> float:
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else default
+    def num(value: Any, default: float, name: str) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        notes.append(f"{name} {value!r} is not a finite number: using {default:g}")
+        return default
 
-    c.temperature = num(c.temperature, 0.0)
+    def whole(value: Any, default: int, name: str) -> int:
+        x = num(value, default, name)
+        if x != int(x):
+            notes.append(f"{name} {value!r} is not a whole number: using {int(x)}")
+        return int(x)
+
+    def flag(name: str, default: bool) -> None:
+        if not isinstance(getattr(c, name), bool):
+            notes.append(f"{name} {getattr(c, name)!r} is not true or false: using {default}")
+            setattr(c, name, default)
+
+    for name, default in (("use_cache", True), ("capture_attention", False), ("chat", False), ("truncate_prompt", False)):
+        flag(name, default)
+    if c.seed is not None and not (isinstance(c.seed, int) and not isinstance(c.seed, bool) and 0 <= c.seed < 2**63):
+        notes.append(f"seed {c.seed!r} is not a non-negative whole number: using a random seed")
+        c.seed = None
+    if not isinstance(c.stop_strings, (list, tuple)) or not all(isinstance(x, str) and x for x in c.stop_strings):
+        notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
+        c.stop_strings = ()
+    c.temperature = num(c.temperature, 0.0, "temperature")
     if c.temperature < 0:
         notes.append(f"temperature {c.temperature} is negative: using 0 (greedy decoding)")
         c.temperature = 0.0
-    c.top_p = num(c.top_p, 1.0)
+    c.top_p = num(c.top_p, 1.0, "top_p")
     if not 0.0 < c.top_p <= 1.0:
         new = 1.0 if c.top_p > 1.0 or c.top_p <= 0.0 else c.top_p
         notes.append(f"top_p {c.top_p} is outside (0, 1]: using {new} (top-p off)")
         c.top_p = new
-    c.min_p = min(max(num(c.min_p, 0.0), 0.0), 1.0)
-    c.repetition_penalty = num(c.repetition_penalty, 1.0)
+    c.min_p = num(c.min_p, 0.0, "min_p")
+    if not 0.0 <= c.min_p <= 1.0:
+        notes.append(f"min_p {c.min_p} is outside [0, 1]: using 0 (min-p off)")
+        c.min_p = 0.0
+    c.repetition_penalty = num(c.repetition_penalty, 1.0, "repetition_penalty")
     if c.repetition_penalty <= 0:
         notes.append(f"repetition penalty {c.repetition_penalty} must be positive: using 1 (off)")
         c.repetition_penalty = 1.0
-    c.length_penalty = num(c.length_penalty, 1.0)
-    c.top_k = int(num(c.top_k, 0))
+    c.length_penalty = num(c.length_penalty, 1.0, "length_penalty")
+    c.top_k = whole(c.top_k, 0, "top_k")
     if c.top_k < 0:
         notes.append(f"top_k {c.top_k} is negative: using 0 (top-k off)")
         c.top_k = 0
     if c.top_k > vocab:
         notes.append(f"top_k {c.top_k} is more than the vocabulary ({vocab} tokens): using {vocab}")
         c.top_k = vocab
-    c.num_beams = int(num(c.num_beams, 1))
+    c.num_beams = whole(c.num_beams, 1, "num_beams")
     if c.num_beams < 1:
         notes.append(f"num_beams {c.num_beams} is below 1: using 1 (no beam search)")
         c.num_beams = 1
@@ -167,11 +192,15 @@ def clamp_settings(
         c.num_beams = caps.num_beams
     if c.num_beams > 1 and (c.temperature > 0 or c.top_k or c.top_p < 1.0 or c.min_p):
         notes.append("beam search is deterministic: temperature, top-k, top-p and min-p are ignored")
-    c.top_candidates = min(max(int(num(c.top_candidates, 5)), 0), caps.top_candidates)
+    candidates = whole(c.top_candidates, 5, "top_candidates")
+    c.top_candidates = min(max(candidates, 0), caps.top_candidates)
+    if c.top_candidates != candidates:
+        notes.append(f"top_candidates {candidates} is outside 0..{caps.top_candidates}: using {c.top_candidates}")
     if c.early_stopping not in (True, False, "never"):
+        notes.append(f"early_stopping {c.early_stopping!r} is not true, false or 'never': using false")
         c.early_stopping = False
 
-    c.max_new_tokens = int(num(c.max_new_tokens, 32))
+    c.max_new_tokens = whole(c.max_new_tokens, 32, "max_new_tokens")
     if c.max_new_tokens < 1:
         notes.append(f"max_new_tokens {c.max_new_tokens} is below 1: using 1")
         c.max_new_tokens = 1
