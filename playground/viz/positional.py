@@ -82,8 +82,9 @@ def pe_similarity(table: np.ndarray, title: str = "Dot-product similarity betwee
         go.Heatmap(z=sim, colorscale=PROB_SCALE, colorbar=dict(title=dict(text="PE(i)·PE(j)")),
                    hovertemplate="pos %{y} · pos %{x}: %{z:.2f}<extra></extra>")
     )
-    fig.update_xaxes(title_text="position j", showgrid=False)
-    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x")
+    # Square cells: shrink the plot area (constrain="domain") rather than pad the axis with empty range.
+    fig.update_xaxes(title_text="position j", showgrid=False, constrain="domain")
+    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
     return finish(fig, title, height=520)
 
 
@@ -228,8 +229,9 @@ def cosine_similarity_matrix(table: np.ndarray, title: str = "Cosine similarity 
     fig = go.Figure(go.Heatmap(z=sim, colorscale=SIGNED_SCALE, zmid=0.0, zmin=-1.0, zmax=1.0,
                                colorbar=dict(title=dict(text="cosine")),
                                hovertemplate="pos %{y} vs pos %{x}: %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="position j", showgrid=False)
-    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x")
+    # Square cells: shrink the plot area (constrain="domain") rather than pad the axis with empty range.
+    fig.update_xaxes(title_text="position j", showgrid=False, constrain="domain")
+    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
     return finish(fig, title, height=520)
 
 
