@@ -59,7 +59,9 @@ def server(tmp_path_factory):
     save_tiny_decoder(weights / "tiny-random")
     port = _free_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False"}
+    # One torch thread: on 2 cores the server's OpenMP threads would otherwise spin against Chromium's
+    # renderer, and a loaded machine then made streaming ~100x slower (a timeout seen under load).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(weights)],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
