@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from playground.loaded import LoadedModel
 
 MAX_BEAMS = 16  # the engine's hard limit; the UI caps lower (Caps.num_beams)
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed accepts up to this
 
 
 class SettingsError(PlaygroundError):
@@ -62,7 +63,7 @@ class GenerationConfig:
         _int(self, "num_beams", 1, MAX_BEAMS, f"use 1 (no beam search) up to {MAX_BEAMS} beams")
         _int(self, "top_candidates", 0, 1000, "use 0 to skip the candidate list, or a small number like 5")
         if self.seed is not None:
-            _int(self, "seed", 0, 2**63 - 1, "use a non-negative integer seed, or none")
+            _int(self, "seed", 0, MAX_SEED, "use a non-negative integer seed, or none")
         _float(self, "temperature")
         if self.temperature < 0:
             raise SettingsError(f"temperature is {self.temperature}; use 0 for greedy decoding or a positive value")
@@ -83,7 +84,7 @@ class GenerationConfig:
         for name in ("use_cache", "capture_attention", "chat", "truncate_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.stop_strings, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop_strings):
+        if not _usable_stop_strings(self.stop_strings):
             raise SettingsError("stop_strings must be a list of non-empty strings")
         return self
 
@@ -95,6 +96,10 @@ def _int(cfg: GenerationConfig, name: str, low: int, high: int | None, hint: str
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"between {low} and {high}"
         raise SettingsError(f"{name} is {value}; it must be {bound}: {hint}")
+
+
+def _usable_stop_strings(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(s, str) and s for s in value)
 
 
 def _float(cfg: GenerationConfig, name: str) -> None:
@@ -152,10 +157,10 @@ def clamp_settings(
 
     for name, default in (("use_cache", True), ("capture_attention", False), ("chat", False), ("truncate_prompt", False)):
         flag(name, default)
-    if c.seed is not None and not (isinstance(c.seed, int) and not isinstance(c.seed, bool) and 0 <= c.seed < 2**63):
+    if c.seed is not None and not (isinstance(c.seed, int) and not isinstance(c.seed, bool) and 0 <= c.seed <= MAX_SEED):
         notes.append(f"seed {c.seed!r} is not a non-negative whole number: using a random seed")
         c.seed = None
-    if not isinstance(c.stop_strings, (list, tuple)) or not all(isinstance(x, str) and x for x in c.stop_strings):
+    if not _usable_stop_strings(c.stop_strings):
         notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
         c.stop_strings = ()
     c.temperature = num(c.temperature, 0.0, "temperature")
