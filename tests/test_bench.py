@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from playground import bench
@@ -37,3 +38,38 @@ def test_bandwidth_and_weight_bytes():
 def test_missing_model_exits_2(tmp_path, capsys):
     assert bench.main(["--model", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_markdown_table_has_units_ratios_and_the_bandwidth_line():
+    table = bench.markdown_table({**RESULTS, "transformers_version": "5.23.0"})
+    lines = table.splitlines()
+    assert lines[:2] == ["| metric | ours | transformers | ratio |", "|---|---|---|---|"]
+    assert "| greedy decode, 128 new tokens | 30.0 tokens/s | 10.0 tokens/s | 3.00× |" in lines
+    assert "| load time | 0.20 s | 0.50 s | 2.50× |" in lines
+    assert "| greedy, capture on | 27.0 tokens/s | – | – |" in lines
+    assert "10% slower than off" in table and "**70%**" in table and "transformers 5.23.0" in table
+
+
+def test_update_readme_replaces_only_the_marked_block(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{bench.README_START}\nold table\n{bench.README_END}\n\nafter\n")
+    bench.update_readme(readme, RESULTS)
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{bench.README_END}\n\nafter\n")
+    assert "old table" not in text
+    assert text.count(bench.markdown_table(RESULTS)) == 1
+
+
+def test_update_readme_without_markers_is_refused(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="bench-table"):
+        bench.update_readme(readme, RESULTS)
+    assert readme.read_text() == "no markers here\n"
+
+
+def test_quick_runs_are_not_written_into_a_readme(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{bench.README_START}\n{bench.README_END}\n")
+    assert bench.main(["--quick", "--readme", str(readme)]) == 2
+    assert "--quick" in capsys.readouterr().err

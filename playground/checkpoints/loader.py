@@ -31,15 +31,23 @@ from playground.loaded import LoadedModel
 from playground.models import build_model, reset_buffers
 
 MAX_CONFIG_BYTES = 1024 * 1024
+NO_TOKENIZER = "the tokenizer was not loaded (load_model(..., tokenizer=False)); pass token ids instead"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def load_model(
-    path: str | Path, device: str = "cpu", dtype: str = "float32", *, limits: Limits | None = None
+    path: str | Path,
+    device: str = "cpu",
+    dtype: str = "float32",
+    *,
+    limits: Limits | None = None,
+    tokenizer: bool = True,
 ) -> LoadedModel:
     """Load a checkpoint into playground's own model classes (see module docstring).
 
     `limits` (default `Limits.default()`) caps file size and estimated memory before any tensor is read.
+    `tokenizer=False` skips the tokenizer files (token-id input only; parsing a large tokenizer.json
+    can take longer than the weights).
     """
     started = time.perf_counter()
     limits = limits or Limits.default()
@@ -50,9 +58,9 @@ def load_model(
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory; pass a checkpoint folder or a .safetensors file")
     if path.is_dir():
-        loaded = _load_directory(path, torch_dtype, limits)
+        loaded = _load_directory(path, torch_dtype, limits, tokenizer)
     else:
-        loaded = _load_file(path, torch_dtype, limits)
+        loaded = _load_file(path, torch_dtype, limits, tokenizer)
     model, config, tokenizer, tokenizer_error, reader = loaded
     model.to(device).eval()
     return LoadedModel(
@@ -68,12 +76,12 @@ def load_model(
     )
 
 
-def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits):
+def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits, with_tokenizer: bool):
     config_path = directory / "config.json"
     if not config_path.exists():
         own = [p for p in directory.glob("*.safetensors") if is_own_format(read_header(p).metadata)]
         if len(own) == 1:
-            return _load_file(own[0], dtype, limits)
+            return _load_file(own[0], dtype, limits, with_tokenizer)
         pickles = sorted(p.name for p in directory.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
         if pickles:
             refuse_pickle(directory / pickles[0])
@@ -96,6 +104,9 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits):
     reader = TensorReader.open(files)
     check_memory(reader.headers, config, dtype.itemsize, limits, directory.name)
     # Parsing tokenizer files is pure Python; the weight copies below release the GIL: overlap them.
+    if not with_tokenizer:
+        model, config = _build_directory_model(family, config, reader, dtype, directory.name)
+        return model, config, None, NO_TOKENIZER, reader
     with ThreadPoolExecutor(max_workers=1) as pool:
         tokenizer_job = pool.submit(load_directory_tokenizer, directory)
         model, config = _build_directory_model(family, config, reader, dtype, directory.name)
@@ -113,7 +124,7 @@ def _build_directory_model(
     return model, config
 
 
-def _load_file(path: Path, dtype: torch.dtype, limits: Limits):
+def _load_file(path: Path, dtype: torch.dtype, limits: Limits, with_tokenizer: bool):
     refuse_pickle(path)
     if path.suffix.lower() != ".safetensors":
         raise CheckpointError(f"{path.name}: not a .safetensors file; only safetensors checkpoints are loaded")
@@ -121,7 +132,7 @@ def _load_file(path: Path, dtype: torch.dtype, limits: Limits):
     header = read_header(path)
     if not is_own_format(header.metadata):
         if (path.parent / "config.json").exists():
-            return _load_directory(path.parent, dtype, limits)
+            return _load_directory(path.parent, dtype, limits, with_tokenizer)
         raise CheckpointError(
             f"{path.name}: no playground config in the file's metadata and no config.json beside it; "
             "put the file in a folder with its config.json"
@@ -135,7 +146,7 @@ def _load_file(path: Path, dtype: torch.dtype, limits: Limits):
     check_memory([header], config, dtype.itemsize, limits, path.name)
     reader = TensorReader([header])
     model = _build(config, None, reader, dtype, (), "", path.name)
-    tokenizer, tokenizer_error = _own_tokenizer(path, header.metadata)
+    tokenizer, tokenizer_error = _own_tokenizer(path, header.metadata) if with_tokenizer else (None, NO_TOKENIZER)
     return model, config, tokenizer, tokenizer_error, reader
 
 
@@ -168,7 +179,6 @@ def _build(
         reader, rules, expected_shapes=expected, ignore=ignore,
         prefix=prefix, dtype=dtype, where=where,
     )
-    _check_finite(state, where)
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as error:
@@ -177,16 +187,6 @@ def _build(
         raise CheckpointError(f"{where}: {detail}") from None
     reset_buffers(model)
     return model
-
-
-def _check_finite(state: dict[str, torch.Tensor], where: str) -> None:
-    # A sum is finite exactly when no element is NaN/Inf (or so large that it overflows), and reads
-    # each weight once without the temporary mask of `isfinite(...).all()`: ~25x faster.
-    for name, tensor in state.items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor.sum(dtype=torch.float32)):
-            raise CheckpointError(
-                f"{where}: tensor for {name} contains NaN, Inf or absurdly large values; the weights are corrupt"
-            )
 
 
 def _weight_files(directory: Path) -> list[Path]:
