@@ -48,3 +48,14 @@ def test_tokenizer_false_loads_the_same_model_without_a_tokenizer(llama_dir):
     assert torch.equal(without.logits(ids), with_tokenizer.logits(ids))
     hf = playground.load_model(llama_dir, tokenizer=False)
     assert hf.tokenizer is None and "tokenizer=False" in hf.tokenizer_error
+
+
+def test_blocked_transpose_equals_cat_then_transpose_across_block_edges():
+    from playground.models.layers import TRANSPOSE_ROWS, transposed
+
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(rows, 7, generator=g) for rows in (TRANSPOSE_ROWS + 3, 5, 2 * TRANSPOSE_ROWS)]
+    out = transposed(parts)
+    assert out.is_contiguous() and torch.equal(out, torch.cat(parts).t())
+    half = transposed(parts, torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and torch.equal(half, torch.cat(parts).t().to(torch.bfloat16))

@@ -13,7 +13,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
-from playground.models.layers import Linear, make_mlp, make_norm
+from playground.models.layers import Linear, make_mlp, make_norm, transposed
 from playground.models.positional import RotaryEmbedding
 
 
@@ -113,6 +113,6 @@ class DecoderLM(nn.Module):
         # changes (its version counter moves on every in-place update).
         weight = self.embed.weight
         if self._head_t is None or self._head_t_version != (weight._version, weight.data_ptr()):
-            self._head_t = weight.detach().t().contiguous()
+            self._head_t = transposed([weight.detach()])
             self._head_t_version = (weight._version, weight.data_ptr())
         return self._head_t
