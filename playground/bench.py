@@ -286,7 +286,7 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 README_START, README_END = "<!-- bench-table -->", "<!-- /bench-table -->"
-_UNIT_FORMATS = {"s": "{:.2f} s", "ms": "{:.0f} ms", "tokens/s": "{:.1f} tokens/s", "steps/s": "{:.1f} steps/s"}
+_UNIT_FORMATS = {"s": "{:.2f} s", "ms": "{:.1f} ms", "tokens/s": "{:.1f} tokens/s", "steps/s": "{:.1f} steps/s"}
 
 
 def markdown_table(results: dict[str, Any]) -> str:
