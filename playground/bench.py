@@ -308,10 +308,11 @@ def markdown_table(results: dict[str, Any]) -> str:
     if "llama_cpp" in results:
         cpp = results["llama_cpp"]
         lines.append(f"llama.cpp ({cpp['file']}) in the same run: {cpp['greedy_tokens_per_s']:.1f} tokens/s greedy.")
-    lines.append(
+    lines += [
+        "",
         f"<sub>{Path(results['model']).name}, {results['device']}, {results['dtype']}, {results['threads']} threads, "
-        f"torch {results['torch']}, transformers {results.get('transformers_version', '?')}</sub>"
-    )
+        f"torch {results['torch']}, transformers {results.get('transformers_version', '?')}</sub>",
+    ]
     return "\n".join(lines)
 
 
