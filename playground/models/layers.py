@@ -12,9 +12,10 @@ from playground.config import ModelConfig
 class Linear(nn.Module):
     """`y = x @ W + b` with W stored as (in, out).
 
-    For one token at a time the forward pass is a matrix-vector product that streams W from memory;
-    an (in, out) contiguous W streams about twice as fast on CPU as nn.Linear's (out, in) layout.
-    Checkpoint converters transpose Hugging Face's (out, in) weights once at load time.
+    For one token at a time the forward pass is a matrix-vector product that streams W from memory.
+    An (in, out) contiguous W streams faster than nn.Linear's (out, in) layout: up to twice as fast
+    on some CPUs, 4% faster end to end on SmolLM2 on the development machine. Checkpoint converters
+    transpose Hugging Face's (out, in) weights once at load time.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
