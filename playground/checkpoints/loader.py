@@ -103,10 +103,10 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits, with_to
     check_file_sizes({f.name: f.stat().st_size for f in files}, limits)
     reader = TensorReader.open(files)
     check_memory(reader.headers, config, dtype.itemsize, limits, directory.name)
-    # Parsing tokenizer files is pure Python; the weight copies below release the GIL: overlap them.
     if not with_tokenizer:
         model, config = _build_directory_model(family, config, reader, dtype, directory.name)
         return model, config, None, NO_TOKENIZER, reader
+    # Parsing tokenizer files is pure Python; the weight copies below release the GIL: overlap them.
     with ThreadPoolExecutor(max_workers=1) as pool:
         tokenizer_job = pool.submit(load_directory_tokenizer, directory)
         model, config = _build_directory_model(family, config, reader, dtype, directory.name)

@@ -162,6 +162,8 @@ class _Job:
 
 def _fused_shape(parts: list[torch.Tensor], names: list[str], target: str, where: str) -> tuple[int, ...]:
     """Shape of `parts` concatenated along dimension 0 (the output dimension of a Linear weight)."""
+    if len(parts) == 1:
+        return tuple(parts[0].shape)
     trailing = {tuple(p.shape[1:]) for p in parts}
     if len(trailing) != 1:
         listed = ", ".join(f"'{n}' {tuple(p.shape)}" for n, p in zip(names, parts))
