@@ -103,14 +103,11 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits, with_to
     check_file_sizes({f.name: f.stat().st_size for f in files}, limits)
     reader = TensorReader.open(files)
     check_memory(reader.headers, config, dtype.itemsize, limits, directory.name)
-    if not with_tokenizer:
-        model, config = _build_directory_model(family, config, reader, dtype, directory.name)
-        return model, config, None, NO_TOKENIZER, reader
     # Parsing tokenizer files is pure Python; the weight copies below release the GIL: overlap them.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tokenizer_job = pool.submit(load_directory_tokenizer, directory)
+        tokenizer_job = pool.submit(load_directory_tokenizer, directory) if with_tokenizer else None
         model, config = _build_directory_model(family, config, reader, dtype, directory.name)
-        tokenizer, tokenizer_error = tokenizer_job.result()
+        tokenizer, tokenizer_error = tokenizer_job.result() if tokenizer_job else (None, NO_TOKENIZER)
     return model, config, tokenizer, tokenizer_error, reader
 
 
