@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import playground
+from playground.models.recorder import Recorder
 from tests.hf_tiny import gpt2_like, llama_like, save_decoder
 
 CASES = {
@@ -55,10 +56,11 @@ def test_captured_attention_matches_eager_output_attentions(pair):
     ids = torch.randint(3, ours.config.vocab_size, (2, 17), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         expected = reference(ids, output_attentions=True).attentions
-        captured: list[torch.Tensor] = []
-        logits = ours.model(ids, capture=captured)
+        recorder = Recorder()
+        logits = ours.model(ids, recorder=recorder)
         fast = ours.model(ids)
-    assert len(captured) == ours.config.n_layers
+    captured = recorder.layers_of("self", ours.config.n_layers)
+    assert all(w is not None for w in captured)
     for ours_layer, theirs in zip(captured, expected):
         assert ours_layer.shape == (2, ours.config.n_heads, 17, 17)
         torch.testing.assert_close(ours_layer, theirs, atol=1e-5, rtol=0)

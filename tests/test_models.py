@@ -28,7 +28,7 @@ def test_tied_head_copy_follows_in_place_updates_of_the_embedding():
     with torch.inference_mode():
         after = model(ids)
         hidden = torch.randn(1, 1, 32)
-        fast = model.head(hidden)
+        fast = model.tied_head(hidden)
     assert not torch.allclose(before, after)
     # The cached (d, V) copy was rebuilt: the head still equals hidden @ Eᵀ with the updated E.
     with torch.no_grad():

@@ -17,7 +17,9 @@ from playground.models import build_model
 from playground.models.layers import init_weights
 from playground.models.positional import sinusoidal_table
 from playground.models.relative_bias import relative_position_bucket
-from playground.models.seq2seq import EncoderDecoderLM, Seq2SeqCache
+from playground.models.kv_cache import Seq2SeqCache
+from playground.models.recorder import Recorder
+from playground.models.seq2seq import EncoderDecoderLM
 
 
 def _model(config: ModelConfig, seed: int = 0) -> EncoderDecoderLM:
@@ -97,11 +99,11 @@ def test_cache_stats_bytes_are_exact(config):
     src, mask, tgt = _batch(config.vocab_size)
     cache = model.new_cache(batch=2, max_tokens=16)
     assert isinstance(cache, Seq2SeqCache)
-    assert cache.stats()["cross_attention"]["bytes"] == 0
+    assert cache.stats().cross_attention.bytes == 0
     with torch.inference_mode():
         encoder_out = model.encode(src, mask)
         model.decode(tgt[:, :5], encoder_out, mask, cache)
-    stats = cache.stats()
+    stats = cache.stats().to_dict()
     c, size = config, 4
     assert stats["tokens"] == 5
     assert stats["bytes"] == 2 * c.n_layers * 2 * c.n_kv_heads * 5 * c.head_dim * size
@@ -159,13 +161,14 @@ def test_source_padding_is_ignored(config):
 def test_capture_shapes_and_fast_path_agree(config):
     model = _model(config)
     src, mask, tgt = _batch(config.vocab_size)
-    encoder_capture: list[torch.Tensor] = []
-    decoder_capture: dict[str, list[torch.Tensor]] = {}
+    recorder = Recorder()
     with torch.inference_mode():
-        encoder_out = model.encode(src, mask, capture=encoder_capture)
-        logits = model.decode(tgt, encoder_out, mask, capture=decoder_capture)
+        encoder_out = model.encode(src, mask, recorder=recorder)
+        logits = model.decode(tgt, encoder_out, mask, recorder=recorder)
         fast = model(src, tgt, attention_mask=mask)
     h = config.n_heads
+    encoder_capture = recorder.layers_of("encoder", config.n_encoder_layers)
+    decoder_capture = {kind: recorder.layers_of(kind, config.n_layers) for kind in ("self", "cross")}
     assert [w.shape for w in encoder_capture] == [(2, h, 9, 9)] * config.n_encoder_layers
     assert [w.shape for w in decoder_capture["self"]] == [(2, h, 7, 7)] * config.n_layers
     assert [w.shape for w in decoder_capture["cross"]] == [(2, h, 7, 9)] * config.n_layers

@@ -8,6 +8,7 @@ import torch
 import transformers
 
 import playground
+from playground.models.recorder import Recorder
 from playground.models.seq2seq import EncoderDecoderLM
 from tests.hf_tiny import bart_like, marian_like, save_seq2seq, t5_like
 
@@ -65,16 +66,15 @@ def test_captured_attention_matches_eager_output_attentions(pair):
     src, mask, tgt = _batch(ours.config.vocab_size, 2)
     with torch.no_grad():
         expected = reference(input_ids=src, attention_mask=mask, decoder_input_ids=tgt, output_attentions=True)
-        encoder_capture: list[torch.Tensor] = []
-        decoder_capture: dict[str, list[torch.Tensor]] = {}
-        encoder_out = ours.model.encode(src, mask, capture=encoder_capture)
-        logits = ours.model.decode(tgt, encoder_out, mask, capture=decoder_capture)
+        recorder = Recorder()
+        encoder_out = ours.model.encode(src, mask, recorder=recorder)
+        logits = ours.model.decode(tgt, encoder_out, mask, recorder=recorder)
         fast = ours.model(src, tgt, attention_mask=mask)
     c = ours.config
     for name, got, theirs, layers in (
-        ("encoder", encoder_capture, expected.encoder_attentions, c.n_encoder_layers),
-        ("self", decoder_capture["self"], expected.decoder_attentions, c.n_layers),
-        ("cross", decoder_capture["cross"], expected.cross_attentions, c.n_layers),
+        ("encoder", recorder.layers_of("encoder", c.n_encoder_layers), expected.encoder_attentions, c.n_encoder_layers),
+        ("self", recorder.layers_of("self", c.n_layers), expected.decoder_attentions, c.n_layers),
+        ("cross", recorder.layers_of("cross", c.n_layers), expected.cross_attentions, c.n_layers),
     ):
         assert len(got) == len(theirs) == layers, name
         for ours_layer, theirs_layer in zip(got, theirs):
@@ -93,7 +93,7 @@ def test_cached_decoding_matches_full_forward(pair):
         steps = [ours.model.decode(tgt[:, t : t + 1], encoder_out, mask, cache) for t in range(8)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert cache.length == 8
-    assert cache.stats()["cross_attention"]["tokens"] == 11
+    assert cache.stats().cross_attention.tokens == 11
 
 
 def test_config_and_special_tokens_follow_the_family(pair):

@@ -15,6 +15,7 @@ from playground.config import ModelConfig
 from playground.models.kv_cache import KVCache
 from playground.models.layers import Linear
 from playground.models.positional import apply_rope
+from playground.models.recorder import Recorder
 
 
 def causal_mask(
@@ -90,14 +91,16 @@ class SelfAttention(nn.Module):
         x: torch.Tensor,
         *,
         layer: int,
+        start: int = 0,
         causal: bool = True,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: KVCache | None = None,
         mask: torch.Tensor | None = None,
-        capture: list[torch.Tensor] | None = None,
+        recorder: Recorder | None = None,
+        kind: str = "self",
     ) -> torch.Tensor:
-        """x: (B, T, d_model). `mask` (additive float or bool) replaces the causal mask when given;
-        attention weights are appended to `capture` when it is a list."""
+        """x: (B, T, d_model), the tokens at positions [start, start + T). `mask` (additive float or
+        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer."""
         B, T, _ = x.shape
         h, h_kv = self.n_heads, self.n_kv_heads
         qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim).transpose(1, 2)  # (B, h + 2·h_kv, T, d)
@@ -106,15 +109,14 @@ class SelfAttention(nn.Module):
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
         if cache is not None:
-            k, v = cache.write(layer, k, v)  # (B, h_kv, S, d), S = cached + T
+            k, v = cache.write(layer, start, k, v)  # (B, h_kv, S, d), S = start + T
         S = k.shape[2]
         # A prompt processed from position 0 without a window is the plain causal case SDPA does fastest.
         is_causal = mask is None and causal and T == S and (self.window is None or S <= self.window)
         if mask is None and causal and not is_causal:
             mask = causal_mask(T, S, window=self.window, device=x.device)
-        out, weights = attend(
-            q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=capture is not None
-        )
-        if capture is not None:
-            capture.append(weights)
+        keep = recorder is not None and recorder.wants(layer)
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
+        if keep:
+            recorder.record_attention(kind, layer, weights)
         return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

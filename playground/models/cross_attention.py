@@ -12,6 +12,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import attend
 from playground.models.layers import Linear
+from playground.models.recorder import Recorder
 
 
 class CrossAttention(nn.Module):
@@ -39,13 +40,15 @@ class CrossAttention(nn.Module):
         k: torch.Tensor,
         v: torch.Tensor,
         *,
+        layer: int,
         mask: torch.Tensor | None = None,
-        capture: list[torch.Tensor] | None = None,
+        recorder: Recorder | None = None,
     ) -> torch.Tensor:
         """x: (B, T, d_model); k, v from `project_kv`; mask: additive (B, 1, 1, S) hiding source padding."""
         B, T, _ = x.shape
         q = self.q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d)
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=capture is not None)
-        if capture is not None:
-            capture.append(weights)  # (B, h, T, S)
+        keep = recorder is not None and recorder.wants(layer)
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=keep)
+        if keep:
+            recorder.record_attention("cross", layer, weights)  # (B, h, T, S)
         return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

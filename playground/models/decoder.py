@@ -1,6 +1,6 @@
 """Decoder-only Transformer (GPT-2, Llama, Mistral, Qwen2, SmolLM...), one class for all of them.
 
-    x = embed(ids) [+ learned positions]
+    x = embed(ids) [+ absolute positions]
     for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))      (pre-norm)
     logits = head(norm(x))
 """
@@ -13,11 +13,14 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
-from playground.models.layers import Linear, make_mlp, make_norm, transposed
-from playground.models.positional import RotaryEmbedding
+from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
+from playground.models.positional import RotaryEmbedding, absolute_positions
+from playground.models.recorder import Recorder
 
 
-class DecoderBlock(nn.Module):
+class CausalBlock(nn.Module):
+    """One pre-norm block of a decoder-only model: masked self-attention, then the MLP."""
+
     def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer = layer
@@ -29,11 +32,13 @@ class DecoderBlock(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        start: int,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         cache: KVCache | None,
-        capture: list[torch.Tensor] | None,
+        recorder: Recorder | None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), layer=self.layer, rope=rope, cache=cache, capture=capture)
+        h = self.attn(self.attn_norm(x), layer=self.layer, start=start, rope=rope, cache=cache, recorder=recorder)
+        x = x + h
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -48,14 +53,13 @@ class DecoderLM(nn.Module):
             raise ValueError("DecoderLM implements pre-norm blocks only")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = nn.Embedding(config.max_positions, config.d_model) if config.positional == "learned" else None
+        self.positions = absolute_positions(config)
         self.rope = RotaryEmbedding(config) if config.positional == "rope" else None
-        self.blocks = nn.ModuleList(DecoderBlock(config, i) for i in range(config.n_layers))
+        self.blocks = nn.ModuleList(CausalBlock(config, i) for i in range(config.n_layers))
         self.norm = make_norm(config) if config.final_norm else nn.Identity()
         # Untied heads are stored (d_model, V) for fast single-token products; tied ones reuse embed.
         self.lm_head = None if config.tie_word_embeddings else Linear(config.d_model, config.vocab_size)
-        self._head_t: torch.Tensor | None = None  # (d, V) copy of a tied embedding, see head()
-        self._head_t_version: tuple[int, int] | None = None
+        self.tied_head = TiedHead(self.embed)
 
     def new_cache(self, batch: int, max_tokens: int) -> KVCache:
         c, p = self.config, self.embed.weight
@@ -68,15 +72,15 @@ class DecoderLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         cache: KVCache | None = None,
-        capture: list[torch.Tensor] | None = None,
+        recorder: Recorder | None = None,
         *,
         last_only: bool = False,
     ) -> torch.Tensor:
         """input_ids: (B, T) new tokens, placed after the `cache.length` cached ones (0 without cache).
 
         Returns logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
-        generation needs after a prefill). When `capture` is a list, each layer appends its
-        attention weights (B, h, T, S) to it.
+        generation needs after a prefill). A `recorder` keeps the attention weights of the layers it
+        asks for and, if asked, the residual stream of the last position.
         """
         B, T = input_ids.shape
         start = cache.length if cache is not None else 0
@@ -88,31 +92,20 @@ class DecoderLM(nn.Module):
         if self.config.embed_scale != 1.0:
             x = x * self.config.embed_scale
         if self.positions is not None:
-            x = x + self.positions(torch.arange(start, start + T, device=input_ids.device))
+            x = x + self.positions(start, T).to(x.dtype)
         rope = self.rope(start, T, x.dtype) if self.rope is not None else None
+        if recorder is not None:
+            recorder.record_residual(x)
         for block in self.blocks:
-            x = block(x, rope, cache, capture)
-        if cache is not None:
-            cache.advance(T)
+            x = block(x, start, rope, cache, recorder)
+            if recorder is not None:
+                recorder.record_residual(x)
         if last_only:
             x = x[:, -1:]
-        logits = self.head(self.norm(x))
+        return self.unembed(x)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, logit scale."""
+        x = self.norm(x)
+        logits = self.lm_head(x) if self.lm_head is not None else self.tied_head(x)
         return logits * self.config.logit_scale if self.config.logit_scale != 1.0 else logits
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Project hidden states (B, T, d) to vocabulary logits (B, T, V)."""
-        if self.lm_head is not None:
-            return self.lm_head(x)
-        if torch.is_grad_enabled():  # training: go through the shared parameter itself
-            return x @ self.embed.weight.t()
-        return x @ self._tied_head_matrix()
-
-    def _tied_head_matrix(self) -> torch.Tensor:
-        # A tied head reads the (V, d) embedding transposed, which streams at about half the speed of
-        # a contiguous (d, V) matrix for one token. Keep such a copy, rebuilt whenever the embedding
-        # changes (its version counter moves on every in-place update).
-        weight = self.embed.weight
-        if self._head_t is None or self._head_t_version != (weight._version, weight.data_ptr()):
-            self._head_t = transposed([weight.detach()])
-            self._head_t_version = (weight._version, weight.data_ptr())
-        return self._head_t

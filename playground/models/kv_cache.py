@@ -1,17 +1,110 @@
-"""A static key/value cache: buffers allocated once, filled in place, never grown by concatenation."""
+"""Static key/value caches: buffers allocated once, written in place at explicit positions.
+
+`KVCache` holds a model's self-attention keys and values; `Seq2SeqCache` adds the cross-attention
+keys and values an encoder-decoder projects once per source. Both describe themselves with
+`CacheStats`, the one source of the numbers the KV-cache panel and the CLI report.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 
+@dataclass(frozen=True)
+class CrossCacheStats:
+    """The cross-attention K/V of a seq2seq model: computed once from the encoder output."""
+
+    layers: int
+    batch: int
+    kv_heads: int
+    head_dim: int
+    tokens: int  # source tokens
+    element_size: int
+    held: bool = True  # False without a cache: every step projects the source again
+
+    @property
+    def bytes(self) -> int:
+        if not self.held:
+            return 0
+        return 2 * self.layers * self.batch * self.kv_heads * self.tokens * self.head_dim * self.element_size
+
+    def to_dict(self) -> dict[str, Any]:
+        shape = [self.batch, self.kv_heads, self.tokens, self.head_dim]
+        return {
+            "layers": self.layers, "batch": self.batch, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+            "tokens": self.tokens, "element_size": self.element_size, "bytes": self.bytes,
+            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(self.layers)],
+        }
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What a KV cache holds: `bytes` = 2 · layers · batch · kv_heads · tokens · head_dim · element_size.
+
+    With the cache off (`enabled` False) nothing is held and every step recomputes
+    `recomputed_tokens` positions instead.
+    """
+
+    enabled: bool
+    layers: int
+    batch: int
+    kv_heads: int
+    query_heads: int
+    head_dim: int
+    tokens: int
+    max_tokens: int
+    dtype: str
+    element_size: int
+    recomputed_tokens: int = 0
+    cross_attention: CrossCacheStats | None = field(default=None)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.batch * self.kv_heads * self.head_dim * self.element_size
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_per_token * self.tokens
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.bytes_per_token * self.max_tokens
+
+    @property
+    def mha_equivalent_bytes(self) -> int:
+        """What the same tokens would take if every query head had its own K/V head (plain MHA)."""
+        return self.bytes * self.query_heads // self.kv_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable; the keys every StepEvent's `cache` and the CLI's `cache` carry."""
+        shape = [self.batch, self.kv_heads, self.tokens, self.head_dim]
+        data: dict[str, Any] = {
+            "enabled": self.enabled, "layers": self.layers, "batch": self.batch, "kv_heads": self.kv_heads,
+            "query_heads": self.query_heads, "head_dim": self.head_dim, "tokens": self.tokens,
+            "max_tokens": self.max_tokens, "dtype": self.dtype, "element_size": self.element_size,
+            "bytes_per_token": self.bytes_per_token, "bytes": self.bytes, "allocated_bytes": self.allocated_bytes,
+            "mha_equivalent_bytes": self.mha_equivalent_bytes, "recomputed_tokens": self.recomputed_tokens,
+            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(self.layers)],
+        }
+        if self.cross_attention is not None:
+            data["cross_attention"] = self.cross_attention.to_dict()
+        return data
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 class KVCache:
     """Per-layer K and V buffers of shape (B, h_kv, T_max, d_head).
 
-    `length` tokens are valid. Grouped-query / multi-query models store only their KV heads, which is
-    where their memory saving comes from; `stats()` reports it against full multi-head attention.
+    Each layer writes its new keys and values at an explicit position; `length` is the number of
+    positions every layer has written, so no caller has to move it. Grouped-query / multi-query
+    models store only their KV heads, which is where their memory saving comes from.
     """
 
     def __init__(
@@ -30,21 +123,31 @@ class KVCache:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.layers, self.batch, self.kv_heads, self.head_dim = layers, batch, kv_heads, head_dim
-        self.max_tokens, self.query_heads = max_tokens, query_heads
-        self.length = 0
+        self.max_tokens, self.query_heads, self.dtype = max_tokens, query_heads, dtype
+        self._written = [0] * layers  # positions written, per layer
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, h_kv, T, d) after the valid tokens; return views of all keys and values."""
-        start, end = self.length, self.length + k.shape[2]
+    @property
+    def length(self) -> int:
+        """Positions that every layer holds (a forward pass in progress has not added its tokens yet)."""
+        return min(self._written) if self._written else 0
+
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, h_kv, T, d) at positions [start, start + T); return views of keys and values
+        [0, start + T). Writing before the end rewinds that layer to start + T."""
+        end = start + k.shape[2]
         if end > self.max_tokens:
             raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
         self.keys[layer][:, :, start:end] = k
         self.values[layer][:, :, start:end] = v
+        self._written[layer] = end
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
-    def advance(self, tokens: int) -> None:
-        """Mark `tokens` more positions valid (called once per forward, after every layer wrote)."""
-        self.length += tokens
+    def fill_from(self, source: "KVCache") -> None:
+        """Broadcast a batch-1 cache into every row of this one (beam search starts from one prefill)."""
+        n = source.length
+        for src, dst in zip(source.keys + source.values, self.keys + self.values):
+            dst[:, :, :n] = src[:, :, :n]
+        self._written = [n] * self.layers
 
     def reorder(self, batch_index: torch.Tensor) -> None:
         """Beam search: row b of the cache becomes old row batch_index[b]."""
@@ -57,23 +160,49 @@ class KVCache:
     def element_size(self) -> int:
         return self.keys[0].element_size() if self.keys else 0
 
-    def stats(self) -> dict[str, Any]:
-        """JSON-serialisable cache statistics; `bytes` is 2·layers·batch·kv_heads·tokens·head_dim·element_size."""
-        per_token = 2 * self.layers * self.batch * self.kv_heads * self.head_dim * self.element_size
-        shape = [self.batch, self.kv_heads, self.length, self.head_dim]
-        return {
-            "layers": self.layers,
-            "batch": self.batch,
-            "kv_heads": self.kv_heads,
-            "query_heads": self.query_heads,
-            "head_dim": self.head_dim,
-            "tokens": self.length,
-            "max_tokens": self.max_tokens,
-            "dtype": str(self.keys[0].dtype).removeprefix("torch.") if self.keys else None,
-            "element_size": self.element_size,
-            "bytes_per_token": per_token,
-            "bytes": per_token * self.length,
-            "allocated_bytes": per_token * self.max_tokens,
-            "mha_equivalent_bytes": per_token * self.length * self.query_heads // self.kv_heads,
-            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(self.layers)],
-        }
+    def stats(self) -> CacheStats:
+        return CacheStats(
+            enabled=True, layers=self.layers, batch=self.batch, kv_heads=self.kv_heads, query_heads=self.query_heads,
+            head_dim=self.head_dim, tokens=self.length, max_tokens=self.max_tokens, dtype=dtype_name(self.dtype),
+            element_size=self.element_size,
+        )
+
+
+class Seq2SeqCache:
+    """Decoder self-attention KV cache plus the cross-attention K/V of the current source.
+
+    The cross K/V are projected from the encoder output on the first decode call and reused after.
+    """
+
+    def __init__(self, self_cache: KVCache) -> None:
+        self.self_cache = self_cache
+        self.cross_keys: list[torch.Tensor] | None = None  # per layer (B, h_kv, S, d_head)
+        self.cross_values: list[torch.Tensor] | None = None
+
+    @property
+    def length(self) -> int:
+        return self.self_cache.length
+
+    @property
+    def cross_ready(self) -> bool:
+        return self.cross_keys is not None
+
+    def set_cross(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.cross_keys, self.cross_values = keys, values
+
+    def reorder(self, batch_index: torch.Tensor) -> None:
+        """Beam search: row b becomes old row batch_index[b], in the self cache and the cross K/V."""
+        self.self_cache.reorder(batch_index)
+        if self.cross_keys is not None and self.cross_values is not None:
+            self.cross_keys = [k.index_select(0, batch_index) for k in self.cross_keys]
+            self.cross_values = [v.index_select(0, batch_index) for v in self.cross_values]
+
+    def stats(self) -> CacheStats:
+        c = self.self_cache
+        first = self.cross_keys[0] if self.cross_keys else None
+        cross = CrossCacheStats(
+            layers=c.layers, batch=first.shape[0] if first is not None else c.batch, kv_heads=c.kv_heads,
+            head_dim=c.head_dim, tokens=first.shape[2] if first is not None else 0,
+            element_size=first.element_size() if first is not None else c.element_size,
+        )
+        return dataclasses.replace(c.stats(), cross_attention=cross)

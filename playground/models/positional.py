@@ -1,7 +1,7 @@
 """Positional encodings: rotary (RoPE), sinusoidal and learned absolute positions.
 
 The tables are pure functions of the config so the positional-encoding panel can plot exactly what
-the model uses.
+the model uses. (T5's relative position bias lives in `relative_bias`.)
 """
 
 from __future__ import annotations
@@ -103,3 +103,44 @@ def positional_kind_label(config: ModelConfig) -> str:
         "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
         "none": "none",
     }[config.positional]
+
+
+class SinusoidalPositions(nn.Module):
+    """A fixed sin/cos table (max_positions, d_model), recomputed rather than stored in checkpoints."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.register_buffer("table", self._table(), persistent=False)
+
+    def _table(self) -> torch.Tensor:
+        c = self.config
+        return sinusoidal_table(c.max_positions, c.d_model, c.sinusoidal_base, c.sinusoidal_layout)
+
+    def reset_buffers(self) -> None:
+        """Recompute the table after the module was built on the meta device."""
+        self.table = self._table()
+
+    def forward(self, start: int, length: int) -> torch.Tensor:
+        return self.table[start : start + length]  # (T, d)
+
+
+class LearnedPositions(nn.Embedding):
+    """Learned absolute positions; BART stores row p + offset for position p (offset 2)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config.max_positions + config.learned_position_offset, config.d_model)
+        self.offset = config.learned_position_offset
+
+    def forward(self, start: int, length: int) -> torch.Tensor:  # type: ignore[override]
+        positions = torch.arange(start + self.offset, start + self.offset + length, device=self.weight.device)
+        return super().forward(positions)  # (T, d)
+
+
+def absolute_positions(config: ModelConfig) -> nn.Module | None:
+    """The module adding position vectors to the embeddings, or None (RoPE, relative bias, none)."""
+    if config.positional == "sinusoidal":
+        return SinusoidalPositions(config)
+    if config.positional == "learned":
+        return LearnedPositions(config)
+    return None

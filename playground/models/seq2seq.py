@@ -13,7 +13,7 @@ values come from the encoder output once per source and live in `Seq2SeqCache`.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -21,9 +21,10 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import SelfAttention, causal_mask
 from playground.models.cross_attention import CrossAttention
-from playground.models.kv_cache import KVCache
-from playground.models.layers import Linear, make_mlp, make_norm
-from playground.models.positional import sinusoidal_table
+from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
+from playground.models.positional import absolute_positions
+from playground.models.recorder import Recorder
 from playground.models.relative_bias import RelativePositionBias
 
 
@@ -41,52 +42,14 @@ def _add_bias(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | 
     return a if b is None else a + b
 
 
-class SinusoidalPositions(nn.Module):
-    """A fixed sin/cos table (max_positions, d_model), recomputed rather than stored in checkpoints."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.register_buffer("table", self._table(), persistent=False)
-
-    def _table(self) -> torch.Tensor:
-        c = self.config
-        return sinusoidal_table(c.max_positions, c.d_model, c.sinusoidal_base, c.sinusoidal_layout)
-
-    def reset_buffers(self) -> None:
-        """Recompute the table after the module was built on the meta device."""
-        self.table = self._table()
-
-    def forward(self, start: int, length: int) -> torch.Tensor:
-        return self.table[start : start + length]  # (T, d)
-
-
-class LearnedPositions(nn.Embedding):
-    """Learned absolute positions; BART stores row p + offset for position p (offset 2)."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config.max_positions + config.learned_position_offset, config.d_model)
-        self.offset = config.learned_position_offset
-
-    def forward(self, start: int, length: int) -> torch.Tensor:  # type: ignore[override]
-        positions = torch.arange(start + self.offset, start + self.offset + length, device=self.weight.device)
-        return super().forward(positions)  # (T, d)
-
-
-def _absolute_positions(config: ModelConfig) -> nn.Module | None:
-    if config.positional == "sinusoidal":
-        return SinusoidalPositions(config)
-    if config.positional == "learned":
-        return LearnedPositions(config)
-    return None
-
-
-def _sublayer(x: torch.Tensor, norm: nn.Module, fn, pre: bool) -> torch.Tensor:
+def _sublayer(x: torch.Tensor, norm: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], pre: bool) -> torch.Tensor:
     """Residual connection around `fn`, normalising before (pre-LN) or after the sum (post-LN)."""
     return x + fn(norm(x)) if pre else norm(x + fn(x))
 
 
 class EncoderBlock(nn.Module):
+    """Bidirectional self-attention, then the MLP."""
+
     def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer, self.pre = layer, config.norm_position == "pre"
@@ -95,12 +58,17 @@ class EncoderBlock(nn.Module):
         self.mlp_norm = make_norm(config)
         self.mlp = make_mlp(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, capture: list[torch.Tensor] | None) -> torch.Tensor:
-        x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, causal=False, mask=mask, capture=capture), self.pre)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, recorder: Recorder | None) -> torch.Tensor:
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            return self.attn(h, layer=self.layer, causal=False, mask=mask, recorder=recorder, kind="encoder")
+
+        x = _sublayer(x, self.attn_norm, attend, self.pre)
         return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
 
 
-class DecoderBlock(nn.Module):
+class CrossDecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, then the MLP."""
+
     def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer, self.pre = layer, config.norm_position == "pre"
@@ -115,20 +83,21 @@ class DecoderBlock(nn.Module):
         self,
         x: torch.Tensor,
         *,
+        start: int,
         self_mask: torch.Tensor | None,
         cache: KVCache | None,
         cross_kv: tuple[torch.Tensor, torch.Tensor],
         cross_mask: torch.Tensor | None,
-        capture: dict[str, list[torch.Tensor]] | None,
+        recorder: Recorder | None,
     ) -> torch.Tensor:
-        self_capture = capture.setdefault("self", []) if capture is not None else None
-        cross_capture = capture.setdefault("cross", []) if capture is not None else None
-        x = _sublayer(
-            x, self.attn_norm,
-            lambda h: self.attn(h, layer=self.layer, causal=True, mask=self_mask, cache=cache, capture=self_capture),
-            self.pre,
-        )
-        x = _sublayer(x, self.cross_norm, lambda h: self.cross(h, *cross_kv, mask=cross_mask, capture=cross_capture), self.pre)
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            return self.attn(h, layer=self.layer, start=start, causal=True, mask=self_mask, cache=cache, recorder=recorder)
+
+        def cross(h: torch.Tensor) -> torch.Tensor:
+            return self.cross(h, *cross_kv, layer=self.layer, mask=cross_mask, recorder=recorder)
+
+        x = _sublayer(x, self.attn_norm, attend, self.pre)
+        x = _sublayer(x, self.cross_norm, cross, self.pre)
         return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
 
 
@@ -137,12 +106,12 @@ class Stack(nn.Module):
 
     def __init__(self, config: ModelConfig, *, decoder: bool) -> None:
         super().__init__()
-        self.positions = _absolute_positions(config)
+        self.positions = absolute_positions(config)
         self.relative_bias = (
             RelativePositionBias(config, bidirectional=not decoder) if config.positional == "relative" else None
         )
         self.embed_norm = make_norm(config) if config.embedding_norm else None
-        block = DecoderBlock if decoder else EncoderBlock
+        block = CrossDecoderBlock if decoder else EncoderBlock
         layers = config.n_layers if decoder else config.n_encoder_layers
         self.blocks = nn.ModuleList(block(config, i) for i in range(layers))
         self.norm = make_norm(config) if config.final_norm else None
@@ -154,56 +123,6 @@ class Stack(nn.Module):
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) if self.norm is not None else x
-
-
-class Seq2SeqCache:
-    """Decoder self-attention KV cache plus the cross-attention K/V of the current source.
-
-    The cross K/V are projected from the encoder output on the first `decode` call and reused after.
-    """
-
-    def __init__(self, self_cache: KVCache) -> None:
-        self.self_cache = self_cache
-        self.cross_keys: list[torch.Tensor] | None = None  # per layer (B, h_kv, S, d_head)
-        self.cross_values: list[torch.Tensor] | None = None
-
-    @property
-    def length(self) -> int:
-        return self.self_cache.length
-
-    @property
-    def cross_ready(self) -> bool:
-        return self.cross_keys is not None
-
-    def set_cross(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        self.cross_keys, self.cross_values = keys, values
-
-    def reorder(self, batch_index: torch.Tensor) -> None:
-        """Beam search: row b becomes old row batch_index[b], in the self cache and the cross K/V."""
-        self.self_cache.reorder(batch_index)
-        if self.cross_keys is not None and self.cross_values is not None:
-            self.cross_keys = [k.index_select(0, batch_index) for k in self.cross_keys]
-            self.cross_values = [v.index_select(0, batch_index) for v in self.cross_values]
-
-    def stats(self) -> dict[str, Any]:
-        """self_cache.stats() plus "cross_attention" (bytes = 2·layers·batch·kv_heads·S·head_dim·element_size)."""
-        stats = self.self_cache.stats()
-        c = self.self_cache
-        tokens = self.cross_keys[0].shape[2] if self.cross_keys else 0
-        batch = self.cross_keys[0].shape[0] if self.cross_keys else c.batch
-        element = self.cross_keys[0].element_size() if self.cross_keys else c.element_size
-        shape = [batch, c.kv_heads, tokens, c.head_dim]
-        stats["cross_attention"] = {
-            "layers": c.layers,
-            "batch": batch,
-            "kv_heads": c.kv_heads,
-            "head_dim": c.head_dim,
-            "tokens": tokens,
-            "element_size": element,
-            "bytes": 2 * c.layers * batch * c.kv_heads * tokens * c.head_dim * element,
-            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(c.layers)],
-        }
-        return stats
 
 
 class EncoderDecoderLM(nn.Module):
@@ -221,8 +140,7 @@ class EncoderDecoderLM(nn.Module):
         self.decoder = Stack(config, decoder=True)
         self.lm_head = None if config.tie_word_embeddings else Linear(config.d_model, config.vocab_size)
         self.final_logits_bias = nn.Parameter(torch.zeros(1, config.vocab_size)) if config.final_logits_bias else None
-        self._head_t: torch.Tensor | None = None
-        self._head_t_version: tuple[int, int] | None = None
+        self.tied_head = TiedHead(self.embed)
 
     # --- positions
     def _check_length(self, length: int, what: str) -> None:
@@ -238,11 +156,11 @@ class EncoderDecoderLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        capture: list[torch.Tensor] | None = None,
+        recorder: Recorder | None = None,
     ) -> torch.Tensor:
         """input_ids (B, S), attention_mask (B, S) of 1 (token) / 0 (padding) -> encoder output (B, S, d).
 
-        When `capture` is a list each layer appends its self-attention weights (B, h, S, S).
+        A `recorder` keeps the encoder self-attention (B, h, S, S) of the layers it asks for.
         """
         B, S = input_ids.shape
         self._check_length(S, "source")
@@ -251,7 +169,7 @@ class EncoderDecoderLM(nn.Module):
         if self.encoder.relative_bias is not None:
             mask = _add_bias(self.encoder.relative_bias(S, S).to(x.dtype), mask)
         for block in self.encoder.blocks:
-            x = block(x, mask, capture)
+            x = block(x, mask, recorder)
         return self.encoder.finish(x)
 
     # --- decoder
@@ -275,15 +193,16 @@ class EncoderDecoderLM(nn.Module):
         encoder_out: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: Seq2SeqCache | None = None,
-        capture: dict[str, list[torch.Tensor]] | None = None,
+        recorder: Recorder | None = None,
         *,
         last_only: bool = False,
     ) -> torch.Tensor:
         """decoder_input_ids (B, T) placed after the `cache.length` cached target tokens -> logits (B, T, V).
 
         `attention_mask` is the source padding mask (B, S). With a cache, the cross K/V are projected
-        from `encoder_out` on the first call and reused afterwards. When `capture` is a dict, its
-        "self" and "cross" lists receive per-layer weights (B, h, T, S_self) and (B, h, T, S_src).
+        from `encoder_out` on the first call and reused afterwards. A `recorder` keeps the decoder's
+        self-attention (B, h, T, S_self) and cross-attention (B, h, T, S_src) of the layers it asks
+        for and, if asked, the decoder's residual stream.
         """
         B, T = decoder_input_ids.shape
         start = cache.length if cache is not None else 0
@@ -304,19 +223,25 @@ class EncoderDecoderLM(nn.Module):
                 self_mask = self_mask.masked_fill(~visible, torch.finfo(x.dtype).min)
         cross_mask = padding_bias(attention_mask, x.dtype)
         self_cache = cache.self_cache if cache is not None else None
+        if recorder is not None:
+            recorder.record_residual(x)
         for i, block in enumerate(self.decoder.blocks):
             x = block(
-                x, self_mask=self_mask, cache=self_cache, cross_kv=(keys[i], values[i]),
-                cross_mask=cross_mask, capture=capture,
+                x, start=start, self_mask=self_mask, cache=self_cache, cross_kv=(keys[i], values[i]),
+                cross_mask=cross_mask, recorder=recorder,
             )
-        if self_cache is not None:
-            self_cache.advance(T)
+            if recorder is not None:
+                recorder.record_residual(x)
         if last_only:
             x = x[:, -1:]
+        return self.unembed(x)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Decoder residual stream (B, T, d) -> logits (B, T, V): final norm, scale, head, logits bias."""
         x = self.decoder.finish(x)
         if self.config.logit_scale != 1.0:
             x = x * self.config.logit_scale  # T5 with a tied head, on the hidden states as transformers does
-        logits = self.head(x)
+        logits = self.lm_head(x) if self.lm_head is not None else self.tied_head(x)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def forward(
@@ -328,16 +253,3 @@ class EncoderDecoderLM(nn.Module):
         """Teacher-forced logits (B, T, V): encode the source, decode the whole target, no cache."""
         encoder_out = self.encode(input_ids, attention_mask)
         return self.decode(decoder_input_ids, encoder_out, attention_mask)
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Project hidden states (B, T, d) to vocabulary logits (B, T, V)."""
-        if self.lm_head is not None:
-            return self.lm_head(x)
-        if torch.is_grad_enabled():  # training: go through the shared parameter itself
-            return x @ self.embed.weight.t()
-        # A contiguous (d, V) copy streams faster than the transposed embedding; rebuilt when it changes.
-        weight = self.embed.weight
-        if self._head_t is None or self._head_t_version != (weight._version, weight.data_ptr()):
-            self._head_t = weight.detach().t().contiguous()
-            self._head_t_version = (weight._version, weight.data_ptr())
-        return x @ self._head_t

@@ -23,6 +23,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models import build_model
 from playground.models.layers import init_weights
+from playground.models.recorder import Recorder
 from playground.train import dates
 from playground.train.recipe import IGNORE, Recipe, TrainResult, seed_everything, train
 from playground.train.tokenizer_build import char_tokenizer
@@ -128,9 +129,9 @@ def cross_attention(model: nn.Module, tokenizer: Any, text: str, target: str) ->
     src, mask = encode_sources(tokenizer, [text])
     dec, _ = encode_targets(tokenizer, [target])
     memory = model.encode(src, mask)
-    capture: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-    model.decode(dec, memory, mask, capture=capture)
-    return torch.stack([w[0] for w in capture["cross"]])
+    recorder = Recorder()
+    model.decode(dec, memory, mask, recorder=recorder)
+    return torch.stack([w[0] for w in recorder.layers_of("cross", model.config.n_layers)])
 
 
 def _span(text: str, needle: str) -> range | None:
