@@ -89,7 +89,7 @@ class Ours:
 
         lm = load_model(path, device=device, dtype=dtype, tokenizer=tokenizer)
         if first_token:
-            generate_all(lm, lm.encode(PROMPT), GenerationConfig(max_new_tokens=1, top_candidates=0))
+            generate_all(lm, lm.tokenize(PROMPT), GenerationConfig(max_new_tokens=1, top_candidates=0))
 
     def run(self, ids: list[int], n: int, *, num_beams: int = 1, capture: bool = False) -> None:
         from playground.generation import GenerationConfig, generate
@@ -217,7 +217,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     load_rows = _load_times(args, repeats=2 if quick else 3)
     ours, theirs = Ours(args.model, args.device, args.dtype), Theirs(args.model, args.device, args.dtype)
     results["weight_bytes"] = weight_bytes(ours.model)
-    ids = ours.lm.encode(PROMPT)
+    ids = ours.lm.tokenize(PROMPT)
     vocab = ours.lm.config.vocab_size
     filler = [int(i) for i in torch.randint(100, vocab, (long_ctx + prefill_len,), generator=torch.Generator().manual_seed(0))]
 

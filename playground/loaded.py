@@ -60,7 +60,7 @@ class LoadedModel:
             attention_mask = torch.as_tensor(attention_mask, device=self.device)
         return self.model(input_ids, decoder_input_ids, attention_mask=attention_mask).float()
 
-    def encode(self, text: str, *, chat: bool = False) -> list[int]:
+    def tokenize(self, text: str, *, chat: bool = False) -> list[int]:
         """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn."""
         if self.tokenizer is None:
             raise PlaygroundError(self.tokenizer_error or "this checkpoint has no tokenizer; pass token ids instead")
@@ -75,10 +75,18 @@ class LoadedModel:
             return [int(i) for i in ids]
         return [int(i) for i in self.tokenizer.encode(text)]
 
-    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+    def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """Text for token ids (the ids themselves, space-separated, without a tokenizer)."""
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's own text (what a token chip or an axis label shows)."""
+        return self.detokenize([int(token_id)])
+
+    def token_texts(self, ids: list[int]) -> list[str]:
+        return [self.token_text(i) for i in ids]
 
     def info(self) -> dict[str, Any]:
         """JSON-serialisable description for `python -m playground info` and the model card."""

@@ -75,7 +75,7 @@ def _greedy_outputs(loaded, sources: list[str]) -> list[str]:
     if hasattr(generation, "generate_all"):
         cfg = generation.GenerationConfig(max_new_tokens=16, temperature=0.0)
         return [
-            loaded.decode(generation.generate_all(loaded, s, cfg).token_ids, skip_special_tokens=True) for s in sources
+            loaded.detokenize(generation.generate_all(loaded, s, cfg).token_ids, skip_special_tokens=True) for s in sources
         ]
     from playground.train import seq2seq
 

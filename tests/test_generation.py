@@ -222,7 +222,7 @@ def test_smollm2_greedy_and_beam_match_transformers(smollm2_dir):
     import transformers
 
     lm = playground.load_model(smollm2_dir)
-    ids = lm.encode("What is the capital of France?", chat=True)
+    ids = lm.tokenize("What is the capital of France?", chat=True)
     reference = transformers.AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     result = generate_all(lm, ids, GenerationConfig(max_new_tokens=32))
     assert result.token_ids == _hf_greedy(reference, ids, 32)

@@ -10,8 +10,8 @@ import torch
 from transformers import generation as hf
 
 from playground.config import ModelConfig
-from playground.generation import GenerationConfig, SettingsError, clamp_settings
-from playground.generation.config import Caps
+from playground.generation import GenerationConfig, SettingsError
+from playground.ui.limits import Caps, clamp_settings
 from playground.generation.processors import (
     MinP, RepetitionPenalty, Temperature, TopK, TopP, build_pipeline,
 )
@@ -85,10 +85,10 @@ def test_processors_do_not_modify_their_input():
 
 def test_stages_in_hf_order_and_greedy_has_no_warpers():
     cfg = GenerationConfig(repetition_penalty=1.3, temperature=0.7, top_k=5, top_p=0.8, min_p=0.1)
-    assert build_pipeline(cfg).names == ["repetition_penalty", "temperature", "top_k", "top_p", "min_p"]
+    assert [p.name for p in build_pipeline(cfg).processors] == ["repetition_penalty", "temperature", "top_k", "top_p", "min_p"]
     greedy = build_pipeline(cfg.replace(temperature=0.0))
-    assert greedy.names == ["repetition_penalty"] and not greedy.sampling
-    assert build_pipeline(cfg.replace(num_beams=3)).names == ["repetition_penalty"]
+    assert [p.name for p in greedy.processors] == ["repetition_penalty"] and not greedy.sampling
+    assert [p.name for p in build_pipeline(cfg.replace(num_beams=3)).processors] == ["repetition_penalty"]
     ids, scores = _logits(1)
     stages = build_pipeline(cfg).run_stages(ids, scores)
     assert [n for n, _ in stages] == ["raw", "repetition_penalty", "temperature", "top_k", "top_p", "min_p"]

@@ -13,7 +13,8 @@ import random
 import pytest
 
 import playground
-from playground.generation import GenerationConfig, SettingsError, clamp_settings, generate_all
+from playground.generation import GenerationConfig, SettingsError, generate_all
+from playground.ui.limits import clamp_settings
 from tests.hf_tiny import llama_like, save_decoder
 
 CASES = 300

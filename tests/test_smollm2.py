@@ -36,7 +36,7 @@ def test_logits_match_transformers_on_64_tokens(ours, smollm2_dir):
 
 
 def test_greedy_chat_answer_names_paris(ours):
-    ids = ours.encode("What is the capital of France?", chat=True)
+    ids = ours.tokenize("What is the capital of France?", chat=True)
     prompt = torch.tensor([ids])
     eos = set(ours.config.eos_token_ids)
     generated: list[int] = []

@@ -408,14 +408,14 @@ def test_chat_toggle_wraps_the_prompt_in_the_chat_template(chat_app, name):
     lm = h.model_for(name, "float32")
     plain = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=False))[1]
     wrapped = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=True))[1]
-    assert plain["prompt_ids"] == lm.encode("Hi")
-    assert lm.decode(wrapped["prompt_ids"]) == "<s>user: Hi</s><s>assistant: "
+    assert plain["prompt_ids"] == lm.tokenize("Hi")
+    assert lm.detokenize(wrapped["prompt_ids"]) == "<s>user: Hi</s><s>assistant: "
     assert "chat=true" in wrapped["query"]  # a copied link keeps the toggle
     assert not wrapped["notes"]
     # The toggle is hidden again for a checkpoint without a template, and a stale chat=1 is only a note.
     assert h.load("tiny-lm", "float32", session)[5]["visible"] is False
     stale = run(h, UISettings(model="tiny-lm", prompt="Hi", max_new_tokens=2, chat=True))[1]
-    assert stale["prompt_ids"] == h.model_for("tiny-lm", "float32").encode("Hi")
+    assert stale["prompt_ids"] == h.model_for("tiny-lm", "float32").tokenize("Hi")
     assert any("no chat template" in n for n in stale["notes"])
 
 

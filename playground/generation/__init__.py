@@ -3,13 +3,28 @@
     import playground
     for event in playground.generate(lm, "Hello", playground.GenerationConfig(max_new_tokens=8)):
         print(event.token_text, event.prob, event.cache["bytes"])
+
+Modules: config (the knobs), plan (settings + prompt -> a validated plan, context fitting), stepper
+(one model step at a time; what differs between decoder-only and seq2seq), processors (logits
+pipeline), sampling (choosing a token, describing candidates), beam (beam-search bookkeeping),
+captures (what a run records), engine (the two decoding loops), events (what they stream).
 """
 
-from playground.generation.config import Caps, GenerationConfig, SettingsError, clamp_settings
-from playground.generation.engine import full_attention, generate, generate_all
-from playground.generation.events import Candidate, GenerationResult, Hypothesis, StepEvent
+from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
+from playground.generation.engine import generate, generate_all
+from playground.generation.events import (
+    Candidate,
+    GenerationResult,
+    Hypothesis,
+    StepCapture,
+    StepEvent,
+    TokenStep,
+)
+from playground.generation.plan import ContextFit, fit_to_context, plan
+from playground.generation.stepper import full_attention, stepper_class
 
 __all__ = [
-    "Candidate", "Caps", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError", "StepEvent",
-    "clamp_settings", "full_attention", "generate", "generate_all",
+    "MAX_BEAMS", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
+    "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all", "plan",
+    "stepper_class",
 ]

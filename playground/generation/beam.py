@@ -33,6 +33,8 @@ class BeamStep:
     beam_index: torch.Tensor  # (num_beams,) source beam of each new live beam
     next_tokens: torch.Tensor  # (num_beams,) last token of each live beam
     done: bool
+    kept_sources: torch.Tensor  # (2·num_beams or more,) source beam of every continuation kept this step
+    kept_tokens: torch.Tensor  # (same,) its token: every live or finished hypothesis extends one of these
 
 
 class BeamSearch:
@@ -138,20 +140,26 @@ class BeamSearch:
         self.improvable = self.improvable & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
         open_beam = not (bool(torch.all(self.is_sent_finished)) and self.early_stopping is True)
         done = not (bool(torch.any(self.improvable)) and open_beam and not bool(torch.all(hits)))
-        return BeamStep(beam_index, self.running_sequences[0, :, cur_len - 1], done)
+        return BeamStep(beam_index, self.running_sequences[0, :, cur_len - 1], done, topk_beam[0], topk_ids[0])
 
-    def live(self) -> list[tuple[list[int], float]]:
-        """Live beams: (generated ids, summed log-probability), best first."""
+    def live(self) -> list[tuple[list[int], float, list[int]]]:
+        """Live beams: (generated ids, summed log-probability, beam path), best first.
+
+        The beam path names, for each generated token, the running beam whose distribution chose it.
+        """
+        generated = self.cur_len - self.prompt_len
         seqs = self.running_sequences[0, :, self.prompt_len : self.cur_len].tolist()
-        return list(zip(seqs, self.running_beam_scores[0].tolist()))
+        paths = self.running_beam_indices[0, :, :generated].tolist()
+        return list(zip(seqs, self.running_beam_scores[0].tolist(), paths))
 
-    def finished(self) -> list[tuple[list[int], float]]:
-        """Finished hypotheses so far: (generated ids, length-penalised score), best first."""
+    def finished(self) -> list[tuple[list[int], float, list[int]]]:
+        """Finished hypotheses so far: (generated ids, length-penalised score, beam path), best first."""
         lengths = (self.beam_indices[0] + 1).bool().sum(dim=1).tolist()
         scores = self.beam_scores[0].tolist()
         flags = self.is_sent_finished[0].tolist()
         out = []
         for row, (n, score, done) in enumerate(zip(lengths, scores, flags)):
             if done and score > LARGE_NEGATIVE / 2:
-                out.append((self.sequences[0, row, self.prompt_len : self.prompt_len + n].tolist(), score))
+                ids = self.sequences[0, row, self.prompt_len : self.prompt_len + n].tolist()
+                out.append((ids, score, self.beam_indices[0, row, :n].tolist()))
         return out

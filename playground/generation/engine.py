@@ -1,123 +1,33 @@
-"""The generation engine: one generator of `StepEvent`s that the UI, the CLI and the tests consume.
+"""The generation engine: one generator of `StepEvent`s that the app, the CLI and the tests consume.
 
     for event in generate(lm, "Once upon a time", GenerationConfig(max_new_tokens=20)):
         print(event.token_text, end="")
 
+`plan` validates first; then one of two loops runs: greedy / sampled decoding, or beam search.
 Work happens inside `torch.inference_mode()` one step at a time (never across a `yield`, so the
 consumer's own torch code is unaffected). Setting the `stop` Event or closing the generator ends
-the run before the next forward pass.
+the run before the next forward pass. What a run records (attention, residual stream) is asked for
+in the config and costs nothing when it is not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from playground.generation import search
+from playground.generation import captures, sampling
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
-from playground.generation.config import GenerationConfig, SettingsError
-from playground.generation.events import GenerationResult, Hypothesis, StepEvent
-from playground.generation.processors import Pipeline, build_pipeline
-from playground.generation.stepper import DecoderStepper, Seq2SeqStepper
+from playground.generation.config import GenerationConfig
+from playground.generation.events import GenerationResult, Hypothesis, StepCapture, StepEvent, TokenStep
+from playground.generation.plan import Plan, plan
+from playground.generation.stepper import Stepper, full_attention
 from playground.loaded import LoadedModel
-
-_UNBOUNDED_POSITIONS = ("relative", "none")
-
-
-@dataclass
-class Plan:
-    """Everything decided before the first forward pass."""
-
-    lm: LoadedModel
-    cfg: GenerationConfig
-    prompt_ids: list[int]  # what the model reads (decoder prompt, or seq2seq source)
-    prefix_ids: list[int]  # what the decoder stream starts with (= prompt for decoder-only)
-    eos_ids: list[int]
-    pipeline: Pipeline
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def max_length(self) -> int:
-        return len(self.prefix_ids) + self.cfg.max_new_tokens
-
-
-def _as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> list[int]:
-    if isinstance(prompt, str):
-        return lm.encode(prompt, chat=cfg.chat) if prompt else []
-    if isinstance(prompt, torch.Tensor):
-        if prompt.dim() == 2 and prompt.shape[0] == 1:
-            prompt = prompt[0]
-        if prompt.dim() != 1 or prompt.dtype.is_floating_point:
-            raise SettingsError(f"prompt ids must be one sequence of integers, got a tensor of shape {tuple(prompt.shape)}")
-        return [int(i) for i in prompt.tolist()]
-    if isinstance(prompt, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-        return [int(i) for i in prompt]
-    raise SettingsError("the prompt must be text, a list of token ids or a 1-D tensor of ids")
-
-
-def decoder_prefix(lm: LoadedModel) -> list[int]:
-    """The ids a seq2seq decoder starts from: [decoder_start_token_id], as transformers' generate()."""
-    c = lm.config
-    start = c.decoder_start_token_id if c.decoder_start_token_id is not None else c.bos_token_id
-    if start is None:
-        raise SettingsError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
-    return [start]
-
-
-def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> Plan:
-    """Validate the settings against the model and the prompt; raise SettingsError saying what to change."""
-    cfg.validate()
-    c = lm.config
-    ids = _as_ids(lm, prompt, cfg)
-    notes: list[str] = []
-    bad = [i for i in ids if not 0 <= i < c.vocab_size]
-    if bad:
-        raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
-    if not ids:
-        start = c.bos_token_id if lm.kind == "decoder" else (c.eos_token_ids[:1] or [None])[0]
-        if start is None:
-            raise SettingsError("the prompt is empty and the model has no start token; type a prompt")
-        ids = [start]
-        notes.append("the prompt was empty: starting from the start token")
-    context = c.max_positions
-    bounded = c.positional not in _UNBOUNDED_POSITIONS
-    if lm.kind == "decoder":
-        if len(ids) + cfg.max_new_tokens > context:
-            keep = context - cfg.max_new_tokens
-            if not cfg.truncate_prompt or keep < 1:
-                raise SettingsError(
-                    f"the prompt ({len(ids)} tokens) plus max_new_tokens ({cfg.max_new_tokens}) exceeds the model's "
-                    f"context of {context} positions; lower max_new_tokens to {max(context - len(ids), 0)} or shorten the prompt"
-                )
-            notes.append(f"the prompt was truncated on the left from {len(ids)} to {keep} tokens to fit the context")
-            ids = ids[-keep:]
-        prefix = ids
-    else:
-        if bounded and len(ids) > context:
-            if not cfg.truncate_prompt:
-                raise SettingsError(
-                    f"the source has {len(ids)} tokens but the encoder holds {context}; shorten it"
-                )
-            notes.append(f"the source was truncated on the left from {len(ids)} to {context} tokens")
-            ids = ids[-context:]
-        prefix = decoder_prefix(lm)
-        if bounded and len(prefix) + cfg.max_new_tokens > context:
-            raise SettingsError(
-                f"max_new_tokens ({cfg.max_new_tokens}) exceeds the decoder's {context} positions; "
-                f"use at most {context - len(prefix)}"
-            )
-    max_length = len(prefix) + cfg.max_new_tokens
-    forced_bos = (c.forced_bos_token_id, 1) if c.forced_bos_token_id is not None else None
-    forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
-    min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
-    pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, ids, prefix, c.eos_token_ids, pipeline, notes)
 
 
 def generate(
@@ -133,38 +43,12 @@ def generate(
     after the event with `finished=True`, or early — without such an event — when `stop` is set or
     the generator is closed.
     """
-    p = plan(lm, prompt, cfg if cfg is not None else GenerationConfig())
-    return _run(p, stop)
+    return _run(plan(lm, prompt, cfg if cfg is not None else GenerationConfig()), stop)
 
 
 def _run(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
-    if p.cfg.num_beams > 1:
-        yield from _beam_search(p, stop)
-    else:
-        yield from _greedy_or_sample(p, stop)
-
-
-def _stepper(p: Plan, batch: int) -> DecoderStepper | Seq2SeqStepper:
-    cls = DecoderStepper if p.lm.kind == "decoder" else Seq2SeqStepper
-    return cls(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache, capture=p.cfg.capture_attention)
-
-
-def _start(p: Plan, stepper: DecoderStepper | Seq2SeqStepper) -> torch.Tensor:
-    device = p.lm.device
-    prompt = torch.tensor(p.prompt_ids, dtype=torch.long, device=device)
-    if isinstance(stepper, DecoderStepper):
-        return stepper.start(prompt)
-    return stepper.start(prompt, torch.tensor(p.prefix_ids, dtype=torch.long, device=device))
-
-
-def _attention_rows(stepper: DecoderStepper | Seq2SeqStepper, row: int) -> dict[str, list[np.ndarray]] | None:
-    """This step's attention: per layer the last query row (h, S) of batch row `row`."""
-    if stepper.attention is None:
-        return None
-    return {
-        kind: [w[min(row, w.shape[0] - 1), :, -1].float().cpu().numpy() for w in layers]
-        for kind, layers in stepper.attention.items()
-    }
+    loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample
+    return loop(p, stop)
 
 
 class _Clock:
@@ -180,7 +64,9 @@ class _Clock:
         """Account one step that began at perf_counter() `started`; returns its milliseconds."""
         step_ms = (time.perf_counter() - started) * 1000
         self.total_ms += step_ms
-        if step > 0:  # step 0 is the prefill
+        if step == 0:
+            self.prefill_ms = step_ms
+        else:
             self.decode_ms += step_ms
             self.decode_steps += 1
         return step_ms
@@ -197,11 +83,33 @@ class _Clock:
         }
 
 
-def _decoder(lm: LoadedModel):
-    def decode_one(token_id: int) -> str:
-        return lm.decode([token_id])
+def _new_stepper(p: Plan, batch: int) -> Stepper:
+    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache)
 
-    return decode_one
+
+def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):
+    """Prefill (step 0) or one decoding step; returns the logits and what it recorded (or None)."""
+    recorder = captures.recorder_for(p.cfg, prefill=step == 0)
+    if step == 0:
+        logits = stepper.start(torch.tensor(p.prompt_ids, dtype=torch.long, device=p.lm.device), recorder)
+    else:
+        logits = stepper.step(tokens, recorder)
+    return logits, recorder
+
+
+def _recorded(p: Plan, recorder, step: int) -> tuple[Any, Any, Any]:
+    """(attention rows of every batch row, residual rows, the prompt's attention maps) of one pass."""
+    if recorder is None:
+        return None, None, None
+    c = p.lm.config
+    rows = captures.last_rows(recorder, p.stepper.kinds, c.n_layers) if p.cfg.capture_attention else None
+    prompt = None
+    if step == 0 and p.cfg.capture_prompt_attention:
+        counts = {kind: c.n_layers for kind in p.stepper.kinds}
+        if not p.stepper.decoder_only:
+            counts["encoder"] = c.n_encoder_layers
+        prompt = captures.prompt_maps(recorder, counts)
+    return rows, captures.residual_rows(recorder), prompt
 
 
 def _finish_reason(p: Plan, token_id: int, generated: int, text: str) -> str | None:
@@ -220,9 +128,8 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
     if pipeline.sampling:
         generator = torch.Generator(device=lm.device)
         generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
-    stepper = _stepper(p, batch=1)
+    stepper = _new_stepper(p, batch=1)
     clock = _Clock()
-    decode_one = _decoder(lm)
     generated: list[int] = []
     token: torch.Tensor | None = None
     for step in range(cfg.max_new_tokens):
@@ -230,34 +137,26 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
             return
         t0 = time.perf_counter()
         with torch.inference_mode():
-            if token is None:
-                logits = _start(p, stepper)
-                clock.prefill_ms = (time.perf_counter() - t0) * 1000
-            else:
-                logits = stepper.step(token)
+            logits, recorder = _forward(p, stepper, step, token)
             sequence = stepper.sequence()
-            if cfg.top_candidates > 0:
-                stages = pipeline.run_stages(sequence, logits)
-                scores = stages[-1][1]
-            else:
-                scores = pipeline.run(sequence, logits)
-            token, prob = search.choose(scores, sample=pipeline.sampling, generator=generator)
+            stages = pipeline.run_stages(sequence, logits) if cfg.top_candidates > 0 else None
+            scores = stages[-1][1] if stages is not None else pipeline.run(sequence, logits)
+            token, prob = sampling.choose(scores, sample=pipeline.sampling, generator=generator)
             token_id = int(token)
-            cands = (
-                search.candidates([(n, s[0]) for n, s in stages], token_id, cfg.top_candidates, decode_one)
-                if cfg.top_candidates > 0
-                else None
-            )
-            attention = _attention_rows(stepper, 0)
+            cands = None
+            if stages is not None:
+                cands = sampling.candidates([(n, s[0]) for n, s in stages], token_id, cfg.top_candidates, lm.token_text)
+            rows, residual, prompt = _recorded(p, recorder, step)
         generated.append(token_id)
-        text = lm.decode(generated, skip_special_tokens=True)
+        text = lm.detokenize(generated, skip_special_tokens=True)
         reason = _finish_reason(p, token_id, len(generated), text)
-        cache = stepper.stats()
         step_ms = clock.record(step, t0)
         yield StepEvent(
-            step=step, token_id=token_id, token_text=decode_one(token_id), prob=prob, token_ids=list(generated),
-            text=text, candidates=cands, beams=None, cache=cache, timing=clock.timing(step_ms, len(generated)),
-            attention=attention, finished=reason is not None, finish_reason=reason,
+            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
+            text=text, candidates=cands, beams=None, cache=stepper.stats().to_dict(),
+            timing=clock.timing(step_ms, len(generated)), attention=captures.pick_row(rows, 0),
+            finished=reason is not None, finish_reason=reason, residual=captures.pick_residual(residual, 0),
+            prompt_attention=prompt,
         )
         if reason is not None:
             return
@@ -266,10 +165,13 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
 def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
     lm, cfg, pipeline = p.lm, p.cfg, p.pipeline
     nb = cfg.num_beams
-    stepper = _stepper(p, batch=nb)
+    stepper = _new_stepper(p, batch=nb)
     clock = _Clock()
-    decode_one = _decoder(lm)
-    beams: BeamSearch | None = None
+    beams = BeamSearch(
+        torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device), num_beams=nb, max_length=p.max_length,
+        eos_token_ids=p.eos_ids, length_penalty=cfg.length_penalty, early_stopping=cfg.early_stopping,
+        pad_token_id=lm.config.pad_token_id,
+    )
     result = None
     step = 0
     while True:
@@ -277,67 +179,81 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
             return
         t0 = time.perf_counter()
         with torch.inference_mode():
-            if beams is None:
-                prefix = torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device)
-                beams = BeamSearch(
-                    prefix, num_beams=nb, max_length=p.max_length, eos_token_ids=p.eos_ids,
-                    length_penalty=cfg.length_penalty, early_stopping=cfg.early_stopping,
-                    pad_token_id=lm.config.pad_token_id,
-                )
-                logits = _start(p, stepper)
-                clock.prefill_ms = (time.perf_counter() - t0) * 1000
-            else:
-                if not bool((result.beam_index == torch.arange(nb, device=lm.device)).all()):
-                    stepper.reorder(result.beam_index)
-                logits = stepper.step(result.next_tokens)
+            if result is not None and not bool((result.beam_index == torch.arange(nb, device=lm.device)).all()):
+                stepper.reorder(result.beam_index)
+            logits, recorder = _forward(p, stepper, step, None if result is None else result.next_tokens)
             sequence = beams.flat_running()
             log_probs = torch.log_softmax(logits, dim=-1)
-            if cfg.top_candidates > 0:
-                stages = pipeline.run_stages(sequence, log_probs)
-                processed = stages[-1][1]
-            else:
-                processed = pipeline.run(sequence, log_probs)
+            stages = pipeline.run_stages(sequence, log_probs) if cfg.top_candidates > 0 else None
+            processed = stages[-1][1] if stages is not None else pipeline.run(sequence, log_probs)
             result = beams.step(processed)
             live, finished = beams.live(), beams.finished()
-            if result.done:
-                best_ids = finished[0][0] if finished else live[0][0]
-                reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
-                source = _extended_beam(sequence, len(p.prefix_ids), best_ids)
-            else:
-                best_ids, reason, source = live[0][0], None, None
-            if source is None:  # this step's best continuation (the best hypothesis may have ended earlier)
+            best = finished[0] if result.done and finished else live[0]
+            best_ids, _, best_path = best
+            if len(best_ids) == step + 1:  # the best hypothesis was extended at this step
+                source, token_id = best_path[-1], best_ids[-1]
+            else:  # it ended earlier: describe this step's best continuation
                 source, token_id = int(result.beam_index[0]), int(result.next_tokens[0])
-            else:  # the step that completed the best hypothesis
-                token_id = best_ids[-1]
-            prob = float(torch.log_softmax(processed[source], dim=-1)[token_id].exp())
-            cands = None
-            if cfg.top_candidates > 0:
-                cand_stages = [("raw", logits[source])] + [(n, s[source]) for n, s in stages[1:]]
-                cands = search.candidates(cand_stages, token_id, cfg.top_candidates, decode_one)
-            attention = _attention_rows(stepper, source)
+            token_probs = torch.log_softmax(processed, dim=-1)
+            kept = [
+                (int(b), int(t), float(token_probs[b, t].exp()))
+                for b, t in zip(result.kept_sources.tolist(), result.kept_tokens.tolist())
+            ]
+            prob = float(token_probs[source, token_id].exp())
+            per_beam = None
+            if stages is not None:  # every beam's candidates, each with the continuations kept from it
+                per_beam = [
+                    sampling.candidates(
+                        [("raw", logits[b])] + [(n, s[b]) for n, s in stages[1:]], token_id if b == source else -1,
+                        cfg.top_candidates, lm.token_text, include=[t for src, t, _ in kept if src == b],
+                    )
+                    for b in range(nb)
+                ]
+            rows, residual, prompt = _recorded(p, recorder, step)
+        reason = None
+        if result.done:
+            reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
         # Slots of beams that ended carry a placeholder score; they are not hypotheses.
         hypotheses = [
-            Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, False) for ids, s in live if s > LARGE_NEGATIVE / 2
-        ] + [Hypothesis(ids, lm.decode(ids, skip_special_tokens=True), s, True) for ids, s in finished]
-        cache = stepper.stats()
+            Hypothesis(ids, lm.detokenize(ids, skip_special_tokens=True), s, False, path)
+            for ids, s, path in live if s > LARGE_NEGATIVE / 2
+        ] + [Hypothesis(ids, lm.detokenize(ids, skip_special_tokens=True), s, True, path) for ids, s, path in finished]
         step_ms = clock.record(step, t0)
         yield StepEvent(
-            step=step, token_id=token_id, token_text=decode_one(token_id), prob=prob, token_ids=list(best_ids),
-            text=lm.decode(best_ids, skip_special_tokens=True), candidates=cands, beams=hypotheses, cache=cache,
-            timing=clock.timing(step_ms, step + 1), attention=attention, finished=result.done, finish_reason=reason,
+            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(best_ids),
+            text=lm.detokenize(best_ids, skip_special_tokens=True),
+            candidates=None if per_beam is None else per_beam[source], beams=hypotheses,
+            cache=stepper.stats().to_dict(), timing=clock.timing(step_ms, step + 1),
+            attention=captures.pick_row(rows, source), finished=result.done, finish_reason=reason,
+            residual=captures.pick_residual(residual, source), prompt_attention=prompt, source_beam=source,
+            beam_captures={"attention": rows, "residual": residual, "candidates": per_beam, "kept": kept},
         )
         if result.done:
             return
         step += 1
 
 
-def _extended_beam(running: torch.Tensor, prefix_len: int, ids: list[int]) -> int | None:
-    """The running beam (row of `running`, before this step) that `ids` extended at this step, or None."""
-    head = ids[:-1]
-    for beam, row in enumerate(running.tolist()):
-        if row[prefix_len:] == head:
-            return beam
-    return None
+def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | None) -> list[TokenStep]:
+    """The returned sequence token by token. Greedy/sampled: the events themselves. Beam search: the
+    winning hypothesis, each token with the probability, candidates and captures of the beam (its
+    `beam_path` entry) that chose it at that step."""
+    if final is None:
+        return [
+            TokenStep(e.step, e.token_id, e.token_text, e.prob, e.candidates, None, e.capture) for e in events
+        ]
+    path = []
+    for t, (token_id, source) in enumerate(zip(final.token_ids, final.beam_path)):
+        extra = events[t].beam_captures or {}
+        prob = next(pr for b, tok, pr in extra["kept"] if b == source and tok == token_id)
+        per_beam = extra.get("candidates")
+        cands = None
+        if per_beam is not None:
+            cands = [dataclasses.replace(c, chosen=c.token_id == token_id) for c in per_beam[source]]
+        capture = StepCapture(
+            captures.pick_row(extra.get("attention"), source), captures.pick_residual(extra.get("residual"), source)
+        )
+        path.append(TokenStep(t, token_id, lm.token_text(token_id), prob, cands, source, capture))
+    return path
 
 
 def generate_all(
@@ -347,17 +263,20 @@ def generate_all(
     *,
     stop: threading.Event | None = None,
 ) -> GenerationResult:
-    """Run `generate` to the end and collect a GenerationResult (n-best list, final cache, timings,
-    full attention matrices when captured)."""
+    """Run `generate` to the end and collect a GenerationResult: the n-best list, the final cache,
+    timings, the returned sequence's token path (with what was recorded) and, with
+    `capture_attention`, the full attention maps of the final sequence."""
     cfg = cfg if cfg is not None else GenerationConfig()
     p = plan(lm, prompt, cfg)
     steps = list(_run(p, stop))
     last = steps[-1] if steps else None
     token_ids = list(last.token_ids) if last else []
     text = last.text if last else ""
+    final = None
     if last is not None and last.beams is not None:
         finished = [b for b in last.beams if b.finished]
         sequences = finished or [b for b in last.beams if not b.finished][:1]
+        final = sequences[0]
     else:
         score = float(sum(np.log(max(e.prob, 1e-45)) for e in steps))
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]
@@ -366,28 +285,6 @@ def generate_all(
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,
-        steps=steps, attention=attention, notes=list(p.notes),
+        steps=steps, attention=attention, notes=list(p.notes), path=token_path(lm, steps, final),
+        prompt_attention=steps[0].prompt_attention if steps else None, decoder_prefix=list(p.prefix_ids),
     )
-
-
-@torch.inference_mode()
-def full_attention(lm: LoadedModel, prompt_ids: list[int], token_ids: list[int]) -> dict[str, np.ndarray]:
-    """Attention over the whole final sequence in one pass: decoder {"self": (L, h, T, T)} over
-    prompt + generated; seq2seq {"encoder": (L_e, h, S, S), "self": (L, h, T, T), "cross": (L, h, T, S)}
-    over decoder start + generated (prompt_ids is then the source)."""
-    device = lm.device
-    if lm.kind == "decoder":
-        ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=device)
-        captured: list[torch.Tensor] = []
-        lm.model(ids, None, captured)
-        return {"self": torch.stack([w[0] for w in captured]).float().cpu().numpy()}
-    source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    target = torch.tensor([decoder_prefix(lm) + list(token_ids)], dtype=torch.long, device=device)
-    enc_capture: list[torch.Tensor] = []
-    encoded = lm.model.encode(source, None, capture=enc_capture)
-    dec_capture: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-    lm.model.decode(target, encoded, None, None, capture=dec_capture)
-    out: dict[str, Any] = {"encoder": torch.stack([w[0] for w in enc_capture]).float().cpu().numpy()}
-    for kind, layers in dec_capture.items():
-        out[kind] = torch.stack([w[0] for w in layers]).float().cpu().numpy()
-    return out

@@ -51,8 +51,6 @@ class Candidate:
             "prob_after_penalty": self.prob_after_penalty, "prob_after_temperature": self.prob_after_temperature,
             "prob_final": self.prob_final, "removed_by": self.removed_by, "chosen": self.chosen,
             "stages": dict(self.stages),
-            # the keys viz.sampling.candidate_funnel reads
-            "token": self.text, "id": self.token_id,
         }
 
 
@@ -61,16 +59,43 @@ class Hypothesis:
     """A beam: generated token ids, their text, its score, and whether it ended.
 
     Live beams score with the summed log-probability; finished ones with it divided by
-    length ** length_penalty (transformers' `sequences_scores`).
+    length ** length_penalty (transformers' `sequences_scores`). `beam_path[t]` is the running beam
+    (row) whose step-t distribution chose token t: the hypothesis' ancestry, its last entry the
+    beam it extended at its last step.
     """
 
     token_ids: list[int]
     text: str
     score: float
     finished: bool
+    beam_path: list[int] = field(default_factory=list)
+
+    @property
+    def source_beam(self) -> int | None:
+        return self.beam_path[-1] if self.beam_path else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"token_ids": list(self.token_ids), "text": self.text, "score": self.score, "finished": self.finished}
+        return {"token_ids": list(self.token_ids), "text": self.text, "score": self.score, "finished": self.finished,
+                "beam_path": list(self.beam_path)}
+
+
+AttentionRows = dict[str, list[np.ndarray | None]]  # kind -> per layer (h, S), None where not recorded
+
+
+@dataclass
+class StepCapture:
+    """What a run recorded for one step of one sequence, when asked.
+
+    attention: per kind ("self", and "cross" for seq2seq) and layer, the (h, S) attention row of
+    the query that chose this step's token; residual: (L + 1, d) that query's residual stream after
+    the embedding and after each block.
+    """
+
+    attention: AttentionRows | None = None
+    residual: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attention": _jsonable(self.attention), "residual": _jsonable(self.residual)}
 
 
 @dataclass
@@ -85,9 +110,19 @@ class StepEvent:
     beams: list[Hypothesis] | None
     cache: dict[str, Any]
     timing: dict[str, float]
-    attention: dict[str, list[np.ndarray]] | None = None
+    attention: AttentionRows | None = None
     finished: bool = False
     finish_reason: str | None = None
+    residual: np.ndarray | None = None  # (L + 1, d), with capture_residual
+    prompt_attention: dict[str, list[np.ndarray | None]] | None = None  # step 0 only: kind -> per layer (h, T, S)
+    source_beam: int | None = None  # beam search: the running beam whose distribution chose token_id
+    # Beam search with captures: every running beam's rows, (num_beams, ...) per array, so that the
+    # final hypothesis' rows can be followed back along its beam path.
+    beam_captures: dict[str, Any] | None = None
+
+    @property
+    def capture(self) -> StepCapture:
+        return StepCapture(self.attention, self.residual)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,7 +132,32 @@ class StepEvent:
             "beams": None if self.beams is None else [b.to_dict() for b in self.beams],
             "cache": _jsonable(self.cache), "timing": dict(self.timing),
             "attention": None if self.attention is None else _jsonable(self.attention),
-            "finished": self.finished, "finish_reason": self.finish_reason,
+            "residual": None if self.residual is None else _jsonable(self.residual),
+            "source_beam": self.source_beam, "finished": self.finished, "finish_reason": self.finish_reason,
+        }
+
+
+@dataclass
+class TokenStep:
+    """One token of a returned sequence and how it was chosen (beam search: on its own beam path).
+
+    For greedy and sampled runs this repeats the step's event; for beam search the events describe
+    the best beam *at each step*, while these follow the hypothesis that won in the end.
+    """
+
+    step: int
+    token_id: int
+    token_text: str
+    prob: float
+    candidates: list[Candidate] | None
+    source_beam: int | None
+    capture: StepCapture
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step, "token_id": self.token_id, "token_text": self.token_text, "prob": self.prob,
+            "candidates": None if self.candidates is None else [c.to_dict() for c in self.candidates],
+            "source_beam": self.source_beam, "capture": self.capture.to_dict(),
         }
 
 
@@ -113,6 +173,15 @@ class GenerationResult:
     steps: list[StepEvent]
     attention: dict[str, np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
+    # One entry per token of the returned sequence (beam search: along the winning hypothesis).
+    path: list[TokenStep] = field(default_factory=list)
+    prompt_attention: dict[str, list[np.ndarray | None]] | None = None
+    decoder_prefix: list[int] = field(default_factory=list)  # the decoder stream's start: prompt, or start ids
+
+    @property
+    def captures(self) -> list[StepCapture]:
+        """What was recorded while choosing each returned token (empty captures without recording)."""
+        return [p.capture for p in self.path]
 
     def to_dict(self, *, steps: bool = False) -> dict[str, Any]:
         """JSON-ready summary; per-step events only with `steps` (they can be large)."""

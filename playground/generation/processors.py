@@ -144,10 +144,6 @@ class Pipeline:
             stages.append((p.name, scores))
         return stages
 
-    @property
-    def names(self) -> list[str]:
-        return [p.name for p in self.processors]
-
 
 def build_pipeline(
     cfg: GenerationConfig,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -30,20 +30,24 @@ def candidates(
     stages: list[tuple[str, torch.Tensor]],
     chosen: int,
     count: int,
-    decode_one: Callable[[int], str],
+    token_text: Callable[[int], str],
+    include: Sequence[int] = (),
 ) -> list[Candidate]:
     """The `count` best candidates and their probability after every stage.
 
     stages: [("raw", (V,) logits), (stage name, (V,) scores after it), ...] as `Pipeline.run_stages`
     gives them (log-probabilities also work: softmax is shift-invariant). Candidates are ranked by
-    the scores top-k / top-p act on (after repetition penalty and temperature); the chosen token is
-    always included.
+    the scores top-k / top-p act on (after repetition penalty and temperature); the chosen token
+    (-1: none) is always included, and so is every id in `include` (appended after the best).
     """
     names = [name for name, _ in stages]
     rank_at = max((i for i, n in enumerate(names) if n not in TRUNCATION_STAGES), default=0)
     ids = torch.topk(stages[rank_at][1], min(count, stages[rank_at][1].shape[-1])).indices
-    if not bool((ids == chosen).any()):
+    if chosen >= 0 and not bool((ids == chosen).any()):
         ids[-1] = chosen
+    extra = [i for i in dict.fromkeys(include) if not bool((ids == i).any())]
+    if extra:
+        ids = torch.cat((ids, torch.tensor(extra, dtype=ids.dtype, device=ids.device)))
     scores = torch.stack([s for _, s in stages])[:, ids]  # (stages, n)
     probs = torch.stack([torch.softmax(s, dim=-1)[ids] for _, s in stages]).tolist()
     finite = torch.isfinite(scores).tolist()
@@ -60,7 +64,7 @@ def candidates(
         out.append(
             Candidate(
                 token_id=token_id,
-                text=decode_one(token_id),
+                text=token_text(token_id),
                 logit=raw_logits[j],
                 prob_raw=stage_probs["raw"],
                 prob_after_penalty=after_penalty,

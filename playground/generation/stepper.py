@@ -1,91 +1,80 @@
 """Steppers: run a model one token at a time, with or without a static KV cache.
 
-A stepper owns the token buffer of the decoder stream, the cache and the attention captures of its
-last forward pass. `start` prefills (one pass over the prompt) and returns the next-token logits;
-`step(tokens)` feeds one token per row and returns the next logits; `reorder` follows beam search.
-With `use_cache=False` every step recomputes the whole sequence (same tokens, for comparison).
+A stepper owns everything that differs between decoder-only and encoder-decoder models: where the
+decoder stream starts (the prompt, or the decoder start token), how many positions the model
+holds, how a whole sequence's attention is recomputed, and the cache statistics. The engine's
+loops only ever call `start`, `step`, `reorder`, `sequence` and `stats`.
+
+`start` prefills (one pass over the prompt) and returns the next-token logits; `step(tokens)` feeds
+one token per row and returns the next logits; `reorder` follows beam search. With
+`use_cache=False` every step recomputes the whole sequence (same tokens, for comparison). Each call
+takes an optional `Recorder` for what that forward pass should keep.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from playground.config import ModelConfig
-from playground.models.kv_cache import KVCache
+from playground.errors import PlaygroundError
+from playground.models.kv_cache import CacheStats, CrossCacheStats, KVCache, dtype_name
+from playground.models.recorder import Recorder
+
+if TYPE_CHECKING:
+    from playground.loaded import LoadedModel
+
+_UNBOUNDED_POSITIONS = ("relative", "none")  # T5's relative bias and no positions set no length limit
 
 
-def empty_cache_stats(config: ModelConfig, batch: int, dtype: torch.dtype, recomputed_tokens: int) -> dict[str, Any]:
-    """Cache statistics when no cache is kept: nothing held, every step recomputes the sequence."""
-    element_size = torch.empty((), dtype=dtype).element_size()
-    per_token = 2 * config.n_layers * batch * config.n_kv_heads * config.head_dim * element_size
-    shape = [batch, config.n_kv_heads, 0, config.head_dim]
-    return {
-        "enabled": False, "layers": config.n_layers, "batch": batch, "kv_heads": config.n_kv_heads,
-        "query_heads": config.n_heads, "head_dim": config.head_dim, "tokens": 0, "max_tokens": 0,
-        "dtype": str(dtype).removeprefix("torch."), "element_size": element_size, "bytes_per_token": per_token,
-        "bytes": 0, "allocated_bytes": 0, "mha_equivalent_bytes": 0, "recomputed_tokens": recomputed_tokens,
-        "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(config.n_layers)],
-    }
+class Stepper:
+    """What both kinds share: the decoder stream's token buffer and the cache."""
 
+    decoder_only: ClassVar[bool]
+    prefix_length: ClassVar[int]  # decoder ids before the first generated one (0: the prompt itself)
+    kinds: ClassVar[tuple[str, ...]]  # attention kinds a decoding step records
 
-def _copy_prefill(source: KVCache, target: KVCache) -> None:
-    """Broadcast a batch-1 prefilled cache into every row of `target` (beam search starts)."""
-    n = source.length
-    for src, dst in zip(source.keys + source.values, target.keys + target.values):
-        dst[:, :, :n] = src[:, :, :n]
-    target.length = n
-
-
-class DecoderStepper:
-    """Decoder-only models (`DecoderLM`)."""
-
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, capture: bool) -> None:
+    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
         self.model, self.config = model, model.config
-        self.batch, self.max_tokens, self.use_cache, self.capture = batch, max_tokens, use_cache, capture
-        self.dtype = model.embed.weight.dtype
-        device = model.embed.weight.device
-        self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=device)
+        self.batch, self.max_tokens, self.use_cache = batch, max_tokens, use_cache
+        weight = model.embed.weight
+        self.dtype = weight.dtype
+        self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=weight.device)
         self.length = 0
-        self.cache: KVCache | None = None
-        self.attention: dict[str, list[torch.Tensor]] | None = None  # last pass: {"self": [(B, h, T, S)]}
+        self.cache = None
+
+    # --- what the kinds decide -------------------------------------------------------------------
+
+    @staticmethod
+    def context_limit(config: ModelConfig) -> int | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def decoder_prefix(config: ModelConfig, prompt_ids: list[int]) -> list[int]:
+        raise NotImplementedError
+
+    @staticmethod
+    def empty_prompt(config: ModelConfig) -> list[int]:
+        raise NotImplementedError
+
+    @staticmethod
+    def attention_layer_count(config: ModelConfig) -> int:
+        """Layers a per-step capture can name (decoder layers)."""
+        return config.n_layers
+
+    # --- running ---------------------------------------------------------------------------------
 
     def sequence(self) -> torch.Tensor:
-        """(B, length) the token ids so far: prompt + generated."""
+        """(B, length) the decoder stream so far: prompt (or decoder prefix) + generated."""
         return self.tokens[:, : self.length]
 
-    def _captures(self) -> list[torch.Tensor] | None:
-        if not self.capture:
-            return None
-        self.attention = {"self": []}
-        return self.attention["self"]
-
-    def start(self, prompt: torch.Tensor) -> torch.Tensor:
-        """prompt: (P,) ids. Returns next-token logits (B, V) in float32."""
-        n = prompt.shape[0]
-        self.tokens[:, :n] = prompt
-        self.length = n
-        capture = self._captures()
-        if not self.use_cache:
-            return self.model(prompt[None], None, capture, last_only=True)[:, -1].float().expand(self.batch, -1)
-        self.cache = self.model.new_cache(self.batch, self.max_tokens)
-        if self.batch == 1:
-            return self.model(prompt[None], self.cache, capture, last_only=True)[:, -1].float()
-        first = self.model.new_cache(1, n)  # prefill once, then copy into every beam's rows
-        logits = self.model(prompt[None], first, capture, last_only=True)[:, -1].float()
-        _copy_prefill(first, self.cache)
-        return logits.expand(self.batch, -1)
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
+    def _append(self, tokens: torch.Tensor) -> None:
         self.tokens[:, self.length] = tokens
         self.length += 1
-        capture = self._captures()
-        if self.use_cache:
-            return self.model(tokens[:, None], self.cache, capture, last_only=True)[:, -1].float()
-        return self.model(self.sequence(), None, capture, last_only=True)[:, -1].float()
 
     def reorder(self, index: torch.Tensor) -> None:
         """Row b becomes old row index[b] (beam search)."""
@@ -93,73 +82,154 @@ class DecoderStepper:
         if self.cache is not None:
             self.cache.reorder(index)
 
-    def stats(self) -> dict[str, Any]:
-        if self.cache is None:
-            return empty_cache_stats(self.config, self.batch, self.dtype, self.length)
-        return {"enabled": True, **self.cache.stats()}
+    def stats(self) -> CacheStats:
+        if self.cache is not None:
+            return self.cache.stats()
+        c = self.config
+        return CacheStats(
+            enabled=False, layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, query_heads=c.n_heads,
+            head_dim=c.head_dim, tokens=0, max_tokens=0, dtype=dtype_name(self.dtype),
+            element_size=torch.empty((), dtype=self.dtype).element_size(), recomputed_tokens=self.length,
+        )
 
 
-class Seq2SeqStepper:
+class DecoderStepper(Stepper):
+    """Decoder-only models (`DecoderLM`): the prompt is the start of the decoder stream."""
+
+    decoder_only = True
+    prefix_length = 0
+    kinds = ("self",)
+
+    @staticmethod
+    def context_limit(config: ModelConfig) -> int | None:
+        return config.max_positions
+
+    @staticmethod
+    def decoder_prefix(config: ModelConfig, prompt_ids: list[int]) -> list[int]:
+        return list(prompt_ids)
+
+    @staticmethod
+    def empty_prompt(config: ModelConfig) -> list[int]:
+        if config.bos_token_id is None:
+            raise PlaygroundError("the prompt is empty and the model has no start token; type a prompt")
+        return [config.bos_token_id]
+
+    def start(self, prompt: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """prompt: (P,) ids. Returns next-token logits (B, V) in float32."""
+        n = prompt.shape[0]
+        self.tokens[:, :n] = prompt
+        self.length = n
+        if not self.use_cache:
+            return self.model(prompt[None], None, recorder, last_only=True)[:, -1].float().expand(self.batch, -1)
+        self.cache = self.model.new_cache(self.batch, self.max_tokens)
+        if self.batch == 1:
+            return self.model(prompt[None], self.cache, recorder, last_only=True)[:, -1].float()
+        first = self.model.new_cache(1, n)  # prefill once, then copy into every beam's rows
+        logits = self.model(prompt[None], first, recorder, last_only=True)[:, -1].float()
+        self.cache.fill_from(first)
+        return logits.expand(self.batch, -1)
+
+    def step(self, tokens: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
+        self._append(tokens)
+        if self.use_cache:
+            return self.model(tokens[:, None], self.cache, recorder, last_only=True)[:, -1].float()
+        return self.model(self.sequence(), None, recorder, last_only=True)[:, -1].float()
+
+    @staticmethod
+    def run_whole(model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
+        """One pass over prompt + generated, no cache, recording into `recorder`."""
+        ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=model.embed.weight.device)
+        model(ids, None, recorder)
+
+
+class Seq2SeqStepper(Stepper):
     """Encoder-decoder models (`EncoderDecoderLM`): the encoder runs once; cross K/V are cached once."""
 
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, capture: bool) -> None:
-        self.model, self.config = model, model.config
-        self.batch, self.max_tokens, self.use_cache, self.capture = batch, max_tokens, use_cache, capture
-        weight = next(model.parameters())
-        self.dtype = weight.dtype
-        self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=weight.device)
-        self.length = 0
-        self.cache: Any = None
+    decoder_only = False
+    prefix_length = 1
+    kinds = ("self", "cross")
+
+    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
+        super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache)
         self.encoder_out: torch.Tensor | None = None
         self.source_length = 0
-        self.encoder_attention: list[torch.Tensor] | None = None
-        self.attention: dict[str, list[torch.Tensor]] | None = None  # {"self": [...], "cross": [...]}
 
-    def sequence(self) -> torch.Tensor:
-        """(B, length) decoder ids so far: decoder start token(s) + generated."""
-        return self.tokens[:, : self.length]
+    @staticmethod
+    def context_limit(config: ModelConfig) -> int | None:
+        return None if config.positional in _UNBOUNDED_POSITIONS else config.max_positions
 
-    def _captures(self) -> dict[str, list[torch.Tensor]] | None:
-        if not self.capture:
-            return None
-        self.attention = {"self": [], "cross": []}
-        return self.attention
+    @staticmethod
+    def decoder_prefix(config: ModelConfig, prompt_ids: list[int]) -> list[int]:
+        """[decoder_start_token_id] (bos when the config has none), as transformers' generate()."""
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+        if start is None:
+            raise PlaygroundError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
+        return [start]
 
-    def start(self, source: torch.Tensor, decoder_start: torch.Tensor) -> torch.Tensor:
-        """source: (S,) encoder ids; decoder_start: (D,) first decoder ids. Returns logits (B, V)."""
-        self.encoder_attention = [] if self.capture else None
-        encoded = self.model.encode(source[None], None, capture=self.encoder_attention)  # (1, S, d)
+    @staticmethod
+    def empty_prompt(config: ModelConfig) -> list[int]:
+        if not config.eos_token_ids:
+            raise PlaygroundError("the source is empty and the model has no end token to encode; type a source text")
+        return config.eos_token_ids[:1]
+
+    def start(self, source: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """source: (S,) encoder ids. Returns the first next-token logits (B, V)."""
+        encoded = self.model.encode(source[None], None, recorder)  # (1, S, d)
         self.source_length = source.shape[0]
         self.encoder_out = encoded.expand(self.batch, -1, -1) if self.batch > 1 else encoded
-        n = decoder_start.shape[0]
-        self.tokens[:, :n] = decoder_start
-        self.length = n
+        prefix = self.decoder_prefix(self.config, [])
+        self.tokens[:, : len(prefix)] = torch.tensor(prefix, dtype=torch.long, device=self.tokens.device)
+        self.length = len(prefix)
         if self.use_cache:
             self.cache = self.model.new_cache(self.batch, self.max_tokens)
-        return self._decode(self.sequence())
+        return self._decode(self.sequence(), recorder)
 
-    def _decode(self, ids: torch.Tensor) -> torch.Tensor:
-        capture = self._captures()
-        logits = self.model.decode(ids, self.encoder_out, None, self.cache, capture=capture, last_only=True)
+    def _decode(self, ids: torch.Tensor, recorder: Recorder | None) -> torch.Tensor:
+        logits = self.model.decode(ids, self.encoder_out, None, self.cache, recorder, last_only=True)
         return logits[:, -1].float()
 
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.tokens[:, self.length] = tokens
-        self.length += 1
-        return self._decode(tokens[:, None] if self.use_cache else self.sequence())
+    def step(self, tokens: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        self._append(tokens)
+        return self._decode(tokens[:, None] if self.use_cache else self.sequence(), recorder)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        self.tokens[:, : self.length] = self.tokens[:, : self.length].index_select(0, index)
+    def stats(self) -> CacheStats:
+        stats = super().stats()
         if self.cache is not None:
-            self.cache.reorder(index)
-
-    def stats(self) -> dict[str, Any]:
-        if self.cache is not None:
-            return {"enabled": True, **self.cache.stats()}
-        stats = empty_cache_stats(self.config, self.batch, self.dtype, self.length)
+            return stats
         c = self.config
-        stats["cross_attention"] = {
-            "layers": c.n_layers, "kv_heads": c.n_kv_heads, "head_dim": c.head_dim,
-            "tokens": self.source_length, "bytes": 0,
-        }
-        return stats
+        cross = CrossCacheStats(layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                                tokens=self.source_length, element_size=stats.element_size, held=False)
+        return dataclasses.replace(stats, cross_attention=cross)
+
+    @classmethod
+    def run_whole(cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
+        """Encode the source (`prompt_ids`), decode prefix + generated in one pass, recording."""
+        device = model.embed.weight.device
+        source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+        target = cls.decoder_prefix(model.config, prompt_ids) + list(token_ids)
+        encoded = model.encode(source, None, recorder)
+        model.decode(torch.tensor([target], dtype=torch.long, device=device), encoded, None, None, recorder)
+
+
+def stepper_class(kind: str) -> type[Stepper]:
+    return DecoderStepper if kind == "decoder" else Seq2SeqStepper
+
+
+@torch.inference_mode()
+def full_attention(
+    lm: LoadedModel, prompt_ids: list[int], token_ids: list[int], layers: list[int] | None = None
+) -> dict[str, np.ndarray]:
+    """Attention over a whole final sequence in one pass, through the same model code as generation.
+
+    Decoder: {"self": (L, h, T, T)} over prompt + generated. Seq2seq: {"encoder": (L_e, h, S, S),
+    "self": (L, h, T, T), "cross": (L, h, T, S)} over decoder prefix + generated (prompt_ids is the
+    source). With `layers`, only those layers are computed and stacked, in that order.
+    """
+    recorder = Recorder(layers)
+    stepper_class(lm.kind).run_whole(lm.model, prompt_ids, token_ids, recorder)
+    out = {}
+    for kind, by_layer in recorder.attention.items():
+        order = sorted(by_layer) if layers is None else [i for i in layers if i in by_layer]
+        out[kind] = torch.stack([by_layer[i][0] for i in order]).float().cpu().numpy()
+    return out

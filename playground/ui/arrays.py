@@ -1,7 +1,5 @@
 """Numbers the panels plot, taken from a loaded model as numpy arrays (torch in, numpy out).
 
-- `attention_maps`: one forward pass over the final sequence with attention capture, so every
-  head's full map (prompt and generated tokens) is available after a generation.
 - `positional_data`: the positional scheme the model really uses (its own tables, frequencies and
   learned weights). No Gradio here.
 """
@@ -27,48 +25,6 @@ def attention_budget_tokens(lm: LoadedModel) -> int:
     c = lm.config
     layers = c.n_layers + (c.n_encoder_layers if lm.kind == "seq2seq" else 0) * 2
     return max(8, int(math.sqrt(ATTENTION_BUDGET_BYTES / (4 * max(1, layers) * c.n_heads))))
-
-
-def _stack(maps: list[torch.Tensor]) -> np.ndarray:
-    # per layer (1, h, T, S) -> (L, h, T, S)
-    return torch.stack([m[0] for m in maps]).float().cpu().numpy()
-
-
-@torch.inference_mode()
-def attention_maps(lm: LoadedModel, prompt_ids: list[int], generated_ids: list[int]) -> dict[str, np.ndarray]:
-    """Full attention of the final sequence.
-
-    decoder: {"self": (L, h, T, T)} over prompt + generated;
-    seq2seq: {"encoder": (L_e, h, S, S), "self": (L, h, T, T), "cross": (L, h, T, S)} with the
-    decoder sequence = start token(s) + generated.
-    """
-    device = lm.device
-    if lm.kind == "seq2seq":
-        src = torch.tensor([prompt_ids], device=device)
-        enc_capture: list[torch.Tensor] = []
-        enc = lm.model.encode(src, None, capture=enc_capture)
-        dec_ids = torch.tensor([decoder_tokens(lm, generated_ids)], device=device)
-        dec_capture: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-        lm.model.decode(dec_ids, enc, None, None, capture=dec_capture)
-        return {"encoder": _stack(enc_capture), "self": _stack(dec_capture["self"]),
-                "cross": _stack(dec_capture["cross"])}
-    ids = torch.tensor([list(prompt_ids) + list(generated_ids)], device=device)
-    capture: list[torch.Tensor] = []
-    lm.model(ids, None, capture)
-    return {"self": _stack(capture)}
-
-
-def decoder_tokens(lm: LoadedModel, generated_ids: list[int]) -> list[int]:
-    """The seq2seq decoder's input: its start token then what it generated."""
-    start = lm.config.decoder_start_token_id
-    if start is None:
-        start = lm.config.pad_token_id if lm.config.pad_token_id is not None else 0
-    return [int(start)] + [int(i) for i in generated_ids]
-
-
-def token_texts(lm: LoadedModel, ids: list[int]) -> list[str]:
-    """Each id decoded on its own (what a heatmap axis shows)."""
-    return [lm.decode([int(i)]) for i in ids]
 
 
 # --- positional encodings -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ import numpy as np
 from playground import viz
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
+from playground.generation import full_attention, stepper_class
 from playground.ui import arrays, views
 from playground.ui.catalog import HUB_PREFIX, Catalog
 from playground.ui.registry import ModelRegistry
@@ -198,12 +199,13 @@ class Handlers:
     # --- generation ------------------------------------------------------------------------------
 
     def _prepare(self, settings: UISettings):
-        from playground.generation import GenerationConfig, clamp_settings
+        from playground.generation import GenerationConfig
+        from playground.ui.limits import clamp_settings
 
         if not settings.prompt.strip():
             raise PlaygroundError("the prompt is empty; type some text to continue (or a date to translate)")
         lm = self.model_for(settings.model, settings.dtype)
-        prompt_ids = lm.encode(settings.prompt, chat=settings.chat and lm.chat_template_available)
+        prompt_ids = lm.tokenize(settings.prompt, chat=settings.chat and lm.chat_template_available)
         cfg, notes = clamp_settings(GenerationConfig(**generation_kwargs(settings)), lm, len(prompt_ids))
         if settings.chat and not lm.chat_template_available:
             notes = [*notes, "this checkpoint has no chat template; the prompt was used as plain text"]
@@ -240,7 +242,7 @@ class Handlers:
         lm, prompt_ids, cfg, notes = self._prepare(settings)
         key, stop = self._register_stop(request)
         knobs = asdict(cfg)
-        prompt_tokens = list(zip(prompt_ids, arrays.token_texts(lm, prompt_ids))) if lm.kind == "decoder" else []
+        prompt_tokens = list(zip(prompt_ids, lm.token_texts(prompt_ids))) if lm.kind == "decoder" else []
         beam = cfg.num_beams > 1
         run = {"model": settings.model, "dtype": settings.dtype, "kind": lm.kind, "prompt_ids": prompt_ids,
                "prompt_tokens": prompt_tokens, "knobs": knobs, "records": [], "attention": None,
@@ -375,7 +377,7 @@ class Handlers:
         if not run:
             raise gr.Error("Generate once first; this reruns that same request without the KV cache.")
         lm = self.model_for(run["model"], run["dtype"])
-        prompt = run["prompt_ids"] if lm.kind == "decoder" else lm.decode(run["prompt_ids"], skip_special_tokens=True)
+        prompt = run["prompt_ids"] if lm.kind == "decoder" else lm.detokenize(run["prompt_ids"], skip_special_tokens=True)
         knobs = {**run["knobs"], "capture_attention": False}
         # One token first, so that neither measured run pays for waking the idle thread pool.
         generate_all(lm, prompt, GenerationConfig(**{**knobs, "max_new_tokens": 1}))
@@ -401,14 +403,14 @@ class Handlers:
             run["attention_note"] = (f"Attention maps are kept for sequences up to {min(budget, lm.config.max_positions)}"
                                      f" tokens; this one has {total}. Use a shorter prompt or fewer new tokens.")
             return
-        run["attention"] = arrays.attention_maps(lm, run["prompt_ids"], generated)
-        src = arrays.token_texts(lm, run["prompt_ids"])
+        run["attention"] = full_attention(lm, run["prompt_ids"], generated)
+        src = lm.token_texts(run["prompt_ids"])
         if lm.kind == "seq2seq":
-            dec = arrays.token_texts(lm, arrays.decoder_tokens(lm, generated))
+            dec = lm.token_texts(stepper_class(lm.kind).decoder_prefix(lm.config, run["prompt_ids"]) + generated)
             run["labels"] = {"encoder": (src, src), "self": (dec, dec), "cross": (dec, src)}
             run["first_generated_query"] = {"encoder": 0, "self": 0, "cross": 0}
         else:
-            toks = arrays.token_texts(lm, run["prompt_ids"] + generated)
+            toks = lm.token_texts(run["prompt_ids"] + generated)
             run["labels"] = {"self": (toks, toks)}
             run["first_generated_query"] = {"self": max(0, len(run["prompt_ids"]) - 1)}
         run["kv_groups"] = lm.config.n_heads // lm.config.n_kv_heads

@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from playground.ui.handlers import VIEWS, new_session
+from playground.ui.limits import RANGES
 from playground.ui.settings import DTYPES, MODES, UISettings
 
 INTRO = """# Transformer Playground
@@ -70,7 +71,7 @@ class Page:
 
 def build_page(title: str = "Transformer Playground") -> Page:
     d = UISettings()
-    r = UISettings.RANGES
+    r = RANGES
     s: dict[str, Any] = {}
     c: dict[str, Any] = {}
     with gr.Blocks(title=title) as demo:

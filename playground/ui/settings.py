@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from playground.ui.limits import CAPS, RANGES
+
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
-MAX_PROMPT_CHARS = 4000  # a query string that long is already unusual; longer prompts are cut, stated
 
 
 @dataclass
@@ -40,20 +41,6 @@ class UISettings:
     top_candidates: int = 8
     attention: bool = True
     pace_ms: int = 0  # slow motion: a pause after each token so people can watch (and Stop) it
-
-    # Widget ranges, shared by the layout (slider bounds) and the parser (reject what a slider can't show).
-    RANGES = {
-        "temperature": (0.0, 5.0),
-        "top_k": (0, 500),
-        "top_p": (0.01, 1.0),
-        "repetition_penalty": (0.5, 3.0),
-        "num_beams": (1, 16),
-        "length_penalty": (-3.0, 3.0),
-        "max_new_tokens": (1, 1024),
-        "seed": (0, 2**31 - 1),
-        "top_candidates": (1, 50),
-        "pace_ms": (0, 1000),
-    }
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -94,7 +81,7 @@ def _parse_value(name: str, text: str) -> Any:
         value = float(text)
         if not math.isfinite(value):
             raise ValueError("expected a finite number")
-    lo, hi = UISettings.RANGES[name]
+    lo, hi = RANGES[name]
     if not lo <= value <= hi:
         raise ValueError(f"outside {lo}..{hi}")
     return value
@@ -116,9 +103,9 @@ def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tup
         except ValueError as exc:
             shown = text if len(text) <= 40 else text[:37] + "..."
             notes.append(f"ignored link parameter {key}={shown!r}: {exc}")
-    if len(values["prompt"]) > MAX_PROMPT_CHARS:
-        values["prompt"] = values["prompt"][:MAX_PROMPT_CHARS]
-        notes.append(f"the prompt from the link was cut to {MAX_PROMPT_CHARS} characters")
+    if len(values["prompt"]) > CAPS.prompt_chars:
+        values["prompt"] = values["prompt"][: CAPS.prompt_chars]
+        notes.append(f"the prompt from the link was cut to {CAPS.prompt_chars} characters")
     return UISettings(**values), notes
 
 

@@ -15,10 +15,6 @@ for module in (gpt2, llama, t5, bart, marian, transformer):
         FAMILIES[family.model_type] = family
 
 
-def register(family: Family) -> None:
-    FAMILIES[family.model_type] = family
-
-
 def family_for(hf_config: dict, where: str = "config.json") -> Family:
     model_type = hf_config.get("model_type")
     if model_type not in FAMILIES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +23,6 @@ class Family:
     ignore: tuple[str, ...] = ()  # regexes of checkpoint tensors we deliberately do not use
     prefixes: tuple[str, ...] = ("",)  # tried in order; the first whose embedding exists wins
     probe: str = ""  # a tensor name (after the prefix) that every checkpoint of the family has
-    notes: dict[str, str] = field(default_factory=dict)
     # Settle what config.json leaves open from the tensors in the file: (config, reader, prefix) -> config.
     adapt: Callable[[ModelConfig, TensorReader, str], ModelConfig] | None = None
 

@@ -1,0 +1,144 @@
+"""Planning a run: settings and a prompt -> a validated `Plan`, before any forward pass.
+
+One rule decides how a prompt and the new tokens share the model's positions (`fit_to_context`):
+the engine applies it strictly (refuse, or truncate when asked), the app leniently (shrink and say so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from playground.generation.config import GenerationConfig, SettingsError
+from playground.generation.processors import Pipeline, build_pipeline
+from playground.generation.stepper import Stepper, stepper_class
+from playground.loaded import LoadedModel
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """How a prompt of `prompt_len` tokens and the new tokens fit: keep the last `keep` prompt tokens."""
+
+    keep: int
+    max_new_tokens: int
+    notes: tuple[str, ...] = ()
+
+
+def fit_to_context(
+    stepper: type[Stepper],
+    context: int | None,
+    prompt_len: int,
+    max_new_tokens: int,
+    *,
+    truncate: bool,
+    shrink: bool = False,
+) -> ContextFit:
+    """Fit a prompt and `max_new_tokens` into `context` positions (None: no limit).
+
+    Decoder-only models hold prompt + new tokens in one sequence; seq2seq models hold the source in
+    the encoder and the decoder prefix + new tokens in the decoder. `truncate` drops prompt tokens
+    from the left; `shrink` (the app) also lowers max_new_tokens, with a note for each change.
+    Otherwise a request that does not fit raises SettingsError saying what to change.
+    """
+    keep, new, notes = prompt_len, max_new_tokens, []
+    if context is None:
+        return ContextFit(keep, new)
+    if stepper.decoder_only:
+        room = context - prompt_len
+        if new <= room:
+            return ContextFit(keep, new)
+        if shrink and room >= 1:
+            notes.append(f"max_new_tokens {new} does not fit the model's remaining context of {room} tokens: using {room}")
+            return ContextFit(keep, room, tuple(notes))
+        if shrink:
+            new = max(1, min(new, context // 4))
+        keep = context - new
+        if (truncate or shrink) and keep >= 1:
+            notes.append(
+                f"the prompt has {prompt_len} tokens but the model holds {context}: dropping the first "
+                f"{prompt_len - keep} tokens (truncated on the left) to leave room for {new} new tokens"
+            )
+            return ContextFit(keep, new, tuple(notes))
+        raise SettingsError(
+            f"the prompt ({prompt_len} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's context of "
+            f"{context} positions; lower max_new_tokens to {max(context - prompt_len, 0)} or shorten the prompt"
+        )
+    if prompt_len > context:
+        if not (truncate or shrink):
+            raise SettingsError(f"the source has {prompt_len} tokens but the encoder holds {context}; shorten it")
+        keep = context
+        notes.append(
+            f"the source has {prompt_len} tokens but the encoder holds {context}: dropping the first "
+            f"{prompt_len - context} tokens (truncated on the left)"
+        )
+    room = context - stepper.prefix_length
+    if new > room:
+        if not shrink:
+            raise SettingsError(
+                f"max_new_tokens ({new}) exceeds the decoder's {context} positions; use at most {room}"
+            )
+        notes.append(f"max_new_tokens {new} does not fit the decoder's {context} positions: using {room}")
+        new = room
+    return ContextFit(keep, new, tuple(notes))
+
+
+@dataclass
+class Plan:
+    """Everything decided before the first forward pass."""
+
+    lm: LoadedModel
+    cfg: GenerationConfig
+    stepper: type[Stepper]
+    prompt_ids: list[int]  # what the model reads (decoder prompt, or seq2seq source)
+    prefix_ids: list[int]  # what the decoder stream starts with (= prompt for decoder-only)
+    eos_ids: list[int]
+    pipeline: Pipeline
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def max_length(self) -> int:
+        return len(self.prefix_ids) + self.cfg.max_new_tokens
+
+
+def as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> list[int]:
+    """The prompt as token ids: text is tokenized (in the chat template with `cfg.chat`)."""
+    if isinstance(prompt, str):
+        return lm.tokenize(prompt, chat=cfg.chat) if prompt else []
+    if isinstance(prompt, torch.Tensor):
+        if prompt.dim() == 2 and prompt.shape[0] == 1:
+            prompt = prompt[0]
+        if prompt.dim() != 1 or prompt.dtype.is_floating_point:
+            raise SettingsError(f"prompt ids must be one sequence of integers, got a tensor of shape {tuple(prompt.shape)}")
+        return [int(i) for i in prompt.tolist()]
+    if isinstance(prompt, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        return [int(i) for i in prompt]
+    raise SettingsError("the prompt must be text, a list of token ids or a 1-D tensor of ids")
+
+
+def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> Plan:
+    """Validate the settings against the model and the prompt; raise SettingsError saying what to change."""
+    cfg.validate()
+    c = lm.config
+    stepper = stepper_class(lm.kind)
+    ids = as_ids(lm, prompt, cfg)
+    notes: list[str] = []
+    bad = [i for i in ids if not 0 <= i < c.vocab_size]
+    if bad:
+        raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
+    layers = stepper.attention_layer_count(c)
+    if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
+        raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
+    if not ids:
+        ids = stepper.empty_prompt(c)
+        notes.append("the prompt was empty: starting from the start token")
+    fit = fit_to_context(stepper, stepper.context_limit(c), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt)
+    ids = ids[len(ids) - fit.keep :]
+    notes += fit.notes
+    prefix = stepper.decoder_prefix(c, ids)
+    max_length = len(prefix) + cfg.max_new_tokens
+    forced_bos = (c.forced_bos_token_id, 1) if c.forced_bos_token_id is not None else None
+    forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
+    min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
+    pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes)
