@@ -119,4 +119,7 @@ class SelfAttention(nn.Module):
         out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
         if keep:
             recorder.record_attention(kind, layer, weights)
-        return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        if recorder is not None and recorder.wants_internals(layer):
+            recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
+        return out

@@ -51,4 +51,7 @@ class CrossAttention(nn.Module):
         out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=keep)
         if keep:
             recorder.record_attention("cross", layer, weights)  # (B, h, T, S)
-        return self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        if recorder is not None and recorder.wants_internals(layer):
+            recorder.record_internals("cross", layer, q=q, k=k, v=v, output=out)
+        return out

@@ -22,15 +22,28 @@ class Recorder:
     block of the decoder stack, (B, d) each: what a logit lens reads.
     """
 
-    def __init__(self, layers: Iterable[int] | None = None, *, residual: bool = False) -> None:
+    def __init__(
+        self, layers: Iterable[int] | None = None, *, residual: bool = False, internals: Iterable[int] = ()
+    ) -> None:
         self.layers = None if layers is None else frozenset(int(i) for i in layers)
         self.keep_residual = residual
+        self.internals_layers = frozenset(int(i) for i in internals)
         self.attention: dict[str, dict[int, torch.Tensor]] = {}
         self.residual: list[torch.Tensor] = []
+        self.internals: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
 
     def wants(self, layer: int) -> bool:
         """Whether this layer's attention weights are to be kept (the layer then skips SDPA)."""
         return self.layers is None or layer in self.layers
+
+    def wants_internals(self, layer: int) -> bool:
+        """Whether this layer's attention internals (q, k, v as attended, the output) are to be kept."""
+        return layer in self.internals_layers
+
+    def record_internals(self, kind: str, layer: int, **tensors: torch.Tensor) -> None:
+        """q (B, h, T, d) after any rotation, k and v (B, h_kv, S, d) as attended (cache included),
+        output (B, T, d_model) after the output projection; merged with what the layer recorded before."""
+        self.internals.setdefault(kind, {}).setdefault(layer, {}).update(tensors)
 
     def record_attention(self, kind: str, layer: int, weights: torch.Tensor) -> None:
         self.attention.setdefault(kind, {})[layer] = weights
