@@ -114,8 +114,10 @@ class DecoderStepper(Stepper):
             raise PlaygroundError("the prompt is empty and the model has no start token; type a prompt")
         return [config.bos_token_id]
 
-    def start(self, prompt: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
-        """prompt: (P,) ids. Returns next-token logits (B, V) in float32."""
+    def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """prefix: (P,) the decoder stream's first ids (the prompt, plus any forced tokens; `source`
+        is not read separately). Returns next-token logits (B, V) in float32."""
+        prompt = prefix
         n = prompt.shape[0]
         self.tokens[:, :n] = prompt
         self.length = n
@@ -173,14 +175,14 @@ class Seq2SeqStepper(Stepper):
             raise PlaygroundError("the source is empty and the model has no end token to encode; type a source text")
         return config.eos_token_ids[:1]
 
-    def start(self, source: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
-        """source: (S,) encoder ids. Returns the first next-token logits (B, V)."""
+    def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """source: (S,) encoder ids; prefix: (D,) the decoder's first ids (start token, plus any forced
+        tokens). Returns the first next-token logits (B, V)."""
         encoded = self.model.encode(source[None], None, recorder)  # (1, S, d)
         self.source_length = source.shape[0]
         self.encoder_out = encoded.expand(self.batch, -1, -1) if self.batch > 1 else encoded
-        prefix = self.decoder_prefix(self.config, [])
-        self.tokens[:, : len(prefix)] = torch.tensor(prefix, dtype=torch.long, device=self.tokens.device)
-        self.length = len(prefix)
+        self.tokens[:, : prefix.shape[0]] = prefix
+        self.length = prefix.shape[0]
         if self.use_cache:
             self.cache = self.model.new_cache(self.batch, self.max_tokens)
         return self._decode(self.sequence(), recorder)
