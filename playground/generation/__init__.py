@@ -11,7 +11,7 @@ captures (what a run records), engine (the two decoding loops), events (what the
 """
 
 from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
-from playground.generation.engine import generate, generate_all
+from playground.generation.engine import generate, generate_all, run_plan, token_path
 from playground.generation.events import (
     Candidate,
     GenerationResult,
@@ -26,5 +26,5 @@ from playground.generation.stepper import full_attention, stepper_class
 __all__ = [
     "MAX_BEAMS", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
     "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all", "plan",
-    "stepper_class",
+    "run_plan", "stepper_class", "token_path",
 ]

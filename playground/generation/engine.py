@@ -45,10 +45,11 @@ def generate(
     the generator is closed. `forced_prefix`: tokens the output is made to start with (branching
     from a step); events describe only the tokens generated after them.
     """
-    return _run(plan(lm, prompt, cfg if cfg is not None else GenerationConfig(), forced_prefix), stop)
+    return run_plan(plan(lm, prompt, cfg if cfg is not None else GenerationConfig(), forced_prefix), stop)
 
 
-def _run(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
+def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent]:
+    """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
     loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample
     return loop(p, stop)
 
@@ -273,7 +274,7 @@ def generate_all(
     `capture_attention`, the full attention maps of the final sequence."""
     cfg = cfg if cfg is not None else GenerationConfig()
     p = plan(lm, prompt, cfg, forced_prefix)
-    steps = list(_run(p, stop))
+    steps = list(run_plan(p, stop))
     last = steps[-1] if steps else None
     token_ids = list(last.token_ids) if last else []
     text = last.text if last else ""
