@@ -44,10 +44,11 @@ ACTIVATIONS = {
 }
 
 
-def activation(name: str | None, where: str = "config.json") -> str:
+def activation(name: str | None, where: str = "config.json", *, field: str = "activation") -> str:
+    """Our name for a transformers activation; `field` names the config key in the refusal."""
     if name not in ACTIVATIONS:
         raise CheckpointError(
-            f"{where}: activation {name!r} is not implemented; supported: {', '.join(sorted(ACTIVATIONS))}"
+            f"{where}: {field} {name!r} is not implemented; supported: {', '.join(sorted(ACTIVATIONS))}"
         )
     return ACTIVATIONS[name]
 
