@@ -10,11 +10,10 @@ head count and FFN width (DistilBART: 12 encoder / 6 decoder layers).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
-from playground.checkpoints.families.base import Family, activation, refuse, require, untie_if_head_differs
+from playground.checkpoints.families.base import Family, activation, adapt_shared_embedding, refuse, require
 from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
 
@@ -126,7 +125,7 @@ def rules(config: ModelConfig) -> list[Rule]:
     return top + encoder + decoder
 
 
-# Copies of the shared embedding and a tied head that some files carry.
+# Copies of the shared embedding (checked equal by `adapt_shared_embedding`) and a tied head's copy.
 IGNORE = (r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight")
 # Sinusoidal tables some files store: recomputed from the config instead (see `family`).
 STORED_SINUSOIDS = r"(model\.)?(encoder|decoder)\.embed_positions\.weights?"
@@ -141,7 +140,7 @@ def family(model_type: str, config_from_hf: Any, *, sinusoidal: bool = False) ->
         ignore=(*IGNORE, STORED_SINUSOIDS) if sinusoidal else IGNORE,
         prefixes=("model.", ""),
         probe="shared.weight",
-        adapt=functools.partial(untie_if_head_differs, embed="shared.weight"),
+        adapt=adapt_shared_embedding,
     )
 
 

@@ -7,10 +7,9 @@ stack and shared by all its layers. A tied head multiplies the decoder output by
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from playground.checkpoints.families.base import Family, activation, refuse, require, untie_if_head_differs
+from playground.checkpoints.families.base import Family, activation, adapt_shared_embedding, refuse, require
 from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
 
@@ -105,13 +104,14 @@ FAMILIES = [
         model_type="t5",
         config_from_hf=config_from_hf,
         rules=rules,
-        # Copies of the shared embedding, a tied head, and a cross-attention bias table T5 never uses.
+        # Copies of the shared embedding (checked equal by `adapt_shared_embedding`), a tied head's copy, and a
+        # cross-attention bias table T5 never uses.
         ignore=(
             r"(encoder|decoder)\.embed_tokens\.weight",
             r"lm_head\.weight",
             r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",
         ),
         probe="shared.weight",
-        adapt=functools.partial(untie_if_head_differs, embed="shared.weight"),
+        adapt=adapt_shared_embedding,
     )
 ]
