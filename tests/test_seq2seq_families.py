@@ -19,8 +19,8 @@ from playground.errors import ConfigError
 from playground.generation import GenerationConfig, generate
 from playground.models import build_model
 from playground.models.layers import init_weights
+from playground.models.positional import position_vectors
 from playground.models.recorder import Recorder
-from playground.ui.arrays import attention_budget_tokens, positional_data
 from tests.hf_tiny import bart_like, m2m_like, marian_like, mbart_like, pegasus_like, save_seq2seq, t5_like
 
 transformers.logging.set_verbosity_error()
@@ -78,9 +78,26 @@ def build_pair(name: str, directory) -> tuple[torch.nn.Module, playground.Loaded
     return reference, playground.load_model(directory)
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def pair(request, tmp_path_factory):
-    return build_pair(request.param, tmp_path_factory.mktemp(request.param))
+SINUSOIDAL = [name for name, case in sorted(CASES.items()) if case[0] in ("marian", "pegasus", "m2m_100")]
+FAIRSEQ = [name for name, case in sorted(CASES.items()) if case[0] == "m2m_100"]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """Each case's (transformers reference, our model), built once per module when first asked for."""
+    built: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple[torch.nn.Module, playground.LoadedModel]:
+        if name not in built:
+            built[name] = build_pair(name, tmp_path_factory.mktemp(name))
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(params=sorted(CASES))
+def pair(request, pairs):
+    return pairs(request.param)
 
 
 def _batch(lm: playground.LoadedModel, seed: int, *, left_pad: bool = False):
@@ -192,39 +209,31 @@ def test_generation_cache_stats_count_the_decoder_only(pair):
             assert (cross["layers"], cross["kv_heads"], cross["head_dim"], cross["tokens"]) == (
                 c.n_layers, c.n_kv_heads, c.head_dim, len(source))
             assert cross["bytes"] == (2 * c.n_layers * c.n_kv_heads * len(source) * c.head_dim * 4 if use_cache else 0)
-    budget = attention_budget_tokens(lm)
-    maps = c.n_layers * c.n_heads + 2 * c.n_encoder_layers * c.n_encoder_heads
-    assert budget == max(8, int((96 * 2**20 / (4 * maps)) ** 0.5))
 
 
-def test_positional_data_is_what_the_model_adds(pair):
-    reference, lm = pair
+@pytest.mark.parametrize("name", SINUSOIDAL)
+def test_position_vectors_are_what_the_model_adds(pairs, name):
+    """What the positional panel plots (`position_vectors`) is transformers' table at positions 0..11."""
+    reference, lm = pairs(name)
     c, length = lm.config, 12
-    data = positional_data(lm, length)
     encoder = reference.get_encoder()
     ids = torch.full((1, length), c.eos_token_ids[0])  # no padding: positions 0..length-1
-    if c.family == "t5":
-        assert data["scheme"] == "relative"
-        return
     with torch.no_grad():
-        if c.family in ("bart", "mbart"):
-            theirs = encoder.embed_positions(ids)[0]  # learned, offset 2
-        elif c.family == "m2m_100":
-            theirs = encoder.embed_positions(ids, None)[0]  # fairseq rows pad + 1 ...
-            assert data["first_row"] == c.pad_token_id + 1
+        if c.sinusoidal_layout == "fairseq":
+            theirs = encoder.embed_positions(ids, None)[0]  # M2M100: rows pad + 1 ...
         else:
             theirs = encoder.embed_positions(ids.shape)  # Marian / Pegasus: sin half | cos half from row 0
-            assert data["first_row"] == 0 and data["layout"] == "halves"
-    torch.testing.assert_close(torch.as_tensor(data["table"]), theirs.float(), atol=1e-6, rtol=0)
-    assert data["table"].shape == (length, c.d_model)
+    ours = position_vectors(c, length)
+    assert ours.shape == (length, c.d_model)
+    torch.testing.assert_close(ours, theirs.float(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(lm.model.encoder.positions(0, length), ours, atol=0, rtol=0)
 
 
-def test_m2m_positions_skip_padding_tokens(pair):
+@pytest.mark.parametrize("name", FAIRSEQ)
+def test_m2m_positions_skip_padding_tokens(pairs, name):
     """fairseq counts positions over non-padding tokens: a left-padded source reads exactly as the
     same source without padding, and a pad token inside the target takes no position."""
-    reference, lm = pair
-    if lm.config.family != "m2m_100":
-        pytest.skip("only fairseq positions skip padding")
+    reference, lm = pairs(name)
     src, mask, tgt = _batch(lm, 4, left_pad=True)
     padded = lm.logits(src, tgt, attention_mask=mask)
     alone = lm.logits(src[1:, 4:], tgt[1:])

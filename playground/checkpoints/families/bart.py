@@ -25,6 +25,7 @@ def bart_family_config(hf: dict[str, Any], family: str, defaults: dict[str, Any]
     """A `ModelConfig` from the config keys the BART family shares; `defaults` are the transformers
     config class's own values for keys a config.json may omit, `fields` the member's architecture."""
     hf = {**defaults, **hf}
+    refuse(hf.get("is_encoder_decoder") is False, "is_encoder_decoder=false: this family is an encoder-decoder")
     d_model = require(hf, "d_model")
     shared: dict[str, Any] = dict(
         family=family,
