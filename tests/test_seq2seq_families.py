@@ -244,6 +244,49 @@ def test_m2m_positions_skip_padding_tokens(pairs, name):
     torch.testing.assert_close(lm.logits(src, tgt, attention_mask=mask), expected, atol=1e-4, rtol=0)
 
 
+# --- files that transformers would read differently from what we build -------------------------
+
+
+def test_embedding_copies_are_used_only_when_equal_to_the_shared_one(tmp_path):
+    """transformers unties a file's encoder/decoder embed_tokens that differ from shared.weight and
+    uses them: equal copies load (with parity), a distinct one is refused by name."""
+    from safetensors.torch import load_file, save_file
+
+    save_seq2seq(tmp_path, "bart", bart_like())
+    path = tmp_path / "model.safetensors"
+    tensors = load_file(path)
+    for stack in ("encoder", "decoder"):
+        tensors[f"model.{stack}.embed_tokens.weight"] = tensors["model.shared.weight"].clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+    reference = transformers.BartForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager")
+    src, tgt = torch.tensor([[5, 9, 23, 40]]), torch.tensor([[2, 7, 8]])
+    with torch.no_grad():
+        expected = reference(input_ids=src, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(playground.load_model(tmp_path).logits(src, tgt), expected, atol=1e-4, rtol=0)
+    tensors["model.decoder.embed_tokens.weight"] = tensors["model.shared.weight"] + 0.5
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(playground.CheckpointError, match="model.decoder.embed_tokens.weight differs from model.shared"):
+        playground.load_model(tmp_path)
+
+
+@pytest.mark.parametrize("family, kwargs", [("pegasus", pegasus_like()), ("marian", marian_like())])
+def test_stored_sinusoidal_tables_must_be_the_computed_ones(tmp_path, family, kwargs):
+    """Pegasus files store their tables and transformers reads them: the real table loads, another is refused."""
+    from safetensors.torch import load_file, save_file
+
+    reference = save_seq2seq(tmp_path, family, kwargs)
+    path = tmp_path / "model.safetensors"
+    tensors = load_file(path)
+    name = "model.encoder.embed_positions.weight"
+    tensors[name] = reference.get_encoder().embed_positions.weight.detach().clone()  # Marian's files omit it
+    save_file(tensors, path, metadata={"format": "pt"})
+    assert playground.load_model(tmp_path).config.family == family
+    tensors[name][5, 3] += 0.01
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(playground.CheckpointError, match=f"{name} is not the sinusoidal table"):
+        playground.load_model(tmp_path)
+
+
 # --- our own encoder-decoder: grouped-query attention with an encoder of its own shape ------------
 
 

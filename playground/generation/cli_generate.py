@@ -83,7 +83,9 @@ def _run(args: argparse.Namespace) -> int:
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.target_lang is not None:
         if lm.tokenizer is None:
-            raise PlaygroundError(f"--target-lang needs the checkpoint's tokenizer ({lm.tokenizer_error}); use --forced-bos-token-id")
+            raise PlaygroundError(
+                f"--target-lang needs the checkpoint's tokenizer ({lm.tokenizer_error}); use --forced-bos-token-id"
+            )
         cfg = cfg.replace(forced_bos_token_id=language_token_id(lm.tokenizer, args.target_lang))
     result = generate_all(lm, prompt, cfg)
     timing = result.timing

@@ -95,7 +95,9 @@ def sinusoidal_table(
     return table.float()
 
 
-def fairseq_sinusoidal(rows: torch.Tensor, dim: int, base: float = 10000.0, padding_idx: int | None = None) -> torch.Tensor:
+def fairseq_sinusoidal(
+    rows: torch.Tensor, dim: int, base: float = 10000.0, padding_idx: int | None = None
+) -> torch.Tensor:
     """Rows of fairseq's sinusoidal table (M2M100, NLLB) for integer row indices of any shape -> (..., dim).
 
     Row r is [sin(r·w_0) … sin(r·w_{h-1}) | cos(r·w_0) … cos(r·w_{h-1})] with w_i = base^(-i/(h-1)),
@@ -120,7 +122,8 @@ def position_vectors(config: ModelConfig, length: int, base: float | None = None
     sequence, (length, d_model); `base` replaces the config's base (to compare wavelengths)."""
     base = config.sinusoidal_base if base is None else base
     if config.sinusoidal_layout == "fairseq":
-        return fairseq_sinusoidal(torch.arange(length) + config.pad_token_id + 1, config.d_model, base, config.pad_token_id)
+        pad = config.pad_token_id
+        return fairseq_sinusoidal(torch.arange(length) + pad + 1, config.d_model, base, pad)
     return sinusoidal_table(length, config.d_model, base, config.sinusoidal_layout)
 
 
@@ -202,7 +205,8 @@ class LearnedPositions(nn.Embedding):
 def absolute_positions(config: ModelConfig) -> nn.Module | None:
     """The module adding position vectors to the embeddings, or None (RoPE, relative bias, none)."""
     if config.positional == "sinusoidal":
-        return FairseqSinusoidalPositions(config) if config.sinusoidal_layout == "fairseq" else SinusoidalPositions(config)
+        fairseq = config.sinusoidal_layout == "fairseq"
+        return FairseqSinusoidalPositions(config) if fairseq else SinusoidalPositions(config)
     if config.positional == "learned":
         return LearnedPositions(config)
     return None

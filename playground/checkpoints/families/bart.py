@@ -11,11 +11,17 @@ head count and FFN width (DistilBART: 12 encoder / 6 decoder layers).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from playground.checkpoints.families.base import Family, activation, adapt_shared_embedding, refuse, require
+from playground.checkpoints.safetensors_io import TensorReader
 from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
+from playground.errors import CheckpointError
+from playground.models.positional import sinusoidal_table
 
 # Pre-LN members (mBART, Pegasus, M2M100) normalise before each sublayer and after each stack.
 PRE_LN = dict(norm_position="pre", final_norm=True)
@@ -128,20 +134,48 @@ def rules(config: ModelConfig) -> list[Rule]:
 
 # Copies of the shared embedding (checked equal by `adapt_shared_embedding`) and a tied head's copy.
 IGNORE = (r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight")
-# Sinusoidal tables some files store: recomputed from the config instead (see `family`).
-STORED_SINUSOIDS = r"(model\.)?(encoder|decoder)\.embed_positions\.weights?"
+# Sinusoidal tables some files store: we compute them instead (see `adapt_stored_sinusoids`).
+STORED_SINUSOIDS = (r"(model\.)?(encoder|decoder)\.embed_positions\.weights?",)
 
 
-def family(model_type: str, config_from_hf: Any, *, sinusoidal: bool = False) -> Family:
+def adapt_stored_sinusoids(config: ModelConfig, reader: TensorReader, prefix: str) -> ModelConfig:
+    """Marian and Pegasus files may store their sinusoidal tables, and transformers then reads the
+    stored rows. We compute the table, so a stored one must be the table we compute."""
+    for stack in ("encoder", "decoder"):
+        name = f"{prefix}{stack}.embed_positions.weight"
+        if name not in reader:
+            continue
+        stored = reader.get(name)
+        same = stored.dim() == 2 and stored.shape[1] == config.d_model and stored.is_floating_point()
+        if same:
+            c = config
+            computed = sinusoidal_table(stored.shape[0], c.d_model, c.sinusoidal_base, c.sinusoidal_layout)
+            same = torch.allclose(stored.float(), computed.to(stored.dtype).float(), atol=1e-6, rtol=0)
+        if not same:
+            raise CheckpointError(
+                f"{name} is not the sinusoidal table of config.json (d_model {config.d_model}, sin half | cos "
+                "half); transformers would use the stored rows, we compute them: the file was edited or belongs "
+                "to another model"
+            )
+    return adapt_shared_embedding(config, reader, prefix)
+
+
+def family(
+    model_type: str,
+    config_from_hf: Callable[[dict[str, Any]], ModelConfig],
+    *,
+    ignore: tuple[str, ...] = (),
+    adapt: Callable[[ModelConfig, TensorReader, str], ModelConfig] = adapt_shared_embedding,
+) -> Family:
     """A member of the BART family: its own config reader, BART's weight map and layout."""
     return Family(
         model_type=model_type,
         config_from_hf=config_from_hf,
         rules=rules,
-        ignore=(*IGNORE, STORED_SINUSOIDS) if sinusoidal else IGNORE,
+        ignore=IGNORE + ignore,
         prefixes=("model.", ""),
         probe="shared.weight",
-        adapt=adapt_shared_embedding,
+        adapt=adapt,
     )
 
 

@@ -102,7 +102,10 @@ def adapt_shared_embedding(config: ModelConfig, reader: TensorReader, prefix: st
         shared = reader.get(shared_name)
         for stack in ("encoder", "decoder"):
             name = f"{prefix}{stack}.embed_tokens.weight"
-            if name in reader and not (reader.get(name).shape == shared.shape and torch.equal(reader.get(name), shared)):
+            duplicate = reader.get(name) if name in reader else None
+            if duplicate is not None and not (
+                duplicate.shape == shared.shape and duplicate.dtype == shared.dtype and torch.equal(duplicate, shared)
+            ):
                 raise CheckpointError(
                     f"{name} differs from {shared_name} (tie_word_embeddings=false): separate encoder and "
                     "decoder input embeddings are not supported"

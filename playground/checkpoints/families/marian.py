@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.checkpoints.families.bart import bart_family_config, family, refuse_pre_ln_flags
+from playground.checkpoints.families.bart import (
+    STORED_SINUSOIDS,
+    adapt_stored_sinusoids,
+    bart_family_config,
+    family,
+    refuse_pre_ln_flags,
+)
 from playground.checkpoints.families.base import refuse
 from playground.config import ModelConfig
 
@@ -30,4 +36,4 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     )
 
 
-FAMILIES = [family("marian", config_from_hf, sinusoidal=True)]
+FAMILIES = [family("marian", config_from_hf, ignore=STORED_SINUSOIDS, adapt=adapt_stored_sinusoids)]

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.checkpoints.families.bart import PRE_LN, bart_family_config, family
+from playground.checkpoints.families.bart import (
+    PRE_LN,
+    STORED_SINUSOIDS,
+    adapt_stored_sinusoids,
+    bart_family_config,
+    family,
+)
 from playground.config import ModelConfig
 
 # transformers 5.23 PegasusConfig defaults.
@@ -20,4 +26,4 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     return bart_family_config(hf, "pegasus", DEFAULTS, positional="sinusoidal", sinusoidal_layout="halves", **PRE_LN)
 
 
-FAMILIES = [family("pegasus", config_from_hf, sinusoidal=True)]
+FAMILIES = [family("pegasus", config_from_hf, ignore=STORED_SINUSOIDS, adapt=adapt_stored_sinusoids)]
