@@ -7,7 +7,8 @@
 Modules: config (the knobs), plan (settings + prompt -> a validated plan, context fitting), stepper
 (one model step at a time; what differs between decoder-only and seq2seq), processors (logits
 pipeline), sampling (choosing a token, describing candidates), beam (beam-search bookkeeping),
-captures (what a run records), engine (the two decoding loops), events (what they stream).
+captures (what a run records), engine (the two decoding loops), events (what they stream), languages
+(the target-language codes of translation checkpoints).
 """
 
 from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
@@ -20,11 +21,12 @@ from playground.generation.events import (
     StepEvent,
     TokenStep,
 )
+from playground.generation.languages import language_codes, language_token_id
 from playground.generation.plan import ContextFit, fit_to_context, plan
 from playground.generation.stepper import full_attention, stepper_class
 
 __all__ = [
     "MAX_BEAMS", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
-    "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all", "plan",
-    "run_plan", "stepper_class", "token_path",
+    "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all",
+    "language_codes", "language_token_id", "plan", "run_plan", "stepper_class", "token_path",
 ]

@@ -140,6 +140,11 @@ def plan(
     bad = [i for i in ids + forced if not 0 <= i < c.vocab_size]
     if bad:
         raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
+    if cfg.forced_bos_token_id is not None and cfg.forced_bos_token_id >= c.vocab_size:
+        raise SettingsError(
+            f"forced_bos_token_id {cfg.forced_bos_token_id} is outside the vocabulary (0..{c.vocab_size - 1}); "
+            "pick the target language from the tokenizer's codes"
+        )
     layers = stepper.attention_layer_count(c)
     if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
         raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
@@ -152,7 +157,8 @@ def plan(
     notes += fit.notes
     prefix = stepper.decoder_prefix(c, ids) + forced
     max_length = len(prefix) + cfg.max_new_tokens
-    forced_bos = (c.forced_bos_token_id, 1) if c.forced_bos_token_id is not None else None
+    forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else c.forced_bos_token_id
+    forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
     forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)

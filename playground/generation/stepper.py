@@ -163,7 +163,12 @@ class Seq2SeqStepper(Stepper):
 
     @staticmethod
     def decoder_prefix(config: ModelConfig, prompt_ids: list[int]) -> list[int]:
-        """[decoder_start_token_id] (bos when the config has none), as transformers' generate()."""
+        """[decoder_start_token_id] (bos when the config has none), as transformers' generate().
+
+        The one place that decides how the decoder stream starts. A forced target language (mBART-50,
+        M2M100, NLLB: </s> then the language code) is not part of it: as in transformers, the code is
+        the first generated token, forced by the plan's `forced_bos` processor, so its score counts.
+        """
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
         if start is None:
             raise PlaygroundError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
@@ -201,7 +206,8 @@ class Seq2SeqStepper(Stepper):
             return stats
         c = self.config
         cross = CrossCacheStats(layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                                tokens=self.source_length, element_size=stats.element_size, held=False)
+                                tokens=self.source_length, element_size=stats.element_size, held=False,
+                                query_heads=c.n_heads)
         return dataclasses.replace(stats, cross_attention=cross)
 
     @classmethod
