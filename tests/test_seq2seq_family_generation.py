@@ -82,7 +82,7 @@ def test_sampling_matches_transformers_step_by_step(case):
     stepper = p.stepper(lm.model, batch=1, max_tokens=p.max_length, use_cache=True)
     spread = []
     with torch.inference_mode():
-        logits = stepper.start(torch.tensor(p.prompt_ids))
+        logits = stepper.start(torch.tensor(p.prompt_ids), torch.tensor(p.prefix_ids))
         for t, token in enumerate(expected):
             torch.testing.assert_close(logits, out.logits[t].float(), atol=1e-4, rtol=0)
             ours = torch.softmax(p.pipeline.run(stepper.sequence(), logits), dim=-1)
