@@ -34,7 +34,7 @@ def build_app(
     """The playground as a Blocks app (not launched). One registry and catalog per app."""
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models))
-    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view])
+    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view, handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     page.demo.playground_handlers = handlers  # for tests and the load test

@@ -42,9 +42,10 @@ class Panels:
         session = self.sessions.get(session_key(request))
         data = getattr(evt, "_data", None) or {}
         run = session.current
-        if run is None or data.get("run") != run.token or not isinstance(data.get("step"), int):
+        if run is None or data.get("run") != run.token:
             return (gr.skip(),) * len(DEEP_OUTPUTS)
-        session.selected_step = data["step"]
+        if session.selected_step is None and isinstance(data.get("step"), int):  # the page could not tell us first
+            session.selected_step = data["step"]
         return self._deep(session, kind, view, scale, layer, head, sink)
 
     def tab_selected(self, evt: gr.SelectData, kind: str, view: str, scale: str, layer: float, head: float,
@@ -117,6 +118,7 @@ class Panels:
         kinds = ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
         kind = kind if kind in kinds else kinds[0]
         n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
+        asked = (layer, head)
         layer = int(min(max(layer or 0, 0), n_layers - 1))
         if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
             return (t("nothing_yet", lang), blank, blank, blank, blank) + skip3
@@ -152,8 +154,12 @@ class Panels:
                                    title=t("summary_title", lang, label=label))
         note = t("attention_note", lang, layers=n_layers, heads=h, t=T, s=S) + (
             t("gqa_note", lang, g=groups) if groups > 1 else "")
-        return (note, grid, heat, row, summary, gr.update(maximum=max(1, n_layers - 1), value=layer),
-                gr.update(maximum=max(1, h - 1), value=head), gr.update(maximum=max(1, T - 1), value=query))
+        # Sliders get a value back only when it had to change: writing a value the slider already holds
+        # could overwrite a newer one typed or arrowed in while this ran.
+        layer_update = gr.update(maximum=max(1, n_layers - 1), **({} if asked[0] == layer else {"value": layer}))
+        head_update = gr.update(maximum=max(1, h - 1), **({} if asked[1] == head else {"value": head}))
+        return (note, grid, heat, row, summary, layer_update, head_update,
+                gr.update(maximum=max(1, T - 1), value=query))
 
     def _maps(self, run: RunState, lm, kind: str, layer: int) -> np.ndarray:
         """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""

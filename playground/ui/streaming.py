@@ -321,6 +321,19 @@ class Streaming:
         keys = query + 1 if kind == "self" else maps.shape[-1]
         return maps[:, query, :keys]
 
+    def select_step(self, args: list[Any]) -> dict[str, Any]:
+        """[run token, step]: the step the visitor is looking at (the deep views draw it)."""
+        try:
+            token, step = args
+            step = int(step)
+        except (TypeError, ValueError):
+            return {}
+        run = self.sessions.run_by_token(token)
+        for session in self._sessions_of(token):
+            if session.current is run and 0 <= step < len(run.path):
+                session.selected_step = step
+        return {}
+
     def set_view(self, args: list[Any]) -> dict[str, Any]:
         """[run token, kind, layer, head]: what the live attention panel shows (and records next run)."""
         try:

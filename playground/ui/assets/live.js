@@ -125,7 +125,11 @@ function select(step, focus) {
     const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
     if (el) { el.focus({ preventScroll: true }); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
   }
-  trigger("select", { step: step, run: v.run });
+  // The server learns the step first (a direct call, never dropped), then the deep views redraw for
+  // whatever step is newest when their turn comes (rapid arrow presses collapse into one redraw).
+  const run = v.run;
+  const tell = server && server.select_step ? server.select_step([run, step]) : Promise.resolve();
+  tell.catch(() => {}).then(() => trigger("select", { step: step, run: run }));
 }
 
 // ---------------------------------------------------------------- status and step bar
@@ -133,14 +137,15 @@ function select(step, focus) {
 function drawStatus(v) {
   const s = v.status || {};
   let text;
-  if (!v.run) text = tr("status_ready");
+  if (s.state === "error") text = tr("status_error", { message: s.error || "" });
+  else if (!v.run) text = tr("status_ready");
   else if (s.state === "running") text = tr("status_running", { n: s.n });
   else if (s.state === "stopped") text = tr("status_stopped", { n: s.n });
   else if (s.state === "error") text = tr("status_error", { message: s.error || "" });
   else text = tr("status_done", { n: s.n, why: tr("reason_" + (s.reason || "length")) });
   const status = $("#gen-status");
   status.textContent = text;
-  status.dataset.state = v.run ? s.state : "ready";
+  status.dataset.state = v.run || s.state === "error" ? s.state : "ready";
   const rate = $(".pg-rate");
   rate.textContent = s.tokens_per_s ? tr("rate", { tps: (+s.tokens_per_s).toFixed(1), prefill: (+s.prefill_ms).toFixed(1), decode: (+s.decode_ms || 0).toFixed(1) }) : "";
 }
