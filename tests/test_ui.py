@@ -286,7 +286,7 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
     replay, _ = run(h, UISettings(prompt="Hello", max_new_tokens=8, branches=f"3:{other}"), "replay")
     assert h.sessions.get("replay").current.generated_ids == child.generated_ids
     # Typed text works too.
-    typed = list(h.stream.branch(gr.EventData(None, {"run": child.token, "step": 1, "text": "abc"}), request("branch")))
+    list(h.stream.branch(gr.EventData(None, {"run": child.token, "step": 1, "text": "abc"}), request("branch")))
     assert h.sessions.get("branch").current.forced == lm.tokenize("abc")
 
 

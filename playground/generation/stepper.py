@@ -22,7 +22,7 @@ from torch import nn
 
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
-from playground.models.kv_cache import CacheStats, CrossCacheStats, KVCache, dtype_name
+from playground.models.kv_cache import CacheStats, CrossCacheStats, dtype_name
 from playground.models.recorder import Recorder
 
 if TYPE_CHECKING:

@@ -6,28 +6,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from playground.loaded import LoadedModel
 from playground.models.positional import position_vectors, rope_inverse_frequencies
 from playground.models.relative_bias import RelativePositionBias, relative_position_bucket
-
-ATTENTION_BUDGET_BYTES = 96 * 2**20  # all captured maps of one run, float32
-
-
-def attention_budget_tokens(lm: LoadedModel) -> int:
-    """The longest sequence whose full attention maps (all layers and heads) fit the budget."""
-    c = lm.config
-    maps = c.n_layers * c.n_heads  # layer-heads of T × T maps (the encoder's may have their own head count)
-    if lm.kind == "seq2seq":
-        maps += 2 * c.n_encoder_layers * c.n_encoder_heads
-    return max(8, int(math.sqrt(ATTENTION_BUDGET_BYTES / (4 * max(1, maps)))))
-
 
 # --- positional encodings -----------------------------------------------------------------------
 

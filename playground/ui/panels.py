@@ -15,9 +15,9 @@ import gradio as gr
 import numpy as np
 
 from playground import viz
-from playground.generation import GenerationConfig, generate_all
+from playground.generation import generate_all
 from playground.generation.stepper import full_attention
-from playground.ui import arrays, frames, views
+from playground.ui import arrays, views
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import RunState, Session, Sessions
