@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from playground.viz._common import display_token
 from playground.viz import (
     aggregate_heads,
     attention_entropy,
@@ -405,6 +406,18 @@ def test_beam_tree_links_each_beam_to_its_prefix():
     assert list(nodes.marker.symbol) == ["circle", "circle", "star", "circle"]
     explicit = [BEAMS[0], [{"tokens": "x", "score": -2.0, "finished": False, "parent": 1}]]
     assert list(beam_tree(explicit).data[0].y) == [1, 0, None]
+
+
+def test_a_long_beam_search_keeps_only_the_winning_path_labelled():
+    words = [f" w{i}" for i in range(40)]
+    beams = [[{"tokens": "".join(words[: t + 1]), "score": -t, "finished": t == 39},
+              {"tokens": "".join(words[:t]) + " other", "score": -t - 1.0, "finished": False}] for t in range(40)]
+    fig = beam_tree(beams, final="".join(words))
+    grey, winning, nodes = fig.data
+    assert winning.line.color == "#e6550d" and len([x for x in winning.x if x is not None]) == 2 * 39
+    labelled = [text for text in nodes.text if text]
+    assert labelled == [display_token(w) for w in words]  # 40 labels on the winning path, none on the others
+    assert fig.layout.xaxis.dtick > 1
 
 
 # --- cache --------------------------------------------------------------------------------------

@@ -167,6 +167,26 @@ STRINGS: dict[str, tuple[str, str]] = {
     "generate_first": ("Generate once first; this reruns that same request without the KV cache.",
                        "请先生成一次;这里会不用 KV Cache 重新运行同一请求。"),
     "pe_length": ("Positions shown", "显示的位置数"),
+    "pe_sinusoidal": ("**Sinusoidal** (fixed, not learned): PE(pos, 2i) = sin(pos / {base}^(2i/d)), PE(pos, 2i+1) = "
+                      "cos(…), d = {d}, added to the embeddings. Early dimensions oscillate fast, late ones slowly; the "
+                      "dot product of two positions depends mainly on their distance. Below: base {base} vs {other}.",
+                      "**正弦位置编码**(固定,不需学习):PE(pos, 2i) = sin(pos / {base}^(2i/d)),PE(pos, 2i+1) = cos(…),"
+                      "d = {d},加到词嵌入上。前面的维度振荡得快,后面的慢;两个位置的点积主要取决于它们的距离。"
+                      "下图对比基数 {base} 与 {other}。"),
+    "pe_rope": ("**RoPE**: queries and keys are rotated, pair by pair, by angle position × θᵢ with θᵢ = base^(−2i/d), "
+                "d_head = {d} ({pairs} pairs). The score q·k then depends only on the relative distance. Nothing is "
+                "added to the embeddings.",
+                "**旋转位置编码 (RoPE)**:查询和键按维度对旋转,角度 = 位置 × θᵢ,θᵢ = base^(−2i/d),d_head = {d}"
+                "({pairs} 对)。于是 q·k 只取决于相对距离。词嵌入上不加任何东西。"),
+    "pe_rope_decay": ("q·k for q = k = 1 vs relative distance (long-term decay)", "q = k = 1 时 q·k 随相对距离的变化(远程衰减)"),
+    "pe_learned": ("**Learned absolute positions**: the model's own table ({shown} of {total} positions × {d} dims), "
+                   "added to the embeddings.",
+                   "**可学习的绝对位置编码**:模型自己的表(显示 {shown} / {total} 个位置 × {d} 维),加到词嵌入上。"),
+    "pe_relative": ("**Relative position bias** (T5): a learned scalar per head and distance bucket is added to the "
+                    "attention logits (`{table}`); no position is added to the embeddings.",
+                    "**相对位置偏置**(T5):每个头、每个距离桶学一个标量,加到注意力 logits 上(`{table}`);"
+                    "词嵌入上不加位置。"),
+    "pe_none": ("This model uses no positional encoding.", "该模型不使用位置编码。"),
     "pe_base": ("Compare with base", "对比的基数 (base)"),
     "pe_pair": ("RoPE dimension pair", "RoPE 维度对"),
     # --- notes and errors

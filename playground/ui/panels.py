@@ -18,6 +18,7 @@ from playground import viz
 from playground.generation import generate_all
 from playground.generation.stepper import full_attention
 from playground.ui import arrays, views
+from playground.ui.figures import localize
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import RunState, Session, Sessions
@@ -64,6 +65,11 @@ class Panels:
         session.selected_step = None
         return self._deep(session, kind, view, scale, layer, head, sink)
 
+    def redraw(self, kind: str, view: str, scale: str, layer: float, head: float, sink: bool,
+               request: gr.Request | None = None) -> tuple:
+        """The open deep view again, as it is (after the language changed)."""
+        return self._deep(self.sessions.get(session_key(request)), kind, view, scale, layer, head, sink)
+
     def _deep(self, session: Session, kind, view, scale, layer, head, sink) -> tuple:
         out = dict.fromkeys(DEEP_OUTPUTS, gr.skip())
         run = session.current
@@ -90,13 +96,14 @@ class Panels:
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
         step = self._step(session, run)
         token = run.path[step]
-        funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
+        funnel = localize(viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step)), lang)
         if not run.beam:
             hidden = gr.update(visible=False)
             return views.step_caption(token, lang), funnel, hidden, hidden
         beams = views.beam_steps(run.events[: step + 1])
-        return (views.step_caption(token, lang), funnel, gr.update(value=viz.beam_tree(beams), visible=True),
-                gr.update(value=viz.beam_table(beams), visible=True))
+        tree = localize(viz.beam_tree(beams, final=run.final.text if run.final is not None else None), lang)
+        return (views.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
+                gr.update(value=localize(viz.beam_table(beams), lang), visible=True))
 
     # --- all heads ---------------------------------------------------------------------------------
 
@@ -158,6 +165,7 @@ class Panels:
         # could overwrite a newer one typed or arrowed in while this ran.
         layer_update = gr.update(maximum=max(1, n_layers - 1), **({} if asked[0] == layer else {"value": layer}))
         head_update = gr.update(maximum=max(1, h - 1), **({} if asked[1] == head else {"value": head}))
+        grid, heat, row, summary = (localize(f, lang) for f in (grid, heat, row, summary))
         return (note, grid, heat, row, summary, layer_update, head_update,
                 gr.update(maximum=max(1, T - 1), value=query))
 
@@ -191,7 +199,7 @@ class Panels:
         step = self._step(session, run)
         event = run.events[min(step, len(run.events) - 1)]
         steps, used, allocated, mha = views.growth_series(run.events)
-        return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
+        return views.cache_markdown(event.cache, lang), localize(viz.cache_growth(steps, used, allocated, mha), lang)
 
     def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
         """The current run's request again with and without the cache, back to back, timed fresh (the
@@ -208,7 +216,7 @@ class Panels:
         cached = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
         without = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
         same = list(without.token_ids) == list(cached.token_ids)
-        fig = viz.timing_comparison(dict(cached.timing), dict(without.timing))
+        fig = localize(viz.timing_comparison(dict(cached.timing), dict(without.timing)), lang)
         return fig, t("rerun_note", lang, verdict=t("same_tokens" if same else "different_tokens", lang))
 
     # --- positional encoding -----------------------------------------------------------------------
@@ -220,26 +228,23 @@ class Panels:
             return (gr.skip(),) * 6
         try:
             lm = self.models.model_for(session.model, session.dtype)
-            return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair)
+            return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * 5
 
 
-def positional_outputs(lm, length: int, compare_base: float, pair: float | None) -> tuple:
+def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en") -> tuple:
     """(markdown, 4 figures, pair slider) for the model's own positional scheme."""
     data = arrays.positional_data(lm, length, compare_base)
     scheme = data["scheme"]
     hidden = gr.update(visible=False)
 
     def show(fig: Any) -> dict:
-        return gr.update(value=fig, visible=True)
+        return gr.update(value=localize(fig, lang), visible=True)
 
     if scheme == "sinusoidal":
         tab, cmp = data["table"], data["compare_table"]
-        md = (f"**Sinusoidal** (fixed, not learned): PE(pos, 2i) = sin(pos / {data['base']:g}^(2i/d)), "
-              f"PE(pos, 2i+1) = cos(…), d = {tab.shape[1]}, added to the embeddings. Early dimensions oscillate fast, "
-              f"late ones slowly; the dot product of two positions depends mainly on their distance. Below: base "
-              f"{data['base']:g} vs {data['compare_base']:g}.")
+        md = t("pe_sinusoidal", lang, base=f"{data['base']:g}", d=tab.shape[1], other=f"{data['compare_base']:g}")
         return (md, show(viz.pe_heatmap(tab)), show(viz.pe_waves(tab)), show(viz.pe_similarity(tab)),
                 show(viz.pe_base_comparison(tab, cmp, f"base {data['base']:g}", f"base {data['compare_base']:g}")),
                 gr.update(visible=False))
@@ -247,24 +252,20 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None)
         f = data["inv_freq"]
         pair = int(min(max(pair or 0, 0), len(f) - 1))
         distances = np.arange(0, min(data["context"], 1024))
-        md = (f"**RoPE**: queries and keys are rotated, pair by pair, by angle position × θᵢ with θᵢ = base^(−2i/d), "
-              f"d_head = {data['head_dim']} ({len(f)} pairs). The score q·k then depends only on the relative "
-              f"distance. Nothing is added to the embeddings.")
+        md = t("pe_rope", lang, d=data["head_dim"], pairs=len(f))
         return (md, show(viz.rope_frequencies(f, context_length=data["context"])),
                 show(viz.rope_rotation(f, pair, data["length"])),
                 show(viz.rope_relative_scores(viz.rope_score_curve(f, distances), distances,
-                                              title="q·k for q = k = 1 vs relative distance (long-term decay)")),
+                                              title=t("pe_rope_decay", lang))),
                 hidden, gr.update(visible=True, maximum=max(1, len(f) - 1)))
     if scheme == "learned":
         tab = data["table"]
-        md = (f"**Learned absolute positions**: the model's own table ({tab.shape[0]} of {lm.config.max_positions} "
-              f"positions × {tab.shape[1]} dims), added to the embeddings.")
+        md = t("pe_learned", lang, shown=tab.shape[0], total=lm.config.max_positions, d=tab.shape[1])
         return (md, show(viz.learned_table_heatmap(tab)), show(viz.cosine_similarity_matrix(tab)), hidden, hidden,
                 gr.update(visible=False))
     if scheme == "relative":
-        md = (f"**Relative position bias** (T5): a learned scalar per head and distance bucket is added to the "
-              f"attention logits (`{data['table_name']}`); no position is added to the embeddings.")
+        md = t("pe_relative", lang, table=data["table_name"])
         return (md, show(viz.relative_bias_plot(data["bias"], data["distances"])), hidden, hidden, hidden,
                 gr.update(visible=False))
-    md = data.get("missing") or "This model uses no positional encoding."
+    md = data.get("missing") or t("pe_none", lang)
     return (md, hidden, hidden, hidden, hidden, gr.update(visible=False))

@@ -65,7 +65,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
     switched.then(h.stream.current_value, lang, p.live, queue=False)
-    switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card], queue=False)
+    then_positional(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
+                                  queue=False))
+    switched.then(h.panels.redraw, view_inputs, deep_outputs, **figures_kw)
 
     # Generation: streamed into the live screen. Each press carries a ticket (the client's clock) so
     # that Stop also cancels a run still waiting for a slot.

@@ -177,51 +177,68 @@ def _parents(beams: Sequence[Sequence[dict]]) -> list[list[int | None]]:
     return out
 
 
-def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree") -> go.Figure:
+LABEL_ALL_STEPS = 12  # beyond this many steps only the winning path is labelled (hover still shows every node)
+
+
+def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree", final: str | None = None) -> go.Figure:
     """Beams as a tree: x = step, y = rank, an edge from each beam to the beam it extended.
 
     Each node shows the text it added; hover shows the whole hypothesis and its score. Beams may
     carry "parent" (index into the previous step's list); otherwise the parent is the previous
-    beam whose text is the longest prefix of this one. Finished hypotheses are stars.
+    beam whose text is the longest prefix of this one. Finished hypotheses are stars. `final`, the
+    winning hypothesis' text, draws its path in orange; past LABEL_ALL_STEPS steps only that path
+    keeps its labels, so a long search stays readable.
     """
     if not beams or not any(beams):
         return empty_figure("no beams yet: run beam search (num_beams > 1)", title)
     _check_beams(beams)
     parents = _parents(beams)
-    edge_x: list[float | None] = []
-    edge_y: list[float | None] = []
-    xs, ys, added, hover, scores, symbols = [], [], [], [], [], []
+    crowded = len(beams) > LABEL_ALL_STEPS
+
+    def on_path(text: str) -> bool:
+        return final is not None and final.startswith(text)
+
+    edges: dict[bool, tuple[list, list]] = {False: ([], []), True: ([], [])}
+    xs, ys, added, hover, scores, symbols, sizes = [], [], [], [], [], [], []
     for t, step in enumerate(beams):
         for r, b in enumerate(step):
             text = str(b["tokens"])
             p = parents[t][r]
+            winning = on_path(text)
             if p is not None and 0 <= p < len(beams[t - 1]):
-                edge_x += [t - 1, t, None]
-                edge_y += [p, r, None]
                 parent_text = str(beams[t - 1][p]["tokens"])
+                ex, ey = edges[winning and on_path(parent_text)]
+                ex += [t - 1, t, None]
+                ey += [p, r, None]
                 new = text[len(parent_text):] if text.startswith(parent_text) else text
             else:
                 new = text
             xs.append(t)
             ys.append(r)
-            added.append(display_token(new[-16:]) if new else "∅")  # short node label; hover has it all
+            label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
+            added.append(label if winning or not crowded else "")
             hover.append(f"{display_text(text)}<br>score {float(b['score']):.3f}"
                          + (" · finished" if b.get("finished") else ""))
             scores.append(float(b["score"]))
             symbols.append("star" if b.get("finished") else "circle")
+            sizes.append(15 if winning else (13 if not crowded else 9))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", line=dict(color="#bdbdbd", width=1.5),
+    fig.add_trace(go.Scatter(x=edges[False][0], y=edges[False][1], mode="lines", line=dict(color="#bdbdbd", width=1.5),
                              hoverinfo="skip", name="extends"))
+    if edges[True][0]:
+        fig.add_trace(go.Scatter(x=edges[True][0], y=edges[True][1], mode="lines", line=dict(color="#e6550d", width=3),
+                                 hoverinfo="skip", name="winning beam"))
     fig.add_trace(
         go.Scatter(
             x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name="beams",
-            customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-            marker=dict(size=13, color=scores, colorscale="Viridis", symbol=symbols,
-                        colorbar=dict(title=dict(text="score")), line=dict(width=1, color="white")),
+            textfont=dict(size=11 if not crowded else 10), customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            marker=dict(size=sizes, color=scores, colorscale="Viridis", symbol=symbols,
+                        colorbar=dict(title=dict(text="score (nats)")), line=dict(width=1, color="white")),
         )
     )
     width = max(len(s) for s in beams)
-    fig.update_xaxes(title_text="step", dtick=1)
+    fig.update_xaxes(title_text="step", dtick=1 if not crowded else max(1, len(beams) // 16))
     # Explicit padded range (reversed: best beam on top) so node labels above row 0 are not clipped.
     fig.update_yaxes(title_text="beam rank", dtick=1, range=[width - 0.6, -0.6])
     fig.update_xaxes(range=[-0.4, len(beams) - 0.6])
