@@ -86,7 +86,7 @@ def test_copy_link_encodes_every_widget_including_chat_and_branches():
 
 
 def test_load_shows_the_card_the_description_and_the_example_prompt(h):
-    dropdown, status, about, prompt, chat, kind, view, card, live = h.models.load("tiny-lm", "float32", "en", request("load"))
+    dropdown, status, about, prompt, chat, target, kind, view, card, live = h.models.load("tiny-lm", "float32", "en", request("load"))
     assert "Loaded" in status and "decoder-only" in status
     assert "Parameters" in card and "GQA" in card and "RoPE" in card and "<table" in card
     assert prompt["value"] == "The Python interpreter" and "llama" in about  # generic line: no card in the file
@@ -94,8 +94,9 @@ def test_load_shows_the_card_the_description_and_the_example_prompt(h):
     assert [v for _, v in view["choices"]] == ["head", "mean", "max", "group"]  # GQA: groups mean something
     # Picking the seq2seq swaps its example in and describes it; the live screen is reset.
     out = h.models.load("tiny-seq2seq", "float32", "en", request("load"))
-    assert out[3]["value"] == "March 5, 2021" and "Source text" in out[3]["label"] and out[8]["run"] is None
-    assert [v for _, v in out[6]["choices"]] == ["head", "mean", "max"]  # plain MHA: no KV groups
+    assert out[3]["value"] == "March 5, 2021" and "Source text" in out[3]["label"] and out[9]["run"] is None
+    assert [v for _, v in out[7]["choices"]] == ["head", "mean", "max"]  # plain MHA: no KV groups
+    assert out[5]["visible"] is False  # no language codes: no target-language picker
     # A bad name: one line in the status (no badge), the previous model stays in use.
     bad = h.models.load("../../etc", "float32", "en", request("load"))
     assert "Could not load" in bad[1] and "\n" not in bad[1] and "Still using **tiny-seq2seq**" in bad[1]
@@ -344,7 +345,7 @@ def test_a_valid_upload_is_loaded_and_listed(h, weights):
 
     lm = load_model(weights / "tiny-lm")
     path = save_checkpoint(weights.parent / "own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
-    dropdown, status, about, prompt, chat, kind, view, card, live = h.models.upload([str(path)], "float32", "en",
+    dropdown, status, about, prompt, chat, target, kind, view, card, live = h.models.upload([str(path)], "float32", "en",
                                                                                    request("upload"))
     assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status and "Parameters" in card
     assert h.sessions.get("upload").model == dropdown["value"]
@@ -401,7 +402,7 @@ def chat_app(tmp_path_factory):
 def test_a_model_with_a_chat_template_opens_with_chat_on(chat_app, name):
     h = chat_app
     out = h.models.load(name, "float32", "en", request(name))
-    chat, card = out[4], out[7]
+    chat, card = out[4], out[8]
     assert chat["visible"] is True and chat["value"] is True and "Chat template" in card
     lm = h.models.model_for(name, "float32")
     _, plain = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=False), name + "p")

@@ -114,6 +114,9 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)), "prompt")
                     named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
                                               info=t("chat_info", lang)), "chat", "chat_info")
+                    named("target_lang", gr.Dropdown(choices=[("", "")], value="", visible=False, elem_id="target-lang",
+                                                     allow_custom_value=True, label=t("target_lang", lang),
+                                                     info=t("target_lang_info", lang)), "target_lang", "target_lang_info")
                     with gr.Row(elem_id="run-buttons"):
                         named("generate", gr.Button(t("generate", lang), variant="primary", elem_id="generate-btn",
                                                     min_width=80, scale=2), "generate")

@@ -17,6 +17,7 @@ import gradio as gr
 from playground.checkpoints.card import read_card
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
+from playground.generation import language_codes
 from playground.loaded import LoadedModel
 from playground.ui import views
 from playground.ui.catalog import HUB_PREFIX, Catalog
@@ -127,8 +128,8 @@ class Models:
         return (*values, views.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
-    # Outputs, in order: model dropdown, status, about, prompt, chat, attention kind, large view,
-    # model card, live screen.
+    # Outputs, in order: model dropdown, status, about, prompt, chat, target language, attention kind,
+    # large view, model card, live screen.
 
     def load_from_link(self, name: str, dtype: str, lang: str, request: gr.Request):
         """The page's first load: the link's prompt and chat setting are kept."""
@@ -197,13 +198,16 @@ class Models:
         chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
         if not chat_ok:
             chat = gr.update(visible=False, value=False)
+        codes = list(language_codes(lm.tokenizer))
+        target = gr.update(visible=bool(codes), choices=[("", "")] + [(c, c) for c in codes],
+                           **({"value": ""} if changed and set_chat else {}))
         kinds = ["cross", "self", "encoder"] if kind == "seq2seq" else ["self"]
         att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
         grouped = lm.config.n_kv_heads < lm.config.n_heads
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
         card = views.model_card_html(lm.info(), name, lang)
         live = empty_live_value(lang) if changed else gr.skip()
-        return (dropdown, status, self.about(name, lm, lang), prompt, chat, att_kind, att_view, card, live)
+        return (dropdown, status, self.about(name, lm, lang), prompt, chat, target, att_kind, att_view, card, live)
 
     def _failed(self, what: str, exc: Exception, session, lang: str) -> tuple:
         """Status line with the reason; the dropdown goes back to the model still in use."""
@@ -212,4 +216,4 @@ class Models:
         why = html.escape(one_line(exc, lang, "load").rstrip("."))
         status = t("load_failed", lang, what=what, why=why, keep=keep)
         dropdown = self.dropdown(previous) if previous else gr.skip()
-        return (dropdown, status) + (gr.skip(),) * 7
+        return (dropdown, status) + (gr.skip(),) * 8

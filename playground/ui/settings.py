@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ class UISettings:
     attention: bool = True
     pace_ms: int = 0  # slow motion: a pause after each token so people can watch (and Stop) it
     lang: str = "en"  # "en" or "zh"
+    target_lang: str = ""  # translation models: the language code forced as the first token ("": the checkpoint's own)
     branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
 
 
@@ -74,6 +76,10 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "lang":
         if text not in LANGS:
             raise ValueError(f"expected one of {', '.join(LANGS)}")
+        return text
+    if name == "target_lang":
+        if text and not re.fullmatch(r"[A-Za-z_]{2,16}", text):
+            raise ValueError("expected a language code such as fr_XX, fra_Latn or fr")
         return text
     if name == "branches":
         parse_branches(text)

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, generate_all, plan, run_plan, token_path
+from playground.generation import GenerationConfig, generate_all, language_token_id, plan, run_plan, token_path
 from playground.generation.stepper import full_attention
 from playground.ui import frames, views
 from playground.ui.i18n import t
@@ -170,6 +170,8 @@ class Streaming:
                 [s.token_text, s.token_id, s.prob] for s in base.path[:step]]
             branch_of = (base.number, step)
         kwargs = generation_kwargs(settings)
+        if settings.target_lang:
+            kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
         if settings.mode == "sample" and settings.seed is None:
             kwargs["seed"] = secrets.randbelow(2**31)
             notes.append(t("seed_drawn", lang, seed=kwargs["seed"]))
@@ -367,7 +369,10 @@ class Streaming:
             lm = self.models.model_for(settings.model, settings.dtype)
             chat = settings.chat and lm.chat_template_available
             prompt_ids = lm.tokenize(settings.prompt, chat=chat)
-            cfg, clamp_notes = clamp_settings(GenerationConfig(**generation_kwargs(settings)), lm, len(prompt_ids))
+            kwargs = generation_kwargs(settings)
+            if settings.target_lang:
+                kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
+            cfg, clamp_notes = clamp_settings(GenerationConfig(**kwargs), lm, len(prompt_ids))
             result = generate_all(lm, prompt_ids, cfg.replace(top_candidates=0))
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None

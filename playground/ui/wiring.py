@@ -28,8 +28,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     settings_inputs = [s[f] for f in FIELDS]
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
     lang = s["lang"]
-    load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], p.att_kind, p.att_view,
-                    p.card, p.live]
+    load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], s["target_lang"], p.att_kind,
+                    p.att_view, p.card, p.live]
     pe_inputs = [p.pe_length, p.pe_base, p.pe_pair]
     pe_outputs = [p.pe_md, p.pe1, p.pe2, p.pe3, p.pe4, p.pe_pair]
     view_inputs = [p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_sink]
