@@ -6,7 +6,7 @@ run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
 
     attention_steps(lm, result, step, layer, head, kind="self")   Q·Kᵀ → scale → mask → softmax → ·V → W_O
     logit_lens(lm, result, step, top_k=5), logit_lens_ranks(...)   every layer's next-token guess
-    kv_step_costs, prefill_decode_shapes, time_cache               the KV-cache lesson (seed 002)
+    kv_step_costs, prefill_decode_shapes, run_lesson, time_cache   the KV-cache lesson (seed 002)
     kv_memory(layers, batch, kv_heads, tokens, head_dim, s), kv_what_if, presets
     positional_data, rope_shift_scores, pe_schemes                 positional encodings
     attention_patterns, own_pattern_weights                        seed 004's masks
@@ -17,7 +17,7 @@ run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
 
 from playground.analysis.anatomy import anatomy, residual_norms
 from playground.analysis.attention_steps import attention_matrix, attention_steps
-from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, time_cache
+from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, run_lesson, time_cache
 from playground.analysis.kv_memory import kv_memory, kv_what_if, presets
 from playground.analysis.logit_lens import lens_logits, logit_lens, logit_lens_ranks, strip_steps
 from playground.analysis.patterns import attention_patterns, own_pattern_weights
@@ -29,6 +29,6 @@ from playground.analysis.training import training_view
 __all__ = [
     "RunCache", "anatomy", "attention_matrix", "attention_patterns", "attention_steps", "kv_memory", "kv_step_costs",
     "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks", "own_pattern_weights", "pe_schemes",
-    "positional_data", "prefill_decode_shapes", "presets", "residual_norms", "rope_shift_scores", "sdpa_vs_explicit",
+    "positional_data", "prefill_decode_shapes", "presets", "residual_norms", "rope_shift_scores", "run_lesson", "sdpa_vs_explicit",
     "strip_steps", "time_cache", "training_view",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from playground.config import ModelConfig
-from playground.generation import GenerationConfig, generate_all, stepper_class
+from playground.generation import GenerationConfig, GenerationResult, generate_all, stepper_class
 from playground.loaded import LoadedModel
 
 
@@ -95,12 +95,16 @@ def kv_step_costs(
     }
 
 
-def prefill_decode_shapes(config: ModelConfig, prompt_len: int, step: int, *, batch: int = 1) -> dict[str, Any]:
+def prefill_decode_shapes(
+    config: ModelConfig, prompt_len: int, step: int, *, batch: int = 1, source_len: int = 0
+) -> dict[str, Any]:
     """The two attention shapes of seed 002 at a step: prefill (L_p × L_p) and decode (1 × (T + 1)).
 
+    prompt_len: the decoder stream before the first new token (decoder-only: the prompt; seq2seq:
+    the start token, with the source of `source_len` tokens read once by the encoder, S × S).
     T = tokens already cached before the step's new token (L_p + step − 1 for step ≥ 1).
     Each: queries, keys, q_shape (B, h, queries, d_h), k_shape (B, h_kv, keys, d_h),
-    scores_shape (B, h, queries, keys), flops (4·h·d_h·queries·keys per layer).
+    scores_shape (B, h, queries, keys), flops_per_layer (4·h·d_h·queries·keys); "encoder" for seq2seq.
     """
     c = config
     T = prompt_len + max(int(step), 1) - 1
@@ -112,7 +116,11 @@ def prefill_decode_shapes(config: ModelConfig, prompt_len: int, step: int, *, ba
             "flops_per_layer": 4 * c.n_heads * c.head_dim * queries * keys * batch,
         }
 
-    return {"prefill": shape(prompt_len, prompt_len), "decode": shape(1, T + 1), "T": T, "step": int(step)}
+    out = {"prefill": shape(prompt_len, prompt_len), "decode": shape(1, T + 1), "T": T, "step": int(step),
+           "kind": config.kind}
+    if config.kind == "seq2seq":
+        out["encoder"] = shape(source_len, source_len)
+    return out
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -195,3 +203,18 @@ def time_cache(
         "total_uncached": int(costs["total_flops_uncached"][last]),
     }
     return out
+
+
+def run_lesson(lm: LoadedModel, result: GenerationResult, step: int) -> dict[str, Any]:
+    """The formulas filled in with one run's lengths: costs over every step, the shapes at `step`, and
+    the live cache stats the engine reported at that step (`result.steps[step].cache`)."""
+    if not 0 <= int(step) < len(result.token_ids):
+        raise ValueError(f"step {step} is outside this run's steps 0..{len(result.token_ids) - 1}")
+    prefix = len(result.decoder_prefix)
+    source = len(result.prompt_ids) if lm.kind == "seq2seq" else 0
+    size = lm.model.embed.weight.element_size()
+    return {
+        "costs": kv_step_costs(lm.config, prefix, max(2, len(result.token_ids)), element_size=size, source_len=source),
+        "shapes": prefill_decode_shapes(lm.config, prefix, int(step), source_len=source),
+        "cache": result.steps[int(step)].cache if int(step) < len(result.steps) else None,
+    }

@@ -104,8 +104,9 @@ def kv_what_if(
     preset_kind = "MHA" if preset["kv_heads"] == q else ("MQA" if preset["kv_heads"] == 1 else "GQA")
     attention = attention or preset_kind
     gqa = int(kv_heads if kv_heads is not None else (preset["kv_heads"] if preset_kind == "GQA" else max(1, q // 4)))
-    if q % gqa:
+    if kv_heads is None and q % gqa:  # the default group count: the nearest divisor of the query heads
         gqa = next(g for g in range(gqa, 0, -1) if q % g == 0)
+    gqa = kv_heads_for("GQA", q, gqa)  # validated whichever kind is drawn: the GQA curve uses it
     h_kv = kv_heads_for(attention, q, gqa)
     dtype = dtype or preset["dtype"]
     if dtype not in DTYPE_BYTES:

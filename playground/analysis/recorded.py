@@ -35,10 +35,11 @@ class RunCache:
     len(prefix) - 1 + t). Step 0 is the prefill: every prefix position is a query at once.
     """
 
-    def __init__(self, lm: LoadedModel, result: GenerationResult) -> None:
+    def __init__(self, lm: LoadedModel, result: GenerationResult, *, budget_bytes: int = INTERNALS_BUDGET_BYTES) -> None:
         if not result.token_ids:
             raise ValueError("the run generated no tokens; generate at least one token first")
         self.lm, self.result = lm, result
+        self.budget_bytes = budget_bytes  # internals held at once (one pass records as many layers as fit)
         self.kind = lm.kind
         self.prefix = list(result.decoder_prefix) or (
             list(result.prompt_ids) if lm.kind == "decoder" else stepper_class(lm.kind).decoder_prefix(lm.config, [])
@@ -107,7 +108,7 @@ class RunCache:
             top = max(self.layer_count("self"), self.layer_count("encoder"))
             if not 0 <= layer < top:
                 raise ValueError(f"layer {layer} is outside this model's layers 0..{top - 1}")
-            per_pass = max(1, INTERNALS_BUDGET_BYTES // max(1, self._bytes_per_layer()))
+            per_pass = max(1, self.budget_bytes // max(1, self._bytes_per_layer()))
             start = layer // per_pass * per_pass
             self._record(range(start, min(top, start + per_pass)))
         return self._internals[layer]

@@ -35,12 +35,18 @@ TEXT = {
     "shapes_title": "Prefill vs decode: the score matrix of one head<br><sup>seed 002: L_p × L_p once, then 1 × (T + 1) per step</sup>",
     "prefill": "prefill: {n} × {n}  (Q {q} · Kᵀ → {s})",
     "decode": "decode step {step}: 1 × {keys}  (Q {q} · Kᵀ → {s})",
+    "encoder": "encoder (once): {n} × {n}  (Q {q} · Kᵀ → {s})",
     "visible": "computed",
     "masked": "masked (−∞)",
     "shapes_caption": (
         "The prefill scores all {n} prompt tokens against each other at once ({pf} FLOPs per layer, "
         "compute-bound). Each decode step scores one query against the T + 1 = {keys} cached keys ({df} FLOPs "
         "per layer) but must read the whole cache: memory-bound."
+    ),
+    "shapes_caption_seq2seq": (
+        "The encoder reads the {s} source tokens once, {s} × {s} ({ef} FLOPs per layer); the decoder's prefill is "
+        "just its start token. Each decode step then scores one query against the T + 1 = {keys} cached keys "
+        "({df} FLOPs per layer) and reads the whole cache, plus the source's cross-attention K/V."
     ),
     "timing_title": "Measured: time per decode step vs context length<br><sup>median of {repeats} runs each, after warm-up</sup>",
     "cached": "with KV cache",
@@ -73,18 +79,26 @@ TEXT = {
         " By formula the last step attends {keys} keys: {attn_c} attention FLOPs with the cache vs {attn_u} without."
     ),
     "memory_title": "KV-cache memory: 2 · N · B · h_kv · T · d_h · s<br><sup>{name}</sup>",
-    "memory_axis": "memory (GB = 10⁹ bytes)",
+    "memory_axis": "memory (GB = 10⁹ bytes, log scale)",
     "tokens_axis": "tokens in the cache T (log scale)",
     "here": "these settings",
     "live": "this run (real cache)",
     "seed": "seed 002: {gb} GB",
     "memory_caption": (
         "**2 · N · B · h_kv · T · d_h · s** = 2 · {N} · {B} · {hkv} · {T} · {d} · {s:g} = **{bytes:,} bytes** = "
-        "{gb:.2f} GB ({gib:.2f} GiB). {kind}: {hkv} K/V head(s) for {q} query heads; MHA would need {mha}, MQA {mqa}."
+        "{decimal} ({binary}). {kind}: {hkv} K/V head(s) for {q} query heads; MHA would need {mha}, MQA {mqa}."
     ),
     "memory_seed": " Seed 002 gives {expected} GB: reproduced.",
     "memory_live": " This run's cache holds {tokens} tokens: {bytes:,} bytes, exactly what the formula gives ({formula_bytes:,}).",
 }
+
+
+def decimal_bytes(n: float) -> str:
+    """Bytes in the seed's decimal units: 4294967296 -> '4.29 GB', 393216 -> '393 kB'."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def _human_flops(x: float) -> str:
@@ -140,13 +154,15 @@ def kv_cost_caption(costs: Mapping[str, Any]) -> str:
 def prefill_decode_figure(shapes: Mapping[str, Any], title: str | None = None, max_cells: int = 64) -> go.Figure:
     """The prefill's causal L_p × L_p matrix above the decode step's 1 × (T + 1) row (cells shown to scale
     up to `max_cells` per side)."""
-    pf, dc = shapes["prefill"], shapes["decode"]
+    seq2seq = shapes.get("kind") == "seq2seq"
+    pf, dc = shapes["encoder" if seq2seq else "prefill"], shapes["decode"]  # seq2seq: the source is the big pass
     n, keys = int(pf["queries"]), int(dc["keys"])
     shown_n, shown_k = min(n, max_cells), min(keys, max_cells)
-    tri = np.tril(np.ones((shown_n, shown_n)))
+    tri = np.ones((shown_n, shown_n)) if seq2seq else np.tril(np.ones((shown_n, shown_n)))
     row = np.ones((1, shown_k))
     fmt = lambda s: "(" + ", ".join(str(v) for v in s) + ")"  # noqa: E731
-    titles = (TEXT["prefill"].format(n=n, q=fmt(pf["q_shape"]), s=fmt(pf["scores_shape"])),
+    first = TEXT["encoder"] if seq2seq else TEXT["prefill"]
+    titles = (first.format(n=n, q=fmt(pf["q_shape"]), s=fmt(pf["scores_shape"])),
               TEXT["decode"].format(step=shapes["step"], keys=keys, q=fmt(dc["q_shape"]), s=fmt(dc["scores_shape"])))
     fig = make_subplots(rows=2, cols=1, subplot_titles=titles, row_heights=[0.85, 0.15], vertical_spacing=0.12)
     scale = [[0.0, "#f0f0f0"], [1.0, WITH_CACHE_COLOUR]]
@@ -162,6 +178,10 @@ def prefill_decode_figure(shapes: Mapping[str, Any], title: str | None = None, m
 
 
 def prefill_decode_caption(shapes: Mapping[str, Any]) -> str:
+    if shapes.get("kind") == "seq2seq":
+        return TEXT["shapes_caption_seq2seq"].format(s=shapes["encoder"]["queries"], keys=shapes["decode"]["keys"],
+                                                     ef=_human_flops(shapes["encoder"]["flops_per_layer"]),
+                                                     df=_human_flops(shapes["decode"]["flops_per_layer"]))
     return TEXT["shapes_caption"].format(n=shapes["prefill"]["queries"], keys=shapes["decode"]["keys"],
                                          pf=_human_flops(shapes["prefill"]["flops_per_layer"]),
                                          df=_human_flops(shapes["decode"]["flops_per_layer"]))
@@ -228,7 +248,7 @@ def kv_memory_chart(what_if: Mapping[str, Any], name: str = "", title: str | Non
                                  hovertemplate=label + ", T = %{x:,}: %{y:.3f} GB<extra></extra>"))
     fig.add_trace(go.Scatter(x=[max(what_if["tokens"], 1)], y=[what_if["bytes"] / GB], mode="markers+text",
                              name=TEXT["here"], marker=dict(size=12, color="black", symbol="x"),
-                             text=[f"{what_if['gb']:.3g} GB"], textposition="top left",
+                             text=[decimal_bytes(what_if["bytes"])], textposition="top left",
                              hovertemplate="%{x:,} tokens: %{y:.4f} GB<extra></extra>"))
     live = what_if.get("live")
     if live:
@@ -236,7 +256,7 @@ def kv_memory_chart(what_if: Mapping[str, Any], name: str = "", title: str | Non
                                  name=TEXT["live"], marker=dict(size=12, color="red", symbol="diamond"),
                                  hovertemplate="%{x:,} tokens: " + f"{live['bytes']:,} bytes<extra></extra>"))
     fig.update_xaxes(type="log", title_text=TEXT["tokens_axis"])
-    fig.update_yaxes(title_text=TEXT["memory_axis"], rangemode="tozero")
+    fig.update_yaxes(title_text=TEXT["memory_axis"], type="log")  # log-log: linear growth is a straight line
     return finish(fig, title or TEXT["memory_title"].format(name=name), height=440,
                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
 
@@ -245,8 +265,8 @@ def kv_memory_caption(what_if: Mapping[str, Any]) -> str:
     w = what_if
     text = TEXT["memory_caption"].format(
         N=w["layers"], B=w["batch"], hkv=w["kv_heads"], T=w["tokens"], d=w["head_dim"], s=w["bytes_per_element"],
-        bytes=w["bytes"], gb=w["gb"], gib=w["gib"], kind=w["attention"], q=w["query_heads"],
-        mha=f"{w['variants']['MHA'] / GB:.3g} GB", mqa=f"{w['variants']['MQA'] / GB:.3g} GB",
+        bytes=w["bytes"], decimal=decimal_bytes(w["bytes"]), binary=format_bytes(w["bytes"]), kind=w["attention"],
+        q=w["query_heads"], mha=decimal_bytes(w["variants"]["MHA"]), mqa=decimal_bytes(w["variants"]["MQA"]),
     )
     if w.get("expected_gb") is not None and round(w["gb"], 1) == w["expected_gb"]:
         text += TEXT["memory_seed"].format(expected=w["expected_gb"])

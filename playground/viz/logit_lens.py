@@ -48,7 +48,7 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
     fig = go.Figure(go.Heatmap(
         z=probs, x=columns, y=list(range(len(entries))), text=text, customdata=hover, texttemplate="%{text}",
         textfont=dict(size=10), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
-        colorbar=dict(title=dict(text="p")), hovertemplate="%{customdata}<extra></extra>",
+        showscale=False, hovertemplate="%{customdata}<extra></extra>",  # cells print p: no colour bar
     ))
     fig.update_yaxes(title_text=TEXT["layer_axis"], autorange="reversed", tickmode="array",
                      tickvals=list(range(len(names))), ticktext=names, showgrid=False)

@@ -18,11 +18,10 @@ OWN_COLOUR = "#d62728"
 TEXT = {
     "title": "Attention patterns at {T} tokens<br><sup>blue: the key is scored; the share is of full T × T attention</sup>",
     "names": {
-        "full": "full (encoder)", "causal": "causal", "sliding_window": "sliding window {window}",
-        "local_global": "local {window} + {g} global", "strided": "strided ({stride})",
-        "dilated": "dilated (every {dilation}, span {span})", "padding": "padding ({real} real of {T})",
+        "full": "full", "causal": "causal", "sliding_window": "window {window}", "local_global": "local+global",
+        "strided": "strided {stride}", "dilated": "dilated ×{dilation}", "padding": "padding {real}/{T}",
     },
-    "panel": "{name}{own}: {share:.0%}",
+    "panel": "{name}{own} {share:.0%}",
     "own": " ★",
     "weights_title": "Real weights under this model's mask<br><sup>{kind}, layer {layer}, head {head}; grey: hidden (−∞)</sup>",
     "kinds": {"self": "decoder self-attention", "encoder": "encoder self-attention"},
@@ -30,7 +29,9 @@ TEXT = {
         "Each panel is a T × T mask (query down, key across). Full attention scores all {full} cells; the causal "
         "mask {causal} ({causal_share:.0%}); a sliding window of {window} keeps {window_cells} ({window_share:.0%}) "
         "and grows only linearly with T. FLOPs per layer at this length: {flops}. ★ marks this model's own "
-        "mask{window_note}."
+        "mask{window_note}. Local+global: the window plus the first {g} tokens, which every query sees. Strided: "
+        "the last {stride} tokens, then one token in {stride} before them. Dilated: one token in {dilation} within the last "
+        "{span}. Padding: a {real}-token sequence padded to {T}; the padding is hidden."
     ),
     "window_note": " (its window of {window} tokens comes from the config)",
     "weights_caption": (
@@ -76,6 +77,8 @@ def pattern_gallery_caption(gallery: Mapping[str, Any]) -> str:
         window=gallery["window"], window_cells=by["sliding_window"]["cells"],
         window_share=by["sliding_window"]["fraction_of_full"], flops=flops,
         window_note=TEXT["window_note"].format(window=gallery["window"]) if gallery["window_is_models"] else "",
+        g=gallery["global_tokens"], stride=gallery["stride"], dilation=gallery["dilation"],
+        span=gallery["window"] * gallery["dilation"], real=gallery["real_length"], T=gallery["length"],
     )
 
 

@@ -56,7 +56,8 @@ TEXT = {
         "Sinusoidal and learned schemes add a vector to each token's embedding; RoPE rotates q and k so their "
         "score depends on the distance; T5 and ALiBi add a bias to the score that depends on the distance only "
         "(T5 learns one number per distance bucket and head, ALiBi fixes a slope per head). This model uses "
-        "**{own}**, drawn from its own weights; the others come from their formulas."
+        "**{own}**, drawn from the model itself (its table, frequencies or learned weights); the others come from "
+        "their formulas."
     ),
 }
 
@@ -130,20 +131,22 @@ def rope_shift_caption(shift: Mapping[str, Any]) -> str:
 
 
 def pe_schemes_figure(schemes: Mapping[str, Any], title: str | None = None) -> go.Figure:
-    """Five small panels (two columns on a wide page; they stay legible on a phone), this model's starred."""
+    """Five panels stacked (one column stays legible on a phone), this model's starred and framed."""
     order = ("sinusoidal", "learned", "rope", "relative", "alibi")
     own = schemes["own"]
     names = [TEXT["names"][k] + (TEXT["own"] if k == own else TEXT["formula"] if schemes["schemes"][k]["source"] == "formula"
                                  else "") for k in order]
-    fig = make_subplots(rows=3, cols=2, subplot_titles=names + [""], vertical_spacing=0.12, horizontal_spacing=0.12)
+    fig = make_subplots(rows=5, cols=1, subplot_titles=names, vertical_spacing=0.07)
     delta = np.asarray(schemes["distances"])
     for n, key in enumerate(order):
-        row, col = n // 2 + 1, n % 2 + 1
+        row, col = n + 1, 1
         entry = schemes["schemes"][key]
         curves = np.asarray(entry["curves"])
         if curves.shape[0] == 0:
-            fig.add_annotation(text=TEXT["unavailable"], showarrow=False, xref=f"x{n + 1 if n else ''} domain",
-                               yref=f"y{n + 1 if n else ''} domain", x=0.5, y=0.5, font=dict(color="grey"))
+            fig.add_trace(go.Scatter(x=[delta[0], delta[-1]], y=[0, 0], mode="lines", hoverinfo="skip", showlegend=False,
+                                     line=dict(color="rgba(0,0,0,0)")), row=row, col=col)
+            fig.add_annotation(text=TEXT["unavailable"], showarrow=False, xref="x domain", yref="y domain", x=0.5,
+                               y=0.5, font=dict(color="grey"), row=row, col=col)
         for i, (curve, label) in enumerate(zip(curves, entry["labels"])):
             colour = OWN_COLOUR if key == own and curves.shape[0] == 1 else _COLOURS[i % len(_COLOURS)]
             fig.add_trace(go.Scatter(x=delta, y=curve, mode="lines", name=label, showlegend=False,
@@ -151,16 +154,11 @@ def pe_schemes_figure(schemes: Mapping[str, Any], title: str | None = None) -> g
                                      hovertemplate=f"{TEXT['names'][key]}, {label}, δ %{{x}}: %{{y:.3f}}<extra></extra>"),
                           row=row, col=col)
         fig.update_yaxes(title_text=TEXT["y"][key], title_font=dict(size=10), row=row, col=col)
-        fig.update_xaxes(title_text=TEXT["delta_axis"] if row == 3 or (row == 2 and col == 2) else None, row=row, col=col)
-    # Frame this model's panel.
-    if own in order:
-        n = order.index(own)
-        suffix = "" if n == 0 else str(n + 1)
-        fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.02, x1=1.02,
-                      y0=-0.05, y1=1.05, line=dict(color=OWN_COLOUR, width=2))
-    fig.update_xaxes(visible=False, row=3, col=2)
-    fig.update_yaxes(visible=False, row=3, col=2)
-    return finish(fig, title or TEXT["schemes_title"], height=760)
+        fig.update_xaxes(title_text=TEXT["delta_axis"] if row == 5 else None, row=row, col=col)
+    if own in order:  # frame this model's panel
+        fig.add_shape(type="rect", xref="x domain", yref="y domain", x0=-0.01, x1=1.01, y0=-0.06, y1=1.06,
+                      line=dict(color=OWN_COLOUR, width=2), row=order.index(own) + 1, col=1)
+    return finish(fig, title or TEXT["schemes_title"], height=1050)
 
 
 def pe_schemes_caption(schemes: Mapping[str, Any]) -> str:
