@@ -37,11 +37,11 @@ def _position_embedding(model: nn.Module) -> nn.Embedding | None:
     return None
 
 
-def _relative_bias(model: nn.Module) -> tuple[str, RelativePositionBias] | None:
-    for name, module in model.named_modules():
-        if isinstance(module, RelativePositionBias):
-            return name, module
-    return None
+def _relative_bias(model: nn.Module, prefer: str = "") -> tuple[str, RelativePositionBias] | None:
+    """The first relative-bias table, or the first whose name starts with `prefer` when there is one."""
+    found = [(name, m) for name, m in model.named_modules() if isinstance(m, RelativePositionBias)]
+    preferred = [f for f in found if prefer and f[0].startswith(prefer)]
+    return (preferred or found or [None])[0]
 
 
 def rope_decay(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndarray:
@@ -137,13 +137,14 @@ def rope_shift_scores(
 
     q: the query that chose step `step` (position m) in `layer`/`head`; k: the key at position n
     (`key_position`, default the first token) of the KV head that query head reads. Their recorded
-    (rotated) vectors are rotated back to position 0 with the model's own frequencies, then moved.
+    (rotated) vectors are rotated back to position 0 with the model's own frequencies (float64), then
+    moved with the model's own `apply_rope`.
 
     Returns query_position (m), key_position (n), query_label, key_label, shifts, positions (m + s,
-    n + s) pairs, scores (the scaled score at each shift, float64), spread (max − min), recorded_score
-    (what the model computed at (m, n)), distances (0..distances−1) and by_distance (the same q, k with
-    q at m and k at m + δ: how the score depends on n − m alone), scale. For a model without RoPE:
-    {"available": False, "reason": ...}.
+    n + s) pairs, scores (the scaled score at each shift), spread (max − min), recorded_score (what the
+    model computed at (m, n)), distances (δ = 0..distances−1) and by_distance (the same q and k with the
+    key δ tokens before the query: the score as a function of m − n alone; by_distance[m − n] is the
+    recorded score), scale. For a model without RoPE: {"available": False, "reason": ...}.
     """
     c = lm.config
     if c.positional != "rope":
@@ -170,8 +171,9 @@ def rope_shift_scores(
     ks = _rotate(k.expand(len(shifts), -1), inv_freq, torch.tensor([n + s for s in shifts]))
     scores = (qs * ks).sum(-1).numpy() * scale
     deltas = np.arange(int(distances))
-    q_m = _rotate(q[None], inv_freq, torch.tensor([m]))
-    k_d = _rotate(k.expand(len(deltas), -1), inv_freq, torch.from_numpy(m + deltas))
+    top = int(distances) - 1  # the query at `top`, the key δ tokens before it (only the difference matters)
+    q_m = _rotate(q[None], inv_freq, torch.tensor([top]))
+    k_d = _rotate(k.expand(len(deltas), -1), inv_freq, torch.from_numpy(top - deltas))
     labels = cache.labels("decoder")
     return {
         "available": True, "layer": int(layer), "head": int(head), "kv_head": kv_head, "step": int(step),
@@ -207,8 +209,8 @@ def pe_schemes(lm: LoadedModel, length: int = 64) -> dict[str, Any]:
     learned: cosine similarity of the table's rows p and p + δ, averaged over p (only from a
       model that has a learned table);
     rope: the q = k = 1 score Σ 2·cos(δθ_i) / d_h (the model's head size and base, else base 10000);
-    relative: T5's bias per head for a key δ tokens before the query (the model's own), else the
-      bucket index of δ (the learned bias is one number per bucket and head);
+    relative: T5's bias per head for a key δ tokens before the query (the model's own, its decoder's
+      table), else the bucket index of δ (the learned bias is one number per bucket and head);
     alibi: −m_h·δ per head with ALiBi's slopes (no model here uses it; from the formula).
 
     Returns own (the model's scheme), distances, schemes {name: {curves (k, R), labels, source
@@ -239,7 +241,7 @@ def pe_schemes(lm: LoadedModel, length: int = 64) -> dict[str, Any]:
         rope_source = "formula"
     schemes["rope"] = {"curves": (rope_decay(inv_freq, delta) / c.head_dim)[None], "labels": ["q = k = 1"],
                        "source": rope_source}
-    found = _relative_bias(lm.model) if own == "relative" else None
+    found = _relative_bias(lm.model, prefer="decoder") if own == "relative" else None
     if found is not None:
         _, module = found
         buckets = relative_position_bucket(torch.from_numpy(-delta), bidirectional=module.bidirectional,

@@ -86,7 +86,9 @@ def training_view(lm: LoadedModel | str | Path) -> dict[str, Any]:
     if not isinstance(stored, dict) or "steps" not in stored:
         return {"available": False, "reason": "no_recipe"}
     recipe, assumed = recipe_from(stored)
-    steps = np.unique(np.linspace(0, recipe.steps - 1, min(recipe.steps, MAX_CURVE_POINTS)).round().astype(int))
+    sampled = np.linspace(0, recipe.steps - 1, min(recipe.steps, MAX_CURVE_POINTS)).round().astype(int)
+    peak = min(max(recipe.warmup - 1, 0), recipe.steps - 1)  # keep the warm-up's peak on the curve
+    steps = np.unique(np.append(sampled, peak))
     curves = found.get("curves")
     return {
         "available": True, "task": found.get("task"), "recipe": stored, "assumed": assumed,

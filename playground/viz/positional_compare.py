@@ -23,7 +23,7 @@ TEXT = {
     "base": "base {b:g}",
     "model_base": "base {b:g} (this model)",
     "pair_axis": "dimension pair i",
-    "distance_axis": "relative distance n − m (tokens)",
+    "distance_axis": "relative distance (tokens)",
     "base_caption": (
         "θᵢ = base^(−2i/d_h): a smaller base turns every pair faster, so wavelengths shrink and the score of "
         "q = k = 1 decays and ripples within fewer tokens. This model uses base {a:g}; the dashed lines show "
@@ -32,15 +32,15 @@ TEXT = {
     "shift_title": "RoPE's relative property on the model's own q and k<br><sup>layer {layer}, head {head}: "
                    "query “{q}” (position {m}) and key “{k}” (position {n})</sup>",
     "shift_panel": "the same pair moved to (m + s, n + s): one score",
-    "distance_panel": "the same q and k, key moved: the score depends on n − m",
+    "distance_panel": "the same q and k, the key δ tokens back: the score depends on δ = m − n",
     "shift_axis": "shift s (tokens)",
     "score_axis": "scaled score q·k/√d",
     "recorded": "what the model computed at ({m}, {n})",
     "shift_caption": (
         "⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ (seed 003): moving both tokens by the same s leaves the score "
         "unchanged. Over shifts up to {top}, the {count} scores agree to {spread:.1e} (floating-point error); "
-        "the model itself computed {recorded:.6f} at ({m}, {n}). Moving only the key changes n − m and the "
-        "score (lower panel)."
+        "the model itself computed {recorded:.6f} at ({m}, {n}). Moving only the key changes m − n and the "
+        "score (lower panel; the dotted line marks m − n = {gap})."
     ),
     "no_rope": "This model does not use RoPE ({reason}); the relative property is RoPE's.",
     "schemes_title": "Positional schemes side by side<br><sup>what position adds at relative distance δ; ★ = this model</sup>",
@@ -105,11 +105,11 @@ def rope_shift_figure(shift: Mapping[str, Any], title: str | None = None) -> go.
     rec = TEXT["recorded"].format(m=shift["query_position"], n=shift["key_position"])
     fig.add_hline(y=shift["recorded_score"], line=dict(dash="dot", color="grey"), row=1, col=1,
                   annotation_text=rec, annotation_position="bottom right")
-    gap = shift["key_position"] - shift["query_position"]
+    gap = shift["query_position"] - shift["key_position"]
     fig.add_trace(go.Scatter(x=shift["distances"], y=shift["by_distance"], mode="lines", name="by distance",
-                             line=dict(color="#1f77b4"), hovertemplate="n − m = %{x}: %{y:.4f}<extra></extra>"),
+                             line=dict(color="#1f77b4"), hovertemplate="m − n = %{x}: %{y:.4f}<extra></extra>"),
                   row=2, col=1)
-    fig.add_vline(x=abs(gap), line=dict(dash="dot", color=OWN_COLOUR), row=2, col=1)
+    fig.add_vline(x=gap, line=dict(dash="dot", color=OWN_COLOUR), row=2, col=1)
     spread = max(abs(float(scores.max() - scores.min())), 1e-9)
     mid = float(np.median(scores))
     fig.update_yaxes(range=[mid - 50 * spread - 1e-3 * abs(mid), mid + 50 * spread + 1e-3 * abs(mid)],
@@ -127,7 +127,7 @@ def rope_shift_caption(shift: Mapping[str, Any]) -> str:
         return TEXT["no_rope"].format(reason=shift.get("reason", ""))
     return TEXT["shift_caption"].format(top=max(shift["shifts"]), count=len(shift["shifts"]), spread=shift["spread"],
                                         recorded=shift["recorded_score"], m=shift["query_position"],
-                                        n=shift["key_position"])
+                                        n=shift["key_position"], gap=shift["query_position"] - shift["key_position"])
 
 
 def pe_schemes_figure(schemes: Mapping[str, Any], title: str | None = None) -> go.Figure:
