@@ -85,6 +85,25 @@ def test_rank_strip_matches_the_lens_and_reuses_the_cache(run):
     assert fig.data[0].z.shape == strip["ranks"].shape and len(fig.layout.shapes) == 1
 
 
+def test_strip_fills_in_within_a_budget(run):
+    """For big models each call computes only the nearest missing steps; later calls fill in the rest."""
+    from playground.analysis.logit_lens import lens_flops
+
+    name, lm, result = run
+    cache = RunCache(lm, result)
+    steps = list(range(len(result.token_ids)))
+    first = logit_lens_ranks(lm, result, steps, cache=cache, around=5, max_flops=2 * lens_flops(lm))
+    assert first["computed"].tolist() == [s in (4, 5) for s in steps]
+    assert np.isnan(first["ranks"][:, 0]).all() and not np.isnan(first["ranks"][:, 5]).any()
+    second = logit_lens_ranks(lm, result, steps, cache=cache, around=5, max_flops=2 * lens_flops(lm))
+    assert second["computed"].tolist() == [s in (3, 4, 5, 6) for s in steps]
+    full = logit_lens_ranks(lm, result, steps, cache=cache)  # no budget: the rest at once
+    assert full["computed"].all()
+    np.testing.assert_array_equal(full["ranks"][:, 5], first["ranks"][:, 5])
+    fig = lens_rank_strip(first["ranks"], first["layer_names"], steps, first["token_texts"], selected=5)
+    assert "not computed yet" in str(fig.data[0].customdata[0, 0, 1])
+
+
 def test_strip_window_follows_the_selected_step():
     assert strip_steps(10, 4, width=40) == list(range(10))
     assert strip_steps(512, 0, width=40) == list(range(40))

@@ -41,6 +41,7 @@ from playground.analysis import (
     strip_steps,
     training_view,
 )
+from playground.analysis.logit_lens import STRIP_FLOPS
 from playground.generation import GenerationConfig, GenerationResult, generate_all
 from playground.loaded import LoadedModel
 from playground.viz import anatomy as v_anatomy
@@ -80,7 +81,8 @@ def step_views(lm: LoadedModel, result: GenerationResult, cache: RunCache, layer
 
     def lens(step: int) -> None:
         entries = logit_lens(lm, result, step, cache=cache)
-        strip = logit_lens_ranks(lm, result, strip_steps(len(result.token_ids), step), cache=cache)
+        strip = logit_lens_ranks(lm, result, strip_steps(len(result.token_ids), step), cache=cache, around=step,
+                                 max_flops=STRIP_FLOPS)
         _json(v_lens.logit_lens_figure(entries, step),
               v_lens.lens_rank_strip(strip["ranks"], strip["layer_names"], strip["steps"], strip["token_texts"], step))
         v_lens.logit_lens_caption(entries, step, result.path[step].token_text)

@@ -21,6 +21,7 @@ from playground.generation import GenerationResult
 from playground.loaded import LoadedModel
 
 STRIP_STEPS = 40  # steps in the rank heat strip around the selected one (each costs one unembed)
+STRIP_FLOPS = 8e9  # per call, for the UI: SmolLM2 computes 4 new strip columns per step change, tiny models all
 KEEP_TOP = 10  # top tokens kept per layer in the cache (any top_k up to this is served from it)
 
 
@@ -32,33 +33,36 @@ def _residual(result: GenerationResult, step: int) -> np.ndarray:
 
 
 @torch.inference_mode()
-def lens_logits(lm: LoadedModel, result: GenerationResult, step: int) -> np.ndarray:
-    """(L + 1, V) float32 logits: the recorded residual after the embedding and each block, unembedded."""
+def _lens(lm: LoadedModel, result: GenerationResult, step: int) -> torch.Tensor:
     if not 0 <= int(step) < len(result.path):
         raise ValueError(f"step {step} is outside this run's steps 0..{len(result.path) - 1}")
     x = torch.from_numpy(np.ascontiguousarray(_residual(result, int(step))))
     x = x.to(device=lm.device, dtype=lm.dtype)[None]  # (1, L + 1, d)
-    return lm.model.unembed(x)[0].float().cpu().numpy()
+    return lm.model.unembed(x)[0].float()  # (L + 1, V)
+
+
+def lens_logits(lm: LoadedModel, result: GenerationResult, step: int) -> np.ndarray:
+    """(L + 1, V) float32 logits: the recorded residual after the embedding and each block, unembedded."""
+    return _lens(lm, result, step).cpu().numpy()
 
 
 def layer_names(n_layers: int) -> list[str]:
     return ["embedding"] + [f"block {i}" for i in range(n_layers)]
 
 
-def _summarise(logits: np.ndarray, chosen: int, top_k: int) -> dict[str, np.ndarray]:
-    """Per layer: top-k ids and probs, the chosen token's rank (1 = top) and prob. logits (L + 1, V)."""
-    x = logits.astype(np.float64)
-    x -= x.max(axis=1, keepdims=True)
-    probs = np.exp(x)
-    probs /= probs.sum(axis=1, keepdims=True)
-    k = min(top_k, probs.shape[1])
-    top = np.argpartition(-probs, k - 1, axis=1)[:, :k]
-    order = np.take_along_axis(probs, top, axis=1).argsort(axis=1)[:, ::-1]
-    top = np.take_along_axis(top, order, axis=1)
-    chosen_p = probs[:, chosen]
+@torch.inference_mode()
+def _summarise(logits: torch.Tensor, chosen: int, top_k: int) -> dict[str, np.ndarray]:
+    """Per layer: top-k ids and probs, the chosen token's rank (1 = top) and prob. logits (L + 1, V).
+
+    p = exp(logit − logsumexp(logits)); the rank counts the tokens with a larger logit (softmax keeps
+    the order), so no (L + 1, V) probability table is built."""
+    lse = torch.logsumexp(logits, dim=1).double()  # (L + 1,)
+    values, ids = torch.topk(logits, min(top_k, logits.shape[1]), dim=1)
+    chosen_logit = logits[:, chosen : chosen + 1]
     return {
-        "top_ids": top, "top_probs": np.take_along_axis(probs, top, axis=1),
-        "rank": (probs > chosen_p[:, None]).sum(axis=1) + 1, "prob": chosen_p,
+        "top_ids": ids.cpu().numpy(), "top_probs": torch.exp(values.double() - lse[:, None]).cpu().numpy(),
+        "rank": ((logits > chosen_logit).sum(dim=1) + 1).cpu().numpy(),
+        "prob": torch.exp(chosen_logit[:, 0].double() - lse).cpu().numpy(),
     }
 
 
@@ -67,7 +71,7 @@ def _row(lm: LoadedModel, result: GenerationResult, step: int, top_k: int, cache
         cache.check_result(result)
         if step in cache.lens_rows and cache.lens_rows[step]["top_ids"].shape[1] >= top_k:
             return cache.lens_rows[step]
-    row = _summarise(lens_logits(lm, result, step), result.path[step].token_id, max(top_k, KEEP_TOP))
+    row = _summarise(_lens(lm, result, step), result.path[step].token_id, max(top_k, KEEP_TOP))
     if cache is not None:
         cache.lens_rows[step] = row
     return row
@@ -106,20 +110,47 @@ def strip_steps(n_steps: int, selected: int, width: int = STRIP_STEPS) -> list[i
     return list(range(start, start + width))
 
 
+def lens_flops(lm: LoadedModel) -> int:
+    """FLOPs of one step's lens: (L + 1) rows through the head, 2 · (L + 1) · d · V."""
+    c = lm.config
+    return 2 * (c.n_layers + 1) * c.d_model * c.vocab_size
+
+
 def logit_lens_ranks(
-    lm: LoadedModel, result: GenerationResult, steps: Sequence[int] | None = None, *, cache: RunCache | None = None
+    lm: LoadedModel,
+    result: GenerationResult,
+    steps: Sequence[int] | None = None,
+    *,
+    cache: RunCache | None = None,
+    around: int | None = None,
+    max_flops: float | None = None,
 ) -> dict[str, Any]:
     """The chosen token's rank and prob per layer × step (the heat strip).
 
-    steps: which steps (default: all; use `strip_steps` for long runs, each step costs one unembed
-    of L + 1 rows the first time and nothing after, with a cache).
-    Returns ranks (L + 1, n) int, probs (L + 1, n), steps, layer_names, token_texts (chosen tokens).
+    steps: which steps (default: all; `strip_steps` picks a window around the selected one).
+    max_flops: a budget for one call, for big models: only the uncomputed steps nearest to `around`
+    (default: the middle of `steps`) that fit are computed, at least one; the others are NaN until a
+    later call (with the same `cache`) reaches them. None: compute every step asked for.
+    Returns ranks (L + 1, n) float (NaN: not computed yet), probs (L + 1, n), computed (n,) bool,
+    steps, layer_names, token_texts (the chosen tokens).
     """
     steps = list(range(len(result.path))) if steps is None else [int(s) for s in steps]
-    rows = [_row(lm, result, s, 1, cache) for s in steps]
-    ranks = np.stack([r["rank"] for r in rows], axis=1) if rows else np.zeros((0, 0), dtype=int)
-    probs = np.stack([r["prob"] for r in rows], axis=1) if rows else np.zeros((0, 0))
+    if cache is not None:
+        cache.check_result(result)
+    held = cache.lens_rows if cache is not None else {}
+    missing = [s for s in steps if s not in held]
+    if max_flops is not None and missing:
+        centre = (steps[0] + steps[-1]) / 2 if around is None else around
+        missing.sort(key=lambda s: (abs(s - centre), s))
+        missing = missing[: max(1, int(max_flops // lens_flops(lm)))]
+    fresh = {s: _row(lm, result, s, 1, cache) for s in missing}
+    rows = [held.get(s) or fresh.get(s) for s in steps]
+    layers = lm.config.n_layers + 1
+    blank = np.full(layers, np.nan)
+    ranks = np.stack([blank if r is None else r["rank"].astype(float) for r in rows], axis=1) if rows else np.zeros((layers, 0))
+    probs = np.stack([blank if r is None else r["prob"] for r in rows], axis=1) if rows else np.zeros((layers, 0))
     return {
-        "ranks": ranks, "probs": probs, "steps": steps, "layer_names": layer_names(ranks.shape[0] - 1),
+        "ranks": ranks, "probs": probs, "computed": np.array([r is not None for r in rows], dtype=bool),
+        "steps": steps, "layer_names": layer_names(layers - 1),
         "token_texts": lm.token_texts([result.path[s].token_id for s in steps]),
     }

@@ -37,7 +37,10 @@ TEXT = {
     "no_params": "no parameters",
     "positions_note": {"rope": "RoPE: rotates q and k in every layer", "sinusoidal": "fixed sin/cos table",
                        "learned": "learned table", "relative": "bias added to scores", "none": ""},
-    "residual_title": "Residual stream ‖x‖ after each layer<br><sup>step {step} (thick) and every step of the run (thin)</sup>",
+    "residual_title": "Residual stream ‖x‖ after each layer<br><sup>step {step} (red); blue: every step of the run</sup>",
+    "all_max": "max over steps",
+    "all_min": "min over steps",
+    "all_median": "median over steps",
     "layer_axis": "after",
     "norm_axis": "‖x‖₂",
     "caption": (
@@ -191,15 +194,18 @@ def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None) -> go.F
 
 
 def residual_norm_figure(norms: Mapping[str, Any], step: int, title: str | None = None) -> go.Figure:
-    """‖x‖ per layer: every step as a thin line, the selected step thick."""
+    """‖x‖ per layer: the run's spread over all steps (min–max band and median), the selected step thick."""
     n = np.asarray(norms["norms"])
     names = list(norms["layer_names"])
     fig = go.Figure()
-    for j, s in enumerate(norms["steps"]):
-        if s == step:
-            continue
-        fig.add_trace(go.Scatter(x=names, y=n[:, j], mode="lines", line=dict(color="rgba(49,130,189,0.18)", width=1),
-                                 hoverinfo="skip", showlegend=False))
+    band = dict(color="rgba(49,130,189,0.25)", width=0)
+    fig.add_trace(go.Scatter(x=names, y=n.max(axis=1), mode="lines", line=band, name=TEXT["all_max"],
+                             hovertemplate="%{x}: max %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=names, y=n.min(axis=1), mode="lines", line=band, fill="tonexty",
+                             fillcolor="rgba(49,130,189,0.2)", name=TEXT["all_min"],
+                             hovertemplate="%{x}: min %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=names, y=np.median(n, axis=1), mode="lines", line=dict(color="#3182bd", dash="dot"),
+                             name=TEXT["all_median"], hovertemplate="%{x}: median %{y:.3f}<extra></extra>"))
     if step in norms["steps"]:
         j = list(norms["steps"]).index(step)
         fig.add_trace(go.Scatter(x=names, y=n[:, j], mode="lines+markers", line=dict(color="#d62728", width=3),

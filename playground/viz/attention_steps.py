@@ -103,9 +103,16 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     dims = np.arange(d)
     fig.add_trace(_signed(steps["q"], x=dims, customdata=np.broadcast_to(np.asarray(q_labels, dtype=object)[:, None], (Tq, d)),
                           hovertemplate="%{customdata}, dim %{x}: %{z:.3f}<extra>Q</extra>"), row=1, col=1)
-    keys_by_dim = np.broadcast_to(np.asarray(k_labels, dtype=object)[None, :], (d, S))
-    fig.add_trace(_signed(np.asarray(steps["k"]).T, customdata=keys_by_dim,
-                          hovertemplate="%{customdata}, dim %{y}: %{z:.3f}<extra>K</extra>"), row=2, col=1)
+    # Token names in every K/V cell's hover for short runs; long ones hover by position (the axis names
+    # the tokens) so a step change does not ship tens of thousands of strings to the page.
+    if S * d <= 20_000:
+        keys_by_dim = np.broadcast_to(np.asarray(k_labels, dtype=object)[None, :], (d, S))
+        kv_hover = dict(customdata=keys_by_dim, hovertemplate="%{customdata}, dim %{y}: %{z:.3f}<extra>{name}</extra>")
+    else:
+        kv_hover = dict(hovertemplate="key %{x}, dim %{y}: %{z:.3f}<extra>{name}</extra>")
+    k_hover = {**kv_hover, "hovertemplate": kv_hover["hovertemplate"].replace("{name}", "K")}
+    v_hover = {**kv_hover, "hovertemplate": kv_hover["hovertemplate"].replace("{name}", "V")}
+    fig.add_trace(_signed(np.asarray(steps["k"]).T, **k_hover), row=2, col=1)
     # Small matrices carry their numbers in the cells, as the seeds' worked examples do.
     numbers = dict(texttemplate="%{z:.2f}", textfont=dict(size=10)) if S <= 16 and Tq <= 8 else {}
     for row, name in ((3, "scores"), (4, "scaled")):
@@ -117,8 +124,7 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
                           hovertemplate="%{text}: %{customdata}<extra>masked</extra>", **numbers), row=5, col=1)
     fig.add_trace(go.Heatmap(z=steps["weights"], text=pair, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, showscale=False,
                              hovertemplate="%{text}: %{z:.3f}<extra>weight</extra>", **numbers), row=6, col=1)
-    fig.add_trace(_signed(np.asarray(steps["v"]).T, customdata=keys_by_dim,
-                          hovertemplate="%{customdata}, dim %{y}: %{z:.3f}<extra>V</extra>"), row=7, col=1)
+    fig.add_trace(_signed(np.asarray(steps["v"]).T, **v_hover), row=7, col=1)
     fig.add_trace(_signed(steps["output"], x=dims,
                           customdata=np.broadcast_to(np.asarray(q_labels, dtype=object)[:, None], (Tq, d)),
                           hovertemplate="%{customdata}, dim %{x}: %{z:.3f}<extra>output</extra>"), row=8, col=1)

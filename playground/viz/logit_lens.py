@@ -21,6 +21,7 @@ TEXT = {
     "strip_title": "Rank of the chosen token, layer × step<br><sup>1 = the layer already puts it on top</sup>",
     "step_axis": "step (chosen token)",
     "rank_bar": "rank",
+    "not_yet": "not computed yet (move to this step, or nearer)",
     "caption": (
         "Each row feeds the residual stream after that layer through the model's own final norm and head "
         "(`unembed`). The last row is the model's real output at step {step}: it chose **{chosen}** with "
@@ -65,15 +66,17 @@ def lens_rank_strip(
     selected: int | None = None,
     title: str | None = None,
 ) -> go.Figure:
-    """(L + 1, n) ranks as a heat strip on a log scale (bright = rank 1); the selected step is boxed."""
+    """(L + 1, n) ranks as a heat strip on a log scale (bright = rank 1); the selected step is boxed;
+    NaN columns (not computed yet) stay grey."""
     r = np.asarray(ranks, dtype=np.float64)
     if r.ndim != 2 or r.shape != (len(layer_names), len(steps)):
         raise ValueError(f"ranks must be (layers, steps) = ({len(layer_names)}, {len(steps)}), got {r.shape}")
     labels = [f"{s}: {display_token(t)}" for s, t in zip(steps, token_texts)]
     custom = np.broadcast_to(np.asarray(labels, dtype=object)[None, :], r.shape)
-    top = max(1.0, float(r.max()))
+    shown = np.where(np.isnan(r), TEXT["not_yet"], np.nan_to_num(r).astype(int).astype(str)).astype(object)
+    top = max(1.0, float(np.nanmax(r))) if np.isfinite(r).any() else 10.0
     fig = go.Figure(go.Heatmap(
-        z=np.log10(r), x=list(range(len(steps))), customdata=np.stack([custom, r.astype(int).astype(object)], -1),
+        z=np.log10(r), x=list(range(len(steps))), customdata=np.stack([custom, shown], -1),
         colorscale=PROB_SCALE, reversescale=True, zmin=0.0, zmax=max(np.log10(top), 1.0),
         colorbar=dict(title=dict(text=TEXT["rank_bar"]), tickvals=[0, 1, 2, 3, 4], ticktext=["1", "10", "100", "1k", "10k"]),
         hovertemplate="step %{customdata[0]}<br>%{y}: rank %{customdata[1]}<extra></extra>", y=list(layer_names),
@@ -84,7 +87,8 @@ def lens_rank_strip(
                       line=dict(color="red", width=2))
     fig.update_xaxes(title_text=TEXT["step_axis"], tickangle=-60, showgrid=False, **token_ticks(labels, max_ticks=24))
     fig.update_yaxes(autorange="reversed", showgrid=False)
-    return finish(fig, title or TEXT["strip_title"], height=int(min(900, max(300, 170 + 16 * len(layer_names)))))
+    return finish(fig, title or TEXT["strip_title"], height=int(min(900, max(300, 170 + 16 * len(layer_names)))),
+                  plot_bgcolor="#d9d9d9")
 
 
 def logit_lens_caption(entries: Sequence[Mapping[str, Any]], step: int, chosen_text: str) -> str:

@@ -87,8 +87,12 @@ def own_weights_figure(data: Mapping[str, Any], title: str | None = None) -> go.
     w = np.where(data["mask"], data["weights"], np.nan)
     q = [display_token(t) for t in data["query_labels"]]
     k = [display_token(t) for t in data["key_labels"]]
-    fig = go.Figure(go.Heatmap(z=w, text=pair_text(q, k), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0,
-                               colorbar=dict(title=dict(text="weight")), hovertemplate="%{text}: %{z:.3f}<extra></extra>"))
+    # Token pairs in the hover for short runs; beyond that the axes carry the tokens (a 500 × 500 map
+    # would send a quarter of a million strings to the page).
+    hover = dict(text=pair_text(q, k), hovertemplate="%{text}: %{z:.3f}<extra></extra>") if len(q) * len(k) <= 20_000 \
+        else dict(hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra></extra>")
+    fig = go.Figure(go.Heatmap(z=w, colorscale=PROB_SCALE, zmin=0.0, zmax=1.0,
+                               colorbar=dict(title=dict(text="weight")), **hover))
     fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, **token_ticks(k))
     fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, **token_ticks(q))
     kind = TEXT["kinds"].get(data["kind"], data["kind"])
