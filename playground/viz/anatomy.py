@@ -37,7 +37,7 @@ TEXT = {
     "no_params": "no parameters",
     "positions_note": {"rope": "RoPE: rotates q and k in every layer", "sinusoidal": "fixed sin/cos table",
                        "learned": "learned table", "relative": "bias added to scores", "none": ""},
-    "residual_title": "Residual stream ‖x‖ after each layer<br><sup>step {step} (red); blue: every step of the run</sup>",
+    "residual_title": "Residual stream norm per layer<br><sup>‖x‖ at step {step} (red); blue: every step of the run</sup>",
     "all_max": "max over steps",
     "all_min": "min over steps",
     "all_median": "median over steps",

@@ -16,7 +16,7 @@ from playground.viz.cache import WITH_CACHE_COLOUR, WITHOUT_CACHE_COLOUR, format
 GB = 10**9
 
 TEXT = {
-    "cost_title": "What one step costs, with and without the KV cache<br><sup>by formula; x: keys the new token attends to (T + 1)</sup>",
+    "cost_title": "Cost of one step, by formula<br><sup>with and without the KV cache; x: keys attended (T + 1)</sup>",
     "flops_panel": "FLOPs per step (log scale)",
     "bytes_panel": "bytes per step",
     "attn_cached": "attention, with cache (1 × (T+1))",
@@ -32,7 +32,7 @@ TEXT = {
         "{ratio:.0f}× less. The price is memory traffic: every step reads the whole cache, {kv} at this length, "
         "next to {weights} of weights. Attention work without the cache grows with T², with it only with T."
     ),
-    "shapes_title": "Prefill vs decode: the score matrix of one head<br><sup>seed 002: L_p × L_p once, then 1 × (T + 1) per step</sup>",
+    "shapes_title": "Prefill vs decode<br><sup>one head's scores: L_p × L_p once, then 1 × (T + 1) per step</sup>",
     "prefill": "prefill: {n} × {n}  (Q {q} · Kᵀ → {s})",
     "decode": "decode step {step}: 1 × {keys}  (Q {q} · Kᵀ → {s})",
     "encoder": "encoder (once): {n} × {n}  (Q {q} · Kᵀ → {s})",
@@ -48,7 +48,7 @@ TEXT = {
         "just its start token. Each decode step then scores one query against the T + 1 = {keys} cached keys "
         "({df} FLOPs per layer) and reads the whole cache, plus the source's cross-attention K/V."
     ),
-    "timing_title": "Measured: time per decode step vs context length<br><sup>median of {repeats} runs each, after warm-up</sup>",
+    "timing_title": "Measured time per step<br><sup>with and without the cache; median of {repeats} runs each, after warm-up</sup>",
     "cached": "with KV cache",
     "uncached": "without KV cache",
     "fit": "{mode}: {fixed:.2f} ms + {slope:.4f} ms × keys",
@@ -73,12 +73,16 @@ TEXT = {
         "into the cache, the masks and views of a longer buffer): a fixed {c_fixed:.2f} ms vs {u_fixed:.2f} ms."
     ),
     "crossover": " The fitted lines cross at ≈{cross:.0f} keys: beyond that the cache wins{limit}.",
+    "crossover_inside": (
+        " The fitted lines cross at ≈{cross:.0f} keys: below that a cached step costs more than the work it "
+        "saves; every further key saves ≈{gain:.4f} ms."
+    ),
     "crossover_limit": " (this model holds at most {limit} positions)",
     "no_crossover": " Without the cache the cost per step grows faster with the context; the cache wins from the start.",
     "flops_note": (
         " By formula the last step attends {keys} keys: {attn_c} attention FLOPs with the cache vs {attn_u} without."
     ),
-    "memory_title": "KV-cache memory: 2 · N · B · h_kv · T · d_h · s<br><sup>{name}</sup>",
+    "memory_title": "KV-cache memory<br><sup>2 · N · B · h_kv · T · d_h · s · {name}</sup>",
     "memory_axis": "memory (GB = 10⁹ bytes, log scale)",
     "tokens_axis": "tokens in the cache T (log scale)",
     "here": "these settings",
@@ -225,7 +229,9 @@ def cache_timing_caption(timing: Mapping[str, Any]) -> str:
         limit = timing.get("context_limit")
         text += TEXT["crossover"].format(cross=cross, limit=TEXT["crossover_limit"].format(limit=limit)
                                          if limit and cross > limit else "")
-    elif cross is not None and cross <= 0:
+    elif cross is not None and cross > 0:
+        text += TEXT["crossover_inside"].format(cross=cross, gain=fu["per_key_ms"] - fc["per_key_ms"])
+    elif cross is not None and timing["verdict"] == "cache_wins":
         text += TEXT["no_crossover"]
     f = timing["flops_last_step"]
     return text + TEXT["flops_note"].format(keys=f["keys"], attn_c=_human_flops(f["attention_cached"]),

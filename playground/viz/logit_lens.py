@@ -18,7 +18,7 @@ TEXT = {
     "layer_axis": "read out after",
     "cell": "{token}<br>{prob:.0%}",
     "chosen_cell": "rank {rank}<br>{prob:.1%}",
-    "strip_title": "Rank of the chosen token, layer × step<br><sup>1 = the layer already puts it on top</sup>",
+    "strip_title": "Chosen token's rank per layer<br><sup>layer × step; 1 = the layer already puts it on top</sup>",
     "step_axis": "step (chosen token)",
     "rank_bar": "rank",
     "not_yet": "not computed yet (move to this step, or nearer)",

@@ -23,7 +23,7 @@ TEXT = {
     },
     "panel": "{name}{own} {share:.0%}",
     "own": " ★",
-    "weights_title": "Real weights under this model's mask<br><sup>{kind}, layer {layer}, head {head}; grey: hidden (−∞)</sup>",
+    "weights_title": "Real weights under the mask<br><sup>{kind}, layer {layer}, head {head}; grey: hidden (−∞)</sup>",
     "kinds": {"self": "decoder self-attention", "encoder": "encoder self-attention"},
     "caption": (
         "Each panel is a T × T mask (query down, key across). Full attention scores all {full} cells; the causal "

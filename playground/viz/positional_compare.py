@@ -29,8 +29,8 @@ TEXT = {
         "q = k = 1 decays and ripples within fewer tokens. This model uses base {a:g}; the dashed lines show "
         "base {b:g}. Pairs whose wavelength exceeds the context ({context}) never complete a turn."
     ),
-    "shift_title": "RoPE's relative property on the model's own q and k<br><sup>layer {layer}, head {head}: "
-                   "query “{q}” (position {m}) and key “{k}” (position {n})</sup>",
+    "shift_title": "RoPE: only the distance counts<br><sup>layer {layer}, head {head}: query “{q}” (position {m}), "
+                   "key “{k}” (position {n})</sup>",
     "shift_panel": "the same pair moved to (m + s, n + s): one score",
     "distance_panel": "the same q and k, the key δ tokens back: the score depends on δ = m − n",
     "shift_axis": "shift s (tokens)",

@@ -17,7 +17,7 @@ SDPA_COLOUR = "#3182bd"
 EXPLICIT_COLOUR = "#fd8d3c"
 
 TEXT = {
-    "title": "SDPA vs explicit softmax at this model's heads<br><sup>{h} query heads, {hkv} K/V heads, d_h = {d}, {dtype}, causal</sup>",
+    "title": "SDPA vs explicit softmax<br><sup>this model's heads: {h} query, {hkv} K/V, d_h = {d}, {dtype}, causal</sup>",
     "time": "time per call (ms, median of {repeats})",
     "memory": "peak extra memory",
     "diff": "max |SDPA − explicit| of the outputs",
