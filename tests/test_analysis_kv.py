@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from playground.analysis import kv_memory, kv_step_costs, kv_what_if, prefill_decode_shapes, presets, run_lesson, time_cache
+from playground.analysis import (
+    kv_memory,
+    kv_step_costs,
+    kv_what_if,
+    prefill_decode_shapes,
+    presets,
+    run_lesson,
+    time_cache,
+)
 from playground.analysis.kv_memory import SEED_PRESETS
 from playground.config import ModelConfig
 from playground.viz.kv_lesson import (
@@ -28,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_formula_reproduces_seed_002():
-    # 2 · 32 · 1 · 32 · 8192 · 128 · 2 and 2 · 80 · 1 · 8 · 8192 · 128 · 2, in bytes, in the seed's decimal GB.
+    # 2 · 32 · 1 · 32 · 8192 · 128 · 2 and 2 · 80 · 1 · 8 · 8192 · 128 · 2 bytes; the seed's GB are 10⁹ bytes.
     assert kv_memory(32, 1, 32, 8192, 128, 2) == 4_294_967_296
     assert kv_memory(80, 1, 8, 8192, 128, 2) == 2_684_354_560
     mha, gqa = (kv_what_if(p) for p in SEED_PRESETS.values())
@@ -51,7 +59,8 @@ def test_what_if_knobs():
     w = kv_what_if(preset)
     assert w["variants"] == {"MHA": base * 8, "GQA": base, "MQA": base // 8}
     assert w["curve"]["tokens"][0] == 1 and w["curve"]["tokens"][-1] == 131_072
-    np.testing.assert_array_equal(w["curve"]["GQA"], [kv_memory(80, 1, 8, int(t), 128, 2) for t in w["curve"]["tokens"]])
+    expected = [kv_memory(80, 1, 8, int(t), 128, 2) for t in w["curve"]["tokens"]]
+    np.testing.assert_array_equal(w["curve"]["GQA"], expected)
     with pytest.raises(ValueError, match="tokens"):
         kv_what_if(preset, tokens=131_073)
     with pytest.raises(ValueError, match="divides"):
@@ -70,7 +79,8 @@ def test_formula_equals_the_live_cache_bytes(run):
     name, lm, result = run
     for event in result.steps:
         c = event.cache
-        assert kv_memory(c["layers"], c["batch"], c["kv_heads"], c["tokens"], c["head_dim"], c["element_size"]) == c["bytes"]
+        formula = kv_memory(c["layers"], c["batch"], c["kv_heads"], c["tokens"], c["head_dim"], c["element_size"])
+        assert formula == c["bytes"]
     first = next(iter(presets(lm).values()))
     assert (first["layers"], first["kv_heads"], first["head_dim"]) == (lm.config.n_layers, lm.config.n_kv_heads,
                                                                        lm.config.head_dim)
@@ -154,7 +164,8 @@ def test_run_lesson_uses_the_runs_lengths(run):
 def test_timed_comparison_reports_medians_spread_and_a_verdict(name, tmp_path_factory):
     lm = load(name, tmp_path_factory.mktemp("timed"))
     t = time_cache(lm, "The import" if name == "tiny-lm" else "May 1, 2020", 6, repeats=2)
-    assert t["same_tokens"] and len(t["keys"]) == 6 and t["verdict"] in ("cache_wins", "overhead_dominates", "cache_slower")
+    assert t["same_tokens"] and len(t["keys"]) == 6
+    assert t["verdict"] in ("cache_wins", "overhead_dominates", "cache_slower")
     for mode in ("cached", "uncached"):
         d = t[mode]["decode_ms"]
         assert d["n"] == 2 and 0 < d["min"] <= d["median"] <= d["max"]
@@ -173,7 +184,8 @@ def test_verdict_explains_overhead_with_the_numbers():
         "crossover_keys": 900.0, "context_limit": 128,
         "cached": {"decode_ms": {"median": 2.0, "min": 1.9, "max": 2.4}, "fit": {"fixed_ms": 1.9, "per_key_ms": 0.001},
                    "step_ms": np.array([3.0, 2.0, 2.0, 2.0])},
-        "uncached": {"decode_ms": {"median": 0.94, "min": 0.9, "max": 1.1}, "fit": {"fixed_ms": 0.9, "per_key_ms": 0.002},
+        "uncached": {"decode_ms": {"median": 0.94, "min": 0.9, "max": 1.1},
+                     "fit": {"fixed_ms": 0.9, "per_key_ms": 0.002},
                      "step_ms": np.array([3.0, 0.9, 0.9, 0.9])},
         "flops_last_step": {"keys": 7, "attention_cached": 1000, "attention_uncached": 7000},
     }

@@ -9,7 +9,12 @@ import pytest
 from playground.analysis import RunCache, attention_patterns, own_pattern_weights
 from playground.analysis.patterns import pattern_masks
 from playground.generation import full_attention
-from playground.viz.patterns import own_weights_caption, own_weights_figure, pattern_gallery_caption, pattern_gallery_figure
+from playground.viz.patterns import (
+    own_weights_caption,
+    own_weights_figure,
+    pattern_gallery_caption,
+    pattern_gallery_figure,
+)
 from tests.analysis_models import FAMILIES, load, record
 
 pytestmark = pytest.mark.usefixtures("one_thread")

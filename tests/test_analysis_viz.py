@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-MODULES = ("attention_steps", "logit_lens", "kv_lesson", "positional_compare", "patterns", "sdpa", "anatomy", "training")
+MODULES = ("attention_steps", "logit_lens", "kv_lesson", "positional_compare", "patterns", "sdpa", "anatomy",
+           "training")
 
 
 def test_figure_modules_import_neither_torch_nor_gradio():

@@ -19,16 +19,22 @@ from playground.analysis.anatomy import anatomy, residual_norms
 from playground.analysis.attention_steps import attention_matrix, attention_steps
 from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, run_lesson, time_cache
 from playground.analysis.kv_memory import kv_memory, kv_what_if, presets
-from playground.analysis.logit_lens import lens_logits, logit_lens, logit_lens_ranks, strip_steps
+from playground.analysis.logit_lens import STRIP_FLOPS, STRIP_STEPS, lens_logits, logit_lens, logit_lens_ranks, strip_steps
 from playground.analysis.patterns import attention_patterns, own_pattern_weights
 from playground.analysis.positional import pe_schemes, positional_data, rope_shift_scores
 from playground.analysis.recorded import RunCache
 from playground.analysis.sdpa import sdpa_vs_explicit
 from playground.analysis.training import training_view
 
+# What a run must record for every analysis: GenerationConfig(**RUN_FLAGS). Only the logit lens, its rank
+# strip and the residual norms need it; the rest read the run's tokens and cache stats, or make their own
+# whole-sequence pass (attention internals) through `RunCache`.
+RUN_FLAGS = {"capture_residual": True}
+
 __all__ = [
-    "RunCache", "anatomy", "attention_matrix", "attention_patterns", "attention_steps", "kv_memory", "kv_step_costs",
+    "RUN_FLAGS", "STRIP_FLOPS", "STRIP_STEPS", "RunCache", "anatomy", "attention_matrix", "attention_patterns", "attention_steps", "kv_memory", "kv_step_costs",
     "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks", "own_pattern_weights", "pe_schemes",
-    "positional_data", "prefill_decode_shapes", "presets", "residual_norms", "rope_shift_scores", "run_lesson", "sdpa_vs_explicit",
+    "positional_data", "prefill_decode_shapes", "presets", "residual_norms", "rope_shift_scores", "run_lesson",
+    "sdpa_vs_explicit",
     "strip_steps", "time_cache", "training_view",
 ]

@@ -55,9 +55,11 @@ def _norm_kind(module: nn.Module | None) -> str:
 def _block_parts(blocks: nn.ModuleList, prefix: str, cross: bool) -> list[dict[str, Any]]:
     first, n = blocks[0], len(blocks)
     names = ["attn_norm", "attn"] + (["cross_norm", "cross"] if cross else []) + ["mlp_norm", "mlp"]
+    def note(module: nn.Module, name: str) -> str:
+        return _norm_kind(module) if name.endswith("norm") else type(module).__name__
+
     return [_part(name, getattr(first, name), path=f"{prefix}.{{0..{n - 1}}}.{name}", repeat=n,
-                  note=_norm_kind(getattr(first, name)) if name.endswith("norm") else type(getattr(first, name)).__name__,
-                  modules=[getattr(b, name) for b in blocks])
+                  note=note(getattr(first, name), name), modules=[getattr(b, name) for b in blocks])
             for name in names]
 
 
@@ -100,7 +102,8 @@ def anatomy(lm: LoadedModel) -> dict[str, Any]:
     stacks = []
     if lm.kind == "decoder":
         parts = _positions(m, c, "") + _block_parts(m.blocks, "blocks", cross=False)
-        final = None if isinstance(m.norm, nn.Identity) else _part("final_norm", m.norm, path="norm", note=_norm_kind(m.norm))
+        final = None if isinstance(m.norm, nn.Identity) else _part("final_norm", m.norm, path="norm",
+                                                                   note=_norm_kind(m.norm))
         stacks.append({"name": "decoder", "layers": len(m.blocks), "pre": True, "wiring": wiring(True, False),
                        "parts": parts, "final_norm": final, "block_params": _count(m.blocks[0])})
     else:

@@ -170,7 +170,8 @@ def time_cache(
     for r in range(repeats):
         order = (True, False) if r % 2 == 0 else (False, True)  # alternate so drift hits both modes alike
         for use_cache in order:
-            runs["cached" if use_cache else "uncached"].append(generate_all(quiet, prompt, base.replace(use_cache=use_cache)))
+            mode = "cached" if use_cache else "uncached"
+            runs[mode].append(generate_all(quiet, prompt, base.replace(use_cache=use_cache)))
     first = runs["cached"][0]
     prefix = len(first.decoder_prefix)
     keys = [prefix + t if t else prefix for t in range(len(first.token_ids))]
@@ -187,7 +188,9 @@ def time_cache(
     c_med, u_med = out["cached"]["decode_ms"]["median"], out["uncached"]["decode_ms"]["median"]
     out["speedup"] = u_med / c_med if c_med > 0 else float("nan")
     out["same_tokens"] = all(res.token_ids == first.token_ids for rs in runs.values() for res in rs)
-    out["verdict"] = "cache_wins" if out["speedup"] >= 1.1 else ("cache_slower" if out["speedup"] < 0.9 else "overhead_dominates")
+    # Within ±10 % the two are the same speed on a shared CPU: the per-step overhead hides what the cache saves.
+    speedup = out["speedup"]
+    out["verdict"] = "cache_wins" if speedup >= 1.1 else ("cache_slower" if speedup < 0.9 else "overhead_dominates")
     fc, fu = out["cached"]["fit"], out["uncached"]["fit"]
     gap = fu["per_key_ms"] - fc["per_key_ms"]
     out["crossover_keys"] = (fc["fixed_ms"] - fu["fixed_ms"]) / gap if gap > 0 else None

@@ -120,7 +120,9 @@ def kv_what_if(
     total = kv_memory(N, B, h_kv, T, d, s)
     grid = np.unique(np.round(np.geomspace(1, MAX_TOKENS, points)).astype(np.int64))
     heads = {"MHA": q, "GQA": gqa, "MQA": 1}
-    curve = {"tokens": grid, **{k: np.array([kv_memory(N, B, hk, int(t), d, s) for t in grid]) for k, hk in heads.items()}}
+    curve = {"tokens": grid}
+    for k, hk in heads.items():
+        curve[k] = np.array([kv_memory(N, B, hk, int(t), d, s) for t in grid])
     live_mark = None
     if live:
         formula = kv_memory(int(live["layers"]), int(live["batch"]), int(live["kv_heads"]), int(live["tokens"]),

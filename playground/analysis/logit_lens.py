@@ -147,8 +147,9 @@ def logit_lens_ranks(
     rows = [held.get(s) or fresh.get(s) for s in steps]
     layers = lm.config.n_layers + 1
     blank = np.full(layers, np.nan)
-    ranks = np.stack([blank if r is None else r["rank"].astype(float) for r in rows], axis=1) if rows else np.zeros((layers, 0))
-    probs = np.stack([blank if r is None else r["prob"] for r in rows], axis=1) if rows else np.zeros((layers, 0))
+    ranks, probs = np.zeros((layers, len(rows))), np.zeros((layers, len(rows)))
+    for j, r in enumerate(rows):
+        ranks[:, j], probs[:, j] = (blank, blank) if r is None else (r["rank"], r["prob"])
     return {
         "ranks": ranks, "probs": probs, "computed": np.array([r is not None for r in rows], dtype=bool),
         "steps": steps, "layer_names": layer_names(layers - 1),

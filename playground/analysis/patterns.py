@@ -97,7 +97,8 @@ def attention_patterns(
             "key": key, "mask": masks[key], "cells": cells, "fraction_of_full": cells / full_cells,
             "fraction_of_causal": cells / causal_cells, "flops_per_layer": per_cell * cells, "own": own.get(key),
         })
-    return {"length": length, "window": window, "window_is_models": models_window is not None and window == models_window,
+    is_models = models_window is not None and window == models_window
+    return {"length": length, "window": window, "window_is_models": is_models,
             "global_tokens": int(global_tokens), "stride": stride, "dilation": int(dilation),
             "real_length": real_length, "patterns": patterns, "n_heads": c.n_heads, "head_dim": c.head_dim}
 

@@ -35,7 +35,9 @@ class RunCache:
     len(prefix) - 1 + t). Step 0 is the prefill: every prefix position is a query at once.
     """
 
-    def __init__(self, lm: LoadedModel, result: GenerationResult, *, budget_bytes: int = INTERNALS_BUDGET_BYTES) -> None:
+    def __init__(
+        self, lm: LoadedModel, result: GenerationResult, *, budget_bytes: int = INTERNALS_BUDGET_BYTES
+    ) -> None:
         if not result.token_ids:
             raise ValueError("the run generated no tokens; generate at least one token first")
         self.lm, self.result = lm, result

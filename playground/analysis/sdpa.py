@@ -116,7 +116,8 @@ def sdpa_vs_explicit(
             "score_bytes": score_bytes, "explicit_bytes_analytic": 2 * score_bytes + T * T,
             "output_bytes": h * T * d * q.element_size(),
         })
-    measured = peak_memory(h, h_kv, d, [r["length"] for r in rows], dtype=str(dtype).removeprefix("torch.")) if memory else None
+    name = str(dtype).removeprefix("torch.")
+    measured = peak_memory(h, h_kv, d, [r["length"] for r in rows], dtype=name) if memory else None
     for row in rows:
         peaks = (measured or {}).get(row["length"], {})
         row["sdpa_peak_bytes"], row["explicit_peak_bytes"] = peaks.get("sdpa"), peaks.get("explicit")

@@ -65,7 +65,9 @@ def recipe_from(stored: dict[str, Any]) -> tuple[Recipe, list[str]]:
         known["betas"] = tuple(known["betas"])
     recipe = Recipe(**known)
     # min_lr_ratio only shapes a cosine schedule; the other fields shape every run.
-    matters = ("clip", "label_smoothing", "warmup", "schedule", "lr") + (("min_lr_ratio",) if recipe.schedule == "cosine" else ())
+    matters = ("clip", "label_smoothing", "warmup", "schedule", "lr")
+    if recipe.schedule == "cosine":
+        matters += ("min_lr_ratio",)
     return recipe, sorted(f for f in matters if f not in known)
 
 

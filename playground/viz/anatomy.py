@@ -25,6 +25,7 @@ TEXT = {
         "head": "LM head", "final_logits_bias": "logits bias",
     },
     "add": "⊕ add the residual",
+    "shared": " (shared)",
     "tokens_in": "token ids",
     "source_in": "source ids",
     "target_in": "target ids",
@@ -37,7 +38,7 @@ TEXT = {
     "no_params": "no parameters",
     "positions_note": {"rope": "RoPE: rotates q and k in every layer", "sinusoidal": "fixed sin/cos table",
                        "learned": "learned table", "relative": "bias added to scores", "none": ""},
-    "residual_title": "Residual stream norm per layer<br><sup>‖x‖ at step {step} (red); blue: every step of the run</sup>",
+    "residual_title": "Residual stream norm per layer<br><sup>‖x‖ at step {step} (red); blue: every step</sup>",
     "all_max": "max over steps",
     "all_min": "min over steps",
     "all_median": "median over steps",
@@ -117,7 +118,8 @@ def _column(fig: go.Figure, x: float, boxes: list[tuple[str, str]], block: tuple
     side = x - width / 2 - 0.1
     for start, add in skips:
         y0, y1 = ys[start] + 0.5, ys[add]
-        fig.add_shape(type="path", path=f"M {x} {y0} L {side} {y0} L {side} {y1}", line=dict(color="#252525", width=1.2))
+        fig.add_shape(type="path", path=f"M {x} {y0} L {side} {y0} L {side} {y1}",
+                      line=dict(color="#252525", width=1.2))
         fig.add_annotation(x=x - width / 5, y=y1, ax=side, ay=y1, xref="x", yref="y", axref="x", ayref="y",
                            showarrow=True, arrowhead=2, arrowwidth=1.2, text="")
     if block is not None:
@@ -142,7 +144,8 @@ def _stack_boxes(stack: Mapping[str, Any], positional: str, offset: int
     for norm, sub in zip(block[0::2], block[1::2]):  # (attn_norm, attn), [(cross_norm, cross)], (mlp_norm, mlp)
         start = offset + len(boxes)
         if stack["pre"]:
-            boxes += [(norm["key"], _label(norm, positional)), (sub["key"], _label(sub, positional)), ("add", TEXT["add"])]
+            boxes += [(norm["key"], _label(norm, positional)), (sub["key"], _label(sub, positional)),
+                      ("add", TEXT["add"])]
             skips.append((start, offset + len(boxes) - 1))
         else:
             boxes += [(sub["key"], _label(sub, positional)), ("add", TEXT["add"])]
@@ -176,13 +179,14 @@ def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None) -> go.F
         e_boxes, (e0, e1), e_skips = _stack_boxes(enc, anatomy["positional"], 2)
         d_boxes, (d0, d1), d_skips = _stack_boxes(dec, anatomy["positional"], 2)
         e_col = [("tokens", TEXT["source_in"]), emb] + e_boxes
-        d_col = [("tokens", TEXT["target_in"]), ("embedding", TEXT["names"]["embedding"] + " (shared)")] + d_boxes + tail
-        e_ys = _column(fig, 0.0, e_col, (e0 + 2, e1 + 2),
-                       TEXT["repeat"].format(n=enc["layers"], pre=TEXT["pre"] if enc["pre"] else TEXT["post"]), width=1.5,
-                       skips=e_skips)
-        d_ys = _column(fig, 2.0, d_col, (d0 + 2, d1 + 2),
-                       TEXT["repeat"].format(n=dec["layers"], pre=TEXT["pre"] if dec["pre"] else TEXT["post"]), width=1.5,
-                       skips=d_skips)
+        shared = ("embedding", TEXT["names"]["embedding"] + TEXT["shared"])
+        d_col = [("tokens", TEXT["target_in"]), shared] + d_boxes + tail
+
+        def repeat(stack: Mapping[str, Any]) -> str:
+            return TEXT["repeat"].format(n=stack["layers"], pre=TEXT["pre"] if stack["pre"] else TEXT["post"])
+
+        e_ys = _column(fig, 0.0, e_col, (e0 + 2, e1 + 2), repeat(enc), width=1.5, skips=e_skips)
+        d_ys = _column(fig, 2.0, d_col, (d0 + 2, d1 + 2), repeat(dec), width=1.5, skips=d_skips)
         cross = next(i for i, (k, _) in enumerate(d_col) if k == "cross")
         fig.add_annotation(x=1.25, y=d_ys[cross], ax=0.75, ay=e_ys[-1], xref="x", yref="y", axref="x", ayref="y",
                            showarrow=True, arrowhead=2, arrowwidth=1.5, arrowcolor="#756bb1", text="")

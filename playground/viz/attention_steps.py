@@ -38,7 +38,9 @@ TEXT = {
     "key_axis": "key token",
     "dim_axis": "dimension",
     "hidden": "−∞ (hidden by the mask)",
-    "concat_title": "Heads → concat → W_O<br><sup>layer {layer}: concat(o₀ … o_{last}) · W_O{bias} = Σ_h o_h · W_O[h]{bias}</sup>",
+    "concat_title": (
+        "Heads → concat → W_O<br><sup>layer {layer}: concat(o₀ … o_{last}) · W_O{bias} = Σ_h o_h · W_O[h]{bias}</sup>"
+    ),
     "concat": "concat: {h} heads × {d} = {hd} (head {head} boxed)",
     "w_o": "W_O[{head}]: rows {start}–{stop} of {rows} × {d_model}",
     "contribution": "head {head}'s share o_h · W_O[h]",
@@ -101,7 +103,8 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     fig = make_subplots(rows=8, cols=1, subplot_titles=titles, row_heights=row_px, vertical_spacing=0.06)
     pair = np.asarray(q_labels, dtype=object)[:, None] + " → " + np.asarray(k_labels, dtype=object)[None, :]
     dims = np.arange(d)
-    fig.add_trace(_signed(steps["q"], x=dims, customdata=np.broadcast_to(np.asarray(q_labels, dtype=object)[:, None], (Tq, d)),
+    by_query = np.broadcast_to(np.asarray(q_labels, dtype=object)[:, None], (Tq, d))
+    fig.add_trace(_signed(steps["q"], x=dims, customdata=by_query,
                           hovertemplate="%{customdata}, dim %{x}: %{z:.3f}<extra>Q</extra>"), row=1, col=1)
     # Token names in every K/V cell's hover for short runs; long ones hover by position (the axis names
     # the tokens) so a step change does not ship tens of thousands of strings to the page.

@@ -48,7 +48,9 @@ TEXT = {
         "just its start token. Each decode step then scores one query against the T + 1 = {keys} cached keys "
         "({df} FLOPs per layer) and reads the whole cache, plus the source's cross-attention K/V."
     ),
-    "timing_title": "Measured time per step<br><sup>with and without the cache; median of {repeats} runs each, after warm-up</sup>",
+    "timing_title": (
+        "Measured time per step<br><sup>with and without the cache; median of {repeats} runs each, after warm-up</sup>"
+    ),
     "cached": "with KV cache",
     "uncached": "without KV cache",
     "fit": "{mode}: {fixed:.2f} ms + {slope:.4f} ms × keys",
@@ -78,7 +80,9 @@ TEXT = {
         "saves; every further key saves ≈{gain:.4f} ms."
     ),
     "crossover_limit": " (this model holds at most {limit} positions)",
-    "no_crossover": " Without the cache the cost per step grows faster with the context; the cache wins from the start.",
+    "no_crossover": (
+        " Without the cache the cost per step grows faster with the context; the cache wins from the start."
+    ),
     "flops_note": (
         " By formula the last step attends {keys} keys: {attn_c} attention FLOPs with the cache vs {attn_u} without."
     ),
@@ -93,7 +97,9 @@ TEXT = {
         "{decimal} ({binary}). {kind}: {hkv} K/V head(s) for {q} query heads; MHA would need {mha}, MQA {mqa}."
     ),
     "memory_seed": " Seed 002 gives {expected} GB: reproduced.",
-    "memory_live": " This run's cache holds {tokens} tokens: {bytes:,} bytes, exactly what the formula gives ({formula_bytes:,}).",
+    "memory_live": (
+        " This run's cache holds {tokens} tokens: {bytes:,} bytes, exactly what the formula gives ({formula_bytes:,})."
+    ),
 }
 
 
@@ -202,7 +208,8 @@ def cache_timing_figure(timing: Mapping[str, Any], title: str | None = None) -> 
                                  hovertemplate=TEXT[mode] + ", %{x} keys: %{y:.2f} ms<extra></extra>"))
         fig.add_trace(go.Scatter(x=keys, y=fit["fixed_ms"] + fit["per_key_ms"] * keys, mode="lines",
                                  line=dict(color=colour, dash="dash"), hoverinfo="skip",
-                                 name=TEXT["fit"].format(mode=TEXT[mode], fixed=fit["fixed_ms"], slope=fit["per_key_ms"])))
+                                 name=TEXT["fit"].format(mode=TEXT[mode], fixed=fit["fixed_ms"],
+                                                         slope=fit["per_key_ms"])))
     fig.update_xaxes(title_text=TEXT["keys_axis"])
     fig.update_yaxes(title_text=TEXT["ms_axis"], rangemode="tozero")
     return finish(fig, title or TEXT["timing_title"].format(repeats=timing["repeats"]), height=420,

@@ -78,7 +78,8 @@ def lens_rank_strip(
     fig = go.Figure(go.Heatmap(
         z=np.log10(r), x=list(range(len(steps))), customdata=np.stack([custom, shown], -1),
         colorscale=PROB_SCALE, reversescale=True, zmin=0.0, zmax=max(np.log10(top), 1.0),
-        colorbar=dict(title=dict(text=TEXT["rank_bar"]), tickvals=[0, 1, 2, 3, 4], ticktext=["1", "10", "100", "1k", "10k"]),
+        colorbar=dict(title=dict(text=TEXT["rank_bar"]), tickvals=[0, 1, 2, 3, 4],
+                      ticktext=["1", "10", "100", "1k", "10k"]),
         hovertemplate="step %{customdata[0]}<br>%{y}: rank %{customdata[1]}<extra></extra>", y=list(layer_names),
     ))
     if selected is not None and selected in steps:

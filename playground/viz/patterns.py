@@ -16,7 +16,7 @@ MASK_COLOURS = [[0.0, "#f0f0f0"], [1.0, "#3182bd"]]
 OWN_COLOUR = "#d62728"
 
 TEXT = {
-    "title": "Attention patterns at {T} tokens<br><sup>blue: the key is scored; the share is of full T × T attention</sup>",
+    "title": "Attention patterns at {T} tokens<br><sup>blue: the key is scored; the share is of full T × T</sup>",
     "names": {
         "full": "full", "causal": "causal", "sliding_window": "window {window}", "local_global": "local+global",
         "strided": "strided {stride}", "dilated": "dilated ×{dilation}", "padding": "padding {real}/{T}",
@@ -29,9 +29,9 @@ TEXT = {
         "Each panel is a T × T mask (query down, key across). Full attention scores all {full} cells; the causal "
         "mask {causal} ({causal_share:.0%}); a sliding window of {window} keeps {window_cells} ({window_share:.0%}) "
         "and grows only linearly with T. FLOPs per layer at this length: {flops}. ★ marks this model's own "
-        "mask{window_note}. Local+global: the window plus the first {g} tokens, which every query sees. Strided: "
-        "the last {stride} tokens, then one token in {stride} before them. Dilated: one token in {dilation} within the last "
-        "{span}. Padding: a {real}-token sequence padded to {T}; the padding is hidden."
+        "mask{window_note}. Local+global: the window plus the first {g} tokens, which every query sees. "
+        "Strided: the last {stride} tokens, then one token in {stride} before them. Dilated: one token in "
+        "{dilation} within the last {span}. Padding: a {real}-token sequence padded to {T}; the padding is hidden."
     ),
     "window_note": " (its window of {window} tokens comes from the config)",
     "weights_caption": (
@@ -42,9 +42,10 @@ TEXT = {
 
 
 def _name(p: Mapping[str, Any], gallery: Mapping[str, Any]) -> str:
-    return TEXT["names"][p["key"]].format(window=gallery["window"], g=gallery["global_tokens"], stride=gallery["stride"],
-                                          dilation=gallery["dilation"], span=gallery["window"] * gallery["dilation"],
-                                          real=gallery["real_length"], T=gallery["length"])
+    g = gallery
+    return TEXT["names"][p["key"]].format(window=g["window"], g=g["global_tokens"], stride=g["stride"],
+                                          dilation=g["dilation"], span=g["window"] * g["dilation"],
+                                          real=g["real_length"], T=g["length"])
 
 
 def pattern_gallery_figure(gallery: Mapping[str, Any], title: str | None = None) -> go.Figure:
@@ -58,8 +59,9 @@ def pattern_gallery_figure(gallery: Mapping[str, Any], title: str | None = None)
                         vertical_spacing=0.3 / rows)
     for n, p in enumerate(patterns):
         row, col = n // cols + 1, n % cols + 1
+        hover = "query %{y} → key %{x}<extra>" + p["key"] + "</extra>"
         fig.add_trace(go.Heatmap(z=p["mask"].astype(float), colorscale=MASK_COLOURS, zmin=0, zmax=1, showscale=False,
-                                 hovertemplate="query %{y} → key %{x}<extra>" + p["key"] + "</extra>"), row=row, col=col)
+                                 hovertemplate=hover), row=row, col=col)
         if p["own"]:
             suffix = "" if n == 0 else str(n + 1)
             fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=0, x1=1, y0=0, y1=1,

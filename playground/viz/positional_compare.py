@@ -43,7 +43,9 @@ TEXT = {
         "score (lower panel; the dotted line marks m − n = {gap})."
     ),
     "no_rope": "This model does not use RoPE ({reason}); the relative property is RoPE's.",
-    "schemes_title": "Positional schemes side by side<br><sup>what position adds at relative distance δ; ★ = this model</sup>",
+    "schemes_title": (
+        "Positional schemes side by side<br><sup>what position adds at relative distance δ; ★ = this model</sup>"
+    ),
     "names": {"sinusoidal": "sinusoidal (2017)", "learned": "learned (GPT-2, BART)", "rope": "RoPE (LLaMA)",
               "relative": "T5 relative bias", "alibi": "ALiBi"},
     "y": {"sinusoidal": "PE(0)·PE(δ) / PE(0)·PE(0)", "learned": "cosine(P_p, P_p+δ)",
@@ -67,14 +69,16 @@ def rope_base_comparison(data: Mapping[str, Any], title: str | None = None) -> g
     compared base (a `positional_data` dict of a RoPE model)."""
     a, b = float(data["base"]), float(data["compare_base"])
     fig = make_subplots(rows=2, cols=1, subplot_titles=(TEXT["wavelength"], TEXT["decay"]), vertical_spacing=0.16)
-    for inv, dist_curve, label, dash in ((data["inv_freq"], data["decay"], TEXT["model_base"].format(b=a), "solid"),
-                                         (data["compare_inv_freq"], data["compare_decay"], TEXT["base"].format(b=b), "dash")):
+    curves = ((data["inv_freq"], data["decay"], TEXT["model_base"].format(b=a), dict(color=OWN_COLOUR)),
+              (data["compare_inv_freq"], data["compare_decay"], TEXT["base"].format(b=b),
+               dict(color="#1f77b4", dash="dash")))
+    for inv, dist_curve, label, line in curves:
         inv = np.asarray(inv)
         fig.add_trace(go.Scatter(x=np.arange(inv.size), y=2 * np.pi / inv, mode="lines+markers", name=label,
-                                 legendgroup=label, line=dict(color=OWN_COLOUR if dash == "solid" else "#1f77b4", dash=dash),
+                                 legendgroup=label, line=line,
                                  hovertemplate=label + ", pair %{x}: %{y:.4g} tokens<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=data["distances"], y=dist_curve, mode="lines", name=label, legendgroup=label,
-                                 showlegend=False, line=dict(color=OWN_COLOUR if dash == "solid" else "#1f77b4", dash=dash),
+                                 showlegend=False, line=line,
                                  hovertemplate=label + ", distance %{x}: %{y:.3f}<extra></extra>"), row=2, col=1)
     fig.add_hline(y=data["context"], line=dict(dash="dot", color="grey"), row=1, col=1)
     fig.update_yaxes(type="log", title_text="tokens", row=1, col=1)
@@ -134,8 +138,11 @@ def pe_schemes_figure(schemes: Mapping[str, Any], title: str | None = None) -> g
     """Five panels stacked (one column stays legible on a phone), this model's starred and framed."""
     order = ("sinusoidal", "learned", "rope", "relative", "alibi")
     own = schemes["own"]
-    names = [TEXT["names"][k] + (TEXT["own"] if k == own else TEXT["formula"] if schemes["schemes"][k]["source"] == "formula"
-                                 else "") for k in order]
+    def name(k: str) -> str:
+        source = schemes["schemes"][k]["source"]
+        return TEXT["names"][k] + (TEXT["own"] if k == own else TEXT["formula"] if source == "formula" else "")
+
+    names = [name(k) for k in order]
     fig = make_subplots(rows=5, cols=1, subplot_titles=names, vertical_spacing=0.07)
     delta = np.asarray(schemes["distances"])
     for n, key in enumerate(order):
@@ -143,15 +150,15 @@ def pe_schemes_figure(schemes: Mapping[str, Any], title: str | None = None) -> g
         entry = schemes["schemes"][key]
         curves = np.asarray(entry["curves"])
         if curves.shape[0] == 0:
-            fig.add_trace(go.Scatter(x=[delta[0], delta[-1]], y=[0, 0], mode="lines", hoverinfo="skip", showlegend=False,
-                                     line=dict(color="rgba(0,0,0,0)")), row=row, col=col)
+            fig.add_trace(go.Scatter(x=[delta[0], delta[-1]], y=[0, 0], mode="lines", hoverinfo="skip",
+                                     showlegend=False, line=dict(color="rgba(0,0,0,0)")), row=row, col=col)
             fig.add_annotation(text=TEXT["unavailable"], showarrow=False, xref="x domain", yref="y domain", x=0.5,
                                y=0.5, font=dict(color="grey"), row=row, col=col)
         for i, (curve, label) in enumerate(zip(curves, entry["labels"])):
             colour = OWN_COLOUR if key == own and curves.shape[0] == 1 else _COLOURS[i % len(_COLOURS)]
+            hover = f"{TEXT['names'][key]}, {label}, δ %{{x}}: %{{y:.3f}}<extra></extra>"
             fig.add_trace(go.Scatter(x=delta, y=curve, mode="lines", name=label, showlegend=False,
-                                     line=dict(color=colour, width=3 if key == own else 1.5),
-                                     hovertemplate=f"{TEXT['names'][key]}, {label}, δ %{{x}}: %{{y:.3f}}<extra></extra>"),
+                                     line=dict(color=colour, width=3 if key == own else 1.5), hovertemplate=hover),
                           row=row, col=col)
         fig.update_yaxes(title_text=TEXT["y"][key], title_font=dict(size=10), row=row, col=col)
         fig.update_xaxes(title_text=TEXT["delta_axis"] if row == 5 else None, row=row, col=col)

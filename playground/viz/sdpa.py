@@ -17,7 +17,7 @@ SDPA_COLOUR = "#3182bd"
 EXPLICIT_COLOUR = "#fd8d3c"
 
 TEXT = {
-    "title": "SDPA vs explicit softmax<br><sup>this model's heads: {h} query, {hkv} K/V, d_h = {d}, {dtype}, causal</sup>",
+    "title": "SDPA vs explicit softmax<br><sup>this model's heads: {h} query, {hkv} K/V, d_h = {d}, {dtype}</sup>",
     "time": "time per call (ms, median of {repeats})",
     "memory": "peak extra memory",
     "diff": "max |SDPA − explicit| of the outputs",
@@ -56,9 +56,11 @@ def sdpa_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:
             fig.add_trace(go.Scatter(x=T, y=peak, mode="lines+markers", name=TEXT[name], legendgroup=name,
                                      showlegend=False, line=dict(color=colour),
                                      customdata=[format_bytes(p) for p in peak],
-                                     hovertemplate=TEXT[name] + ", T = %{x}: %{customdata}<extra></extra>"), row=2, col=1)
+                                     hovertemplate=TEXT[name] + ", T = %{x}: %{customdata}<extra></extra>"),
+                          row=2, col=1)
     analytic = [r["explicit_bytes_analytic"] for r in rows]
-    fig.add_trace(go.Scatter(x=T, y=analytic, mode="lines", name=TEXT["analytic"], line=dict(color=EXPLICIT_COLOUR, dash="dot"),
+    fig.add_trace(go.Scatter(x=T, y=analytic, mode="lines", name=TEXT["analytic"],
+                             line=dict(color=EXPLICIT_COLOUR, dash="dot"),
                              customdata=[format_bytes(b) for b in analytic],
                              hovertemplate="T = %{x}: %{customdata}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Scatter(x=T, y=[max(r["max_abs_diff"], 1e-12) for r in rows], mode="lines+markers",
@@ -87,12 +89,14 @@ def sdpa_caption(data: Mapping[str, Any]) -> str:
 
 def sdpa_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Rows for a plain table next to the figure (T, times, memory, difference), formatted."""
+    def peak(value: int | None) -> str:
+        return "—" if value is None else format_bytes(value)
+
     out = []
     for r in data["rows"]:
         out.append({
             "T": r["length"], "SDPA ms": round(r["sdpa_ms"], 3), "explicit ms": round(r["explicit_ms"], 3),
-            "SDPA peak": format_bytes(r["sdpa_peak_bytes"]) if r.get("sdpa_peak_bytes") is not None else "—",
-            "explicit peak": format_bytes(r["explicit_peak_bytes"]) if r.get("explicit_peak_bytes") is not None else "—",
+            "SDPA peak": peak(r.get("sdpa_peak_bytes")), "explicit peak": peak(r.get("explicit_peak_bytes")),
             "scores (formula)": format_bytes(r["score_bytes"]), "max diff": f"{r['max_abs_diff']:.1e}",
         })
     return out
