@@ -129,10 +129,13 @@ def test_internals_are_held_for_a_bounded_chunk_of_layers(run):
     name, lm, result = run
     cache = RunCache(lm, result, budget_bytes=1)  # one layer per pass
     first = cache.internals(0)
-    assert set(cache._internals) == {0}
+    assert cache.held_layers == [0]
     cache.internals(1)
-    assert set(cache._internals) == {1}
+    assert cache.held_layers == [1]
     np.testing.assert_array_equal(cache.internals(0)["self"]["q"], first["self"]["q"])  # recomputed alike
+    whole = RunCache(lm, result)  # the default budget holds every layer of these small models in one pass
+    whole.internals(0)
+    assert whole.held_layers == list(range(max(lm.config.n_layers, lm.config.n_encoder_layers)))
 
 
 def test_figures_and_caption(run):

@@ -164,7 +164,7 @@ def bench(lm: LoadedModel, result: GenerationResult, *, steps: list[int] | None 
     warm = {name: [_timed(lambda fn=fn, s=s: fn(s)) for s in steps[1:]] for name, fn in views.items()}
     once = {name: _timed(fn) for name, fn in static_views(lm, result, cache, layer, head).items()}
     # A layer change: free inside the chunk of layers one pass recorded, one more pass outside it.
-    held = sorted(cache._internals)
+    held = cache.held_layers
     outside = next((i for i in range(lm.config.n_layers) if i not in held), None)
     layer_change = {"same pass": _timed(lambda: attention_steps(lm, result, steps[-1], held[0], head, cache=cache))}
     if outside is not None:

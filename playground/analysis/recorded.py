@@ -49,7 +49,6 @@ class RunCache:
         self.source = list(result.prompt_ids) if lm.kind == "seq2seq" else []
         self.decoder_ids = self.prefix + list(result.token_ids)
         self._labels: dict[str, list[str]] = {}
-        self._chunk: tuple[int, int] | None = None  # layers [start, stop) whose internals are held
         self._internals: dict[int, Internals] = {}
         self.lens_rows: dict[int, dict[str, Any]] = {}  # step -> logit-lens summary (see logit_lens)
 
@@ -103,6 +102,11 @@ class RunCache:
             total += S * (qkv + c.d_model)  # encoder layer of the same index
         return 4 * total
 
+    @property
+    def held_layers(self) -> list[int]:
+        """Layers whose internals are held now (a layer outside them costs one more pass)."""
+        return sorted(self._internals)
+
     def internals(self, layer: int) -> Internals:
         """kind -> q, k, v, output of `layer` over the whole final sequence (one pass per chunk)."""
         layer = int(layer)
@@ -125,4 +129,4 @@ class RunCache:
                 held.setdefault(layer, {})[kind] = {
                     name: t[0].float().cpu().numpy() for name, t in tensors.items()
                 }
-        self._internals, self._chunk = held, (layers.start, layers.stop)
+        self._internals = held
