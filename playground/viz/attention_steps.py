@@ -100,7 +100,7 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     )
     q_px, d_px = int(np.clip(20 * Tq, 40, 320)), int(min(200, 3 * d + 20))
     row_px = [q_px, d_px, q_px, q_px, q_px, q_px, d_px, q_px]
-    fig = make_subplots(rows=8, cols=1, subplot_titles=titles, row_heights=row_px, vertical_spacing=0.06)
+    fig = make_subplots(rows=8, cols=1, subplot_titles=titles, row_heights=row_px, vertical_spacing=0.065)
     pair = np.asarray(q_labels, dtype=object)[:, None] + " → " + np.asarray(k_labels, dtype=object)[None, :]
     dims = np.arange(d)
     by_query = np.broadcast_to(np.asarray(q_labels, dtype=object)[:, None], (Tq, d))
@@ -117,7 +117,7 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     v_hover = {**kv_hover, "hovertemplate": kv_hover["hovertemplate"].replace("{name}", "V")}
     fig.add_trace(_signed(np.asarray(steps["k"]).T, **k_hover), row=2, col=1)
     # Small matrices carry their numbers in the cells, as the seeds' worked examples do.
-    numbers = dict(texttemplate="%{z:.2f}", textfont=dict(size=10)) if S <= 16 and Tq <= 8 else {}
+    numbers = dict(texttemplate="%{z:.2g}", textfont=dict(size=9)) if S <= 12 and Tq <= 8 else {}
     for row, name in ((3, "scores"), (4, "scaled")):
         fig.add_trace(_signed(steps[name], text=pair, hovertemplate="%{text}: %{z:.3f}<extra>" + name + "</extra>",
                               **numbers), row=row, col=1)
@@ -136,10 +136,10 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
         fig.update_yaxes(autorange="reversed", showgrid=False, row=row, col=1,
                          showticklabels=row in (2, 7) or Tq <= 12,
                          **({} if row in (2, 7) else token_ticks(q_labels, max_ticks=12)))
-        # Key tokens label the Kᵀ panel (above it) and the Vᵀ panel (below it); dims label Q and the output.
+        # Key tokens label the bottom key panel (Vᵀ; the columns line up above it, and every cell's hover
+        # names its token); dims label Q and the output.
         fig.update_xaxes(showgrid=False, row=row, col=1, **({} if row in (1, 8) else ticks),
-                         showticklabels=row in (1, 2, 7, 8), tickangle=0 if row in (1, 8) else -45,
-                         side="top" if row == 2 else "bottom")
+                         showticklabels=row in (1, 7, 8), tickangle=0 if row in (1, 8) else -45)
     fig.update_xaxes(title_text=TEXT["dim_axis"], row=8, col=1)
     if title is None:
         title = TEXT["title"].format(kind=TEXT["kind"][kind], layer=steps["layer"], head=steps["head"],
