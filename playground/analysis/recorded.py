@@ -22,7 +22,7 @@ from playground.generation import GenerationResult, stepper_class
 from playground.loaded import LoadedModel
 from playground.models.recorder import Recorder
 
-INTERNALS_BUDGET_BYTES = 64 * 2**20  # float32 q, k, v and outputs of the layers kept at once
+INTERNALS_BUDGET_BYTES = 128 * 2**20  # float32 q, k, v and outputs held at once: all 30 SmolLM2 layers of a 512-token run
 Internals = dict[str, dict[str, np.ndarray]]  # kind -> {"q": (h, T, d), "k"/"v": (h_kv, S, d), "output": (T, d_model)}
 
 
