@@ -22,7 +22,8 @@ from playground.generation import GenerationResult, stepper_class
 from playground.loaded import LoadedModel
 from playground.models.recorder import Recorder
 
-INTERNALS_BUDGET_BYTES = 128 * 2**20  # float32 q, k, v and outputs held at once: all 30 SmolLM2 layers of a 512-token run
+# float32 q, k, v and outputs held at once: every SmolLM2 layer of a 512-token run (~3.4 MB a layer)
+INTERNALS_BUDGET_BYTES = 128 * 2**20
 Internals = dict[str, dict[str, np.ndarray]]  # kind -> {"q": (h, T, d), "k"/"v": (h_kv, S, d), "output": (T, d_model)}
 
 
