@@ -37,7 +37,7 @@ def test_every_parameter_is_in_the_diagram(run):
         assert keys == ["attn_norm", "attn"] + (["cross_norm", "cross"] if stack["name"] == "decoder" and
                                                  lm.kind == "seq2seq" else []) + ["mlp_norm", "mlp"]
         attn = next(p for p in stack["parts"] if p["key"] == "attn")
-        c = lm.config
+        c = lm.config.encoder_config() if stack["name"] == "encoder" else lm.config  # its own head sizes
         assert dict(attn["tensors"])["qkv.weight"] == (c.d_model, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim)
     assert a["embedding"]["tensors"] == [("weight", (lm.config.vocab_size, lm.config.d_model))]
     assert (a["head"]["note"] == "tied") == lm.config.tie_word_embeddings

@@ -152,3 +152,46 @@ def test_figures_and_caption(run):
         assert "put" in text.lower() or "together" in text
     decode = attention_steps(lm, result, 3, 0, 0, cache=cache)
     assert "T + 1 = " in attention_steps_caption(decode)
+
+
+def test_an_encoder_with_its_own_head_count(tmp_path):
+    """DistilBART-like: the encoder has 2 heads of 16, the decoder 4 of 8; every kind reads its own."""
+    import playground
+    from tests.hf_tiny import bart_like, save_seq2seq
+
+    save_seq2seq(tmp_path, "bart", bart_like(encoder_attention_heads=2, encoder_layers=1))
+    lm = playground.load_model(tmp_path)
+    assert (lm.config.n_encoder_heads, lm.config.n_heads) == (2, 4)
+    result = record(lm, "bart", new_tokens=4)
+    cache = RunCache(lm, result)
+    enc = attention_steps(lm, result, 0, 0, 1, "encoder", cache=cache)
+    assert (enc["n_heads"], enc["head_dim"], enc["concat"].shape[1]) == (2, 16, 32)
+    np.testing.assert_allclose(enc["attention_output"], enc["recorded_output"], atol=1e-5)
+    with pytest.raises(ValueError, match="head 2"):
+        attention_steps(lm, result, 0, 0, 2, "encoder", cache=cache)
+    for kind in ("self", "cross"):
+        s = attention_steps(lm, result, 2, 1, 3, kind, cache=cache)
+        assert s["n_heads"] == 4 and s["head_dim"] == 8
+        np.testing.assert_allclose(s["attention_output"], s["recorded_output"], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny-lm", "tiny-seq2seq"])
+def test_a_branch_with_forced_tokens(name, tmp_path):
+    """A run branched from a step starts with forced tokens: they are part of the prefill, and the whole
+    pass feeds them as the stepper did (the live weights agree)."""
+    from playground.generation import GenerationConfig, generate_all
+
+    lm = load(name, tmp_path)
+    base = record(lm, name, new_tokens=4)
+    forced = base.token_ids[:2]
+    prompt = "The import statement" if name == "tiny-lm" else "March 5, 2021"
+    result = generate_all(lm, prompt, GenerationConfig(max_new_tokens=3, capture_attention=True),
+                          forced_prefix=forced)
+    assert result.decoder_prefix[-2:] == forced
+    cache = RunCache(lm, result)
+    assert cache.forced == forced
+    for step in range(len(result.token_ids)):
+        live = result.path[step].capture.attention["self"][0]
+        s = attention_steps(lm, result, step, 0, 1, cache=cache)
+        np.testing.assert_allclose(s["weights"][-1], live[1], atol=1e-5)
+        np.testing.assert_allclose(s["attention_output"], s["recorded_output"], atol=1e-5)

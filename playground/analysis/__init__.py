@@ -19,7 +19,14 @@ from playground.analysis.anatomy import anatomy, residual_norms
 from playground.analysis.attention_steps import attention_matrix, attention_steps
 from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, run_lesson, time_cache
 from playground.analysis.kv_memory import kv_memory, kv_what_if, presets
-from playground.analysis.logit_lens import STRIP_FLOPS, STRIP_STEPS, lens_logits, logit_lens, logit_lens_ranks, strip_steps
+from playground.analysis.logit_lens import (
+    STRIP_FLOPS,
+    STRIP_STEPS,
+    lens_logits,
+    logit_lens,
+    logit_lens_ranks,
+    strip_steps,
+)
 from playground.analysis.patterns import attention_patterns, own_pattern_weights
 from playground.analysis.positional import pe_schemes, positional_data, rope_shift_scores
 from playground.analysis.recorded import RunCache
@@ -32,9 +39,8 @@ from playground.analysis.training import training_view
 RUN_FLAGS = {"capture_residual": True}
 
 __all__ = [
-    "RUN_FLAGS", "STRIP_FLOPS", "STRIP_STEPS", "RunCache", "anatomy", "attention_matrix", "attention_patterns", "attention_steps", "kv_memory", "kv_step_costs",
-    "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks", "own_pattern_weights", "pe_schemes",
-    "positional_data", "prefill_decode_shapes", "presets", "residual_norms", "rope_shift_scores", "run_lesson",
-    "sdpa_vs_explicit",
-    "strip_steps", "time_cache", "training_view",
+    "RUN_FLAGS", "STRIP_FLOPS", "STRIP_STEPS", "RunCache", "anatomy", "attention_matrix", "attention_patterns",
+    "attention_steps", "kv_memory", "kv_step_costs", "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks",
+    "own_pattern_weights", "pe_schemes", "positional_data", "prefill_decode_shapes", "presets", "residual_norms",
+    "rope_shift_scores", "run_lesson", "sdpa_vs_explicit", "strip_steps", "time_cache", "training_view",
 ]

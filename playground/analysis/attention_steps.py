@@ -133,14 +133,16 @@ def attention_steps(
         raise ValueError(f"a decoder-only model has only self-attention; kind {kind!r} needs a seq2seq model")
     cache = cache if cache is not None else RunCache(lm, result)
     cache.check_result(result)
-    c = lm.config
     step = cache.check_step(step)
     layers = cache.layer_count(kind)
     if not 0 <= int(layer) < layers:
         raise ValueError(f"layer {layer} is outside the {kind} layers 0..{layers - 1}")
-    if not 0 <= int(head) < c.n_heads:
-        raise ValueError(f"head {head} is outside heads 0..{c.n_heads - 1}")
     layer, head = int(layer), int(head)
+    module = attention_module(lm, kind, layer)
+    # Head counts and sizes from the module itself: a seq2seq encoder may have its own.
+    n_heads, n_kv_heads, d = module.n_heads, module.n_kv_heads, module.head_dim
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head {head} is outside heads 0..{n_heads - 1}")
     rec = cache.internals(layer)[kind]
     q_all, k_all, v_all, out_all = rec["q"], rec["k"], rec["v"], rec["output"]  # (h,T,d), (h_kv,S,d), (T,d_model)
     T, S_all = q_all.shape[1], k_all.shape[1]
@@ -156,22 +158,21 @@ def attention_steps(
     rows = np.asarray(queries)
     mask = mask_full[rows, :key_stop]
     bias = None if bias_full is None else bias_full[:, rows, :key_stop]
-    module = attention_module(lm, kind, layer)
     scale = float(module.scale)
     stages = _all_heads(q_all[:, rows].astype(np.float64), k_all[:, :key_stop].astype(np.float64),
                         v_all[:, :key_stop].astype(np.float64), scale, mask, bias)
-    d = c.head_dim
-    concat = stages["output"].transpose(1, 0, 2).reshape(len(rows), c.n_heads * d)  # (T_q, h·d)
+    concat = stages["output"].transpose(1, 0, 2).reshape(len(rows), n_heads * d)  # (T_q, h·d)
     w_o = module.out.weight.detach().float().cpu().numpy().astype(np.float64)  # (h·d, d_model), stored (in, out)
     o_bias = None if module.out.bias is None else module.out.bias.detach().float().cpu().numpy().astype(np.float64)
     projected = concat @ w_o + (o_bias if o_bias is not None else 0.0)
     recorded = out_all[rows].astype(np.float64)
     w_slice = w_o[head * d:(head + 1) * d]
-    g = c.n_heads // c.n_kv_heads
+    g = n_heads // n_kv_heads
     return {
         "kind": kind, "layer": layer, "head": head, "kv_head": head // g, "step": step,
         "phase": "prefill" if (step == 0 and kind != "encoder") else ("encoder" if kind == "encoder" else "decode"),
-        "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads, "head_dim": d, "scale": scale, "positional": c.positional,
+        "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": d, "scale": scale,
+        "positional": lm.config.positional,
         "query_positions": rows, "key_positions": np.arange(key_stop),
         "query_labels": [q_labels[i] for i in rows], "key_labels": list(k_labels[:key_stop]),
         "q": q_all[head, rows].astype(np.float64), "k": stages["k"][head], "scores": stages["scores"][head],

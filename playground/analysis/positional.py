@@ -24,7 +24,12 @@ from playground.analysis.attention_steps import attention_module
 from playground.analysis.recorded import RunCache
 from playground.generation import GenerationResult
 from playground.loaded import LoadedModel
-from playground.models.positional import apply_rope, rope_inverse_frequencies, sinusoidal_table
+from playground.models.positional import (
+    apply_rope,
+    position_vectors,
+    rope_inverse_frequencies,
+    sinusoidal_table,
+)
 from playground.models.relative_bias import RelativePositionBias, relative_position_bucket
 
 SCHEMES = ("sinusoidal", "learned", "rope", "relative", "alibi")
@@ -60,8 +65,9 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
     """What the PE panel draws for this model's scheme; "scheme" says which keys are present.
 
     Every scheme: scheme, length (positions shown, 2..max_positions).
-    sinusoidal: table (P, d_model) at the model's base and compare_table at `compare_base`, layout,
-      base, compare_base.
+    sinusoidal: table (P, d_model) at the model's base and compare_table at `compare_base`, as the
+      model adds them to positions 0..P−1 (`first_row`: the table row of position 0, pad + 1 for
+      fairseq's layout), layout, base, compare_base.
     rope: inv_freq (d_head/2,) at the model's base (with its scaling) and compare_inv_freq at
       `compare_base`, context, head_dim, base, compare_base, distances (0..P−1), decay and
       compare_decay (q = k = 1 score vs distance at each base).
@@ -73,10 +79,11 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
     scheme = c.positional
     out: dict[str, Any] = {"scheme": scheme, "length": length}
     if scheme == "sinusoidal":
-        layout = getattr(c, "sinusoidal_layout", "interleaved")
-        out["table"] = sinusoidal_table(length, c.d_model, c.sinusoidal_base, layout).numpy()
-        out["compare_table"] = sinusoidal_table(length, c.d_model, compare_base, layout).numpy()
-        out["layout"] = layout
+        # What the model adds at positions 0..length-1 (fairseq models read their table from row pad + 1).
+        out["table"] = position_vectors(c, length).numpy()
+        out["compare_table"] = position_vectors(c, length, compare_base).numpy()
+        out["layout"] = c.sinusoidal_layout
+        out["first_row"] = c.pad_token_id + 1 if c.sinusoidal_layout == "fairseq" else 0
         out["base"], out["compare_base"] = c.sinusoidal_base, compare_base
     elif scheme == "rope":
         distances = np.arange(length)
@@ -222,7 +229,9 @@ def pe_schemes(lm: LoadedModel, length: int = 64) -> dict[str, Any]:
     own = c.positional
     schemes: dict[str, dict[str, Any]] = {}
     base = c.sinusoidal_base if own == "sinusoidal" else 10000.0
-    table = sinusoidal_table(length, c.d_model, base).double().numpy()
+    # The model's own vectors where it is sinusoidal (its layout and base), else the 2017 formula.
+    own_table = position_vectors(c, length) if own == "sinusoidal" else sinusoidal_table(length, c.d_model)
+    table = own_table.double().numpy()
     schemes["sinusoidal"] = {"curves": (table[0] @ table.T / (table[0] @ table[0]))[None], "labels": ["PE(0)·PE(δ)"],
                              "source": "model" if own == "sinusoidal" else "formula", "base": base}
     emb = _position_embedding(lm.model) if own == "learned" else None

@@ -49,6 +49,10 @@ class RunCache:
         )
         self.source = list(result.prompt_ids) if lm.kind == "seq2seq" else []
         self.decoder_ids = self.prefix + list(result.token_ids)
+        # Tokens a branch forced after the stepper's own start (the plan puts them in the decoder prefix);
+        # the whole-sequence pass feeds them as the stepper does.
+        start = stepper_class(lm.kind).decoder_prefix(lm.config, list(result.prompt_ids))
+        self.forced = self.prefix[len(start):] if self.prefix[: len(start)] == start else []
         self._labels: dict[str, list[str]] = {}
         self._internals: dict[int, Internals] = {}
         self.lens_rows: dict[int, dict[str, Any]] = {}  # step -> logit-lens summary (see logit_lens)
@@ -96,11 +100,11 @@ class RunCache:
     def _bytes_per_layer(self) -> int:
         c = self.lm.config
         T, S = len(self.decoder_ids), len(self.source)
-        qkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
-        total = T * (qkv + c.d_model)  # self-attention
+        total = T * ((c.n_heads + 2 * c.n_kv_heads) * c.head_dim + c.d_model)  # self-attention
         if self.kind == "seq2seq":
             total += T * (c.n_heads * c.head_dim + c.d_model) + 2 * S * c.n_kv_heads * c.head_dim  # cross
-            total += S * (qkv + c.d_model)  # encoder layer of the same index
+            e = c.encoder_config()  # the encoder layer of the same index, with its own head sizes
+            total += S * ((e.n_heads + 2 * e.n_kv_heads) * e.head_dim + c.d_model)
         return 4 * total
 
     @property
@@ -123,7 +127,8 @@ class RunCache:
     @torch.inference_mode()
     def _record(self, layers: range) -> None:
         recorder = Recorder((), internals=layers)
-        stepper_class(self.kind).run_whole(self.lm.model, self.result.prompt_ids, self.result.token_ids, recorder)
+        stepped = self.forced + list(self.result.token_ids)  # after the stepper's own start
+        stepper_class(self.kind).run_whole(self.lm.model, self.result.prompt_ids, stepped, recorder)
         held: dict[int, Internals] = {}
         for kind, by_layer in recorder.internals.items():
             for layer, tensors in by_layer.items():
