@@ -45,8 +45,10 @@ def provenance(task: str, args: argparse.Namespace, data_source: str, metrics: d
         "command": "python -m playground.train " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "seed": args.seed,
         "steps": len(result.history),
-        "recipe": result_recipe(args),
+        "recipe": {**result_recipe(args), **result.recipe, "grad_clip": result.recipe.get("clip", 1.0)},
         "final_metrics": metrics,
+        "curves": result.curves(),  # loss, nll, lr and gradient norm per step (the training view)
+        "evals": result.evals,
         "train_seconds": round(result.seconds, 1),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -116,10 +116,16 @@ class TrainResult:
     evals: list[dict[str, float]] = field(default_factory=list)  # one row per evaluation
     best: dict[str, float] | None = None
     seconds: float = 0.0
+    recipe: dict[str, Any] = field(default_factory=dict)  # the Recipe the run followed
 
     @property
     def losses(self) -> list[float]:
         return [row["loss"] for row in self.history]
+
+    def curves(self, digits: int = 6) -> dict[str, list[float]]:
+        """Per logged step: step, loss, nll, lr, grad_norm as parallel lists (what the training view draws)."""
+        keys = ("step", "loss", "nll", "lr", "grad_norm")
+        return {k: [row[k] if k == "step" else float(f"{row[k]:.{digits}g}") for row in self.history] for k in keys}
 
 
 def train(
@@ -141,7 +147,7 @@ def train(
     seed_everything(recipe.seed)
     optimizer = make_optimizer(model, recipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, recipe))
-    result = TrainResult()
+    result = TrainResult(recipe=recipe.to_dict())
     best_state: dict[str, torch.Tensor] | None = None
     started = time.perf_counter()
     for step in range(recipe.steps):

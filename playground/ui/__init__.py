@@ -5,7 +5,7 @@ Modules: layout (components), wiring (events), handlers (holds the handler group
 deeper views), language (English / 中文), frames (what the live screen receives), runs (sessions
 and runs), views (text: model card, captions, notes), settings (query-parameter round trip), limits
 (the app's caps and clamps), i18n (every string), catalog (which checkpoints, safe paths,
-uploads), registry (one shared copy of each model), arrays (model tables for the PE panel).
+uploads), registry (one shared copy of each model).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Tabs: candidates & beams (the sampler funnel, beam tree and table), all heads of a layer (whole
 run, from the engine's whole-sequence attention), the KV cache (growth and a timed rerun without
 it), positional encoding, the model card. Figures come from `playground.viz`; numbers from the
-engine and `playground.ui.arrays`; nothing here runs the model itself.
+engine and `playground.analysis`; nothing here runs the model itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy as np
 from playground import viz
 from playground.generation import generate_all
 from playground.generation.stepper import full_attention
-from playground.ui import arrays, views
+from playground.analysis.positional import positional_data
+from playground.ui import views
 from playground.ui.figures import localize
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
@@ -235,7 +236,7 @@ class Panels:
 
 def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en") -> tuple:
     """(markdown, 4 figures, pair slider) for the model's own positional scheme."""
-    data = arrays.positional_data(lm, length, compare_base)
+    data = positional_data(lm, length, compare_base)
     scheme = data["scheme"]
     hidden = gr.update(visible=False)
 

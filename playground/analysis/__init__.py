@@ -1,0 +1,46 @@
+"""Pure functions over a recorded run and the loaded model: what the seeds teach, computed for real.
+
+Each analysis returns plain data (numpy arrays, dicts); its figure builders and captions live in
+`playground.viz` (one module per analysis, strings in that module's TEXT). Keep one `RunCache` per
+run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
+
+    attention_steps(lm, result, step, layer, head, kind="self")   Q·Kᵀ → scale → mask → softmax → ·V → W_O
+    logit_lens(lm, result, step, top_k=5), logit_lens_ranks(...)   every layer's next-token guess
+    kv_step_costs, prefill_decode_shapes, run_lesson, time_cache   the KV-cache lesson (seed 002)
+    kv_memory(layers, batch, kv_heads, tokens, head_dim, s), kv_what_if, presets
+    positional_data, rope_shift_scores, pe_schemes                 positional encodings
+    attention_patterns, own_pattern_weights                        seed 004's masks
+    sdpa_vs_explicit                                               seed 000's SDPA vs softmax timing
+    anatomy, residual_norms                                        the model as a diagram; pre- vs post-LN
+    training_view                                                  the stored recipe and loss curves
+"""
+
+from playground.analysis.anatomy import anatomy, residual_norms
+from playground.analysis.attention_steps import attention_matrix, attention_steps
+from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, run_lesson, time_cache
+from playground.analysis.kv_memory import kv_memory, kv_what_if, presets
+from playground.analysis.logit_lens import (
+    STRIP_FLOPS,
+    STRIP_STEPS,
+    lens_logits,
+    logit_lens,
+    logit_lens_ranks,
+    strip_steps,
+)
+from playground.analysis.patterns import attention_patterns, own_pattern_weights
+from playground.analysis.positional import pe_schemes, positional_data, rope_shift_scores
+from playground.analysis.recorded import RunCache
+from playground.analysis.sdpa import sdpa_vs_explicit
+from playground.analysis.training import training_view
+
+# What a run must record for every analysis: GenerationConfig(**RUN_FLAGS). Only the logit lens, its rank
+# strip and the residual norms need it; the rest read the run's tokens and cache stats, or make their own
+# whole-sequence pass (attention internals) through `RunCache`.
+RUN_FLAGS = {"capture_residual": True}
+
+__all__ = [
+    "RUN_FLAGS", "STRIP_FLOPS", "STRIP_STEPS", "RunCache", "anatomy", "attention_matrix", "attention_patterns",
+    "attention_steps", "kv_memory", "kv_step_costs", "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks",
+    "own_pattern_weights", "pe_schemes", "positional_data", "prefill_decode_shapes", "presets", "residual_norms",
+    "rope_shift_scores", "run_lesson", "sdpa_vs_explicit", "strip_steps", "time_cache", "training_view",
+]
