@@ -10,6 +10,7 @@ import gradio as gr
 
 from playground.checkpoints.limits import Limits
 from playground.ui.catalog import Catalog
+from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
 from playground.ui.registry import ModelRegistry
@@ -23,6 +24,7 @@ class Handlers:
         self.models = Models(catalog, registry, self.sessions, limits)
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
+        self.lessons = Lessons(self.models, self.sessions)
 
     @property
     def catalog(self) -> Catalog:

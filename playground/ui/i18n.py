@@ -107,6 +107,28 @@ STRINGS: dict[str, tuple[str, str]] = {
     "tab_positional": ("Positional encoding", "位置编码"),
     "tab_card": ("Model card", "模型卡片"),
     "tab_lessons": ("Lessons", "原理课"),
+    "lessons_pick": ("Lessons on this run", "基于本次运行的原理课"),
+    "lesson_steps": ("Attention step by step", "注意力逐步计算"),
+    "lesson_lens": ("Logit lens", "Logit Lens(逐层预测)"),
+    "lesson_kv": ("Why the KV cache helps", "KV Cache 为什么有用"),
+    "lesson_memory": ("KV memory calculator", "KV Cache 显存计算器"),
+    "lesson_patterns": ("Attention patterns", "注意力模式"),
+    "lesson_sdpa": ("SDPA vs explicit softmax", "SDPA 与显式 softmax"),
+    "lesson_anatomy": ("Anatomy", "模型结构"),
+    "lesson_training": ("Training recipe", "训练配方"),
+    "lesson_needs_run": ("Generate something first: this lesson follows the selected step of a run.",
+                         "请先生成文本:这节课跟随某次运行中所选的步骤。"),
+    "lesson_after_run": ("This lesson is drawn when the run ends.", "运行结束后再绘制这节课。"),
+    "lesson_sdpa_press": ("Press “Measure” to time SDPA against the explicit softmax at this model's head sizes "
+                          "(a few seconds).",
+                          "点击“测量”,以本模型的头尺寸对比 SDPA 与显式 softmax 的耗时(需要几秒钟)。"),
+    "lesson_time_cache": ("Time with and without the cache", "测量使用/不使用缓存的耗时"),
+    "lesson_measure": ("Measure", "测量"),
+    "lesson_preset": ("Preset", "预设"),
+    "lesson_attention": ("Attention", "注意力类型"),
+    "lesson_dtype": ("Number format", "数值格式"),
+    "lesson_batch": ("Batch B", "批大小 B"),
+    "lesson_tokens": ("Tokens T (0: the preset's)", "token 数 T(0 = 预设值)"),
     "inspector_intro": (
         "The candidates of the selected step through every stage of the sampler (raw softmax → repetition penalty "
         "→ temperature → top-k → top-p); grey bars were removed by a filter. For beam search: every beam at every "

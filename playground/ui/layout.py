@@ -60,6 +60,14 @@ LOCALE_JS = """
 """
 
 
+LESSONS = ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training")
+LESSON_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int4")
+
+
+def lesson_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t(f"lesson_{name}", lang), name) for name in LESSONS]
+
+
 @dataclass
 class Page:
     demo: gr.Blocks
@@ -184,6 +192,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     c["live"].server_fns.append(exposed)
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
                 named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
+                named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
+                                         label=t("lessons_pick", lang)), "lessons_pick")
                 with gr.Tabs(elem_id="deep-views") as tabs:
                     c["tabs"] = tabs
                     with gr.Tab(t("tab_inspector", lang), id="inspector", elem_id="inspector-tab") as tab:
@@ -239,12 +249,43 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
                         c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
                         c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
+                    with gr.Tab(t("tab_lessons", lang), id="lessons", elem_id="lessons-tab") as tab:
+                        c["tab_lessons"] = tab
+                        with gr.Row():
+                            named("lesson_kind", gr.Radio([(t("kind_self", lang), "self")], value="self", visible=False,
+                                                          label=t("attention_kind", lang), elem_id="lesson-kind"),
+                                  "attention_kind")
+                            named("lesson_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
+                                                            elem_id="lesson-layer"), "layer")
+                            named("lesson_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
+                                                           elem_id="lesson-head"), "head")
+                        with gr.Row(visible=False) as memory_row:
+                            c["memory_row"] = memory_row
+                            named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
+                                                               elem_id="lesson-preset"), "lesson_preset")
+                            named("lesson_attention", gr.Radio(["MHA", "GQA", "MQA"], value=None,
+                                                               label=t("lesson_attention", lang),
+                                                               elem_id="lesson-attention"), "lesson_attention")
+                            named("lesson_dtype", gr.Radio(list(LESSON_DTYPES), value=None, label=t("lesson_dtype", lang),
+                                                           elem_id="lesson-dtype"), "lesson_dtype")
+                            named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
+                                                            elem_id="lesson-batch"), "lesson_batch")
+                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens", lang),
+                                                             elem_id="lesson-tokens"), "lesson_tokens")
+                        with gr.Row():
+                            named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
+                                                          elem_id="time-cache-btn"), "lesson_time_cache")
+                            named("measure_sdpa", gr.Button(t("lesson_measure", lang), visible=False,
+                                                            elem_id="measure-sdpa-btn"), "lesson_measure")
+                        c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
+                        c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
+                        c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
                       ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
-                      ("tab_positional", "tab_positional"), ("tab_card", "tab_card")):
+                      ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_card", "tab_card")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)
 

@@ -24,7 +24,7 @@ from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import RunState, Session, Sessions
 
-DEEP_TABS = ("inspector", "attention", "cache", "positional", "card")
+DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "card")
 DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att_grid", "att_heat", "att_row",
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")

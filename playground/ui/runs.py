@@ -59,6 +59,8 @@ class RunState:
     final: Hypothesis | None = None  # beam search: the winning hypothesis
     maps: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)  # (kind, layer) -> (h, T, S), whole run
     compact: list[Any] = field(default_factory=list)  # per path entry, what the page receives (see frames)
+    analysis: Any = None  # the lessons' RunCache (one whole-sequence pass, shared by step changes)
+    cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
 
     @property
     def beam(self) -> bool:
@@ -88,6 +90,8 @@ class Session:
     runs: list[RunState] = field(default_factory=list)
     selected_step: int | None = None  # None: follow the newest token
     deep_tab: str = "inspector"
+    lesson: str = "steps"
+    sdpa: dict[str, Any] | None = None  # the SDPA-vs-explicit measurement of the session's model
     view: LiveView = field(default_factory=LiveView)
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
@@ -105,6 +109,10 @@ class Session:
     def add_run(self, run: RunState) -> None:
         self.runs.append(run)
         del self.runs[:-MAX_RUNS_PER_SESSION]
+        for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
+            old.analysis = None
+            for step in old.path:
+                step.capture.residual = None
 
 
 class Sessions:

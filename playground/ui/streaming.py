@@ -179,7 +179,8 @@ class Streaming:
         notes += clamp_notes
         view = session.view
         live_layer = frames.resolve_layer(view.layer, lm.config.n_layers)
-        cfg = cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,))
+        # The live panel's layer, and the residual stream the logit lens and the residual norms read.
+        cfg = cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
         if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
             notes.append(t("pace_capped", lang, ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
         forced_prefix = [int(i) for _, i, _ in inherited] + list(forced)

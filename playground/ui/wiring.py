@@ -7,6 +7,7 @@ import gradio as gr
 from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
+from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
 from playground.ui.panels import DEEP_OUTPUTS
 from playground.ui.settings import FIELDS, from_widgets, to_query
 
@@ -74,16 +75,17 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     gen_outputs = [p.live, p.notes, s["seed"], s["branches"]]
     gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
                   show_progress="minimal")
+    deep_followers = []  # events after which the open deep view (and lesson) redraws
     for trigger in (p.generate.click, s["prompt"].submit):
         run = trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw)
-        run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw)
+        deep_followers.append(run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
     branch = p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw)
-    branch.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw)
+    deep_followers.append(branch.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
 
     # The selected step (a click or ← / → in the live screen) and the open tab drive the deep views.
-    p.live.select(h.panels.select_step, view_inputs, deep_outputs, **figures_kw)
-    p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw)
+    deep_followers.append(p.live.select(h.panels.select_step, view_inputs, deep_outputs, **figures_kw))
+    deep_followers.append(p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw))
     for control in (p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_query,
                     p.att_sink):
         control.change(h.panels.attention, [*view_inputs[:5], p.att_query, p.att_sink], att_outputs, **figures_kw)
@@ -91,6 +93,19 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     for control in (p.pe_length, p.pe_pair):
         control.change(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
     p.pe_base.submit(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
+
+    # Lessons: one click from the live screen opens the Lessons tab on a lesson; it follows the step.
+    lesson_inputs = [p.lesson_layer, p.lesson_head, p.lesson_kind, p.lesson_preset, p.lesson_attention,
+                     p.lesson_dtype, p.lesson_batch, p.lesson_tokens]
+    lesson_outputs = [page.component(name) for name in LESSON_OUTPUTS]
+    p.lesson.input(h.lessons.pick, [p.lesson, *lesson_inputs], [p.tabs, *lesson_outputs], **figures_kw)
+    for control in lesson_inputs:
+        control.change(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
+    for dep in deep_followers:  # step clicks, runs ending, tab changes: the open lesson follows too
+        dep.then(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
+    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate")
+    p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate").then(
+        h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(make_link, settings_inputs, p.link, queue=False).then(
