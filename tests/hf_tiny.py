@@ -67,9 +67,9 @@ DECODER_CLASSES.update({
 
 
 def neox_like(**overrides: Any) -> dict[str, Any]:
-    """Pythia-style: parallel residual, 25% rotary of head_dim 12 (3 pairs), untied head."""
+    """Pythia-style: parallel residual, 25% rotary of head_dim 16 (2 pairs), untied head."""
     base = dict(
-        vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=97, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
     base.update(overrides)

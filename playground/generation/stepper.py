@@ -134,6 +134,9 @@ class DecoderStepper(Stepper):
     def step(self, tokens: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
         self._append(tokens)
+        if self.use_cache and self.model.reencodes_at(self.cache.length, 1):
+            self.cache = self.model.new_cache(self.batch, self.max_tokens)
+            return self.model(self.sequence(), self.cache, recorder, last_only=True)[:, -1].float()
         if self.use_cache:
             return self.model(tokens[:, None], self.cache, recorder, last_only=True)[:, -1].float()
         return self.model(self.sequence(), None, recorder, last_only=True)[:, -1].float()

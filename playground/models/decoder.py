@@ -136,6 +136,13 @@ class DecoderLM(nn.Module):
             query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
         )
 
+    def reencodes_at(self, cached: int, new: int) -> bool:
+        """Whether `new` positions after `cached` cached ones switch the rotary tables (longrope crossing
+        its original context). transformers' `generate()` then drops the cache and encodes the whole
+        sequence again with the long factors; the stepper does the same."""
+        switch = self.rope.switch_after if self.rope is not None else None
+        return switch is not None and cached <= switch < cached + new
+
     def forward(
         self,
         input_ids: torch.Tensor,
