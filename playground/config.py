@@ -99,7 +99,6 @@ class ModelConfig:
     attention_scale: float | None = None  # None: head_dim ** -0.5 (T5 uses 1.0)
     sliding_window: int | None = None  # a query on a sliding layer sees at most this many keys (itself included)
     qk_norm: QKNorm = "none"  # normalise q and k per head (Qwen3, Gemma 3) or over the whole projection (OLMo 2)
-    attn_logit_softcap: float | None = None  # scores -> cap · tanh(scores / cap) before the mask (Gemma 2 style)
 
     # --- per-layer structure (see `layer_kinds()`)
     layer_types: list[str] | None = None  # "full" / "sliding" per layer; None: all sliding iff sliding_window
@@ -163,7 +162,7 @@ class ModelConfig:
             )
         if self.rope_scaling and self.rope_scaling.get("rope_type", "default") not in ROPE_SCALINGS:
             raise ConfigError(
-                f"RoPE scaling {self.rope_scaling.get('rope_type')!r} is not implemented; "
+                f"config field 'rope_scaling': RoPE scaling {self.rope_scaling.get('rope_type')!r} is not implemented; "
                 f"supported: {', '.join(ROPE_SCALINGS)}"
             )
         if not 0.0 < self.partial_rotary_factor <= 1.0:
@@ -197,7 +196,7 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"config field '{name}' must be a positive integer or null, got {value}")
-        for name in ("attn_logit_softcap", "final_logit_softcap", "rope_local_theta"):
+        for name in ("final_logit_softcap", "rope_local_theta"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"config field '{name}' must be positive or null, got {value}")
@@ -224,7 +223,6 @@ class ModelConfig:
                 "norm_position": self.norm_position in ("sandwich", "output"), "parallel_residual": self.parallel_residual,
                 "layer_types": self.layer_types is not None, "nope_layers": bool(self.nope_layers),
                 "qk_norm": self.qk_norm != "none", "d_embed": self.d_embed is not None,
-                "attn_logit_softcap": self.attn_logit_softcap is not None,
                 "final_logit_softcap": self.final_logit_softcap is not None,
                 "sliding_window": self.sliding_window is not None,
             }

@@ -45,16 +45,14 @@ def attend(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     need_weights: bool = False,
-    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q: (B, h, T, d); k, v: (B, h_kv, S, d); mask: bool (True = visible) or additive float,
     broadcastable to (B, h, T, S); `is_causal` (with mask None, T == S) means a plain causal mask.
-    `softcap` squashes the scores to (-cap, cap) with cap · tanh(scores / cap) before the mask
-    (explicit path only: SDPA cannot). Returns the output (B, h, T, d) and, if asked, the weights (B, h, T, S).
+    Returns the output (B, h, T, d) and, if asked, the weights (B, h, T, S).
     """
     B, h, T, d = q.shape
     h_kv, S = k.shape[1], k.shape[2]
-    if not need_weights and softcap is None:
+    if not need_weights:
         if T == 1 and mask is None and h != h_kv:
             # One new token: the g query heads that share a KV head are g queries of that head,
             # which avoids SDPA's slow grouped-query path and any copy of K/V.
@@ -69,8 +67,6 @@ def attend(
     # Group the query heads that share a KV head instead of copying K/V (head i uses KV head i // g).
     qg = q.reshape(B, h_kv, h // h_kv, T, d)
     scores = (qg @ k.unsqueeze(2).transpose(-1, -2)).reshape(B, h, T, S) * scale
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
@@ -112,7 +108,6 @@ class SelfAttention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.scale = config.scale
         self.window = layer_kind.window if layer_kind is not None else config.sliding_window
-        self.softcap = config.attn_logit_softcap
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = Linear(config.d_model, q_size + 2 * kv_size, bias=config.attention_bias)
         self.qk_norm = QKNorm(config) if config.qk_norm != "none" else None
@@ -154,9 +149,7 @@ class SelfAttention(nn.Module):
         is_causal = mask is None and causal and T == S and (self.window is None or S <= self.window)
         if mask is None and causal and not is_causal:
             mask = causal_mask(T, S, window=self.window, device=x.device)
-        out, weights = attend(
-            q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep, softcap=self.softcap
-        )
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
         if keep:
             first = start + T - S  # keys before the window have weight 0: show them as such
             recorder.record_attention(kind, layer, F.pad(weights, (first, 0)) if first else weights)

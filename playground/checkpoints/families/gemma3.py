@@ -35,6 +35,9 @@ def _rope(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float]:
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     refuse(bool(hf.get("use_bidirectional_attention")), "use_bidirectional_attention=True (EmbeddingGemma) is not implemented")
+    # transformers 5.23's Gemma 3 reads attn_logit_softcapping but never applies it: no reference to match.
+    refuse(hf.get("attn_logit_softcapping") is not None,
+           "attn_logit_softcapping is set, but Gemma 3 (in transformers too) does not use it; remove it or set it to null")
     n_layers, d_model = require(hf, "num_hidden_layers"), require(hf, "hidden_size")
     pattern = hf.get("sliding_window_pattern", hf.get("_sliding_window_pattern", 6))
     derived = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
@@ -58,7 +61,6 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         rope_scaling=scaling,
         rope_local_theta=local_theta,
         embed_scale=math.sqrt(d_model),
-        attn_logit_softcap=hf.get("attn_logit_softcapping"),
         final_logit_softcap=hf.get("final_logit_softcapping"),
         tie_word_embeddings=hf.get("tie_word_embeddings", True),
         **tokens_with_defaults(hf, 2, 1, 0),
