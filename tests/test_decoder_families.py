@@ -8,11 +8,14 @@ layers, sliding windows (5) shorter than the sequences (up to 26 positions).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import playground
-from playground.generation import GenerationConfig, generate_all
+from playground.generation import GenerationConfig, generate, generate_all
+from playground.models.positional import positional_layout
 from playground.models.recorder import Recorder
 from tests.hf_tiny import gemma3_like, llama_like, neo_like, neox_like, opt_like, save_decoder
 
@@ -172,3 +175,79 @@ def test_beam_search_matches_transformers(pair, num_beams, length_penalty, early
         torch.tensor([s.score for s in result.sequences]), out.sequences_scores, atol=1e-4, rtol=0
     )
     assert any(b.finished and b.token_ids[-1] == eos for e in result.steps for b in e.beams)
+
+
+# --- what the panels read: per-layer kinds, the model card, cache statistics, positional layout --
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> (reference, ours) for the cases the data tests read."""
+    out = {}
+    for name in ("gemma3-sliding-local-rope", "smollm3-nope-gqa3", "gpt_neox-parallel-head9"):
+        family, kwargs = CASES[name]
+        directory = tmp_path_factory.mktemp(name)
+        out[name] = (save_decoder(directory, family, kwargs, init_std=0.1), playground.load_model(directory))
+    return out
+
+
+def test_cache_stats_count_what_each_layer_holds(models, one_thread):
+    """Gemma-style: two sliding layers keep their last 5 positions, the global one keeps all."""
+    _, lm = models["gemma3-sliding-local-rope"]
+    c = lm.config
+    per_position = 2 * c.n_kv_heads * c.head_dim * 4  # one layer, one row, float32
+    events = list(generate(lm, PROMPT, GenerationConfig(max_new_tokens=8, top_candidates=0)))
+    for k, event in enumerate(events):
+        cache, tokens = event.cache, len(PROMPT) + k
+        kept = [min(tokens, 5), min(tokens, 5), tokens]
+        assert cache["tokens"] == tokens and cache["sliding_layers"] == 2
+        assert [layer["tokens"] for layer in cache["per_layer"]] == kept
+        assert [layer["window"] for layer in cache["per_layer"]] == [5, 5, None]
+        assert [layer["attention"] for layer in cache["per_layer"]] == ["sliding", "sliding", "full"]
+        assert [layer["k_shape"] for layer in cache["per_layer"]] == [[1, 1, n, 10] for n in kept]
+        assert cache["bytes"] == per_position * sum(kept) == sum(layer["bytes"] for layer in cache["per_layer"])
+        assert cache["allocated_bytes"] == per_position * (5 + 5 + len(PROMPT) + 8)
+        assert cache["mha_equivalent_bytes"] == cache["bytes"] * 3
+    # and the buffers really are that small
+    cache = lm.model.new_cache(batch=1, max_tokens=100)
+    assert [tuple(k.shape) for k in cache.keys] == [(1, 1, 5, 10), (1, 1, 5, 10), (1, 1, 100, 10)]
+    beam = next(iter(generate(lm, PROMPT, GenerationConfig(max_new_tokens=4, num_beams=3, top_candidates=0))))
+    assert beam.cache["bytes"] == 3 * per_position * (5 + 5 + len(PROMPT))
+
+
+def test_model_card_lists_layer_kinds(models):
+    _, gemma = models["gemma3-sliding-local-rope"]
+    info = json.loads(json.dumps(gemma.info()))
+    assert info["layer_summary"] == "2 sliding (window 5, RoPE base 10000) + 1 full (RoPE base 1e+06)"
+    assert info["block"].startswith("sandwich norms")
+    assert [(k["attention"], k["window"], k["rope"], k["rope_theta"]) for k in info["layers"]] == [
+        ("sliding", 5, "local", 10000.0), ("sliding", 5, "local", 10000.0), ("full", None, "global", 1e6),
+    ]
+    _, smol = models["smollm3-nope-gqa3"]
+    assert smol.info()["layer_summary"] == "3 full (RoPE base 2e+06) + 1 full (no RoPE)"
+    assert [k.rope for k in smol.config.layer_kinds()] == ["global", "global", "global", None]
+    _, neox = models["gpt_neox-parallel-head9"]
+    assert neox.info()["layer_summary"] == "2 full (RoPE base 10000, 4 of 9 dims rotate)"
+    assert neox.info()["block"].startswith("parallel residual")
+
+
+def test_positional_layout_is_what_the_model_uses(models):
+    reference, gemma = models["gemma3-sliding-local-rope"]
+    layout = json.loads(json.dumps(positional_layout(gemma.config)))
+    rotary = reference.model.rotary_emb
+    assert layout["tables"]["local"]["layers"] == [0, 1] and layout["tables"]["global"]["layers"] == [2]
+    assert (layout["tables"]["local"]["base"], layout["tables"]["global"]["base"]) == (10000.0, 1e6)
+    torch.testing.assert_close(torch.tensor(layout["tables"]["local"]["inv_freq"]).float(), rotary.sliding_attention_inv_freq)
+    torch.testing.assert_close(torch.tensor(layout["tables"]["global"]["inv_freq"]).float(), rotary.full_attention_inv_freq)
+    assert layout["nope_layers"] == [] and layout["pass_through_dims"] == []
+
+    reference, neox = models["gpt_neox-parallel-head9"]
+    layout = positional_layout(neox.config)
+    assert (layout["head_dim"], layout["rotary_dims"]) == (9, 4)
+    assert layout["rotary_pairs"] == [[0, 2], [1, 3]] and layout["pass_through_dims"] == [4, 5, 6, 7, 8]
+    torch.testing.assert_close(torch.tensor(layout["tables"]["global"]["inv_freq"]).float(), reference.gpt_neox.rotary_emb.inv_freq)
+
+    _, smol = models["smollm3-nope-gqa3"]
+    layout = positional_layout(smol.config)
+    assert layout["nope_layers"] == [3] and layout["tables"]["global"]["layers"] == [0, 1, 2]
+    assert "local" not in layout["tables"]

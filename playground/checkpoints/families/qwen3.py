@@ -44,8 +44,10 @@ def smollm3_config(hf: dict[str, Any]) -> ModelConfig:
     derived = ["sliding_attention" if sliding and not uses_rope[i] else "full_attention" for i in range(n_layers)]
     types, window = layer_types(hf, n_layers, window, derived)
     bias = bool(hf.get("attention_bias", False))
+    # transformers' default RoPE base for SmolLM3 is 2e6, not 1e4
     return _common(
-        hf, "smollm3", attention_bias=bias, attention_out_bias=bias, mlp_bias=bool(hf.get("mlp_bias", False)),
+        {"rope_theta": 2_000_000.0, **hf}, "smollm3", attention_bias=bias, attention_out_bias=bias,
+        mlp_bias=bool(hf.get("mlp_bias", False)),
         nope_layers=nope, layer_types=types, sliding_window=window, max_positions=hf.get("max_position_embeddings", 32768),
         tie_word_embeddings=hf.get("tie_word_embeddings", True), **tokens_with_defaults(hf, 128000, 128001, 128004),
     )
