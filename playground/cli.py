@@ -1,4 +1,4 @@
-"""Command line: `python -m playground {info,generate,import-smollm2} ...`.
+"""Command line: `python -m playground {info,generate,import-smollm2,import-gemma3} ...`.
 
 Errors a person can fix print one line on stderr and exit with status 2 — never a traceback.
 """
@@ -46,6 +46,12 @@ def _import_smollm2(args: argparse.Namespace) -> int:
     return import_smollm2.main(forwarded)
 
 
+def _import_gemma3(args: argparse.Namespace) -> int:
+    from playground.checkpoints import import_gemma3
+
+    return import_gemma3.main(["--dest", args.dest] + (["--force"] if args.force else []))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m playground", description="Transformer Playground command line")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -65,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--dest", default="weights/SmolLM2-135M-Instruct")
     imports.add_argument("--force", action="store_true")
     imports.set_defaults(handler=_import_smollm2)
+
+    gemma = commands.add_parser("import-gemma3", help="convert the pip-installed Gemma 3 270M GGUF to safetensors")
+    gemma.add_argument("--dest", default="weights/gemma-3-270m")
+    gemma.add_argument("--force", action="store_true")
+    gemma.set_defaults(handler=_import_gemma3)
     return parser
 
 
