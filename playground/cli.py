@@ -33,6 +33,7 @@ def _info(args: argparse.Namespace) -> int:
         print(f"{info['family']} ({info['kind']}), {info['parameters']:,} parameters, {info['dtype']}")
         print(f"  layers {c.n_layers}, d_model {c.d_model}, heads {c.n_heads} / KV heads {c.n_kv_heads}, head dim {c.head_dim}")
         print(f"  positional encoding: {info['positional_encoding_label']}; attention: {info['attention']}")
+        print(f"  blocks: {info['block']}; layers: {info['layer_summary']}")
         print(f"  file size {info['file_bytes']:,} bytes, loaded in {info['load_seconds']:.2f} s")
         if info["tokenizer_error"]:
             print(f"  tokenizer: {info['tokenizer_error']}")

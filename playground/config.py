@@ -167,10 +167,12 @@ class ModelConfig:
             )
         if not 0.0 < self.partial_rotary_factor <= 1.0:
             raise ConfigError(f"config field 'partial_rotary_factor' must be in (0, 1], got {self.partial_rotary_factor}")
+        if self.positional == "rope" and self.partial_rotary_factor == 1.0 and self.head_dim % 2:
+            raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
         if self.positional == "rope" and (self.rotary_dims % 2 or self.rotary_dims == 0):
             raise ConfigError(
-                f"RoPE rotates pairs of dimensions: {self.rotary_dims} rotary dims (head_dim {self.head_dim} × "
-                f"partial_rotary_factor {self.partial_rotary_factor:g}) is not a positive even number"
+                f"config field 'partial_rotary_factor' ({self.partial_rotary_factor:g}) of head_dim {self.head_dim} "
+                f"gives {self.rotary_dims} rotary dims; RoPE rotates whole pairs, so it must be a positive even number"
             )
         self._check_layers()
         if self.rope_scaling and self.rope_scaling.get("rope_type") == "longrope":

@@ -213,6 +213,8 @@ def test_cache_stats_count_what_each_layer_holds(models, one_thread):
     assert [tuple(k.shape) for k in cache.keys] == [(1, 1, 5, 10), (1, 1, 5, 10), (1, 1, 100, 10)]
     beam = next(iter(generate(lm, PROMPT, GenerationConfig(max_new_tokens=4, num_beams=3, top_candidates=0))))
     assert beam.cache["bytes"] == 3 * per_position * (5 + 5 + len(PROMPT))
+    off = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=2, use_cache=False, top_candidates=0)).cache
+    assert off["bytes"] == 0 and [layer["window"] for layer in off["per_layer"]] == [5, 5, None]
 
 
 def test_model_card_lists_layer_kinds(models):

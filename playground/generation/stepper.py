@@ -90,6 +90,7 @@ class Stepper:
             enabled=False, layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, query_heads=c.n_heads,
             head_dim=c.head_dim, tokens=0, max_tokens=0, dtype=dtype_name(self.dtype),
             element_size=torch.empty((), dtype=self.dtype).element_size(), recomputed_tokens=self.length,
+            windows=tuple(kind.window for kind in c.layer_kinds()),
         )
 
 
