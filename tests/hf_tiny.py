@@ -52,6 +52,64 @@ def save_decoder(
     return model
 
 
+# --- decoder families of issue 15: tiny configs with odd head dims, GQA 3:1 and untied heads where they apply
+
+DECODER_CLASSES.update({
+    "gpt_neox": (transformers.GPTNeoXConfig, transformers.GPTNeoXForCausalLM),
+    "gpt_neo": (transformers.GPTNeoConfig, transformers.GPTNeoForCausalLM),
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+    "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+    "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM),
+    "opt": (transformers.OPTConfig, transformers.OPTForCausalLM),
+    "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM),
+})
+
+
+def neox_like(**overrides: Any) -> dict[str, Any]:
+    """Pythia-style: parallel residual, 25% rotary of head_dim 16 (2 pairs), untied head."""
+    base = dict(
+        vocab_size=97, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    base.update(overrides)
+    return base
+
+
+def neo_like(**overrides: Any) -> dict[str, Any]:
+    """TinyStories-style: global and local (window 5) layers alternating, head_dim 12."""
+    base = dict(
+        vocab_size=97, hidden_size=36, num_layers=3, num_heads=3, attention_types=[[["global", "local"], 1], [["local"], 1]],
+        window_size=5, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+    )
+    base.update(overrides)
+    return base
+
+
+def gemma3_like(**overrides: Any) -> dict[str, Any]:
+    """Gemma 3 270M in miniature: 2 sliding layers (window 5, base 10 000) per global one (base 1e6),
+    GQA 3:1, head_dim 10 (not d_model / heads), query_pre_attn_scalar 16."""
+    base = llama_like(
+        hidden_size=36, num_attention_heads=3, num_key_value_heads=1, head_dim=10, num_hidden_layers=3,
+        sliding_window=5, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        query_pre_attn_scalar=16, rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+    )
+    base.update(overrides)
+    return base
+
+
+def opt_like(**overrides: Any) -> dict[str, Any]:
+    base = dict(
+        vocab_size=97, hidden_size=48, ffn_dim=80, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+        word_embed_proj_dim=48, bos_token_id=1, eos_token_id=2, pad_token_id=0, dropout=0.0,
+    )
+    base.update(overrides)
+    return base
+
+
 SEQ2SEQ_CLASSES = {
     "t5": (transformers.T5Config, transformers.T5ForConditionalGeneration),
     "bart": (transformers.BartConfig, transformers.BartForConditionalGeneration),

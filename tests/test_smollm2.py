@@ -49,5 +49,5 @@ def test_greedy_chat_answer_names_paris(ours):
                 break
             generated.append(token)
             logits = ours.model(torch.tensor([[token]]), cache=cache)
-    answer = ours.decode(generated)
+    answer = ours.detokenize(generated)
     assert "Paris" in answer, answer

@@ -27,6 +27,9 @@ class Rule:
     sources: tuple[str, ...]
     transpose: bool = False
     optional: bool = False  # skip silently when the sources are absent (e.g. biases some files omit)
+    # GPT-NeoX fuses q/k/v head by head ([q_0 k_0 v_0 q_1 ...] along the output dimension) for this many
+    # heads; our fused layout is [q_0 q_1 ... k_0 ... v_0 ...]: regrouped at load time.
+    qkv_per_head: int = 0
 
 
 def _full_name(prefix: str, source: str) -> str:
@@ -61,6 +64,7 @@ def expand_layers(rules: list[Rule], layers: int, encoder_layers: int = 0) -> li
                     tuple(s.replace(placeholder, str(i)) for s in rule.sources),
                     rule.transpose,
                     rule.optional,
+                    rule.qkv_per_head,
                 )
             )
     return out
@@ -116,7 +120,7 @@ def build_state_dict(
                 f"{where}: tensor {shapes} does not fit {rule.target} of shape {tuple(expected)} implied by "
                 "config.json; the config and the weights disagree"
             )
-        jobs.append(_Job(rule.target, parts, rule.transpose, dtype or parts[0].dtype))
+        jobs.append(_Job(rule.target, parts, rule.transpose, dtype or parts[0].dtype, rule.qkv_per_head))
     unused = [
         n for n in reader.names()
         if n not in used and not any(re.fullmatch(prefix + p, n) or re.fullmatch(p, n) for p in ignore)
@@ -141,6 +145,7 @@ class _Job:
     parts: list[torch.Tensor]
     transpose: bool
     dtype: torch.dtype
+    qkv_per_head: int = 0
 
     def run(self, where: str) -> torch.Tensor:
         tensor = self._materialise()
@@ -154,6 +159,9 @@ class _Job:
 
     def _materialise(self) -> torch.Tensor:
         parts = self.parts
+        if self.qkv_per_head:  # (heads · 3 · d, ...) -> (3 · heads · d, ...)
+            heads = self.qkv_per_head
+            parts = [p.reshape(heads, 3, -1, *p.shape[1:]).transpose(0, 1).reshape(p.shape) for p in parts]
         if not self.transpose:
             tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
             return tensor.to(dtype=self.dtype).contiguous()  # no copy when the file already matches

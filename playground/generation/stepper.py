@@ -90,6 +90,7 @@ class Stepper:
             enabled=False, layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, query_heads=c.n_heads,
             head_dim=c.head_dim, tokens=0, max_tokens=0, dtype=dtype_name(self.dtype),
             element_size=torch.empty((), dtype=self.dtype).element_size(), recomputed_tokens=self.length,
+            windows=tuple(kind.window for kind in c.layer_kinds()),
         )
 
 
@@ -134,6 +135,9 @@ class DecoderStepper(Stepper):
     def step(self, tokens: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
         self._append(tokens)
+        if self.use_cache and self.model.reencodes_at(self.cache.length, 1):
+            self.cache = self.model.new_cache(self.batch, self.max_tokens)
+            return self.model(self.sequence(), self.cache, recorder, last_only=True)[:, -1].float()
         if self.use_cache:
             return self.model(tokens[:, None], self.cache, recorder, last_only=True)[:, -1].float()
         return self.model(self.sequence(), None, recorder, last_only=True)[:, -1].float()

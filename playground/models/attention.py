@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from playground.config import ModelConfig
+from playground.config import LayerKind, ModelConfig
 from playground.models.kv_cache import KVCache
-from playground.models.layers import Linear
+from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
 from playground.models.recorder import Recorder
 
@@ -74,16 +74,43 @@ def attend(
     return out, weights
 
 
-class SelfAttention(nn.Module):
-    """Self-attention with fused q/k/v projection, optional RoPE, optional KV cache."""
+class QKNorm(nn.Module):
+    """RMSNorm on queries and keys before RoPE: per head over head_dim (Qwen3, Gemma 3), or over the
+    whole query / key projection (OLMo 2). Values pass through."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.heads = (config.n_heads, config.n_kv_heads, config.n_kv_heads)
+        self.per_head = config.qk_norm == "head"
+        d = config.head_dim
+        self.q = make_norm(config, d if self.per_head else config.n_heads * d)
+        self.k = make_norm(config, d if self.per_head else config.n_kv_heads * d)
+
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
+        """qkv: (B, T, h + 2·h_kv, d) -> the same with q and k normalised."""
+        q, k, v = qkv.split(self.heads, dim=2)
+        if self.per_head:
+            q, k = self.q(q), self.k(k)
+        else:
+            q, k = self.q(q.flatten(2)).view_as(q), self.k(k.flatten(2)).view_as(k)
+        return torch.cat((q, k, v), dim=2)
+
+
+class SelfAttention(nn.Module):
+    """Self-attention with fused q/k/v projection, optional q/k norm, RoPE and KV cache.
+
+    `layer_kind` (decoder layers) sets this layer's own window; without it the config's
+    `sliding_window` applies (None for encoders and cross-attending decoders).
+    """
+
+    def __init__(self, config: ModelConfig, layer_kind: LayerKind | None = None) -> None:
+        super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.scale = config.scale
-        self.window = config.sliding_window
+        self.window = layer_kind.window if layer_kind is not None else config.sliding_window
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = Linear(config.d_model, q_size + 2 * kv_size, bias=config.attention_bias)
+        self.qk_norm = QKNorm(config) if config.qk_norm != "none" else None
         self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
 
     def forward(
@@ -103,23 +130,30 @@ class SelfAttention(nn.Module):
         bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer."""
         B, T, _ = x.shape
         h, h_kv = self.n_heads, self.n_kv_heads
-        qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim).transpose(1, 2)  # (B, h + 2·h_kv, T, d)
+        qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim)
+        if self.qk_norm is not None:
+            qkv = self.qk_norm(qkv)
+        qkv = qkv.transpose(1, 2)  # (B, h + 2·h_kv, T, d)
         qk, v = qkv[:, : h + h_kv], qkv[:, h + h_kv :]
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
+        keep = recorder is not None and recorder.wants(layer)
+        internals = recorder is not None and recorder.wants_internals(layer)
         if cache is not None:
-            k, v = cache.write(layer, start, k, v)  # (B, h_kv, S, d), S = start + T
+            # (B, h_kv, S, d): positions [start + T - S, start + T); a sliding layer's cache returns its
+            # window only, in position order when recording (otherwise one new token may see it unordered)
+            k, v = cache.write(layer, start, k, v, ordered=keep or internals)
         S = k.shape[2]
         # A prompt processed from position 0 without a window is the plain causal case SDPA does fastest.
         is_causal = mask is None and causal and T == S and (self.window is None or S <= self.window)
         if mask is None and causal and not is_causal:
             mask = causal_mask(T, S, window=self.window, device=x.device)
-        keep = recorder is not None and recorder.wants(layer)
         out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
         if keep:
-            recorder.record_attention(kind, layer, weights)
+            first = start + T - S  # keys before the window have weight 0: show them as such
+            recorder.record_attention(kind, layer, F.pad(weights, (first, 0)) if first else weights)
         out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        if recorder is not None and recorder.wants_internals(layer):
+        if internals:
             recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
         return out

@@ -1,8 +1,13 @@
-"""Decoder-only Transformer (GPT-2, Llama, Mistral, Qwen2, SmolLM...), one class for all of them.
+"""Decoder-only Transformer (GPT-2, Llama, Mistral, Qwen, Gemma 3, Pythia, OPT, OLMo 2...), one class
+for all of them; the block kind differs by family.
 
-    x = embed(ids) [+ absolute positions]
-    for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))      (pre-norm)
-    logits = head(norm(x))
+    x = embed(ids) [· embed_scale] [-> project_in] [+ absolute positions]
+    for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))      (pre-norm; see the block classes)
+    logits = head([project_out](norm(x))) [softcapped]
+
+Each layer has its own kind (`ModelConfig.layer_kinds()`): full or sliding-window attention, RoPE
+from the global table, from the sliding layers' local table (Gemma 3) or none at all (SmolLM3's NoPE
+layers), over all or the leading part of each head's dims (partial rotary).
 """
 
 from __future__ import annotations
@@ -10,36 +15,93 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from playground.config import ModelConfig
+from playground.config import LayerKind, ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import RotaryEmbedding, absolute_positions
 from playground.models.recorder import Recorder
 
+Rope = tuple[torch.Tensor, torch.Tensor] | None
 
-class CausalBlock(nn.Module):
-    """One pre-norm block of a decoder-only model: masked self-attention, then the MLP."""
 
-    def __init__(self, config: ModelConfig, layer: int) -> None:
+class DecoderBlock(nn.Module):
+    """What every decoder block has: masked self-attention and an MLP. Subclasses place the norms."""
+
+    def __init__(self, config: ModelConfig, kind: LayerKind) -> None:
         super().__init__()
-        self.layer = layer
-        self.attn_norm = make_norm(config)
-        self.attn = SelfAttention(config)
-        self.mlp_norm = make_norm(config)
+        self.layer, self.rope_table = kind.index, kind.rope  # rope_table: "global", "local" or None
+        self.attn = SelfAttention(config, kind)
         self.mlp = make_mlp(config)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        start: int,
-        rope: tuple[torch.Tensor, torch.Tensor] | None,
-        cache: KVCache | None,
-        recorder: Recorder | None,
-    ) -> torch.Tensor:
-        h = self.attn(self.attn_norm(x), layer=self.layer, start=start, rope=rope, cache=cache, recorder=recorder)
-        x = x + h
+    def attend(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        return self.attn(x, layer=self.layer, start=start, rope=rope, cache=cache, recorder=recorder)
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class CausalBlock(DecoderBlock):
+    """One pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)) (GPT-2, Llama and most others)."""
+
+    def __init__(self, config: ModelConfig, kind: LayerKind) -> None:
+        super().__init__(config, kind)
+        self.attn_norm = make_norm(config)
+        self.mlp_norm = make_norm(config)
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        x = x + self.attend(self.attn_norm(x), start, rope, cache, recorder)
         return x + self.mlp(self.mlp_norm(x))
+
+
+class ParallelBlock(CausalBlock):
+    """GPT-NeoX (Pythia): attention and MLP both read the block's input: x + attn(norm1(x)) + mlp(norm2(x))."""
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        attn = self.attend(self.attn_norm(x), start, rope, cache, recorder)
+        return self.mlp(self.mlp_norm(x)) + attn + x  # transformers' order of the sum
+
+
+class PostNormBlock(CausalBlock):
+    """Post-LN (OPT-350m, the original Transformer): x = norm(x + attn(x)); x = norm(x + mlp(x))."""
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        x = self.attn_norm(x + self.attend(x, start, rope, cache, recorder))
+        return self.mlp_norm(x + self.mlp(x))
+
+
+class SandwichBlock(CausalBlock):
+    """Gemma 3: a norm before and after each sublayer: x + norm(attn(norm(x))), x + norm(mlp(norm(x)))."""
+
+    def __init__(self, config: ModelConfig, kind: LayerKind) -> None:
+        super().__init__(config, kind)
+        self.attn_out_norm = make_norm(config)
+        self.mlp_out_norm = make_norm(config)
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        x = x + self.attn_out_norm(self.attend(self.attn_norm(x), start, rope, cache, recorder))
+        return x + self.mlp_out_norm(self.mlp(self.mlp_norm(x)))
+
+
+class OutputNormBlock(DecoderBlock):
+    """OLMo 2: each sublayer reads the raw residual and its output is normalised: x + norm(attn(x))."""
+
+    def __init__(self, config: ModelConfig, kind: LayerKind) -> None:
+        super().__init__(config, kind)
+        self.attn_out_norm = make_norm(config)
+        self.mlp_out_norm = make_norm(config)
+
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+        x = x + self.attn_out_norm(self.attend(x, start, rope, cache, recorder))
+        return x + self.mlp_out_norm(self.mlp(x))
+
+
+def block_class(config: ModelConfig) -> type[DecoderBlock]:
+    if config.parallel_residual:
+        return ParallelBlock
+    return {"pre": CausalBlock, "post": PostNormBlock, "sandwich": SandwichBlock, "output": OutputNormBlock}[
+        config.norm_position
+    ]
 
 
 class DecoderLM(nn.Module):
@@ -49,24 +111,37 @@ class DecoderLM(nn.Module):
         super().__init__()
         if config.kind != "decoder":
             raise ValueError("DecoderLM needs a config with kind='decoder'")
-        if config.norm_position != "pre":
-            raise ValueError("DecoderLM implements pre-norm blocks only")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.layer_kinds = config.layer_kinds()
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
+        # OPT-350m embeds in 512 dims and works in 1024: projected in after the lookup, out before the head.
+        projected = config.embed_dim != config.d_model
+        self.project_in = Linear(config.embed_dim, config.d_model) if projected else None
+        self.project_out = Linear(config.d_model, config.embed_dim) if projected else None
         self.positions = absolute_positions(config)
-        self.rope = RotaryEmbedding(config) if config.positional == "rope" else None
-        self.blocks = nn.ModuleList(CausalBlock(config, i) for i in range(config.n_layers))
+        tables = {k.rope for k in self.layer_kinds}
+        self.rope = RotaryEmbedding(config) if "global" in tables else None
+        self.local_rope = RotaryEmbedding(config, local=True) if "local" in tables else None
+        block = block_class(config)
+        self.blocks = nn.ModuleList(block(config, kind) for kind in self.layer_kinds)
         self.norm = make_norm(config) if config.final_norm else nn.Identity()
-        # Untied heads are stored (d_model, V) for fast single-token products; tied ones reuse embed.
-        self.lm_head = None if config.tie_word_embeddings else Linear(config.d_model, config.vocab_size)
+        # Untied heads are stored (d, V) for fast single-token products; tied ones reuse embed.
+        self.lm_head = None if config.tie_word_embeddings else Linear(config.embed_dim, config.vocab_size)
         self.tied_head = TiedHead(self.embed)
 
     def new_cache(self, batch: int, max_tokens: int) -> KVCache:
         c, p = self.config, self.embed.weight
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-            query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+            query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
         )
+
+    def reencodes_at(self, cached: int, new: int) -> bool:
+        """Whether `new` positions after `cached` cached ones switch the rotary tables (longrope crossing
+        its original context). transformers' `generate()` then drops the cache and encodes the whole
+        sequence again with the long factors; the stepper does the same."""
+        switch = self.rope.switch_after if self.rope is not None else None
+        return switch is not None and cached <= switch < cached + new
 
     def forward(
         self,
@@ -88,16 +163,23 @@ class DecoderLM(nn.Module):
             raise ValueError(
                 f"sequence of {start + T} tokens exceeds the model's {self.config.max_positions} positions"
             )
-        x = self.embed(input_ids)  # (B, T, d)
+        x = self.embed(input_ids)  # (B, T, d_embed)
         if self.config.embed_scale != 1.0:
-            x = x * self.config.embed_scale
+            # The scale rounded to the weights' dtype first, as transformers does for Gemma.
+            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
+        if self.project_in is not None:
+            x = self.project_in(x)  # (B, T, d)
         if self.positions is not None:
             x = x + self.positions(start, T).to(x.dtype)
-        rope = self.rope(start, T, x.dtype) if self.rope is not None else None
+        ropes = {
+            "global": self.rope(start, T, x.dtype) if self.rope is not None else None,
+            "local": self.local_rope(start, T, x.dtype) if self.local_rope is not None else None,
+            None: None,
+        }
         if recorder is not None:
             recorder.record_residual(x)
         for block in self.blocks:
-            x = block(x, start, rope, cache, recorder)
+            x = block(x, start, ropes[block.rope_table], cache, recorder)
             if recorder is not None:
                 recorder.record_residual(x)
         if last_only:
@@ -105,7 +187,12 @@ class DecoderLM(nn.Module):
         return self.unembed(x)
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
-        """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, logit scale."""
+        """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, softcap, logit scale."""
         x = self.norm(x)
+        if self.project_out is not None:
+            x = self.project_out(x)  # (B, T, d_embed)
         logits = self.lm_head(x) if self.lm_head is not None else self.tied_head(x)
+        cap = self.config.final_logit_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
         return logits * self.config.logit_scale if self.config.logit_scale != 1.0 else logits

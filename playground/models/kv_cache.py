@@ -56,8 +56,10 @@ class CrossCacheStats:
 class CacheStats:
     """What a KV cache holds: `bytes` = 2 · layers · batch · kv_heads · tokens · head_dim · element_size.
 
-    With the cache off (`enabled` False) nothing is held and every step recomputes
-    `recomputed_tokens` positions instead.
+    A sliding-window layer keeps only its last `window` positions, so with `windows` (one entry per
+    layer, None for full layers) `bytes` sums each layer's kept positions instead; for a model without
+    sliding layers it is exactly the formula above. With the cache off (`enabled` False) nothing is
+    held and every step recomputes `recomputed_tokens` positions instead.
     """
 
     enabled: bool
@@ -72,18 +74,36 @@ class CacheStats:
     element_size: int
     recomputed_tokens: int = 0
     cross_attention: CrossCacheStats | None = field(default=None)
+    windows: tuple[int | None, ...] = ()  # per layer: the positions a sliding layer keeps (None: all)
+
+    def _window(self, layer: int) -> int | None:
+        return self.windows[layer] if layer < len(self.windows) else None
+
+    def kept_tokens(self, layer: int) -> int:
+        """Positions layer `layer` holds now: all of them, or its window's worth."""
+        window = self._window(layer)
+        return self.tokens if window is None else min(self.tokens, window)
+
+    @property
+    def bytes_per_token_per_layer(self) -> int:
+        return 2 * self.batch * self.kv_heads * self.head_dim * self.element_size
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.batch * self.kv_heads * self.head_dim * self.element_size
+        """What one more position costs while no sliding layer's window is full."""
+        return self.bytes_per_token_per_layer * self.layers
 
     @property
     def bytes(self) -> int:
-        return self.bytes_per_token * self.tokens
+        if not any(w is not None for w in self.windows):
+            return self.bytes_per_token * self.tokens
+        return self.bytes_per_token_per_layer * sum(self.kept_tokens(i) for i in range(self.layers))
 
     @property
     def allocated_bytes(self) -> int:
-        return self.bytes_per_token * self.max_tokens
+        """The buffers themselves: max_tokens positions per full layer, its window per sliding layer."""
+        per_layer = [self.max_tokens if w is None else min(self.max_tokens, w) for w in map(self._window, range(self.layers))]
+        return self.bytes_per_token_per_layer * sum(per_layer)
 
     @property
     def mha_equivalent_bytes(self) -> int:
@@ -91,15 +111,27 @@ class CacheStats:
         return self.bytes * self.query_heads // self.kv_heads
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable; the keys every StepEvent's `cache` and the CLI's `cache` carry."""
-        shape = [self.batch, self.kv_heads, self.tokens, self.head_dim]
+        """JSON-serialisable; the keys every StepEvent's `cache` and the CLI's `cache` carry.
+
+        per_layer entries: layer, k_shape, v_shape (what the layer holds now), attention ("full" or
+        "sliding"), window (positions a sliding layer keeps; None), tokens (positions held), bytes.
+        """
+        per_layer = []
+        for i in range(self.layers):
+            kept, window = self.kept_tokens(i), self._window(i)
+            shape = [self.batch, self.kv_heads, kept, self.head_dim]
+            per_layer.append({
+                "layer": i, "k_shape": shape, "v_shape": shape, "attention": "full" if window is None else "sliding",
+                "window": window, "tokens": kept, "bytes": self.bytes_per_token_per_layer * kept,
+            })
         data: dict[str, Any] = {
             "enabled": self.enabled, "layers": self.layers, "batch": self.batch, "kv_heads": self.kv_heads,
             "query_heads": self.query_heads, "head_dim": self.head_dim, "tokens": self.tokens,
             "max_tokens": self.max_tokens, "dtype": self.dtype, "element_size": self.element_size,
             "bytes_per_token": self.bytes_per_token, "bytes": self.bytes, "allocated_bytes": self.allocated_bytes,
             "mha_equivalent_bytes": self.mha_equivalent_bytes, "recomputed_tokens": self.recomputed_tokens,
-            "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(self.layers)],
+            "sliding_layers": sum(w is not None for w in map(self._window, range(self.layers))),
+            "per_layer": per_layer,
         }
         if self.cross_attention is not None:
             data["cross_attention"] = self.cross_attention.to_dict()
@@ -111,11 +143,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 class KVCache:
-    """Per-layer K and V buffers of shape (B, h_kv, T_max, d_head).
+    """Per-layer K and V buffers of shape (B, h_kv, capacity, d_head).
 
     Each layer writes its new keys and values at an explicit position; `length` is the number of
     positions every layer has written, so no caller has to move it. Grouped-query / multi-query
     models store only their KV heads, which is where their memory saving comes from.
+
+    A sliding-window layer (`windows[layer]` set) keeps only its last `window` positions, in a ring:
+    position p lives in slot p % window. That is all its queries can see, so older keys are dropped.
     """
 
     def __init__(
@@ -129,10 +164,16 @@ class KVCache:
         query_heads: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        windows: list[int | None] | None = None,
     ) -> None:
-        shape = (batch, kv_heads, max_tokens, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.windows: list[int | None] = list(windows) if windows is not None else [None] * layers
+        if len(self.windows) != layers:
+            raise ValueError(f"KVCache: {len(self.windows)} windows for {layers} layers")
+        # A window at least as long as the cache never wraps: such a layer is stored like a full one.
+        self.rings = [w is not None and w < max_tokens for w in self.windows]
+        self.capacity = [w if ring else max_tokens for w, ring in zip(self.windows, self.rings)]
+        self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
+        self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self.layers, self.batch, self.kv_heads, self.head_dim = layers, batch, kv_heads, head_dim
         self.max_tokens, self.query_heads, self.dtype = max_tokens, query_heads, dtype
         self._written = [0] * layers  # positions written, per layer
@@ -142,22 +183,62 @@ class KVCache:
         """Positions that every layer holds (a forward pass in progress has not added its tokens yet)."""
         return min(self._written) if self._written else 0
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, h_kv, T, d) at positions [start, start + T); return views of keys and values
-        [0, start + T). Writing before the end rewinds that layer to start + T."""
+    def write(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, h_kv, T, d) at positions [start, start + T) and return the keys and values
+        the new queries attend to: positions [0, start + T) for a full layer; for a sliding layer the
+        positions [start + T - S, start + T) its window reaches (S = window - 1 + T at most).
+
+        One new token on a wrapped ring sees the whole ring, returned as stored (slot order) unless
+        `ordered`: attention without a mask does not depend on the order of the keys.
+        Writing before the end rewinds that layer to start + T.
+        """
         end = start + k.shape[2]
         if end > self.max_tokens:
             raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
-        self.keys[layer][:, :, start:end] = k
-        self.values[layer][:, :, start:end] = v
+        keys, values = self.keys[layer], self.values[layer]
+        if not self.rings[layer]:
+            keys[:, :, start:end] = k
+            values[:, :, start:end] = v
+            self._written[layer] = end
+            return keys[:, :, :end], values[:, :, :end]
+        return self._write_ring(layer, start, end, k, v, ordered)
+
+    def _write_ring(
+        self, layer: int, start: int, end: int, k: torch.Tensor, v: torch.Tensor, ordered: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values, window = self.keys[layer], self.values[layer], self.capacity[layer]
+        T = k.shape[2]
+        if T == 1 and (not ordered or end <= window):
+            slot = start % window
+            keys[:, :, slot] = k[:, :, 0]
+            values[:, :, slot] = v[:, :, 0]
+            self._written[layer] = end
+            held = min(end, window)  # before the ring wraps, slots are positions: still in order
+            return keys[:, :, :held], values[:, :, :held]
+        past = min(start, window - 1)  # earlier positions the first new query still sees
+        if past and start - past < self._written[layer] - window:
+            raise ValueError(f"KV cache layer {layer} no longer holds position {start - past}; its window is {window}")
+        slots = torch.arange(start - past, start, device=keys.device) % window
+        attended_k = torch.cat((keys.index_select(2, slots), k), dim=2)  # (B, h_kv, past + T, d)
+        attended_v = torch.cat((values.index_select(2, slots), v), dim=2)
+        kept = min(T, window)
+        slots = torch.arange(end - kept, end, device=keys.device) % window
+        keys.index_copy_(2, slots, k[:, :, T - kept :])
+        values.index_copy_(2, slots, v[:, :, T - kept :])
         self._written[layer] = end
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        return attended_k, attended_v
 
     def fill_from(self, source: "KVCache") -> None:
         """Broadcast a batch-1 cache into every row of this one (beam search starts from one prefill)."""
         n = source.length
-        for src, dst in zip(source.keys + source.values, self.keys + self.values):
-            dst[:, :, :n] = src[:, :, :n]
+        for layer in range(self.layers):
+            # Position p sits in slot p % capacity; a sliding layer's capacity is its window in both
+            # caches once n passes it, and below that the slots are the positions themselves.
+            held = min(n, source.capacity[layer])
+            self.keys[layer][:, :, :held] = source.keys[layer][:, :, :held]
+            self.values[layer][:, :, :held] = source.values[layer][:, :, :held]
         self._written = [n] * self.layers
 
     def reorder(self, batch_index: torch.Tensor) -> None:
@@ -165,7 +246,8 @@ class KVCache:
         n = self.length
         for buffers in (self.keys, self.values):
             for buf in buffers:
-                buf[:, :, :n] = buf[:, :, :n].index_select(0, batch_index)
+                held = min(n, buf.shape[2])
+                buf[:, :, :held] = buf[:, :, :held].index_select(0, batch_index)
 
     @property
     def element_size(self) -> int:
@@ -175,7 +257,7 @@ class KVCache:
         return CacheStats(
             enabled=True, layers=self.layers, batch=self.batch, kv_heads=self.kv_heads, query_heads=self.query_heads,
             head_dim=self.head_dim, tokens=self.length, max_tokens=self.max_tokens, dtype=dtype_name(self.dtype),
-            element_size=self.element_size,
+            element_size=self.element_size, windows=tuple(self.windows),
         )
 
 

@@ -98,10 +98,30 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(dtype)
 
 
-def make_norm(config: ModelConfig) -> nn.Module:
+class Float32RMSNorm(nn.Module):
+    """x / rms(x) * (offset + g) with the scale applied in float32 before the cast back (OLMo 2: offset 0;
+    Gemma: offset 1, its checkpoints store g - 1). Same as `RMSNorm` in float32, not in half precision."""
+
+    def __init__(self, dim: int, eps: float, offset: float = 0.0) -> None:
+        super().__init__()
+        self.eps, self.offset = eps, offset
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.weight.float() + self.offset if self.offset else self.weight.float()
+        return F.rms_norm(x.float(), (x.shape[-1],), scale, self.eps).to(x.dtype)
+
+
+def make_norm(config: ModelConfig, dim: int | None = None) -> nn.Module:
+    """The config's norm over `dim` features (default d_model)."""
+    dim = dim or config.d_model
     if config.norm == "rmsnorm":
-        return RMSNorm(config.d_model, config.norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
+        return RMSNorm(dim, config.norm_eps)
+    if config.norm == "rmsnorm_f32":
+        return Float32RMSNorm(dim, config.norm_eps)
+    if config.norm == "rmsnorm_gemma":
+        return Float32RMSNorm(dim, config.norm_eps, offset=1.0)
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.norm_bias)
 
 
 _ACTIVATIONS = {
@@ -151,6 +171,8 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
             sub.reset_parameters()
         elif isinstance(sub, nn.Embedding):
             nn.init.normal_(sub.weight, std=std)
+        elif isinstance(sub, Float32RMSNorm):
+            nn.init.constant_(sub.weight, 1.0 - sub.offset)
         elif isinstance(sub, (nn.LayerNorm, RMSNorm)):
             nn.init.ones_(sub.weight)
             if getattr(sub, "bias", None) is not None:

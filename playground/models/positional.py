@@ -7,7 +7,7 @@ the model uses. (T5's relative position bias lives in `relative_bias`.)
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -15,17 +15,41 @@ from torch import nn
 from playground.config import ModelConfig
 
 
-def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    """theta_i = base^(-2i/d) for each dimension pair, with the config's RoPE scaling applied. (d/2,)"""
-    dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    scaling = config.rope_scaling or {}
+def rope_inverse_frequencies(config: ModelConfig, *, local: bool = False, seq_len: int | None = None) -> torch.Tensor:
+    """theta_i = base^(-2i/r) for each rotating pair of dims (r = rotary_dims), scaling applied. (r/2,)
+
+    local: the table of sliding layers when the config gives them their own base (Gemma 3: unscaled).
+    seq_len: the length a forward pass reaches; only longrope depends on it (long factors past the
+    original context, short ones before, as transformers switches them per forward pass).
+    """
+    dim = config.rotary_dims
+    base = config.rope_local_theta if local and config.rope_local_theta is not None else config.rope_theta
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    scaling = {} if local else config.rope_scaling or {}
     kind = scaling.get("rope_type", "default")
+    if kind == "longrope":
+        long = seq_len is not None and seq_len > scaling["original_max_position_embeddings"]
+        factors = torch.tensor(scaling["long_factor" if long else "short_factor"], dtype=torch.float32)
+        return 1.0 / (factors * base**exponents)
+    inv_freq = 1.0 / (base**exponents)
     if kind == "linear":
         inv_freq = inv_freq / scaling["factor"]
     elif kind == "llama3":
         inv_freq = _llama3_scaled(inv_freq, scaling)
     return inv_freq
+
+
+def rope_attention_factor(config: ModelConfig, *, local: bool = False) -> float:
+    """Factor on cos and sin (longrope: sqrt(1 + ln(factor) / ln(original context)); otherwise 1)."""
+    scaling = {} if local else config.rope_scaling or {}
+    if scaling.get("rope_type") != "longrope":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    original = scaling["original_max_position_embeddings"]
+    # transformers derives the factor from the context lengths when the config does not give it
+    factor = scaling.get("factor") or config.max_positions / original
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -42,27 +66,50 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin for positions [start, start + T), rotating the two halves of each head (Llama layout)."""
+    """cos/sin for positions [start, start + T) over the rotary dims (Llama's halves layout).
 
-    def __init__(self, config: ModelConfig) -> None:
+    local: the sliding layers' own table (Gemma 3). Longrope switches to its long factors for a
+    forward pass that reaches past the original context, exactly as transformers does.
+    """
+
+    def __init__(self, config: ModelConfig, *, local: bool = False) -> None:
         super().__init__()
-        self.config = config
-        self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+        self.config, self.local = config, local
+        scaling = {} if local else config.rope_scaling or {}
+        self.switch_after = scaling.get("original_max_position_embeddings") if scaling.get("rope_type") == "longrope" else None
+        self.attention_factor = rope_attention_factor(config, local=local)
+        self.register_buffer("inv_freq", rope_inverse_frequencies(config, local=local), persistent=False)
+        self.register_buffer("long_inv_freq", self._long(), persistent=False)
+
+    def _long(self) -> torch.Tensor | None:
+        if self.switch_after is None:
+            return None
+        return rope_inverse_frequencies(self.config, local=self.local, seq_len=self.switch_after + 1)
 
     def reset_buffers(self) -> None:
         """Recompute the table after the module was built on the meta device."""
-        self.inv_freq = rope_inverse_frequencies(self.config)
+        self.inv_freq = rope_inverse_frequencies(self.config, local=self.local)
+        self.long_inv_freq = self._long()
 
     def forward(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(start, start + length, device=self.inv_freq.device, dtype=torch.float32)
-        freqs = torch.outer(positions, self.inv_freq)  # (T, d/2)
-        angles = torch.cat((freqs, freqs), dim=-1)  # (T, d)
+        inv_freq = self.inv_freq
+        if self.switch_after is not None and start + length > self.switch_after:
+            inv_freq = self.long_inv_freq
+        positions = torch.arange(start, start + length, device=inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(positions, inv_freq)  # (T, r/2)
+        angles = torch.cat((freqs, freqs), dim=-1)  # (T, r)
+        if self.attention_factor != 1.0:
+            return (angles.cos() * self.attention_factor).to(dtype), (angles.sin() * self.attention_factor).to(dtype)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (B, h, T, d); cos/sin: (T, d). Rotates (x_i, x_{i+d/2}) by angle_i."""
-    half = x.shape[-1] // 2
+    """x: (B, h, T, d); cos/sin: (T, r), r <= d. Rotates (x_i, x_{i+r/2}) by angle_i for i < r/2;
+    dims r..d-1 pass through unchanged (partial rotary)."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat((apply_rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+    half = r // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
 
@@ -136,14 +183,62 @@ _SINUSOIDAL_LABELS = {
 
 def positional_kind_label(config: ModelConfig) -> str:
     """A human name for the config's positional scheme (model card, `info`)."""
+    if config.positional == "rope":
+        parts = [f"base {config.rope_theta:g}"]
+        if config.rope_local_theta is not None:
+            parts.append(f"sliding layers base {config.rope_local_theta:g}")
+        if config.rotary_dims < config.head_dim:
+            parts.append(f"{config.rotary_dims} of {config.head_dim} dims per head")
+        if config.rope_scaling:
+            parts.append(f"{config.rope_scaling.get('rope_type')} scaling")
+        if config.nope_layers:
+            parts.append(f"no positions on {len(config.nope_layers)} of {config.n_layers} layers")
+        return f"RoPE (rotary, {', '.join(parts)})"
     return {
-        "rope": f"RoPE (rotary, base {config.rope_theta:g})",
         "learned": "learned absolute positions"
         + (f" (offset {config.learned_position_offset})" if config.learned_position_offset else ""),
         "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g}" + _SINUSOIDAL_LABELS[config.sinusoidal_layout],
         "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
         "none": "none",
     }[config.positional]
+
+
+def positional_layout(config: ModelConfig) -> dict[str, Any]:
+    """Where positions enter the model, per layer: the positional-encoding panel's data (JSON-serialisable).
+
+    Keys: "scheme" (config.positional); "head_dim"; "rotary_dims" (leading dims of each head that
+    rotate, 0 without RoPE); "rotary_pairs" ([i, i + r/2] dims turned together by angle i);
+    "pass_through_dims" (dims never rotated: partial rotary); "tables" ({"global"/"local": {"base",
+    "scaling", "attention_factor", "inv_freq" (r/2 floats), "layers"}}); "nope_layers" (RoPE models'
+    layers without positional information); "layers" (per layer: index, attention, window, rope,
+    rope_theta, rope_scaling, rotary_dims, as `ModelConfig.layer_kinds()`).
+    """
+    kinds = config.layer_kinds()
+    rope = config.positional == "rope"
+    r = config.rotary_dims if rope else 0
+    tables: dict[str, Any] = {}
+    for name in ("global", "local"):
+        layers = [k.index for k in kinds if k.rope == name]
+        if not layers:
+            continue
+        local = name == "local"
+        tables[name] = {
+            "base": config.rope_local_theta if local else config.rope_theta,
+            "scaling": None if local or not config.rope_scaling else config.rope_scaling.get("rope_type"),
+            "attention_factor": rope_attention_factor(config, local=local),
+            "inv_freq": rope_inverse_frequencies(config, local=local).double().tolist(),
+            "layers": layers,
+        }
+    return {
+        "scheme": config.positional,
+        "head_dim": config.head_dim,
+        "rotary_dims": r,
+        "rotary_pairs": [[i, i + r // 2] for i in range(r // 2)],
+        "pass_through_dims": list(range(r, config.head_dim)) if rope else [],
+        "tables": tables,
+        "nope_layers": [k.index for k in kinds if rope and k.rope is None],
+        "layers": [k.to_dict() for k in kinds],
+    }
 
 
 class SinusoidalPositions(nn.Module):

@@ -41,7 +41,8 @@ class Recorder:
         return layer in self.internals_layers
 
     def record_internals(self, kind: str, layer: int, **tensors: torch.Tensor) -> None:
-        """q (B, h, T, d) after any rotation, k and v (B, h_kv, S, d) as attended (cache included),
+        """q (B, h, T, d) after any norm and rotation, k and v (B, h_kv, S, d) as attended (cache
+        included; on a sliding-window layer only the S positions its window reaches, the last ones),
         output (B, T, d_model) after the output projection; merged with what the layer recorded before."""
         self.internals.setdefault(kind, {}).setdefault(layer, {}).update(tensors)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from playground.checkpoints.families import bart, gpt2, llama, marian, t5, transformer
 from playground.checkpoints.families import m2m_100, mbart, pegasus  # the rest of the BART family
+from playground.checkpoints.families import gemma3, gpt_neo, gpt_neox, olmo2, opt, phi3, qwen3
 from playground.checkpoints.families.base import Family
 from playground.errors import CheckpointError
 
+NEWER_DECODERS = (gpt_neox, gpt_neo, qwen3, gemma3, phi3, olmo2, opt)  # qwen3 also holds smollm3
 FAMILIES: dict[str, Family] = {}
-for module in (gpt2, llama, t5, bart, marian, transformer):
+for module in (gpt2, llama, t5, bart, marian, transformer, *NEWER_DECODERS):
     for family in module.FAMILIES:
         FAMILIES[family.model_type] = family
 for family in (*mbart.FAMILIES, *pegasus.FAMILIES, *m2m_100.FAMILIES):

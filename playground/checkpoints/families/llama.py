@@ -13,14 +13,12 @@ from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
 
 
-def _common(hf: dict[str, Any], family: str, **overrides: Any) -> ModelConfig:
+def _common(hf: dict[str, Any], family: str, *, partial_rotary: bool = False, **overrides: Any) -> ModelConfig:
+    """Fields of Llama-style configs; `partial_rotary`: the family rotates part of each head (Phi-3)."""
     refuse(hf.get("pretraining_tp", 1) not in (1, None), "pretraining_tp > 1 is not supported")
     theta, scaling = rope_settings(hf)
-    refuse(
-        float((hf.get("rope_parameters") or {}).get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
-        != 1.0,
-        "partial rotary embeddings are not implemented",
-    )
+    factor = float((hf.get("rope_parameters") or {}).get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
+    refuse(factor != 1.0 and not partial_rotary, f"partial_rotary_factor={factor:g} is not implemented for {family}")
     d_model, n_heads = require(hf, "hidden_size"), require(hf, "num_attention_heads")
     fields: dict[str, Any] = dict(
         family=family,
@@ -39,6 +37,7 @@ def _common(hf: dict[str, Any], family: str, **overrides: Any) -> ModelConfig:
         positional="rope",
         rope_theta=theta,
         rope_scaling=scaling,
+        partial_rotary_factor=factor,
         tie_word_embeddings=hf.get("tie_word_embeddings", False),
         **token_ids(hf),
     )
