@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -12,6 +12,9 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
 from playground.models.positional import positional_kind_label
+
+if TYPE_CHECKING:
+    from playground.checkpoints.limits import Limits
 
 
 @dataclass
@@ -25,6 +28,10 @@ class LoadedModel:
     dtype: torch.dtype
     file_bytes: int
     load_seconds: float
+    # Resource limits from load time, which every request is checked against (generation.budget),
+    # and the bytes the model itself keeps (weights, position tables, module objects).
+    limits: Limits | None = None
+    resident_bytes: int = 0
 
     @property
     def kind(self) -> str:
