@@ -17,7 +17,7 @@ for module in (gpt2, llama, t5, bart, marian, transformer):
 
 def family_for(hf_config: dict, where: str = "config.json") -> Family:
     model_type = hf_config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported families: "
             f"{', '.join(sorted(FAMILIES))}"
