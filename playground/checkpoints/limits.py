@@ -129,10 +129,6 @@ class LoadEstimate:
     def peak(self) -> int:
         return self.resident + max(self.buffer_build, self.cache)
 
-    @property
-    def total(self) -> int:
-        return self.resident + self.buffer_build + self.cache
-
 
 def estimate_load(layout: StateLayout, config: ModelConfig, element_size: int, cache_tokens: int) -> LoadEstimate:
     """What loading `config` costs: weights in the target dtype, its buffers and their construction,
@@ -152,14 +148,18 @@ def estimate_load(layout: StateLayout, config: ModelConfig, element_size: int, c
 
 
 def check_memory(estimate: LoadEstimate, limits: Limits, where: str) -> None:
-    if estimate.total > limits.memory_budget_bytes:
+    """Refuse a model whose peak while loading, or whose resident size plus a modest KV cache, exceeds the budget."""
+    if estimate.peak > limits.memory_budget_bytes:
         parts = [f"{human_bytes(estimate.weights)} of weights"]
         if estimate.buffers:
-            parts.append(f"{human_bytes(estimate.buffers + estimate.buffer_build)} to build the position tables")
+            parts.append(
+                f"{human_bytes(estimate.buffers)} of position tables + {human_bytes(estimate.buffer_build)} while "
+                "computing them"
+            )
         parts.append(f"{human_bytes(estimate.modules)} of module objects")
         parts.append(f"{human_bytes(estimate.cache)} of KV cache for {estimate.cache_tokens} tokens")
         raise CheckpointError(
-            f"{where}: needs about {human_bytes(estimate.total)} ({' + '.join(parts)}) but the memory budget is "
+            f"{where}: needs about {human_bytes(estimate.peak)} ({', '.join(parts)}) but the memory budget is "
             f"{human_bytes(limits.memory_budget_bytes)}; choose a smaller model, fewer max_positions or dtype "
             "bfloat16/float16"
         )

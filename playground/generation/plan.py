@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
@@ -116,8 +117,14 @@ def as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: Generat
     raise SettingsError("the prompt must be text, a list of token ids or a 1-D tensor of ids")
 
 
-def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> Plan:
-    """Validate the settings against the model and the prompt; raise SettingsError saying what to change."""
+def plan(
+    lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig, *, final_maps: bool = False
+) -> Plan:
+    """Validate the settings against the model and the prompt; raise SettingsError saying what to change.
+
+    The run's memory (KV cache, captures, and with `final_maps` the attention maps over the final
+    sequence that generate_all computes) is checked against the model's budget before anything is
+    allocated (`playground.generation.budget`): a BudgetError names the numbers and the knob."""
     cfg.validate()
     c = lm.config
     stepper = stepper_class(lm.kind)
@@ -136,6 +143,7 @@ def plan(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: Generatio
     ids = ids[len(ids) - fit.keep :]
     notes += fit.notes
     prefix = stepper.decoder_prefix(c, ids)
+    check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
     forced_bos = (c.forced_bos_token_id, 1) if c.forced_bos_token_id is not None else None
     forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
