@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from playground.config import ModelConfig
-from playground.errors import PlaygroundError
+from playground.errors import ChatTemplateError, PlaygroundError, PromptError
 from playground.models.positional import positional_kind_label
 
 if TYPE_CHECKING:
@@ -68,19 +68,33 @@ class LoadedModel:
         return self.model(input_ids, decoder_input_ids, attention_mask=attention_mask).float()
 
     def tokenize(self, text: str, *, chat: bool = False) -> list[int]:
-        """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn."""
+        """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn.
+
+        Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
+        the position): neither is text a tokenizer can read, and cleaning it silently would change
+        what the model reads. The chat template runs sandboxed and bounded (`playground.chat_template`):
+        it renders exactly as transformers' apply_chat_template, or raises one ChatTemplateError line.
+        """
         if self.tokenizer is None:
             raise PlaygroundError(self.tokenizer_error or "this checkpoint has no tokenizer; pass token ids instead")
+        check_prompt_text(text)
         if chat:
             if not self.chat_template_available:
                 raise PlaygroundError("this checkpoint has no chat template; turn chat off")
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            return [int(i) for i in ids]
+            rendered = self.render_chat([{"role": "user", "content": text}])
+            return [int(i) for i in self.tokenizer.encode(rendered, add_special_tokens=False)]
         return [int(i) for i in self.tokenizer.encode(text)]
+
+    def render_chat(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """The chat template's text for `messages` (what apply_chat_template(tokenize=False) returns)."""
+        from playground.chat_template import render_chat
+
+        try:
+            template = self.tokenizer.get_chat_template()
+        except (ValueError, TypeError, KeyError) as error:  # e.g. named templates without a default
+            raise ChatTemplateError(f"the checkpoint's chat template cannot be chosen ({error}); turn chat off") from None
+        return render_chat(template, messages, add_generation_prompt=add_generation_prompt,
+                           variables=_plain(self.tokenizer.special_tokens_map))
 
     def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text for token ids (the ids themselves, space-separated, without a tokenizer)."""
@@ -115,3 +129,30 @@ class LoadedModel:
             "chat_template": self.chat_template_available,
             "config": c.to_dict(),
         }
+
+
+def check_prompt_text(text: str) -> None:
+    """Refuse text a tokenizer cannot read as written: a NUL character or an unpaired surrogate
+    (what undecodable bytes become in Python strings), with the character's position."""
+    if not isinstance(text, str):
+        raise PromptError(f"the prompt must be text, got {type(text).__name__}")
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise PromptError(f"the prompt contains a NUL character (U+0000) at character {nul}; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        raise PromptError(
+            f"the prompt contains an unpaired surrogate U+{code:04X} at character {error.start}, which is not "
+            "valid Unicode text; remove it (or save the text as UTF-8 again)"
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """Template variables as plain JSON data (what transformers passes: no objects with methods)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, (bool, int, float)) else str(value)
