@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from playground.errors import PlaygroundError
@@ -51,8 +52,12 @@ def _no_network(repo_id: str, why: str) -> NoNetworkError:
 
 
 def download_checkpoint(repo_id: str, cache_dir: Path | str, *, revision: str | None = None,
-                        max_bytes: int | None = None, endpoint: str | None = None) -> Path:
-    """Fetch `repo_id`'s safetensors checkpoint into `cache_dir/owner/name`; return that folder."""
+                        max_bytes: int | None = None, endpoint: str | None = None,
+                        make_room: Callable[[int], object] | None = None) -> Path:
+    """Fetch `repo_id`'s safetensors checkpoint into `cache_dir/owner/name`; return that folder.
+
+    `make_room(total_bytes)` runs once the listed size is known, before anything is downloaded (the
+    catalog evicts old uploads to keep its disk quota, or refuses)."""
     rid = validate_repo_id(repo_id)
     if offline():
         raise _no_network(rid, "offline mode is on (HF_HUB_OFFLINE)")
@@ -72,6 +77,8 @@ def download_checkpoint(repo_id: str, cache_dir: Path | str, *, revision: str | 
         if max_bytes is not None and total > max_bytes:
             raise PlaygroundError(f"'{rid}' is {total / 2**20:,.1f} MiB of weights and files, over the "
                                   f"{max_bytes / 2**20:,.1f} MiB limit here; pick a smaller model")
+        if make_room is not None:
+            make_room(total)
         target = Path(cache_dir) / rid
         # Exactly the top-level files checked above (the patterns alone would also match sub-folders).
         snapshot_download(rid, revision=info.sha, allow_patterns=[s.rfilename for s in files], local_dir=target,
