@@ -1,4 +1,4 @@
-"""Command line: `python -m playground {info,generate,import-smollm2} ...`.
+"""Command line: `python -m playground {info,generate,import-smollm2,deploy-space} ...`.
 
 Errors a person can fix print one line on stderr and exit with status 2 — never a traceback.
 """
@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--dest", default="weights/SmolLM2-135M-Instruct")
     imports.add_argument("--force", action="store_true")
     imports.set_defaults(handler=_import_smollm2)
+
+    from playground import deploy
+
+    space = commands.add_parser("deploy-space", help="create or update a Hugging Face Space running this app")
+    deploy.add_arguments(space)
+    space.set_defaults(handler=deploy.run)
     return parser
 
 

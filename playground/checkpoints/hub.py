@@ -18,6 +18,12 @@ from pathlib import Path
 
 from playground.errors import PlaygroundError
 
+# Hub repos a Space downloads at build time (README front matter `preload_from_hub`, written by
+# `python -m playground deploy-space`), which the app's catalog offers from the Hugging Face cache.
+# The files are those load_model needs.
+PRELOADED: dict[str, tuple[str, ...]] = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"),
+}
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from playground.checkpoints.hub import PRELOADED
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES
 from playground.errors import PlaygroundError
 
@@ -46,10 +47,6 @@ DEFAULT_SEQ2SEQ = "tiny-seq2seq"
 SMOLLM2 = "SmolLM2-135M-Instruct"
 UPLOAD_PREFIX = "upload/"
 HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Hugging Face Hub
-# Hub repos a Space downloads at build time (README front matter `preload_from_hub`), offered to every
-# visitor from the Hugging Face cache; the files are those load_model needs.
-PRELOADED = {"HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json",
-                                                    "tokenizer_config.json")}
 # A checkpoint folder's files: weights, config, tokenizer. Nothing executable, nothing pickled.
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
