@@ -109,8 +109,35 @@ class LoadedModel:
     def token_texts(self, ids: list[int]) -> list[str]:
         return [self.token_text(i) for i in ids]
 
+    def checkpoint_texts(self) -> dict[str, str]:
+        """Every piece of text this checkpoint controls that the app may show, keyed by where it comes
+        from: config strings (`config.family`, anything under `config.extra` and `config.rope_scaling`),
+        the file or folder name, the tokenizer's special tokens and chat template, its load error, and
+        the token texts of the special ids. A page must escape all of them (and `token_text` of any
+        id); a UI test can fill each with hostile HTML and render every element."""
+        out: dict[str, str] = {"path.name": self.path.name}
+        for key, value in self.config.to_dict().items():
+            _collect_texts(f"config.{key}", value, out)
+        if self.tokenizer_error:
+            out["tokenizer_error"] = self.tokenizer_error
+        if self.tokenizer is not None:
+            for key, value in dict(getattr(self.tokenizer, "special_tokens_map", {}) or {}).items():
+                _collect_texts(f"tokenizer.{key}", value, out)
+            template = getattr(self.tokenizer, "chat_template", None)
+            if template:
+                _collect_texts("tokenizer.chat_template", template, out)
+        c = self.config
+        for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id"):
+            if getattr(c, name) is not None:
+                out[f"token_text.{name}"] = self.token_text(getattr(c, name))
+        for i, eos in enumerate(c.eos_token_ids):
+            out[f"token_text.eos_token_id.{i}"] = self.token_text(eos)
+        return out
+
     def info(self) -> dict[str, Any]:
-        """JSON-serialisable description for `python -m playground info` and the model card."""
+        """JSON-serialisable description for `python -m playground info` and the model card.
+
+        Strings in it are data from the checkpoint, kept as written (see `checkpoint_texts`)."""
         c = self.config
         return {
             "path": str(self.path),
@@ -147,6 +174,19 @@ def check_prompt_text(text: str) -> None:
             f"the prompt contains an unpaired surrogate U+{code:04X} at character {error.start}, which is not "
             "valid Unicode text; remove it (or save the text as UTF-8 again)"
         ) from None
+
+
+def _collect_texts(key: str, value: Any, out: dict[str, str]) -> None:
+    """Flatten the strings inside `value` (dict keys included) into `out` under dotted keys."""
+    if isinstance(value, str):
+        out[key] = value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out[f"{key}.{k}#key"] = str(k)  # keys are checkpoint text too (config.extra is free-form)
+            _collect_texts(f"{key}.{k}", v, out)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _collect_texts(f"{key}.{i}", v, out)
 
 
 def _plain(value: Any) -> Any:

@@ -251,11 +251,11 @@ def _weight_files(directory: Path) -> list[Path]:
         weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index.name}: missing or empty 'weight_map'")
-        bad = next((v for v in weight_map.values() if not isinstance(v, str)), None)
-        if bad is not None:
+        bad = [v for v in weight_map.values() if not isinstance(v, str)]
+        if bad:
             raise CheckpointError(
-                f"{index.name}: 'weight_map' values must be shard file names (strings), got {type(bad).__name__}; "
-                "fix the index"
+                f"{index.name}: 'weight_map' values must be shard file names (strings), got "
+                f"{type(bad[0]).__name__}; fix the index"
             )
         files = []
         for name in sorted(set(weight_map.values())):
