@@ -7,9 +7,11 @@
 Modules: config (the knobs), plan (settings + prompt -> a validated plan, context fitting), stepper
 (one model step at a time; what differs between decoder-only and seq2seq), processors (logits
 pipeline), sampling (choosing a token, describing candidates), beam (beam-search bookkeeping),
-captures (what a run records), engine (the two decoding loops), events (what they stream).
+captures (what a run records), engine (the two decoding loops), events (what they stream), budget
+(the memory a request needs, checked by plan before anything is allocated).
 """
 
+from playground.generation.budget import BudgetError, Request, check_full_attention, check_request
 from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
 from playground.generation.engine import generate, generate_all
 from playground.generation.events import (
@@ -24,7 +26,7 @@ from playground.generation.plan import ContextFit, fit_to_context, plan
 from playground.generation.stepper import full_attention, stepper_class
 
 __all__ = [
-    "MAX_BEAMS", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
+    "MAX_BEAMS", "BudgetError", "Request", "check_full_attention", "check_request", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
     "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all", "plan",
     "stepper_class",
 ]
