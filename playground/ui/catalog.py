@@ -79,7 +79,8 @@ def _describe(path: Path) -> str:
         try:
             data = json.loads(config.read_text())
             arch = (data.get("architectures") or [data.get("model_type", "")])[0]
-            return f" · {arch}" if isinstance(arch, str) and arch else ""
+            # Checkpoint text in a label every visitor sees: only a plain class name, never markup.
+            return f" · {arch}" if isinstance(arch, str) and _SAFE_NAME.match(arch) else ""
         except (OSError, ValueError, IndexError, TypeError, AttributeError):
             return ""
     return ""
