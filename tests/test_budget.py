@@ -17,6 +17,7 @@ from playground.config import ModelConfig
 from playground.generation.budget import BudgetError, Request, check_full_attention, estimate_request, peak_bytes
 from playground.generation.plan import plan
 from playground.models import build_model
+from tests.hf_tiny import bart_like, gpt2_like, llama_like, marian_like, save_decoder, save_seq2seq, t5_like
 from tests.test_hostile import _random_checkpoint, _status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,3 +148,56 @@ def test_each_knob_is_named_by_the_part_that_does_not_fit(tmp_path):
     tiny = dataclasses.replace(lm, limits=Limits(GIB, lm.resident_bytes // 2))
     with pytest.raises(BudgetError, match="the model alone takes"):
         plan(tiny, [1, 2], base)
+
+
+FAMILY_CHECKPOINTS = {
+    "gpt2": lambda d: save_decoder(d, "gpt2", gpt2_like()),
+    "llama": lambda d: save_decoder(d, "llama", llama_like(num_key_value_heads=2, tie_word_embeddings=False)),
+    "mistral": lambda d: save_decoder(d, "mistral", llama_like(sliding_window=8)),
+    "qwen2": lambda d: save_decoder(d, "qwen2", llama_like()),
+    "t5": lambda d: save_seq2seq(d, "t5", t5_like(num_layers=3, num_decoder_layers=2), untied_head=True),
+    "bart": lambda d: save_seq2seq(d, "bart", bart_like(encoder_layers=3, decoder_layers=2)),
+    "marian": lambda d: save_seq2seq(d, "marian", marian_like()),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_CHECKPOINTS))
+def test_every_family_loads_through_its_arithmetic_layout(family, tmp_path, caplog):
+    FAMILY_CHECKPOINTS[family](tmp_path)
+    with caplog.at_level("WARNING", logger="playground.checkpoints"):
+        lm = playground.load_model(tmp_path, tokenizer=False)
+    assert not [r for r in caplog.records if "state layout" in r.getMessage()]  # no fallback to the module
+    assert state_layout(lm.config).shapes() == {n: tuple(t.shape) for n, t in lm.model.state_dict().items()}
+
+
+def test_a_layout_that_misses_part_of_a_model_is_caught_and_the_load_stays_right(tmp_path, caplog, monkeypatch):
+    import playground.checkpoints.loader as loader
+
+    save_decoder(tmp_path, "llama", llama_like())
+    real = loader.state_layout
+
+    def with_an_extra_entry(config):  # a layout bug: an entry the module does not have
+        layout = real(config)
+        return dataclasses.replace(layout, fixed={**layout.fixed, "phantom.weight": (3,)})
+
+    monkeypatch.setattr(loader, "state_layout", with_an_extra_entry)
+    with caplog.at_level("WARNING", logger="playground.checkpoints"):
+        lm = playground.load_model(tmp_path, tokenizer=False)
+    assert any("state layout of llama differs from its module (phantom.weight)" in r.getMessage() for r in caplog.records)
+    assert lm.logits(torch.tensor([[1, 2, 3]])).shape == (1, 3, 97)
+
+
+def test_per_layer_list_fields_follow_the_proxys_layer_count():
+    from playground.checkpoints.expected import proxy_config
+
+    @dataclasses.dataclass
+    class PerLayer:  # the shape of per-layer config fields (layer types, layers without RoPE)
+        n_layers: int
+        n_encoder_layers: int
+        layer_types: list
+        nope_layers: list
+        eos_token_id: list
+
+    config = PerLayer(6, 0, ["sliding"] * 5 + ["full"], [3, 1, 5], [7, 8, 9, 10, 11, 12])
+    proxy = proxy_config(config, 2, 0)
+    assert proxy == PerLayer(2, 0, ["sliding", "sliding"], [1], [7, 8, 9, 10, 11, 12])

@@ -102,10 +102,26 @@ def _buffer_bytes(model: nn.Module, state: dict[str, Shape], lists: list[LayerLi
     return total, largest
 
 
+def proxy_config(config: ModelConfig, decoder_layers: int, encoder_layers: int) -> ModelConfig:
+    """`config` with fewer layers. Per-layer list fields follow: a list with one entry per decoder layer
+    (e.g. layer types) keeps its first entries, a list of layer indices (e.g. layers without RoPE)
+    keeps the indices that still exist."""
+    changes: dict[str, object] = {"n_layers": decoder_layers, "n_encoder_layers": encoder_layers}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.name in changes or "layer" not in f.name or not isinstance(value, list):
+            continue
+        if len(value) == config.n_layers:
+            changes[f.name] = value[:decoder_layers]
+        elif all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+            changes[f.name] = [i for i in value if i < decoder_layers]
+    return dataclasses.replace(config, **changes)
+
+
 def _proxy_state(config: ModelConfig, decoder_layers: int, encoder_layers: int) -> tuple[nn.Module, dict[str, Shape]]:
     from playground.models import build_model
 
-    proxy = dataclasses.replace(config, n_layers=decoder_layers, n_encoder_layers=encoder_layers)
+    proxy = proxy_config(config, decoder_layers, encoder_layers)
     with torch.device("meta"):
         model = build_model(proxy)
     return model, {name: tuple(t.shape) for name, t in model.state_dict().items()}

@@ -16,6 +16,7 @@ names, dtypes and shapes of every tensor (headers only) -> the copies -> only th
 from __future__ import annotations
 
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +36,7 @@ from playground.errors import CheckpointError, ConfigError
 from playground.loaded import LoadedModel
 from playground.models import build_model, reset_buffers
 
+log = logging.getLogger("playground.checkpoints")
 MAX_CONFIG_BYTES = 1024 * 1024
 NO_TOKENIZER = "the tokenizer was not loaded (load_model(..., tokenizer=False)); pass token ids instead"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -207,18 +209,28 @@ def _build(
 ) -> torch.nn.Module:
     """Validate and convert the tensors against `expected` (the config's state dict, see
     `state_layout`), then build on the meta device and adopt them without a second allocation."""
-    # rules=None: our own format, whose tensor names are our state dict; names and shapes are still checked.
-    rules = [Rule(name, (name,)) for name in expected] if rules is None else expand_layers(rules, config.n_layers, config.n_encoder_layers)
-    state = build_state_dict(
-        reader, rules, expected_shapes=expected, ignore=ignore,
-        prefix=prefix, dtype=dtype, where=where,
-    )
+
+    def convert(shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        # rules=None: our own format, whose tensor names are our state dict; names and shapes are still checked.
+        expanded = ([Rule(name, (name,)) for name in shapes] if rules is None
+                    else expand_layers(rules, config.n_layers, config.n_encoder_layers))
+        return build_state_dict(reader, expanded, expected_shapes=shapes, ignore=ignore, prefix=prefix, dtype=dtype,
+                                where=where)
+
+    state = convert(expected)  # a refusal comes from here, before any module exists
     with torch.device("meta"):
         model = build_model(config)
+    actual = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    if actual != expected:
+        # The arithmetic layout missed part of this model's structure (a bug; tests/test_budget.py checks
+        # every family): validate and convert again against the module itself, so loading stays right.
+        log.warning("state layout of %s differs from its module (%s); validating against the module",
+                    config.family, next(iter(set(actual) ^ set(expected)), "shapes"))
+        state = convert(actual)
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as error:
-        missing = sorted(set(expected) - set(state))
+        missing = sorted(set(actual) - set(state))
         detail = f"no weights for {missing[0]}" if missing else str(error).splitlines()[0]
         raise CheckpointError(f"{where}: {detail}") from None
     reset_buffers(model)
