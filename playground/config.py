@@ -53,7 +53,7 @@ def _check_rope_scaling(scaling: dict[str, Any]) -> None:
     """Factors of linear / llama3 RoPE scaling: finite positive numbers, high_freq_factor > low_freq_factor."""
     kind = scaling.get("rope_type", "default")
     required = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}.get(kind, ())
-    for key in required:
+    for key in (*required, *(k for k in ("factor",) if k in scaling and k not in required)):
         if not _positive_number(scaling.get(key)):
             raise ConfigError(
                 f"rope_scaling '{key}' is {scaling.get(key)!r}; {kind} RoPE scaling needs a positive number there"
