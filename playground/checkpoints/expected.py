@@ -15,6 +15,8 @@ from arithmetic (`StateLayout.tensor_count`, `.numel`), names and shapes only on
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 from dataclasses import dataclass
 
@@ -141,6 +143,20 @@ def _layer_lists(model: nn.Module, lengths: set[int]) -> list[str]:
 
 def state_layout(config: ModelConfig) -> StateLayout:
     """The state dict `config` implies, from a proxy of at most three layers per stack (see module doc)."""
+    try:
+        key = config.to_json()
+    except (TypeError, ValueError):  # something in `extra` that JSON cannot hold: no cache then
+        return _layout_of(config)
+    return _cached_layout(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_layout(config_json: str) -> StateLayout:
+    """Cached by the config's JSON: loading the same model again skips the proxy (a few ms)."""
+    return _layout_of(ModelConfig.from_dict(json.loads(config_json)))
+
+
+def _layout_of(config: ModelConfig) -> StateLayout:
     decoder = min(config.n_layers, PROXY_LAYERS)
     encoder = min(config.n_encoder_layers, PROXY_LAYERS)
     if encoder and decoder == encoder:
