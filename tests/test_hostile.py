@@ -71,7 +71,7 @@ def refused(case: str, action: Callable[[], object], error: type[Exception] = Pl
     seconds = time.perf_counter() - started
     peak = _status("VmHWM") if peak_known else _status("VmRSS")
     message = str(caught.value)
-    print(f"\nhostile case {case}: refused in {seconds:.3f} s, peak RSS +{(peak - rss_before) / MIB:.0f} MiB: {message}")
+    print(f"\nhostile case {case}: refused in {seconds:.3f} s, peak RSS {peak / MIB:.0f} MiB (+{(peak - rss_before) / MIB:.0f}): {message}")
     assert message and "\n" not in message and "Traceback" not in message
     for fragment in fragments:
         assert fragment in message, message
