@@ -215,24 +215,21 @@ MEANINGLESS = {
                                                 "high_freq_factor": 1.0, "original_max_position_embeddings": 64,
                                                 "rope_theta": 1e4}}, "must exceed low_freq_factor"),
     "model_type a list": ({"model_type": ["llama"]}, "model_type ['llama'] is not supported"),
-    "sliding_window 0": ({"model_type": "mistral", "sliding_window": 0}, "config field 'sliding_window'"),
-    "sliding_window -4": ({"model_type": "mistral", "sliding_window": -4}, "config field 'sliding_window'"),
+    "sliding_window 0": ({"model_type": "mistral", "sliding_window": 0}, "config field 'sliding_window' | 0"),
+    "sliding_window -4": ({"model_type": "mistral", "sliding_window": -4}, "config field 'sliding_window' | -4"),
     "eos outside the vocabulary": ({"eos_token_id": 31}, "'eos_token_id' is 31, outside the vocabulary (0..30)"),
     "eos list with -1": ({"eos_token_id": [2, -1]}, "'eos_token_id' is -1"),
     "bos negative": ({"bos_token_id": -5}, "'bos_token_id' is -5"),
     "pad outside the vocabulary": ({"pad_token_id": 10**6}, "'pad_token_id' is 1000000"),
-    "rope_theta 0": ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "config field 'rope_theta'"),
+    "rope_theta 0": ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "config field 'rope_theta' | 0.0"),
 }
 
 
 @pytest.mark.parametrize("case", list(MEANINGLESS))
 def test_meaningless_config_values_are_refused_by_name(case, llama_dir, tmp_path):
-    change, fragment = MEANINGLESS[case]
+    change, fragment = MEANINGLESS[case]  # " | " separates what the message must all contain
     target = _variant(llama_dir, tmp_path / "case", change)
-    message = refused(case, lambda: playground.load_model(target, limits=LIMITS), CheckpointError, fragment)
-    bad = next(iter(change.values()))
-    value = bad.get("factor", bad.get("rope_theta")) if isinstance(bad, dict) else bad
-    assert str(value if not isinstance(value, list) else value[-1]) in message  # the offending value, by name
+    refused(case, lambda: playground.load_model(target, limits=LIMITS), CheckpointError, *fragment.split(" | "))
 
 
 @pytest.mark.parametrize("field,value,fragment", [
