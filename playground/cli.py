@@ -32,6 +32,10 @@ def _info(args: argparse.Namespace) -> int:
         c = lm.config
         print(f"{info['family']} ({info['kind']}), {info['parameters']:,} parameters, {info['dtype']}")
         print(f"  layers {c.n_layers}, d_model {c.d_model}, heads {c.n_heads} / KV heads {c.n_kv_heads}, head dim {c.head_dim}")
+        for stack in ("encoder", "decoder") if not info.get("symmetric", True) else ():
+            s = info[stack]
+            print(f"  {stack}: {s['layers']} layers, heads {s['heads']} / KV heads {s['kv_heads']}, "
+                  f"head dim {s['head_dim']}, FFN {s['d_ff']}")
         print(f"  positional encoding: {info['positional_encoding_label']}; attention: {info['attention']}")
         print(f"  file size {info['file_bytes']:,} bytes, loaded in {info['load_seconds']:.2f} s")
         if info["tokenizer_error"]:

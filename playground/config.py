@@ -21,7 +21,7 @@ NormPosition = Literal["pre", "post"]
 MlpKind = Literal["gated", "plain"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "relu"]
 Positional = Literal["rope", "learned", "sinusoidal", "relative", "none"]
-SinusoidalLayout = Literal["interleaved", "halves"]
+SinusoidalLayout = Literal["interleaved", "halves", "fairseq"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "kind": ("decoder", "seq2seq"),
@@ -30,8 +30,11 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "mlp": ("gated", "plain"),
     "activation": ("silu", "gelu", "gelu_tanh", "relu"),
     "positional": ("rope", "learned", "sinusoidal", "relative", "none"),
-    "sinusoidal_layout": ("interleaved", "halves"),
+    "sinusoidal_layout": ("interleaved", "halves", "fairseq"),
 }
+
+
+_ENCODER_FIELDS = ("n_encoder_heads", "n_encoder_kv_heads", "encoder_head_dim", "encoder_d_ff")
 
 
 def _is_int(value: Any) -> bool:
@@ -76,7 +79,9 @@ def _check_rope_scaling(scaling: dict[str, Any]) -> None:
 class ModelConfig:
     """Architecture of a decoder-only or encoder-decoder Transformer.
 
-    For seq2seq models `n_layers` counts decoder layers and `n_encoder_layers` encoder layers.
+    For seq2seq models `n_layers` counts decoder layers and `n_encoder_layers` encoder layers; the
+    head counts, head size and FFN width describe the decoder (its self- and cross-attention), and the
+    `encoder_*` fields the encoder where it differs (DistilBART, mBART variants...): see `encoder_config()`.
     """
 
     family: str
@@ -114,7 +119,9 @@ class ModelConfig:
     relative_buckets: int = 32  # T5 relative attention bias
     relative_max_distance: int = 128
     sinusoidal_base: float = 10000.0
-    sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper: sin/cos interleaved; Marian: sin half | cos half
+    # paper: sin/cos interleaved; Marian, Pegasus: sin half | cos half; "fairseq" (M2M100, NLLB): sin half | cos
+    # half with rates base^(-i/(d/2 - 1)), padding tokens get a zero row and the others count from pad + 1
+    sinusoidal_layout: SinusoidalLayout = "interleaved"
 
     # --- embeddings and head
     tie_word_embeddings: bool = True
@@ -129,6 +136,12 @@ class ModelConfig:
     decoder_start_token_id: int | None = None
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+
+    # --- encoder of a seq2seq model, where it differs from the decoder (None: derived in __post_init__)
+    n_encoder_heads: int | None = None  # None: n_heads
+    n_encoder_kv_heads: int | None = None  # None: n_kv_heads with the decoder's head count, else n_encoder_heads
+    encoder_head_dim: int | None = None  # None: head_dim with the decoder's head count, else d_model // heads
+    encoder_d_ff: int | None = None  # None: d_ff
 
     extra: dict[str, Any] = field(default_factory=dict)  # provenance, source config etc.
 
@@ -173,6 +186,15 @@ class ModelConfig:
             raise ConfigError("seq2seq models support sinusoidal, learned, relative or no positions, not RoPE")
         if self.positional == "relative" and not (0 < self.relative_buckets and 0 < self.relative_max_distance):
             raise ConfigError("config fields 'relative_buckets' and 'relative_max_distance' must be positive")
+        if self.kind == "seq2seq":
+            self._derive_encoder()
+        elif any(getattr(self, name) is not None for name in _ENCODER_FIELDS):
+            raise ConfigError(f"a decoder-only config has no encoder: leave {', '.join(_ENCODER_FIELDS)} unset")
+        if self.positional == "sinusoidal" and self.sinusoidal_layout == "fairseq":
+            if self.pad_token_id is None or self.pad_token_id < 0:
+                raise ConfigError("fairseq sinusoidal positions count from pad_token_id + 1: set pad_token_id")
+            if self.d_model < 4:
+                raise ConfigError(f"fairseq sinusoidal positions need d_model >= 4, got {self.d_model}")
         if self.learned_position_offset < 0:
             raise ConfigError("config field 'learned_position_offset' must not be negative")
         if self.norm_eps <= 0:
@@ -180,6 +202,35 @@ class ModelConfig:
         if self.max_positions > 1_048_576:
             raise ConfigError(f"config field 'max_positions' ({self.max_positions}) is absurdly large")
         self._check_meaningful()
+
+    def _derive_encoder(self) -> None:
+        """Fill the encoder fields left None from the decoder's, then check them like the decoder's."""
+        same_heads = self.n_encoder_heads is None or self.n_encoder_heads == self.n_heads
+        if self.n_encoder_heads is None:
+            self.n_encoder_heads = self.n_heads
+        if self.encoder_d_ff is None:
+            self.encoder_d_ff = self.d_ff
+        for name in _ENCODER_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"config field '{name}' must be a positive integer, got {value!r}")
+        if self.n_encoder_kv_heads is None:
+            self.n_encoder_kv_heads = self.n_kv_heads if same_heads else self.n_encoder_heads
+        if self.encoder_head_dim is None:
+            if same_heads:
+                self.encoder_head_dim = self.head_dim
+            elif self.d_model % self.n_encoder_heads:
+                raise ConfigError(
+                    f"d_model ({self.d_model}) is not divisible by n_encoder_heads ({self.n_encoder_heads}); "
+                    "set encoder_head_dim explicitly or fix the encoder's head count"
+                )
+            else:
+                self.encoder_head_dim = self.d_model // self.n_encoder_heads
+        if self.n_encoder_heads % self.n_encoder_kv_heads:
+            raise ConfigError(
+                f"n_encoder_heads ({self.n_encoder_heads}) must be a multiple of n_encoder_kv_heads "
+                f"({self.n_encoder_kv_heads}) so that query heads can share key/value heads in equal groups"
+            )
 
     def _check_types(self) -> None:
         # Configs arrive from untrusted files: a string where a number belongs must fail here, clearly.
@@ -234,6 +285,24 @@ class ModelConfig:
                 )
 
     # --- derived
+    def encoder_config(self) -> "ModelConfig":
+        """The config as the encoder's blocks see it: the encoder's head counts, head size and FFN width
+        in the decoder's fields (the blocks read only those). The config itself when they match."""
+        if self.kind != "seq2seq":
+            raise ValueError("only a seq2seq config has an encoder")
+        changes = dict(
+            n_heads=self.n_encoder_heads, n_kv_heads=self.n_encoder_kv_heads, head_dim=self.encoder_head_dim,
+            d_ff=self.encoder_d_ff,
+        )
+        if all(getattr(self, name) == value for name, value in changes.items()):
+            return self
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether a seq2seq model's encoder and decoder have as many layers, of the same shapes."""
+        return self.kind != "seq2seq" or (self.n_encoder_layers == self.n_layers and self.encoder_config() is self)
+
     @property
     def kv_groups(self) -> int:
         """Query heads per key/value head (1 for MHA)."""

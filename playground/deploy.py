@@ -1,7 +1,8 @@
 """`python -m playground deploy-space OWNER/NAME [--dry-run] [--json]`: publish the app as a Gradio Space.
 
 What is uploaded: the files git tracks, minus what a running Space never reads (tests/, .ci/,
-.gitignore), plus two generated files:
+.gitignore, pyproject.toml: the Space installs requirements.txt and runs app.py), plus two generated
+files:
 - README.md with the Space config as its front matter (`space_config()`: `sdk_version` pinned to the
   Gradio that requirements.txt pins, `python_version`, `short_description`, and `preload_from_hub`
   so the Space downloads SmolLM2-135M-Instruct at build time and the catalog offers it);
@@ -35,7 +36,7 @@ from playground.checkpoints.hub import PRELOADED
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON_VERSION = "3.11"  # what the project is tested with
 SHORT_DESCRIPTION = "Watch a Transformer pick each token, and see why"  # the Hub allows 60 characters
-EXCLUDED = ("tests/*", ".ci/*", ".gitignore", "README.md", ".gitattributes")  # README/.gitattributes: generated
+EXCLUDED = ("tests/*", ".ci/*", ".gitignore", "pyproject.toml", "README.md", ".gitattributes")  # README/.gitattributes: generated
 BINARY_SUFFIXES = (".safetensors", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".gguf", ".bin", ".pt", ".onnx")
 # The Hub's default LFS patterns for a new repo, kept so files added later by hand still go to LFS.
 DEFAULT_LFS_PATTERNS = ("*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.gguf", "*.gz", "*.h5", "*.onnx", "*.pkl",

@@ -155,7 +155,25 @@ class LoadedModel:
             "tokenizer_error": self.tokenizer_error,
             "chat_template": self.chat_template_available,
             "config": c.to_dict(),
+            **(_stacks(c) if c.kind == "seq2seq" else {}),
         }
+
+
+def _stack(config: ModelConfig, layers: int) -> dict[str, Any]:
+    return {
+        "layers": layers, "heads": config.n_heads, "kv_heads": config.n_kv_heads, "head_dim": config.head_dim,
+        "d_ff": config.d_ff, "attention": config.attention_kind,
+    }
+
+
+def _stacks(config: ModelConfig) -> dict[str, Any]:
+    """Encoder and decoder described separately (they may differ: DistilBART has 12 + 6 layers); the
+    decoder's heads serve both its self-attention and its cross-attention over the source."""
+    return {
+        "encoder": _stack(config.encoder_config(), config.n_encoder_layers),
+        "decoder": _stack(config, config.n_layers),
+        "symmetric": config.symmetric,
+    }
 
 
 def check_prompt_text(text: str) -> None:

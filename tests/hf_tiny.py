@@ -110,7 +110,7 @@ def save_seq2seq(
         for name, param in model.state_dict(keep_vars=True).items():
             if "norm" in name:
                 param.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(param))
-            elif "embed_positions" in name and family == "marian":
+            elif "embed_positions" in name and family in SINUSOIDAL_FAMILIES:
                 continue  # fixed sinusoidal table
             else:
                 param.normal_(0.0, init_std)
@@ -122,3 +122,29 @@ def save_seq2seq(
         save_file(tensors, path, metadata={"format": "pt"})
     reference = model_cls.from_pretrained(directory, attn_implementation="eager")
     return reference.eval()
+
+
+# --- the rest of the BART family: mBART, Pegasus, M2M100 / NLLB (and encoder/decoder asymmetry) ---
+
+SEQ2SEQ_CLASSES.update(
+    mbart=(transformers.MBartConfig, transformers.MBartForConditionalGeneration),
+    pegasus=(transformers.PegasusConfig, transformers.PegasusForConditionalGeneration),
+    m2m_100=(transformers.M2M100Config, transformers.M2M100ForConditionalGeneration),
+)
+SINUSOIDAL_FAMILIES = ("marian", "pegasus")  # tables stored in the file but fixed (M2M100 stores none)
+
+
+def mbart_like(**overrides: Any) -> dict[str, Any]:
+    """mBART-50 style: pre-LN, scaled embeddings, decoding starts from </s> (2)."""
+    return {**bart_like(scale_embedding=True, decoder_start_token_id=2, forced_eos_token_id=2), **overrides}
+
+
+def pegasus_like(**overrides: Any) -> dict[str, Any]:
+    """Pegasus: pad 0 is also the decoder start, eos 1, scaled embeddings."""
+    base = bart_like(pad_token_id=0, eos_token_id=1, bos_token_id=None, decoder_start_token_id=0, scale_embedding=True)
+    return {**base, "forced_eos_token_id": 1, **overrides}
+
+
+def m2m_like(**overrides: Any) -> dict[str, Any]:
+    """M2M100 / NLLB: ReLU, scaled embeddings, pad 1, decoding starts from </s> (2)."""
+    return {**bart_like(activation_function="relu", scale_embedding=True), **overrides}

@@ -70,16 +70,15 @@ def test_tiny_lm_generates_text():
 
 
 def _greedy_outputs(loaded, sources: list[str]) -> list[str]:
-    """Through the generation engine when it is there, else the training module's greedy loop."""
-    generation = pytest.importorskip("playground.generation")
-    if hasattr(generation, "generate_all"):
-        cfg = generation.GenerationConfig(max_new_tokens=16, temperature=0.0)
-        return [
-            loaded.detokenize(generation.generate_all(loaded, s, cfg).token_ids, skip_special_tokens=True) for s in sources
-        ]
+    """Greedy outputs through the generation engine, checked against the training module's own loop."""
+    from playground import generation
     from playground.train import seq2seq
 
-    return seq2seq.greedy(loaded.model, loaded.tokenizer, sources)
+    cfg = generation.GenerationConfig(max_new_tokens=16, temperature=0.0)
+    engine = [loaded.detokenize(generation.generate_all(loaded, s, cfg).token_ids, skip_special_tokens=True)
+              for s in sources]
+    assert engine[:8] == seq2seq.greedy(loaded.model, loaded.tokenizer, sources[:8])  # two loops, one model
+    return engine
 
 
 def test_tiny_seq2seq_normalises_fresh_dates():

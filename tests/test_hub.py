@@ -47,16 +47,19 @@ def test_an_unreachable_hub_is_no_network(monkeypatch, tmp_path):
 
 
 def test_the_ui_reports_hub_failures_in_the_status_line(monkeypatch, tmp_path):
+    import gradio as gr
+
     from playground.ui.catalog import HUB_PREFIX, Catalog
     from playground.ui.handlers import Handlers
     from playground.ui.registry import ModelRegistry
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     h = Handlers(Catalog(tmp_path / "weights", tmp_path / "uploads", tmp_path / "hub"), ModelRegistry())
-    session = {"model": "tiny-lm", "dtype": "float32", "run": None}
-    dropdown, card, status, *_ = h.load_hub("owner/name", "float32", session)
+    h.sessions.get("hub").model = "tiny-lm"
+    request = gr.Request(session_hash="hub")
+    dropdown, status, *_ = h.models.load_hub("owner/name", "float32", "en", request)
     assert status.startswith("**Hub download failed:** no network: ") and "Still using **tiny-lm**" in status
-    assert "not a Hub repo id" in h.load_hub("../x", "float32", session)[2]
+    assert "not a Hub repo id" in h.models.load_hub("../x", "float32", "en", request)[1]
     # Names of Hub downloads cannot escape the Hub folder either.
     with pytest.raises(PlaygroundError):
         h.catalog.resolve(HUB_PREFIX + "../../etc")

@@ -136,7 +136,6 @@ def _tiny_seq2seq(seed: int = 0, steps: int = 40):
 
 
 def test_seq2seq_recipe_loss_falls_and_is_reproducible(tmp_path):
-    pytest.importorskip("playground.models.seq2seq", reason="EncoderDecoderLM has not landed yet")
     from playground.train import seq2seq
 
     model, config, tok, result = _tiny_seq2seq()

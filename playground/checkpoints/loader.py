@@ -26,7 +26,7 @@ import torch
 
 from playground.checkpoints.families import family_for
 from playground.checkpoints.expected import state_layout
-from playground.checkpoints.limits import Limits, LoadEstimate, check_file_holds, check_file_sizes, check_memory, estimate_load
+from playground.checkpoints.limits import Limits, check_file_holds, check_file_sizes, check_memory, estimate_load
 from playground.checkpoints.own_format import is_own_format
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES, TensorReader, read_header, refuse_pickle
 from playground.checkpoints.tokenizer import load_directory_tokenizer, tokenizer_from_json

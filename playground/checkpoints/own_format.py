@@ -6,6 +6,8 @@ Metadata keys (all strings, as safetensors requires):
 - "tokenizer": a tokenizer.json document (optional)
 - "tokenizer_settings": JSON of special tokens and chat template (optional)
 - "provenance": free-form JSON (optional)
+- "card": JSON {"description": {"en": ..., "zh": ...}, "example_prompt": ...}: what the model is for,
+  shown when it is picked in the app (optional; see `playground.checkpoints.card`)
 Tensor names are our own state-dict names, weights stored in our (in, out) layout.
 """
 
@@ -31,6 +33,7 @@ def save_checkpoint(
     *,
     tokenizer: Any | None = None,
     provenance: dict[str, Any] | None = None,
+    card: dict[str, Any] | None = None,
 ) -> Path:
     """Write model weights, config and (optionally) tokenizer into one safetensors file."""
     path = Path(path)
@@ -41,6 +44,8 @@ def save_checkpoint(
         metadata["tokenizer_settings"] = dumps_settings(settings)
     if provenance is not None:
         metadata["provenance"] = json.dumps(provenance, sort_keys=True)
+    if card is not None:
+        metadata["card"] = json.dumps(card, sort_keys=True, ensure_ascii=False)
     # Tied weights share storage; safetensors refuses shared tensors, and our loader re-ties them.
     state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ float32 numbers that captures keep):
     h, h_kv   query / key-value heads           P   prompt tokens (the source for seq2seq)
     d, d_h    model width / head size           T   decoder positions held = prefix + new tokens
     F, V      MLP width / vocabulary            N   new tokens
+    (encoder terms use the encoder's own heads, head size and MLP width: ModelConfig.encoder_config())
 
     kv_cache         2·L·B·h_kv·T·d_h·e (+ 2·L·h_kv·P·d_h·e: beam search prefills one row first)
     cross_cache      seq2seq: 2·L·B·h_kv·P·d_h·e cross K/V + the encoder output P·d·e
@@ -15,8 +16,8 @@ float32 numbers that captures keep):
                      for RoPE])·e, tokens = P for the prefill (B·T per step without a cache),
                      + 8·B·V·4 for the logits stages
     masks            explicit masks and biases over the prompt: a sliding window shorter than the
-                     prompt (6·P²: boolean masks and SDPA's float copy), T5's relative bias (h·P²·e + 40·P² of
-                     bucket indices)
+                     prompt (6·P²: boolean masks and SDPA's float copy), T5's relative bias
+                     (h·P²·e + 40·P² of bucket indices)
     prompt_attention layers recorded at the prefill keep (h, P, P) weights each: n·h·P²·e, + 3·h·P²·4
                      while one layer computes its softmax; prompt_maps: the float32 maps a run keeps
                      with capture_prompt_attention, n·h·P²·4
@@ -123,8 +124,7 @@ RUNTIME_BYTES = 32 * 1024**2  # allocator and interpreter slack, measured at 10-
 def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict[str, int]:
     """Bytes of each part of a run (see the module docstring for the formulas); `peak_bytes` combines them."""
     c, e = config, element_size
-    L, E, h, hk, dh, d, F, V = (c.n_layers, c.n_encoder_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_model,
-                                c.d_ff, c.vocab_size)
+    L, E, h, hk, dh, d, V = c.n_layers, c.n_encoder_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_model, c.vocab_size
     B, P, N, T = r.rows, r.prompt_tokens, r.max_new_tokens, r.positions
     seq2seq = c.kind == "seq2seq"
     parts: dict[str, int] = {"runtime": RUNTIME_BYTES}
@@ -137,11 +137,13 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
         cross_layers = L if r.use_cache else 1  # without a cache each layer projects the source again
         parts["cross_cache"] = 2 * cross_layers * B * hk * P * dh * e + P * d * e
 
-    width = 4 * d + 2 * (h + 2 * hk) * dh + 2 * h * dh + 4 * F
-    if c.positional == "rope":
-        width += 4 * (h + hk) * dh  # rotating q and k: the rotated half, two products and their sum
-    pass_tokens = max(P, B) if r.use_cache else max(P, B * T)
-    parts["activations"] = pass_tokens * width * e + 8 * B * V * F32
+    enc = c.encoder_config() if seq2seq else c  # the encoder's own heads, head size and FFN width
+    if seq2seq:  # the encoder reads the source once; the decoder reads B rows (B·T per step without a cache)
+        decoder_tokens = B if r.use_cache else B * T
+        parts["activations"] = max(P * _width(enc), decoder_tokens * _width(c)) * e + 8 * B * V * F32
+    else:
+        pass_tokens = max(P, B) if r.use_cache else max(P, B * T)
+        parts["activations"] = pass_tokens * _width(c) * e + 8 * B * V * F32
     if r.capture_residual:  # the recorder keeps views of each block's (P, d) output during the prefill
         parts["activations"] += (L + 1) * P * d * e
 
@@ -149,14 +151,14 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
     masks = 0
     if c.sliding_window is not None and square > c.sliding_window:
         masks += 6 * square * square  # two boolean (P, P) masks, and the float copy SDPA makes of one
-    if c.positional == "relative":
-        masks += h * square * square * e + 40 * square * square  # the (h, P, P) bias and its bucket indices
+    if c.positional == "relative":  # the (h, P, P) bias and its bucket indices, encoder or decoder side
+        masks += max(enc.n_heads * P * P, h * square * square) * e + 40 * square * square
     parts["masks"] = masks
 
     if r.capture_attention or r.capture_prompt_attention:
         n = _recorded(r.attention_layers, L)
         if seq2seq:
-            maps = _recorded(r.attention_layers, E) * h * P * P + n * h * r.prefix_tokens * (r.prefix_tokens + P)
+            maps = _recorded(r.attention_layers, E) * enc.n_heads * P * P + n * h * r.prefix_tokens * (r.prefix_tokens + P)
         else:
             maps = n * h * P * P
         parts["prompt_attention"] = maps * e + 3 * h * P * P * F32  # kept weights + one layer's softmax
@@ -173,11 +175,20 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
 
     if r.final_maps:
         final = r.prefix_tokens + N if seq2seq else P + N
-        maps = L * h * final * final + ((E * h * P * P + L * h * final * P) if seq2seq else 0)
+        maps = L * h * final * final + ((E * enc.n_heads * P * P + L * h * final * P) if seq2seq else 0)
         parts["final_maps"] = maps * (e + F32) + 3 * h * max(final, P) ** 2 * F32
 
     parts["tokens"] = 4 * B * T * 8
     return {name: value for name, value in parts.items() if value}
+
+
+def _width(c: ModelConfig) -> int:
+    """Elements per token a block holds at its peak: the input and norms, q/k/v and the attention
+    output (twice: projections and reshapes), the MLP's hidden layer, and RoPE's rotated q and k."""
+    width = 4 * c.d_model + 2 * (c.n_heads + 2 * c.n_kv_heads) * c.head_dim + 2 * c.n_heads * c.head_dim + 4 * c.d_ff
+    if c.positional == "rope":
+        width += 4 * (c.n_heads + c.n_kv_heads) * c.head_dim  # the rotated half, two products and their sum
+    return width
 
 
 def peak_bytes(parts: dict[str, int]) -> tuple[int, str]:

@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence every step")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the checkpoint's chat template")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--target-lang", help="translation: the target language code (e.g. fr_XX, fra_Latn, fr)")
+    target.add_argument("--forced-bos-token-id", type=int, default=None,
+                        help="force this token id as the first generated token (a target language code)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -67,16 +71,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from playground.checkpoints.loader import load_model
-    from playground.generation import GenerationConfig, generate_all
+    from playground.generation import GenerationConfig, generate_all, language_token_id
 
     cfg = GenerationConfig(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         min_p=args.min_p, repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping, seed=args.seed,
-        use_cache=not args.no_cache, top_candidates=0, chat=args.chat,
+        use_cache=not args.no_cache, top_candidates=0, chat=args.chat, forced_bos_token_id=args.forced_bos_token_id,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.target_lang is not None:
+        if lm.tokenizer is None:
+            raise PlaygroundError(
+                f"--target-lang needs the checkpoint's tokenizer ({lm.tokenizer_error}); use --forced-bos-token-id"
+            )
+        cfg = cfg.replace(forced_bos_token_id=language_token_id(lm.tokenizer, args.target_lang))
     result = generate_all(lm, prompt, cfg)
     timing = result.timing
     out = {

@@ -45,6 +45,9 @@ class GenerationConfig:
     attention_layers: tuple[int, ...] | None = None  # layers whose attention is recorded (None: all)
     capture_prompt_attention: bool = False  # the whole prompt's attention at prefill (StepEvent.prompt_attention)
     capture_residual: bool = False  # the new position's residual stream after each block (StepEvent.residual)
+    # The first generated token, forced (transformers' forced_bos_token_id): the target language code of
+    # mBART-50, M2M100 and NLLB (see playground.generation.languages). None: the checkpoint's own setting.
+    forced_bos_token_id: int | None = None
 
     @property
     def records(self) -> bool:
@@ -73,6 +76,8 @@ class GenerationConfig:
         _int(self, "top_candidates", 0, 1000, "use 0 to skip the candidate list, or a small number like 5")
         if self.seed is not None:
             _int(self, "seed", 0, MAX_SEED, "use a non-negative integer seed, or none")
+        if self.forced_bos_token_id is not None:
+            _int(self, "forced_bos_token_id", 0, None, "use the token id of the target language code, or none")
         _float(self, "temperature")
         if self.temperature < 0:
             raise SettingsError(f"temperature is {self.temperature}; use 0 for greedy decoding or a positive value")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,17 +36,20 @@ def generate(
     cfg: GenerationConfig | None = None,
     *,
     stop: threading.Event | None = None,
+    forced_prefix: Sequence[int] = (),
 ) -> Iterator[StepEvent]:
     """Stream one StepEvent per generated token (per beam step for beam search).
 
     Raises SettingsError at once (before any work) for settings that cannot run. The stream ends
     after the event with `finished=True`, or early — without such an event — when `stop` is set or
-    the generator is closed.
+    the generator is closed. `forced_prefix`: tokens the output is made to start with (branching
+    from a step); events describe only the tokens generated after them.
     """
-    return _run(plan(lm, prompt, cfg if cfg is not None else GenerationConfig()), stop)
+    return run_plan(plan(lm, prompt, cfg if cfg is not None else GenerationConfig(), forced_prefix), stop)
 
 
-def _run(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
+def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent]:
+    """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
     loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample
     return loop(p, stop)
 
@@ -91,7 +94,9 @@ def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):
     """Prefill (step 0) or one decoding step; returns the logits and what it recorded (or None)."""
     recorder = captures.recorder_for(p.cfg, prefill=step == 0)
     if step == 0:
-        logits = stepper.start(torch.tensor(p.prompt_ids, dtype=torch.long, device=p.lm.device), recorder)
+        device = p.lm.device
+        source = torch.tensor(p.prompt_ids, dtype=torch.long, device=device)
+        logits = stepper.start(source, torch.tensor(p.prefix_ids, dtype=torch.long, device=device), recorder)
     else:
         logits = stepper.step(tokens, recorder)
     return logits, recorder
@@ -262,13 +267,14 @@ def generate_all(
     cfg: GenerationConfig | None = None,
     *,
     stop: threading.Event | None = None,
+    forced_prefix: Sequence[int] = (),
 ) -> GenerationResult:
     """Run `generate` to the end and collect a GenerationResult: the n-best list, the final cache,
     timings, the returned sequence's token path (with what was recorded) and, with
     `capture_attention`, the full attention maps of the final sequence."""
     cfg = cfg if cfg is not None else GenerationConfig()
-    p = plan(lm, prompt, cfg, final_maps=cfg.capture_attention)
-    steps = list(_run(p, stop))
+    p = plan(lm, prompt, cfg, forced_prefix, final_maps=cfg.capture_attention)
+    steps = list(run_plan(p, stop))
     last = steps[-1] if steps else None
     token_ids = list(last.token_ids) if last else []
     text = last.text if last else ""
@@ -281,7 +287,7 @@ def generate_all(
         score = float(sum(np.log(max(e.prob, 1e-45)) for e in steps))
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]
     reason = last.finish_reason if last is not None and last.finished else "stopped"
-    attention = full_attention(lm, p.prompt_ids, token_ids) if cfg.capture_attention and token_ids else None
+    attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids) if cfg.capture_attention and token_ids else None
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,

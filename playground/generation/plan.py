@@ -6,6 +6,7 @@ the engine applies it strictly (refuse, or truncate when asked), the app lenient
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -34,19 +35,21 @@ def fit_to_context(
     *,
     truncate: bool,
     shrink: bool = False,
+    forced: int = 0,
 ) -> ContextFit:
     """Fit a prompt and `max_new_tokens` into `context` positions (None: no limit).
 
     Decoder-only models hold prompt + new tokens in one sequence; seq2seq models hold the source in
-    the encoder and the decoder prefix + new tokens in the decoder. `truncate` drops prompt tokens
-    from the left; `shrink` (the app) also lowers max_new_tokens, with a note for each change.
-    Otherwise a request that does not fit raises SettingsError saying what to change.
+    the encoder and the decoder prefix + new tokens in the decoder. `forced` tokens (a branch's
+    chosen continuation) follow the prompt or the decoder prefix and are never dropped. `truncate`
+    drops prompt tokens from the left; `shrink` (the app) also lowers max_new_tokens, with a note
+    for each change. Otherwise a request that does not fit raises SettingsError saying what to change.
     """
     keep, new, notes = prompt_len, max_new_tokens, []
     if context is None:
         return ContextFit(keep, new)
     if stepper.decoder_only:
-        room = context - prompt_len
+        room = context - prompt_len - forced
         if new <= room:
             return ContextFit(keep, new)
         if shrink and room >= 1:
@@ -54,7 +57,7 @@ def fit_to_context(
             return ContextFit(keep, room, tuple(notes))
         if shrink:
             new = max(1, min(new, context // 4))
-        keep = context - new
+        keep = context - new - forced
         if (truncate or shrink) and keep >= 1:
             notes.append(
                 f"the prompt has {prompt_len} tokens but the model holds {context}: dropping the first "
@@ -73,7 +76,7 @@ def fit_to_context(
             f"the source has {prompt_len} tokens but the encoder holds {context}: dropping the first "
             f"{prompt_len - context} tokens (truncated on the left)"
         )
-    room = context - stepper.prefix_length
+    room = context - stepper.prefix_length - forced
     if new > room:
         if not shrink:
             raise SettingsError(
@@ -96,6 +99,7 @@ class Plan:
     eos_ids: list[int]
     pipeline: Pipeline
     notes: list[str] = field(default_factory=list)
+    forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
 
     @property
     def max_length(self) -> int:
@@ -118,35 +122,52 @@ def as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: Generat
 
 
 def plan(
-    lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig, *, final_maps: bool = False
+    lm: LoadedModel,
+    prompt: str | list[int] | torch.Tensor,
+    cfg: GenerationConfig,
+    forced_prefix: Sequence[int] = (),
+    *,
+    final_maps: bool = False,
 ) -> Plan:
     """Validate the settings against the model and the prompt; raise SettingsError saying what to change.
 
+    `forced_prefix`: tokens the output must start with (a branch from a chosen step), placed after
+    the prompt (decoder-only) or after the decoder start token (seq2seq); new tokens follow them.
+
     The run's memory (KV cache, captures, and with `final_maps` the attention maps over the final
     sequence that generate_all computes) is checked against the model's budget before anything is
-    allocated (`playground.generation.budget`): a BudgetError names the numbers and the knob."""
+    allocated (`playground.generation.budget`): a BudgetError names the numbers and the knob.
+    """
     cfg.validate()
     c = lm.config
     stepper = stepper_class(lm.kind)
     ids = as_ids(lm, prompt, cfg)
+    forced = [int(i) for i in forced_prefix]
     notes: list[str] = []
-    bad = [i for i in ids if not 0 <= i < c.vocab_size]
+    bad = [i for i in ids + forced if not 0 <= i < c.vocab_size]
     if bad:
         raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
+    if cfg.forced_bos_token_id is not None and cfg.forced_bos_token_id >= c.vocab_size:
+        raise SettingsError(
+            f"forced_bos_token_id {cfg.forced_bos_token_id} is outside the vocabulary (0..{c.vocab_size - 1}); "
+            "pick the target language from the tokenizer's codes"
+        )
     layers = stepper.attention_layer_count(c)
     if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
         raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
     if not ids:
         ids = stepper.empty_prompt(c)
         notes.append("the prompt was empty: starting from the start token")
-    fit = fit_to_context(stepper, stepper.context_limit(c), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt)
+    fit = fit_to_context(stepper, stepper.context_limit(c), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt,
+                         forced=len(forced))
     ids = ids[len(ids) - fit.keep :]
     notes += fit.notes
-    prefix = stepper.decoder_prefix(c, ids)
+    prefix = stepper.decoder_prefix(c, ids) + forced
     check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
-    forced_bos = (c.forced_bos_token_id, 1) if c.forced_bos_token_id is not None else None
+    forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else c.forced_bos_token_id
+    forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
     forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)

@@ -22,7 +22,7 @@ from torch import nn
 
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
-from playground.models.kv_cache import CacheStats, CrossCacheStats, KVCache, dtype_name
+from playground.models.kv_cache import CacheStats, CrossCacheStats, dtype_name
 from playground.models.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -114,8 +114,10 @@ class DecoderStepper(Stepper):
             raise PlaygroundError("the prompt is empty and the model has no start token; type a prompt")
         return [config.bos_token_id]
 
-    def start(self, prompt: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
-        """prompt: (P,) ids. Returns next-token logits (B, V) in float32."""
+    def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """prefix: (P,) the decoder stream's first ids (the prompt, plus any forced tokens; `source`
+        is not read separately). Returns next-token logits (B, V) in float32."""
+        prompt = prefix
         n = prompt.shape[0]
         self.tokens[:, :n] = prompt
         self.length = n
@@ -161,7 +163,12 @@ class Seq2SeqStepper(Stepper):
 
     @staticmethod
     def decoder_prefix(config: ModelConfig, prompt_ids: list[int]) -> list[int]:
-        """[decoder_start_token_id] (bos when the config has none), as transformers' generate()."""
+        """[decoder_start_token_id] (bos when the config has none), as transformers' generate().
+
+        The one place that decides how the decoder stream starts. A forced target language (mBART-50,
+        M2M100, NLLB: </s> then the language code) is not part of it: as in transformers, the code is
+        the first generated token, forced by the plan's `forced_bos` processor, so its score counts.
+        """
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
         if start is None:
             raise PlaygroundError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
@@ -173,14 +180,14 @@ class Seq2SeqStepper(Stepper):
             raise PlaygroundError("the source is empty and the model has no end token to encode; type a source text")
         return config.eos_token_ids[:1]
 
-    def start(self, source: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
-        """source: (S,) encoder ids. Returns the first next-token logits (B, V)."""
+    def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+        """source: (S,) encoder ids; prefix: (D,) the decoder's first ids (start token, plus any forced
+        tokens). Returns the first next-token logits (B, V)."""
         encoded = self.model.encode(source[None], None, recorder)  # (1, S, d)
         self.source_length = source.shape[0]
         self.encoder_out = encoded.expand(self.batch, -1, -1) if self.batch > 1 else encoded
-        prefix = self.decoder_prefix(self.config, [])
-        self.tokens[:, : len(prefix)] = torch.tensor(prefix, dtype=torch.long, device=self.tokens.device)
-        self.length = len(prefix)
+        self.tokens[:, : prefix.shape[0]] = prefix
+        self.length = prefix.shape[0]
         if self.use_cache:
             self.cache = self.model.new_cache(self.batch, self.max_tokens)
         return self._decode(self.sequence(), recorder)
@@ -199,7 +206,8 @@ class Seq2SeqStepper(Stepper):
             return stats
         c = self.config
         cross = CrossCacheStats(layers=c.n_layers, batch=self.batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                                tokens=self.source_length, element_size=stats.element_size, held=False)
+                                tokens=self.source_length, element_size=stats.element_size, held=False,
+                                query_heads=c.n_heads)
         return dataclasses.replace(stats, cross_attention=cross)
 
     @classmethod

@@ -16,15 +16,20 @@ import torch
 
 @dataclass(frozen=True)
 class CrossCacheStats:
-    """The cross-attention K/V of a seq2seq model: computed once from the encoder output."""
+    """The cross-attention K/V of a seq2seq model: computed once from the encoder output.
 
-    layers: int
+    One pair per decoder layer, with the decoder's KV heads and head size (the encoder's own head
+    counts do not matter: its blocks cache nothing, only its output is projected).
+    """
+
+    layers: int  # decoder layers
     batch: int
     kv_heads: int
     head_dim: int
     tokens: int  # source tokens
     element_size: int
     held: bool = True  # False without a cache: every step projects the source again
+    query_heads: int | None = None  # the decoder's query heads (None: as many as kv_heads)
 
     @property
     def bytes(self) -> int:
@@ -32,11 +37,17 @@ class CrossCacheStats:
             return 0
         return 2 * self.layers * self.batch * self.kv_heads * self.tokens * self.head_dim * self.element_size
 
+    @property
+    def mha_equivalent_bytes(self) -> int:
+        """What the same source would take if every query head had its own K/V head."""
+        return self.bytes * (self.query_heads or self.kv_heads) // self.kv_heads
+
     def to_dict(self) -> dict[str, Any]:
         shape = [self.batch, self.kv_heads, self.tokens, self.head_dim]
         return {
-            "layers": self.layers, "batch": self.batch, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
-            "tokens": self.tokens, "element_size": self.element_size, "bytes": self.bytes,
+            "layers": self.layers, "batch": self.batch, "kv_heads": self.kv_heads,
+            "query_heads": self.query_heads or self.kv_heads, "head_dim": self.head_dim, "tokens": self.tokens,
+            "element_size": self.element_size, "bytes": self.bytes, "mha_equivalent_bytes": self.mha_equivalent_bytes,
             "per_layer": [{"layer": i, "k_shape": shape, "v_shape": shape} for i in range(self.layers)],
         }
 
@@ -200,9 +211,12 @@ class Seq2SeqCache:
     def stats(self) -> CacheStats:
         c = self.self_cache
         first = self.cross_keys[0] if self.cross_keys else None
+        if first is None:  # no source projected yet: the decoder's shapes, no tokens
+            batch, kv_heads, tokens, head_dim, size = c.batch, c.kv_heads, 0, c.head_dim, c.element_size
+        else:
+            (batch, kv_heads, tokens, head_dim), size = first.shape, first.element_size()
         cross = CrossCacheStats(
-            layers=c.layers, batch=first.shape[0] if first is not None else c.batch, kv_heads=c.kv_heads,
-            head_dim=c.head_dim, tokens=first.shape[2] if first is not None else 0,
-            element_size=first.element_size() if first is not None else c.element_size,
+            layers=c.layers, batch=batch, kv_heads=kv_heads, head_dim=head_dim, tokens=tokens, element_size=size,
+            query_heads=c.query_heads,
         )
         return dataclasses.replace(c.stats(), cross_attention=cross)

@@ -1,14 +1,21 @@
-"""Encoder-decoder Transformer (the original Transformer, T5, BART, Marian), one class for all of them.
+"""Encoder-decoder Transformer (the original Transformer, T5, BART, mBART, Marian, Pegasus, M2M100 /
+NLLB), one class for all of them.
 
     src = embed(input_ids) * embed_scale [+ positions] [-> embed_norm]
-    encoder block:  x = x + attn(norm(x));  x = x + mlp(norm(x))            (pre-LN: T5)
-                    x = norm(x + attn(x));  x = norm(x + mlp(x))            (post-LN: paper, BART, Marian)
+    encoder block:  x = x + attn(norm(x));  x = x + mlp(norm(x))     (pre-LN: T5, mBART, Pegasus, M2M100)
+                    x = norm(x + attn(x));  x = norm(x + mlp(x))     (post-LN: paper, BART, Marian)
     decoder block:  masked self-attention, cross-attention over the encoder output, MLP
+    [-> final norm of each stack (pre-LN)]
     logits = head(norm(y) * logit_scale) [+ final_logits_bias]
 
-Positions: sinusoidal tables, learned absolute positions (BART's offset of 2) or T5's relative
-position bias (owned by each stack, added to the scores of every layer). Cross-attention keys and
-values come from the encoder output once per source and live in `Seq2SeqCache`.
+The encoder may differ from the decoder in layers, heads, head size and FFN width (DistilBART has
+12 encoder and 6 decoder layers): its blocks are built from `config.encoder_config()`. Cross-attention
+has the decoder's heads; its keys and values are projected from the encoder output (d_model) once per
+source and live in `Seq2SeqCache`.
+
+Positions: sinusoidal tables, learned absolute positions (BART's offset of 2), fairseq's sinusoidal
+rows that skip padding tokens (M2M100), or T5's relative position bias (owned by each stack, added to
+the scores of every layer).
 """
 
 from __future__ import annotations
@@ -102,7 +109,10 @@ class CrossDecoderBlock(nn.Module):
 
 
 class Stack(nn.Module):
-    """What encoder and decoder share: positions, the optional embedding norm and final norm."""
+    """What encoder and decoder share: positions, the optional embedding norm and final norm.
+
+    `config` is the stack's own view: `config.encoder_config()` for the encoder.
+    """
 
     def __init__(self, config: ModelConfig, *, decoder: bool) -> None:
         super().__init__()
@@ -116,9 +126,10 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(block(config, i) for i in range(layers))
         self.norm = make_norm(config) if config.final_norm else None
 
-    def embed_positions(self, x: torch.Tensor, start: int) -> torch.Tensor:
+    def embed_positions(self, x: torch.Tensor, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """x: token embeddings (B, T, d) of ids (B, T) at positions [start, start + T)."""
         if self.positions is not None:
-            x = x + self.positions(start, x.shape[1]).to(x.dtype)
+            x = x + self.positions(start, x.shape[1], ids).to(x.dtype)
         return self.embed_norm(x) if self.embed_norm is not None else x
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,7 +147,7 @@ class EncoderDecoderLM(nn.Module):
             raise ValueError("EncoderDecoderLM does not implement RoPE")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)  # shared by source, target and tied head
-        self.encoder = Stack(config, decoder=False)
+        self.encoder = Stack(config.encoder_config(), decoder=False)
         self.decoder = Stack(config, decoder=True)
         self.lm_head = None if config.tie_word_embeddings else Linear(config.d_model, config.vocab_size)
         self.final_logits_bias = nn.Parameter(torch.zeros(1, config.vocab_size)) if config.final_logits_bias else None
@@ -164,7 +175,7 @@ class EncoderDecoderLM(nn.Module):
         """
         B, S = input_ids.shape
         self._check_length(S, "source")
-        x = self.encoder.embed_positions(self._embed(input_ids), 0)
+        x = self.encoder.embed_positions(self._embed(input_ids), input_ids, 0)
         mask = padding_bias(attention_mask, x.dtype)
         if self.encoder.relative_bias is not None:
             mask = _add_bias(self.encoder.relative_bias(S, S).to(x.dtype), mask)
@@ -213,7 +224,7 @@ class EncoderDecoderLM(nn.Module):
             keys, values = cache.cross_keys, cache.cross_values
         else:
             keys, values = self.cross_kv(encoder_out)
-        x = self.decoder.embed_positions(self._embed(decoder_input_ids), start)
+        x = self.decoder.embed_positions(self._embed(decoder_input_ids), decoder_input_ids, start)
         self_mask = None
         if self.decoder.relative_bias is not None:
             S = start + T

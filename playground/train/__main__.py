@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics["wall_seconds"] = round(time.perf_counter() - started, 1)
     record = provenance(args.task, args, source, metrics, result, extra)
     config.extra = {"provenance": {"task": args.task, "data_source": source, "command": record["command"]}}
-    out = save_checkpoint(Path(args.out), model, config, tokenizer=tokenizer, provenance=record)
+    card = lm.CARD if args.task == "lm" else seq2seq.CARD
+    out = save_checkpoint(Path(args.out), model, config, tokenizer=tokenizer, provenance=record, card=card)
     print(json.dumps(record, indent=2, ensure_ascii=False))
     print(f"saved {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0

@@ -25,6 +25,14 @@ from playground.train import text_data
 from playground.train.recipe import Recipe, TrainResult, label_smoothed_loss, seed_everything, train
 from playground.train.tokenizer_build import END_OF_TEXT, train_byte_bpe
 
+CARD = {  # what the app says about the trained model
+    "description": {
+        "en": "A 2M-parameter LLaMA-style model trained on the Python documentation: it continues text in that style.",
+        "zh": "一个 200 万参数的 LLaMA 风格模型,在 Python 官方文档上训练:按文档的风格续写文本。",
+    },
+    "example_prompt": "The Python interpreter",
+}
+
 
 @dataclass
 class LMData:

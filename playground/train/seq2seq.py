@@ -28,6 +28,15 @@ from playground.train import dates
 from playground.train.recipe import IGNORE, Recipe, TrainResult, seed_everything, train
 from playground.train.tokenizer_build import char_tokenizer
 
+CARD = {  # what the app says about the trained model
+    "description": {
+        "en": "The original Transformer (encoder-decoder), trained to convert a written date to ISO 8601: "
+              "“March 5, 2021” → 2021-03-05.",
+        "zh": "原始 Transformer(编码器-解码器),训练用于把书面日期转换为 ISO 8601 格式:“March 5, 2021” → 2021-03-05。",
+    },
+    "example_prompt": "March 5, 2021",
+}
+
 SOURCE = "synthetic: playground.train.dates (generated dates, no external data)"
 PAD, BOS, EOS = 0, 1, 2
 VALIDATION_SEED = 1_000_001

@@ -1,9 +1,11 @@
-"""The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and head.
+"""The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and theme.
 
-Modules: layout (components), wiring (events), handlers (thin adapters over the engine and the
-figures), registry (one shared copy of each model), catalog (which checkpoints, safe paths,
-uploads), settings (query-parameter round trip), views (engine output -> figure inputs), arrays
-(model tensors -> numpy for the panels).
+Modules: layout (components), wiring (events), handlers (holds the handler groups below), models
+(picking and loading models), streaming (generation, Stop, branches, the script API), panels (the
+deeper views), language (English / 中文), frames (what the live screen receives), runs (sessions
+and runs), views (text: model card, captions, notes), settings (query-parameter round trip), limits
+(the app's caps and clamps), i18n (every string), catalog (which checkpoints, safe paths,
+uploads), registry (one shared copy of each model), arrays (model tables for the PE panel).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import gradio as gr
 
 from playground.ui.catalog import Catalog
 from playground.ui.handlers import Handlers
-from playground.ui.layout import CSS, HEAD, build_page
+from playground.ui.layout import CSS, build_page
 from playground.ui.registry import ModelRegistry
 from playground.ui.wiring import wire
 
@@ -32,16 +34,17 @@ def build_app(
     """The playground as a Blocks app (not launched). One registry and catalog per app."""
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models))
-    page = build_page()
+    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view, handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     page.demo.playground_handlers = handlers  # for tests and the load test
+    page.demo.playground_page = page
     return page.demo
 
 
 def launch_kwargs() -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time."""
-    return {"css": CSS, "head": HEAD, "theme": gr.themes.Soft()}
+    return {"css": CSS, "theme": gr.themes.Soft()}
 
 
 __all__ = ["build_app", "launch_kwargs"]

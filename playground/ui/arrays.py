@@ -6,26 +6,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from playground.loaded import LoadedModel
-from playground.models.positional import rope_inverse_frequencies, sinusoidal_table
+from playground.models.positional import position_vectors, rope_inverse_frequencies
 from playground.models.relative_bias import RelativePositionBias, relative_position_bucket
-
-ATTENTION_BUDGET_BYTES = 96 * 2**20  # all captured maps of one run, float32
-
-
-def attention_budget_tokens(lm: LoadedModel) -> int:
-    """The longest sequence whose full attention maps (all layers and heads) fit the budget."""
-    c = lm.config
-    layers = c.n_layers + (c.n_encoder_layers if lm.kind == "seq2seq" else 0) * 2
-    return max(8, int(math.sqrt(ATTENTION_BUDGET_BYTES / (4 * max(1, layers) * c.n_heads))))
-
 
 # --- positional encodings -----------------------------------------------------------------------
 
@@ -48,7 +36,8 @@ def _relative_bias(model: nn.Module) -> tuple[str, RelativePositionBias] | None:
 def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) -> dict[str, Any]:
     """What the PE panel draws for this model's scheme; "scheme" says which keys are present.
 
-    sinusoidal: table (P, d_model) at the model's base and at `compare_base`;
+    sinusoidal: table (P, d_model) at the model's base and at `compare_base`, as the model adds them to
+    positions 0..P-1 (`first_row`: the table row of position 0, pad + 1 for fairseq's layout);
     rope: inv_freq (d_head/2,), context length; learned: the real table (P, d) (offset applied);
     relative: bias (h, R) over distances R for the first layer's bias table.
     """
@@ -57,10 +46,11 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
     scheme = c.positional
     out: dict[str, Any] = {"scheme": scheme, "length": length}
     if scheme == "sinusoidal":
-        layout = getattr(c, "sinusoidal_layout", "interleaved")
-        out["table"] = sinusoidal_table(length, c.d_model, c.sinusoidal_base, layout).numpy()
-        out["compare_table"] = sinusoidal_table(length, c.d_model, compare_base, layout).numpy()
-        out["layout"] = layout
+        # What the model adds at positions 0..length-1 (fairseq models read their table from row pad + 1).
+        out["table"] = position_vectors(c, length).numpy()
+        out["compare_table"] = position_vectors(c, length, compare_base).numpy()
+        out["layout"] = c.sinusoidal_layout
+        out["first_row"] = c.pad_token_id + 1 if c.sinusoidal_layout == "fairseq" else 0
         out["base"], out["compare_base"] = c.sinusoidal_base, compare_base
     elif scheme == "rope":
         out["inv_freq"] = rope_inverse_frequencies(c).double().numpy()

@@ -1,50 +1,39 @@
-"""The page: builds every component and returns them by name. No events are bound here (see wiring)."""
+"""The page: builds every component and returns them by name. No events are bound here (see wiring).
+
+One screen: the controls on the left (on a phone: above), the live screen on the right — the token
+stream with the current step's panels, all updating while tokens stream — and the deeper views one
+click below it. Every label and hint comes from `i18n` (English and 中文); `LABELS` lists which key
+each component uses so the language switch can relabel the page.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.components.base import server
 
-from playground.ui.handlers import VIEWS, new_session
+from playground.ui.i18n import LANGUAGES, live_strings, t
 from playground.ui.limits import RANGES
 from playground.ui.settings import DTYPES, MODES, UISettings
 
-INTRO = """# Transformer Playground
-Load a checkpoint into a Transformer written from scratch, turn the decoding knobs, and watch it work:
-each token appears as it is chosen (shaded by its probability — hover for id and probability, click to
-inspect the step), with the candidates it was picked from, the KV cache filling up, every attention
-head and the model's positional encoding."""
+ASSETS = Path(__file__).resolve().parent / "assets"
+CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
+LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
+LIVE_TEMPLATE = """<div class="pg-live">
+  <div class="pg-head"><div id="gen-status" class="pg-status" role="status" aria-live="polite"></div><div class="pg-rate"></div></div>
+  <div id="token-stream" role="list"></div>
+  <div class="pg-legend"></div>
+  <div class="pg-stepbar"></div>
+  <div id="step-panels"><section class="pg-panel pg-cands"></section><section class="pg-panel pg-att"></section><section class="pg-panel pg-kv"></section></div>
+  <div class="pg-beams" hidden></div>
+  <div class="pg-branches" hidden></div>
+</div>"""
 
-CSS = """
-.gradio-container { max-width: 1260px !important; margin: 0 auto; }
-#token-output .token-stream { min-height: 4.5em; padding: 10px; border: 1px solid var(--border-color-primary);
-  border-radius: 8px; font-size: 15px; overflow-wrap: anywhere; }
-#token-output .tok.prompt { color: var(--body-text-color-subdued); }
-#token-output .tok[data-step]:hover { outline: 2px solid #ff9800; }
-.visually-hidden { position: absolute !important; left: -10000px !important; width: 1px !important;
-  height: 1px !important; overflow: hidden !important; }
-#gen-status p, #model-status p { margin: 0; }
-.js-plotly-plot, .plot-container { max-width: 100%; }
-"""
-
-# Clicking a generated token selects its step in the inspector: the click is forwarded through a
-# hidden textbox (value "step:N:time" so that clicking the same token twice still fires).
-HEAD = """
-<script>
-document.addEventListener('click', (e) => {
-  const tok = e.target.closest && e.target.closest('#token-output .tok[data-step]');
-  if (!tok) return;
-  const box = document.querySelector('#clicked-token textarea, #clicked-token input');
-  if (!box) return;
-  box.value = 'step:' + tok.dataset.step + ':' + Date.now();
-  box.dispatchEvent(new Event('input', { bubbles: true }));
-});
-</script>
-"""
-
-# After the server returns the query string, make the full URL, show it, put it in the address bar
+# After the server returns the query string: make the full URL, show it, put it in the address bar
 # and copy it (the clipboard needs a secure context; the text box is the fallback).
 COPY_LINK_JS = """
 (query) => {
@@ -54,6 +43,21 @@ COPY_LINK_JS = """
   return url;
 }
 """
+# A ticket per Generate press (the client's clock): Stop refuses every ticket issued before it, so a
+# run still waiting in the queue never starts.
+TICKET_JS = "(...args) => { args[0] = Date.now(); return args; }"
+STOP_JS = "(t) => Date.now()"
+# Gradio's own strings (upload box, buttons) follow its locale: switch it with ours when the page can.
+LOCALE_JS = """
+(lang) => {
+  try {
+    const core = performance.getEntriesByType('resource').map(e => e.name).find(n => /\\/assets\\/core-[\\w-]+\\.js$/.test(n));
+    if (core) import(core).then(m => m.changeLocale && m.changeLocale(lang === 'zh' ? 'zh-CN' : 'en')).catch(() => {});
+  } catch (e) {}
+  document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
+  return lang;
+}
+"""
 
 
 @dataclass
@@ -61,6 +65,7 @@ class Page:
     demo: gr.Blocks
     settings: dict[str, gr.components.Component]  # keyed by UISettings field name
     c: dict[str, Any] = field(default_factory=dict)  # every other component by name
+    labels: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (label key, info key)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -68,119 +73,189 @@ class Page:
         except KeyError:
             raise AttributeError(name) from None
 
+    def component(self, name: str) -> gr.components.Component:
+        return self.settings[name] if name in self.settings else self.c[name]
 
-def build_page(title: str = "Transformer Playground") -> Page:
+
+def empty_live_value(lang: str = "en") -> dict[str, Any]:
+    return {"run": None, "lang": lang, "path": [], "status": {}}
+
+
+def mode_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t(f"mode_{m}", lang), m) for m in MODES]
+
+
+def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
+    """All components, in English (`lang`); the page load and the language switch relabel them."""
     d = UISettings()
     r = RANGES
     s: dict[str, Any] = {}
     c: dict[str, Any] = {}
-    with gr.Blocks(title=title) as demo:
-        c["session"] = gr.State(new_session(), time_to_live=3 * 3600)
-        gr.Markdown(INTRO)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=1, min_width=300):
-                with gr.Group():
-                    s["model"] = gr.Dropdown(label="Model (from weights/ or uploaded)", choices=[], value=None,
-                                             allow_custom_value=False, elem_id="model-select")
-                    s["dtype"] = gr.Radio(list(DTYPES), value=d.dtype, label="dtype", elem_id="dtype")
-                    c["upload"] = gr.File(label="Upload a .safetensors file, or a checkpoint folder's files "
-                                          "(config.json, model.safetensors, tokenizer files)",
-                                          file_count="multiple", file_types=[".safetensors", ".json", ".txt"],
-                                          height=120, elem_id="upload")
+    labels: dict[str, tuple[str, str | None]] = {}
+
+    def named(name: str, component: Any, label: str | None = None, info: str | None = None) -> Any:
+        (s if name in d.__dataclass_fields__ else c)[name] = component
+        if label:
+            labels[name] = (label, info)
+        return component
+
+    with gr.Blocks(title=t("title", lang)) as demo:
+        with gr.Row(elem_id="topbar", equal_height=True):
+            c["header"] = gr.Markdown(f"# {t('title', lang)}\n{t('tagline', lang)}", elem_id="header")
+            named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
+                                   elem_id="lang", scale=0, min_width=160))
+        with gr.Row(elem_id="main", equal_height=False):
+            with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
+                with gr.Column(elem_id="sidebar-top"):
+                    named("model", gr.Dropdown(choices=[], value=None, allow_custom_value=False, elem_id="model-select",
+                                               label=t("model", lang)), "model")
+                    c["model_status"] = gr.Markdown(t("loading", lang), elem_id="model-status")
+                    c["model_about"] = gr.Markdown("", elem_id="model-about")
+                    named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)), "prompt")
+                    named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
+                                              info=t("chat_info", lang)), "chat", "chat_info")
+                    with gr.Row(elem_id="run-buttons"):
+                        named("generate", gr.Button(t("generate", lang), variant="primary", elem_id="generate-btn",
+                                                    min_width=80, scale=2), "generate")
+                        named("stop", gr.Button(t("stop", lang), variant="stop", elem_id="stop-btn", min_width=60,
+                                                scale=1), "stop")
+                        named("copy_link", gr.Button(t("copy_link", lang), elem_id="copy-link-btn", min_width=80,
+                                                     scale=1), "copy_link")
+                    named("link", gr.Textbox(label=t("link", lang), interactive=False, elem_id="share-link",
+                                             buttons=["copy"], visible=False), "link")
+                with gr.Accordion(t("decoding", lang), open=True, elem_id="decoding", elem_classes=["pg-settings"]) as acc:
+                    c["decoding_acc"] = acc
+                    named("mode", gr.Radio(mode_choices(lang), value=d.mode, elem_id="mode", label=t("mode", lang),
+                                           info=t("mode_info", lang)), "mode", "mode_info")
+                    for name, key, step, visible in (
+                        ("temperature", "temperature", 0.05, False), ("top_k", "top-k", 1, False),
+                        ("top_p", "top-p", 0.01, False), ("num_beams", "num-beams", 1, False),
+                        ("length_penalty", "length-penalty", 0.1, False),
+                    ):
+                        named(name, gr.Slider(*r[name], value=getattr(d, name), step=step, visible=visible,
+                                              elem_id=key, label=t(name, lang), info=t(f"{name}_info", lang)),
+                              name, f"{name}_info")
+                    named("early_stopping", gr.Checkbox(value=d.early_stopping, visible=False, elem_id="early-stopping",
+                                                        label=t("early_stopping", lang),
+                                                        info=t("early_stopping_info", lang)),
+                          "early_stopping", "early_stopping_info")
+                    named("repetition_penalty", gr.Slider(*r["repetition_penalty"], value=d.repetition_penalty, step=0.05,
+                                                          elem_id="repetition-penalty", label=t("repetition_penalty", lang),
+                                                          info=t("repetition_penalty_info", lang)),
+                          "repetition_penalty", "repetition_penalty_info")
+                    named("max_new_tokens", gr.Slider(*r["max_new_tokens"], value=d.max_new_tokens, step=1,
+                                                      elem_id="max-new-tokens", label=t("max_new_tokens", lang),
+                                                      info=t("max_new_tokens_info", lang)),
+                          "max_new_tokens", "max_new_tokens_info")
+                    named("seed", gr.Number(value=d.seed, precision=0, minimum=0, elem_id="seed", label=t("seed", lang),
+                                            info=t("seed_info", lang)), "seed", "seed_info")
+                with gr.Accordion(t("live_view", lang), open=False, elem_id="live-settings",
+                                  elem_classes=["pg-settings"]) as acc:
+                    c["live_acc"] = acc
+                    named("top_candidates", gr.Slider(*r["top_candidates"], value=d.top_candidates, step=1,
+                                                      elem_id="top-candidates", label=t("top_candidates", lang),
+                                                      info=t("top_candidates_info", lang)),
+                          "top_candidates", "top_candidates_info")
+                    named("attention", gr.Checkbox(value=d.attention, elem_id="record-attention",
+                                                   label=t("record_attention", lang), info=t("record_attention_info", lang)),
+                          "record_attention", "record_attention_info")
+                    named("pace_ms", gr.Slider(*r["pace_ms"], value=d.pace_ms, step=10, elem_id="pace",
+                                               label=t("pace", lang), info=t("pace_info", lang)), "pace", "pace_info")
+                with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own", elem_classes=["pg-settings"]) as acc:
+                    c["load_acc"] = acc
+                    named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)), "dtype")
+                    named("upload", gr.File(file_count="multiple", file_types=[".safetensors", ".json", ".txt"],
+                                            height=110, elem_id="upload", label=t("upload", lang)), "upload")
                     with gr.Row(equal_height=True):
-                        c["hub_id"] = gr.Textbox(label="or a Hugging Face Hub repo id (online only)",
-                                                 placeholder="owner/name", scale=3, elem_id="hub-id")
-                        c["hub_load"] = gr.Button("Load", scale=1, min_width=60, elem_id="hub-load-btn")
-                c["model_status"] = gr.Markdown("Loading the default model…", elem_id="model-status")
-                with gr.Accordion("Decoding settings", open=True):
-                    s["mode"] = gr.Radio(list(MODES), value=d.mode, label="Decoding",
-                                         info="greedy: most likely token · sample: random by probability · "
-                                              "beam: keep the best few sequences", elem_id="mode")
-                    s["temperature"] = gr.Slider(*r["temperature"], value=d.temperature, step=0.05,
-                                                 label="Temperature", visible=False, elem_id="temperature")
-                    s["top_k"] = gr.Slider(*r["top_k"], value=d.top_k, step=1, label="Top-k (0 = off)", visible=False,
-                                           elem_id="top-k")
-                    s["top_p"] = gr.Slider(*r["top_p"], value=d.top_p, step=0.01, label="Top-p (1 = off)",
-                                           visible=False, elem_id="top-p")
-                    s["num_beams"] = gr.Slider(*r["num_beams"], value=d.num_beams, step=1, label="Beam width",
-                                               visible=False, elem_id="num-beams")
-                    s["length_penalty"] = gr.Slider(*r["length_penalty"], value=d.length_penalty, step=0.1,
-                                                    label="Length penalty", visible=False, elem_id="length-penalty")
-                    s["early_stopping"] = gr.Checkbox(value=d.early_stopping, label="Early stopping", visible=False,
-                                                      elem_id="early-stopping")
-                    s["repetition_penalty"] = gr.Slider(*r["repetition_penalty"], value=d.repetition_penalty,
-                                                        step=0.05, label="Repetition penalty (1 = off)",
-                                                        elem_id="repetition-penalty")
-                    s["max_new_tokens"] = gr.Slider(*r["max_new_tokens"], value=d.max_new_tokens, step=1, label="Max new tokens",
-                                                    elem_id="max-new-tokens")
-                    s["seed"] = gr.Number(value=d.seed, precision=0, minimum=0, label="Seed (empty = random)",
-                                          elem_id="seed")
-                with gr.Accordion("Display", open=False):
-                    s["top_candidates"] = gr.Slider(*r["top_candidates"], value=d.top_candidates, step=1,
-                                                    label="Candidates shown per step", elem_id="top-candidates")
-                    s["attention"] = gr.Checkbox(value=d.attention, label="Record attention (for the Attention tab)",
-                                                 elem_id="record-attention")
-                    s["pace_ms"] = gr.Slider(*r["pace_ms"], value=d.pace_ms, step=10,
-                                             label="Slow motion: pause after each token (ms)", elem_id="pace")
-            with gr.Column(scale=2, min_width=480):
-                s["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt")
-                s["chat"] = gr.Checkbox(value=d.chat, label="Chat (wrap in the model's chat template)",
-                                        visible=False, elem_id="chat")
-                with gr.Row():
-                    c["generate"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-                    c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-                    c["copy_link"] = gr.Button("Copy link", elem_id="copy-link-btn")
+                        named("hub_id", gr.Textbox(placeholder="owner/name", scale=3, elem_id="hub-id",
+                                                   label=t("hub_id", lang)), "hub_id")
+                        named("hub_load", gr.Button(t("hub_load", lang), scale=1, min_width=60, elem_id="hub-load-btn"),
+                              "hub_load")
+            with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
-                c["output"] = gr.HTML('<div class="token-stream"></div>', elem_id="token-output",
-                                      label="Output")
-                c["gen_status"] = gr.Markdown("", elem_id="gen-status")
-                c["timing"] = gr.Markdown("", elem_id="timing")
-                c["link"] = gr.Textbox(label="Link to this exact run (every setting in the URL)", interactive=False,
-                                       elem_id="share-link", buttons=["copy"])
-                c["clicked"] = gr.Textbox(elem_id="clicked-token", elem_classes=["visually-hidden"],
-                                          show_label=False, container=False)
-        with gr.Tabs(elem_id="panels"):
-            with gr.Tab("Model card", id="card-tab", elem_id="card-tab"):
-                c["card"] = gr.Markdown("", elem_id="model-card")
-            with gr.Tab("Step inspector", id="inspector-tab", elem_id="inspector-tab"):
-                gr.Markdown("Pick a step (or click a token above) to see the candidates the model chose from: "
-                            "the raw probability and the probability after each processor (repetition penalty → "
-                            "temperature → top-k → top-p). Grey bars were removed by a filter.")
-                c["step"] = gr.Slider(0, 1, value=0, step=1, label="Step", interactive=False, elem_id="step-slider")
-                c["caption"] = gr.Markdown("", elem_id="step-caption")
-                c["funnel"] = gr.Plot(label="Candidates", elem_id="funnel-plot")
-                c["beam_tree"] = gr.Plot(label="Beams", elem_id="beam-tree")
-                c["beam_table"] = gr.Plot(label="Beam table", elem_id="beam-table")
-            with gr.Tab("KV cache", id="cache-tab", elem_id="cache-tab"):
-                c["kv"] = gr.Markdown("No KV-cache statistics yet.", elem_id="kv-stats")
-                c["growth"] = gr.Plot(label="Cache growth", elem_id="cache-growth")
-                c["rerun"] = gr.Button("Rerun the same request without the KV cache", elem_id="rerun-btn")
-                c["compare_md"] = gr.Markdown("", elem_id="compare-md")
-                c["compare"] = gr.Plot(label="With vs without cache", elem_id="compare-plot")
-            with gr.Tab("Attention", id="attention-tab", elem_id="attention-tab"):
-                with gr.Row():
-                    c["att_kind"] = gr.Radio([("decoder self-attention", "self")], value="self", label="Attention",
-                                             elem_id="att-kind")
-                    c["att_view"] = gr.Radio(VIEWS, value=VIEWS[0], label="Large view", elem_id="att-view")
-                with gr.Row():
-                    c["att_layer"] = gr.Slider(0, 1, value=0, step=1, label="Layer", elem_id="att-layer")
-                    c["att_head"] = gr.Slider(0, 1, value=0, step=1, label="Head", elem_id="att-head")
-                    c["att_query"] = gr.Slider(0, 1, value=0, step=1, label="Query token (row)", elem_id="att-query")
-                c["att_note"] = gr.Markdown("Generate something first; attention maps appear here.",
-                                            elem_id="att-note")
-                c["att_heat"] = gr.Plot(label="One head", elem_id="att-heat")
-                c["att_grid"] = gr.Plot(label="All heads", elem_id="att-grid")
-                c["att_row"] = gr.Plot(label="One query", elem_id="att-row")
-                c["att_summary"] = gr.Plot(label="Per-head summary", elem_id="att-summary")
-            with gr.Tab("Positional encoding", id="pe-tab", elem_id="pe-tab"):
-                c["pe_md"] = gr.Markdown("", elem_id="pe-md")
-                with gr.Row():
-                    c["pe_length"] = gr.Slider(8, 512, value=64, step=8, label="Positions shown", elem_id="pe-length")
-                    c["pe_base"] = gr.Number(value=1000, label="Compare with base", minimum=2, elem_id="pe-base")
-                    c["pe_pair"] = gr.Slider(0, 31, value=0, step=1, label="RoPE dimension pair", visible=False,
-                                             elem_id="pe-pair")
-                c["pe1"] = gr.Plot(elem_id="pe-plot-1", show_label=False)
-                c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
-                c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
-                c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
-    return Page(demo=demo, settings=s, c=c)
+                c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
+                                    elem_id="token-output", strings=live_strings(), apply_default_css=False)
+                for fn in server_functions:  # what the live screen's script may ask the server
+                    exposed = server(_plain(fn))
+                    setattr(c["live"], fn.__name__, exposed)
+                    c["live"].server_fns.append(exposed)
+                c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
+                named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
+                with gr.Tabs(elem_id="deep-views") as tabs:
+                    c["tabs"] = tabs
+                    with gr.Tab(t("tab_inspector", lang), id="inspector", elem_id="inspector-tab") as tab:
+                        c["tab_inspector"] = tab
+                        c["inspector_intro"] = gr.Markdown(t("inspector_intro", lang), elem_id="inspector-intro")
+                        c["caption"] = gr.Markdown(t("nothing_yet", lang), elem_id="step-caption")
+                        c["funnel"] = gr.Plot(elem_id="funnel-plot", show_label=False)
+                        c["beam_tree"] = gr.Plot(elem_id="beam-tree", show_label=False, visible=False)
+                        c["beam_table"] = gr.Plot(elem_id="beam-table", show_label=False, visible=False)
+                    with gr.Tab(t("tab_attention", lang), id="attention", elem_id="attention-tab") as tab:
+                        c["tab_attention"] = tab
+                        c["attention_intro"] = gr.Markdown(t("attention_intro", lang), elem_id="attention-intro")
+                        with gr.Row():
+                            named("att_kind", gr.Radio([(t("kind_self", lang), "self")], value="self",
+                                                       label=t("attention_kind", lang), elem_id="att-kind"), "attention_kind")
+                            named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
+                                                       label=t("large_view", lang), elem_id="att-view"), "large_view")
+                            named("att_scale", gr.Radio([(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")],
+                                                        value="linear", label=t("colour_scale", lang),
+                                                        elem_id="att-scale"), "colour_scale")
+                        with gr.Row():
+                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang), elem_id="att-layer"),
+                                  "layer")
+                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang), elem_id="att-head"),
+                                  "head")
+                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang), elem_id="att-query"),
+                                  "query")
+                            named("att_sink", gr.Checkbox(value=False, label=t("hide_sink", lang), elem_id="att-sink"),
+                                  "hide_sink")
+                        c["att_note"] = gr.Markdown(t("nothing_yet", lang), elem_id="att-note")
+                        c["att_grid"] = gr.Plot(elem_id="att-grid", show_label=False)
+                        c["att_heat"] = gr.Plot(elem_id="att-heat", show_label=False)
+                        c["att_row"] = gr.Plot(elem_id="att-row", show_label=False)
+                        c["att_summary"] = gr.Plot(elem_id="att-summary", show_label=False)
+                    with gr.Tab(t("tab_cache", lang), id="cache", elem_id="cache-tab") as tab:
+                        c["tab_cache"] = tab
+                        c["kv"] = gr.Markdown(t("cache_intro", lang), elem_id="kv-stats")
+                        c["growth"] = gr.Plot(elem_id="cache-growth", show_label=False)
+                        named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
+                        c["compare_md"] = gr.Markdown("", elem_id="compare-md")
+                        c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
+                    with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
+                        c["tab_positional"] = tab
+                        c["pe_md"] = gr.Markdown("", elem_id="pe-md")
+                        with gr.Row():
+                            named("pe_length", gr.Slider(8, 512, value=64, step=8, label=t("pe_length", lang),
+                                                         elem_id="pe-length"), "pe_length")
+                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang), elem_id="pe-base"),
+                                  "pe_base")
+                            named("pe_pair", gr.Slider(0, 31, value=0, step=1, visible=False, label=t("pe_pair", lang),
+                                                       elem_id="pe-pair"), "pe_pair")
+                        c["pe1"] = gr.Plot(elem_id="pe-plot-1", show_label=False)
+                        c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
+                        c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
+                        c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
+                    with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
+                        c["tab_card"] = tab
+                        c["card"] = gr.HTML("", elem_id="model-card")
+    for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
+                      ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
+                      ("tab_positional", "tab_positional"), ("tab_card", "tab_card")):
+        labels[name] = (key, None)
+    return Page(demo=demo, settings=s, c=c, labels=labels)
+
+
+def _plain(fn: Callable) -> Callable:
+    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
+    def call(*args: Any) -> Any:
+        return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call
+
+
+def view_choices(lang: str, grouped: bool) -> list[tuple[str, str]]:
+    """The large attention view's choices; "mean per KV group" only where heads share K/V."""
+    choices = [(t("view_head", lang), "head"), (t("view_mean", lang), "mean"), (t("view_max", lang), "max")]
+    return choices + ([(t("view_group", lang), "group")] if grouped else [])

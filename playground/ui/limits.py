@@ -88,6 +88,10 @@ def clamp_settings(
     if c.seed is not None and not (isinstance(c.seed, int) and not isinstance(c.seed, bool) and 0 <= c.seed <= MAX_SEED):
         notes.append(f"seed {c.seed!r} is not a non-negative whole number: using a random seed")
         c.seed = None
+    forced = c.forced_bos_token_id
+    if forced is not None and not (isinstance(forced, int) and not isinstance(forced, bool) and 0 <= forced < vocab):
+        notes.append(f"forced_bos_token_id {forced!r} is not a token id of this model: using the checkpoint's own")
+        c.forced_bos_token_id = None
     if not usable_stop_strings(c.stop_strings):
         notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
         c.stop_strings = ()

@@ -18,6 +18,8 @@ from playground.ui.limits import CAPS, RANGES
 
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
+LANGS = ("en", "zh")
+MAX_BRANCHES = 8
 
 
 @dataclass
@@ -41,10 +43,13 @@ class UISettings:
     top_candidates: int = 8
     attention: bool = True
     pace_ms: int = 0  # slow motion: a pause after each token so people can watch (and Stop) it
+    lang: str = "en"  # "en" or "zh"
+    branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
 DEFAULTS = UISettings()
+ALWAYS_IN_LINKS = ("model", "prompt", "chat")
 
 
 def _parse_bool(text: str) -> bool:
@@ -65,6 +70,13 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "dtype":
         if text not in DTYPES:
             raise ValueError(f"expected one of {', '.join(DTYPES)}")
+        return text
+    if name == "lang":
+        if text not in LANGS:
+            raise ValueError(f"expected one of {', '.join(LANGS)}")
+        return text
+    if name == "branches":
+        parse_branches(text)
         return text
     if name in ("model", "prompt"):
         return text
@@ -112,13 +124,14 @@ def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tup
 def to_query(settings: UISettings) -> str:
     """The query string (with leading '?') that `from_query` turns back into `settings`.
 
-    Only values that differ from the defaults are written, so links stay short; the model and the
-    prompt are always written so a link names what it reproduces.
+    Only values that differ from the defaults are written, so links stay short; the model, the
+    prompt and the chat switch are always written so a link names what it reproduces (a model with
+    a chat template would otherwise open with chat on).
     """
     out: dict[str, str] = {}
     for name in FIELDS:
         value = getattr(settings, name)
-        if name not in ("model", "prompt") and value == getattr(DEFAULTS, name):
+        if name not in ALWAYS_IN_LINKS and value == getattr(DEFAULTS, name):
             continue
         if value is None:
             out[name] = "none"
@@ -177,3 +190,24 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
     else:
         kw.update(temperature=0.0, top_k=0, top_p=1.0, num_beams=1)
     return kw
+
+
+def parse_branches(text: str) -> list[tuple[int, list[int]]]:
+    """"5:1234,9:77.78" -> [(5, [1234]), (9, [77, 78])]: after the run, continue from step 5 with token
+    1234; then, in that branch, from step 9 with tokens 77 and 78. Raises ValueError for anything else."""
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        step, sep, tokens = part.partition(":")
+        ids = tokens.split(".")
+        if not sep or not step.isdigit() or not all(i.isdigit() for i in ids) or len(ids) > 32:
+            raise ValueError("expected step:token_id pairs separated by commas")
+        out.append((int(step), [int(i) for i in ids]))
+    if len(out) > MAX_BRANCHES:
+        raise ValueError(f"at most {MAX_BRANCHES} branches")
+    return out
+
+
+def format_branches(branches: list[tuple[int, list[int]]]) -> str:
+    return ",".join(f"{step}:{'.'.join(str(i) for i in ids)}" for step, ids in branches)

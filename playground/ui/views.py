@@ -1,7 +1,7 @@
-"""Reshape engine output into what the figure builders take: plain dicts and lists, no maths.
+"""Text the panels show, from engine output: model card, captions, notes, KV-cache summary. No Gradio.
 
-`record(event)` keeps the parts of a StepEvent the panels show (small, JSON-like) so a session's
-state holds records, not tensors. No Gradio here.
+Everything that comes from a checkpoint (names, config strings, token texts) is escaped here: the
+page never interprets markup from a file.
 """
 
 from __future__ import annotations
@@ -10,131 +10,116 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from playground.viz.cache import format_bytes
+from playground.generation import StepEvent, TokenStep
+from playground.ui.i18n import t
+from playground.viz.cache import format_bytes, kv_formula
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
 
 
-def record(event: Any) -> dict[str, Any]:
-    """The panel-relevant parts of one StepEvent as plain data."""
-    candidates = _get(event, "candidates") or []
-    beams = _get(event, "beams") or []
-    return {
-        "step": int(_get(event, "step", 0)),
-        "token_id": int(_get(event, "token_id", -1)),
-        "token_text": str(_get(event, "token_text", "")),
-        "prob": float(_get(event, "prob", 0.0)),
-        "token_ids": [int(i) for i in (_get(event, "token_ids") or [])],
-        "text": str(_get(event, "text", "")),
-        "candidates": [
-            {
-                "token_id": int(_get(c, "token_id")),
-                "text": str(_get(c, "text", "")),
-                "prob_raw": _opt(_get(c, "prob_raw")),
-                "prob_after_penalty": _opt(_get(c, "prob_after_penalty")),
-                "prob_after_temperature": _opt(_get(c, "prob_after_temperature")),
-                "prob_final": _opt(_get(c, "prob_final")),
-                "removed_by": _get(c, "removed_by"),
-                "stages": {str(k): float(v) for k, v in (_get(c, "stages") or {}).items() if v is not None},
-            }
-            for c in candidates
-        ],
-        "beams": [
-            {
-                "text": str(_get(b, "text", "")),
-                "token_ids": [int(i) for i in (_get(b, "token_ids") or [])],
-                "score": float(_get(b, "score", 0.0)),
-                "finished": bool(_get(b, "finished", False)),
-            }
-            for b in beams
-        ],
-        "cache": dict(_get(event, "cache") or {}),
-        "timing": dict(_get(event, "timing") or {}),
-        "finished": bool(_get(event, "finished", False)),
-        "finish_reason": _get(event, "finish_reason"),
-    }
+# --- model card ---------------------------------------------------------------------------------
 
 
-def _opt(x: Any) -> float | None:
-    return None if x is None else float(x)
+def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple[str, str]]:
+    """(property, value) rows of the model card, as plain text."""
+    c = info.get("config", {})
+    heads = c.get("n_heads")
+    kv = c.get("n_kv_heads") or heads
+    if kv == heads:
+        attention = "MHA"
+    elif kv == 1:
+        attention = "MQA"
+    else:
+        attention = t("card_gqa", lang, g=heads // kv if isinstance(heads, int) and isinstance(kv, int) and kv else "?")
+    seq2seq = info.get("kind") == "seq2seq"
+    layers = str(c.get("n_layers"))
+    if seq2seq:
+        layers = t("card_layers_seq2seq", lang, encoder=c.get("n_encoder_layers"), decoder=c.get("n_layers"))
+    mlp = f"{c.get('mlp')} ({c.get('activation')})"
+    if c.get("mlp") == "gated":
+        mlp = f"gated ({'SwiGLU' if c.get('activation') == 'silu' else c.get('activation')})"
+    yes, no = t("card_yes", lang), t("card_no", lang)
+    rows = [
+        ("card_checkpoint", name),
+        ("card_family", str(info.get("family"))),
+        ("card_type", t("kind_seq2seq" if seq2seq else "kind_decoder", lang)),
+        ("card_parameters", f"{int(info.get('parameters', 0)):,}"),
+        ("card_layers", layers),
+        ("card_heads", f"{heads} / {kv} · {attention}"),
+        ("card_head_dim", str(c.get("head_dim"))),
+        ("card_d_model", str(c.get("d_model"))),
+        ("card_ffn", f"{c.get('d_ff')} · {mlp}"),
+        ("card_norm", f"{c.get('norm')} · {c.get('norm_position')}-LN"),
+        ("card_positional", str(info.get("positional_encoding_label"))),
+        ("card_vocabulary", f"{c.get('vocab_size'):,}" if isinstance(c.get("vocab_size"), int) else "?"),
+        ("card_context", t("card_positions", lang, n=f"{c.get('max_positions'):,}")
+         if isinstance(c.get("max_positions"), int) else "?"),
+        ("card_tied", yes if c.get("tie_word_embeddings") else no),
+        ("card_dtype", f"{info.get('dtype')} · {info.get('device')}"),
+        ("card_disk", format_bytes(int(info.get("file_bytes", 0)))),
+        ("card_load_time", f"{float(info.get('load_seconds', 0.0)):.2f} s"),
+        ("card_chat", yes if info.get("chat_template") else no),
+    ]
+    if info.get("tokenizer_error"):
+        rows.append(("card_tokenizer", t("card_tokenizer_missing", lang, why=info["tokenizer_error"])))
+    return [(t(key, lang), value) for key, value in rows]
 
 
-# --- tokens -------------------------------------------------------------------------------------
+def model_card_html(info: Mapping[str, Any], name: str, lang: str = "en") -> str:
+    """The model card as an HTML table; every value escaped (config strings come from the file)."""
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in model_card_rows(info, name, lang))
+    return f'<table class="pg-card"><thead><tr><th>{esc(t("card_property", lang))}</th>' \
+           f'<th>{esc(t("card_value", lang))}</th></tr></thead><tbody>{body}</tbody></table>'
 
 
-def token_items(prompt_tokens: Sequence[tuple[int, str]], records: Sequence[dict]) -> list[dict]:
-    """Token dicts for `viz.tokens_html`: prompt tokens (unshaded) then one per generated step."""
-    items = [{"token": text, "id": tid, "prob": None} for tid, text in prompt_tokens]
-    items += [{"token": r["token_text"], "id": r["token_id"], "prob": r["prob"], "step": r["step"]} for r in records]
-    return items
+# --- notes and captions -------------------------------------------------------------------------
 
 
-# --- step inspector -----------------------------------------------------------------------------
+def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
+    """Clamps and adjustments, shown above the live screen so nobody misses them."""
+    if not notes:
+        return ""
+    return "\n".join(f"- **{t('note', lang)}:** {html.escape(n)}" for n in notes)
 
 
-def candidate_items(rec: dict, knobs: Mapping[str, Any]) -> list[dict]:
-    """Candidate dicts for `viz.candidate_funnel`, with only the stages this run actually applied.
-
-    knobs: the (clamped) generation settings: repetition_penalty, temperature, top_k, top_p.
-    The engine reports the distribution after the penalty, after temperature, and the final one it
-    sampled from; the final one is labelled by the last filter that produced it (top-p runs after
-    top-k, so 'after top-p' already includes top-k).
-    """
-    penalty = float(knobs.get("repetition_penalty", 1.0)) != 1.0
-    temperature = float(knobs.get("temperature", 0.0))
-    sampling = temperature > 0 and int(knobs.get("num_beams", 1)) <= 1
-    final_stage = "final"
-    if sampling and float(knobs.get("top_p", 1.0)) < 1.0:
-        final_stage = "top_p"
-    elif sampling and int(knobs.get("top_k", 0)) > 0:
-        final_stage = "top_k"
-    out = []
-    for c in rec["candidates"]:
-        if c.get("stages"):  # the engine names the stages it ran: use them as they are
-            out.append({"token": c["text"], "id": c["token_id"], "stages": dict(c["stages"]),
-                        "removed_by": c["removed_by"], "chosen": c["token_id"] == rec["token_id"]})
-            continue
-        stages: dict[str, float] = {}
-        if c["prob_raw"] is not None:
-            stages["raw"] = c["prob_raw"]
-        if penalty and c["prob_after_penalty"] is not None:
-            stages["repetition_penalty"] = c["prob_after_penalty"]
-        if sampling and temperature != 1.0 and c["prob_after_temperature"] is not None:
-            stages["temperature"] = c["prob_after_temperature"]
-        if c["prob_final"] is not None:
-            stages[final_stage] = c["prob_final"]
-        out.append({
-            "token": c["text"], "id": c["token_id"], "stages": stages, "removed_by": c["removed_by"],
-            "chosen": c["token_id"] == rec["token_id"],
-        })
-    return out
+def step_caption(step: TokenStep, lang: str = "en") -> str:
+    token = html.escape(repr(step.token_text), quote=False)
+    caption = t("step_caption", lang, step=step.step, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    if step.source_beam is not None:
+        caption += t("beam_caption", lang, beam=step.source_beam)
+    removed = [c for c in step.candidates or [] if c.removed_by]
+    if removed:
+        caption += t("removed_caption", lang, n=len(removed), m=len(step.candidates or []))
+    return caption
 
 
-def beam_steps(records: Sequence[dict]) -> list[list[dict]]:
+def funnel_items(step: TokenStep) -> list[dict[str, Any]]:
+    """Candidate dicts for `viz.candidate_funnel`: every stage the run applied, as the engine named it."""
+    return [
+        {"token": c.text, "id": c.token_id, "stages": dict(c.stages), "removed_by": c.removed_by,
+         "chosen": c.token_id == step.token_id}
+        for c in step.candidates or []
+    ]
+
+
+def beam_steps(events: Sequence[StepEvent]) -> list[list[dict[str, Any]]]:
     """Per step, the beams for `viz.beam_table` / `viz.beam_tree` (best first)."""
-    steps = []
-    for r in records:
-        beams = [{"tokens": b["text"], "score": b["score"], "finished": b["finished"]} for b in r["beams"] or []]
+    out = []
+    for e in events:
+        beams = [{"tokens": b.text, "score": b.score, "finished": b.finished} for b in e.beams or []]
         if beams:
-            steps.append(beams)
-    return steps
-
-
-def step_caption(rec: dict) -> str:
-    token = html.escape(repr(rec["token_text"]))
-    return f"Step {rec['step']}: chose {token} (id {rec['token_id']}) with probability {rec['prob']:.3f}"
+            out.append(beams)
+    return out
 
 
 # --- KV cache -----------------------------------------------------------------------------------
 
 
-def growth_series(records: Sequence[dict]) -> tuple[list[int], list[int], list[int], list[int]]:
+def growth_series(events: Sequence[StepEvent]) -> tuple[list[int], list[int], list[int], list[int]]:
     """(tokens in cache, bytes used, bytes allocated, MHA-equivalent bytes) per step."""
-    rows = [r["cache"] for r in records if r["cache"]]
+    rows = [e.cache for e in events if e.cache]
     return (
         [int(c.get("tokens", 0)) for c in rows],
         [int(c.get("bytes", 0)) for c in rows],
@@ -143,65 +128,24 @@ def growth_series(records: Sequence[dict]) -> tuple[list[int], list[int], list[i
     )
 
 
-def timing_markdown(timing: Mapping[str, Any], tokens: int) -> str:
-    if not timing:
-        return ""
-    def ms(key: str) -> str:
-        v = timing.get(key)
-        return "–" if v is None else f"{float(v):.1f} ms"
-    rate = timing.get("tokens_per_s")
-    rate_text = "–" if rate is None else f"{float(rate):.1f}"
-    return (
-        f"| prefill (whole prompt) | decode per token | tokens/s | tokens | elapsed |\n|---|---|---|---|---|\n"
-        f"| {ms('prefill_ms')} | {ms('decode_ms_per_token')} | {rate_text} | {tokens} | {ms('elapsed_ms')} |"
-    )
-
-
-# --- model card ---------------------------------------------------------------------------------
-
-
-def model_card(info: Mapping[str, Any], name: str) -> str:
-    """Markdown model card from `LoadedModel.info()`."""
-    c = info.get("config", {})
-    heads = c.get("n_heads")
-    kv = c.get("n_kv_heads") or heads
-    attention = "MHA" if kv == heads else ("MQA" if kv == 1 else f"GQA ({heads // kv} query heads per KV head)")
-    kind = "encoder-decoder (seq2seq)" if info.get("kind") == "seq2seq" else "decoder-only"
-    layers = str(c.get("n_layers"))
-    if info.get("kind") == "seq2seq":
-        layers = f"{c.get('n_encoder_layers')} encoder + {c.get('n_layers')} decoder"
-    mlp = f"{c.get('mlp')} ({c.get('activation')})"
-    if c.get("mlp") == "gated":
-        mlp = f"gated ({'SwiGLU' if c.get('activation') == 'silu' else c.get('activation')})"
-    norm = f"{c.get('norm')} · {c.get('norm_position')}-LN"
-    rows = [
-        ("Checkpoint", f"`{name}`"),
-        ("Family", str(info.get("family"))),
-        ("Type", kind),
-        ("Parameters", f"{int(info.get('parameters', 0)):,}"),
-        ("Layers", layers),
-        ("Heads / KV heads", f"{heads} / {kv} · {attention}"),
-        ("Head dim", str(c.get("head_dim"))),
-        ("d_model", str(c.get("d_model"))),
-        ("FFN", f"{c.get('d_ff')} · {mlp}"),
-        ("Norm", norm),
-        ("Positional encoding", str(info.get("positional_encoding_label"))),
-        ("Vocabulary", f"{c.get('vocab_size'):,}" if isinstance(c.get("vocab_size"), int) else "?"),
-        ("Context", f"{c.get('max_positions'):,} positions" if isinstance(c.get("max_positions"), int) else "?"),
-        ("Tied embeddings", "yes" if c.get("tie_word_embeddings") else "no"),
-        ("dtype · device", f"{info.get('dtype')} · {info.get('device')}"),
-        ("Weights on disk", format_bytes(int(info.get("file_bytes", 0)))),
-        ("Load time", f"{float(info.get('load_seconds', 0.0)):.2f} s"),
-        ("Chat template", "yes" if info.get("chat_template") else "no"),
+def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
+    """The KV tab's summary: tokens, bytes used vs allocated, the formula filled in, per-layer shape."""
+    if not cache:
+        return t("cache_intro", lang)
+    lines = [
+        t("cache_summary", lang, tokens=cache.get("tokens"), max=cache.get("max_tokens", "?"),
+          used=format_bytes(cache.get("bytes", 0)), allocated=format_bytes(cache.get("allocated_bytes", 0)))
+        + (t("cache_mha", lang, mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
+        "",
+        kv_formula(cache) if "element_size" in cache else "",
+        "",
+        t("kv_symbols", lang),
     ]
-    if info.get("tokenizer_error"):
-        rows.append(("Tokenizer", f"unavailable: {info['tokenizer_error']}"))
-    body = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    return "| Property | Value |\n|---|---|\n" + body
-
-
-def notes_markdown(notes: Sequence[str]) -> str:
-    """Clamps and adjustments, shown above the output so nobody misses them."""
-    if not notes:
-        return ""
-    return "\n".join(f"- **Note:** {html.escape(n)}" for n in notes)
+    per_layer = cache.get("per_layer") or []
+    if per_layer:
+        lines += ["", t("cache_per_layer", lang, shape=tuple(per_layer[0].get("k_shape")), layers=len(per_layer))]
+    cross = cache.get("cross_attention")
+    if cross:
+        lines += ["", t("cache_cross", lang, layers=cross.get("layers"), heads=cross.get("kv_heads"),
+                        tokens=cross.get("tokens"), dims=cross.get("head_dim"), bytes=format_bytes(cross.get("bytes", 0)))]
+    return "\n".join(lines)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.ui.handlers import Handlers
-from playground.ui.layout import COPY_LINK_JS, Page
-from playground.ui.settings import FIELDS
+from playground.ui.language import relabel, relabelled
+from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
+from playground.ui.panels import DEEP_OUTPUTS
+from playground.ui.settings import FIELDS, from_widgets, to_query
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
 BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping")
@@ -17,64 +19,86 @@ def mode_visibility(mode: str) -> tuple:
     return tuple(gr.update(visible=sample) for _ in SAMPLE_ONLY) + tuple(gr.update(visible=beam) for _ in BEAM_ONLY)
 
 
+def make_link(*values) -> str:
+    return to_query(from_widgets(dict(zip(FIELDS, values))))
+
+
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p, s = page, page.settings
     settings_inputs = [s[f] for f in FIELDS]
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
-    load_outputs = [s["model"], p.card, p.model_status, p.session, s["prompt"], s["chat"], p.att_kind]
-    pe_inputs = [p.session, p.pe_length, p.pe_base, p.pe_pair]
+    lang = s["lang"]
+    load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], p.att_kind, p.att_view,
+                    p.card, p.live]
+    pe_inputs = [p.pe_length, p.pe_base, p.pe_pair]
     pe_outputs = [p.pe_md, p.pe1, p.pe2, p.pe3, p.pe4, p.pe_pair]
-    att_inputs = [p.session, p.att_kind, p.att_layer, p.att_head, p.att_view, p.att_query]
-    att_outputs = [p.att_grid, p.att_heat, p.att_row, p.att_summary, p.att_note, p.att_layer, p.att_head,
+    view_inputs = [p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_sink]
+    deep_outputs = [page.component(name) for name in DEEP_OUTPUTS]
+    att_outputs = [p.att_note, p.att_grid, p.att_heat, p.att_row, p.att_summary, p.att_layer, p.att_head,
                    p.att_query]
     load_kw = dict(concurrency_limit=2, concurrency_id="load")
+    figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
 
-    def after_load(dep):
-        return dep.success(h.positional_for_session, pe_inputs, pe_outputs, concurrency_limit=2, concurrency_id="figures")
+    def switch_language(code: str, request: gr.Request) -> list:
+        return relabel(page, h.sessions, h.models.grouped(request), code, request)
 
-    # Page load: settings from the URL, then the selected model, its PE panel and the mode's knobs.
-    start = p.demo.load(h.on_page_load, None, [*settings_inputs, p.notes], queue=False)
+    def then_positional(dep):
+        return dep.success(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
+
+    # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
+    start = p.demo.load(h.models.page_load, None, [*settings_inputs, p.notes], queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
-    after_load(start.then(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
+    start.then(None, lang, lang, js=LOCALE_JS, queue=False)
+    relabel_outputs = relabelled(page)
+    loaded = start.then(h.models.load_from_link, [s["model"], s["dtype"], lang], load_outputs, **load_kw)
+    then_positional(loaded)
+    loaded.then(switch_language, lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
-    for trigger in (s["model"].input, s["dtype"].input):
-        after_load(trigger(h.load, [s["model"], s["dtype"], p.session], load_outputs, **load_kw))
-    after_load(p.upload.upload(h.upload, [p.upload, s["dtype"], p.session], load_outputs, **load_kw))
+    then_positional(s["model"].input(h.models.load, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    then_positional(s["dtype"].input(h.models.load_dtype, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    then_positional(p.upload.upload(h.models.upload, [p.upload, s["dtype"], lang], load_outputs, **load_kw))
     for trigger in (p.hub_load.click, p.hub_id.submit):
-        after_load(trigger(h.load_hub, [p.hub_id, s["dtype"], p.session], load_outputs, **load_kw))
+        then_positional(trigger(h.models.load_hub, [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
-    # Generation: streamed. Stop sets the session's stop event: the engine ends at its next step and the
-    # handler paints a final "stopped" frame. (Gradio's `cancels=` would also halt it, but marks every
-    # output of the cancelled event with an "Error" badge and skips the final frame, so it is not used.)
-    gen_outputs = [p.output, p.gen_status, p.notes, p.timing, p.kv, p.growth, p.step, p.funnel, p.beam_tree,
-                   p.beam_table, p.caption, p.session]
+    # English / 中文: every label, the live screen, the model's texts.
+    switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
+    switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
+    switched.then(h.stream.current_value, lang, p.live, queue=False)
+    switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card], queue=False)
+
+    # Generation: streamed into the live screen. Each press carries a ticket (the client's clock) so
+    # that Stop also cancels a run still waiting for a slot.
+    gen_outputs = [p.live, p.notes, s["seed"], s["branches"]]
     gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
                   show_progress="minimal")
     for trigger in (p.generate.click, s["prompt"].submit):
-        run = trigger(h.generate, [*settings_inputs, p.session], gen_outputs, **gen_kw)
-        run.success(h.attention_latest, att_inputs[:-1], att_outputs, concurrency_limit=2, concurrency_id="figures")
-    p.stop.click(h.stop, None, p.gen_status, queue=False)
+        run = trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw)
+        run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw)
+    p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
+    branch = p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw)
+    branch.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw)
 
-    # Step inspector: slider, or a click on a token (forwarded by page JS through a hidden textbox).
-    inspect_outputs = [p.funnel, p.beam_tree, p.beam_table, p.caption, p.output]
-    p.step.release(h.inspect, [p.step, p.session], inspect_outputs, concurrency_id="figures")
-    p.clicked.change(h.clicked_step, p.clicked, p.step, queue=False).then(
-        h.inspect, [p.step, p.session], inspect_outputs, concurrency_id="figures")
-
-    # KV cache comparison, attention explorer, positional encodings.
-    p.rerun.click(h.rerun_without_cache, p.session, [p.compare, p.compare_md], concurrency_id="generate")
-    for control in (p.att_kind.change, p.att_view.change, p.att_layer.release, p.att_head.release,
-                    p.att_query.release):
-        control(h.attention, att_inputs, att_outputs, concurrency_id="figures")
-    for control in (p.pe_length.release, p.pe_base.submit, p.pe_pair.release):
-        control(h.positional_for_session, pe_inputs, pe_outputs, concurrency_id="figures")
+    # The selected step (a click or ← / → in the live screen) and the open tab drive the deep views.
+    p.live.select(h.panels.select_step, view_inputs, deep_outputs, **figures_kw)
+    p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw)
+    for control in (p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_query,
+                    p.att_sink):
+        control.change(h.panels.attention, [*view_inputs[:5], p.att_query, p.att_sink], att_outputs, **figures_kw)
+    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate")
+    for control in (p.pe_length, p.pe_pair):
+        control.change(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
+    p.pe_base.submit(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
-    p.copy_link.click(h.make_link, settings_inputs, p.link, queue=False).then(
+    p.copy_link.click(make_link, settings_inputs, p.link, queue=False).then(
+        lambda: gr.update(visible=True), None, p.link, queue=False).then(
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
-    # Scripts (gradio_client, the load test) call generation by name.
-    gr.api(h.generate_text, api_name="generate_text", concurrency_limit=generate_concurrency,
+    # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.
+    gr.api(h.stream.generate_text, api_name="generate_text", concurrency_limit=generate_concurrency,
            concurrency_id="generate")
     p.demo.unload(h.unload)
+    for fn in p.demo.fns.values():  # the page's own events are not an API
+        if fn.api_name != "generate_text":
+            fn.api_visibility = "private"

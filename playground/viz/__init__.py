@@ -10,7 +10,7 @@ from playground.viz.attention_stats import (
     group_by_kv_head,
     mean_attention_distance,
 )
-from playground.viz.cache import cache_growth, format_bytes, kv_formula, timing_bars, timing_comparison
+from playground.viz.cache import cache_growth, format_bytes, kv_formula, timing_comparison
 from playground.viz.positional import (
     cosine_similarity,
     cosine_similarity_matrix,
@@ -26,7 +26,6 @@ from playground.viz.positional import (
     rope_score_curve,
 )
 from playground.viz.sampling import beam_table, beam_tree, candidate_funnel
-from playground.viz.tokens import tokens_html
 
 __all__ = [
     "aggregate_heads",
@@ -55,7 +54,5 @@ __all__ = [
     "rope_relative_scores",
     "rope_rotation",
     "rope_score_curve",
-    "timing_bars",
     "timing_comparison",
-    "tokens_html",
 ]

@@ -13,6 +13,7 @@ MARGIN = dict(l=70, r=30, t=70, b=60)
 PROB_SCALE = "Viridis"  # sequential, for probabilities
 SIGNED_SCALE = "RdBu"  # diverging, always centred at 0
 MAX_TICKS = 48  # beyond this, token tick labels overlap; hover still shows every token
+LABEL_ALL = 400  # large single heatmaps label every token up to this many (small font, tall figure)
 MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
 
 

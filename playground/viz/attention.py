@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import (
+    LABEL_ALL,
     PROB_SCALE,
     as_array,
     finish,
@@ -22,6 +23,30 @@ from playground.viz._common import (
 )
 
 _MAX_GROUP_COLS = 6  # a KV group wider than this no longer fits one row of a 1280-px page
+LOG_FLOOR = 1e-4  # the log colour scale shows weights from this (relative to the largest) up
+
+
+def scaled_weights(w: np.ndarray, scale: str = "linear", hide_first: bool = False) -> tuple[np.ndarray, dict]:
+    """Weights as drawn, and the colour-axis settings that go with them.
+
+    A long text's first token often takes most of every row (an "attention sink"), which leaves the
+    rest of a linear map nearly black. `hide_first` blanks that column and scales to the others;
+    `scale="log"` colours log10(weight) from LOG_FLOOR × the largest weight up.
+    """
+    z = np.array(w, dtype=np.float64, copy=True)
+    if hide_first and z.shape[-1] > 1:
+        z[..., 0] = np.nan
+    top = float(np.nanmax(z)) if np.isfinite(z).any() else 1.0
+    top = top if top > 0 else 1.0
+    if scale == "log":
+        floor = top * LOG_FLOOR
+        z = np.log10(np.clip(z, floor, None))
+        lo, hi = np.log10(floor), np.log10(top)
+        ticks = np.arange(np.ceil(lo), np.floor(hi) + 1)
+        bar = dict(title=dict(text="weight"), tickvals=ticks.tolist(), ticktext=[f"1e{int(v)}" for v in ticks])
+        return z, dict(cmin=float(lo), cmax=float(hi), colorbar=bar)
+    cmax = top if hide_first else 1.0
+    return z, dict(cmin=0.0, cmax=cmax, colorbar=dict(title=dict(text="weight")))
 
 
 def _grid_shape(n_heads: int, kv_groups: int) -> tuple[int, int]:
@@ -39,13 +64,18 @@ def attention_heads_grid(
     key_labels: Sequence[str] | None = None,
     title: str = "Attention heads",
     kv_groups: int = 1,
+    scale: str = "linear",
+    hide_first: bool = False,
 ) -> go.Figure:
-    """All heads of one layer as small-multiple heatmaps on one shared 0..1 colour scale.
+    """All heads of one layer as small-multiple heatmaps on one shared colour scale (see
+    `scaled_weights` for `scale` and `hide_first`); hover names the query and key tokens.
 
     weights: (h, T, S). kv_groups: query heads per KV head (GQA); when > 1 each subplot title
     names its KV head and, if the group fits, each row of the grid is one KV head.
     """
     w = as_array(weights, 3, "weights (h, T, S)")
+    raw = w
+    w, axis = scaled_weights(w, scale, hide_first)
     h, T, S = w.shape
     if kv_groups < 1 or h % kv_groups:
         raise ValueError(f"kv_groups ({kv_groups}) must be a positive divisor of the head count ({h})")
@@ -62,9 +92,10 @@ def attention_heads_grid(
             go.Heatmap(
                 z=w[i],
                 text=text,
+                customdata=raw[i],
                 coloraxis="coloraxis",
                 name=titles[i],
-                hovertemplate=f"{titles[i]}<br>%{{text}}: %{{z:.3f}}<extra></extra>",
+                hovertemplate=f"{titles[i]}<br>%{{text}}: %{{customdata:.4f}}<extra></extra>",
             ),
             row=i // cols + 1,
             col=i % cols + 1,
@@ -79,7 +110,7 @@ def attention_heads_grid(
         fig,
         title,
         height=120 + rows * panel,
-        coloraxis=dict(colorscale=PROB_SCALE, cmin=0.0, cmax=1.0, colorbar=dict(title=dict(text="weight"))),
+        coloraxis=dict(colorscale=PROB_SCALE, **axis),
     )
 
 
@@ -88,27 +119,38 @@ def attention_heatmap(
     query_labels: Sequence[str] | None = None,
     key_labels: Sequence[str] | None = None,
     title: str = "Attention",
+    scale: str = "linear",
+    hide_first: bool = False,
+    highlight_row: int | None = None,
 ) -> go.Figure:
-    """One head in detail: (T, S) heatmap with tokens on both axes; hover 'query → key: p'."""
+    """One head in detail: (T, S) heatmap with every token labelled on both axes (hover:
+    'query → key: weight'); `scale` and `hide_first` as in `scaled_weights`; `highlight_row`
+    outlines one query's row (the selected step)."""
     w = as_array(weights, 2, "weights (T, S)")
     T, S = w.shape
     q = labels_or_index(query_labels, T, "query_labels")
     k = labels_or_index(key_labels, S, "key_labels")
+    z, axis = scaled_weights(w, scale, hide_first)
     fig = go.Figure(
         go.Heatmap(
-            z=w,
+            z=z,
             text=pair_text(q, k),
+            customdata=w,
             colorscale=PROB_SCALE,
-            zmin=0.0,
-            zmax=1.0,
-            colorbar=dict(title=dict(text="weight")),
-            hovertemplate="%{text}: %{z:.3f}<extra></extra>",
+            zmin=axis["cmin"],
+            zmax=axis["cmax"],
+            colorbar=axis["colorbar"],
+            hovertemplate="%{text}: %{customdata:.4f}<extra></extra>",
         )
     )
-    fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, **token_ticks(k))
-    fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, **token_ticks(q))
-    # Square-ish cells for short sequences, capped so long prompts stay on one screen.
-    return finish(fig, title, height=int(min(720, max(360, 200 + 18 * T))))
+    if highlight_row is not None and 0 <= highlight_row < T:
+        fig.add_shape(type="rect", x0=-0.5, x1=S - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
+                      line=dict(color="#e6550d", width=2), fillcolor="rgba(0,0,0,0)")
+    font = dict(size=max(7, min(12, int(900 / max(T, S, 1)))))
+    fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, tickfont=font, **token_ticks(k, LABEL_ALL))
+    fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, tickfont=font, **token_ticks(q, LABEL_ALL))
+    # Square-ish cells for short sequences, taller for long ones so every label has room.
+    return finish(fig, title, height=int(min(1400, max(380, 200 + 11 * T))))
 
 
 def attention_row(

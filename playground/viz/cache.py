@@ -83,22 +83,6 @@ def cache_growth(
     return finish(fig, title, height=380, legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
 
 
-def timing_bars(prefill_ms: float, decode_ms_per_token: float, label: str = "", title: str = "Timing") -> go.Figure:
-    """Prefill (whole prompt at once) vs one decode step, in milliseconds."""
-    values = [float(prefill_ms), float(decode_ms_per_token)]
-    fig = go.Figure(
-        go.Bar(
-            x=["prefill (prompt)", "decode (per token)"], y=values, name=label or "timing",
-            marker=dict(color=[WITHOUT_CACHE_COLOUR, WITH_CACHE_COLOUR]),
-            text=[f"{v:.1f} ms" for v in values], textposition="outside",
-            hovertemplate="%{x}: %{y:.2f} ms<extra></extra>",
-        )
-    )
-    fig.update_yaxes(title_text="milliseconds", rangemode="tozero", range=[0, max(values + [1e-9]) * 1.2])
-    fig.update_xaxes(title_text=label or "phase")
-    return finish(fig, title, height=340, showlegend=False)
-
-
 def timing_comparison(
     with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str = "With vs without KV cache"
 ) -> go.Figure:

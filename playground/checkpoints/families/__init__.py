@@ -6,6 +6,7 @@ Adding a family means adding one module here with a `FAMILY` and listing it in `
 from __future__ import annotations
 
 from playground.checkpoints.families import bart, gpt2, llama, marian, t5, transformer
+from playground.checkpoints.families import m2m_100, mbart, pegasus  # the rest of the BART family
 from playground.checkpoints.families.base import Family
 from playground.errors import CheckpointError
 
@@ -13,6 +14,8 @@ FAMILIES: dict[str, Family] = {}
 for module in (gpt2, llama, t5, bart, marian, transformer):
     for family in module.FAMILIES:
         FAMILIES[family.model_type] = family
+for family in (*mbart.FAMILIES, *pegasus.FAMILIES, *m2m_100.FAMILIES):
+    FAMILIES[family.model_type] = family
 
 
 def family_for(hf_config: dict, where: str = "config.json") -> Family:

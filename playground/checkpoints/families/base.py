@@ -44,10 +44,11 @@ ACTIVATIONS = {
 }
 
 
-def activation(name: str | None, where: str = "config.json") -> str:
+def activation(name: str | None, where: str = "config.json", *, field: str = "activation") -> str:
+    """Our name for a transformers activation; `field` names the config key in the refusal."""
     if name not in ACTIVATIONS:
         raise CheckpointError(
-            f"{where}: activation {name!r} is not implemented; supported: {', '.join(sorted(ACTIVATIONS))}"
+            f"{where}: {field} {name!r} is not implemented; supported: {', '.join(sorted(ACTIVATIONS))}"
         )
     return ACTIVATIONS[name]
 
@@ -86,3 +87,27 @@ def untie_if_head_differs(config: ModelConfig, reader: TensorReader, prefix: str
     if tied == config.tie_word_embeddings:
         return config
     return dataclasses.replace(config, tie_word_embeddings=tied)
+
+
+def adapt_shared_embedding(config: ModelConfig, reader: TensorReader, prefix: str) -> ModelConfig:
+    """Encoder-decoders with one `shared.weight` embedding (T5, the BART family).
+
+    Files may carry copies of it (encoder/decoder `embed_tokens`). transformers uses a copy that
+    differs from the shared embedding (it unties it, whatever tie_word_embeddings says); we build one
+    embedding for source and target, so such a file is refused. The output head is untied when the
+    file has a distinct one (`untie_if_head_differs`).
+    """
+    shared_name = prefix + "shared.weight"
+    if shared_name in reader:
+        shared = reader.get(shared_name)
+        for stack in ("encoder", "decoder"):
+            name = f"{prefix}{stack}.embed_tokens.weight"
+            duplicate = reader.get(name) if name in reader else None
+            if duplicate is not None and not (
+                duplicate.shape == shared.shape and duplicate.dtype == shared.dtype and torch.equal(duplicate, shared)
+            ):
+                raise CheckpointError(
+                    f"{name} differs from {shared_name} (tie_word_embeddings=false): separate encoder and "
+                    "decoder input embeddings are not supported"
+                )
+    return untie_if_head_differs(config, reader, prefix, embed="shared.weight")

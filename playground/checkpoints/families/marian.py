@@ -5,36 +5,35 @@ embeddings scaled by sqrt(d_model) (`scale_embedding`), no embedding LayerNorm, 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from playground.checkpoints.families.bart import IGNORE, bart_layer_rules, shared_fields
-from playground.checkpoints.families.base import Family, refuse, untie_if_head_differs
+from playground.checkpoints.families.bart import (
+    STORED_SINUSOIDS,
+    adapt_stored_sinusoids,
+    bart_family_config,
+    family,
+    refuse_pre_ln_flags,
+)
+from playground.checkpoints.families.base import refuse
 from playground.config import ModelConfig
+
+# transformers 5.23 MarianConfig defaults (decoding starts from the pad token when none is given).
+DEFAULTS = dict(activation_function="gelu", scale_embedding=False, eos_token_id=0, forced_eos_token_id=0)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+    refuse_pre_ln_flags(hf)
     refuse(
         hf.get("share_encoder_decoder_embeddings", True) is False,
         "separate source and target embeddings (share_encoder_decoder_embeddings=False) are not supported",
     )
     vocab, target_vocab = hf.get("vocab_size"), hf.get("decoder_vocab_size")
     refuse(target_vocab not in (None, vocab), f"decoder_vocab_size {target_vocab} differs from vocab_size {vocab}; not supported")
-    fields = shared_fields(hf)
-    if fields["decoder_start_token_id"] is None:  # Marian starts decoding from the pad token
-        fields["decoder_start_token_id"] = fields["pad_token_id"]
-    return ModelConfig(family="marian", positional="sinusoidal", sinusoidal_layout="halves", **fields)
-
-
-FAMILIES = [
-    Family(
-        model_type="marian",
-        config_from_hf=config_from_hf,
-        rules=bart_layer_rules,
-        # The sinusoidal tables are recomputed, never read from the file.
-        ignore=(*IGNORE, r"(model\.)?(encoder|decoder)\.embed_positions\.weight"),
-        prefixes=("model.", ""),
-        probe="shared.weight",
-        adapt=functools.partial(untie_if_head_differs, embed="shared.weight"),
+    start = hf.get("decoder_start_token_id")
+    return bart_family_config(
+        hf, "marian", DEFAULTS, positional="sinusoidal", sinusoidal_layout="halves",
+        decoder_start_token_id=hf.get("pad_token_id") if start is None else start,
     )
-]
+
+
+FAMILIES = [family("marian", config_from_hf, ignore=STORED_SINUSOIDS, adapt=adapt_stored_sinusoids)]

@@ -7,10 +7,9 @@ stack and shared by all its layers. A tied head multiplies the decoder output by
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from playground.checkpoints.families.base import Family, activation, refuse, require, untie_if_head_differs
+from playground.checkpoints.families.base import ACTIVATIONS, Family, activation, adapt_shared_embedding, refuse, require
 from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
 
@@ -22,6 +21,9 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     gated = parts[0] == "gated" and len(parts) == 2
     # transformers maps "gated-gelu" to the tanh approximation (gelu_new) for backward compatibility.
     act = "gelu_new" if proj == "gated-gelu" else parts[-1]
+    refuse(act not in ACTIVATIONS, f"feed_forward_proj {proj!r}: activation {act!r} is not implemented; "
+           f"supported: {', '.join(sorted(ACTIVATIONS))}")
+    refuse(hf.get("is_encoder_decoder") is False, "is_encoder_decoder=false: T5 is an encoder-decoder")
     # T5 v1.0 ties the head and rescales by d_model**-0.5; v1.1 configs say tie_word_embeddings=False.
     # transformers 5 always writes tie_word_embeddings=True and keeps the choice in scale_decoder_outputs.
     tied = hf.get("tie_word_embeddings") is not False
@@ -105,13 +107,14 @@ FAMILIES = [
         model_type="t5",
         config_from_hf=config_from_hf,
         rules=rules,
-        # Copies of the shared embedding, a tied head, and a cross-attention bias table T5 never uses.
+        # Copies of the shared embedding (checked equal by `adapt_shared_embedding`), a tied head's copy, and a
+        # cross-attention bias table T5 never uses.
         ignore=(
             r"(encoder|decoder)\.embed_tokens\.weight",
             r"lm_head\.weight",
             r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",
         ),
         probe="shared.weight",
-        adapt=functools.partial(untie_if_head_differs, embed="shared.weight"),
+        adapt=adapt_shared_embedding,
     )
 ]

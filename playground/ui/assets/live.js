@@ -1,0 +1,419 @@
+// The live screen: the token stream and the current step's panels, drawn in the browser from the
+// small value the server streams (see playground/ui/frames.py). Runs as the gr.HTML component's
+// js_on_load: `element`, `props`, `watch`, `trigger` and `server` come from Gradio.
+//
+// Only new tokens are added to the page; panels redraw for the step on screen. Clicking a token, or
+// ← / → on a focused token, selects its step: every panel moves there, and the server is told (so
+// the deeper views follow). Numbers the stream does not carry (another layer's attention) are asked
+// for with server.attention_row and cached.
+
+const STRINGS = props.strings || {};
+const st = { run: null, rendered: [], selected: null, att: {}, pending: {}, view: null, lang: "en" };
+const $ = (sel) => element.querySelector(sel);
+
+function lang() { return (props.value && props.value.lang) || st.lang || "en"; }
+function tr(key, vals) {
+  let s = (STRINGS[lang()] || STRINGS.en || {})[key] || (STRINGS.en || {})[key] || key;
+  for (const k in vals || {}) s = s.split("{" + k + "}").join(String(vals[k]));
+  return s;
+}
+function esc(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+function shown(text) {  // a token as a person can see it: spaces and newlines made visible
+  if (text === "") return "∅";
+  return esc(text).replace(/\n/g, "↵\n");
+}
+function label(text) {  // a token in a label or a chip: one line
+  if (text === "") return "∅";
+  return esc(text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
+}
+function pct(p) { return (100 * p).toFixed(p >= 0.995 || p < 0.0005 ? 0 : 1) + "%"; }
+function probColour(p) {  // light → strong blue, as the legend shows
+  p = Math.max(0, Math.min(1, p));
+  const lo = [239, 243, 255], hi = [8, 81, 156];
+  const c = lo.map((l, i) => Math.round(l + (hi[i] - l) * p));
+  return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+}
+function bytes(n) {
+  if (n == null) return "–";
+  const units = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+  for (const [u, s] of units) if (n >= s) return (n / s).toFixed(n / s >= 100 ? 0 : 1) + " " + u;
+  return n + " B";
+}
+
+// ---------------------------------------------------------------- the stream
+
+function resetRun(v) {
+  st.run = v.run; st.rendered = []; st.selected = null; st.att = {}; st.pending = {};
+  const stream = $("#token-stream");
+  const parts = [];
+  const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
+  parts.push(`<span class="pg-part">${esc(who)}</span>`);
+  for (const [text, id] of v.prompt || []) {
+    parts.push(`<span class="tok prompt" title="${esc(tr("prompt_label") + " · id " + id)}">${shown(text)}</span>`);
+  }
+  for (const [text, id, p] of v.inherited || []) {
+    parts.push(`<span class="tok inherited" title="id ${id} · p = ${p.toFixed(3)}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
+  }
+  if (v.kind === "seq2seq") parts.push(`<span class="pg-arrow">→</span>`);
+  for (const [text, id] of v.forced_tokens || []) {
+    parts.push(`<span class="tok forced" title="${esc(tr("forced_token") + " · id " + id)}">${shown(text)}</span>`);
+  }
+  stream.innerHTML = parts.join("");
+}
+
+function tokenSpan(step, entry) {
+  const [text, id, p] = entry;
+  const span = document.createElement("span");
+  span.className = "tok gen";
+  span.dataset.step = String(step);
+  span.dataset.prob = String(p);
+  span.tabIndex = 0;
+  span.title = `step ${step} · id ${id} · p = ${p.toFixed(3)}`;
+  span.style.background = probColour(p);
+  span.style.color = p > 0.6 ? "#fff" : "#111";
+  span.innerHTML = shown(text);
+  return span;
+}
+
+function updateStream(v) {
+  const stream = $("#token-stream");
+  const path = v.path || [];
+  let keep = 0;  // beam search may replace the end of the sequence: keep what still matches
+  while (keep < st.rendered.length && keep < path.length && st.rendered[keep] === path[keep][1] + ":" + path[keep][2]) keep++;
+  if (keep < st.rendered.length) {
+    stream.querySelectorAll(".tok.gen").forEach((el) => { if (+el.dataset.step >= keep) el.remove(); });
+    st.rendered.length = keep;
+  }
+  if (path.length > keep) {
+    const frag = document.createDocumentFragment();
+    for (let i = keep; i < path.length; i++) {
+      frag.appendChild(tokenSpan(i, path[i]));
+      st.rendered.push(path[i][1] + ":" + path[i][2]);
+    }
+    stream.appendChild(frag);
+    if (st.selected === null) stream.scrollTop = stream.scrollHeight;
+  }
+  markSelected();
+}
+
+function currentStep(v) {
+  const n = (v.path || []).length;
+  if (!n) return null;
+  return st.selected === null ? n - 1 : Math.min(st.selected, n - 1);
+}
+
+function markSelected() {
+  const v = props.value || {};
+  const step = currentStep(v);
+  $("#token-stream").querySelectorAll(".tok.gen.selected").forEach((el) => el.classList.remove("selected"));
+  if (step === null) return;
+  const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
+  if (el) el.classList.add("selected");
+}
+
+function select(step, focus) {
+  const v = props.value || {};
+  const n = (v.path || []).length;
+  if (!n) return;
+  step = Math.max(0, Math.min(n - 1, step));
+  st.selected = step;
+  markSelected();
+  drawPanels(v);
+  if (focus) {
+    const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
+    if (el) { el.focus({ preventScroll: true }); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
+  }
+  // The server learns the step first (a direct call, never dropped), then the deep views redraw for
+  // whatever step is newest when their turn comes (rapid arrow presses collapse into one redraw).
+  const run = v.run;
+  const tell = server && server.select_step ? server.select_step([run, step]) : Promise.resolve();
+  tell.catch(() => {}).then(() => trigger("select", { step: step, run: run }));
+}
+
+// ---------------------------------------------------------------- status and step bar
+
+function drawStatus(v) {
+  const s = v.status || {};
+  let text;
+  if (s.state === "error") text = tr("status_error", { message: s.error || "" });
+  else if (!v.run) text = tr("status_ready");
+  else if (s.state === "running") text = tr("status_running", { n: s.n });
+  else if (s.state === "stopped") text = tr("status_stopped", { n: s.n });
+  else if (s.state === "error") text = tr("status_error", { message: s.error || "" });
+  else text = tr("status_done", { n: s.n, why: tr("reason_" + (s.reason || "length")) });
+  const status = $("#gen-status");
+  status.textContent = text;
+  status.dataset.state = v.run || s.state === "error" ? s.state : "ready";
+  const rate = $(".pg-rate");
+  rate.textContent = s.tokens_per_s ? tr("rate", { tps: (+s.tokens_per_s).toFixed(1), prefill: (+s.prefill_ms).toFixed(1), decode: (+s.decode_ms || 0).toFixed(1) }) : "";
+}
+
+function drawLegend() {
+  $(".pg-legend").innerHTML = `<span>${esc(tr("legend"))}:</span> <span class="pg-scale">${esc(tr("legend_low"))}</span>`
+    + `<span class="pg-ramp"></span><span class="pg-scale">${esc(tr("legend_high"))}</span> <span class="pg-hint">· ${esc(tr("legend_hint"))}</span>`;
+}
+
+function drawStepBar(v, step) {
+  const bar = $(".pg-stepbar");
+  const n = (v.path || []).length;
+  if (step === null) { bar.innerHTML = `<span class="pg-muted">${esc(tr("no_tokens"))}</span>`; return; }
+  const [text, , p] = v.path[step];
+  const follow = st.selected === null
+    ? `<span class="pg-muted">· ${esc(tr("following"))}</span>`
+    : `<button class="pg-btn pg-follow" type="button">${esc(tr("back_to_live"))}</button>`;
+  bar.innerHTML = `<button class="pg-btn pg-prev" type="button" aria-label="previous step">◀</button>`
+    + `<span class="pg-stepno">${esc(tr("step_of", { step: step, n: n }))}</span>`
+    + `<button class="pg-btn pg-next" type="button" aria-label="next step">▶</button>`
+    + `<span class="pg-chose">${esc(tr("chose", { token: "“" + text.replace(/\n/g, "↵") + "”", p: p.toFixed(3) }))}</span> ${follow}`;
+}
+
+// ---------------------------------------------------------------- candidates
+
+function drawCandidates(v, step) {
+  const box = $(".pg-cands");
+  let html = `<h4>${esc(tr("cand_title"))}</h4><p class="pg-hint">${esc(tr("cand_hint"))}</p>`;
+  if (step === null) { box.innerHTML = html; return; }
+  const cands = v.path[step][3] || [];
+  if (!cands.length) { box.innerHTML = html + `<p class="pg-muted">${esc(tr("cand_none"))}</p>`; return; }
+  const stages = v.stages || ["raw"];
+  html += `<table class="pg-ctable"><thead><tr><th>${esc(tr("cand_token"))}</th>`
+    + stages.map((s) => `<th>${esc(tr("stage_" + s))}</th>`).join("") + `<th></th></tr></thead><tbody>`;
+  for (const [text, id, probs, removed, chosen] of cands) {
+    const cls = (chosen ? "chosen" : "") + (removed >= 0 ? " removed" : "");
+    const why = removed >= 0 ? tr("removed_by", { stage: tr("stage_" + stages[removed]) }) : "";
+    html += `<tr class="${cls}" title="id ${id}${why ? " · " + esc(why) : ""}"><td class="pg-ctok">${chosen ? "✓ " : ""}${label(text)}</td>`;
+    probs.forEach((p, i) => {
+      const gone = removed >= 0 && i >= removed;
+      html += `<td class="pg-bar${gone ? " gone" : ""}"><span style="width:${Math.max(0, Math.min(100, 100 * p)).toFixed(1)}%"></span><em>${gone ? "–" : pct(p)}</em></td>`;
+    });
+    const branch = chosen || v.status.state === "running" ? "" :
+      `<button class="pg-branch" type="button" data-id="${id}" title="${esc(tr("branch_here", { step: step, token: "“" + text + "”" }))}">↪</button>`;
+    html += `<td>${branch}</td></tr>`;
+  }
+  html += `</tbody></table>`;
+  if (v.status.state !== "running") {
+    html += `<div class="pg-typed"><input type="text" class="pg-typed-text" placeholder="${esc(tr("type_token"))}">`
+      + `<button class="pg-btn pg-typed-go" type="button">${esc(tr("continue"))}</button></div>`;
+  }
+  box.innerHTML = html;
+}
+
+// ---------------------------------------------------------------- attention on the text
+
+function viewOf(v) {
+  if (!st.view) {
+    const m = v.model || {};
+    st.view = { kind: v.kind === "seq2seq" ? "cross" : "self", layer: (m.layers || 1) - 1, head: "mean", scale: "linear", sink: false };
+    if (v.att) { st.view.kind = v.att.kind; st.view.layer = v.att.layer; st.view.head = v.att.head; }
+  }
+  return st.view;
+}
+
+function keyLabels(v, step, kind) {
+  if (kind === "cross") return (v.prompt || []).map((t) => t[0]);
+  const path = (v.path || []).slice(0, step).map((t) => t[0]);
+  if (v.kind === "seq2seq") return (v.decoder_start || []).map((t) => t[0]).concat((v.forced_tokens || []).map((t) => t[0]), path);
+  return (v.prompt || []).map((t) => t[0]).concat((v.inherited || []).map((t) => t[0]), (v.forced_tokens || []).map((t) => t[0]), path);
+}
+
+function attentionRow(v, step) {
+  const view = viewOf(v);
+  const key = [step, view.kind, view.layer, view.head].join("|");
+  if (v.att && v.att.step === step && v.att.kind === view.kind && v.att.layer === view.layer && v.att.head === view.head) {
+    return v.att.row;
+  }
+  if (key in st.att) return st.att[key];
+  if (!st.pending[key] && v.run && server && server.attention_row) {
+    st.pending[key] = true;
+    const run = v.run;
+    server.attention_row([run, step, view.kind, view.layer, view.head]).then((r) => {
+      if (st.run !== run) return;
+      st.att[key] = r && r.row ? r.row : null;
+      drawAttention(props.value, currentStep(props.value));
+    }).catch(() => { st.att[key] = null; });
+  }
+  return undefined;
+}
+
+function drawAttention(v, step) {
+  const box = $(".pg-att");
+  const m = v.model || {};
+  const view = viewOf(v);
+  let controls = "";
+  if (v.kind === "seq2seq") {
+    controls += `<select class="pg-akind">${["cross", "self"].map((k) => `<option value="${k}"${view.kind === k ? " selected" : ""}>${esc(tr("att_" + k))}</option>`).join("")}</select>`;
+  }
+  const layers = [];
+  for (let i = 0; i < (m.layers || 1); i++) layers.push(`<option value="${i}"${view.layer === i ? " selected" : ""}>${esc(tr("att_layer"))} ${i}</option>`);
+  controls += `<select class="pg-alayer" aria-label="${esc(tr("att_layer"))}">${layers.join("")}</select>`;
+  const heads = (m.head_choices || ["mean"]).map((h) => {
+    const name = h === "mean" ? tr("att_mean") : h === "max" ? tr("att_max") : h.startsWith("group:") ? tr("att_group", { g: h.slice(6) }) : tr("att_head") + " " + h;
+    return `<option value="${h}"${view.head === h ? " selected" : ""}>${esc(name)}</option>`;
+  });
+  controls += `<select class="pg-ahead" aria-label="${esc(tr("att_head"))}">${heads.join("")}</select>`;
+  controls += `<select class="pg-ascale" aria-label="${esc(tr("att_scale"))}">${["linear", "log"].map((s) => `<option value="${s}"${view.scale === s ? " selected" : ""}>${esc(tr("att_" + s))}</option>`).join("")}</select>`;
+  controls += `<label class="pg-asink"><input type="checkbox" class="pg-asinkbox"${view.sink ? " checked" : ""}> ${esc(tr("att_sink"))}</label>`;
+  let body = "";
+  if (step !== null) {
+    const row = attentionRow(v, step);
+    if (row === undefined) body = `<p class="pg-muted">${esc(tr("att_loading"))}</p>`;
+    else if (row === null) body = `<p class="pg-muted">${esc(tr("att_off"))}</p>`;
+    else body = attentionChips(v, step, row, view);
+  }
+  box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p><div class="pg-acontrols">${controls}</div><div class="pg-achips">${body}</div>`;
+  const chips = box.querySelector(".pg-achips");
+  const q = chips.querySelector(".query");
+  if (q) chips.scrollTop = Math.max(0, q.offsetTop - chips.clientHeight + 40);
+}
+
+function attentionChips(v, step, row, view) {
+  const labels = keyLabels(v, step, view.kind);
+  const n = Math.min(labels.length, row.length);
+  const from = view.sink && n > 1 ? 1 : 0;
+  let top = 0, low = Infinity;
+  for (let i = from; i < n; i++) { top = Math.max(top, row[i]); if (row[i] > 0) low = Math.min(low, row[i]); }
+  const logLo = Math.log10(Math.max(low === Infinity ? 1e-6 : low, top * 1e-4, 1e-9)), logHi = Math.log10(Math.max(top, 1e-9));
+  const parts = [];
+  for (let i = 0; i < n; i++) {
+    const w = row[i];
+    let a = 0;
+    if (i >= from && top > 0) {
+      a = view.scale === "log" ? (w > 0 ? (Math.log10(w) - logLo) / Math.max(logHi - logLo, 1e-9) : 0) : w / top;
+    }
+    a = Math.max(0, Math.min(1, a));
+    const cls = "achip" + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    parts.push(`<span class="${cls}" title="${esc("#" + i + " " + labels[i] + " · " + w.toFixed(4))}" style="background:rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)});color:${a > 0.55 ? "#fff" : "#111"}">${label(labels[i])}</span>`);
+  }
+  return parts.join("");
+}
+
+// ---------------------------------------------------------------- KV cache
+
+function drawCache(v, step) {
+  const box = $(".pg-kv");
+  const c = v.cache || {};
+  let html = `<h4>${esc(tr("kv_title"))}</h4><p class="pg-hint">${esc(tr("kv_hint"))}</p>`;
+  if (step === null || !c.layers) { box.innerHTML = html; return; }
+  const [tokens, used] = v.path[step][4];
+  if (c.enabled === false) {
+    box.innerHTML = html + `<p>${esc(tr("kv_off"))}</p>`;
+    return;
+  }
+  const formula = `2 · N<sub>layers</sub> · B · h<sub>kv</sub> · T · d<sub>head</sub> · s = 2 · ${c.layers} · ${c.batch} · ${c.kv_heads} · <b>${tokens}</b> · ${c.head_dim} · ${c.element_size} = <b>${used.toLocaleString()}</b> B`;
+  const mha = c.kv_heads ? Math.round(used * c.query_heads / c.kv_heads) : used;
+  html += `<p class="pg-formula">${formula}</p><p class="pg-symbols">${esc(tr("kv_symbols"))}</p>`;
+  html += sparkline(v, step, c);
+  html += `<p>${esc(tr("kv_at_step", { step: step, tokens: tokens, bytes: bytes(used) }))} · ${esc(tr("kv_used", { used: bytes(used), allocated: bytes(c.allocated_bytes) }))}`;
+  if (c.query_heads !== c.kv_heads) html += ` · ${esc(tr("kv_mha", { mha: bytes(mha) }))}`;
+  html += `</p>`;
+  if (c.cross) html += `<p>${esc(tr("kv_cross", { bytes: bytes(c.cross.bytes), tokens: c.cross.tokens }))}</p>`;
+  box.innerHTML = html;
+}
+
+function sparkline(v, step, c) {
+  const pts = (v.path || []).map((e) => e[4]);
+  if (!pts.length) return "";
+  const W = 300, H = 56, maxT = Math.max(c.max_tokens || 1, ...pts.map((p) => p[0]));
+  const perToken = c.bytes_per_token || 1, top = Math.max(perToken * maxT * (c.query_heads || 1) / (c.kv_heads || 1), 1);
+  const x = (t) => (4 + (W - 8) * t / maxT).toFixed(1), y = (b) => (H - 4 - (H - 8) * b / top).toFixed(1);
+  const used = pts.map((p, i) => `${i ? "L" : "M"}${x(p[0])},${y(p[1])}`).join("");
+  const mhaLine = c.query_heads !== c.kv_heads ? `<path d="M${x(0)},${y(0)}L${x(maxT)},${y(perToken * maxT * c.query_heads / c.kv_heads)}" class="mha"/>` : "";
+  const alloc = `<path d="M${x(0)},${y(perToken * maxT)}L${x(maxT)},${y(perToken * maxT)}" class="alloc"/>`;
+  const [t, b] = pts[step];
+  return `<svg class="pg-spark" viewBox="0 0 ${W} ${H}" role="img" aria-label="KV cache bytes by tokens">${alloc}${mhaLine}<path d="${used}" class="used"/><circle cx="${x(t)}" cy="${y(b)}" r="3.5"/></svg>`;
+}
+
+// ---------------------------------------------------------------- beams and branches
+
+function drawBeams(v) {
+  const box = $(".pg-beams");
+  if (!v.beams || !v.beams.length) { box.innerHTML = ""; box.hidden = true; return; }
+  box.hidden = false;
+  box.innerHTML = `<h4>${esc(tr("beams_title"))}</h4><ol>` + v.beams.map(([text, score, done]) =>
+    `<li class="${done ? "done" : ""}"><code>${score.toFixed(3)}</code> ${done ? `<span class="pg-badge">${esc(tr("beam_finished"))}</span>` : ""} <span class="pg-btext">${esc(text).replace(/\n/g, "↵")}</span></li>`).join("") + `</ol>`;
+}
+
+function drawBranches(v) {
+  const box = $(".pg-branches");
+  const list = v.branches || [];
+  if (list.length < 2) { box.innerHTML = ""; box.hidden = true; return; }
+  box.hidden = false;
+  box.innerHTML = `<h4>${esc(tr("branches_title"))}</h4>` + list.map((b) =>
+    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step }) : tr("run_label", { n: b.number }))}</span>`
+    + `<div class="pg-btext"><span>${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span>${esc(b.rest)}</span></div></div>`).join("");
+}
+
+// ---------------------------------------------------------------- everything
+
+function drawPanels(v) {
+  const step = currentStep(v);
+  drawStepBar(v, step);
+  drawCandidates(v, step);
+  drawAttention(v, step);
+  drawCache(v, step);
+}
+
+function render() {
+  const v = props.value || {};
+  st.lang = v.lang || st.lang;
+  if (!v.run) {
+    if (st.run !== null) { st.run = null; $("#token-stream").innerHTML = ""; }
+    drawStatus(v); drawLegend(); drawPanels({ path: [], status: {} });
+    $(".pg-beams").hidden = true; $(".pg-branches").hidden = true;
+    return;
+  }
+  if (v.run !== st.run) { resetRun(v); st.view = null; }
+  updateStream(v);
+  drawStatus(v); drawLegend();
+  drawPanels(v);
+  drawBeams(v); drawBranches(v);
+}
+
+// ---------------------------------------------------------------- events
+
+element.addEventListener("click", (e) => {
+  const v = props.value || {};
+  const tok = e.target.closest(".tok.gen[data-step]");
+  if (tok) { select(+tok.dataset.step, true); return; }
+  if (e.target.closest(".pg-prev")) { select((currentStep(v) ?? 1) - 1, true); return; }
+  if (e.target.closest(".pg-next")) { select((currentStep(v) ?? -1) + 1, true); return; }
+  if (e.target.closest(".pg-follow")) { st.selected = null; markSelected(); drawPanels(v); return; }
+  const branch = e.target.closest(".pg-branch");
+  if (branch) { trigger("submit", { run: v.run, step: currentStep(v), token_id: +branch.dataset.id }); return; }
+  if (e.target.closest(".pg-typed-go")) {
+    const text = element.querySelector(".pg-typed-text").value;
+    if (text) trigger("submit", { run: v.run, step: currentStep(v), text: text });
+  }
+});
+
+element.addEventListener("keydown", (e) => {
+  const tok = e.target.closest && e.target.closest(".tok.gen[data-step]");
+  if (tok && (e.key === "ArrowLeft" || e.key === "ArrowRight")) {
+    e.preventDefault();
+    select(+tok.dataset.step + (e.key === "ArrowRight" ? 1 : -1), true);
+  } else if (tok && (e.key === "Enter" || e.key === " ")) {
+    e.preventDefault();
+    select(+tok.dataset.step, true);
+  } else if (e.target.classList && e.target.classList.contains("pg-typed-text") && e.key === "Enter") {
+    e.preventDefault();
+    element.querySelector(".pg-typed-go").click();
+  }
+});
+
+element.addEventListener("change", (e) => {
+  const v = props.value || {};
+  const view = viewOf(v);
+  if (e.target.classList.contains("pg-akind")) view.kind = e.target.value;
+  else if (e.target.classList.contains("pg-alayer")) view.layer = +e.target.value;
+  else if (e.target.classList.contains("pg-ahead")) view.head = e.target.value;
+  else if (e.target.classList.contains("pg-ascale")) view.scale = e.target.value;
+  else if (e.target.classList.contains("pg-asinkbox")) view.sink = e.target.checked;
+  else return;
+  if (server && server.set_view && v.run) server.set_view([v.run, view.kind, view.layer, view.head]).catch(() => {});
+  drawAttention(v, currentStep(v));
+});
+
+watch("value", render);
+render();

@@ -1,0 +1,160 @@
+"""What the live screen receives: a run turned into one small JSON-ready value per frame. No Gradio.
+
+The page's own script draws the token stream and the step panels from this value, so a frame
+carries numbers, never HTML or figures: the tokens of the displayed sequence with their
+probabilities, each step's candidates through the sampler stages and the cache size at that step
+(these lists only grow, and Gradio sends only what changed), the newest step's attention row for
+the view on screen, and the run's status. Everything else is asked for when a panel needs it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from playground.generation import StepEvent, TokenStep
+from playground.ui.runs import LiveView, RunState
+
+ROUND = 4  # significant digits of the probabilities and weights sent to the page
+
+
+def _r(x: float) -> float:
+    if not math.isfinite(x) or x == 0.0:
+        return 0.0 if not math.isfinite(x) else x
+    return float(f"{x:.{ROUND}g}")
+
+
+def stage_names(events: Sequence[StepEvent]) -> list[str]:
+    """The sampler stages this run applied, in order ("raw" first), from its first candidates."""
+    for event in events:
+        if event.candidates:
+            return list(event.candidates[0].stages)
+    return ["raw"]
+
+
+def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str]) -> list[Any]:
+    """[text, id, prob, candidates, [cached tokens, bytes]] for one token of the displayed sequence.
+
+    candidates: [text, id, [prob after each stage], index of the stage that removed it or -1, chosen].
+    """
+    cands = []
+    for c in step.candidates or []:
+        removed = stages.index(c.removed_by) if c.removed_by in stages else -1
+        cands.append([c.text, c.token_id, [_r(c.stages.get(s, 0.0)) for s in stages], removed, int(c.chosen)])
+    return [step.token_text, step.token_id, _r(step.prob), cands, [int(cache.get("tokens", 0)), int(cache.get("bytes", 0))]]
+
+
+def head_choices(heads: int, kv_heads: int) -> list[str]:
+    """The head selections that mean something for this model: each head, mean, max, and KV groups
+    only where query heads share K/V (GQA, MQA)."""
+    choices = ["mean", "max"] + [str(i) for i in range(heads)]
+    if kv_heads < heads:
+        choices += [f"group:{g}" for g in range(kv_heads)]
+    return choices
+
+
+def reduce_heads(weights: np.ndarray, head: str, kv_heads: int) -> np.ndarray:
+    """weights (h, ...) -> (...): one head, the mean or max over heads, or the mean of one KV group."""
+    h = weights.shape[0]
+    if head == "mean":
+        return weights.mean(axis=0)
+    if head == "max":
+        return weights.max(axis=0)
+    if head.startswith("group:"):
+        group, size = int(head.split(":")[1]), h // kv_heads
+        return weights[group * size : (group + 1) * size].mean(axis=0)
+    return weights[int(head)]
+
+
+def resolve_layer(layer: int, n_layers: int) -> int:
+    return n_layers - 1 if layer < 0 or layer >= n_layers else layer
+
+
+def recorded_row(step: TokenStep, kind: str, layer: int) -> np.ndarray | None:
+    """(h, S) attention row recorded while choosing this token, if that layer was recorded."""
+    rows = step.capture.attention
+    if not rows or kind not in rows or layer >= len(rows[kind]):
+        return None
+    return rows[kind][layer]
+
+
+def rounded(values: np.ndarray) -> list[float]:
+    return [_r(float(v)) for v in values]
+
+
+def status(run: RunState, model_name: str) -> dict[str, Any]:
+    last = run.events[-1] if run.events else None
+    timing = dict(last.timing) if last else {}
+    return {
+        "state": "running" if run.running else ("error" if run.error else ("stopped" if run.finish_reason == "stopped" else "done")),
+        "reason": run.finish_reason, "n": len(run.path), "error": run.error, "model": model_name,
+        "tokens_per_s": timing.get("tokens_per_s"), "prefill_ms": timing.get("prefill_ms"),
+        "decode_ms": timing.get("decode_ms_per_token"), "run": run.number,
+        "branch_of": list(run.branch_of) if run.branch_of else None, "seed": run.cfg.seed,
+        "forced": len(run.forced),
+    }
+
+
+def live_value(
+    run: RunState,
+    view: LiveView,
+    meta: dict[str, Any],
+    lang: str,
+    branches: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The live component's value for the run as it stands (see the module docstring).
+
+    meta: the model's shape for the panels ({"layers", "heads", "kv_heads", "kind", "name"}).
+    `run.compact` must hold one compact_step entry per token of `run.path` (the caller keeps it
+    up to date, so frames never rebuild old entries).
+    """
+    stages = stage_names(run.events)
+    last = run.events[-1] if run.events else None
+    cache = dict(last.cache) if last else {}
+    value: dict[str, Any] = {
+        "run": run.token, "number": run.number, "lang": lang, "kind": run.kind,
+        "mode": "beam" if run.beam else ("sample" if run.cfg.do_sample else "greedy"),
+        "model": meta, "stages": stages,
+        "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
+        "prefix": len(run.prefix_ids) - (len(run.prompt_ids) if run.kind == "decoder" else 0),
+        "forced": len(run.forced),
+        "path": list(run.compact),
+        "cache": _cache_summary(cache),
+        "status": status(run, meta.get("name", "")),
+        "att": None, "beams": None, "branches": branches or [],
+    }
+    if run.path:
+        value["att"] = live_attention(run, len(run.path) - 1, view, meta)
+    if run.beam and last is not None and last.beams:
+        value["beams"] = [[b.text, _r(b.score), int(b.finished)] for b in last.beams]
+    return value
+
+
+def live_attention(run: RunState, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The attention row of `step` for the view, from what the run recorded (None if not recorded)."""
+    layer = resolve_layer(view.layer, meta["layers"])
+    kind = view.kind if view.kind in ("self", "cross") else ("cross" if run.kind == "seq2seq" else "self")
+    if kind == "cross" and run.kind != "seq2seq":
+        kind = "self"
+    rows = recorded_row(run.path[step], kind, layer)
+    if rows is None:
+        return None
+    return {"step": step, "kind": kind, "layer": layer, "head": view.head,
+            "row": rounded(reduce_heads(rows, view.head, meta["kv_heads"]))}
+
+
+def _cache_summary(cache: dict[str, Any]) -> dict[str, Any]:
+    keys = ("enabled", "layers", "batch", "kv_heads", "query_heads", "head_dim", "tokens", "max_tokens", "dtype",
+            "element_size", "bytes", "allocated_bytes", "mha_equivalent_bytes", "bytes_per_token")
+    out = {k: cache.get(k) for k in keys}
+    cross = cache.get("cross_attention")
+    if cross:
+        out["cross"] = {k: cross.get(k) for k in ("layers", "kv_heads", "head_dim", "tokens", "bytes")}
+    return out
+
+
+def token_texts(token_text: Callable[[int], str], ids: Sequence[int]) -> list[str]:
+    return [token_text(i) for i in ids]

@@ -1,0 +1,38 @@
+"""The English / 中文 switch: relabels every component and tells the live screen. No model work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from playground.ui.i18n import t
+from playground.ui.layout import Page, mode_choices, view_choices
+from playground.ui.models import session_key
+from playground.ui.runs import Sessions
+
+
+def relabelled(page: Page) -> list[Any]:
+    """The components the switch updates, in the order `relabel` returns their updates."""
+    return [page.component(name) for name in page.labels] + [page.header, page.inspector_intro, page.attention_intro]
+
+
+def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None) -> list[Any]:
+    """Updates for `relabelled(page)`; `grouped`: the session's model shares K/V between heads."""
+    session = sessions.get(session_key(request))
+    session.lang = lang
+    updates = []
+    for name, (label, info) in page.labels.items():
+        component = page.component(name)
+        if isinstance(component, gr.Button):
+            updates.append(gr.update(value=t(label, lang)))
+        elif name == "mode":
+            updates.append(gr.update(label=t(label, lang), info=t(info, lang), choices=mode_choices(lang)))
+        elif name == "att_view":
+            updates.append(gr.update(label=t(label, lang), choices=view_choices(lang, grouped=grouped)))
+        elif info:
+            updates.append(gr.update(label=t(label, lang), info=t(info, lang)))
+        else:
+            updates.append(gr.update(label=t(label, lang)))
+    updates += [f"# {t('title', lang)}\n{t('tagline', lang)}", t("inspector_intro", lang), t("attention_intro", lang)]
+    return updates

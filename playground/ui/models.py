@@ -1,0 +1,215 @@
+"""Models in the app: which ones a visitor can pick, loading them, and what the page says about them.
+
+Handlers here run when a tab opens, when a model is picked, uploaded or fetched from the Hub. A
+failed load is one line in the status under the picker (no error badges elsewhere) and the
+previous model stays in use. Choosing a model swaps in its example prompt, its description and
+its chat setting (on for checkpoints with a chat template); a link's own values are kept.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import Any
+
+import gradio as gr
+
+from playground.checkpoints.card import read_card
+from playground.checkpoints.limits import Limits
+from playground.errors import PlaygroundError
+from playground.loaded import LoadedModel
+from playground.ui import views
+from playground.ui.catalog import HUB_PREFIX, Catalog
+from playground.ui.frames import head_choices
+from playground.ui.i18n import t
+from playground.ui.layout import empty_live_value, view_choices
+from playground.ui.registry import ModelRegistry
+from playground.ui.runs import Sessions
+from playground.ui.settings import FIELDS, UISettings, from_query
+
+log = logging.getLogger("playground.ui")
+EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}
+
+
+def one_line(exc: Exception, lang: str = "en", where: str = "") -> str:
+    """The message a person sees for an exception: its first line; unexpected ones are logged in full."""
+    if isinstance(exc, gr.Error):
+        return str(exc.message).splitlines()[0] if exc.message else "error"
+    if isinstance(exc, (PlaygroundError, ValueError)):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log.error("unexpected error%s", f" in {where}" if where else "", exc_info=exc)
+    return t("unexpected", lang, what=type(exc).__name__)
+
+
+def session_key(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "anonymous"
+
+
+class Models:
+    """Loading and describing models for the sessions of one app."""
+
+    def __init__(self, catalog: Catalog, registry: ModelRegistry, sessions: Sessions, limits: Limits | None = None) -> None:
+        self.catalog = catalog
+        self.registry = registry
+        self.sessions = sessions
+        self.limits = limits or Limits.default()
+
+    # --- lookups ---------------------------------------------------------------------------------
+
+    def model_for(self, name: str, dtype: str) -> LoadedModel:
+        return self.registry.get(self.catalog.resolve(name), dtype)
+
+    def dropdown(self, value: str | None = None) -> dict:
+        choices = [(e.label, e.name) for e in self.catalog.entries()]
+        return gr.update(choices=choices, value=value if value is not None else self.catalog.default_name())
+
+    def example(self, name: str, kind: str) -> str:
+        card = read_card(self.catalog.resolve(name))
+        return card.example_prompt or EXAMPLES[kind]
+
+    def about(self, name: str, lm: LoadedModel, lang: str) -> str:
+        """One line saying what the model is for (escaped: it comes from a file)."""
+        card = read_card(self.catalog.resolve(name))
+        text = card.describe(lang) or t(
+            "describe_generic", lang, family=lm.config.family, kind=t(f"kind_{lm.kind}", lang),
+            params=f"{lm.parameter_count:,}")
+        return html.escape(text, quote=False)
+
+    @staticmethod
+    def meta(lm: LoadedModel, name: str) -> dict[str, Any]:
+        """The model's shape as the live screen needs it."""
+        c = lm.config
+        return {"name": name, "kind": lm.kind, "layers": c.n_layers, "heads": c.n_heads, "kv_heads": c.n_kv_heads,
+                "head_choices": head_choices(c.n_heads, c.n_kv_heads)}
+
+    def grouped(self, request: gr.Request | None) -> bool:
+        """Whether the session's model shares K/V between query heads (GQA / MQA)."""
+        session = self.sessions.get(session_key(request))
+        try:
+            c = self.model_for(session.model, session.dtype).config if session.model else None
+        except Exception:  # noqa: BLE001 - a model that no longer loads has no groups to show
+            return False
+        return c is not None and c.n_kv_heads < c.n_heads
+
+    def refresh(self, lang: str, request: gr.Request | None):
+        """Status, description, prompt label and card of the session's model in `lang`."""
+        session = self.sessions.get(session_key(request))
+        if not session.model:
+            return (gr.skip(),) * 4
+        try:
+            lm = self.model_for(session.model, session.dtype)
+        except Exception:  # noqa: BLE001
+            return (gr.skip(),) * 4
+        status = t("loaded", lang, verb=t("loaded_verb", lang), name=html.escape(session.model),
+                   kind=t(f"kind_{lm.kind}", lang), dtype=session.dtype)
+        prompt = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang))
+        return status, self.about(session.model, lm, lang), prompt, views.model_card_html(lm.info(), session.model, lang)
+
+    # --- page load -------------------------------------------------------------------------------
+
+    def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
+        params = dict(request.query_params) if request is not None else {}
+        base = UISettings(model=self.catalog.default_name() or "")
+        settings, notes = from_query(params, base)
+        if settings.model not in self.catalog.names():
+            notes.append(f"model '{settings.model}' from the link is not available here; using {base.model}")
+            settings.model = base.model
+        return settings, notes
+
+    def page_load(self, request: gr.Request):
+        """Every widget from the URL's query parameters (defaults otherwise)."""
+        settings, notes = self.settings_from_request(request)
+        session = self.sessions.get(session_key(request))
+        session.lang = settings.lang
+        session.link_prompt = "prompt" in dict(request.query_params if request is not None else {})
+        values = [getattr(settings, f) for f in FIELDS]
+        values[FIELDS.index("model")] = self.dropdown(settings.model)
+        return (*values, views.notes_markdown(notes, settings.lang))
+
+    # --- loading ---------------------------------------------------------------------------------
+    # Outputs, in order: model dropdown, status, about, prompt, chat, attention kind, large view,
+    # model card, live screen.
+
+    def load_from_link(self, name: str, dtype: str, lang: str, request: gr.Request):
+        """The page's first load: the link's prompt and chat setting are kept."""
+        session = self.sessions.get(session_key(request))
+        keep = session.link_prompt
+        return self._load(name, dtype, lang, request, swap_prompt=not keep, set_chat=not keep)
+
+    def load(self, name: str, dtype: str, lang: str, request: gr.Request):
+        """A model picked by the visitor: its example prompt and chat default come with it."""
+        return self._load(name, dtype, lang, request, swap_prompt=True, set_chat=True)
+
+    def load_dtype(self, name: str, dtype: str, lang: str, request: gr.Request):
+        """The same model in another dtype: nothing else changes."""
+        return self._load(name, dtype, lang, request, swap_prompt=False, set_chat=False)
+
+    def _load(self, name: str, dtype: str, lang: str, request: gr.Request | None, *, swap_prompt: bool, set_chat: bool):
+        session = self.sessions.get(session_key(request))
+        try:
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001 - the message goes to the status line
+            return self._failed(t("could_not_load", lang, name=name or "?"), exc, session, lang)
+        return self._loaded(lm, name, dtype, session, lang, gr.skip(), swap_prompt=swap_prompt, set_chat=set_chat)
+
+    def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
+        """Copy an upload into its own folder and load it; on failure delete it and say why."""
+        session = self.sessions.get(session_key(request))
+        if not files:
+            return self._failed(t("nothing_uploaded", lang), PlaygroundError(
+                "choose a .safetensors file (or a checkpoint folder's files)"), session, lang)
+        files = [files] if isinstance(files, str) else list(files)
+        try:
+            name = self.catalog.save_upload(files, self.limits.max_file_bytes)
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(t("upload_refused", lang), exc, session, lang)
+        try:
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001
+            self.catalog.discard_upload(name)
+            return self._failed(t("upload_refused", lang), exc, session, lang)
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(name), verb=t("uploaded", lang))
+
+    def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
+        """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
+        from playground.checkpoints.hub import download_checkpoint, validate_repo_id
+
+        session = self.sessions.get(session_key(request))
+        try:
+            rid = validate_repo_id(repo_id)
+            download_checkpoint(rid, self.catalog.hub_dir, max_bytes=self.limits.max_file_bytes)
+            name = HUB_PREFIX + rid
+            lm = self.model_for(name, dtype)
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(t("hub_failed", lang), exc, session, lang)
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(name), verb=t("downloaded", lang))
+
+    def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, *, verb: str | None = None,
+                swap_prompt: bool = True, set_chat: bool = True) -> tuple:
+        changed = session.model != name
+        session.model, session.dtype = name, dtype
+        kind = lm.kind
+        chat_ok = lm.chat_template_available
+        status = t("loaded", lang, verb=verb or t("loaded_verb", lang), name=html.escape(name),
+                   kind=t(f"kind_{kind}", lang), dtype=dtype)
+        prompt = gr.update(label=t("source" if kind == "seq2seq" else "prompt", lang),
+                           **({"value": self.example(name, kind)} if swap_prompt and changed else {}))
+        chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
+        if not chat_ok:
+            chat = gr.update(visible=False, value=False)
+        kinds = ["cross", "self", "encoder"] if kind == "seq2seq" else ["self"]
+        att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
+        grouped = lm.config.n_kv_heads < lm.config.n_heads
+        att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
+        card = views.model_card_html(lm.info(), name, lang)
+        live = empty_live_value(lang) if changed else gr.skip()
+        return (dropdown, status, self.about(name, lm, lang), prompt, chat, att_kind, att_view, card, live)
+
+    def _failed(self, what: str, exc: Exception, session, lang: str) -> tuple:
+        """Status line with the reason; the dropdown goes back to the model still in use."""
+        previous = session.model
+        keep = t("still_using", lang, name=html.escape(previous)) if previous else ""
+        why = html.escape(one_line(exc, lang, "load").rstrip("."))
+        status = t("load_failed", lang, what=what, why=why, keep=keep)
+        dropdown = self.dropdown(previous) if previous else gr.skip()
+        return (dropdown, status) + (gr.skip(),) * 7

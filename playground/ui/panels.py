@@ -1,0 +1,270 @@
+"""The deeper views under the live screen: they follow the selected step, and only the open one is drawn.
+
+Tabs: candidates & beams (the sampler funnel, beam tree and table), all heads of a layer (whole
+run, from the engine's whole-sequence attention), the KV cache (growth and a timed rerun without
+it), positional encoding, the model card. Figures come from `playground.viz`; numbers from the
+engine and `playground.ui.arrays`; nothing here runs the model itself.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+import numpy as np
+
+from playground import viz
+from playground.generation import generate_all
+from playground.generation.stepper import full_attention
+from playground.ui import arrays, views
+from playground.ui.i18n import t
+from playground.ui.models import Models, one_line, session_key
+from playground.ui.runs import RunState, Session, Sessions
+
+DEEP_TABS = ("inspector", "attention", "cache", "positional", "card")
+DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att_grid", "att_heat", "att_row",
+                "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
+ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
+MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+
+
+class Panels:
+    def __init__(self, models: Models, sessions: Sessions) -> None:
+        self.models = models
+        self.sessions = sessions
+
+    # --- which step, which tab -------------------------------------------------------------------
+
+    def select_step(self, evt: gr.EventData, kind: str, view: str, scale: str, layer: float, head: float,
+                    sink: bool, request: gr.Request | None = None) -> tuple:
+        """A token was clicked (or ← / →) in the live screen: the open deep view moves to that step."""
+        session = self.sessions.get(session_key(request))
+        data = getattr(evt, "_data", None) or {}
+        run = session.current
+        if run is None or data.get("run") != run.token:
+            return (gr.skip(),) * len(DEEP_OUTPUTS)
+        if session.selected_step is None and isinstance(data.get("step"), int):  # the page could not tell us first
+            session.selected_step = data["step"]
+        return self._deep(session, kind, view, scale, layer, head, sink)
+
+    def tab_selected(self, evt: gr.SelectData, kind: str, view: str, scale: str, layer: float, head: float,
+                     sink: bool, request: gr.Request | None = None) -> tuple:
+        session = self.sessions.get(session_key(request))
+        tab = evt.value if isinstance(evt.value, str) else None
+        ids = dict(zip((t(f"tab_{k}", lang) for lang in ("en", "zh") for k in DEEP_TABS), DEEP_TABS * 2))
+        session.deep_tab = ids.get(tab, DEEP_TABS[evt.index] if isinstance(evt.index, int) and evt.index < len(DEEP_TABS)
+                                   else session.deep_tab)
+        return self._deep(session, kind, view, scale, layer, head, sink)
+
+    def after_run(self, kind: str, view: str, scale: str, layer: float, head: float, sink: bool,
+                  request: gr.Request | None = None) -> tuple:
+        """A run ended: the open deep view shows its last step."""
+        session = self.sessions.get(session_key(request))
+        session.selected_step = None
+        return self._deep(session, kind, view, scale, layer, head, sink)
+
+    def _deep(self, session: Session, kind, view, scale, layer, head, sink) -> tuple:
+        out = dict.fromkeys(DEEP_OUTPUTS, gr.skip())
+        run = session.current
+        if session.deep_tab == "inspector":
+            out.update(zip(("caption", "funnel", "beam_tree", "beam_table"), self.inspector(session, run)))
+        elif session.deep_tab == "attention":
+            out.update(zip(ATTENTION_OUTPUTS, self._attention(session, run, kind, view, scale, layer, head, None, sink)))
+        elif session.deep_tab == "cache":
+            out.update(zip(("kv", "growth"), self.cache(session, run)))
+        return tuple(out[k] for k in DEEP_OUTPUTS)
+
+    @staticmethod
+    def _step(session: Session, run: RunState) -> int:
+        n = len(run.path)
+        step = session.selected_step if session.selected_step is not None else n - 1
+        return int(min(max(step, 0), max(n - 1, 0)))
+
+    # --- candidates and beams ---------------------------------------------------------------------
+
+    def inspector(self, session: Session, run: RunState | None) -> tuple:
+        lang = session.lang
+        if run is None or not run.path:
+            hidden = gr.update(visible=False)
+            return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
+        step = self._step(session, run)
+        token = run.path[step]
+        funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
+        if not run.beam:
+            hidden = gr.update(visible=False)
+            return views.step_caption(token, lang), funnel, hidden, hidden
+        beams = views.beam_steps(run.events[: step + 1])
+        return (views.step_caption(token, lang), funnel, gr.update(value=viz.beam_tree(beams), visible=True),
+                gr.update(value=viz.beam_table(beams), visible=True))
+
+    # --- all heads ---------------------------------------------------------------------------------
+
+    def attention(self, kind: str, view: str, scale: str, layer: float, head: float, query: float | None,
+                  sink: bool, request: gr.Request | None = None) -> tuple:
+        """A control of the All-heads tab changed."""
+        session = self.sessions.get(session_key(request))
+        return self._attention(session, session.current, kind, view, scale, layer, head, query, sink)
+
+    def _attention(self, session: Session, run: RunState | None, kind: str, view: str, scale: str, layer: float,
+                   head: float, query: float | None, sink: bool) -> tuple:
+        lang = session.lang
+        blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang))
+        skip3 = (gr.skip(),) * 3
+        if run is None or not run.path:
+            return (t("nothing_yet", lang), blank, blank, blank, blank) + skip3
+        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        c = lm.config
+        kinds = ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
+        kind = kind if kind in kinds else kinds[0]
+        n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
+        asked = (layer, head)
+        layer = int(min(max(layer or 0, 0), n_layers - 1))
+        if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
+            return (t("nothing_yet", lang), blank, blank, blank, blank) + skip3
+        try:
+            maps = self._maps(run, lm, kind, layer)
+        except Exception as exc:  # noqa: BLE001
+            return (html.escape(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
+        h, T, S = maps.shape
+        head = int(min(max(head or 0, 0), h - 1))
+        q_labels, k_labels = self._labels(run, lm, kind)
+        first_q = len(run.prefix_ids) - 1
+        if query is None:
+            query = first_q + self._step(session, run) if kind != "encoder" else T - 1
+        query = int(min(max(query, 0), T - 1))
+        groups = c.n_heads // c.n_kv_heads
+        label = t(f"kind_{kind}", lang)
+        shown = maps
+        grid = viz.attention_heads_grid(shown, q_labels, k_labels, title=t("heads_grid_title", lang, label=label, layer=layer),
+                                        kv_groups=groups if groups > 1 else 1, scale=scale, hide_first=sink)
+        if view == "mean":
+            big, what = viz.aggregate_heads(maps, "mean"), t("view_mean", lang)
+        elif view == "max":
+            big, what = viz.aggregate_heads(maps, "max"), t("view_max", lang)
+        elif view == "group" and groups > 1:
+            big, what = viz.group_by_kv_head(maps, groups)[head // groups], t("what_group", lang, group=head // groups)
+        else:
+            big, what = maps[head], t("what_head", lang, head=head)
+        heat = viz.attention_heatmap(big, q_labels, k_labels, title=t("heat_title", lang, label=label, layer=layer, what=what),
+                                     scale=scale, hide_first=sink, highlight_row=query)
+        row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query, token=html.escape(repr(q_labels[query])),
+                                                                layer=layer, what=what))
+        summary = viz.head_summary(viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None]),
+                                   title=t("summary_title", lang, label=label))
+        note = t("attention_note", lang, layers=n_layers, heads=h, t=T, s=S) + (
+            t("gqa_note", lang, g=groups) if groups > 1 else "")
+        # Sliders get a value back only when it had to change: writing a value the slider already holds
+        # could overwrite a newer one typed or arrowed in while this ran.
+        layer_update = gr.update(maximum=max(1, n_layers - 1), **({} if asked[0] == layer else {"value": layer}))
+        head_update = gr.update(maximum=max(1, h - 1), **({} if asked[1] == head else {"value": head}))
+        return (note, grid, heat, row, summary, layer_update, head_update,
+                gr.update(maximum=max(1, T - 1), value=query))
+
+    def _maps(self, run: RunState, lm, kind: str, layer: int) -> np.ndarray:
+        """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""
+        key = (kind, layer)
+        if key not in run.maps:
+            computed = full_attention(lm, run.prompt_ids, run.stream_ids, layers=[layer])
+            for k, stacked in computed.items():
+                run.maps[(k, layer)] = stacked[0]
+            while len(run.maps) > 6:
+                run.maps.pop(next(iter(run.maps)))
+        return run.maps[key]
+
+    @staticmethod
+    def _labels(run: RunState, lm, kind: str) -> tuple[list[str], list[str]]:
+        stream = [x[0] for x in run.inherited] + run.forced_texts + [s.token_text for s in run.path]
+        if run.kind == "decoder":
+            toks = run.prompt_texts + stream
+            return toks, toks
+        dec = run.prefix_texts + stream
+        src = run.prompt_texts
+        return {"self": (dec, dec), "cross": (dec, src), "encoder": (src, src)}[kind]
+
+    # --- KV cache ----------------------------------------------------------------------------------
+
+    def cache(self, session: Session, run: RunState | None) -> tuple:
+        lang = session.lang
+        if run is None or not run.events:
+            return t("cache_intro", lang), viz.cache_growth([], [], [], [])
+        step = self._step(session, run)
+        event = run.events[min(step, len(run.events) - 1)]
+        steps, used, allocated, mha = views.growth_series(run.events)
+        return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
+
+    def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
+        """The current run's request again with and without the cache, back to back, timed fresh (the
+        live run's timings include pacing and painting)."""
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running:
+            return gr.skip(), t("generate_first", lang)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
+        forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
+        generate_all(lm, run.prompt_ids, knobs.replace(max_new_tokens=1), forced_prefix=forced)  # wake the threads
+        cached = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
+        without = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
+        same = list(without.token_ids) == list(cached.token_ids)
+        fig = viz.timing_comparison(dict(cached.timing), dict(without.timing))
+        return fig, t("rerun_note", lang, verdict=t("same_tokens" if same else "different_tokens", lang))
+
+    # --- positional encoding -----------------------------------------------------------------------
+
+    def positional(self, length: float, compare_base: float, pair: float, request: gr.Request | None = None) -> tuple:
+        """The PE panel for the model this tab has loaded (nothing before the first successful load)."""
+        session = self.sessions.get(session_key(request))
+        if not session.model:
+            return (gr.skip(),) * 6
+        try:
+            lm = self.models.model_for(session.model, session.dtype)
+            return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair)
+        except Exception as exc:  # noqa: BLE001
+            return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * 5
+
+
+def positional_outputs(lm, length: int, compare_base: float, pair: float | None) -> tuple:
+    """(markdown, 4 figures, pair slider) for the model's own positional scheme."""
+    data = arrays.positional_data(lm, length, compare_base)
+    scheme = data["scheme"]
+    hidden = gr.update(visible=False)
+
+    def show(fig: Any) -> dict:
+        return gr.update(value=fig, visible=True)
+
+    if scheme == "sinusoidal":
+        tab, cmp = data["table"], data["compare_table"]
+        md = (f"**Sinusoidal** (fixed, not learned): PE(pos, 2i) = sin(pos / {data['base']:g}^(2i/d)), "
+              f"PE(pos, 2i+1) = cos(…), d = {tab.shape[1]}, added to the embeddings. Early dimensions oscillate fast, "
+              f"late ones slowly; the dot product of two positions depends mainly on their distance. Below: base "
+              f"{data['base']:g} vs {data['compare_base']:g}.")
+        return (md, show(viz.pe_heatmap(tab)), show(viz.pe_waves(tab)), show(viz.pe_similarity(tab)),
+                show(viz.pe_base_comparison(tab, cmp, f"base {data['base']:g}", f"base {data['compare_base']:g}")),
+                gr.update(visible=False))
+    if scheme == "rope":
+        f = data["inv_freq"]
+        pair = int(min(max(pair or 0, 0), len(f) - 1))
+        distances = np.arange(0, min(data["context"], 1024))
+        md = (f"**RoPE**: queries and keys are rotated, pair by pair, by angle position × θᵢ with θᵢ = base^(−2i/d), "
+              f"d_head = {data['head_dim']} ({len(f)} pairs). The score q·k then depends only on the relative "
+              f"distance. Nothing is added to the embeddings.")
+        return (md, show(viz.rope_frequencies(f, context_length=data["context"])),
+                show(viz.rope_rotation(f, pair, data["length"])),
+                show(viz.rope_relative_scores(viz.rope_score_curve(f, distances), distances,
+                                              title="q·k for q = k = 1 vs relative distance (long-term decay)")),
+                hidden, gr.update(visible=True, maximum=max(1, len(f) - 1)))
+    if scheme == "learned":
+        tab = data["table"]
+        md = (f"**Learned absolute positions**: the model's own table ({tab.shape[0]} of {lm.config.max_positions} "
+              f"positions × {tab.shape[1]} dims), added to the embeddings.")
+        return (md, show(viz.learned_table_heatmap(tab)), show(viz.cosine_similarity_matrix(tab)), hidden, hidden,
+                gr.update(visible=False))
+    if scheme == "relative":
+        md = (f"**Relative position bias** (T5): a learned scalar per head and distance bucket is added to the "
+              f"attention logits (`{data['table_name']}`); no position is added to the embeddings.")
+        return (md, show(viz.relative_bias_plot(data["bias"], data["distances"])), hidden, hidden, hidden,
+                gr.update(visible=False))
+    md = data.get("missing") or "This model uses no positional encoding."
+    return (md, hidden, hidden, hidden, hidden, gr.update(visible=False))

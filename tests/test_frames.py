@@ -1,0 +1,63 @@
+"""What the live screen receives: small, JSON-ready values made from a run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import playground
+from playground.generation import GenerationConfig, generate_all
+from playground.ui import frames
+from playground.ui.runs import LiveView, RunState
+from playground.ui.settings import UISettings
+from tests.ui_fixtures import save_tiny_decoder
+
+
+def test_heads_offered_are_the_ones_that_mean_something():
+    assert frames.head_choices(4, 4) == ["mean", "max", "0", "1", "2", "3"]  # MHA: no KV groups
+    assert frames.head_choices(4, 2)[-2:] == ["group:0", "group:1"]  # GQA: two groups of two
+    assert frames.head_choices(3, 1)[-1] == "group:0"  # MQA
+
+
+def test_reducing_heads():
+    w = np.arange(24, dtype=float).reshape(4, 6)
+    np.testing.assert_allclose(frames.reduce_heads(w, "mean", 2), w.mean(0))
+    np.testing.assert_allclose(frames.reduce_heads(w, "max", 2), w[3])
+    np.testing.assert_allclose(frames.reduce_heads(w, "group:1", 2), w[2:4].mean(0))
+    np.testing.assert_allclose(frames.reduce_heads(w, "2", 2), w[2])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    directory = save_tiny_decoder(tmp_path_factory.mktemp("w") / "tiny")
+    lm = playground.load_model(directory)
+    cfg = GenerationConfig(max_new_tokens=5, capture_attention=True, attention_layers=(1,), top_candidates=4,
+                           temperature=0.8, top_k=3, seed=0)
+    result = generate_all(lm, lm.tokenize("Hi"), cfg)
+    state = RunState(token="t" * 24, number=1, settings=UISettings(), cfg=cfg, kind="decoder",
+                     prompt_ids=result.prompt_ids, prompt_texts=lm.token_texts(result.prompt_ids),
+                     prefix_ids=result.decoder_prefix, live_layer=1, events=result.steps, path=result.path,
+                     finish_reason="length")
+    stages = frames.stage_names(result.steps)
+    state.compact = [frames.compact_step(s, e.cache, stages) for s, e in zip(result.path, result.steps)]
+    return lm, state
+
+
+def test_a_frame_is_small_json_with_the_newest_attention_row(run):
+    lm, state = run
+    meta = {"name": "tiny", "kind": "decoder", "layers": 2, "heads": 4, "kv_heads": 2,
+            "head_choices": frames.head_choices(4, 2)}
+    value = frames.live_value(state, LiveView(kind="self", layer=1, head="mean"), meta, "en")
+    json.dumps(value)
+    assert value["stages"] == ["raw", "temperature", "top_k"]
+    text, token_id, prob, cands, kv = value["path"][2]
+    assert token_id == state.path[2].token_id and kv[0] == len(state.prompt_ids) + 2
+    assert all(len(c[2]) == 3 for c in cands)  # one probability per stage
+    removed = [c for c in cands if c[3] >= 0]
+    assert removed and all(value["stages"][c[3]] == "top_k" for c in removed)  # top-3 of 4 candidates
+    assert value["att"]["layer"] == 1 and len(value["att"]["row"]) == len(state.prompt_ids) + 4
+    np.testing.assert_allclose(value["att"]["row"], state.path[4].capture.attention["self"][1].mean(0), atol=1e-3)
+    assert frames.live_attention(state, 4, LiveView(kind="self", layer=0, head="mean"), meta) is None  # not recorded
+    assert value["status"]["state"] == "done" and value["status"]["n"] == 5
