@@ -144,7 +144,8 @@ def test_each_knob_is_named_by_the_part_that_does_not_fit(tmp_path):
             playground.generate_all(lm, prompt, cfg)
         assert knob in str(caught.value) and "the budget is 512.0 MiB" in str(caught.value)
     with pytest.raises(BudgetError, match="turn attention capture off"):
-        check_full_attention(lm, 4000, 8)
+        check_full_attention(lm, 1200, 8)  # 6 layers x 8 heads x 1,208² maps, in float32 twice: 560 MiB
+    check_full_attention(lm, 1200, 8, layers=[2])  # one layer's maps fit
     tiny = dataclasses.replace(lm, limits=Limits(GIB, lm.resident_bytes // 2))
     with pytest.raises(BudgetError, match="the model alone takes"):
         plan(tiny, [1, 2], base)

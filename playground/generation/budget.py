@@ -66,6 +66,7 @@ class Request:
     capture_prompt_attention: bool = False
     capture_residual: bool = False
     final_maps: bool = False  # attention maps over the whole final sequence (generate_all, the panels)
+    final_layers: tuple[int, ...] | None = None  # the layers those maps cover (None: every layer)
 
     @classmethod
     def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False) -> "Request":
@@ -175,7 +176,8 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
 
     if r.final_maps:
         final = r.prefix_tokens + N if seq2seq else P + N
-        maps = L * h * final * final + ((E * enc.n_heads * P * P + L * h * final * P) if seq2seq else 0)
+        nd, ne = _recorded(r.final_layers, L), _recorded(r.final_layers, E)
+        maps = nd * h * final * final + ((ne * enc.n_heads * P * P + nd * h * final * P) if seq2seq else 0)
         parts["final_maps"] = maps * (e + F32) + 3 * h * max(final, P) ** 2 * F32
 
     parts["tokens"] = 4 * B * T * 8
@@ -238,8 +240,12 @@ def check_request(lm: LoadedModel, request: Request) -> RequestEstimate:
     )
 
 
-def check_full_attention(lm: LoadedModel, prompt_tokens: int, generated_tokens: int) -> RequestEstimate:
-    """The budget check for `full_attention` over a finished run (what the attention panels compute)."""
+def check_full_attention(
+    lm: LoadedModel, prompt_tokens: int, generated_tokens: int, layers: list[int] | None = None
+) -> RequestEstimate:
+    """The budget check for `full_attention(lm, prompt_ids, token_ids, layers)` over a finished run (what
+    the attention panels compute): call it first with the same lengths and layers."""
     prefix = prompt_tokens if lm.kind == "decoder" else 1
-    request = Request(prompt_tokens, prefix, generated_tokens, use_cache=False, final_maps=True)
+    request = Request(prompt_tokens, prefix, generated_tokens, use_cache=False, final_maps=True,
+                      final_layers=None if layers is None else tuple(layers))
     return check_request(lm, request)
