@@ -1,4 +1,4 @@
-"""Command line: `python -m playground {info,generate,import-smollm2,import-gemma3} ...`.
+"""Command line: `python -m playground {info,generate,import-smollm2,import-gemma3,deploy-space} ...`.
 
 Errors a person can fix print one line on stderr and exit with status 2 — never a traceback.
 """
@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     gemma.add_argument("--dest", default="weights/gemma-3-270m")
     gemma.add_argument("--force", action="store_true")
     gemma.set_defaults(handler=_import_gemma3)
+
+    from playground import deploy
+
+    space = commands.add_parser("deploy-space", help="create or update a Hugging Face Space running this app")
+    deploy.add_arguments(space)
+    space.set_defaults(handler=deploy.run)
     return parser
 
 

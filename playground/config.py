@@ -63,6 +63,40 @@ class LayerKind:
         return dataclasses.asdict(self)
 
 
+# --- meaningless values (see ModelConfig._check_meaningful)
+# attention_scale multiplies q·k before the softmax: head_dim ** -0.5 (<= 1) or T5's 1.0 in practice.
+# Above 1e3 float16 scores overflow (max 65504) for |q·k| > 65 and float32 softmax is a hard argmax:
+# such a value is a corrupt config, not a design.
+MAX_ATTENTION_SCALE = 1e3
+
+
+def _positive_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value) and value > 0
+
+
+def _check_rope_scaling(scaling: dict[str, Any]) -> None:
+    """Factors of linear / llama3 RoPE scaling: finite positive numbers, high_freq_factor > low_freq_factor."""
+    kind = scaling.get("rope_type", "default")
+    required = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}.get(kind, ())
+    for key in (*required, *(k for k in ("factor",) if k in scaling and k not in required)):
+        if not _positive_number(scaling.get(key)):
+            raise ConfigError(
+                f"rope_scaling '{key}' is {scaling.get(key)!r}; {kind} RoPE scaling needs a positive number there"
+            )
+    if kind == "llama3":
+        if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+            raise ConfigError(
+                f"rope_scaling high_freq_factor ({scaling['high_freq_factor']}) must exceed low_freq_factor "
+                f"({scaling['low_freq_factor']}); Llama 3 uses 4 and 1"
+            )
+        original = scaling.get("original_max_position_embeddings")
+        if not (_is_int(original) and original > 0):
+            raise ConfigError(
+                f"rope_scaling 'original_max_position_embeddings' is {original!r}; llama3 RoPE scaling needs a "
+                "positive whole number (8192 for Llama 3)"
+            )
+
+
 @dataclass
 class ModelConfig:
     """Architecture of a decoder-only or encoder-decoder Transformer.
@@ -213,6 +247,7 @@ class ModelConfig:
             raise ConfigError(f"config field 'norm_eps' must be positive, got {self.norm_eps}")
         if self.max_positions > 1_048_576:
             raise ConfigError(f"config field 'max_positions' ({self.max_positions}) is absurdly large")
+        self._check_meaningful()
 
     def _derive_encoder(self) -> None:
         """Fill the encoder fields left None from the decoder's, then check them like the decoder's."""
@@ -325,6 +360,34 @@ class ModelConfig:
                 ok = isinstance(value, str)
             if not ok:
                 raise ConfigError(f"config field '{f.name}' has the wrong type ({type(value).__name__}: {value!r})")
+
+    # --- values that parse but cannot mean anything (untrusted files reach here)
+    def _check_meaningful(self) -> None:
+        """Refuse by name the values no model can use: they would load and then compute nonsense."""
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ConfigError(
+                f"config field 'sliding_window' is {self.sliding_window}; a query must see at least one key: "
+                "use a positive window, or null for none"
+            )
+        if self.attention_scale is not None and not 0 < self.attention_scale <= MAX_ATTENTION_SCALE:
+            raise ConfigError(
+                f"config field 'attention_scale' is {self.attention_scale}; it multiplies q·k and must be in "
+                f"(0, {MAX_ATTENTION_SCALE:g}] (usually head_dim ** -0.5, or 1.0 for T5): use null for the default"
+            )
+        for name in ("rope_theta", "sinusoidal_base"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"config field '{name}' is {getattr(self, name)}; it must be positive (usually 10000)")
+        if self.rope_scaling:
+            _check_rope_scaling(self.rope_scaling)
+        ids = {name: getattr(self, name) for name in
+               ("bos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")}
+        ids.update({"eos_token_id": i for i in self.eos_token_ids})
+        for name, value in ids.items():
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ConfigError(
+                    f"config field '{name}' is {value}, outside the vocabulary (0..{self.vocab_size - 1}); "
+                    "fix the id or use null"
+                )
 
     # --- derived
     def encoder_config(self) -> "ModelConfig":

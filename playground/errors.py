@@ -14,3 +14,11 @@ class ConfigError(PlaygroundError):
 
 class CheckpointError(PlaygroundError):
     """A checkpoint that cannot be loaded safely or faithfully."""
+
+
+class PromptError(PlaygroundError):
+    """Prompt text that cannot be tokenized as written (not valid Unicode text, or a NUL character)."""
+
+
+class ChatTemplateError(PlaygroundError):
+    """A checkpoint's chat template that failed, or went past its time, work or size bounds."""

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from playground.config import ModelConfig
-from playground.errors import PlaygroundError
+from playground.errors import ChatTemplateError, PlaygroundError, PromptError
 from playground.models.positional import positional_kind_label
+
+if TYPE_CHECKING:
+    from playground.checkpoints.limits import Limits
 
 
 BLOCK_LABELS = {
@@ -55,6 +58,10 @@ class LoadedModel:
     dtype: torch.dtype
     file_bytes: int
     load_seconds: float
+    # Resource limits from load time, which every request is checked against (generation.budget),
+    # and the bytes the model itself keeps (weights, position tables, module objects).
+    limits: Limits | None = None
+    resident_bytes: int = 0
 
     @property
     def kind(self) -> str:
@@ -91,19 +98,33 @@ class LoadedModel:
         return self.model(input_ids, decoder_input_ids, attention_mask=attention_mask).float()
 
     def tokenize(self, text: str, *, chat: bool = False) -> list[int]:
-        """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn."""
+        """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn.
+
+        Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
+        the position): neither is text a tokenizer can read, and cleaning it silently would change
+        what the model reads. The chat template runs sandboxed and bounded (`playground.chat_template`):
+        it renders exactly as transformers' apply_chat_template, or raises one ChatTemplateError line.
+        """
         if self.tokenizer is None:
             raise PlaygroundError(self.tokenizer_error or "this checkpoint has no tokenizer; pass token ids instead")
+        check_prompt_text(text)
         if chat:
             if not self.chat_template_available:
                 raise PlaygroundError("this checkpoint has no chat template; turn chat off")
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            return [int(i) for i in ids]
+            rendered = self.render_chat([{"role": "user", "content": text}])
+            return [int(i) for i in self.tokenizer.encode(rendered, add_special_tokens=False)]
         return [int(i) for i in self.tokenizer.encode(text)]
+
+    def render_chat(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """The chat template's text for `messages` (what apply_chat_template(tokenize=False) returns)."""
+        from playground.chat_template import render_chat
+
+        try:
+            template = self.tokenizer.get_chat_template()
+        except (ValueError, TypeError, KeyError) as error:  # e.g. named templates without a default
+            raise ChatTemplateError(f"the checkpoint's chat template cannot be chosen ({error}); turn chat off") from None
+        return render_chat(template, messages, add_generation_prompt=add_generation_prompt,
+                           variables=_plain(self.tokenizer.special_tokens_map))
 
     def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text for token ids (the ids themselves, space-separated, without a tokenizer)."""
@@ -118,8 +139,35 @@ class LoadedModel:
     def token_texts(self, ids: list[int]) -> list[str]:
         return [self.token_text(i) for i in ids]
 
+    def checkpoint_texts(self) -> dict[str, str]:
+        """Every piece of text this checkpoint controls that the app may show, keyed by where it comes
+        from: config strings (`config.family`, anything under `config.extra` and `config.rope_scaling`),
+        the file or folder name, the tokenizer's special tokens and chat template, its load error, and
+        the token texts of the special ids. A page must escape all of them (and `token_text` of any
+        id); a UI test can fill each with hostile HTML and render every element."""
+        out: dict[str, str] = {"path.name": self.path.name}
+        for key, value in self.config.to_dict().items():
+            _collect_texts(f"config.{key}", value, out)
+        if self.tokenizer_error:
+            out["tokenizer_error"] = self.tokenizer_error
+        if self.tokenizer is not None:
+            for key, value in dict(getattr(self.tokenizer, "special_tokens_map", {}) or {}).items():
+                _collect_texts(f"tokenizer.{key}", value, out)
+            template = getattr(self.tokenizer, "chat_template", None)
+            if template:
+                _collect_texts("tokenizer.chat_template", template, out)
+        c = self.config
+        for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id"):
+            if getattr(c, name) is not None:
+                out[f"token_text.{name}"] = self.token_text(getattr(c, name))
+        for i, eos in enumerate(c.eos_token_ids):
+            out[f"token_text.eos_token_id.{i}"] = self.token_text(eos)
+        return out
+
     def info(self) -> dict[str, Any]:
-        """JSON-serialisable description for `python -m playground info` and the model card."""
+        """JSON-serialisable description for `python -m playground info` and the model card.
+
+        Strings in it are data from the checkpoint, kept as written (see `checkpoint_texts`)."""
         c = self.config
         return {
             "path": str(self.path),
@@ -159,3 +207,43 @@ def _stacks(config: ModelConfig) -> dict[str, Any]:
         "decoder": _stack(config, config.n_layers),
         "symmetric": config.symmetric,
     }
+
+
+def check_prompt_text(text: str) -> None:
+    """Refuse text a tokenizer cannot read as written: a NUL character or an unpaired surrogate
+    (what undecodable bytes become in Python strings), with the character's position."""
+    if not isinstance(text, str):
+        raise PromptError(f"the prompt must be text, got {type(text).__name__}")
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise PromptError(f"the prompt contains a NUL character (U+0000) at character {nul}; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        raise PromptError(
+            f"the prompt contains an unpaired surrogate U+{code:04X} at character {error.start}, which is not "
+            "valid Unicode text; remove it (or save the text as UTF-8 again)"
+        ) from None
+
+
+def _collect_texts(key: str, value: Any, out: dict[str, str]) -> None:
+    """Flatten the strings inside `value` (dict keys included) into `out` under dotted keys."""
+    if isinstance(value, str):
+        out[key] = value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out[f"{key}.{k}#key"] = str(k)  # keys are checkpoint text too (config.extra is free-form)
+            _collect_texts(f"{key}.{k}", v, out)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _collect_texts(f"{key}.{i}", v, out)
+
+
+def _plain(value: Any) -> Any:
+    """Template variables as plain JSON data (what transformers passes: no objects with methods)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, (bool, int, float)) else str(value)

@@ -13,10 +13,17 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from playground.errors import PlaygroundError
 
+# Hub repos a Space downloads at build time (README front matter `preload_from_hub`, written by
+# `python -m playground deploy-space`), which the app's catalog offers from the Hugging Face cache.
+# The files are those load_model needs.
+PRELOADED: dict[str, tuple[str, ...]] = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"),
+}
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -51,8 +58,12 @@ def _no_network(repo_id: str, why: str) -> NoNetworkError:
 
 
 def download_checkpoint(repo_id: str, cache_dir: Path | str, *, revision: str | None = None,
-                        max_bytes: int | None = None, endpoint: str | None = None) -> Path:
-    """Fetch `repo_id`'s safetensors checkpoint into `cache_dir/owner/name`; return that folder."""
+                        max_bytes: int | None = None, endpoint: str | None = None,
+                        make_room: Callable[[int], object] | None = None) -> Path:
+    """Fetch `repo_id`'s safetensors checkpoint into `cache_dir/owner/name`; return that folder.
+
+    `make_room(total_bytes)` runs once the listed size is known, before anything is downloaded (the
+    catalog evicts old uploads to keep its disk quota, or refuses)."""
     rid = validate_repo_id(repo_id)
     if offline():
         raise _no_network(rid, "offline mode is on (HF_HUB_OFFLINE)")
@@ -72,6 +83,8 @@ def download_checkpoint(repo_id: str, cache_dir: Path | str, *, revision: str | 
         if max_bytes is not None and total > max_bytes:
             raise PlaygroundError(f"'{rid}' is {total / 2**20:,.1f} MiB of weights and files, over the "
                                   f"{max_bytes / 2**20:,.1f} MiB limit here; pick a smaller model")
+        if make_room is not None:
+            make_room(total)
         target = Path(cache_dir) / rid
         # Exactly the top-level files checked above (the patterns alone would also match sub-folders).
         snapshot_download(rid, revision=info.sha, allow_patterns=[s.rfilename for s in files], local_dir=target,

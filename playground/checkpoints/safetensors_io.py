@@ -27,6 +27,8 @@ DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool,
 }
 ITEM_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+MAX_TENSORS = 16_384  # per header; see Limits.max_tensors
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
@@ -60,7 +62,41 @@ def refuse_pickle(path: Path) -> None:
         )
 
 
-def read_header(path: str | os.PathLike) -> SafetensorsHeader:
+class _Budget:
+    """Counts JSON objects and numbers while the header is parsed: a 100 MB header of tiny entries
+    would otherwise become millions of Python objects (seconds and gigabytes) before any check."""
+
+    def __init__(self, where: str, max_tensors: int) -> None:
+        self.where, self.max_tensors = where, max_tensors
+        self.objects = self.numbers = 0
+
+    def _refuse(self) -> None:
+        raise CheckpointError(
+            f"{self.where}: the header lists more than {self.max_tensors:,} tensors (or that many entries' worth of "
+            "numbers); checkpoints here may have at most that many tensors"
+        )
+
+    def object(self, pairs: list[tuple[str, object]]) -> dict[str, object]:
+        self.objects += 1
+        if self.objects > self.max_tensors + 2:  # + the header itself and __metadata__
+            self._refuse()
+        return dict(pairs)
+
+    def _count(self) -> None:
+        self.numbers += 1
+        if self.numbers > 16 * self.max_tensors:  # shape dimensions and two offsets per tensor
+            self._refuse()
+
+    def integer(self, text: str) -> int:
+        self._count()
+        return int(text)
+
+    def real(self, text: str) -> float:
+        self._count()
+        return float(text)
+
+
+def read_header(path: str | os.PathLike, *, max_tensors: int = MAX_TENSORS) -> SafetensorsHeader:
     """Parse and validate a safetensors header without reading tensor data."""
     path = Path(path)
     refuse_pickle(path)
@@ -81,8 +117,12 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     except OSError as error:
         raise CheckpointError(f"{where}: cannot read file ({error.strerror or error})") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        budget = _Budget(where, max_tensors)
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=budget.object, parse_int=budget.integer,
+                            parse_float=budget.real)
+    except CheckpointError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: JSON, or a 5,000-digit number
         raise CheckpointError(f"{where}: header is not valid JSON ({error}); the file is corrupt") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{where}: header must be a JSON object; the file is corrupt")
@@ -157,8 +197,12 @@ class TensorReader:
         self._handles: dict[Path, object] = {}
 
     @classmethod
-    def open(cls, paths: list[Path]) -> "TensorReader":
-        return cls([read_header(p) for p in paths])
+    def open(cls, paths: list[Path], *, max_tensors: int = MAX_TENSORS) -> "TensorReader":
+        headers: list[SafetensorsHeader] = []
+        for p in paths:  # the limit holds for all shards together
+            left = max_tensors - sum(len(h.tensors) for h in headers)
+            headers.append(read_header(p, max_tensors=max(left, 0)))
+        return cls(headers)
 
     def __contains__(self, name: str) -> bool:
         return name in self.location

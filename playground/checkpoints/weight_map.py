@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from playground.checkpoints.safetensors_io import TensorReader
+from playground.checkpoints.safetensors_io import DTYPES, FLOAT_DTYPES, TensorInfo, TensorReader
 from playground.errors import CheckpointError
 from playground.models.layers import transposed
 
@@ -82,11 +82,12 @@ def build_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Apply `rules` to the checkpoint; every tensor must be used or match an `ignore` regex.
 
-    Names, dtypes and shapes are all checked before any weight is copied; the copies (transposes,
-    fusions, dtype casts) and the finite check then run on a small thread pool, since torch releases
-    the GIL while it copies.
+    Names, dtypes and shapes are all checked from the headers before any tensor is opened; the copies
+    (transposes, fusions, dtype casts) and the finite check then run on a small thread pool, since
+    torch releases the GIL while it copies.
     """
-    jobs: list[_Job] = []
+    # 1. Validate names, dtypes and shapes from the headers alone: nothing is read or built yet.
+    planned: list[tuple[Rule, list[str]]] = []
     used: set[str] = set()
     for rule in rules:
         names = [_full_name(prefix, s) for s in rule.sources]
@@ -98,29 +99,31 @@ def build_state_dict(
                 f"{where}: missing tensor '{missing[0]}' (needed for {rule.target}); "
                 "the file is incomplete or belongs to a different architecture"
             )
-        parts = [reader.get(n) for n in names]
+        infos = [reader.info(n) for n in names]
         used.update(names)
         expected = expected_shapes.get(rule.target)
         if expected is None:
             raise CheckpointError(f"{where}: internal weight map names unknown parameter {rule.target}")
-        for name, part in zip(names, parts):
-            if not part.is_floating_point():
-                raise CheckpointError(f"{where}: tensor '{name}' has dtype {part.dtype}; expected floating point weights")
-            if part.dim() != len(expected):
+        for info in infos:
+            if info.dtype not in FLOAT_DTYPES:
                 raise CheckpointError(
-                    f"{where}: tensor '{name}' has shape {tuple(part.shape)} but {rule.target} needs "
+                    f"{where}: tensor '{info.name}' has dtype {DTYPES[info.dtype]}; expected floating point weights"
+                )
+            if len(info.shape) != len(expected):
+                raise CheckpointError(
+                    f"{where}: tensor '{info.name}' has shape {info.shape} but {rule.target} needs "
                     f"{len(expected)} dimensions; the config and the weights disagree"
                 )
-        shape = _fused_shape(parts, names, rule.target, where)
+        shape = _fused_shape(infos, rule.target, where)
         if rule.transpose:
             shape = shape[::-1]
         if shape != tuple(expected):
-            shapes = ", ".join(f"'{n}' {tuple(p.shape)}" for n, p in zip(names, parts))
+            shapes = ", ".join(f"'{i.name}' {i.shape}" for i in infos)
             raise CheckpointError(
                 f"{where}: tensor {shapes} does not fit {rule.target} of shape {tuple(expected)} implied by "
                 "config.json; the config and the weights disagree"
             )
-        jobs.append(_Job(rule.target, parts, rule.transpose, dtype or parts[0].dtype, rule.qkv_per_head))
+        planned.append((rule, names))
     unused = [
         n for n in reader.names()
         if n not in used and not any(re.fullmatch(prefix + p, n) or re.fullmatch(p, n) for p in ignore)
@@ -130,6 +133,11 @@ def build_state_dict(
             f"{where}: unexpected tensor '{unused[0]}' ({len(unused)} unused in all); the weights do not match "
             "the architecture named in config.json"
         )
+    # 2. Materialise: memory-mapped views, then the copies (transposes, fusions, casts) in parallel.
+    jobs = []
+    for rule, names in planned:
+        parts = [reader.get(n) for n in names]
+        jobs.append(_Job(rule.target, parts, rule.transpose, dtype or parts[0].dtype, rule.qkv_per_head))
     # Largest first, so that the two workers finish together.
     jobs.sort(key=lambda job: -sum(p.numel() for p in job.parts))
     with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
@@ -168,15 +176,15 @@ class _Job:
         return transposed(parts, self.dtype)
 
 
-def _fused_shape(parts: list[torch.Tensor], names: list[str], target: str, where: str) -> tuple[int, ...]:
-    """Shape of `parts` concatenated along dimension 0 (the output dimension of a Linear weight)."""
-    if len(parts) == 1:
-        return tuple(parts[0].shape)
-    trailing = {tuple(p.shape[1:]) for p in parts}
+def _fused_shape(infos: list[TensorInfo], target: str, where: str) -> tuple[int, ...]:
+    """Shape of the tensors concatenated along dimension 0 (the output dimension of a Linear weight)."""
+    if len(infos) == 1:
+        return infos[0].shape
+    trailing = {i.shape[1:] for i in infos}
     if len(trailing) != 1:
-        listed = ", ".join(f"'{n}' {tuple(p.shape)}" for n, p in zip(names, parts))
+        listed = ", ".join(f"'{i.name}' {i.shape}" for i in infos)
         raise CheckpointError(
             f"{where}: tensors {listed} cannot be fused into {target}; their shapes disagree with each other "
             "and with config.json"
         )
-    return (sum(p.shape[0] for p in parts), *trailing.pop())
+    return (sum(i.shape[0] for i in infos), *trailing.pop())

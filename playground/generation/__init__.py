@@ -8,9 +8,11 @@ Modules: config (the knobs), plan (settings + prompt -> a validated plan, contex
 (one model step at a time; what differs between decoder-only and seq2seq), processors (logits
 pipeline), sampling (choosing a token, describing candidates), beam (beam-search bookkeeping),
 captures (what a run records), engine (the two decoding loops), events (what they stream), languages
-(the target-language codes of translation checkpoints).
+(the target-language codes of translation checkpoints), budget (the memory a request needs, checked by
+plan before anything is allocated).
 """
 
+from playground.generation.budget import BudgetError, Request, check_full_attention, check_request
 from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
 from playground.generation.engine import generate, generate_all, run_plan, token_path
 from playground.generation.events import (
@@ -26,7 +28,8 @@ from playground.generation.plan import ContextFit, fit_to_context, plan
 from playground.generation.stepper import full_attention, stepper_class
 
 __all__ = [
-    "MAX_BEAMS", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "SettingsError",
-    "StepCapture", "StepEvent", "TokenStep", "fit_to_context", "full_attention", "generate", "generate_all",
-    "language_codes", "language_token_id", "plan", "run_plan", "stepper_class", "token_path",
+    "MAX_BEAMS", "BudgetError", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis",
+    "Request", "SettingsError", "StepCapture", "StepEvent", "TokenStep", "check_full_attention", "check_request",
+    "fit_to_context", "full_attention", "generate", "generate_all", "language_codes", "language_token_id", "plan",
+    "run_plan", "stepper_class", "token_path",
 ]

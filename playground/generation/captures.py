@@ -31,7 +31,8 @@ def last_rows(recorder: Recorder, kinds: tuple[str, ...], n_layers: int) -> Atte
     out: AttentionRows = {}
     for kind in kinds:
         layers = recorder.layers_of(kind, n_layers)
-        out[kind] = [None if w is None else _numpy(w[:, :, -1]) for w in layers]
+        # contiguous(): a prefill's last row is a strided view; copying it lets the (h, P, P) map go.
+        out[kind] = [None if w is None else _numpy(w[:, :, -1].contiguous()) for w in layers]
     return out
 
 

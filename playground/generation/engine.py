@@ -273,7 +273,7 @@ def generate_all(
     timings, the returned sequence's token path (with what was recorded) and, with
     `capture_attention`, the full attention maps of the final sequence."""
     cfg = cfg if cfg is not None else GenerationConfig()
-    p = plan(lm, prompt, cfg, forced_prefix)
+    p = plan(lm, prompt, cfg, forced_prefix, final_maps=cfg.capture_attention)
     steps = list(run_plan(p, stop))
     last = steps[-1] if steps else None
     token_ids = list(last.token_ids) if last else []

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
@@ -125,11 +126,17 @@ def plan(
     prompt: str | list[int] | torch.Tensor,
     cfg: GenerationConfig,
     forced_prefix: Sequence[int] = (),
+    *,
+    final_maps: bool = False,
 ) -> Plan:
     """Validate the settings against the model and the prompt; raise SettingsError saying what to change.
 
     `forced_prefix`: tokens the output must start with (a branch from a chosen step), placed after
     the prompt (decoder-only) or after the decoder start token (seq2seq); new tokens follow them.
+
+    The run's memory (KV cache, captures, and with `final_maps` the attention maps over the final
+    sequence that generate_all computes) is checked against the model's budget before anything is
+    allocated (`playground.generation.budget`): a BudgetError names the numbers and the knob.
     """
     cfg.validate()
     c = lm.config
@@ -156,6 +163,7 @@ def plan(
     ids = ids[len(ids) - fit.keep :]
     notes += fit.notes
     prefix = stepper.decoder_prefix(c, ids) + forced
+    check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
     forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else c.forced_bos_token_id
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1

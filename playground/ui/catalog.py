@@ -1,23 +1,44 @@
-"""Which checkpoints the app offers, and the only way a name from the browser becomes a path.
+"""Which checkpoints the app offers, to whom, and the only way a name from the browser becomes a path.
 
-Names are what travel through the UI and links: "tiny-lm", "imports/foo", "upload/3f2a.../".
-`resolve` maps a name to a path strictly inside the weights folder or the upload folder (no
-absolute paths, no "..", no symlinks pointing out); anything else is refused with a message.
-Uploads are copied into a fresh folder per upload, keeping only safetensors and small text files.
-No Gradio here.
+Names are what travel through the UI and links: "tiny-lm", "imports/foo", "upload/3f2a...",
+"hub/owner/name". `resolve` maps a name to a path strictly inside the weights folder, the Hugging
+Face cache (for preloaded repos) or the owner's own upload and Hub folders (no absolute paths, no
+"..", no symlinks pointing out); anything else is refused with one line. No Gradio here.
+
+Visitors are private to each other. Every call that lists, stores or resolves uploads takes an
+`owner`: an opaque id of the visitor (the page passes Gradio's session hash). Shipped checkpoints
+(the weights folder) and preloaded Hub repos (found in the Hugging Face cache, offline) are offered
+to everyone; an upload or Hub download is listed and resolved only for the owner who made it. For
+anyone else its name resolves to the same one line as a name that never existed, so names cannot
+be probed. `owner=None` is the machine's single local user (scripts, tests, `python app.py` for
+yourself); a catalog built with `private=True` (the public app) refuses it.
+
+Storage: uploads live in `upload_dir/@<hash of owner>/<upload id>/`, Hub downloads in
+`hub_dir/@<hash of owner>/<org>/<repo>/` (`owner=None`: directly under `upload_dir` / `hub_dir`).
+They expire `ttl_seconds` after their last use and share a disk quota of `quota_bytes`, the least
+recently used evicted first. Both default from the environment:
+- PLAYGROUND_UPLOAD_TTL_SECONDS (default 3600: an hour after its last use);
+- PLAYGROUND_UPLOAD_QUOTA_BYTES (default 16 GiB, for uploads and Hub downloads together).
+`forget(owner)` deletes everything an owner made (call it when their session ends) and returns the
+folders removed, for `ModelRegistry.drop_under`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
+import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from playground.checkpoints.hub import PRELOADED
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES
 from playground.errors import PlaygroundError
 
@@ -29,6 +50,10 @@ HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Huggin
 # A checkpoint folder's files: weights, config, tokenizer. Nothing executable, nothing pickled.
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
+PRIVATE_UPLOAD = "this upload is private to the visitor who made it"
+PRIVATE_HUB = "this Hub download is private to the visitor who made it; type its repo id to download it yourself"
+DEFAULT_TTL_SECONDS = 3600
+DEFAULT_QUOTA_BYTES = 16 * 1024**3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SAFE_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -54,31 +79,107 @@ def _describe(path: Path) -> str:
         try:
             data = json.loads(config.read_text())
             arch = (data.get("architectures") or [data.get("model_type", "")])[0]
-            return f" · {arch}" if arch else ""
-        except (OSError, ValueError, IndexError, TypeError):
+            # Checkpoint text in a label every visitor sees: only a plain class name, never markup.
+            return f" · {arch}" if isinstance(arch, str) and _SAFE_NAME.match(arch) else ""
+        except (OSError, ValueError, IndexError, TypeError, AttributeError):
             return ""
     return ""
 
 
-class Catalog:
-    """Checkpoints under `weights_dir` (depth ≤ 2), uploads under `upload_dir`, Hub downloads under `hub_dir`."""
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise PlaygroundError(f"{name} must be a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise PlaygroundError(f"{name} must be positive, got {value}")
+    return value
 
-    def __init__(self, weights_dir: Path | str, upload_dir: Path | str | None = None,
-                 hub_dir: Path | str | None = None) -> None:
+
+def _folder_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def remove_sources(paths: Iterable[str | Path]) -> None:
+    """Delete the temporary copies an upload arrived in (Gradio's cache), and their folder if now empty."""
+    for p in paths:
+        path = Path(p)
+        try:
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+            path.parent.rmdir()  # Gradio keeps each upload in a folder of its own; fails if not empty
+        except OSError:
+            pass
+
+
+class Catalog:
+    """Checkpoints under `weights_dir` (depth ≤ 2), preloaded Hub repos in the Hugging Face cache,
+    and each owner's uploads and Hub downloads (see the module docstring)."""
+
+    def __init__(
+        self,
+        weights_dir: Path | str,
+        upload_dir: Path | str | None = None,
+        hub_dir: Path | str | None = None,
+        *,
+        private: bool = False,
+        ttl_seconds: int | None = None,
+        quota_bytes: int | None = None,
+        hf_cache_dir: Path | str | None = None,
+        preloaded: dict[str, tuple[str, ...]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.weights_dir = Path(weights_dir).resolve()
         if upload_dir is None:
             upload_dir = Path(tempfile.gettempdir()) / "playground-uploads"
         self.upload_dir = Path(upload_dir).resolve()
         self.upload_dir.mkdir(parents=True, exist_ok=True)
         self.hub_dir = Path(hub_dir).resolve() if hub_dir is not None else self.upload_dir.parent / "playground-hub"
+        self.private = private
+        self.ttl_seconds = ttl_seconds if ttl_seconds is not None else _env_int("PLAYGROUND_UPLOAD_TTL_SECONDS", DEFAULT_TTL_SECONDS)
+        self.quota_bytes = quota_bytes if quota_bytes is not None else _env_int("PLAYGROUND_UPLOAD_QUOTA_BYTES", DEFAULT_QUOTA_BYTES)
+        self.hf_cache_dir = Path(hf_cache_dir) if hf_cache_dir is not None else None
+        self.preloaded = PRELOADED if preloaded is None else preloaded
+        self.clock = clock
+        self._lock = threading.RLock()  # storing, evicting and forgetting do not interleave
+
+    # --- owners ----------------------------------------------------------------------------------
+
+    def _owner_key(self, owner: str | None) -> str | None:
+        if owner is None:
+            if self.private:
+                raise ValueError("this catalog is private: pass the visitor's owner id (e.g. the session hash)")
+            return None
+        if not isinstance(owner, str) or not owner:
+            raise ValueError("owner must be a non-empty string (e.g. Gradio's session hash)")
+        # '@' never starts an upload id or a Hub org name, so owner folders cannot be mistaken for either.
+        return "@" + hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    def owner_upload_dir(self, owner: str | None) -> Path:
+        key = self._owner_key(owner)
+        return self.upload_dir if key is None else self.upload_dir / key
+
+    def hub_dir_for(self, owner: str | None) -> Path:
+        """Where `owner`'s Hub downloads go (pass it to `hub.download_checkpoint`, or use `download_hub`)."""
+        key = self._owner_key(owner)
+        return self.hub_dir if key is None else self.hub_dir / key
 
     # --- listing ---------------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        return [e.name for e in self.entries()]
+    def names(self, owner: str | None = None) -> list[str]:
+        return [e.name for e in self.entries(owner)]
 
-    def entries(self) -> list[Entry]:
-        """Defaults first (decoder, seq2seq, SmolLM2 when imported), then the rest, then uploads."""
+    def _shipped(self) -> list[str]:
         found: list[str] = []
         if self.weights_dir.is_dir():
             for child in sorted(self.weights_dir.iterdir()):
@@ -90,65 +191,147 @@ class Catalog:
                     found.append(child.name)
                 elif child.is_dir():
                     found += [f"{child.name}/{g.name}" for g in sorted(child.iterdir()) if _is_checkpoint_dir(g)]
+        return found
+
+    def preloaded_paths(self) -> dict[str, Path]:
+        """Catalog name -> snapshot folder of each preloaded repo present in the Hugging Face cache.
+
+        Offline by construction (`local_files_only`): on a Space, `preload_from_hub` put the files
+        there at build time; elsewhere the repo is simply not offered. A name already in the weights
+        folder (an imported copy) wins.
+        """
+        try:
+            from huggingface_hub import snapshot_download
+        except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+            return {}
+        shipped = set(self._shipped())
+        out: dict[str, Path] = {}
+        for repo_id, files in self.preloaded.items():
+            name = repo_id.split("/")[-1]
+            if name in shipped or not _SAFE_NAME.match(name):
+                continue
+            try:
+                folder = Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=list(files),
+                                                cache_dir=self.hf_cache_dir))
+            except Exception:  # noqa: BLE001 - not in the cache (LocalEntryNotFoundError and friends)
+                continue
+            if all((folder / f).exists() for f in files) and _is_checkpoint_dir(folder):
+                out[name] = folder
+        return out
+
+    def entries(self, owner: str | None = None) -> list[Entry]:
+        """Defaults first (decoder, seq2seq, SmolLM2), then the rest, then `owner`'s uploads and Hub downloads."""
+        self.sweep()
+        preloaded = self.preloaded_paths()
+        found = self._shipped() + list(preloaded)
         order = {DEFAULT_DECODER: 0, DEFAULT_SEQ2SEQ: 1, SMOLLM2: 2}
         found.sort(key=lambda n: (order.get(n, 3), n))
         entries = []
         for name in found:
             tag = {DEFAULT_DECODER: " (default decoder)", DEFAULT_SEQ2SEQ: " (default seq2seq)"}.get(name, "")
-            entries.append(Entry(name, name + tag + _describe(self.weights_dir / name)))
-        for up in sorted(self.upload_dir.iterdir(), key=lambda p: p.stat().st_mtime):
-            if up.is_dir() and _SAFE_UPLOAD_ID.match(up.name) and _is_checkpoint_dir(up):
-                files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
-                entries.append(Entry(UPLOAD_PREFIX + up.name, f"uploaded: {', '.join(files)} [{up.name[:8]}]"))
-        if self.hub_dir.is_dir():
-            for owner in sorted(self.hub_dir.iterdir()):
-                for repo in sorted(owner.iterdir()) if owner.is_dir() else []:
-                    if _SAFE_NAME.match(owner.name) and _SAFE_NAME.match(repo.name) and _is_checkpoint_dir(repo):
-                        rid = f"{owner.name}/{repo.name}"
-                        entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
+            if name in preloaded:
+                entries.append(Entry(name, f"{name} (preloaded from the Hub){_describe(preloaded[name])}"))
+            else:
+                entries.append(Entry(name, name + tag + _describe(self.weights_dir / name)))
+        for up in self._uploads(owner):
+            files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
+            entries.append(Entry(UPLOAD_PREFIX + up.name, f"uploaded: {', '.join(files)} [{up.name[:8]}]"))
+        for repo in self._hub_downloads(owner):
+            rid = f"{repo.parent.name}/{repo.name}"
+            entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
         return entries
 
+    def _uploads(self, owner: str | None) -> list[Path]:
+        root = self.owner_upload_dir(owner)
+        if not root.is_dir():
+            return []
+        found = [p for p in root.iterdir() if _SAFE_UPLOAD_ID.match(p.name) and _is_checkpoint_dir(p)]
+        return sorted(found, key=lambda p: p.stat().st_mtime)
+
+    def _hub_downloads(self, owner: str | None) -> list[Path]:
+        root = self.hub_dir_for(owner)
+        if not root.is_dir():
+            return []
+        return [
+            repo for org in sorted(root.iterdir()) if org.is_dir() and _SAFE_NAME.match(org.name)
+            for repo in sorted(org.iterdir()) if _SAFE_NAME.match(repo.name) and _is_checkpoint_dir(repo)
+        ]
+
     def default_name(self) -> str | None:
-        names = self.names()
+        names = self.names(None) if not self.private else [n for n in self._shipped()] + list(self.preloaded_paths())
         return DEFAULT_DECODER if DEFAULT_DECODER in names else (names[0] if names else None)
+
+    def is_shared(self, path: Path | str) -> bool:
+        """Whether a resolved path is offered to everyone (shipped or preloaded), not an owner's file."""
+        path = Path(path).resolve()
+        return not (path.is_relative_to(self.upload_dir) or path.is_relative_to(self.hub_dir))
 
     # --- name -> path ----------------------------------------------------------------------------
 
-    def resolve(self, name: str) -> Path:
-        """The checkpoint path for a catalog name, guaranteed inside the allowed folders."""
+    def resolve(self, name: str, owner: str | None = None) -> Path:
+        """The checkpoint path for a catalog name, guaranteed inside the folders `owner` may read.
+
+        An upload or Hub download of another owner, or one that does not exist (or expired), gives
+        the same one line, so names cannot be probed. Resolving one counts as using it (its time to
+        live starts again).
+        """
         if not isinstance(name, str) or not name.strip():
             raise PlaygroundError("no model selected; pick one from the list or upload a .safetensors file")
         name = name.strip()
+        private = None
         if name.startswith(UPLOAD_PREFIX):
-            root, rel = self.upload_dir, name[len(UPLOAD_PREFIX):].strip("/")
+            root, rel, private = self.owner_upload_dir(owner), name[len(UPLOAD_PREFIX):].strip("/"), PRIVATE_UPLOAD
             if not _SAFE_UPLOAD_ID.match(rel):
-                raise PlaygroundError(f"'{name}' is not an upload of this server; upload the file again")
+                raise PlaygroundError(PRIVATE_UPLOAD)
         elif name.startswith(HUB_PREFIX):
-            root, rel = self.hub_dir, name[len(HUB_PREFIX):]
+            root, rel, private = self.hub_dir_for(owner), name[len(HUB_PREFIX):], PRIVATE_HUB
             if not all(_SAFE_NAME.match(part) for part in rel.split("/")) or rel.count("/") != 1:
-                raise PlaygroundError(f"'{name}' is not a Hub download of this server; load the repo id again")
+                raise PlaygroundError(f"'{name}' is not a Hub download name; type the repo id as owner/name")
         else:
+            preloaded = self.preloaded_paths()
+            if name in preloaded:
+                return preloaded[name]
             root, rel = self.weights_dir, name
         parts = rel.split("/")
         if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
             raise PlaygroundError(f"'{name}' is not a checkpoint name; pick one from the list")
         path = (root / rel).resolve()
         if not path.is_relative_to(root):
-            raise PlaygroundError(f"'{name}' points outside the checkpoint folders; pick one from the list")
+            raise PlaygroundError(private or f"'{name}' points outside the checkpoint folders; pick one from the list")
         if not path.exists():
-            raise PlaygroundError(f"no checkpoint named '{name}' here; pick one from the list or upload it")
+            raise PlaygroundError(private or f"no checkpoint named '{name}' here; pick one from the list or upload it")
+        if private is not None:
+            self._touch(path)
         return path
+
+    def _touch(self, path: Path) -> None:
+        try:
+            now = self.clock()
+            os.utime(path, (now, now))
+        except OSError:
+            pass
 
     # --- uploads ---------------------------------------------------------------------------------
 
-    def save_upload(self, files: Iterable[str | Path], max_bytes: int) -> str:
-        """Copy uploaded files into a new folder; return its catalog name.
+    def save_upload(
+        self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None, *, delete_sources: bool = False
+    ) -> str:
+        """Store uploaded files in a new folder of `owner`'s; return its catalog name.
 
         Accepts one .safetensors file (our own format carries config + tokenizer) or the files of a
         checkpoint folder (config.json, model.safetensors, tokenizer files). Refuses pickles, other
-        file types, duplicate names and totals over `max_bytes` before copying anything.
+        file types, duplicate names and totals over `max_bytes` or the disk quota before storing
+        anything. With `delete_sources` (the page: Gradio's temporary copies) the given files are
+        moved in, or deleted at once when refused.
         """
         paths = [Path(f) for f in files if f]
+        try:
+            return self._save_upload(paths, max_bytes, owner, delete_sources)
+        finally:
+            if delete_sources:
+                remove_sources(paths)  # moved already when stored; refused ones go now
+
+    def _save_upload(self, paths: list[Path], max_bytes: int, owner: str | None, move: bool) -> str:
         if not paths:
             raise PlaygroundError("no file received; choose a .safetensors file (plus config/tokenizer files)")
         names: dict[str, Path] = {}
@@ -167,6 +350,8 @@ class Catalog:
                 )
             if base in names:
                 raise PlaygroundError(f"two uploaded files are both called {base}; upload one checkpoint at a time")
+            if p.is_symlink() or not p.is_file():
+                raise PlaygroundError(f"{base}: not a regular file; upload the file itself")
             size = p.stat().st_size
             if not base.endswith(".safetensors") and size > MAX_TEXT_FILE_BYTES:
                 raise PlaygroundError(f"{base}: {size / 2**20:.1f} MiB is too large for a config or tokenizer file")
@@ -179,22 +364,98 @@ class Catalog:
                 f"the upload is {total / 2**20:,.1f} MiB, over the {max_bytes / 2**20:,.1f} MiB limit for checkpoints "
                 "here; use a smaller model"
             )
-        upload_id = uuid.uuid4().hex
-        target = self.upload_dir / upload_id
-        target.mkdir()
-        try:
-            for base, src in names.items():
-                shutil.copyfile(src, target / base)
-        except OSError as exc:
-            shutil.rmtree(target, ignore_errors=True)
-            raise PlaygroundError(f"could not store the upload ({exc.strerror}); try again") from None
-        return UPLOAD_PREFIX + upload_id
-
-    def discard_upload(self, name: str) -> None:
-        """Delete an upload folder (after a failed load) so broken files do not pile up."""
-        if name.startswith(UPLOAD_PREFIX):
+        with self._lock:
+            self.make_room(total)
+            target = self.owner_upload_dir(owner) / uuid.uuid4().hex
+            target.mkdir(parents=True)
             try:
-                path = self.resolve(name)
-            except PlaygroundError:
-                return
+                for base, src in names.items():
+                    shutil.move(src, target / base) if move else shutil.copyfile(src, target / base)
+            except OSError as exc:
+                shutil.rmtree(target, ignore_errors=True)
+                raise PlaygroundError(f"could not store the upload ({exc.strerror}); try again") from None
+            self._touch(target)
+        return UPLOAD_PREFIX + target.name
+
+    def discard_upload(self, name: str, owner: str | None = None) -> Path | None:
+        """Delete an upload (after a failed load) so broken files do not pile up; returns its folder."""
+        if not name.startswith((UPLOAD_PREFIX, HUB_PREFIX)):
+            return None
+        try:
+            path = self.resolve(name, owner)
+        except PlaygroundError:
+            return None
+        with self._lock:
             shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def download_hub(self, repo_id: str, owner: str | None, max_bytes: int | None = None) -> str:
+        """Download a Hub repo's checkpoint into `owner`'s folder (within the quota); return its catalog name."""
+        from playground.checkpoints.hub import download_checkpoint, validate_repo_id
+
+        rid = validate_repo_id(repo_id)
+        download_checkpoint(rid, self.hub_dir_for(owner), max_bytes=max_bytes, make_room=self.make_room)
+        self._touch(self.hub_dir_for(owner) / rid)
+        return HUB_PREFIX + rid
+
+    # --- expiry, quota, end of session -----------------------------------------------------------
+
+    def _stored(self) -> list[tuple[Path, Path]]:
+        """(folder, root it belongs under) of every upload and Hub download of every owner."""
+        out: list[tuple[Path, Path]] = []
+        for root, depth in ((self.upload_dir, 1), (self.hub_dir, 2)):
+            if not root.is_dir():
+                continue
+            owner_roots = [root] + [p for p in root.iterdir() if p.name.startswith("@") and p.is_dir()]
+            for owner_root in owner_roots:
+                level = [owner_root]
+                for _ in range(depth):
+                    level = [c for p in level for c in p.iterdir() if c.is_dir() and not c.name.startswith((".", "@"))]
+                out += [(folder, owner_root) for folder in level]
+        return out
+
+    def sweep(self) -> list[Path]:
+        """Delete uploads and Hub downloads unused for `ttl_seconds`; return the folders removed."""
+        removed = []
+        with self._lock:
+            cutoff = self.clock() - self.ttl_seconds
+            for folder, _ in self._stored():
+                try:
+                    if folder.stat().st_mtime < cutoff:
+                        shutil.rmtree(folder, ignore_errors=True)
+                        removed.append(folder)
+                except OSError:
+                    pass
+        return removed
+
+    def make_room(self, incoming: int) -> list[Path]:
+        """Evict the least recently used uploads and Hub downloads until `incoming` more bytes fit the quota."""
+        if incoming > self.quota_bytes:
+            raise PlaygroundError(
+                f"{incoming / 2**20:,.1f} MiB is more than this server keeps for uploads and Hub downloads "
+                f"({self.quota_bytes / 2**20:,.1f} MiB); use a smaller model"
+            )
+        removed = []
+        with self._lock:
+            stored = sorted(((f.stat().st_mtime, f, _folder_bytes(f)) for f, _ in self._stored()), key=lambda t: t[0])
+            used = sum(size for _, _, size in stored)
+            for _, folder, size in stored:
+                if used + incoming <= self.quota_bytes:
+                    break
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+                used -= size
+        return removed
+
+    def forget(self, owner: str) -> list[Path]:
+        """Delete everything `owner` uploaded or downloaded (their session ended); return the folders
+        removed (pass them to `ModelRegistry.drop_under`)."""
+        if owner is None:
+            raise ValueError("forget() needs the visitor's owner id")
+        removed = []
+        with self._lock:
+            for root in (self.owner_upload_dir(owner), self.hub_dir_for(owner)):
+                if root.is_dir():
+                    shutil.rmtree(root, ignore_errors=True)
+                    removed.append(root)
+        return removed

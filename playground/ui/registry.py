@@ -1,7 +1,9 @@
 """One shared, read-only copy of each loaded model, whatever the number of sessions.
 
 Keyed by (resolved path, dtype). Loading the same key from many sessions at once loads it once
-(the others wait on the key's lock). The least recently used models beyond `capacity` are dropped
+(the others wait on the key's lock). Only shipped and preloaded checkpoints are actually shared:
+the catalog stores each visitor's uploads and Hub downloads under that visitor's own folder, so
+their paths (and models) are reachable only through `Catalog.resolve(name, owner)` for that owner. The least recently used models beyond `capacity` are dropped
 from the registry; generations still running keep their own reference until they finish, after
 which the memory is returned. No Gradio here.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from playground.loaded import LoadedModel
@@ -75,6 +77,18 @@ class ModelRegistry:
     def drop(self, path: Path | str, dtype: str = "float32") -> None:
         with self._lock:
             self._models.pop(self.key(path, dtype), None)
+
+    def drop_under(self, roots: Iterable[Path | str]) -> int:
+        """Drop every model loaded from inside `roots` (a visitor's folders after `Catalog.forget`, or
+        uploads the catalog evicted); runs still holding one finish with their own reference."""
+        roots = [Path(r).resolve() for r in roots]
+        with self._lock:
+            gone = [k for k in self._models if any(Path(k[0]).is_relative_to(r) for r in roots)]
+            for k in gone:
+                del self._models[k]
+        if gone:
+            gc.collect()
+        return len(gone)
 
 
 def _freeze(lm: LoadedModel) -> None:

@@ -22,7 +22,7 @@ for family in (*mbart.FAMILIES, *pegasus.FAMILIES, *m2m_100.FAMILIES):
 
 def family_for(hf_config: dict, where: str = "config.json") -> Family:
     model_type = hf_config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise CheckpointError(
             f"{where}: model_type {model_type!r} is not supported; supported families: "
             f"{', '.join(sorted(FAMILIES))}"

@@ -1,0 +1,100 @@
+"""`python -m playground deploy-space --dry-run`: exactly what would be uploaded, with no network."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from playground.checkpoints.hub import PRELOADED
+from playground.deploy import build, is_binary, split_front_matter, tracked_files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _deploy(*args: str, **env: str) -> subprocess.CompletedProcess:
+    # No network: offline mode, and any Hub call would go to a port nobody listens on.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", **env}
+    return subprocess.run([sys.executable, "-m", "playground", "deploy-space", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict:
+    result = _deploy("me/transformer-playground", "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_file_list_is_the_tracked_files_the_space_needs(plan):
+    paths = [f["path"] for f in plan["files"]]
+    expected = {p for p in tracked_files(ROOT) if not p.startswith(("tests/", ".ci/")) and p not in (".gitignore", "pyproject.toml")}
+    expected = {p for p in expected if (ROOT / p).is_file()} | {"README.md", ".gitattributes"}
+    assert set(paths) == expected and len(paths) == len(set(paths))
+    assert {"app.py", "requirements.txt", "playground/__init__.py", "weights/tiny-lm/model.safetensors",
+            "weights/tiny-seq2seq/model.safetensors"} <= set(paths)
+    assert not [p for p in paths if p.startswith(("tests/", ".venv/", "venv/", "test-artifacts/", "bench-results/",
+                                                  "weights/SmolLM2", "weights/imports/"))]
+    for f in plan["files"]:
+        if f["source"] == "working tree":
+            assert f["bytes"] == (ROOT / f["path"]).stat().st_size
+
+
+def test_every_binary_goes_through_the_hub_upload_api(plan):
+    binaries = [f for f in plan["files"] if f["binary"]]
+    assert {f["path"] for f in binaries} >= {"weights/tiny-lm/model.safetensors", "weights/tiny-seq2seq/model.safetensors"}
+    for f in plan["files"]:
+        data = (ROOT / f["path"]).read_bytes() if f["source"] == "working tree" else b""
+        assert f["binary"] == (f["source"] == "working tree" and is_binary(data, f["path"]))
+        assert f["upload"] == ("lfs/xet" if f["binary"] else "regular")
+    assert plan["steps"] == ["create_repo", "upload_file .gitattributes", "upload_folder"]
+    printed = _deploy("me/transformer-playground", "--dry-run").stdout.splitlines()
+    generated = build(ROOT)[1][".gitattributes"].decode().splitlines()  # what upload_file sends first
+    for f in binaries:
+        assert f"{f['path']} filter=lfs diff=lfs merge=lfs -text" in generated
+        line = next(x for x in printed if x.endswith(f"{f['path']}  [binary -> Hub upload API (LFS/Xet), never a git blob]"))
+        assert f"{f['bytes']:,}" in line
+
+
+def test_the_space_config_pins_what_the_requirements_install(plan):
+    config = plan["space_config"]
+    pin = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("gradio"))
+    assert pin.split("#")[0].strip() == f"gradio=={config['sdk_version']}"
+    assert config["sdk_version"] == version("gradio")  # what the tests here ran
+    assert config["sdk"] == "gradio" and config["app_file"] == "app.py" and config["python_version"] == "3.11"
+    assert 0 < len(config["short_description"]) <= 60
+    assert config["preload_from_hub"] == [f"{repo} {','.join(files)}" for repo, files in PRELOADED.items()]
+    assert config["preload_from_hub"][0].startswith("HuggingFaceTB/SmolLM2-135M-Instruct config.json,model.safetensors")
+    assert plan["repo_type"] == "space" and plan["space_sdk"] == "gradio"
+    readme = build(ROOT)[1]["README.md"].decode()
+    front, body = split_front_matter(readme)
+    assert front == config and body.startswith("# Transformer Playground")
+
+
+def test_a_real_deploy_without_network_is_one_line():
+    result = _deploy("me/transformer-playground")
+    err = result.stderr.strip()
+    assert result.returncode == 2 and err.startswith("error: no network") and "\n" not in err and "--dry-run" in err
+
+
+@pytest.mark.parametrize("bad", ["me", "me/../x", "a b/c", "/abs/x"])
+def test_bad_space_ids_are_one_line(bad):
+    result = _deploy(bad, "--dry-run")
+    assert result.returncode == 2 and result.stderr.strip().startswith("error: ") and "OWNER/NAME" in result.stderr
+
+
+def test_binary_detection():
+    assert is_binary(b"{}", "weights/x.safetensors") and is_binary(b"a\0b", "notes.txt")
+    assert is_binary("é".encode("latin-1"), "notes.txt") and not is_binary("é 🔍".encode(), "README.md")
