@@ -459,3 +459,41 @@ def test_corrupt_upload_shows_an_error_and_the_app_still_works(desktop, server, 
     assert badges == 0 and page.locator(".toast-body").count() == 0
     shot(page, "corrupt-upload", readme=True)
     generate_and_wait(page)
+
+
+def test_visitors_are_private_and_checkpoint_text_is_never_markup(browser, server, tmp_path):
+    """Two visitors: the first uploads a checkpoint full of HTML; it shows as text, and the second visitor
+    neither sees it listed nor can load it from the first one's link."""
+    from tests.ui_fixtures import HOSTILE_TOKENS, save_hostile_checkpoint
+
+    first = new_page(browser, DESKTOP)
+    first.size_name = "desktop"
+    dialogs: list[str] = []
+    first.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    open_app(first, server, model=decoder_name())
+    first.click("#load-own")
+    path = save_hostile_checkpoint(tmp_path / "upload" / "model.safetensors")
+    first.set_input_files("#upload input[type=file]", str(path))
+    wait_text(first, "#model-status", "Uploaded")
+    first.fill("#prompt textarea", " ".join(HOSTILE_TOKENS))
+    generate_and_wait(first)
+    open_tab(first, "Model card")
+    wait_text(first, "#model-card", "onerror")  # the family string is shown, as text
+    injected = first.evaluate("""() => document.querySelectorAll('img[src="x"], form[action*="evil"], '
+        + 'input[type=password], #token-stream script, #token-stream b, #token-stream h1').length""")
+    assert injected == 0 and not dialogs
+    first.click("#copy-link-btn")
+    first.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').includes('upload')")
+    link = first.input_value("#share-link textarea")
+    shot(first, "hostile-upload")
+
+    second = new_page(browser, DESKTOP)
+    second.goto(link)
+    wait_text(second, "#notes", "private to the visitor who made it")
+    wait_text(second, "#model-status", "Loaded")  # it falls back to the default model, and says so
+    second.click("#model-select input")
+    options = second.evaluate("() => Array.from(document.querySelectorAll('[role=option]')).map(o => o.textContent)")
+    assert options and not any("upload" in o.lower() for o in options)
+    second.keyboard.press("Escape")
+    first.context.close()
+    second.context.close()

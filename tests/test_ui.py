@@ -72,7 +72,7 @@ def test_page_load_restores_settings_from_the_url(h):
     assert got["model"]["value"] == "tiny-lm"
     assert "top_p" in out[-1] and "model_x" in out[-1]
     missing = h.models.page_load(request(model="../../etc"))
-    assert "not available" in missing[-1] and dict(zip(FIELDS, missing[:-1]))["model"]["value"] == "tiny-lm"
+    assert "not a checkpoint name" in missing[-1] and dict(zip(FIELDS, missing[:-1]))["model"]["value"] == "tiny-lm"
 
 
 def test_copy_link_encodes_every_widget_including_chat_and_branches():
@@ -324,15 +324,17 @@ def test_the_language_switch_relabels_every_component(app, h):
 
 def test_corrupt_upload_is_one_clear_line_and_the_app_keeps_working(h, tmp_path):
     h.models.load("tiny-lm", "float32", "en", request("up"))
-    bad = tmp_path / "model.safetensors"
+    (tmp_path / "gradio-1").mkdir()  # Gradio keeps each uploaded file in a folder of its own
+    bad = tmp_path / "gradio-1" / "model.safetensors"
     bad.write_bytes(b"\xff" * 64)
-    before = set(h.catalog.names())
+    before = set(h.catalog.names("up"))
     dropdown, status, *rest = h.models.upload([str(bad)], "float32", "en", request("up"))
     assert status.startswith("**Upload refused:**") and "\n" not in status and "Traceback" not in status
     assert dropdown["value"] == "tiny-lm" and all(is_skip(v) for v in rest)
-    assert set(h.catalog.names()) == before  # the broken upload was removed
-    (tmp_path / "weights.bin").write_bytes(b"x")
-    for files in (None, [str(tmp_path / "weights.bin")]):
+    assert set(h.catalog.names("up")) == before and not bad.exists()  # the upload and Gradio's copy are gone
+    (tmp_path / "gradio-2").mkdir()
+    (tmp_path / "gradio-2" / "weights.bin").write_bytes(b"x")
+    for files in (None, [str(tmp_path / "gradio-2" / "weights.bin")]):
         status = h.models.upload(files, "float32", "en", request("up"))[1]
         assert status.startswith("**") and ("pickle" in status or "choose" in status)
     frames, _ = run(h, UISettings(prompt="still ok", max_new_tokens=3), "up")
@@ -349,6 +351,15 @@ def test_a_valid_upload_is_loaded_and_listed(h, weights):
                                                                                    request("upload"))
     assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status and "Parameters" in card
     assert h.sessions.get("upload").model == dropdown["value"]
+    # Visitors are private to each other: another tab neither lists nor loads it, even from a link.
+    assert dropdown["value"] not in h.catalog.names("someone-else")
+    other = h.models.load(dropdown["value"], "float32", "en", request("someone-else"))[1]
+    assert "private to the visitor who made it" in other and "own.safetensors" not in other
+    notes = h.models.page_load(request("someone-else", model=dropdown["value"]))[-1]
+    assert "private to the visitor who made it" in notes
+    # When the tab closes, its upload and the model loaded from it are gone.
+    h.unload(request("upload"))
+    assert dropdown["value"] not in h.catalog.names("upload")
 
 
 def test_closing_a_tab_stops_its_run_and_forgets_it(h):

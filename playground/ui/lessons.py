@@ -77,7 +77,7 @@ class Lessons:
         if not session.model:
             out["lesson_md"] = t("nothing_yet", lang)
             return tuple(out[k] for k in OUTPUTS)
-        lm = self.models.model_for(session.model, session.dtype)
+        lm = self.models.model_for(session.model, session.dtype, session.key)
         needs_run = lesson in STEP_FOLLOWING or lesson == "patterns"
         if needs_run and (run is None or not run.path):
             out["lesson_md"] = t("lesson_needs_run", lang)
@@ -179,7 +179,7 @@ class Lessons:
         run = session.current
         if run is None or run.running or not run.path:
             return t("generate_first", session.lang)
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         run.cache_timing = analysis.time_cache(lm, run.prompt_ids, max_new_tokens=min(48, max(8, len(run.path))))
         return v_kv.cache_timing_caption(run.cache_timing)
 
@@ -187,7 +187,7 @@ class Lessons:
         session = self.sessions.get(session_key(request))
         if not session.model:
             return t("nothing_yet", session.lang)
-        lm = self.models.model_for(session.model, session.dtype)
+        lm = self.models.model_for(session.model, session.dtype, session.key)
         data = analysis.sdpa_vs_explicit(lm)
         session.sdpa = {**data, "model": session.model}
         return v_sdpa.sdpa_caption(data)

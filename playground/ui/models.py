@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.generation import language_codes
 from playground.loaded import LoadedModel
 from playground.ui import views
-from playground.ui.catalog import HUB_PREFIX, Catalog
+from playground.ui.catalog import Catalog
 from playground.ui.frames import head_choices
 from playground.ui.i18n import t
 from playground.ui.layout import empty_live_value, view_choices
@@ -57,20 +57,24 @@ class Models:
 
     # --- lookups ---------------------------------------------------------------------------------
 
-    def model_for(self, name: str, dtype: str) -> LoadedModel:
-        return self.registry.get(self.catalog.resolve(name), dtype)
+    # Every name is resolved for its owner (the tab's session): one visitor's uploads and Hub downloads
+    # are invisible to every other visitor, links included.
 
-    def dropdown(self, value: str | None = None) -> dict:
-        choices = [(e.label, e.name) for e in self.catalog.entries()]
+    def model_for(self, name: str, dtype: str, owner: str | None = None) -> LoadedModel:
+        return self.registry.get(self.catalog.resolve(name, owner), dtype)
+
+    def dropdown(self, owner: str | None, value: str | None = None) -> dict:
+        self.registry.drop_under(self.catalog.sweep())  # uploads past their time-to-live go first
+        choices = [(e.label, e.name) for e in self.catalog.entries(owner)]
         return gr.update(choices=choices, value=value if value is not None else self.catalog.default_name())
 
-    def example(self, name: str, kind: str) -> str:
-        card = read_card(self.catalog.resolve(name))
+    def example(self, name: str, kind: str, owner: str | None) -> str:
+        card = read_card(self.catalog.resolve(name, owner))
         return card.example_prompt or EXAMPLES[kind]
 
-    def about(self, name: str, lm: LoadedModel, lang: str) -> str:
+    def about(self, name: str, lm: LoadedModel, lang: str, owner: str | None) -> str:
         """One line saying what the model is for (escaped: it comes from a file)."""
-        card = read_card(self.catalog.resolve(name))
+        card = read_card(self.catalog.resolve(name, owner))
         text = card.describe(lang) or t(
             "describe_generic", lang, family=lm.config.family, kind=t(f"kind_{lm.kind}", lang),
             params=f"{lm.parameter_count:,}")
@@ -85,26 +89,29 @@ class Models:
 
     def grouped(self, request: gr.Request | None) -> bool:
         """Whether the session's model shares K/V between query heads (GQA / MQA)."""
-        session = self.sessions.get(session_key(request))
+        owner = session_key(request)
+        session = self.sessions.get(owner)
         try:
-            c = self.model_for(session.model, session.dtype).config if session.model else None
+            c = self.model_for(session.model, session.dtype, owner).config if session.model else None
         except Exception:  # noqa: BLE001 - a model that no longer loads has no groups to show
             return False
         return c is not None and c.n_kv_heads < c.n_heads
 
     def refresh(self, lang: str, request: gr.Request | None):
         """Status, description, prompt label and card of the session's model in `lang`."""
-        session = self.sessions.get(session_key(request))
+        owner = session_key(request)
+        session = self.sessions.get(owner)
         if not session.model:
             return (gr.skip(),) * 4
         try:
-            lm = self.model_for(session.model, session.dtype)
+            lm = self.model_for(session.model, session.dtype, owner)
         except Exception:  # noqa: BLE001
             return (gr.skip(),) * 4
         status = t("loaded", lang, verb=t("loaded_verb", lang), name=html.escape(session.model),
                    kind=t(f"kind_{lm.kind}", lang), dtype=session.dtype)
         prompt = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang))
-        return status, self.about(session.model, lm, lang), prompt, views.model_card_html(lm.info(), session.model, lang)
+        return (status, self.about(session.model, lm, lang, owner), prompt,
+                views.model_card_html(lm.info(), session.model, lang))
 
     # --- page load -------------------------------------------------------------------------------
 
@@ -112,8 +119,14 @@ class Models:
         params = dict(request.query_params) if request is not None else {}
         base = UISettings(model=self.catalog.default_name() or "")
         settings, notes = from_query(params, base)
-        if settings.model not in self.catalog.names():
-            notes.append(f"model '{settings.model}' from the link is not available here; using {base.model}")
+        owner = session_key(request)
+        if settings.model not in self.catalog.names(owner):
+            try:  # say why, in one line that names nothing of anyone else's
+                self.catalog.resolve(settings.model, owner)
+                why = "is not available here"
+            except PlaygroundError as exc:
+                why = str(exc)
+            notes.append(f"the link's model: {why}; using {base.model}")
             settings.model = base.model
         return settings, notes
 
@@ -124,7 +137,7 @@ class Models:
         session.lang = settings.lang
         session.link_prompt = "prompt" in dict(request.query_params if request is not None else {})
         values = [getattr(settings, f) for f in FIELDS]
-        values[FIELDS.index("model")] = self.dropdown(settings.model)
+        values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model)
         return (*values, views.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
@@ -146,47 +159,46 @@ class Models:
         return self._load(name, dtype, lang, request, swap_prompt=False, set_chat=False)
 
     def _load(self, name: str, dtype: str, lang: str, request: gr.Request | None, *, swap_prompt: bool, set_chat: bool):
-        session = self.sessions.get(session_key(request))
+        owner = session_key(request)
+        session = self.sessions.get(owner)
         try:
-            lm = self.model_for(name, dtype)
+            lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001 - the message goes to the status line
-            return self._failed(t("could_not_load", lang, name=name or "?"), exc, session, lang)
-        return self._loaded(lm, name, dtype, session, lang, gr.skip(), swap_prompt=swap_prompt, set_chat=set_chat)
+            return self._failed(t("could_not_load", lang, name=html.escape(str(name or "?"))), exc, session, lang, owner)
+        return self._loaded(lm, name, dtype, session, lang, gr.skip(), owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
-        """Copy an upload into its own folder and load it; on failure delete it and say why."""
-        session = self.sessions.get(session_key(request))
+        """Move an upload into this visitor's own folder and load it; on failure delete it and say why."""
+        owner = session_key(request)
+        session = self.sessions.get(owner)
         if not files:
             return self._failed(t("nothing_uploaded", lang), PlaygroundError(
-                "choose a .safetensors file (or a checkpoint folder's files)"), session, lang)
+                "choose a .safetensors file (or a checkpoint folder's files)"), session, lang, owner)
         files = [files] if isinstance(files, str) else list(files)
-        try:
-            name = self.catalog.save_upload(files, self.limits.max_file_bytes)
+        try:  # Gradio's temporary copies go too, refused or not
+            name = self.catalog.save_upload(files, self.limits.max_file_bytes, owner, delete_sources=True)
         except Exception as exc:  # noqa: BLE001
-            return self._failed(t("upload_refused", lang), exc, session, lang)
+            return self._failed(t("upload_refused", lang), exc, session, lang, owner)
         try:
-            lm = self.model_for(name, dtype)
+            lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
-            self.catalog.discard_upload(name)
-            return self._failed(t("upload_refused", lang), exc, session, lang)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(name), verb=t("uploaded", lang))
+            self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
+            return self._failed(t("upload_refused", lang), exc, session, lang, owner)
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name), owner, verb=t("uploaded", lang))
 
     def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
         """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
-        from playground.checkpoints.hub import download_checkpoint, validate_repo_id
-
-        session = self.sessions.get(session_key(request))
+        owner = session_key(request)
+        session = self.sessions.get(owner)
         try:
-            rid = validate_repo_id(repo_id)
-            download_checkpoint(rid, self.catalog.hub_dir, max_bytes=self.limits.max_file_bytes)
-            name = HUB_PREFIX + rid
-            lm = self.model_for(name, dtype)
+            name = self.catalog.download_hub(repo_id, owner, self.limits.max_file_bytes)
+            lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
-            return self._failed(t("hub_failed", lang), exc, session, lang)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(name), verb=t("downloaded", lang))
+            return self._failed(t("hub_failed", lang), exc, session, lang, owner)
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name), owner, verb=t("downloaded", lang))
 
-    def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, *, verb: str | None = None,
-                swap_prompt: bool = True, set_chat: bool = True) -> tuple:
+    def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
+                verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> tuple:
         changed = session.model != name
         session.model, session.dtype = name, dtype
         kind = lm.kind
@@ -194,7 +206,7 @@ class Models:
         status = t("loaded", lang, verb=verb or t("loaded_verb", lang), name=html.escape(name),
                    kind=t(f"kind_{kind}", lang), dtype=dtype)
         prompt = gr.update(label=t("source" if kind == "seq2seq" else "prompt", lang),
-                           **({"value": self.example(name, kind)} if swap_prompt and changed else {}))
+                           **({"value": self.example(name, kind, owner)} if swap_prompt and changed else {}))
         chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
         if not chat_ok:
             chat = gr.update(visible=False, value=False)
@@ -207,13 +219,13 @@ class Models:
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
         card = views.model_card_html(lm.info(), name, lang)
         live = empty_live_value(lang) if changed else gr.skip()
-        return (dropdown, status, self.about(name, lm, lang), prompt, chat, target, att_kind, att_view, card, live)
+        return (dropdown, status, self.about(name, lm, lang, owner), prompt, chat, target, att_kind, att_view, card, live)
 
-    def _failed(self, what: str, exc: Exception, session, lang: str) -> tuple:
+    def _failed(self, what: str, exc: Exception, session, lang: str, owner: str | None) -> tuple:
         """Status line with the reason; the dropdown goes back to the model still in use."""
         previous = session.model
         keep = t("still_using", lang, name=html.escape(previous)) if previous else ""
         why = html.escape(one_line(exc, lang, "load").rstrip("."))
         status = t("load_failed", lang, what=what, why=why, keep=keep)
-        dropdown = self.dropdown(previous) if previous else gr.skip()
+        dropdown = self.dropdown(owner, previous) if previous else gr.skip()
         return (dropdown, status) + (gr.skip(),) * 8

@@ -16,6 +16,7 @@ import numpy as np
 
 from playground import viz
 from playground.generation import generate_all
+from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
 from playground.analysis.positional import positional_data
 from playground.ui import views
@@ -121,7 +122,7 @@ class Panels:
         skip3 = (gr.skip(),) * 3
         if run is None or not run.path:
             return (t("nothing_yet", lang), blank, blank, blank, blank) + skip3
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         c = lm.config
         kinds = ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
         kind = kind if kind in kinds else kinds[0]
@@ -174,6 +175,7 @@ class Panels:
         """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""
         key = (kind, layer)
         if key not in run.maps:
+            check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids), [layer])  # refuses over the budget
             computed = full_attention(lm, run.prompt_ids, run.stream_ids, layers=[layer])
             for k, stacked in computed.items():
                 run.maps[(k, layer)] = stacked[0]
@@ -210,7 +212,7 @@ class Panels:
         run = session.current
         if run is None or run.running:
             return gr.skip(), t("generate_first", lang)
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
         forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
         generate_all(lm, run.prompt_ids, knobs.replace(max_new_tokens=1), forced_prefix=forced)  # wake the threads
@@ -228,7 +230,7 @@ class Panels:
         if not session.model:
             return (gr.skip(),) * 6
         try:
-            lm = self.models.model_for(session.model, session.dtype)
+            lm = self.models.model_for(session.model, session.dtype, session.key)
             return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * 5

@@ -38,6 +38,7 @@ class RunState:
 
     token: str  # unguessable id the page uses to ask for this run's numbers
     number: int  # 1, 2, 3... within the session (shown to people)
+    owner: str  # the session that made the run (its model may be that visitor's own upload)
     settings: UISettings
     cfg: GenerationConfig  # clamped, as run
     kind: str  # "decoder" or "seq2seq"
@@ -84,6 +85,7 @@ class RunState:
 class Session:
     """One browser tab."""
 
+    key: str = "anonymous"  # Gradio's session hash: also the owner of this tab's uploads
     model: str | None = None
     dtype: str = "float32"
     lang: str = "en"
@@ -127,7 +129,7 @@ class Sessions:
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = Session()
+                session = self._sessions[key] = Session(key=key)
             session.seen = time.monotonic()
             return session
 

@@ -20,6 +20,7 @@ import gradio as gr
 
 from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, generate_all, language_token_id, plan, run_plan, token_path
+from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
 from playground.ui import frames, views
 from playground.ui.i18n import t
@@ -33,6 +34,7 @@ log = logging.getLogger("playground.ui")
 FRAME_SECONDS = 0.08  # at most ~12 frames a second, however fast tokens arrive
 MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
 MAX_CACHED_MAPS = 2  # whole-run attention maps kept per run (one per layer asked for)
+SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 
 
 class Streaming:
@@ -78,7 +80,7 @@ class Streaming:
         step = data.get("step")
         if run is None or run.running or not isinstance(step, int) or not 0 <= step < len(run.path):
             return
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         if isinstance(data.get("token_id"), int):
             ids = [int(data["token_id"])]
         else:
@@ -148,7 +150,7 @@ class Streaming:
         """Everything decided before the first forward pass: the model, ids, clamped settings, plan."""
         lang = settings.lang
         notes: list[str] = []
-        lm = self.models.model_for(settings.model, settings.dtype)
+        lm = self.models.model_for(settings.model, settings.dtype, session.key)
         if parent is None:
             text = settings.prompt
             if not text.strip():
@@ -187,7 +189,7 @@ class Streaming:
         p = plan(lm, prompt_ids, cfg, forced_prefix)
         notes += [n for n in p.notes if n not in notes]
         run = RunState(
-            token=new_token(), number=session.next_number, settings=settings, cfg=cfg, kind=lm.kind,
+            token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
             prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),
             live_layer=live_layer, notes=notes, branch_of=branch_of, inherited=inherited, forced=list(forced),
             forced_texts=lm.token_texts(forced),
@@ -273,7 +275,7 @@ class Streaming:
         run = session.current
         if run is None:
             return {"run": None, "lang": lang, "path": [], "status": {}}
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         return self._value(session, run, self.models.meta(lm, run.settings.model))
 
     # --- Stop ------------------------------------------------------------------------------------
@@ -298,7 +300,7 @@ class Streaming:
         run = self.sessions.run_by_token(token)
         if run is None or not 0 <= step < len(run.path) or kind not in ("self", "cross"):
             return {"row": None}
-        lm = self.models.model_for(run.settings.model, run.settings.dtype)
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         c = lm.config
         if not 0 <= layer < c.n_layers or head not in frames.head_choices(c.n_heads, c.n_kv_heads):
             return {"row": None}
@@ -306,7 +308,10 @@ class Streaming:
             return {"row": None}
         rows = frames.recorded_row(run.path[step], kind, layer)
         if rows is None:
-            rows = self._row_from_maps(run, lm, kind, layer, step)
+            try:
+                rows = self._row_from_maps(run, lm, kind, layer, step)
+            except PlaygroundError as exc:  # over the memory budget: say so where the row would be
+                return {"row": None, "error": one_line(exc)}
         return {"row": frames.rounded(frames.reduce_heads(rows, head, c.n_kv_heads)), "step": step}
 
     def _row_from_maps(self, run: RunState, lm, kind: str, layer: int, step: int):
@@ -315,6 +320,7 @@ class Streaming:
         query = len(run.prefix_ids) - 1 + step
         if maps is None:
             upto = stream if not run.running else stream[: len(run.inherited) + len(run.forced) + step]
+            check_full_attention(lm, len(run.prompt_ids), len(upto), [layer])
             computed = full_attention(lm, run.prompt_ids, upto, layers=[layer])
             maps = computed[kind][0]  # (h, T, S)
             if not run.running:
@@ -367,7 +373,7 @@ class Streaming:
         try:
             if not settings.prompt.strip():
                 raise PlaygroundError(t("empty_prompt", "en").rstrip("."))
-            lm = self.models.model_for(settings.model, settings.dtype)
+            lm = self.models.model_for(settings.model, settings.dtype, SCRIPT_OWNER)
             chat = settings.chat and lm.chat_template_available
             prompt_ids = lm.tokenize(settings.prompt, chat=chat)
             kwargs = generation_kwargs(settings)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._common import finish
+from playground.viz._common import display_text, finish
 
 BOX = {"embedding": "#c6dbef", "positions": "#e5f5e0", "relative_bias": "#e5f5e0", "embed_norm": "#fdd0a2",
        "attn_norm": "#fdd0a2", "cross_norm": "#fdd0a2", "mlp_norm": "#fdd0a2", "final_norm": "#fdd0a2",
@@ -193,7 +193,7 @@ def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None) -> go.F
         rows, xs = max(len(e_col), len(d_col)), (-1.0, 2.85)
     fig.update_xaxes(visible=False, range=list(xs))
     fig.update_yaxes(visible=False, range=[-rows + 0.4, 0.6])
-    title = title or TEXT["title"].format(family=anatomy["family"], params=f"{anatomy['parameters']:,}")
+    title = title or TEXT["title"].format(family=display_text(anatomy["family"]), params=f"{anatomy['parameters']:,}")
     return finish(fig, title, height=int(110 + 58 * rows), showlegend=False)
 
 

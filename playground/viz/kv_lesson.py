@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.viz._common import finish
+from playground.viz._common import display_text, finish
 from playground.viz.cache import WITH_CACHE_COLOUR, WITHOUT_CACHE_COLOUR, format_bytes
 
 GB = 10**9
@@ -270,7 +270,7 @@ def kv_memory_chart(what_if: Mapping[str, Any], name: str = "", title: str | Non
                                  hovertemplate="%{x:,} tokens: " + f"{live['bytes']:,} bytes<extra></extra>"))
     fig.update_xaxes(type="log", title_text=TEXT["tokens_axis"])
     fig.update_yaxes(title_text=TEXT["memory_axis"], type="log")  # log-log: linear growth is a straight line
-    return finish(fig, title or TEXT["memory_title"].format(name=name), height=440,
+    return finish(fig, title or TEXT["memory_title"].format(name=display_text(name)), height=440,
                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
 
 

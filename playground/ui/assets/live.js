@@ -230,7 +230,7 @@ function attentionRow(v, step) {
     const run = v.run;
     server.attention_row([run, step, view.kind, view.layer, view.head]).then((r) => {
       if (st.run !== run) return;
-      st.att[key] = r && r.row ? r.row : null;
+      st.att[key] = r && r.row ? r.row : (r && r.error ? { error: r.error } : null);
       drawAttention(props.value, currentStep(props.value));
     }).catch(() => { st.att[key] = null; });
   }
@@ -260,6 +260,7 @@ function drawAttention(v, step) {
     const row = attentionRow(v, step);
     if (row === undefined) body = `<p class="pg-muted">${esc(tr("att_loading"))}</p>`;
     else if (row === null) body = `<p class="pg-muted">${esc(tr("att_off"))}</p>`;
+    else if (row.error) body = `<p class="pg-muted">${esc(row.error)}</p>`;
     else body = attentionChips(v, step, row, view);
   }
   box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p><div class="pg-acontrols">${controls}</div><div class="pg-achips">${body}</div>`;
