@@ -14,6 +14,7 @@ import pytest
 from playground.generation import full_attention
 from playground.ui import build_app
 from playground.ui.catalog import UPLOAD_PREFIX
+from playground.ui.limits import CAPS
 from playground.ui.settings import FIELDS, UISettings, from_query, to_query
 from playground.ui.wiring import make_link
 from tests.hf_tiny import save_seq2seq, t5_like
@@ -166,7 +167,10 @@ def test_settings_are_clamped_with_visible_notes(h):
     notes = frames[0][1]
     assert "top_k" in notes and "Note:" in notes
     long, _ = run(h, UISettings(prompt="x" * 5000, max_new_tokens=2), "long")
-    assert "4000 characters" in long[0][1]
+    assert "4000 characters" in long[0][1] and "dropped" in long[0][1]  # 4000 characters are still 4000 tokens
+    assert len(h.sessions.get("long").current.prompt_ids) <= CAPS.prompt_tokens
+    api = h.stream.generate_text("tiny-lm", "x" * 5000, "max_new_tokens=2")
+    assert any("dropped" in n for n in api["notes"])  # the script API cuts the same way
 
 
 def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):

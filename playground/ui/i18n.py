@@ -225,6 +225,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "chat_unavailable": ("This checkpoint has no chat template; the prompt was used as plain text.",
                          "该检查点没有对话模板;提示词按普通文本处理。"),
     "prompt_cut": ("The prompt was cut to {n} characters.", "提示词已截断为 {n} 个字符。"),
+    "prompt_tokens_cut": ("The prompt has {n} tokens; its first {dropped} were dropped to keep the last {cap}.",
+                          "提示词有 {n} 个 token;丢弃了前 {dropped} 个,保留最后 {cap} 个。"),
     # --- model card
     "card_property": ("Property", "属性"),
     "card_value": ("Value", "值"),

@@ -25,6 +25,7 @@ class Caps:
     num_beams: int = 8
     top_candidates: int = 20
     prompt_chars: int = 4000  # in the page, in links and in generate_text alike
+    prompt_tokens: int = 2048  # likewise, after tokenizing (a chat template adds tokens of its own)
     pace_ms: int = 1000
 
 

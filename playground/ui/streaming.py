@@ -152,16 +152,8 @@ class Streaming:
         notes: list[str] = []
         lm = self.models.model_for(settings.model, settings.dtype, session.key)
         if parent is None:
-            text = settings.prompt
-            if not text.strip():
-                raise PlaygroundError(t("empty_prompt", lang).rstrip("."))
-            if len(text) > CAPS.prompt_chars:
-                text = text[: CAPS.prompt_chars]
-                notes.append(t("prompt_cut", lang, n=CAPS.prompt_chars))
-            chat = settings.chat and lm.chat_template_available
-            if settings.chat and not chat:
-                notes.append(t("chat_unavailable", lang))
-            prompt_ids = lm.tokenize(text, chat=chat)
+            prompt_ids, prompt_notes = prompt_tokens(lm, settings, lang)
+            notes += prompt_notes
             inherited: list[list[Any]] = []
             forced: list[int] = []
             branch_of = None
@@ -171,9 +163,7 @@ class Streaming:
             inherited = list(base.inherited) + [[lm.token_text(i), i, 1.0] for i in base.forced] + [
                 [s.token_text, s.token_id, s.prob] for s in base.path[:step]]
             branch_of = (base.number, step)
-        kwargs = generation_kwargs(settings)
-        if settings.target_lang:
-            kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
+        kwargs = decoding(lm, settings)
         if settings.mode == "sample" and settings.seed is None:
             kwargs["seed"] = secrets.randbelow(2**31)
             notes.append(t("seed_drawn", lang, seed=kwargs["seed"]))
@@ -371,20 +361,45 @@ class Streaming:
         params.update(model=model, prompt=prompt)
         settings, notes = from_query(params, UISettings())
         try:
-            if not settings.prompt.strip():
-                raise PlaygroundError(t("empty_prompt", "en").rstrip("."))
             lm = self.models.model_for(settings.model, settings.dtype, SCRIPT_OWNER)
-            chat = settings.chat and lm.chat_template_available
-            prompt_ids = lm.tokenize(settings.prompt, chat=chat)
-            kwargs = generation_kwargs(settings)
-            if settings.target_lang:
-                kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
-            cfg, clamp_notes = clamp_settings(GenerationConfig(**kwargs), lm, len(prompt_ids))
+            prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
+            notes += prompt_notes
+            cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
             result = generate_all(lm, prompt_ids, cfg.replace(top_candidates=0))
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         return {"text": result.text, "token_ids": [int(i) for i in result.token_ids],
                 "finish_reason": result.finish_reason, "notes": notes + clamp_notes}
+
+
+def decoding(lm, settings: UISettings) -> dict[str, Any]:
+    """GenerationConfig keywords for the settings: the mode's knobs and the target language's token."""
+    kwargs = generation_kwargs(settings)
+    if settings.target_lang:
+        kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
+    return kwargs
+
+
+def prompt_tokens(lm, settings: UISettings, lang: str) -> tuple[list[int], list[str]]:
+    """The prompt's token ids under the app's caps, in characters then in tokens, with a note for each cut.
+
+    The page and `generate_text` share it, so both refuse and cut the same way."""
+    notes: list[str] = []
+    text = settings.prompt
+    if not text.strip():
+        raise PlaygroundError(t("empty_prompt", lang).rstrip("."))
+    if len(text) > CAPS.prompt_chars:
+        text = text[: CAPS.prompt_chars]
+        notes.append(t("prompt_cut", lang, n=CAPS.prompt_chars))
+    chat = settings.chat and lm.chat_template_available
+    if settings.chat and not chat:
+        notes.append(t("chat_unavailable", lang))
+    ids = lm.tokenize(text, chat=chat)
+    if len(ids) > CAPS.prompt_tokens:
+        notes.append(t("prompt_tokens_cut", lang, n=len(ids), dropped=len(ids) - CAPS.prompt_tokens,
+                       cap=CAPS.prompt_tokens))
+        ids = ids[-CAPS.prompt_tokens:]
+    return ids, notes
 
 
 def _best_hypothesis(event):
