@@ -259,12 +259,17 @@ def test_kv_rerun_without_cache_compares_fresh_timings(h):
 
 def test_positional_panel_follows_the_model_scheme(h):
     h.models.load("tiny-lm", "float32", "en", request("pe"))
-    md, f1, f2, f3, f4, pair = h.panels.positional(64, 1000, 2, request("pe"))
-    assert "RoPE" in md and f1["visible"] and pair["visible"]
+    md, f1, f2, f3, f4, f5, pair = h.panels.positional(64, 1000, 2, request("pe"))
+    assert "RoPE" in md and f1["visible"] and pair["visible"] and f3["visible"] and f5["visible"]
+    assert not f4["visible"] and "Generate once" in md  # the relative property needs a run's q and k
+    run(h, UISettings(prompt="Hello", max_new_tokens=4), "pe")
+    md, f1, f2, f3, f4, f5, pair = h.panels.positional(256, 500, 2, request("pe"))
+    assert f4["visible"] and max(f3["value"].data[1].x) == 255  # "positions shown" drives the decay plot
+    assert "500" in f3["value"].layout.title.text  # and "compare with base" compares RoPE bases
     assert all(is_skip(v) for v in h.panels.positional(64, 1000, 2, request("never-loaded")))
     h.models.load("t5-random", "float32", "en", request("pe"))
-    md, f1, f2, *_ = h.panels.positional(32, 1000, 0, request("pe"))
-    assert "Relative position bias" in md and f1["visible"] and not f2["visible"]
+    md, f1, f2, f3, f4, f5, pair = h.panels.positional(32, 1000, 0, request("pe"))
+    assert "Relative position bias" in md and f1["visible"] and not f2["visible"] and f5["visible"]
 
 
 # --- branches ----------------------------------------------------------------------------------
@@ -455,3 +460,24 @@ def test_every_screenshot_linked_from_the_readme_is_in_the_repo():
     assert len(links) >= 9
     missing = [p for p in links if not (readme.parent / p).is_file()]
     assert not missing, f"README links screenshots that are not in the repo: {missing}"
+
+
+def test_a_sliding_window_model_shows_each_layers_own_mask(tmp_path):
+    from tests.hf_tiny import llama_like, save_decoder
+    from tests.ui_fixtures import CHARS, SPECIALS, save_char_tokenizer
+
+    folder = tmp_path / "weights" / "windowed"
+    save_decoder(folder, "mistral", llama_like(vocab_size=len(SPECIALS) + len(CHARS), num_attention_heads=4,
+                                               num_key_value_heads=2, sliding_window=5, eos_token_id=2))
+    save_char_tokenizer(folder)
+    h = build_app(tmp_path / "weights", tmp_path / "uploads").playground_handlers
+    h.models.load("windowed", "float32", "en", request("win"))
+    frames, r = run(h, UISettings(model="windowed", prompt="abcdefgh", max_new_tokens=6), "win")
+    row = frames[-1][0]["att"]["row"]
+    assert len(row) == len(r.prompt_ids) + 5 and all(w == 0 for w in row[:-5])  # only the last 5 keys are seen
+    assert abs(sum(row[-5:]) - 1) < 1e-3
+    h.sessions.get("win").deep_tab = "attention"
+    note = h.panels.attention("self", "head", "linear", 1, 0, None, False, request("win"))[0]
+    assert "sliding-window layer" in note and "last 5 keys" in note
+    kv = h.panels.cache(h.sessions.get("win"), r)[0]
+    assert "window 5" in kv and "5 tokens held" in kv  # the cache keeps only the window

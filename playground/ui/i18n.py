@@ -166,6 +166,9 @@ STRINGS: dict[str, tuple[str, str]] = {
         "所选步骤对应的那一行,就是选出该 token 的查询。",
     ),
     "attention_note": ("{layers} layers × {heads} heads; {t} queries × {s} keys.", "{layers} 层 × {heads} 个头;{t} 个查询 × {s} 个键。"),
+    "window_note": (" Layer {layer} is a sliding-window layer: each query sees only its last {window} keys (the rest "
+                    "are masked, weight 0).",
+                    " 第 {layer} 层是滑动窗口层:每个查询只看最近的 {window} 个键(其余被掩码,权重为 0)。"),
     "gqa_note": (" GQA: {g} query heads share each KV head (rows of the grid).", " GQA:每 {g} 个查询头共享一个 KV 头(网格的每一行)。"),
     "attention_off": ("Attention was not recorded for this run: tick “Record attention” and generate again.",
                       "本次运行没有记录注意力:勾选“生成时记录注意力”后重新生成。"),
@@ -211,6 +214,13 @@ STRINGS: dict[str, tuple[str, str]] = {
                     "attention logits (`{table}`); no position is added to the embeddings.",
                     "**相对位置偏置**(T5):每个头、每个距离桶学一个标量,加到注意力 logits 上(`{table}`);"
                     "词嵌入上不加位置。"),
+    "pe_partial": ("Only the first {rotary} of {head} dimensions of each head rotate; the other {rest} pass through "
+                   "unchanged (partial rotary).",
+                   "每个头只有前 {rotary} / {head} 维旋转,其余 {rest} 维原样通过(部分旋转)。"),
+    "pe_nope": ("Layers {layers} use no positional encoding at all (NoPE).", "第 {layers} 层完全不使用位置编码 (NoPE)。"),
+    "pe_bases": ("Each kind of layer has its own base: {bases}.", "不同类型的层各有自己的基数:{bases}。"),
+    "pe_shift_needs_run": ("Generate once to see RoPE's relative property on this model's own q and k.",
+                           "生成一次,即可在本模型自己的 q 和 k 上看到 RoPE 的相对位置性质。"),
     "pe_none": ("This model uses no positional encoding.", "该模型不使用位置编码。"),
     "pe_base": ("Compare with base", "对比的基数 (base)"),
     "pe_pair": ("RoPE dimension pair", "RoPE 维度对"),
@@ -253,6 +263,14 @@ STRINGS: dict[str, tuple[str, str]] = {
     "card_chat": ("Chat template", "对话模板"),
     "card_tokenizer": ("Tokenizer", "分词器"),
     "card_tokenizer_missing": ("unavailable: {why}", "不可用:{why}"),
+    "card_encoder": ("Encoder stack", "编码器"),
+    "card_decoder": ("Decoder stack", "解码器"),
+    "card_stack": ("{layers} layers · {heads} heads / {kv_heads} KV heads · head dim {head_dim} · FFN {d_ff}",
+                   "{layers} 层 · {heads} 个头 / {kv_heads} 个 KV 头 · 头维度 {head_dim} · FFN {d_ff}"),
+    "cache_layers_differ": ("**Per layer** (sliding-window layers keep only their window):",
+                            "**每一层**(滑动窗口层只保留窗口内的 token):"),
+    "cache_layer_row": ("- layer {layer}: {attention}, window {window}, {tokens} tokens held, K and V {shape} each, {bytes}",
+                        "- 第 {layer} 层:{attention},窗口 {window},保存 {tokens} 个 token,K、V 形状均为 {shape},{bytes}"),
     "card_yes": ("yes", "有"),
     "card_no": ("no", "无"),
     # --- KV tab

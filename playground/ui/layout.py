@@ -239,7 +239,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["tab_positional"] = tab
                         c["pe_md"] = gr.Markdown("", elem_id="pe-md")
                         with gr.Row():
-                            named("pe_length", gr.Slider(8, 512, value=64, step=8, label=t("pe_length", lang),
+                            named("pe_length", gr.Slider(8, 2048, value=64, step=8, label=t("pe_length", lang),
                                                          elem_id="pe-length"), "pe_length")
                             named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang), elem_id="pe-base"),
                                   "pe_base")
@@ -249,6 +249,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
                         c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
                         c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
+                        c["pe5"] = gr.Plot(elem_id="pe-plot-5", show_label=False)
                     with gr.Tab(t("tab_lessons", lang), id="lessons", elem_id="lessons-tab") as tab:
                         c["tab_lessons"] = tab
                         with gr.Row():

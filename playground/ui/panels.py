@@ -18,7 +18,10 @@ from playground import viz
 from playground.generation import generate_all
 from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
+from playground import analysis
 from playground.analysis.positional import positional_data
+from playground.models.positional import positional_layout
+from playground.viz import positional_compare as v_pe
 from playground.ui import views
 from playground.ui.figures import localize
 from playground.ui.i18n import t
@@ -163,6 +166,10 @@ class Panels:
                                    title=t("summary_title", lang, label=label))
         note = t("attention_note", lang, layers=n_layers, heads=h, t=T, s=S) + (
             t("gqa_note", lang, g=groups) if groups > 1 else "")
+        if kind != "encoder" and run.kind == "decoder":
+            layer_kind = c.layer_kinds()[layer]
+            if layer_kind.window is not None:  # this layer's own mask: each query sees its last `window` keys
+                note += t("window_note", lang, layer=layer, window=layer_kind.window)
         # Sliders get a value back only when it had to change: writing a value the slider already holds
         # could overwrite a newer one typed or arrowed in while this ran.
         layer_update = gr.update(maximum=max(1, n_layers - 1), **({} if asked[0] == layer else {"value": layer}))
@@ -228,16 +235,49 @@ class Panels:
         """The PE panel for the model this tab has loaded (nothing before the first successful load)."""
         session = self.sessions.get(session_key(request))
         if not session.model:
-            return (gr.skip(),) * 6
+            return (gr.skip(),) * len(PE_OUTPUTS)
         try:
             lm = self.models.model_for(session.model, session.dtype, session.key)
-            return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang)
+            run = session.current
+            shift = None
+            if lm.config.positional == "rope" and run is not None and run.path and not run.running \
+                    and run.settings.model == session.model:
+                from playground.ui.lessons import result_of  # the run as the analyses take it
+
+                result = result_of(run)
+                if run.analysis is None or run.analysis.result.token_ids != result.token_ids:
+                    run.analysis = analysis.RunCache(lm, result)
+                run.analysis.result = result
+                step = self._step(session, run)
+                shift = analysis.rope_shift_scores(lm, result, step, lm.config.n_layers - 1, 0, cache=run.analysis)
+            return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang, shift)
         except Exception as exc:  # noqa: BLE001
-            return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * 5
+            return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)
 
 
-def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en") -> tuple:
-    """(markdown, 4 figures, pair slider) for the model's own positional scheme."""
+PE_OUTPUTS = ("pe_md", "pe1", "pe2", "pe3", "pe4", "pe5", "pe_pair")
+
+
+def _rope_layout_text(lm, lang: str) -> str:
+    """Which dimensions rotate, which layers use no positions, which base each kind of layer uses."""
+    layout = positional_layout(lm.config)
+    parts = []
+    if layout.get("pass_through_dims"):
+        parts.append(t("pe_partial", lang, rotary=layout["rotary_dims"], head=layout["head_dim"],
+                       rest=len(layout["pass_through_dims"])))
+    if layout.get("nope_layers"):
+        parts.append(t("pe_nope", lang, layers=", ".join(str(i) for i in layout["nope_layers"])))
+    tables = layout.get("tables") or {}
+    if len(tables) > 1:
+        parts.append(t("pe_bases", lang, bases="; ".join(
+            f"{name}: {table['base']:g} ({len(table['layers'])} layers)" for name, table in tables.items())))
+    return (" " + " ".join(parts)) if parts else ""
+
+
+def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en",
+                       shift: dict | None = None) -> tuple:
+    """(markdown, 5 figures, pair slider) for the model's own positional scheme, every plot over the
+    positions shown; the last figure compares the schemes the seeds compare, this model's highlighted."""
     data = positional_data(lm, length, compare_base)
     scheme = data["scheme"]
     hidden = gr.update(visible=False)
@@ -245,30 +285,37 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None,
     def show(fig: Any) -> dict:
         return gr.update(value=localize(fig, lang), visible=True)
 
+    schemes = analysis.pe_schemes(lm, length)
+    compare = show(v_pe.pe_schemes_figure(schemes))
+    caption = "\n\n" + v_pe.pe_schemes_caption(schemes)
     if scheme == "sinusoidal":
         tab, cmp = data["table"], data["compare_table"]
         md = t("pe_sinusoidal", lang, base=f"{data['base']:g}", d=tab.shape[1], other=f"{data['compare_base']:g}")
-        return (md, show(viz.pe_heatmap(tab)), show(viz.pe_waves(tab)), show(viz.pe_similarity(tab)),
+        return (md + caption, show(viz.pe_heatmap(tab)), show(viz.pe_waves(tab)), show(viz.pe_similarity(tab)),
                 show(viz.pe_base_comparison(tab, cmp, f"base {data['base']:g}", f"base {data['compare_base']:g}")),
-                gr.update(visible=False))
+                compare, gr.update(visible=False))
     if scheme == "rope":
         f = data["inv_freq"]
         pair = int(min(max(pair or 0, 0), len(f) - 1))
-        distances = np.arange(0, min(data["context"], 1024))
-        md = t("pe_rope", lang, d=data["head_dim"], pairs=len(f))
-        return (md, show(viz.rope_frequencies(f, context_length=data["context"])),
-                show(viz.rope_rotation(f, pair, data["length"])),
-                show(viz.rope_relative_scores(viz.rope_score_curve(f, distances), distances,
-                                              title=t("pe_rope_decay", lang))),
-                hidden, gr.update(visible=True, maximum=max(1, len(f) - 1)))
+        md = t("pe_rope", lang, d=data["head_dim"], pairs=len(f)) + _rope_layout_text(lm, lang)
+        md += "\n\n" + v_pe.rope_base_caption(data)
+        shift_fig = hidden
+        if shift is not None and shift.get("available"):
+            shift_fig = show(v_pe.rope_shift_figure(shift))
+            md += "\n\n" + v_pe.rope_shift_caption(shift)
+        else:
+            md += "\n\n" + t("pe_shift_needs_run", lang)
+        return (md + caption, show(viz.rope_frequencies(f, context_length=data["context"])),
+                show(viz.rope_rotation(f, pair, data["length"])), show(v_pe.rope_base_comparison(data)), shift_fig,
+                compare, gr.update(visible=True, maximum=max(1, len(f) - 1)))
     if scheme == "learned":
         tab = data["table"]
         md = t("pe_learned", lang, shown=tab.shape[0], total=lm.config.max_positions, d=tab.shape[1])
-        return (md, show(viz.learned_table_heatmap(tab)), show(viz.cosine_similarity_matrix(tab)), hidden, hidden,
-                gr.update(visible=False))
+        return (md + caption, show(viz.learned_table_heatmap(tab)), show(viz.cosine_similarity_matrix(tab)), hidden,
+                hidden, compare, gr.update(visible=False))
     if scheme == "relative":
         md = t("pe_relative", lang, table=data["table_name"])
-        return (md, show(viz.relative_bias_plot(data["bias"], data["distances"])), hidden, hidden, hidden,
-                gr.update(visible=False))
+        return (md + caption, show(viz.relative_bias_plot(data["bias"], data["distances"])), hidden, hidden, hidden,
+                compare, gr.update(visible=False))
     md = data.get("missing") or t("pe_none", lang)
-    return (md, hidden, hidden, hidden, hidden, gr.update(visible=False))
+    return (md + caption, hidden, hidden, hidden, hidden, compare, gr.update(visible=False))

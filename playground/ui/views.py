@@ -37,6 +37,8 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
     layers = str(c.get("n_layers"))
     if seq2seq:
         layers = t("card_layers_seq2seq", lang, encoder=c.get("n_encoder_layers"), decoder=c.get("n_layers"))
+    elif info.get("layer_summary"):
+        layers = f"{layers}: {info['layer_summary']}"
     mlp = f"{c.get('mlp')} ({c.get('activation')})"
     if c.get("mlp") == "gated":
         mlp = f"gated ({'SwiGLU' if c.get('activation') == 'silu' else c.get('activation')})"
@@ -48,10 +50,11 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
         ("card_parameters", f"{int(info.get('parameters', 0)):,}"),
         ("card_layers", layers),
         ("card_heads", f"{heads} / {kv} · {attention}"),
+        *_stacks(info, lang),
         ("card_head_dim", str(c.get("head_dim"))),
         ("card_d_model", str(c.get("d_model"))),
         ("card_ffn", f"{c.get('d_ff')} · {mlp}"),
-        ("card_norm", f"{c.get('norm')} · {c.get('norm_position')}-LN"),
+        ("card_norm", f"{c.get('norm')} · {info.get('block') or c.get('norm_position')}"),
         ("card_positional", str(info.get("positional_encoding_label"))),
         ("card_vocabulary", f"{c.get('vocab_size'):,}" if isinstance(c.get("vocab_size"), int) else "?"),
         ("card_context", t("card_positions", lang, n=f"{c.get('max_positions'):,}")
@@ -65,6 +68,15 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
     if info.get("tokenizer_error"):
         rows.append(("card_tokenizer", t("card_tokenizer_missing", lang, why=info["tokenizer_error"])))
     return [(t(key, lang), value) for key, value in rows]
+
+
+def _stacks(info: Mapping[str, Any], lang: str) -> list[tuple[str, str]]:
+    """An encoder-decoder whose stacks differ gets one row per stack (DistilBART: 12 encoder, 6 decoder)."""
+    if info.get("kind") != "seq2seq" or info.get("symmetric", True):
+        return []
+    return [(f"card_{side}", t("card_stack", lang, **{k: info[side].get(k) for k in ("layers", "heads", "kv_heads",
+                                                                                       "head_dim", "d_ff")}))
+            for side in ("encoder", "decoder") if isinstance(info.get(side), Mapping)]
 
 
 def model_card_html(info: Mapping[str, Any], name: str, lang: str = "en") -> str:
@@ -142,8 +154,14 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
         t("kv_symbols", lang),
     ]
     per_layer = cache.get("per_layer") or []
-    if per_layer:
+    windowed = any(p.get("window") for p in per_layer)
+    if per_layer and not windowed and all(p.get("k_shape") == per_layer[0].get("k_shape") for p in per_layer):
         lines += ["", t("cache_per_layer", lang, shape=tuple(per_layer[0].get("k_shape")), layers=len(per_layer))]
+    elif per_layer:  # layers hold different amounts (sliding windows keep only their window)
+        lines += ["", t("cache_layers_differ", lang), ""]
+        lines += [t("cache_layer_row", lang, layer=p.get("layer"), attention=p.get("attention", "full"),
+                    window=p.get("window") or "–", tokens=p.get("tokens"), shape=tuple(p.get("k_shape") or ()),
+                    bytes=format_bytes(int(p.get("bytes", 0)))) for p in per_layer]
     cross = cache.get("cross_attention")
     if cross:
         lines += ["", t("cache_cross", lang, layers=cross.get("layers"), heads=cross.get("kv_heads"),

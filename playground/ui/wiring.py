@@ -8,7 +8,7 @@ from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
-from playground.ui.panels import DEEP_OUTPUTS
+from playground.ui.panels import DEEP_OUTPUTS, PE_OUTPUTS
 from playground.ui.settings import FIELDS, from_widgets, to_query
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -32,7 +32,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], s["target_lang"], p.att_kind,
                     p.att_view, p.card, p.live]
     pe_inputs = [p.pe_length, p.pe_base, p.pe_pair]
-    pe_outputs = [p.pe_md, p.pe1, p.pe2, p.pe3, p.pe4, p.pe_pair]
+    pe_outputs = [page.component(name) for name in PE_OUTPUTS]
     view_inputs = [p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_sink]
     deep_outputs = [page.component(name) for name in DEEP_OUTPUTS]
     att_outputs = [p.att_note, p.att_grid, p.att_heat, p.att_row, p.att_summary, p.att_layer, p.att_head,
