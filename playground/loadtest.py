@@ -2,6 +2,7 @@
 
     python -m playground.loadtest --clients 8 --runs 20            # starts app.py on a free port
     python -m playground.loadtest --url http://127.0.0.1:7860/     # an already running server
+    python -m playground.loadtest --page --clients 16 --seconds 150 # the page's own path, mixed (loadtest_page)
 
 Each client first records what it gets alone (its own prompt and seed, one request at a time, before
 the crowd starts); then all clients run concurrently. Checks: zero errors and every concurrent output
@@ -124,6 +125,10 @@ def run_client(url: str, i: int, args: argparse.Namespace, expected: list[int] |
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--page" in (sys.argv[1:] if argv is None else argv):  # the page's own path: playground.loadtest_page
+        from playground import loadtest_page
+
+        return loadtest_page.main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--runs", type=int, default=20, help="generations per client")

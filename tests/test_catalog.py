@@ -13,7 +13,7 @@ import pytest
 
 import playground
 from playground.errors import PlaygroundError
-from playground.ui.catalog import HUB_PREFIX, PRIVATE_HUB, PRIVATE_UPLOAD, UPLOAD_PREFIX, Catalog
+from playground.ui.catalog import HUB_PREFIX, PRIVATE_HUB, PRIVATE_UPLOAD, UPLOAD_PREFIX, Catalog, remove_sources
 from playground.ui.registry import ModelRegistry
 from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
@@ -109,9 +109,8 @@ def _gradio_temp(tmp_path: Path, source: Path, name: str) -> Path:
 
 def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_path):
     files = [_gradio_temp(tmp_path, tiny / n, n) for n in ("config.json", "model.safetensors")]
-    name = catalog.save_upload(files, 10**8, ALICE, delete_sources=True)
+    name = catalog.save_upload(files, 10**8, ALICE)
     assert name.startswith(UPLOAD_PREFIX)
-    assert not any(f.exists() or f.parent.exists() for f in files)  # Gradio's copies are gone
     assert name in catalog.names(ALICE) and name not in catalog.names(BOB)
     alice_labels = [e.label for e in catalog.entries(ALICE) if e.name == name]
     assert alice_labels == [f"uploaded: model.safetensors [{name[len(UPLOAD_PREFIX):][:8]}]"]
@@ -143,15 +142,31 @@ def test_the_same_bytes_uploaded_by_two_visitors_are_two_models(catalog, tiny):
     assert catalog.is_shared(catalog.resolve("tiny-lm", ALICE)) and not catalog.is_shared(catalog.resolve(a, ALICE))
 
 
+def test_two_visitors_uploading_the_same_bytes_share_gradio_s_path_and_both_succeed(catalog, tiny, tmp_path):
+    # Gradio stores an upload under the hash of its bytes: both visitors send the same path.
+    files = [_gradio_temp(tmp_path, tiny / n, n) for n in ("config.json", "model.safetensors")]
+    a = catalog.save_upload(files, 10**8, ALICE)
+    b = catalog.save_upload(files, 10**8, BOB)
+    assert all(f.exists() for f in files)  # left for Gradio's cache cleaner
+    pa, pb = catalog.resolve(a, ALICE), catalog.resolve(b, BOB)
+    assert pa != pb
+    for path in (pa, pb):
+        assert (path / "model.safetensors").read_bytes() == (tiny / "model.safetensors").read_bytes()
+    catalog.discard_upload(a, ALICE)
+    assert not pa.exists() and (pb / "model.safetensors").is_file() and all(f.exists() for f in files)
+
+
 def test_refused_uploads_leave_nothing_behind(catalog, tiny, tmp_path):
     pickle_file = _gradio_temp(tmp_path, tiny / "config.json", "model.bin")
     with pytest.raises(PlaygroundError, match="pickle"):
-        catalog.save_upload([pickle_file], 10**8, ALICE, delete_sources=True)
+        catalog.save_upload([pickle_file], 10**8, ALICE)
+    remove_sources([pickle_file])  # what the page does with a refused upload
     assert not pickle_file.exists() and not pickle_file.parent.exists()
     big = _gradio_temp(tmp_path, tiny / "model.safetensors", "model.safetensors")
     with pytest.raises(PlaygroundError, match="limit"):
-        catalog.save_upload([big], 10, ALICE, delete_sources=True)
-    assert not big.exists()
+        catalog.save_upload([big], 10, ALICE)
+    with pytest.raises(PlaygroundError, match="no longer on the server; upload it again"):
+        catalog.save_upload([pickle_file.with_name("model.safetensors")], 10**8, ALICE)
     assert catalog.names(ALICE) == catalog.names(BOB)  # nothing stored
     name = catalog.save_upload([tiny / "model.safetensors"], 10**8, ALICE)  # weights without config: fails to load
     path = catalog.resolve(name, ALICE)

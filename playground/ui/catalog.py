@@ -111,7 +111,7 @@ def _folder_bytes(path: Path) -> int:
 
 
 def remove_sources(paths: Iterable[str | Path]) -> None:
-    """Delete the temporary copies an upload arrived in (Gradio's cache), and their folder if now empty."""
+    """Delete the temporary copies a refused upload arrived in (Gradio's cache), and their folder if now empty."""
     for p in paths:
         path = Path(p)
         try:
@@ -120,6 +120,14 @@ def remove_sources(paths: Iterable[str | Path]) -> None:
             path.parent.rmdir()  # Gradio keeps each upload in a folder of its own; fails if not empty
         except OSError:
             pass
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link when both are on one disk (no second copy of a large checkpoint), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 class Catalog:
@@ -313,25 +321,18 @@ class Catalog:
 
     # --- uploads ---------------------------------------------------------------------------------
 
-    def save_upload(
-        self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None, *, delete_sources: bool = False
-    ) -> str:
+    def save_upload(self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None) -> str:
         """Store uploaded files in a new folder of `owner`'s; return its catalog name.
 
         Accepts one .safetensors file (our own format carries config + tokenizer) or the files of a
         checkpoint folder (config.json, model.safetensors, tokenizer files). Refuses pickles, other
         file types, duplicate names and totals over `max_bytes` or the disk quota before storing
-        anything. With `delete_sources` (the page: Gradio's temporary copies) the given files are
-        moved in, or deleted at once when refused.
+        anything. The given files are linked (or copied), never moved: Gradio keeps an upload under
+        the hash of its bytes, so two visitors who upload the same file hold the same path, and
+        taking it from one would break the other. Gradio's cache cleaner removes them
+        (`build_app` sets `delete_cache`); the page deletes refused ones at once (`remove_sources`).
         """
         paths = [Path(f) for f in files if f]
-        try:
-            return self._save_upload(paths, max_bytes, owner, delete_sources)
-        finally:
-            if delete_sources:
-                remove_sources(paths)  # moved already when stored; refused ones go now
-
-    def _save_upload(self, paths: list[Path], max_bytes: int, owner: str | None, move: bool) -> str:
         if not paths:
             raise PlaygroundError("no file received; choose a .safetensors file (plus config/tokenizer files)")
         names: dict[str, Path] = {}
@@ -350,8 +351,10 @@ class Catalog:
                 )
             if base in names:
                 raise PlaygroundError(f"two uploaded files are both called {base}; upload one checkpoint at a time")
-            if p.is_symlink() or not p.is_file():
+            if p.is_symlink():
                 raise PlaygroundError(f"{base}: not a regular file; upload the file itself")
+            if not p.is_file():
+                raise PlaygroundError(f"{base}: the upload is no longer on the server; upload it again")
             size = p.stat().st_size
             if not base.endswith(".safetensors") and size > MAX_TEXT_FILE_BYTES:
                 raise PlaygroundError(f"{base}: {size / 2**20:.1f} MiB is too large for a config or tokenizer file")
@@ -370,7 +373,7 @@ class Catalog:
             target.mkdir(parents=True)
             try:
                 for base, src in names.items():
-                    shutil.move(src, target / base) if move else shutil.copyfile(src, target / base)
+                    link_or_copy(src, target / base)
             except OSError as exc:
                 shutil.rmtree(target, ignore_errors=True)
                 raise PlaygroundError(f"could not store the upload ({exc.strerror}); try again") from None

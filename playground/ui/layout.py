@@ -23,6 +23,9 @@ from playground.ui.settings import DTYPES, MODES, UISettings
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
+# Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
+# 5 minutes once 15 minutes old: long enough for an upload still waiting in the queue.
+GRADIO_CACHE_SECONDS = (300, 900)
 LIVE_TEMPLATE = """<div class="pg-live">
   <div class="pg-head"><div id="gen-status" class="pg-status" role="status" aria-live="polite"></div><div class="pg-rate"></div></div>
   <div id="token-stream" role="list"></div>
@@ -107,7 +110,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
             labels[name] = (label, info)
         return component
 
-    with gr.Blocks(title=t("title", lang)) as demo:
+    with gr.Blocks(title=t("title", lang), delete_cache=GRADIO_CACHE_SECONDS) as demo:
         with gr.Row(elem_id="topbar", equal_height=True):
             c["header"] = gr.Markdown(f"# {t('title', lang)}\n{t('tagline', lang)}", elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,

@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.generation import language_codes
 from playground.loaded import LoadedModel
 from playground.ui import views
-from playground.ui.catalog import Catalog
+from playground.ui.catalog import Catalog, remove_sources
 from playground.ui.frames import head_choices
 from playground.ui.i18n import t
 from playground.ui.layout import empty_live_value, view_choices
@@ -168,21 +168,23 @@ class Models:
         return self._loaded(lm, name, dtype, session, lang, gr.skip(), owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
-        """Move an upload into this visitor's own folder and load it; on failure delete it and say why."""
+        """Store an upload in this visitor's own folder and load it; on failure delete it and say why."""
         owner = session_key(request)
         session = self.sessions.get(owner)
         if not files:
             return self._failed(t("nothing_uploaded", lang), PlaygroundError(
                 "choose a .safetensors file (or a checkpoint folder's files)"), session, lang, owner)
         files = [files] if isinstance(files, str) else list(files)
-        try:  # Gradio's temporary copies go too, refused or not
-            name = self.catalog.save_upload(files, self.limits.max_file_bytes, owner, delete_sources=True)
+        try:
+            name = self.catalog.save_upload(files, self.limits.max_file_bytes, owner)
         except Exception as exc:  # noqa: BLE001
+            remove_sources(files)  # refused files go at once, Gradio's copies included
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
         try:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
+            remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
         return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name), owner, verb=t("uploaded", lang))
 

@@ -1,0 +1,361 @@
+"""The page's own path under load: many visitors streaming, stopping, switching models and uploading.
+
+    python -m playground.loadtest --page --clients 16 --seconds 150      # starts app.py on a free port
+
+Each virtual visitor is a Gradio session talking the protocol the browser speaks: `queue/join` for
+queued events (Generate, a model switch, an upload), `run/predict` for immediate ones (Stop), and the
+session's `queue/data` event stream for the frames. Event ids come from the page's own config (by
+the buttons' element ids), so the test follows the page as it is. For `--seconds` every visitor loops
+over a mix: a full generation, Stop in the middle of one, Stop while still queued, a switch to the
+other model and back, an upload of a small checkpoint, and a `generate_text` call. Checks and
+numbers: errors, cross-talk (every finished run equals what that visitor got alone), time from the
+visitor's turn (`process_starts`) to the first frame, p50/p95 of whole runs, and the server's memory
+(VmRSS of its process tree from /proc) sampled every half second, before, at the peak and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from playground.loadtest import _rss_bytes, start_server
+
+PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
+           "Errors should", "In this tutorial", "class Foo:"]
+
+
+@dataclass
+class Page:
+    """What a visitor's browser knows from the page's config: event ids and the order of the settings."""
+
+    url: str
+    opened: int  # the page-load event: fills the tab's model list (Gradio checks choices per session)
+    generate: int
+    stop: int
+    load: int
+    upload: int
+    settings: list[str]  # the Generate event's inputs after the ticket, by UISettings field
+
+    @classmethod
+    def read(cls, url: str) -> "Page":
+        from playground.ui.settings import FIELDS
+
+        config = httpx.get(url + "config", timeout=30).json()
+        ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c.get("props", {}).get("elem_id")}
+
+        def event(elem: str, kind: str) -> int:
+            target = ids[elem]
+            for i, dep in enumerate(config["dependencies"]):
+                if [target, kind] in [list(t) for t in dep["targets"]]:
+                    return dep.get("id", i)
+            raise SystemExit(f"the page has no {kind} event on #{elem}")
+
+        opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
+                      [list(t) for t in d["targets"]])
+        return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
+                   event("model-select", "input"), event("upload", "upload"), list(FIELDS))
+
+
+@dataclass
+class Visitor:
+    """One browser tab: its session hash, its own prompt and seed, and what it measured."""
+
+    page: Page
+    index: int
+    model: str
+    other_model: str
+    max_new_tokens: int
+    session: str = field(default_factory=lambda: secrets.token_hex(6))
+    reference: list[int] | None = None
+    first_token_s: list[float] = field(default_factory=list)
+    run_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    crosstalk: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+
+    def values(self, **changes: Any) -> list[Any]:
+        from playground.ui.settings import UISettings
+
+        settings = UISettings(model=self.model, prompt=PROMPTS[self.index % len(PROMPTS)], mode="sample",
+                              temperature=0.9, top_k=40, seed=1000 + self.index, max_new_tokens=self.max_new_tokens)
+        for key, value in changes.items():
+            setattr(settings, key, value)
+        return [getattr(settings, f) for f in self.page.settings]
+
+    # --- the protocol -------------------------------------------------------------------------------
+
+    def join(self, client: httpx.Client, fn: int, data: list[Any]) -> str:
+        body = {"data": data, "event_data": None, "fn_index": fn, "trigger_id": fn, "session_hash": self.session}
+        response = client.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+        response.raise_for_status()
+        return response.json()["event_id"]
+
+    def predict(self, client: httpx.Client, fn: int, data: list[Any]) -> None:
+        body = {"data": data, "event_data": None, "fn_index": fn, "trigger_id": fn, "session_hash": self.session}
+        client.post(self.page.url + "gradio_api/run/predict", json=body, timeout=60).raise_for_status()
+
+    def follow(self, client: httpx.Client, event_id: str, on_message=None) -> dict[str, Any]:
+        """Read the session's event stream until `event_id` completes; timings and the final outputs."""
+        out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False}
+        with client.stream("GET", self.page.url + "gradio_api/queue/data", params={"session_hash": self.session},
+                           timeout=300) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg.get("event_id") not in (None, event_id):
+                    continue
+                kind = msg.get("msg")
+                now = time.perf_counter()
+                if kind == "process_starts":
+                    out["started"] = now
+                elif kind == "process_generating" and out["first"] is None:
+                    out["first"] = now
+                if on_message is not None:
+                    on_message(kind)
+                if kind == "process_completed":
+                    out["done"] = now
+                    out["success"] = bool(msg.get("success"))
+                    out["output"] = (msg.get("output") or {}).get("data")
+                    out["error"] = (msg.get("output") or {}).get("error")
+                    return out
+        return out
+
+    # --- what a visitor does --------------------------------------------------------------------------
+
+    def generate(self, client: httpx.Client, stop: str | None = None) -> list[int] | None:
+        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away."""
+        ticket = time.time() * 1000
+        event = self.join(client, self.page.generate, [ticket, *self.values()])
+        if stop == "queued":
+            self.predict(client, self.page.stop, [time.time() * 1000])
+        pressed = threading.Event()
+
+        def on_message(kind: str) -> None:
+            if stop == "running" and kind == "process_generating" and not pressed.is_set():
+                pressed.set()
+                self.predict(client, self.page.stop, [time.time() * 1000])
+
+        out = self.follow(client, event, on_message)
+        if not out["success"]:
+            self.errors.append(f"visitor {self.index}: generate failed: {out.get('error')}")
+            return None
+        live = (out["output"] or [None])[0]
+        if stop is None:
+            if out["started"] and out["first"]:
+                self.first_token_s.append(out["first"] - out["started"])
+            if out["started"] and out["done"]:
+                self.run_s.append(out["done"] - out["started"])
+        if not isinstance(live, dict):
+            return None  # a run refused before it started (Stop while queued) sends no frame
+        state = (live.get("status") or {}).get("state")
+        if state == "error":
+            self.errors.append(f"visitor {self.index}: {live['status'].get('error')}")
+            return None
+        return [int(p[1]) for p in live.get("path", [])] if state == "done" else None
+
+    def switch_model(self, client: httpx.Client) -> None:
+        for name in (self.other_model, self.model):
+            out = self.follow(client, self.join(client, self.page.load, [name, "float32", "en"]))
+            if not out["success"]:
+                self.errors.append(f"visitor {self.index}: loading {name} failed: {out.get('error')}")
+
+    def upload(self, client: httpx.Client, checkpoint: Path) -> None:
+        with open(checkpoint, "rb") as f:
+            files = {"files": (checkpoint.name, f, "application/octet-stream")}
+            stored = client.post(self.page.url + "gradio_api/upload", files=files, timeout=60).json()
+        data = [[{"path": stored[0], "orig_name": checkpoint.name, "meta": {"_type": "gradio.FileData"}}], "float32", "en"]
+        out = self.follow(client, self.join(client, self.page.upload, data))
+        status = str((out.get("output") or [None, ""])[1])
+        if not out["success"] or "Uploaded" not in status:
+            self.errors.append(f"visitor {self.index}: upload failed: {out.get('error') or status[:120]}")
+        self.switch_back(client)
+
+    def switch_back(self, client: httpx.Client) -> None:
+        self.follow(client, self.join(client, self.page.load, [self.model, "float32", "en"]))
+
+    def api(self) -> None:
+        from gradio_client import Client
+
+        query = f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
+        out = Client(self.page.url, verbose=False).predict(self.model, PROMPTS[self.index % len(PROMPTS)], query,
+                                                            api_name="/generate_text")
+        if [int(i) for i in out["token_ids"]] != self.reference:
+            self.crosstalk += 1
+            self.errors.append(f"visitor {self.index}: generate_text differs from its solo run")
+
+    def check(self, ids: list[int] | None) -> None:
+        if ids is not None and self.reference is not None and ids != self.reference:
+            self.crosstalk += 1
+            self.errors.append(f"visitor {self.index}: a finished run differs from its solo run (cross-talk?)")
+
+    def open(self, client: httpx.Client) -> None:
+        """What the browser does when the page opens: the page-load event (no inputs)."""
+        self.predict(client, self.page.opened, [])
+
+    def loop(self, until: float, checkpoint: Path, rng: random.Random) -> None:
+        actions = ["generate"] * 5 + ["stop running", "stop queued", "switch", "upload", "api"]
+        with httpx.Client() as client:
+            self.open(client)
+            while time.perf_counter() < until:
+                action = rng.choice(actions)
+                self.actions[action] = self.actions.get(action, 0) + 1
+                try:
+                    if action == "generate":
+                        self.check(self.generate(client))
+                    elif action == "stop running":
+                        self.generate(client, stop="running")
+                    elif action == "stop queued":
+                        self.generate(client, stop="queued")
+                    elif action == "switch":
+                        self.switch_model(client)
+                    elif action == "upload":
+                        self.upload(client, checkpoint)
+                    else:
+                        self.api()
+                except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                    self.errors.append(f"visitor {self.index}: {action}: {type(exc).__name__}: {exc}")
+
+
+def small_checkpoint(folder: Path) -> Path:
+    """A tiny random decoder in our own format, to upload."""
+    import torch
+
+    from playground.checkpoints.own_format import save_checkpoint
+    from playground.config import ModelConfig
+    from playground.models import build_model
+    from playground.models.layers import init_weights
+
+    config = ModelConfig(family="llama", vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=64)
+    torch.manual_seed(0)
+    model = build_model(config)
+    init_weights(model)
+    return save_checkpoint(folder / "model.safetensors", model, config)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    proc, url = start_server(args.weights, args.concurrency)
+    try:
+        page = Page.read(url)
+        visitors = [Visitor(page, i, args.model, args.other_model, args.max_new_tokens) for i in range(args.clients)]
+        with httpx.Client() as client:
+            for v in visitors:  # what each visitor gets alone, before the crowd arrives
+                v.open(client)
+                v.reference = v.generate(client)
+        solo_first = [s for v in visitors for s in v.first_token_s]
+        for v in visitors:
+            v.first_token_s.clear(), v.run_s.clear()
+        time.sleep(1.0)
+        memory: list[tuple[float, int]] = []
+        done = threading.Event()
+        t0 = time.perf_counter()
+
+        def sample() -> None:
+            while not done.wait(0.5):
+                memory.append((time.perf_counter() - t0, _rss_bytes(proc.pid)))
+
+        baseline = _rss_bytes(proc.pid)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        folder = Path(tempfile.mkdtemp())
+        checkpoint = small_checkpoint(folder)
+        until = time.perf_counter() + args.seconds
+        threads = [threading.Thread(target=v.loop, args=(until, checkpoint, random.Random(v.index))) for v in visitors]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+        time.sleep(5.0)  # the queue drains, tabs' runs end
+        after = _rss_bytes(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001
+            proc.kill()
+    first = sorted(s for v in visitors for s in v.first_token_s)
+    runs = sorted(s for v in visitors for s in v.run_s)
+
+    def pct(values: list[float], q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+    actions: dict[str, int] = {}
+    for v in visitors:
+        for k, n in v.actions.items():
+            actions[k] = actions.get(k, 0) + n
+    return {
+        "clients": args.clients, "seconds": round(wall, 1), "actions": actions,
+        "errors": [e for v in visitors for e in v.errors], "crosstalk": sum(v.crosstalk for v in visitors),
+        "first_token_p50": pct(first, 0.5), "first_token_p95": pct(first, 0.95), "first_token_max": max(first or [0]),
+        "solo_first_token_p50": statistics.median(solo_first) if solo_first else float("nan"),
+        "run_p50": pct(runs, 0.5), "run_p95": pct(runs, 0.95), "runs": len(runs),
+        "rss_before": baseline, "rss_peak": max([m for _, m in memory] or [baseline]), "rss_after": after,
+        "memory": memory,
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
+    errors = len(r["errors"]) - r["crosstalk"]
+    return "\n".join([
+        "| visitors | seconds | actions | errors | cross-talk | first frame after the visitor's turn, p50 / p95 / max "
+        "| whole run p50 / p95 | server RSS before | peak | after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['clients']} | {r['seconds']:.0f} | {sum(r['actions'].values())} | {errors} | {r['crosstalk']} | "
+        f"{r['first_token_p50']:.2f} / {r['first_token_p95']:.2f} / {r['first_token_max']:.2f} s | "
+        f"{r['run_p50']:.2f} / {r['run_p95']:.2f} s | {mib(r['rss_before'])} | {mib(r['rss_peak'])} | "
+        f"{mib(r['rss_after'])} |",
+        "",
+        "Actions: " + ", ".join(f"{k} {n}" for k, n in sorted(r["actions"].items())) + ".",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m playground.loadtest --page", description=__doc__.splitlines()[0])
+    parser.add_argument("--page", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=150.0)
+    parser.add_argument("--model", default="tiny-lm")
+    parser.add_argument("--other-model", default="tiny-seq2seq", help="what a model switch loads and leaves again")
+    parser.add_argument("--weights", default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--json", help="write the results (with the memory samples) to this file")
+    args = parser.parse_args(argv)
+    results = run(args)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    print("\n".join(results["errors"][:20]))
+    failed = verdict(results)
+    print("\n".join(failed) if failed else "PASS: every target met")
+    return 1 if failed else 0
+
+
+def verdict(r: dict[str, Any]) -> list[str]:
+    """The targets a public Space must meet under this load; one line per target missed."""
+    missed = []
+    if r["errors"]:
+        missed.append(f"FAIL: {len(r['errors'])} errors (target 0)")
+    if r["crosstalk"]:
+        missed.append(f"FAIL: {r['crosstalk']} runs differ from the visitor's solo run (target 0)")
+    if r["rss_after"] > 1.10 * r["rss_before"]:
+        missed.append(f"FAIL: RSS after {r['rss_after'] / 2**20:,.0f} MiB is over 110% of "
+                      f"{r['rss_before'] / 2**20:,.0f} MiB before")
+    if r["first_token_max"] > 2.0:
+        missed.append(f"FAIL: a first frame came {r['first_token_max']:.2f} s after the visitor's turn (target ≤ 2 s)")
+    return missed
