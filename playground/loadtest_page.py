@@ -11,6 +11,8 @@ other model and back, an upload of a small checkpoint, and a `generate_text` cal
 numbers: errors, cross-talk (every finished run equals what that visitor got alone), time from the
 visitor's turn (`process_starts`) to the first frame, p50/p95 of whole runs, and the server's memory
 (VmRSS of its process tree from /proc) sampled every half second, before, at the peak and after.
+"Before" is the idle server after `--warmup` seconds of the same crowd: one-time growth (thread
+pools, allocator arenas, first uses of each path) is not a leak; the cold figure is printed too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from playground.loadtest import _rss_bytes, start_server
 
 PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
            "Errors should", "In this tutorial", "class Foo:"]
+
+
+IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions go 5-10 s after their last use
+MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
 
 
 @dataclass
@@ -204,8 +210,7 @@ class Visitor:
         """What the browser does when the page opens: the page-load event (no inputs)."""
         self.predict(client, self.page.opened, [])
 
-    def loop(self, until: float, checkpoint: Path, rng: random.Random) -> None:
-        actions = ["generate"] * 5 + ["stop running", "stop queued", "switch", "upload", "api"]
+    def loop(self, until: float, checkpoint: Path, rng: random.Random, actions: list[str]) -> None:
         with httpx.Client() as client:
             self.open(client)
             while time.perf_counter() < until:
@@ -253,10 +258,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for v in visitors:  # what each visitor gets alone, before the crowd arrives
                 v.open(client)
                 v.reference = v.generate(client)
+        folder = Path(tempfile.mkdtemp())
+        checkpoint = small_checkpoint(folder)
+        mix = args.mix.split(",")
+
+        def crowd(seconds: float, seed: int) -> None:
+            until = time.perf_counter() + seconds
+            threads = [threading.Thread(target=v.loop, args=(until, checkpoint, random.Random(seed + v.index), mix))
+                       for v in visitors]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+
+        cold = _rss_bytes(proc.pid)
         solo_first = [s for v in visitors for s in v.first_token_s]
+        # A short crowd first: the server's one-time growth (thread pools, allocator arenas, first uses of
+        # every path) is not a leak, so the baseline is the idle server after it.
+        crowd(args.warmup, 10_000)
+        warm_actions = sum(n for v in visitors for n in v.actions.values())
         for v in visitors:
-            v.first_token_s.clear(), v.run_s.clear()
-        time.sleep(1.0)
+            v.first_token_s.clear(), v.run_s.clear(), v.actions.clear()
+        time.sleep(IDLE_SECONDS)
         memory: list[tuple[float, int]] = []
         done = threading.Event()
         t0 = time.perf_counter()
@@ -268,18 +291,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline = _rss_bytes(proc.pid)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        folder = Path(tempfile.mkdtemp())
-        checkpoint = small_checkpoint(folder)
-        until = time.perf_counter() + args.seconds
-        threads = [threading.Thread(target=v.loop, args=(until, checkpoint, random.Random(v.index))) for v in visitors]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        crowd(args.seconds, 0)
         wall = time.perf_counter() - t0
         done.set()
         sampler.join()
-        time.sleep(5.0)  # the queue drains, tabs' runs end
+        time.sleep(IDLE_SECONDS)  # the queue drains, tabs' runs end, script sessions pass their grace
         after = _rss_bytes(proc.pid)
     finally:
         proc.terminate()
@@ -303,7 +319,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "first_token_p50": pct(first, 0.5), "first_token_p95": pct(first, 0.95), "first_token_max": max(first or [0]),
         "solo_first_token_p50": statistics.median(solo_first) if solo_first else float("nan"),
         "run_p50": pct(runs, 0.5), "run_p95": pct(runs, 0.95), "runs": len(runs),
-        "rss_before": baseline, "rss_peak": max([m for _, m in memory] or [baseline]), "rss_after": after,
+        "rss_cold": cold, "warmup_seconds": args.warmup, "warmup_actions": warm_actions, "rss_before": baseline, "rss_peak": max([m for _, m in memory] or [baseline]), "rss_after": after,
         "memory": memory,
     }
 
@@ -320,7 +336,10 @@ def table(r: dict[str, Any]) -> str:
         f"{r['run_p50']:.2f} / {r['run_p95']:.2f} s | {mib(r['rss_before'])} | {mib(r['rss_peak'])} | "
         f"{mib(r['rss_after'])} |",
         "",
-        "Actions: " + ", ".join(f"{k} {n}" for k, n in sorted(r["actions"].items())) + ".",
+        "Actions: " + ", ".join(f"{k} {n}" for k, n in sorted(r["actions"].items())) + ". "
+        f"RSS before is the idle server after {r['warmup_seconds']:.0f} s of the same crowd "
+        f"({r['warmup_actions']} actions; {mib(r['rss_cold'])} when it had served one run per visitor); "
+        f"after is {IDLE_SECONDS:.0f} s after the crowd left.",
     ])
 
 
@@ -334,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default=None)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--warmup", type=float, default=15.0, help="seconds of the same crowd before the baseline")
+    parser.add_argument("--mix", default=MIX, help="the actions each visitor picks from at random (default: %(default)s)")
     parser.add_argument("--json", help="write the results (with the memory samples) to this file")
     args = parser.parse_args(argv)
     results = run(args)

@@ -37,14 +37,20 @@ def build_app(
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view, handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
+    handlers.stream.scripts.app = page.demo
     page.demo.playground_handlers = handlers  # for tests and the load test
     page.demo.playground_page = page
     return page.demo
 
 
+# Gradio keeps about 0.4 MiB per tab (its copy of the page's components) for this many tabs, the
+# least recently active dropped first; its default of 10,000 would allow about 4 GiB.
+TAB_CAPACITY = 1000
+
+
 def launch_kwargs() -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time."""
-    return {"css": CSS, "theme": gr.themes.Soft()}
+    return {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
 
 
 __all__ = ["build_app", "launch_kwargs"]

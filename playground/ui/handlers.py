@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.checkpoints.limits import Limits
+from playground.ui import heap
 from playground.ui.catalog import Catalog
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
@@ -39,6 +40,9 @@ class Handlers:
         (with the models loaded from them), so their memory and disk are returned."""
         key = session_key(request)
         session = self.sessions.drop(key)
-        if session is not None and session.stop is not None:
+        if session is None:  # a script's client went away (Gradio calls this for it too)
+            self.stream.scripts.end(key)
+        elif session.stop is not None:
             session.stop.set()
         self.registry.drop_under(self.catalog.forget(key))
+        heap.release()

@@ -133,6 +133,11 @@ class Sessions:
             session.seen = time.monotonic()
             return session
 
+    def has(self, key: str | None) -> bool:
+        """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""
+        with self._lock:
+            return (key or "anonymous") in self._sessions
+
     def drop(self, key: str | None) -> Session | None:
         with self._lock:
             return self._sessions.pop(key or "anonymous", None)

@@ -22,7 +22,8 @@ from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, generate_all, language_token_id, plan, run_plan, token_path
 from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
-from playground.ui import frames, views
+from playground.ui import frames, heap, views
+from playground.ui.gradio_state import ScriptSessions
 from playground.ui.i18n import t
 from playground.ui.limits import CAPS, clamp_settings
 from playground.ui.models import Models, one_line, session_key
@@ -43,6 +44,7 @@ class Streaming:
     def __init__(self, models: Models, sessions: Sessions) -> None:
         self.models = models
         self.sessions = sessions
+        self.scripts = ScriptSessions(is_page=sessions.has)
 
     # --- Generate and branches -------------------------------------------------------------------
     # Outputs of both: live screen, notes, seed box, branches (hidden; it goes into links).
@@ -133,6 +135,7 @@ class Streaming:
             stream.close()
             if session.stop is stop:
                 session.stop = None
+            heap.release()
         last = run.events[-1] if run.events else None
         if run.error:
             run.finish_reason = "error"
@@ -352,9 +355,17 @@ class Streaming:
 
     # --- for scripts (gradio_client) -------------------------------------------------------------
 
-    def generate_text(self, model: str, prompt: str, settings_query: str = "") -> dict:
+    def generate_text(self, model: str, prompt: str, settings_query: str = "", request: gr.Request = None) -> dict:
         """Generate without streaming: `model` and `prompt`, the other settings as a link's query string
         (e.g. "mode=sample&temperature=0.8&seed=1"). Returns text, token_ids, finish_reason, notes."""
+        try:
+            return self._generate_text(model, prompt, settings_query)
+        finally:
+            if request is not None:  # a script's session: Gradio's copy of the page for it goes soon after
+                self.scripts.end(session_key(request))
+            heap.release()
+
+    def _generate_text(self, model: str, prompt: str, settings_query: str) -> dict:
         from urllib.parse import parse_qsl
 
         params = dict(parse_qsl(str(settings_query).lstrip("?"), keep_blank_values=True))

@@ -1,0 +1,81 @@
+"""Gradio's memory of script sessions, returned once their calls are over.
+
+Gradio keeps, per session hash, a copy of every component's config (about 0.4 MiB for this page) and
+lets one go only when `state_session_capacity` are held. Every `gradio_client.Client` that calls
+`generate_text` is a session of its own, so without this a public Space grows by that much per script
+call. A script session has nothing worth keeping (`generate_text` takes and returns plain values), so
+it is dropped once a grace period has passed since it was last used: its call's return, then the
+unload Gradio runs for it when the client goes away (which makes the state anew). Page tabs are left
+to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the background reuses its
+session.
+
+This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from playground.ui import heap
+
+GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
+
+
+class ScriptSessions:
+    """Session hashes whose calls are over, dropped from Gradio's state holder `grace_seconds` later
+    by a background sweeper that runs only while some are waiting."""
+
+    def __init__(self, is_page: Callable[[str], bool], grace_seconds: float = GRACE_SECONDS) -> None:
+        self.is_page = is_page  # a page tab's session is never dropped, whatever it called
+        self.grace_seconds = grace_seconds
+        self.app: Any = None  # the Blocks, once built: Gradio gives it its `state_holder` at launch
+        self._ended: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._sweeper: threading.Thread | None = None
+
+    def end(self, key: str | None) -> None:
+        """`key`'s call is over (again): drop its state `grace_seconds` from now."""
+        if not key:
+            return
+        with self._lock:
+            self._ended[key] = time.monotonic()
+            if self._sweeper is None or not self._sweeper.is_alive():
+                self._sweeper = threading.Thread(target=self._sweep_while_waiting, daemon=True,
+                                                 name="script-sessions")
+                self._sweeper.start()
+
+    def _sweep_while_waiting(self) -> None:
+        while True:
+            time.sleep(self.grace_seconds)
+            if self.sweep():
+                heap.release()
+            with self._lock:
+                if not self._ended:
+                    self._sweeper = None
+                    return
+
+    def sweep(self) -> int:
+        """Drop the ended sessions past their grace; returns how many went."""
+        holder = getattr(self.app, "state_holder", None)
+        session_data = getattr(holder, "session_data", None)
+        if session_data is None:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            due = [k for k, t in self._ended.items() if now - t >= self.grace_seconds]
+            for key in due:
+                del self._ended[key]
+        dropped = 0
+        with holder.lock:
+            for key in due:
+                if not self.is_page(key) and session_data.pop(key, None) is not None:
+                    holder.time_last_used.pop(key, None)
+                    dropped += 1
+        return dropped
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ended)
