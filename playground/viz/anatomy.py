@@ -74,7 +74,7 @@ TEXT = {
     "step": "step {step}",
 }
 TEXT_ZH = {
-    "title": "本模型的结构<br><sup>{family},{params} 个参数(按模型自己的模块统计)</sup>",
+    "title": "本模型的结构<br><sup>{family} · {params} 个参数(按模型自己的模块统计)</sup>",
     "names": {
         "embedding": "token 嵌入", "positions": "位置编码", "relative_bias": "T5 相对位置偏置",
         "embed_norm": "嵌入归一化", "attn_norm": "归一化", "attn": "自注意力", "cross_norm": "归一化",
@@ -102,7 +102,7 @@ TEXT_ZH = {
     "layer_axis": "在此之后",
     "norm_axis": "‖x‖₂",
     "caption": (
-        "{wiring_text}残差流的范数从嵌入层之后的 {first:.3g} {trend}到第 {step} 步最后一个块之后的 {last:.3g}"
+        "{wiring_text}在第 {step} 步,残差流的范数从嵌入层之后的 {first:.3g} {trend}到最后一个块之后的 {last:.3g}"
         "({growth:.2g}×)。{why}"
     ),
     "pre_text": "各块采用 **Pre-LN**:{eq}。",

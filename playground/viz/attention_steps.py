@@ -112,8 +112,8 @@ TEXT_ZH = {
         "(教程 002:L_p × L_p)。因果掩码把对角线以上的位置设为 −∞:一个 token 永远看不到它后面的 token。"
     ),
     "caption_decode": (
-        "**Decode(第 {step} 步)**:一个新的查询对 T + 1 = {keys} 个键(教程 002 所说的不对称:Q_t 是 "
-        "1 × d_h,K_all 是 (T + 1) × d_h)。这里因果掩码什么也不遮:缓存里的每个键都在最新 token 之前。"
+        "**Decode(第 {step} 步)**:一个新的查询与 T + 1 = {keys} 个键计算注意力(教程 002 所说的不对称:Q_t 是 "
+        "1 × d_h,K_all 是 (T + 1) × d_h)。这里因果掩码不遮住任何键:缓存里的每个键都在最新 token 之前。"
     ),
     "caption_window": "滑动窗口为 {window} 个 token,遮住了 {hidden} 个更早的键(−∞)。",
     "caption_cross": (

@@ -139,11 +139,11 @@ TEXT_ZH = {
     "masked": "被掩码 (−∞)",
     "shapes_caption": (
         "Prefill 一次性让全部 {n} 个提示词 token 两两计算分数(每层 {pf} FLOPs,计算密集型)。每个 Decode 步只用"
-        "一个查询对 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),但必须读取整个缓存:显存带宽密集型。"
+        "一个查询与 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),但必须读取整个缓存:显存带宽密集型。"
     ),
     "shapes_caption_seq2seq": (
         "编码器只读一次 {s} 个源 token,{s} × {s}(每层 {ef} FLOPs);解码器的 Prefill 只有它的起始 token。"
-        "之后每个 Decode 步用一个查询对 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),并读取整个缓存,"
+        "之后每个 Decode 步用一个查询与 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),并读取整个缓存,"
         "外加源文本的交叉注意力 K/V。"
     ),
     "timing_title": "实测每步耗时<br><sup>使用与不使用缓存;预热后各运行 {repeats} 次,取中位数</sup>",

@@ -107,7 +107,7 @@ TEXT_ZH = {
     "y": {"sinusoidal": "PE(0)·PE(δ) / PE(0)·PE(0)", "learned": "余弦(P_p, P_p+δ)",
           "rope": "得分 / d_h", "relative": "偏置(或桶编号)", "alibi": "偏置 −m_h·δ"},
     "own": " ★",
-    "formula": "(公式)",
+    "formula": " · 按公式",
     "unavailable": "需要训练得到的表:本模型没有",
     "delta_axis": "δ (token)",
     "schemes_caption": (
@@ -124,7 +124,7 @@ TEXT_ZH = {
     "by_distance": "随距离变化",
     "hover_scheme": "{name},{label},δ %{{x}}:%{{y:.3f}}<extra></extra>",
     "labels": {"head": "头 {i}", "bucket": "δ 所在的桶"},
-    "reason": "它的位置编码是{positional},不是 RoPE",
+    "reason": "它的位置编码:{positional}",
     "positional": {"sinusoidal": "正弦位置编码", "learned": "可学习的绝对位置编码", "relative": "T5 相对位置偏置",
                    "none": "无"},
 }

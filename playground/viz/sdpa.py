@@ -55,7 +55,7 @@ TEXT_ZH = {
     "length_axis": "序列长度 T",
     "caption": (
         "两者都是本模型自己的 `attend`:快速路径调用 `scaled_dot_product_attention`,显式路径则把分数和权重"
-        "都实际存下来,各有 h × T × T 个数。在 T = {T} 时:SDPA {s_ms:.2f} ms,显式 {e_ms:.2f} ms({ratio:.1f}×);"
+        "都完整地算出并存下来,各有 h × T × T 个数。在 T = {T} 时:SDPA {s_ms:.2f} ms,显式 {e_ms:.2f} ms({ratio:.1f}×);"
         "显式路径仅分数张量就占 {score}。两者的输出相差 {diff:.1e}。内存:{method}"
     ),
     "measured": (

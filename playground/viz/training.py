@@ -62,7 +62,7 @@ TEXT_ZH = {
     ),
     "no_recipe": "这个检查点的元数据里有来源信息,但没有训练配方。",
     "caption": (
-        "检查点中存储的配方:峰值学习率 {lr:g},{warmup} 步预热,{schedule},标签平滑 ε = {ls:g}(损失为 "
+        "检查点中存储的配方:峰值学习率 {lr:g},{warmup} 步预热,学习率调度为{schedule},标签平滑 ε = {ls:g}(损失为 "
         "(1 − ε)·NLL + ε·(−log p 在整个词表上的平均)),梯度按全局范数 {clip:g} 裁剪,{optimizer},权重衰减 {wd:g}。"
         "{assumed}{curves}"
     ),
