@@ -1,8 +1,12 @@
 """Plotly figures and HTML for the playground: pure functions of numpy arrays and plain dicts.
 
 No torch and no Gradio here; callers convert tensors with `.detach().cpu().numpy()`.
+Figures and captions are drawn in English; inside `with language("zh"):` every word a builder
+writes itself (titles, axes, legends, colour bars, hovers, annotations, table headers, captions)
+is drawn in 中文. Titles passed in by the caller are drawn as given.
 """
 
+from playground.viz._language import LANGUAGES, current_language, language
 from playground.viz.attention import attention_heads_grid, attention_heatmap, attention_row, head_summary
 from playground.viz.attention_stats import (
     aggregate_heads,
@@ -28,6 +32,7 @@ from playground.viz.positional import (
 from playground.viz.sampling import beam_table, beam_tree, candidate_funnel
 
 __all__ = [
+    "LANGUAGES",
     "aggregate_heads",
     "attention_entropy",
     "attention_heads_grid",
@@ -39,10 +44,12 @@ __all__ = [
     "candidate_funnel",
     "cosine_similarity",
     "cosine_similarity_matrix",
+    "current_language",
     "format_bytes",
     "group_by_kv_head",
     "head_summary",
     "kv_formula",
+    "language",
     "learned_table_heatmap",
     "mean_attention_distance",
     "pe_base_comparison",

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.viz._language import Texts
+
 # Leaves room for colour bars and long token labels inside a 1280-px page.
 MARGIN = dict(l=70, r=30, t=70, b=60)
 PROB_SCALE = "Viridis"  # sequential, for probabilities
@@ -15,6 +17,11 @@ SIGNED_SCALE = "RdBu"  # diverging, always centred at 0
 MAX_TICKS = 48  # beyond this, token tick labels overlap; hover still shows every token
 LABEL_ALL = 400  # large single heatmaps label every token up to this many (small font, tall figure)
 MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
+
+# The analyses name the residual stream's layers "embedding", "block 0", "block 1", …
+TEXT = {"embedding": "embedding", "block": "block {i}"}
+TEXT_ZH = {"embedding": "嵌入层", "block": "第 {i} 层"}
+_T = Texts(TEXT, TEXT_ZH)
 
 
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
@@ -29,6 +36,14 @@ def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
         **layout,
     )
     return fig
+
+
+def layer_name(name: str) -> str:
+    """An analysis' layer name ("embedding", "block 3") in the current language; other names as given."""
+    if name == "embedding":
+        return _T["embedding"]
+    kind, _, index = name.partition(" ")
+    return _T["block"].format(i=int(index)) if kind == "block" and index.isdigit() else name
 
 
 def display_token(token: str) -> str:

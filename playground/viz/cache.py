@@ -13,6 +13,67 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import finish
+from playground.viz._language import Texts
+
+TEXT = {
+    "growth_title": "KV-cache memory",
+    "used": "KV cache used",
+    "allocated": "allocated (static buffer)",
+    "mha_equivalent": "MHA equivalent",
+    "hidden_name": "{name}: {size}",
+    "bytes_hover": "{size} ({n:,} bytes)",
+    "growth_hover": "{name}, step %{{x}}: %{{customdata}}<extra></extra>",
+    "smaller": "{ratio:.3g}× smaller than MHA",
+    "step_axis": "step (tokens in cache)",
+    "memory_axis": "memory ({unit})",
+    "timing_title": "With vs without KV cache",
+    "time_panel": "time (ms)",
+    "rate_panel": "throughput (tokens/s)",
+    "prefill": "prefill",
+    "decode": "decode / token",
+    "with": "with KV cache",
+    "without": "without KV cache",
+    "time_hover": "{name}, %{{x}}: %{{y:.2f}} ms<extra></extra>",
+    "rate_hover": "{name}: %{{y:.1f}} tokens/s<extra></extra>",
+    "faster": "{ratio:.2f}× faster decode with cache",
+    "rate_axis": "tokens / s",
+    "formula": "**2 · N_layers · B · h_kv · T · d_head · bytes**",
+    "formula_total": "= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} bytes** ({size})",
+    "formula_mha": (
+        "MHA would store all {q} heads: 2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} bytes ({size}), "
+        "{ratio:g}× more"
+    ),
+}
+TEXT_ZH = {
+    "growth_title": "KV Cache 显存",
+    "used": "已用 KV Cache",
+    "allocated": "已分配(静态缓冲区)",
+    "mha_equivalent": "MHA 等价用量",
+    "hidden_name": "{name}:{size}",
+    "bytes_hover": "{size}({n:,} 字节)",
+    "growth_hover": "{name},第 %{{x}} 步:%{{customdata}}<extra></extra>",
+    "smaller": "比 MHA 小 {ratio:.3g}×",
+    "step_axis": "步(缓存中的 token 数)",
+    "memory_axis": "显存 ({unit})",
+    "timing_title": "使用与不使用 KV Cache 的对比",
+    "time_panel": "时间 (ms)",
+    "rate_panel": "吞吐量 (token/s)",
+    "prefill": "Prefill",
+    "decode": "Decode(每 token)",
+    "with": "使用 KV Cache",
+    "without": "不使用 KV Cache",
+    "time_hover": "{name},%{{x}}:%{{y:.2f}} ms<extra></extra>",
+    "rate_hover": "{name}:%{{y:.1f}} token/s<extra></extra>",
+    "faster": "使用缓存后 Decode 快 {ratio:.2f}×",
+    "rate_axis": "token / s",
+    "formula": "**2 · N_layers · B · h_kv · T · d_head · 字节数**",
+    "formula_total": "= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} 字节**({size})",
+    "formula_mha": (
+        "若用 MHA,要存全部 {q} 个头:2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} 字节({size}),"
+        "是现在的 {ratio:g}×"
+    ),
+}
+_T = Texts(TEXT, TEXT_ZH)
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 WITH_CACHE_COLOUR = "#3182bd"
@@ -38,7 +99,7 @@ def cache_growth(
     bytes_used: Sequence[int],
     allocated: Sequence[int],
     mha_equivalent: Sequence[int],
-    title: str = "KV-cache memory",
+    title: str | None = None,
 ) -> go.Figure:
     """Cache bytes per step: used (grows linearly), allocated (static buffer), MHA equivalent.
 
@@ -52,9 +113,9 @@ def cache_growth(
     largest = max([float(max(v)) for v in series.values() if len(v)] or [0.0])
     fig = go.Figure()
     styles = (
-        ("used", "KV cache used", dict(color=WITH_CACHE_COLOUR, width=3)),
-        ("allocated", "allocated (static buffer)", dict(color="#636363", dash="dot")),
-        ("mha_equivalent", "MHA equivalent", dict(color=WITHOUT_CACHE_COLOUR, dash="dash")),
+        ("used", _T["used"], dict(color=WITH_CACHE_COLOUR, width=3)),
+        ("allocated", _T["allocated"], dict(color="#636363", dash="dot")),
+        ("mha_equivalent", _T["mha_equivalent"], dict(color=WITHOUT_CACHE_COLOUR, dash="dash")),
     )
     # A static buffer sized for the whole context dwarfs the early growth: hide it behind its legend
     # entry (one click shows it) and put its size in the name instead.
@@ -65,26 +126,27 @@ def cache_growth(
         raw = np.asarray(series[key], dtype=np.float64)
         hidden = key == "allocated" and big_buffer
         if hidden:
-            name = f"{name}: {format_bytes(float(raw.max()))}"
+            name = _T["hidden_name"].format(name=name, size=format_bytes(float(raw.max())))
         fig.add_trace(
             go.Scatter(
                 x=list(steps), y=raw / size, mode="lines+markers" if n <= 64 else "lines", name=name, line=line,
                 visible="legendonly" if hidden else True,
-                customdata=[format_bytes(b) + f" ({int(b):,} bytes)" for b in raw],
-                hovertemplate=f"{name}, step %{{x}}: %{{customdata}}<extra></extra>",
+                customdata=[_T["bytes_hover"].format(size=format_bytes(b), n=int(b)) for b in raw],
+                hovertemplate=_T["growth_hover"].format(name=name),
             )
         )
     if n and float(bytes_used[-1]) > 0 and float(mha_equivalent[-1]) > float(bytes_used[-1]):
         ratio = float(mha_equivalent[-1]) / float(bytes_used[-1])
-        fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=f"{ratio:.3g}× smaller than MHA",
+        fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=_T["smaller"].format(ratio=ratio),
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
-    fig.update_xaxes(title_text="step (tokens in cache)")
-    fig.update_yaxes(title_text=f"memory ({unit})", rangemode="tozero")
-    return finish(fig, title, height=380, legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    fig.update_xaxes(title_text=_T["step_axis"])
+    fig.update_yaxes(title_text=_T["memory_axis"].format(unit=unit), rangemode="tozero")
+    return finish(fig, _T["growth_title"] if title is None else title, height=380,
+                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
 
 
 def timing_comparison(
-    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str = "With vs without KV cache"
+    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str | None = None
 ) -> go.Figure:
     """Side-by-side bars for two runs. Each dict: prefill_ms, decode_ms_per_token[, tokens_per_s].
 
@@ -98,31 +160,31 @@ def timing_comparison(
             raise ValueError(f"{name} is missing {missing}; pass the CLI's timing dict")
     show_rate = "tokens_per_s" in with_cache and "tokens_per_s" in without_cache
     fig = make_subplots(rows=1, cols=2 if show_rate else 1, horizontal_spacing=0.15,
-                        subplot_titles=("time (ms)", "throughput (tokens/s)") if show_rate else ("time (ms)",))
-    labels = ["prefill", "decode / token"]
-    for name, run, colour in (("with KV cache", with_cache, WITH_CACHE_COLOUR),
-                              ("without KV cache", without_cache, WITHOUT_CACHE_COLOUR)):
+                        subplot_titles=(_T["time_panel"], _T["rate_panel"]) if show_rate else (_T["time_panel"],))
+    labels = [_T["prefill"], _T["decode"]]
+    for name, run, colour in ((_T["with"], with_cache, WITH_CACHE_COLOUR),
+                              (_T["without"], without_cache, WITHOUT_CACHE_COLOUR)):
         ms = [float(run[k]) for k in keys]
         fig.add_trace(go.Bar(x=labels, y=ms, name=name, marker_color=colour, legendgroup=name,
                              text=[f"{v:.1f}" for v in ms], textposition="outside",
-                             hovertemplate=f"{name}, %{{x}}: %{{y:.2f}} ms<extra></extra>"), row=1, col=1)
+                             hovertemplate=_T["time_hover"].format(name=name)), row=1, col=1)
         if show_rate:
             rate = float(run["tokens_per_s"])
             fig.add_trace(go.Bar(x=[name], y=[rate], name=name, marker_color=colour, legendgroup=name,
                                  showlegend=False, text=[f"{rate:.1f}"], textposition="outside",
-                                 hovertemplate=f"{name}: %{{y:.1f}} tokens/s<extra></extra>"), row=1, col=2)
+                                 hovertemplate=_T["rate_hover"].format(name=name)), row=1, col=2)
     with_decode, without_decode = float(with_cache["decode_ms_per_token"]), float(without_cache["decode_ms_per_token"])
     if with_decode > 0:
-        fig.add_annotation(x="decode / token", y=max(with_decode, without_decode), xref="x", yref="y",
-                           text=f"{without_decode / with_decode:.2f}× faster decode with cache",
+        fig.add_annotation(x=_T["decode"], y=max(with_decode, without_decode), xref="x", yref="y",
+                           text=_T["faster"].format(ratio=without_decode / with_decode),
                            showarrow=False, yshift=30)
     # Headroom above the tallest bar so the value labels printed "outside" the bars stay visible.
     top_ms = max(float(run[k]) for run in (with_cache, without_cache) for k in keys)
     fig.update_yaxes(title_text="ms", range=[0, 1.3 * top_ms or 1], row=1, col=1)
     if show_rate:
         top_rate = max(float(with_cache["tokens_per_s"]), float(without_cache["tokens_per_s"]))
-        fig.update_yaxes(title_text="tokens / s", range=[0, 1.2 * top_rate or 1], row=1, col=2)
-    return finish(fig, title, height=400, barmode="group",
+        fig.update_yaxes(title_text=_T["rate_axis"], range=[0, 1.2 * top_rate or 1], row=1, col=2)
+    return finish(fig, _T["timing_title"] if title is None else title, height=400, barmode="group",
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
 
 
@@ -139,13 +201,11 @@ def kv_formula(stats: Mapping[str, int]) -> str:
         raise ValueError(f"cache stats are missing {missing}; pass a KVCache.stats() dict")
     L, B, h, T, d, e = (int(stats[k]) for k in keys)
     total = 2 * L * B * h * T * d * e
-    lines = [
-        "**2 · N_layers · B · h_kv · T · d_head · bytes**",
-        f"= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} bytes** ({format_bytes(total)})",
-    ]
+    lines = [_T["formula"], _T["formula_total"].format(L=L, B=B, h=h, T=T, d=d, e=e, total=total,
+                                                        size=format_bytes(total))]
     q = int(stats.get("query_heads", h))
     if q != h and h > 0:
         mha = total * q // h
-        lines.append(f"MHA would store all {q} heads: 2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} bytes "
-                     f"({format_bytes(mha)}), {q / h:g}× more")
+        lines.append(_T["formula_mha"].format(q=q, L=L, B=B, T=T, d=d, e=e, mha=mha, size=format_bytes(mha),
+                                              ratio=q / h))
     return "  \n".join(lines)

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import display_text, finish
+from playground.viz._language import Texts
 from playground.viz.cache import WITH_CACHE_COLOUR, WITHOUT_CACHE_COLOUR, format_bytes
 
 GB = 10**9
@@ -100,7 +101,107 @@ TEXT = {
     "memory_live": (
         " This run's cache holds {tokens} tokens: {bytes:,} bytes, exactly what the formula gives ({formula_bytes:,})."
     ),
+    "hover_flops": "{name}, %{{x}} keys: %{{customdata}}FLOPs<extra></extra>",
+    "hover_bytes": "{name}, %{{x}} keys: %{{customdata}}<extra></extra>",
+    "flops_axis": "FLOPs",
+    "bytes_axis": "bytes",
+    "hover_prefill": "query %{y} → key %{x}: %{customdata}<extra>prefill</extra>",
+    "hover_decode": "new token → key %{x}<extra>decode</extra>",
+    "hover_ms": "{name}, %{{x}} keys: %{{y:.2f}} ms<extra></extra>",
+    "variant_one": "{kind} ({heads} KV head)",
+    "variant_many": "{kind} ({heads} KV heads)",
+    "hover_variant": "{label}, T = %{{x:,}}: %{{y:.3f}} GB<extra></extra>",
+    "hover_here": "%{x:,} tokens: %{y:.4f} GB<extra></extra>",
+    "hover_live": "%{{x:,}} tokens: {bytes:,} bytes<extra></extra>",
 }
+TEXT_ZH = {
+    "cost_title": "每一步的计算量(按公式)<br><sup>使用与不使用 KV Cache;x 轴:参与注意力的键数 (T + 1)</sup>",
+    "flops_panel": "每步 FLOPs(对数坐标)",
+    "bytes_panel": "每步读取的字节数",
+    "attn_cached": "注意力,使用缓存 (1 × (T+1))",
+    "attn_uncached": "注意力,不使用缓存 ((T+1) × (T+1))",
+    "total_cached": "整步,使用缓存",
+    "total_uncached": "整步,不使用缓存",
+    "kv_read": "从缓存读取的 K/V(使用缓存时)",
+    "weights": "读取的权重(两种情况相同)",
+    "keys_axis": "参与注意力的键数 (T + 1)",
+    "cost_caption": (
+        "在 T + 1 = {keys} 个键时,使用缓存的一个 Decode 步的注意力计算量为 {attn_c} FLOPs(1 个查询),"
+        "不用缓存则为 {attn_u}((T + 1)² 个分数,每个位置都重算一遍);整步合计 {total_c} 对 {total_u} FLOPs,"
+        "少了 {ratio:.0f}×。代价是显存访问:每一步都要读取整个缓存,在这个长度下是 {kv},另外还要读取 {weights} "
+        "的权重。不用缓存时注意力的计算量随 T² 增长,使用缓存时只随 T 增长。"
+    ),
+    "shapes_title": "Prefill 与 Decode<br><sup>一个头的分数矩阵:先算一次 L_p × L_p,之后每步 1 × (T + 1)</sup>",
+    "prefill": "Prefill:{n} × {n}  (Q {q} · Kᵀ → {s})",
+    "decode": "Decode 第 {step} 步:1 × {keys}  (Q {q} · Kᵀ → {s})",
+    "encoder": "编码器(只算一次):{n} × {n}  (Q {q} · Kᵀ → {s})",
+    "visible": "已计算",
+    "masked": "被掩码 (−∞)",
+    "shapes_caption": (
+        "Prefill 一次性让全部 {n} 个提示词 token 两两计算分数(每层 {pf} FLOPs,计算密集型)。每个 Decode 步只用"
+        "一个查询与 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),但必须读取整个缓存:显存带宽密集型。"
+    ),
+    "shapes_caption_seq2seq": (
+        "编码器只读一次 {s} 个源 token,{s} × {s}(每层 {ef} FLOPs);解码器的 Prefill 只有它的起始 token。"
+        "之后每个 Decode 步用一个查询与 T + 1 = {keys} 个缓存的键计算分数(每层 {df} FLOPs),并读取整个缓存,"
+        "外加源文本的交叉注意力 K/V。"
+    ),
+    "timing_title": "实测每步耗时<br><sup>使用与不使用缓存;预热后各运行 {repeats} 次,取中位数</sup>",
+    "cached": "使用 KV Cache",
+    "uncached": "不使用 KV Cache",
+    "fit": "{mode}:{fixed:.2f} ms + {slope:.4f} ms × 键数",
+    "ms_axis": "每步耗时 (ms)",
+    "verdict_cache_wins": (
+        "**缓存胜出:Decode 快 {speedup:.2f}×**(每 token 中位数 {c:.2f} ms 对 {u:.2f} ms,"
+        "波动范围 {c_lo:.2f}–{c_hi:.2f} 对 {u_lo:.2f}–{u_hi:.2f} ms)。不用缓存时每步耗时为 "
+        "{u_fixed:.2f} ms + 每个上下文 token {u_slope:.4f} ms,文本越长越慢;使用缓存时则保持在 {c_fixed:.2f} ms 左右。"
+    ),
+    "verdict_overhead": (
+        "**这里每步的固定开销占主导:{speedup:.2f}×**(中位数:使用缓存 {c:.2f} ms,不使用 {u:.2f} ms,"
+        "波动范围 {c_lo:.2f}–{c_hi:.2f} 对 {u_lo:.2f}–{u_hi:.2f} ms)。这个模型有 {params} 个参数:无论上下文多长,"
+        "每一步都有 ≈{c_fixed:.2f} ms 的固定开销(Python、每层每个运算一次 kernel 启动、读取权重),而重算一个"
+        "上下文 token 只需 ≈{u_slope:.4f} ms。在 {keys} 个键时,缓存每步只省下 ≈{saved:.2f} ms 的计算,被噪声淹没了。"
+    ),
+    "verdict_slower": (
+        "**这里缓存反而更慢:{speedup:.2f}×**(中位数:使用缓存 {c:.2f} ms,不使用 {u:.2f} ms,波动范围 "
+        "{c_lo:.2f}–{c_hi:.2f} 对 {u_lo:.2f}–{u_hi:.2f} ms)。模型只有 {params} 个参数,缓存省下的注意力计算"
+        "(每个上下文 token ≈{u_slope:.4f} ms)比使用缓存的一步额外增加的开销(把 K/V 写入缓存、在更长的缓冲区上"
+        "做掩码和视图)还少:固定开销为 {c_fixed:.2f} ms 对 {u_fixed:.2f} ms。"
+    ),
+    "crossover": "两条拟合直线在 ≈{cross:.0f} 个键处相交:超过这个长度,缓存就会胜出{limit}。",
+    "crossover_inside": (
+        "两条拟合直线在 ≈{cross:.0f} 个键处相交:在此之前,使用缓存的一步比它省下的计算更费时;"
+        "之后每多一个键就多省 ≈{gain:.4f} ms。"
+    ),
+    "crossover_limit": "(这个模型最多只能容纳 {limit} 个位置)",
+    "no_crossover": "不用缓存时每步耗时随上下文增长得更快;缓存从一开始就胜出。",
+    "flops_note": "按公式,最后一步关注 {keys} 个键:注意力计算量使用缓存为 {attn_c} FLOPs,不使用为 {attn_u}。",
+    "memory_title": "KV Cache 显存<br><sup>2 · N · B · h_kv · T · d_h · s · {name}</sup>",
+    "memory_axis": "显存(GB = 10⁹ 字节,对数坐标)",
+    "tokens_axis": "缓存中的 token 数 T(对数坐标)",
+    "here": "当前设置",
+    "live": "本次运行(真实缓存)",
+    "seed": "教程 002:{gb} GB",
+    "memory_caption": (
+        "**2 · N · B · h_kv · T · d_h · s** = 2 · {N} · {B} · {hkv} · {T} · {d} · {s:g} = **{bytes:,} 字节** = "
+        "{decimal}({binary})。{kind}:{q} 个查询头对应 {hkv} 个 K/V 头;MHA 需要 {mha},MQA 需要 {mqa}。"
+    ),
+    "memory_seed": "教程 002 给出的是 {expected} GB:结果一致。",
+    "memory_live": "本次运行的缓存中有 {tokens} 个 token:{bytes:,} 字节,与公式的结果({formula_bytes:,})完全一致。",
+    "hover_flops": "{name},%{{x}} 个键:%{{customdata}}FLOPs<extra></extra>",
+    "hover_bytes": "{name},%{{x}} 个键:%{{customdata}}<extra></extra>",
+    "flops_axis": "FLOPs",
+    "bytes_axis": "字节",
+    "hover_prefill": "查询 %{y} → 键 %{x}:%{customdata}<extra>Prefill</extra>",
+    "hover_decode": "新 token → 键 %{x}<extra>Decode</extra>",
+    "hover_ms": "{name},%{{x}} 个键:%{{y:.2f}} ms<extra></extra>",
+    "variant_one": "{kind}({heads} 个 KV 头)",
+    "variant_many": "{kind}({heads} 个 KV 头)",
+    "hover_variant": "{label},T = %{{x:,}}:%{{y:.3f}} GB<extra></extra>",
+    "hover_here": "%{x:,} 个 token:%{y:.4f} GB<extra></extra>",
+    "hover_live": "%{{x:,}} 个 token:{bytes:,} 字节<extra></extra>",
+}
+_T = Texts(TEXT, TEXT_ZH)
 
 
 def decimal_bytes(n: float) -> str:
@@ -124,7 +225,7 @@ def kv_cost_chart(costs: Mapping[str, Any], title: str | None = None) -> go.Figu
     if keys.size == 0:
         raise ValueError("costs need at least one decode step (new_tokens >= 2)")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(TEXT["flops_panel"], TEXT["bytes_panel"]))
+                        subplot_titles=(_T["flops_panel"], _T["bytes_panel"]))
     series = (
         ("attention_flops_cached", "attn_cached", WITH_CACHE_COLOUR, "dot"),
         ("attention_flops_uncached", "attn_uncached", WITHOUT_CACHE_COLOUR, "dot"),
@@ -133,27 +234,27 @@ def kv_cost_chart(costs: Mapping[str, Any], title: str | None = None) -> go.Figu
     )
     for key, name, colour, dash in series:
         y = np.asarray(costs[key])[1:].astype(np.float64)
-        fig.add_trace(go.Scatter(x=keys, y=y, name=TEXT[name], mode="lines", line=dict(color=colour, dash=dash),
+        fig.add_trace(go.Scatter(x=keys, y=y, name=_T[name], mode="lines", line=dict(color=colour, dash=dash),
                                  customdata=[_human_flops(v) for v in y],
-                                 hovertemplate=TEXT[name] + ", %{x} keys: %{customdata}FLOPs<extra></extra>"),
+                                 hovertemplate=_T["hover_flops"].format(name=_T[name])),
                       row=1, col=1)
     kv = np.asarray(costs["kv_bytes_read_cached"])[1:]
     weights = np.asarray(costs["weight_bytes"])[1:]
     for y, name, colour in ((kv, "kv_read", WITH_CACHE_COLOUR), (weights, "weights", "#636363")):
-        fig.add_trace(go.Scatter(x=keys, y=y, name=TEXT[name], mode="lines", line=dict(color=colour),
+        fig.add_trace(go.Scatter(x=keys, y=y, name=_T[name], mode="lines", line=dict(color=colour),
                                  customdata=[format_bytes(v) for v in y],
-                                 hovertemplate=TEXT[name] + ", %{x} keys: %{customdata}<extra></extra>"), row=2, col=1)
-    fig.update_yaxes(type="log", title_text="FLOPs", row=1, col=1)
-    fig.update_yaxes(title_text="bytes", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text=TEXT["keys_axis"], row=2, col=1)
-    return finish(fig, title or TEXT["cost_title"], height=620,
+                                 hovertemplate=_T["hover_bytes"].format(name=_T[name])), row=2, col=1)
+    fig.update_yaxes(type="log", title_text=_T["flops_axis"], row=1, col=1)
+    fig.update_yaxes(title_text=_T["bytes_axis"], rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text=_T["keys_axis"], row=2, col=1)
+    return finish(fig, title or _T["cost_title"], height=620,
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
 
 
 def kv_cost_caption(costs: Mapping[str, Any]) -> str:
     i = -1
     tc, tu = float(costs["total_flops_cached"][i]), float(costs["total_flops_uncached"][i])
-    return TEXT["cost_caption"].format(
+    return _T["cost_caption"].format(
         keys=int(costs["keys"][i]), attn_c=_human_flops(costs["attention_flops_cached"][i]),
         attn_u=_human_flops(costs["attention_flops_uncached"][i]), total_c=_human_flops(tc),
         total_u=_human_flops(tu), ratio=tu / max(tc, 1.0), kv=format_bytes(float(costs["kv_bytes_read_cached"][i])),
@@ -171,28 +272,28 @@ def prefill_decode_figure(shapes: Mapping[str, Any], title: str | None = None, m
     tri = np.ones((shown_n, shown_n)) if seq2seq else np.tril(np.ones((shown_n, shown_n)))
     row = np.ones((1, shown_k))
     fmt = lambda s: "(" + ", ".join(str(v) for v in s) + ")"  # noqa: E731
-    first = TEXT["encoder"] if seq2seq else TEXT["prefill"]
+    first = _T["encoder"] if seq2seq else _T["prefill"]
     titles = (first.format(n=n, q=fmt(pf["q_shape"]), s=fmt(pf["scores_shape"])),
-              TEXT["decode"].format(step=shapes["step"], keys=keys, q=fmt(dc["q_shape"]), s=fmt(dc["scores_shape"])))
+              _T["decode"].format(step=shapes["step"], keys=keys, q=fmt(dc["q_shape"]), s=fmt(dc["scores_shape"])))
     fig = make_subplots(rows=2, cols=1, subplot_titles=titles, row_heights=[0.85, 0.15], vertical_spacing=0.12)
     scale = [[0.0, "#f0f0f0"], [1.0, WITH_CACHE_COLOUR]]
     fig.add_trace(go.Heatmap(z=tri, colorscale=scale, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
-                             customdata=np.where(tri > 0, TEXT["visible"], TEXT["masked"]),
-                             hovertemplate="query %{y} → key %{x}: %{customdata}<extra>prefill</extra>"), row=1, col=1)
+                             customdata=np.where(tri > 0, _T["visible"], _T["masked"]),
+                             hovertemplate=_T["hover_prefill"]), row=1, col=1)
     fig.add_trace(go.Heatmap(z=row, colorscale=scale, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
-                             hovertemplate="new token → key %{x}<extra>decode</extra>"), row=2, col=1)
+                             hovertemplate=_T["hover_decode"]), row=2, col=1)
     fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", row=1, col=1)
     fig.update_yaxes(showticklabels=False, showgrid=False, row=2, col=1)
     fig.update_xaxes(showgrid=False, range=[-0.5, max(shown_n, shown_k) - 0.5])
-    return finish(fig, title or TEXT["shapes_title"], height=560)
+    return finish(fig, title or _T["shapes_title"], height=560)
 
 
 def prefill_decode_caption(shapes: Mapping[str, Any]) -> str:
     if shapes.get("kind") == "seq2seq":
-        return TEXT["shapes_caption_seq2seq"].format(s=shapes["encoder"]["queries"], keys=shapes["decode"]["keys"],
+        return _T["shapes_caption_seq2seq"].format(s=shapes["encoder"]["queries"], keys=shapes["decode"]["keys"],
                                                      ef=_human_flops(shapes["encoder"]["flops_per_layer"]),
                                                      df=_human_flops(shapes["decode"]["flops_per_layer"]))
-    return TEXT["shapes_caption"].format(n=shapes["prefill"]["queries"], keys=shapes["decode"]["keys"],
+    return _T["shapes_caption"].format(n=shapes["prefill"]["queries"], keys=shapes["decode"]["keys"],
                                          pf=_human_flops(shapes["prefill"]["flops_per_layer"]),
                                          df=_human_flops(shapes["decode"]["flops_per_layer"]))
 
@@ -204,15 +305,15 @@ def cache_timing_figure(timing: Mapping[str, Any], title: str | None = None) -> 
     for mode, colour in (("cached", WITH_CACHE_COLOUR), ("uncached", WITHOUT_CACHE_COLOUR)):
         ms = np.asarray(timing[mode]["step_ms"])[1:]
         fit = timing[mode]["fit"]
-        fig.add_trace(go.Scatter(x=keys, y=ms, mode="markers", name=TEXT[mode], marker=dict(color=colour, size=5),
-                                 hovertemplate=TEXT[mode] + ", %{x} keys: %{y:.2f} ms<extra></extra>"))
+        fig.add_trace(go.Scatter(x=keys, y=ms, mode="markers", name=_T[mode], marker=dict(color=colour, size=5),
+                                 hovertemplate=_T["hover_ms"].format(name=_T[mode])))
         fig.add_trace(go.Scatter(x=keys, y=fit["fixed_ms"] + fit["per_key_ms"] * keys, mode="lines",
                                  line=dict(color=colour, dash="dash"), hoverinfo="skip",
-                                 name=TEXT["fit"].format(mode=TEXT[mode], fixed=fit["fixed_ms"],
+                                 name=_T["fit"].format(mode=_T[mode], fixed=fit["fixed_ms"],
                                                          slope=fit["per_key_ms"])))
-    fig.update_xaxes(title_text=TEXT["keys_axis"])
-    fig.update_yaxes(title_text=TEXT["ms_axis"], rangemode="tozero")
-    return finish(fig, title or TEXT["timing_title"].format(repeats=timing["repeats"]), height=420,
+    fig.update_xaxes(title_text=_T["keys_axis"])
+    fig.update_yaxes(title_text=_T["ms_axis"], rangemode="tozero")
+    return finish(fig, title or _T["timing_title"].format(repeats=timing["repeats"]), height=420,
                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
 
 
@@ -230,18 +331,18 @@ def cache_timing_caption(timing: Mapping[str, Any]) -> str:
     )
     key = {"cache_wins": "verdict_cache_wins", "overhead_dominates": "verdict_overhead",
            "cache_slower": "verdict_slower"}[timing["verdict"]]
-    text = TEXT[key].format(**values)
+    text = _T[key].format(**values)
     cross = timing.get("crossover_keys")
     if cross is not None and cross > keys:
         limit = timing.get("context_limit")
-        text += TEXT["crossover"].format(cross=cross, limit=TEXT["crossover_limit"].format(limit=limit)
+        text += _T["crossover"].format(cross=cross, limit=_T["crossover_limit"].format(limit=limit)
                                          if limit and cross > limit else "")
     elif cross is not None and cross > 0:
-        text += TEXT["crossover_inside"].format(cross=cross, gain=fu["per_key_ms"] - fc["per_key_ms"])
+        text += _T["crossover_inside"].format(cross=cross, gain=fu["per_key_ms"] - fc["per_key_ms"])
     elif cross is not None and timing["verdict"] == "cache_wins":
-        text += TEXT["no_crossover"]
+        text += _T["no_crossover"]
     f = timing["flops_last_step"]
-    return text + TEXT["flops_note"].format(keys=f["keys"], attn_c=_human_flops(f["attention_cached"]),
+    return text + _T["flops_note"].format(keys=f["keys"], attn_c=_human_flops(f["attention_cached"]),
                                             attn_u=_human_flops(f["attention_uncached"]))
 
 
@@ -255,34 +356,34 @@ def kv_memory_chart(what_if: Mapping[str, Any], name: str = "", title: str | Non
     for kind in ("MHA", "GQA", "MQA"):
         y = np.asarray(curve[kind], dtype=np.float64) / GB
         heads = {"MHA": what_if["query_heads"], "GQA": what_if["gqa_kv_heads"], "MQA": 1}[kind]
-        label = f"{kind} ({heads} KV head{'s' if heads > 1 else ''})"
+        label = _T["variant_many" if heads > 1 else "variant_one"].format(kind=kind, heads=heads)
         fig.add_trace(go.Scatter(x=t, y=y, mode="lines", name=label, line=dict(color=colours[kind],
                                  width=4 if kind == what_if["attention"] else 2),
-                                 hovertemplate=label + ", T = %{x:,}: %{y:.3f} GB<extra></extra>"))
+                                 hovertemplate=_T["hover_variant"].format(label=label)))
     fig.add_trace(go.Scatter(x=[max(what_if["tokens"], 1)], y=[what_if["bytes"] / GB], mode="markers+text",
-                             name=TEXT["here"], marker=dict(size=12, color="black", symbol="x"),
+                             name=_T["here"], marker=dict(size=12, color="black", symbol="x"),
                              text=[decimal_bytes(what_if["bytes"])], textposition="top left",
-                             hovertemplate="%{x:,} tokens: %{y:.4f} GB<extra></extra>"))
+                             hovertemplate=_T["hover_here"]))
     live = what_if.get("live")
     if live:
         fig.add_trace(go.Scatter(x=[max(live["tokens"], 1)], y=[live["bytes"] / GB], mode="markers",
-                                 name=TEXT["live"], marker=dict(size=12, color="red", symbol="diamond"),
-                                 hovertemplate="%{x:,} tokens: " + f"{live['bytes']:,} bytes<extra></extra>"))
-    fig.update_xaxes(type="log", title_text=TEXT["tokens_axis"])
-    fig.update_yaxes(title_text=TEXT["memory_axis"], type="log")  # log-log: linear growth is a straight line
-    return finish(fig, title or TEXT["memory_title"].format(name=display_text(name)), height=440,
+                                 name=_T["live"], marker=dict(size=12, color="red", symbol="diamond"),
+                                 hovertemplate=_T["hover_live"].format(bytes=live["bytes"])))
+    fig.update_xaxes(type="log", title_text=_T["tokens_axis"])
+    fig.update_yaxes(title_text=_T["memory_axis"], type="log")  # log-log: linear growth is a straight line
+    return finish(fig, title or _T["memory_title"].format(name=display_text(name)), height=440,
                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
 
 
 def kv_memory_caption(what_if: Mapping[str, Any]) -> str:
     w = what_if
-    text = TEXT["memory_caption"].format(
+    text = _T["memory_caption"].format(
         N=w["layers"], B=w["batch"], hkv=w["kv_heads"], T=w["tokens"], d=w["head_dim"], s=w["bytes_per_element"],
         bytes=w["bytes"], decimal=decimal_bytes(w["bytes"]), binary=format_bytes(w["bytes"]), kind=w["attention"],
         q=w["query_heads"], mha=decimal_bytes(w["variants"]["MHA"]), mqa=decimal_bytes(w["variants"]["MQA"]),
     )
     if w.get("expected_gb") is not None and round(w["gb"], 1) == w["expected_gb"]:
-        text += TEXT["memory_seed"].format(expected=w["expected_gb"])
+        text += _T["memory_seed"].format(expected=w["expected_gb"])
     if w.get("live"):
-        text += TEXT["memory_live"].format(**w["live"])
+        text += _T["memory_live"].format(**w["live"])
     return text

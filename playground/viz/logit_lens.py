@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._common import PROB_SCALE, display_token, finish, short_label, token_ticks
+from playground.viz._common import PROB_SCALE, display_token, finish, layer_name, short_label, token_ticks
+from playground.viz._language import Texts
 
 TEXT = {
     "title": "Logit lens · step {step}<br><sup>what the model would say if it stopped after each layer</sup>",
@@ -30,7 +31,33 @@ TEXT = {
     "first_top": "The chosen token first reaches rank 1 after **{layer}**.",
     "never_top": "No layer but the last puts the chosen token first." ,
     "never_top_last": "Not even the last layer puts it first: the decoding settings chose a lower-ranked token.",
+    "hover_top": "{token} (id {id}): {prob:.4f}",
+    "hover_chosen": "chosen token: rank {rank}, p = {prob:.4g}",
+    "strip_hover": "step %{customdata[0]}<br>%{y}: rank %{customdata[1]}<extra></extra>",
 }
+TEXT_ZH = {
+    "title": "Logit Lens · 第 {step} 步<br><sup>如果模型在某一层之后就停下,它会输出什么</sup>",
+    "rank_col": "选中",
+    "top_col": "#{i}",
+    "layer_axis": "在此之后读出",
+    "cell": "{token}<br>{prob:.0%}",
+    "chosen_cell": "排名 {rank}<br>{prob:.1%}",
+    "strip_title": "选中的 token 在每层的排名<br><sup>层 × 步;1 = 这一层已经把它排在第一</sup>",
+    "step_axis": "步(选中的 token)",
+    "rank_bar": "排名",
+    "not_yet": "尚未计算(切换到这一步或它附近的步)",
+    "caption": (
+        "每一行把该层之后的残差流送入模型自己的最终归一化层和输出头(`unembed`)。最后一行是模型在第 {step} 步"
+        "的真实输出:它以 {prob:.1%} 的概率选择了 **{chosen}**(在温度、Top-k、Top-p 之前)。{first}"
+    ),
+    "first_top": "选中的 token 在 **{layer}** 之后首次排到第 1。",
+    "never_top": "除了最后一层,没有哪一层把选中的 token 排在第一。",
+    "never_top_last": "连最后一层都没有把它排在第一:是解码设置选择了一个排名更低的 token。",
+    "hover_top": "{token}(id {id}):{prob:.4f}",
+    "hover_chosen": "选中的 token:排名 {rank},p = {prob:.4g}",
+    "strip_hover": "第 %{customdata[0]} 步<br>%{y}:排名 %{customdata[1]}<extra></extra>",
+}
+_T = Texts(TEXT, TEXT_ZH)
 
 
 def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: str | None = None) -> go.Figure:
@@ -39,23 +66,24 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
         raise ValueError("entries is empty; pass logit_lens(...) of a run with a residual stream")
     k = len(entries[0]["probs"])
     probs = np.array([list(e["probs"]) + [e["prob"]] for e in entries])  # (L + 1, k + 1)
-    text = [[TEXT["cell"].format(token=short_label(display_token(t), 10), prob=p)
+    text = [[_T["cell"].format(token=short_label(display_token(t), 10), prob=p)
              for t, p in zip(e["token_texts"], e["probs"])]
-            + [TEXT["chosen_cell"].format(rank=e["rank"], prob=e["prob"])] for e in entries]
-    hover = [[f"{display_token(t)} (id {i}): {p:.4f}" for t, i, p in zip(e["token_texts"], e["token_ids"], e["probs"])]
-             + [f"chosen token: rank {e['rank']}, p = {e['prob']:.4g}"] for e in entries]
-    columns = [TEXT["top_col"].format(i=i + 1) for i in range(k)] + [TEXT["rank_col"]]
-    names = [e["name"] for e in entries]
+            + [_T["chosen_cell"].format(rank=e["rank"], prob=e["prob"])] for e in entries]
+    hover = [[_T["hover_top"].format(token=display_token(t), id=i, prob=p)
+              for t, i, p in zip(e["token_texts"], e["token_ids"], e["probs"])]
+             + [_T["hover_chosen"].format(rank=e["rank"], prob=e["prob"])] for e in entries]
+    columns = [_T["top_col"].format(i=i + 1) for i in range(k)] + [_T["rank_col"]]
+    names = [layer_name(e["name"]) for e in entries]
     fig = go.Figure(go.Heatmap(
         z=probs, x=columns, y=list(range(len(entries))), text=text, customdata=hover, texttemplate="%{text}",
         textfont=dict(size=10), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
         showscale=False, hovertemplate="%{customdata}<extra></extra>",  # cells print p: no colour bar
     ))
-    fig.update_yaxes(title_text=TEXT["layer_axis"], autorange="reversed", tickmode="array",
+    fig.update_yaxes(title_text=_T["layer_axis"], autorange="reversed", tickmode="array",
                      tickvals=list(range(len(names))), ticktext=names, showgrid=False)
     fig.update_xaxes(side="top", showgrid=False)
     height = int(min(1400, max(300, 150 + 34 * len(entries))))
-    return finish(fig, title or TEXT["title"].format(step=step), height=height)
+    return finish(fig, title or _T["title"].format(step=step), height=height)
 
 
 def lens_rank_strip(
@@ -73,22 +101,22 @@ def lens_rank_strip(
         raise ValueError(f"ranks must be (layers, steps) = ({len(layer_names)}, {len(steps)}), got {r.shape}")
     labels = [f"{s}: {display_token(t)}" for s, t in zip(steps, token_texts)]
     custom = np.broadcast_to(np.asarray(labels, dtype=object)[None, :], r.shape)
-    shown = np.where(np.isnan(r), TEXT["not_yet"], np.nan_to_num(r).astype(int).astype(str)).astype(object)
+    shown = np.where(np.isnan(r), _T["not_yet"], np.nan_to_num(r).astype(int).astype(str)).astype(object)
     top = max(1.0, float(np.nanmax(r))) if np.isfinite(r).any() else 10.0
     fig = go.Figure(go.Heatmap(
         z=np.log10(r), x=list(range(len(steps))), customdata=np.stack([custom, shown], -1),
         colorscale=PROB_SCALE, reversescale=True, zmin=0.0, zmax=max(np.log10(top), 1.0),
-        colorbar=dict(title=dict(text=TEXT["rank_bar"]), tickvals=[0, 1, 2, 3, 4],
+        colorbar=dict(title=dict(text=_T["rank_bar"]), tickvals=[0, 1, 2, 3, 4],
                       ticktext=["1", "10", "100", "1k", "10k"]),
-        hovertemplate="step %{customdata[0]}<br>%{y}: rank %{customdata[1]}<extra></extra>", y=list(layer_names),
+        hovertemplate=_T["strip_hover"], y=[layer_name(n) for n in layer_names],
     ))
     if selected is not None and selected in steps:
         i = list(steps).index(selected)
         fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=-0.5, y1=len(layer_names) - 0.5,
                       line=dict(color="red", width=2))
-    fig.update_xaxes(title_text=TEXT["step_axis"], tickangle=-60, showgrid=False, **token_ticks(labels, max_ticks=24))
+    fig.update_xaxes(title_text=_T["step_axis"], tickangle=-60, showgrid=False, **token_ticks(labels, max_ticks=24))
     fig.update_yaxes(autorange="reversed", showgrid=False)
-    return finish(fig, title or TEXT["strip_title"], height=int(min(900, max(300, 170 + 16 * len(layer_names)))),
+    return finish(fig, title or _T["strip_title"], height=int(min(900, max(300, 170 + 16 * len(layer_names)))),
                   plot_bgcolor="#d9d9d9")
 
 
@@ -96,9 +124,9 @@ def logit_lens_caption(entries: Sequence[Mapping[str, Any]], step: int, chosen_t
     last = entries[-1]
     first = next((e["name"] for e in entries if e["rank"] == 1), None)
     if first is None:
-        note = TEXT["never_top_last"]
+        note = _T["never_top_last"]
     elif first == last["name"]:
-        note = TEXT["never_top"]
+        note = _T["never_top"]
     else:
-        note = TEXT["first_top"].format(layer=first)
-    return TEXT["caption"].format(step=step, chosen=display_token(chosen_text), prob=last["prob"], first=note)
+        note = _T["first_top"].format(layer=layer_name(first))
+    return _T["caption"].format(step=step, chosen=display_token(chosen_text), prob=last["prob"], first=note)

@@ -15,6 +15,103 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import PROB_SCALE, SIGNED_SCALE, as_array, finish
+from playground.viz._language import Texts
+
+TEXT = {
+    "value": "value",
+    "cell_hover": "pos %{y}, dim %{x}: %{z:.3f}<extra></extra>",
+    "dimension": "dimension",
+    "position": "position",
+    "sinusoidal_title": "Sinusoidal positional encoding",
+    "waves_title": "PE value by position",
+    "dim": "dim {d}",
+    "wave_hover": "dim {d}, pos %{{x}}: %{{y:.3f}}<extra></extra>",
+    "pe_value": "PE value",
+    "similarity_title": "Dot-product similarity between positions",
+    "similarity_hover": "pos %{y} · pos %{x}: %{z:.2f}<extra></extra>",
+    "position_j": "position j",
+    "position_i": "position i",
+    "base": "base {b:g}",
+    "base_title": "How the base changes wavelengths",
+    "base_hover": "{label}, dim {d}, pos %{{x}}: %{{y:.3f}}<extra></extra>",
+    "frequencies_title": "RoPE frequencies per dimension pair",
+    "frequency_panel": "frequency θᵢ (rad / token)",
+    "wavelength_panel": "wavelength 2π/θᵢ (tokens)",
+    "frequency": "frequency",
+    "wavelength": "wavelength",
+    "frequency_hover": "pair %{x}: θ = %{y:.3g} rad/token<extra></extra>",
+    "wavelength_hover": "pair %{x}: λ = %{y:.4g} tokens<extra></extra>",
+    "context": "context {n}",
+    "rad_axis": "rad / token",
+    "tokens": "tokens",
+    "pair_axis": "dimension pair i",
+    "unit_circle": "unit circle",
+    "positions": "positions",
+    "rotation_hover": "pos %{customdata[0]}: %{customdata[1]:.1f}°<extra></extra>",
+    "rotation_title": "RoPE pair {pair}: θ = {theta:.3g} rad/token, wavelength {wavelength:.4g} tokens",
+    "scores_title": "q·k score vs relative distance",
+    "score": "score",
+    "distance_hover": "distance %{x}: %{y:.3f}<extra></extra>",
+    "relative_distance": "relative distance (tokens)",
+    "qk_score": "q·k score",
+    "learned_title": "Learned position embeddings",
+    "cosine_title": "Cosine similarity between positions",
+    "cosine": "cosine",
+    "cosine_hover": "pos %{y} vs pos %{x}: %{z:.3f}<extra></extra>",
+    "bias_title": "Relative position bias",
+    "head": "head {i}",
+    "bias_hover": "head {i}, distance %{{x}}: %{{y:.3f}}<extra></extra>",
+    "key_minus_query": "relative distance (key − query)",
+    "bias_axis": "bias added to logit",
+}
+TEXT_ZH = {
+    "value": "值",
+    "cell_hover": "位置 %{y},维度 %{x}:%{z:.3f}<extra></extra>",
+    "dimension": "维度",
+    "position": "位置",
+    "sinusoidal_title": "正弦位置编码",
+    "waves_title": "PE 值随位置的变化",
+    "dim": "维度 {d}",
+    "wave_hover": "维度 {d},位置 %{{x}}:%{{y:.3f}}<extra></extra>",
+    "pe_value": "PE 值",
+    "similarity_title": "位置之间的点积相似度",
+    "similarity_hover": "位置 %{y} · 位置 %{x}:%{z:.2f}<extra></extra>",
+    "position_j": "位置 j",
+    "position_i": "位置 i",
+    "base": "基数 {b:g}",
+    "base_title": "基数如何改变波长",
+    "base_hover": "{label},维度 {d},位置 %{{x}}:%{{y:.3f}}<extra></extra>",
+    "frequencies_title": "每个维度对的 RoPE 频率",
+    "frequency_panel": "频率 θᵢ (rad / token)",
+    "wavelength_panel": "波长 2π/θᵢ (token)",
+    "frequency": "频率",
+    "wavelength": "波长",
+    "frequency_hover": "维度对 %{x}:θ = %{y:.3g} rad/token<extra></extra>",
+    "wavelength_hover": "维度对 %{x}:λ = %{y:.4g} token<extra></extra>",
+    "context": "上下文长度 {n}",
+    "rad_axis": "rad / token",
+    "tokens": "token",
+    "pair_axis": "维度对 i",
+    "unit_circle": "单位圆",
+    "positions": "各位置",
+    "rotation_hover": "位置 %{customdata[0]}:%{customdata[1]:.1f}°<extra></extra>",
+    "rotation_title": "RoPE 维度对 {pair}:θ = {theta:.3g} rad/token,波长 {wavelength:.4g} token",
+    "scores_title": "q·k 得分随相对距离的变化",
+    "score": "得分",
+    "distance_hover": "距离 %{x}:%{y:.3f}<extra></extra>",
+    "relative_distance": "相对距离 (token)",
+    "qk_score": "q·k 得分",
+    "learned_title": "可学习的位置嵌入",
+    "cosine_title": "位置之间的余弦相似度",
+    "cosine": "余弦相似度",
+    "cosine_hover": "位置 %{y} 与位置 %{x}:%{z:.3f}<extra></extra>",
+    "bias_title": "相对位置偏置",
+    "head": "头 {i}",
+    "bias_hover": "头 {i},距离 %{{x}}:%{{y:.3f}}<extra></extra>",
+    "key_minus_query": "相对距离(键 − 查询)",
+    "bias_axis": "加到 logit 上的偏置",
+}
+_T = Texts(TEXT, TEXT_ZH)
 
 _LINE_COLOURS = plotly.colors.qualitative.Plotly
 
@@ -46,19 +143,18 @@ def _signed_heatmap(z: np.ndarray, **kwargs) -> go.Heatmap:
 # --- sinusoidal ---------------------------------------------------------------------------------
 
 
-def pe_heatmap(table: np.ndarray, title: str = "Sinusoidal positional encoding") -> go.Figure:
+def pe_heatmap(table: np.ndarray, title: str | None = None) -> go.Figure:
     """The (P, D) table: positions down, dimensions across; early dims oscillate fastest."""
     t = as_array(table, 2, "table (P, D)")
     fig = go.Figure(
-        _signed_heatmap(t, colorbar=dict(title=dict(text="value")),
-                        hovertemplate="pos %{y}, dim %{x}: %{z:.3f}<extra></extra>")
+        _signed_heatmap(t, colorbar=dict(title=dict(text=_T["value"])), hovertemplate=_T["cell_hover"])
     )
-    fig.update_xaxes(title_text="dimension", showgrid=False)
-    fig.update_yaxes(title_text="position", autorange="reversed", showgrid=False)
-    return finish(fig, title, height=460)
+    fig.update_xaxes(title_text=_T["dimension"], showgrid=False)
+    fig.update_yaxes(title_text=_T["position"], autorange="reversed", showgrid=False)
+    return finish(fig, _T["sinusoidal_title"] if title is None else title, height=460)
 
 
-def pe_waves(table: np.ndarray, dims: Sequence[int] | None = None, title: str = "PE value by position") -> go.Figure:
+def pe_waves(table: np.ndarray, dims: Sequence[int] | None = None, title: str | None = None) -> go.Figure:
     """Selected dimensions as lines over positions: low dims = short wavelength, high = long."""
     t = as_array(table, 2, "table (P, D)")
     dims = _check_dims(default_dims(t.shape[1]) if dims is None else dims, t.shape[1])
@@ -66,38 +162,42 @@ def pe_waves(table: np.ndarray, dims: Sequence[int] | None = None, title: str = 
     positions = np.arange(t.shape[0])
     for n, d in enumerate(dims):
         fig.add_trace(
-            go.Scatter(x=positions, y=t[:, d], mode="lines", name=f"dim {d}", line=dict(color=_colour(n)),
-                       hovertemplate=f"dim {d}, pos %{{x}}: %{{y:.3f}}<extra></extra>")
+            go.Scatter(x=positions, y=t[:, d], mode="lines", name=_T["dim"].format(d=d), line=dict(color=_colour(n)),
+                       hovertemplate=_T["wave_hover"].format(d=d))
         )
-    fig.update_xaxes(title_text="position")
-    fig.update_yaxes(title_text="PE value")
-    return finish(fig, title, height=360)
+    fig.update_xaxes(title_text=_T["position"])
+    fig.update_yaxes(title_text=_T["pe_value"])
+    return finish(fig, _T["waves_title"] if title is None else title, height=360)
 
 
-def pe_similarity(table: np.ndarray, title: str = "Dot-product similarity between positions") -> go.Figure:
+def pe_similarity(table: np.ndarray, title: str | None = None) -> go.Figure:
     """P × P matrix of PE(i)·PE(j): it depends mostly on |i - j|, so the bright band is the diagonal."""
     t = as_array(table, 2, "table (P, D)")
     sim = t @ t.T
     fig = go.Figure(
         go.Heatmap(z=sim, colorscale=PROB_SCALE, colorbar=dict(title=dict(text="PE(i)·PE(j)")),
-                   hovertemplate="pos %{y} · pos %{x}: %{z:.2f}<extra></extra>")
+                   hovertemplate=_T["similarity_hover"])
     )
     # Square cells: shrink the plot area (constrain="domain") rather than pad the axis with empty range.
-    fig.update_xaxes(title_text="position j", showgrid=False, constrain="domain")
-    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
-    return finish(fig, title, height=520)
+    fig.update_xaxes(title_text=_T["position_j"], showgrid=False, constrain="domain")
+    fig.update_yaxes(title_text=_T["position_i"], autorange="reversed", showgrid=False, scaleanchor="x",
+                     constrain="domain")
+    return finish(fig, _T["similarity_title"] if title is None else title, height=520)
 
 
 def pe_base_comparison(
     table_a: np.ndarray,
     table_b: np.ndarray,
-    label_a: str = "base 10000",
-    label_b: str = "base 1000",
+    label_a: str | None = None,
+    label_b: str | None = None,
     dims: Sequence[int] | None = None,
-    title: str = "How the base changes wavelengths",
+    title: str | None = None,
 ) -> go.Figure:
     """The same dimensions under two bases, stacked: a smaller base gives shorter wavelengths,
-    so high dimensions that barely move at base 10000 oscillate visibly at base 1000."""
+    so high dimensions that barely move at base 10000 oscillate visibly at base 1000. The labels
+    default to "base 10000" and "base 1000"."""
+    label_a = _T["base"].format(b=10000) if label_a is None else label_a
+    label_b = _T["base"].format(b=1000) if label_b is None else label_b
     a = as_array(table_a, 2, "table_a (P, D)")
     b = as_array(table_b, 2, "table_b (P, D)")
     if a.shape[1] != b.shape[1]:
@@ -108,22 +208,22 @@ def pe_base_comparison(
     for row, (t, label) in enumerate(((a, label_a), (b, label_b)), start=1):
         for n, d in enumerate(dims):
             fig.add_trace(
-                go.Scatter(x=np.arange(t.shape[0]), y=t[:, d], mode="lines", name=f"dim {d}",
+                go.Scatter(x=np.arange(t.shape[0]), y=t[:, d], mode="lines", name=_T["dim"].format(d=d),
                            legendgroup=f"dim {d}", showlegend=row == 1, line=dict(color=_colour(n)),
-                           hovertemplate=f"{label}, dim {d}, pos %{{x}}: %{{y:.3f}}<extra></extra>"),
+                           hovertemplate=_T["base_hover"].format(label=label, d=d)),
                 row=row,
                 col=1,
             )
-        fig.update_yaxes(title_text="PE value", row=row, col=1)
-    fig.update_xaxes(title_text="position", row=2, col=1)
-    return finish(fig, title, height=520)
+        fig.update_yaxes(title_text=_T["pe_value"], row=row, col=1)
+    fig.update_xaxes(title_text=_T["position"], row=2, col=1)
+    return finish(fig, _T["base_title"] if title is None else title, height=520)
 
 
 # --- RoPE ---------------------------------------------------------------------------------------
 
 
 def rope_frequencies(
-    inv_freq: np.ndarray, context_length: int | None = None, title: str = "RoPE frequencies per dimension pair"
+    inv_freq: np.ndarray, context_length: int | None = None, title: str | None = None
 ) -> go.Figure:
     """theta_i (radians per token) and wavelength 2π/theta_i (tokens) per pair, log scale.
 
@@ -135,22 +235,22 @@ def rope_frequencies(
         raise ValueError("inv_freq must be positive (theta_i = base^(-2i/d))")
     pairs = np.arange(f.shape[0])
     wavelength = 2 * np.pi / f
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("frequency θᵢ (rad / token)", "wavelength 2π/θᵢ (tokens)"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(_T["frequency_panel"], _T["wavelength_panel"]),
                         horizontal_spacing=0.12)
-    fig.add_trace(go.Scatter(x=pairs, y=f, mode="lines+markers", name="frequency",
-                             hovertemplate="pair %{x}: θ = %{y:.3g} rad/token<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=pairs, y=wavelength, mode="lines+markers", name="wavelength",
-                             hovertemplate="pair %{x}: λ = %{y:.4g} tokens<extra></extra>"), row=1, col=2)
+    fig.add_trace(go.Scatter(x=pairs, y=f, mode="lines+markers", name=_T["frequency"],
+                             hovertemplate=_T["frequency_hover"]), row=1, col=1)
+    fig.add_trace(go.Scatter(x=pairs, y=wavelength, mode="lines+markers", name=_T["wavelength"],
+                             hovertemplate=_T["wavelength_hover"]), row=1, col=2)
     if context_length is not None:
         fig.add_hline(y=context_length, line=dict(dash="dash", color="grey"), row=1, col=2)
         # Annotations on a log axis take log10 coordinates, so place the label by hand.
         fig.add_annotation(x=0, y=float(np.log10(context_length)), xref="x2", yref="y2", xanchor="left",
-                           yanchor="bottom", showarrow=False, text=f"context {context_length}",
+                           yanchor="bottom", showarrow=False, text=_T["context"].format(n=context_length),
                            font=dict(color="grey"))
-    fig.update_yaxes(type="log", title_text="rad / token", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="tokens", row=1, col=2)
-    fig.update_xaxes(title_text="dimension pair i")
-    return finish(fig, title, height=380, showlegend=False)
+    fig.update_yaxes(type="log", title_text=_T["rad_axis"], row=1, col=1)
+    fig.update_yaxes(type="log", title_text=_T["tokens"], row=1, col=2)
+    fig.update_xaxes(title_text=_T["pair_axis"])
+    return finish(fig, _T["frequencies_title"] if title is None else title, height=380, showlegend=False)
 
 
 def rope_rotation(inv_freq: np.ndarray, pair: int, positions: int, title: str | None = None) -> go.Figure:
@@ -169,50 +269,48 @@ def rope_rotation(inv_freq: np.ndarray, pair: int, positions: int, title: str | 
     angle = pos * theta
     circle = np.linspace(0, 2 * np.pi, 181)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=np.cos(circle), y=np.sin(circle), mode="lines", name="unit circle",
+    fig.add_trace(go.Scatter(x=np.cos(circle), y=np.sin(circle), mode="lines", name=_T["unit_circle"],
                              line=dict(color="lightgrey"), hoverinfo="skip"))
     fig.add_trace(
         go.Scatter(
-            x=np.cos(angle), y=np.sin(angle), mode="markers", name="positions",
+            x=np.cos(angle), y=np.sin(angle), mode="markers", name=_T["positions"],
             customdata=np.column_stack([pos, np.degrees(angle) % 360]),
-            marker=dict(color=pos, colorscale=PROB_SCALE, size=8, colorbar=dict(title=dict(text="position"))),
-            hovertemplate="pos %{customdata[0]}: %{customdata[1]:.1f}°<extra></extra>",
+            marker=dict(color=pos, colorscale=PROB_SCALE, size=8, colorbar=dict(title=dict(text=_T["position"]))),
+            hovertemplate=_T["rotation_hover"],
         )
     )
     fig.update_xaxes(title_text="x₂ᵢ (cos)", range=[-1.2, 1.2], zeroline=True)
     fig.update_yaxes(title_text="x₂ᵢ₊₁ (sin)", range=[-1.2, 1.2], zeroline=True, scaleanchor="x", scaleratio=1)
     if title is None:
-        title = f"RoPE pair {pair}: θ = {theta:.3g} rad/token, wavelength {2 * np.pi / theta:.4g} tokens"
+        title = _T["rotation_title"].format(pair=pair, theta=theta, wavelength=2 * np.pi / theta)
     return finish(fig, title, height=460, showlegend=False)
 
 
 def rope_relative_scores(
-    scores: np.ndarray, distances: np.ndarray, title: str = "q·k score vs relative distance"
+    scores: np.ndarray, distances: np.ndarray, title: str | None = None
 ) -> go.Figure:
     """How a fixed q·k score changes with relative distance under RoPE (long-term decay)."""
     s = as_array(scores, 1, "scores (R,)")
     d = as_array(distances, 1, "distances (R,)")
     if s.shape != d.shape:
         raise ValueError(f"scores {s.shape} and distances {d.shape} must have the same length")
-    fig = go.Figure(go.Scatter(x=d, y=s, mode="lines", name="score",
-                               hovertemplate="distance %{x}: %{y:.3f}<extra></extra>"))
+    fig = go.Figure(go.Scatter(x=d, y=s, mode="lines", name=_T["score"], hovertemplate=_T["distance_hover"]))
     fig.add_hline(y=0, line=dict(color="grey", width=1))
-    fig.update_xaxes(title_text="relative distance (tokens)")
-    fig.update_yaxes(title_text="q·k score")
-    return finish(fig, title, height=360, showlegend=False)
+    fig.update_xaxes(title_text=_T["relative_distance"])
+    fig.update_yaxes(title_text=_T["qk_score"])
+    return finish(fig, _T["scores_title"] if title is None else title, height=360, showlegend=False)
 
 
 # --- learned absolute ---------------------------------------------------------------------------
 
 
-def learned_table_heatmap(table: np.ndarray, title: str = "Learned position embeddings") -> go.Figure:
+def learned_table_heatmap(table: np.ndarray, title: str | None = None) -> go.Figure:
     """The learned (P, D) table on a diverging scale centred at 0."""
     t = as_array(table, 2, "table (P, D)")
-    fig = go.Figure(_signed_heatmap(t, colorbar=dict(title=dict(text="value")),
-                                    hovertemplate="pos %{y}, dim %{x}: %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="dimension", showgrid=False)
-    fig.update_yaxes(title_text="position", autorange="reversed", showgrid=False)
-    return finish(fig, title, height=460)
+    fig = go.Figure(_signed_heatmap(t, colorbar=dict(title=dict(text=_T["value"])), hovertemplate=_T["cell_hover"]))
+    fig.update_xaxes(title_text=_T["dimension"], showgrid=False)
+    fig.update_yaxes(title_text=_T["position"], autorange="reversed", showgrid=False)
+    return finish(fig, _T["learned_title"] if title is None else title, height=460)
 
 
 def cosine_similarity(table: np.ndarray) -> np.ndarray:
@@ -223,22 +321,22 @@ def cosine_similarity(table: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def cosine_similarity_matrix(table: np.ndarray, title: str = "Cosine similarity between positions") -> go.Figure:
+def cosine_similarity_matrix(table: np.ndarray, title: str | None = None) -> go.Figure:
     """Which positions the model embeds alike; for GPT-2 a smooth band around the diagonal."""
     sim = cosine_similarity(table)
     fig = go.Figure(go.Heatmap(z=sim, colorscale=SIGNED_SCALE, zmid=0.0, zmin=-1.0, zmax=1.0,
-                               colorbar=dict(title=dict(text="cosine")),
-                               hovertemplate="pos %{y} vs pos %{x}: %{z:.3f}<extra></extra>"))
+                               colorbar=dict(title=dict(text=_T["cosine"])), hovertemplate=_T["cosine_hover"]))
     # Square cells: shrink the plot area (constrain="domain") rather than pad the axis with empty range.
-    fig.update_xaxes(title_text="position j", showgrid=False, constrain="domain")
-    fig.update_yaxes(title_text="position i", autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
-    return finish(fig, title, height=520)
+    fig.update_xaxes(title_text=_T["position_j"], showgrid=False, constrain="domain")
+    fig.update_yaxes(title_text=_T["position_i"], autorange="reversed", showgrid=False, scaleanchor="x",
+                     constrain="domain")
+    return finish(fig, _T["cosine_title"] if title is None else title, height=520)
 
 
 # --- T5 relative bias ---------------------------------------------------------------------------
 
 
-def relative_bias_plot(bias: np.ndarray, distances: np.ndarray, title: str = "Relative position bias") -> go.Figure:
+def relative_bias_plot(bias: np.ndarray, distances: np.ndarray, title: str | None = None) -> go.Figure:
     """T5-style learned bias added to attention logits, one line per head. bias: (h, R)"""
     b = as_array(bias, 2, "bias (h, R)")
     d = as_array(distances, 1, "distances (R,)")
@@ -246,12 +344,12 @@ def relative_bias_plot(bias: np.ndarray, distances: np.ndarray, title: str = "Re
         raise ValueError(f"bias has {b.shape[1]} distances per head but distances has {d.shape[0]}")
     fig = go.Figure()
     for i in range(b.shape[0]):
-        fig.add_trace(go.Scatter(x=d, y=b[i], mode="lines", name=f"head {i}", line=dict(color=_colour(i)),
-                                 hovertemplate=f"head {i}, distance %{{x}}: %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=d, y=b[i], mode="lines", name=_T["head"].format(i=i), line=dict(color=_colour(i)),
+                                 hovertemplate=_T["bias_hover"].format(i=i)))
     fig.add_hline(y=0, line=dict(color="grey", width=1))
-    fig.update_xaxes(title_text="relative distance (key − query)")
-    fig.update_yaxes(title_text="bias added to logit")
-    return finish(fig, title, height=380)
+    fig.update_xaxes(title_text=_T["key_minus_query"])
+    fig.update_yaxes(title_text=_T["bias_axis"])
+    return finish(fig, _T["bias_title"] if title is None else title, height=380)
 
 
 def rope_score_curve(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndarray:

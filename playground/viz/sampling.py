@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from playground.viz._common import display_text, display_token, empty_figure, finish
+from playground.viz._language import Texts
 
 # Hugging Face order: repetition penalty, then temperature, top-k, top-p.
 STAGE_ORDER = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
@@ -23,7 +24,76 @@ STAGE_NAMES = {
     "temperature": "temperature",
     "top_k": "top-k",
     "top_p": "top-p",
+    "min_p": "min p",
+    "forced_bos": "forced bos",
+    "forced_eos": "forced eos",
 }
+TEXT = {
+    "stages": STAGE_NAMES,
+    "funnel_title": "Candidates through the sampling pipeline",
+    "no_candidates": "no candidates yet: run a generation step",
+    "funnel_hover": "%{{customdata}} · {stage}: %{{x:.4f}}<extra></extra>",
+    "chosen": "<b>chosen</b>",
+    "removed_by": "<i>removed by {stage}</i>",
+    "candidate_axis": "candidate token",
+    "probability_axis": "probability",
+    "table_title": "Beam search hypotheses",
+    "no_beams": "no beams yet: run beam search (num_beams > 1)",
+    "step": "step",
+    "rank": "rank",
+    "hypothesis": "hypothesis",
+    "score": "score",
+    "status": "status",
+    "finished": "finished",
+    "open": "open",
+    "tree_title": "Beam search tree",
+    "node_hover": "{text}<br>score {score:.3f}",
+    "node_finished": " · finished",
+    "extends": "extends",
+    "winning": "winning beam",
+    "beams": "beams",
+    "score_bar": "score (nats)",
+    "step_axis": "step",
+    "rank_axis": "beam rank",
+}
+TEXT_ZH = {
+    "stages": {
+        "raw": "原始 softmax",
+        "repetition_penalty": "重复惩罚",
+        "temperature": "温度",
+        "top_k": "Top-k",
+        "top_p": "Top-p",
+        "min_p": "Min-p",
+        "forced_bos": "强制 BOS",
+        "forced_eos": "强制 EOS",
+    },
+    "funnel_title": "候选 token 经过采样流程",
+    "no_candidates": "还没有候选 token:先生成一步",
+    "funnel_hover": "%{{customdata}} · {stage}:%{{x:.4f}}<extra></extra>",
+    "chosen": "<b>选中</b>",
+    "removed_by": "<i>被 {stage} 过滤</i>",
+    "candidate_axis": "候选 token",
+    "probability_axis": "概率",
+    "table_title": "束搜索的候选序列",
+    "no_beams": "还没有束:请用束搜索生成(num_beams > 1)",
+    "step": "步",
+    "rank": "排名",
+    "hypothesis": "候选序列",
+    "score": "得分",
+    "status": "状态",
+    "finished": "已完成",
+    "open": "进行中",
+    "tree_title": "束搜索树",
+    "node_hover": "{text}<br>得分 {score:.3f}",
+    "node_finished": " · 已完成",
+    "extends": "延伸",
+    "winning": "胜出的束",
+    "beams": "束",
+    "score_bar": "得分 (nats)",
+    "step_axis": "步",
+    "rank_axis": "束排名",
+}
+_T = Texts(TEXT, TEXT_ZH)
 # Sequential blues: later stages darker, so the eye reads the pipeline left to right.
 STAGE_COLOURS = {
     "raw": "#c6dbef",
@@ -38,7 +108,7 @@ CHOSEN_FILL = "rgba(255, 196, 0, 0.18)"
 
 def stage_name(stage: str) -> str:
     """Human name of a processor stage key ('top_k' -> 'top-k')."""
-    return STAGE_NAMES.get(stage, stage.replace("_", " "))
+    return _T["stages"].get(stage, stage.replace("_", " "))
 
 
 def _stages_present(candidates: Sequence[dict]) -> list[str]:
@@ -60,14 +130,15 @@ def _candidate_label(c: dict) -> str:
     return label
 
 
-def candidate_funnel(candidates: Sequence[dict], title: str = "Candidates through the sampling pipeline") -> go.Figure:
+def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go.Figure:
     """Grouped horizontal bars: each candidate token's probability after every processor stage.
 
     Removed tokens are grey and annotated 'removed by <stage>'; the chosen token is bold and
     sits on a highlighted band. Candidates are drawn in the given order, first at the top.
     """
+    title = _T["funnel_title"] if title is None else title
     if not candidates:
-        return empty_figure("no candidates yet: run a generation step", title)
+        return empty_figure(_T["no_candidates"], title)
     for c in candidates:
         if "token" not in c or "stages" not in c:
             raise ValueError(f"each candidate needs 'token' and 'stages' keys, got keys {sorted(c)}")
@@ -88,7 +159,7 @@ def candidate_funnel(candidates: Sequence[dict], title: str = "Candidates throug
                 name=stage_name(s),
                 marker=dict(color=[REMOVED_COLOUR if r else colour for r in removed]),
                 customdata=tokens,
-                hovertemplate=f"%{{customdata}} · {stage_name(s)}: %{{x:.4f}}<extra></extra>",
+                hovertemplate=_T["funnel_hover"].format(stage=stage_name(s)),
             )
         )
     top = max(
@@ -99,18 +170,18 @@ def candidate_funnel(candidates: Sequence[dict], title: str = "Candidates throug
         if c.get("chosen"):
             fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
                           fillcolor=CHOSEN_FILL, line=dict(width=0), layer="below")
-            note = "<b>chosen</b>"
+            note = _T["chosen"]
         elif c.get("removed_by"):
-            note = f"<i>removed by {stage_name(str(c['removed_by']))}</i>"
+            note = _T["removed_by"].format(stage=stage_name(str(c["removed_by"])))
         else:
             continue
         row_max = max((float(p) for p in c["stages"].values() if p is not None), default=0.0)
         fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="left", xshift=6,
                            font=dict(color="#616161" if not c.get("chosen") else "#000000", size=11))
     fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
-                     autorange="reversed", title_text="candidate token")
+                     autorange="reversed", title_text=_T["candidate_axis"])
     # Headroom on the right for the annotations.
-    fig.update_xaxes(title_text="probability", range=[0, top * 1.35], rangemode="tozero")
+    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, top * 1.35], rangemode="tozero")
     height = int(min(1200, max(300, 130 + n * (9 * len(stages) + 14))))
     return finish(fig, title, height=height, barmode="group", bargap=0.25,
                   legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"))
@@ -123,14 +194,15 @@ def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
                 raise ValueError(f"beam at step {t} needs 'tokens' and 'score' keys, got keys {sorted(b)}")
 
 
-def beam_table(beams: Sequence[Sequence[dict]], title: str = "Beam search hypotheses") -> go.Figure:
+def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.Figure:
     """One table row per (step, beam): hypothesis text, score (sum log-prob / length penalty), status.
 
     beams[t] lists the beams after step t, best first: {"tokens": str, "score": float,
     "finished": bool}. Finished hypotheses are shaded green.
     """
+    title = _T["table_title"] if title is None else title
     if not beams or not any(beams):
-        return empty_figure("no beams yet: run beam search (num_beams > 1)", title)
+        return empty_figure(_T["no_beams"], title)
     _check_beams(beams)
     rows = [(t, r, b) for t, step in enumerate(beams) for r, b in enumerate(step)]
     finished = [bool(b.get("finished")) for _, _, b in rows]
@@ -138,7 +210,7 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str = "Beam search hypoth
     fig = go.Figure(
         go.Table(
             columnwidth=[50, 50, 420, 80, 80],
-            header=dict(values=["step", "rank", "hypothesis", "score", "status"], fill_color="#deebf7",
+            header=dict(values=[_T[k] for k in ("step", "rank", "hypothesis", "score", "status")], fill_color="#deebf7",
                         align="left", font=dict(size=12)),
             cells=dict(
                 values=[
@@ -146,7 +218,7 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str = "Beam search hypoth
                     [r for _, r, _ in rows],
                     [display_text(str(b["tokens"])) for _, _, b in rows],
                     [f"{float(b['score']):.3f}" for _, _, b in rows],
-                    ["finished" if f else "open" for f in finished],
+                    [_T["finished"] if f else _T["open"] for f in finished],
                 ],
                 fill_color=[fill] * 5,
                 align="left",
@@ -180,7 +252,7 @@ def _parents(beams: Sequence[Sequence[dict]]) -> list[list[int | None]]:
 LABEL_ALL_STEPS = 12  # beyond this many steps only the winning path is labelled (hover still shows every node)
 
 
-def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree", final: str | None = None) -> go.Figure:
+def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: str | None = None) -> go.Figure:
     """Beams as a tree: x = step, y = rank, an edge from each beam to the beam it extended.
 
     Each node shows the text it added; hover shows the whole hypothesis and its score. Beams may
@@ -189,8 +261,9 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree", 
     winning hypothesis' text, draws its path in orange; past LABEL_ALL_STEPS steps only that path
     keeps its labels, so a long search stays readable.
     """
+    title = _T["tree_title"] if title is None else title
     if not beams or not any(beams):
-        return empty_figure("no beams yet: run beam search (num_beams > 1)", title)
+        return empty_figure(_T["no_beams"], title)
     _check_beams(beams)
     parents = _parents(beams)
     crowded = len(beams) > LABEL_ALL_STEPS
@@ -217,29 +290,29 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str = "Beam search tree", 
             ys.append(r)
             label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
             added.append(label if winning or not crowded else "")
-            hover.append(f"{display_text(text)}<br>score {float(b['score']):.3f}"
-                         + (" · finished" if b.get("finished") else ""))
+            hover.append(_T["node_hover"].format(text=display_text(text), score=float(b["score"]))
+                         + (_T["node_finished"] if b.get("finished") else ""))
             scores.append(float(b["score"]))
             symbols.append("star" if b.get("finished") else "circle")
             sizes.append(15 if winning else (13 if not crowded else 9))
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=edges[False][0], y=edges[False][1], mode="lines", line=dict(color="#bdbdbd", width=1.5),
-                             hoverinfo="skip", name="extends"))
+                             hoverinfo="skip", name=_T["extends"]))
     if edges[True][0]:
         fig.add_trace(go.Scatter(x=edges[True][0], y=edges[True][1], mode="lines", line=dict(color="#e6550d", width=3),
-                                 hoverinfo="skip", name="winning beam"))
+                                 hoverinfo="skip", name=_T["winning"]))
     fig.add_trace(
         go.Scatter(
-            x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name="beams",
+            x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name=_T["beams"],
             textfont=dict(size=11 if not crowded else 10), customdata=hover,
             hovertemplate="%{customdata}<extra></extra>",
             marker=dict(size=sizes, color=scores, colorscale="Viridis", symbol=symbols,
-                        colorbar=dict(title=dict(text="score (nats)")), line=dict(width=1, color="white")),
+                        colorbar=dict(title=dict(text=_T["score_bar"])), line=dict(width=1, color="white")),
         )
     )
     width = max(len(s) for s in beams)
-    fig.update_xaxes(title_text="step", dtick=1 if not crowded else max(1, len(beams) // 16))
+    fig.update_xaxes(title_text=_T["step_axis"], dtick=1 if not crowded else max(1, len(beams) // 16))
     # Explicit padded range (reversed: best beam on top) so node labels above row 0 are not clipped.
-    fig.update_yaxes(title_text="beam rank", dtick=1, range=[width - 0.6, -0.6])
+    fig.update_yaxes(title_text=_T["rank_axis"], dtick=1, range=[width - 0.6, -0.6])
     fig.update_xaxes(range=[-0.4, len(beams) - 0.6])
     return finish(fig, title, height=int(min(600, max(300, 160 + 60 * width))), showlegend=False)

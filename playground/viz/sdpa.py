@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import finish
+from playground.viz._language import Texts
 from playground.viz.cache import format_bytes
 
 SDPA_COLOUR = "#3182bd"
@@ -36,41 +37,74 @@ TEXT = {
         "explicit path grows as T² (O(N²)), SDPA as T (O(N))."
     ),
     "analytic_only": "computed from the shapes (the platform gives no way to measure it here).",
+    "hover_ms": "{name}, T = %{{x}}: %{{y:.2f}} ms<extra></extra>",
+    "hover_bytes": "{name}, T = %{{x}}: %{{customdata}}<extra></extra>",
+    "ms_axis": "ms",
+    "bytes_axis": "bytes",
+    "columns": {"T": "T", "sdpa_ms": "SDPA ms", "explicit_ms": "explicit ms", "sdpa_peak": "SDPA peak",
+                "explicit_peak": "explicit peak", "scores": "scores (formula)", "diff": "max diff"},
 }
+TEXT_ZH = {
+    "title": "SDPA 与显式 softmax 对比<br><sup>本模型的头:{h} 个查询头,{hkv} 个 K/V 头,d_h = {d},{dtype}</sup>",
+    "time": "每次调用的耗时(ms,{repeats} 次的中位数)",
+    "memory": "额外内存峰值",
+    "diff": "输出的最大差值 |SDPA − 显式|",
+    "sdpa": "SDPA(融合计算,逐块进行)",
+    "explicit": "显式 softmax(QKᵀ/√d)·V",
+    "analytic": "显式,按公式:2 · h · T² · 4 字节 + 掩码",
+    "length_axis": "序列长度 T",
+    "caption": (
+        "两者都是本模型自己的 `attend`:快速路径调用 `scaled_dot_product_attention`,显式路径则把分数和权重"
+        "都完整地算出并存下来,各有 h × T × T 个数。在 T = {T} 时:SDPA {s_ms:.2f} ms,显式 {e_ms:.2f} ms({ratio:.1f}×);"
+        "显式路径仅分数张量就占 {score}。两者的输出相差 {diff:.1e}。内存:{method}"
+    ),
+    "measured": (
+        "在子进程中以常驻内存的峰值增量测得(SDPA {s_mem},显式 {e_mem});显式路径按 T² (O(N²)) 增长,"
+        "SDPA 按 T (O(N)) 增长。"
+    ),
+    "analytic_only": "由张量形状算出(这个平台无法在此实测)。",
+    "hover_ms": "{name},T = %{{x}}:%{{y:.2f}} ms<extra></extra>",
+    "hover_bytes": "{name},T = %{{x}}:%{{customdata}}<extra></extra>",
+    "ms_axis": "ms",
+    "bytes_axis": "字节",
+    "columns": {"T": "T", "sdpa_ms": "SDPA ms", "explicit_ms": "显式 ms", "sdpa_peak": "SDPA 峰值",
+                "explicit_peak": "显式峰值", "scores": "分数张量(公式)", "diff": "最大差值"},
+}
+_T = Texts(TEXT, TEXT_ZH)
 
 
 def sdpa_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:
     rows = data["rows"]
     T = np.array([r["length"] for r in rows])
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.09, row_heights=[0.4, 0.4, 0.2],
-                        subplot_titles=(TEXT["time"].format(repeats=data["repeats"]), TEXT["memory"], TEXT["diff"]))
+                        subplot_titles=(_T["time"].format(repeats=data["repeats"]), _T["memory"], _T["diff"]))
     for key, name, colour in (("sdpa", "sdpa", SDPA_COLOUR), ("explicit", "explicit", EXPLICIT_COLOUR)):
         ms = np.array([r[f"{key}_ms"] for r in rows])
         err = [np.array([r[f"{key}_ms_max"] - r[f"{key}_ms"] for r in rows]),
                np.array([r[f"{key}_ms"] - r[f"{key}_ms_min"] for r in rows])]
-        fig.add_trace(go.Scatter(x=T, y=ms, mode="lines+markers", name=TEXT[name], line=dict(color=colour),
+        fig.add_trace(go.Scatter(x=T, y=ms, mode="lines+markers", name=_T[name], line=dict(color=colour),
                                  legendgroup=name, error_y=dict(type="data", array=err[0], arrayminus=err[1]),
-                                 hovertemplate=TEXT[name] + ", T = %{x}: %{y:.2f} ms<extra></extra>"), row=1, col=1)
+                                 hovertemplate=_T["hover_ms"].format(name=_T[name])), row=1, col=1)
         peak = [r.get(f"{key}_peak_bytes") for r in rows]
         if all(p is not None for p in peak):
-            fig.add_trace(go.Scatter(x=T, y=peak, mode="lines+markers", name=TEXT[name], legendgroup=name,
+            fig.add_trace(go.Scatter(x=T, y=peak, mode="lines+markers", name=_T[name], legendgroup=name,
                                      showlegend=False, line=dict(color=colour),
                                      customdata=[format_bytes(p) for p in peak],
-                                     hovertemplate=TEXT[name] + ", T = %{x}: %{customdata}<extra></extra>"),
+                                     hovertemplate=_T["hover_bytes"].format(name=_T[name])),
                           row=2, col=1)
     analytic = [r["explicit_bytes_analytic"] for r in rows]
-    fig.add_trace(go.Scatter(x=T, y=analytic, mode="lines", name=TEXT["analytic"],
+    fig.add_trace(go.Scatter(x=T, y=analytic, mode="lines", name=_T["analytic"],
                              line=dict(color=EXPLICIT_COLOUR, dash="dot"),
                              customdata=[format_bytes(b) for b in analytic],
                              hovertemplate="T = %{x}: %{customdata}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Scatter(x=T, y=[max(r["max_abs_diff"], 1e-12) for r in rows], mode="lines+markers",
                              showlegend=False, line=dict(color="#636363"),
                              hovertemplate="T = %{x}: %{y:.2e}<extra></extra>"), row=3, col=1)
-    fig.update_xaxes(type="log", title_text=TEXT["length_axis"], row=3, col=1)
-    fig.update_yaxes(type="log", title_text="ms", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="bytes", row=2, col=1)
+    fig.update_xaxes(type="log", title_text=_T["length_axis"], row=3, col=1)
+    fig.update_yaxes(type="log", title_text=_T["ms_axis"], row=1, col=1)
+    fig.update_yaxes(type="log", title_text=_T["bytes_axis"], row=2, col=1)
     fig.update_yaxes(type="log", row=3, col=1)
-    return finish(fig, title or TEXT["title"].format(h=data["n_heads"], hkv=data["n_kv_heads"], d=data["head_dim"],
+    return finish(fig, title or _T["title"].format(h=data["n_heads"], hkv=data["n_kv_heads"], d=data["head_dim"],
                                                      dtype=data["dtype"]),
                   height=700, legend=dict(orientation="h", yanchor="top", y=-0.1, x=0))
 
@@ -78,25 +112,27 @@ def sdpa_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:
 def sdpa_caption(data: Mapping[str, Any]) -> str:
     last = data["rows"][-1]
     if data["memory_method"] == "measured":
-        method = TEXT["measured"].format(s_mem=format_bytes(last["sdpa_peak_bytes"]),
+        method = _T["measured"].format(s_mem=format_bytes(last["sdpa_peak_bytes"]),
                                          e_mem=format_bytes(last["explicit_peak_bytes"]))
     else:
-        method = TEXT["analytic_only"]
-    return TEXT["caption"].format(T=last["length"], s_ms=last["sdpa_ms"], e_ms=last["explicit_ms"],
+        method = _T["analytic_only"]
+    return _T["caption"].format(T=last["length"], s_ms=last["sdpa_ms"], e_ms=last["explicit_ms"],
                                   ratio=last["explicit_ms"] / max(last["sdpa_ms"], 1e-9),
                                   score=format_bytes(last["score_bytes"]), diff=last["max_abs_diff"], method=method)
 
 
 def sdpa_table(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Rows for a plain table next to the figure (T, times, memory, difference), formatted."""
+    """Rows for a plain table next to the figure (T, times, memory, difference), formatted; the column
+    names are in the current language."""
     def peak(value: int | None) -> str:
         return "—" if value is None else format_bytes(value)
 
+    c = _T["columns"]
     out = []
     for r in data["rows"]:
         out.append({
-            "T": r["length"], "SDPA ms": round(r["sdpa_ms"], 3), "explicit ms": round(r["explicit_ms"], 3),
-            "SDPA peak": peak(r.get("sdpa_peak_bytes")), "explicit peak": peak(r.get("explicit_peak_bytes")),
-            "scores (formula)": format_bytes(r["score_bytes"]), "max diff": f"{r['max_abs_diff']:.1e}",
+            c["T"]: r["length"], c["sdpa_ms"]: round(r["sdpa_ms"], 3), c["explicit_ms"]: round(r["explicit_ms"], 3),
+            c["sdpa_peak"]: peak(r.get("sdpa_peak_bytes")), c["explicit_peak"]: peak(r.get("explicit_peak_bytes")),
+            c["scores"]: format_bytes(r["score_bytes"]), c["diff"]: f"{r['max_abs_diff']:.1e}",
         })
     return out
