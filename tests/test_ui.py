@@ -481,3 +481,61 @@ def test_a_sliding_window_model_shows_each_layers_own_mask(tmp_path):
     assert "sliding-window layer" in note and "last 5 keys" in note
     kv = h.panels.cache(h.sessions.get("win"), r)[0]
     assert "window 5" in kv and "5 tokens held" in kv  # the cache keeps only the window
+
+
+def _english_phrases() -> set[str]:
+    """Every English phrase the figure builders write themselves whose 中文 differs (longer ones only,
+    so token texts of the tiny model cannot match by chance)."""
+    import importlib
+    import pkgutil
+
+    import playground.viz as viz_pkg
+
+    phrases: set[str] = set()
+
+    def walk(en, zh):
+        if isinstance(en, dict):
+            for k in en:
+                walk(en[k], zh[k])
+        elif en != zh:
+            for part in re.split(r"\{[^}]*\}|%\{[^}]*\}|<[^>]+>", en):
+                words = re.findall(r"[A-Za-z]{3,}", part)
+                if len(part.strip()) >= 12 and len(words) >= 2 and not re.search(r"[\u4e00-\u9fff]", part):
+                    phrases.add(part.strip())
+
+    for info in pkgutil.iter_modules(viz_pkg.__path__):
+        module = importlib.import_module(f"playground.viz.{info.name}")
+        if isinstance(getattr(module, "TEXT", None), dict) and isinstance(getattr(module, "TEXT_ZH", None), dict):
+            walk(module.TEXT, module.TEXT_ZH)
+    return phrases
+
+
+def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
+    import plotly.graph_objects as go
+
+    from playground.ui.layout import LESSONS
+
+    key = "zh-panels"
+    h.models.load("tiny-lm", "float32", "zh", request(key))
+    _, r = run(h, UISettings(prompt="Hello", mode="sample", temperature=0.7, top_k=3, seed=1, max_new_tokens=4,
+                              top_candidates=8, lang="zh"), key)
+    session = h.sessions.get(key)
+    assert session.lang == "zh"
+    drawn: list = []
+    for tab in ("inspector", "cache"):
+        session.deep_tab = tab
+        drawn += h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request(key))
+    session.deep_tab = "attention"
+    drawn += h.panels.attention("self", "head", "linear", 0, 0, None, False, request(key))
+    drawn += h.panels.positional(64, 1000, 2, request(key))
+    drawn += h.panels.rerun_without_cache(request(key))
+    for lesson in LESSONS:
+        drawn += h.lessons.pick(lesson, 0, 0, "self", None, None, None, 1, 0, request(key))[1:]
+    figures = [v.get("value") if isinstance(v, dict) else v for v in drawn]
+    figures = [f for f in figures if isinstance(f, go.Figure)]
+    assert len(figures) >= 12
+    text = " ".join(f.to_json() for f in figures) + " ".join(v for v in drawn if isinstance(v, str))
+    leftover = sorted(p for p in _english_phrases() if p in text)
+    assert not leftover, f"English left in the 中文 page: {leftover[:8]}"
+    titled = [f.layout.title.text for f in figures if f.layout.title.text]
+    assert titled and all(re.search(r"[\u4e00-\u9fff]", title) for title in titled), titled

@@ -222,6 +222,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "pe_shift_needs_run": ("Generate once to see RoPE's relative property on this model's own q and k.",
                            "生成一次,即可在本模型自己的 q 和 k 上看到 RoPE 的相对位置性质。"),
     "pe_none": ("This model uses no positional encoding.", "该模型不使用位置编码。"),
+    "base_label": ("base {base}", "基数 {base}"),
     "pe_base": ("Compare with base", "对比的基数 (base)"),
     "pe_pair": ("RoPE dimension pair", "RoPE 维度对"),
     # --- notes and errors

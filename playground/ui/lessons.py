@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import analysis
+from playground import analysis, viz
 from playground.generation import GenerationResult, Hypothesis
 from playground.ui.i18n import t
 from playground.ui.layout import LESSONS
@@ -55,7 +55,7 @@ class Lessons:
         session = self.sessions.get(session_key(request))
         session.lesson = lesson if lesson in LESSONS else "steps"
         session.deep_tab = "lessons"
-        return (gr.Tabs(selected="lessons"), *self.draw(session, layer, head, kind, preset, attention, dtype, batch,
+        return (gr.update(selected="lessons"), *self.draw(session, layer, head, kind, preset, attention, dtype, batch,
                                                          tokens))
 
     def redraw(self, layer: float, head: float, kind: str, preset: str, attention: str, dtype: str, batch: float,
@@ -86,8 +86,10 @@ class Lessons:
             out["lesson_md"] = t("lesson_after_run", lang)
             return tuple(out[k] for k in OUTPUTS)
         try:
-            caption, figures, controls = self._lesson(lesson, lm, run, session, int(layer or 0), int(head or 0),
-                                                      kind, preset, attention, dtype, int(batch or 1), int(tokens or 0))
+            with viz.language(lang):  # the figures and captions speak the visitor's language
+                caption, figures, controls = self._lesson(lesson, lm, run, session, int(layer or 0), int(head or 0),
+                                                          kind, preset, attention, dtype, int(batch or 1),
+                                                          int(tokens or 0))
         except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
             out["lesson_md"] = html.escape(one_line(exc, lang, f"lesson {lesson}"))
             return tuple(out[k] for k in OUTPUTS)
@@ -181,7 +183,8 @@ class Lessons:
             return t("generate_first", session.lang)
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         run.cache_timing = analysis.time_cache(lm, run.prompt_ids, max_new_tokens=min(48, max(8, len(run.path))))
-        return v_kv.cache_timing_caption(run.cache_timing)
+        with viz.language(session.lang):
+            return v_kv.cache_timing_caption(run.cache_timing)
 
     def measure_sdpa(self, request: gr.Request | None = None) -> str:
         session = self.sessions.get(session_key(request))
@@ -190,4 +193,5 @@ class Lessons:
         lm = self.models.model_for(session.model, session.dtype, session.key)
         data = analysis.sdpa_vs_explicit(lm)
         session.sdpa = {**data, "model": session.model}
-        return v_sdpa.sdpa_caption(data)
+        with viz.language(session.lang):
+            return v_sdpa.sdpa_caption(data)

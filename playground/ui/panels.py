@@ -8,22 +8,22 @@ engine and `playground.analysis`; nothing here runs the model itself.
 
 from __future__ import annotations
 
+import functools
 import html
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 import numpy as np
 
-from playground import viz
+from playground import analysis, viz
 from playground.generation import generate_all
 from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
-from playground import analysis
 from playground.analysis.positional import positional_data
 from playground.models.positional import positional_layout
 from playground.viz import positional_compare as v_pe
 from playground.ui import views
-from playground.ui.figures import localize
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import RunState, Session, Sessions
@@ -33,6 +33,17 @@ DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+
+
+def in_session_language(method: Callable) -> Callable:
+    """Build a panel's figures in the session's language (the figure builders read `viz.language`)."""
+
+    @functools.wraps(method)
+    def wrapper(self, session: Session, *args: Any, **kwargs: Any) -> Any:
+        with viz.language(session.lang):
+            return method(self, session, *args, **kwargs)
+
+    return wrapper
 
 
 class Panels:
@@ -94,6 +105,7 @@ class Panels:
 
     # --- candidates and beams ---------------------------------------------------------------------
 
+    @in_session_language
     def inspector(self, session: Session, run: RunState | None) -> tuple:
         lang = session.lang
         if run is None or not run.path:
@@ -101,14 +113,14 @@ class Panels:
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
         step = self._step(session, run)
         token = run.path[step]
-        funnel = localize(viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step)), lang)
+        funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
         if not run.beam:
             hidden = gr.update(visible=False)
             return views.step_caption(token, lang), funnel, hidden, hidden
         beams = views.beam_steps(run.events[: step + 1])
-        tree = localize(viz.beam_tree(beams, final=run.final.text if run.final is not None else None), lang)
+        tree = viz.beam_tree(beams, final=run.final.text if run.final is not None else None)
         return (views.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
-                gr.update(value=localize(viz.beam_table(beams), lang), visible=True))
+                gr.update(value=viz.beam_table(beams), visible=True))
 
     # --- all heads ---------------------------------------------------------------------------------
 
@@ -118,6 +130,7 @@ class Panels:
         session = self.sessions.get(session_key(request))
         return self._attention(session, session.current, kind, view, scale, layer, head, query, sink)
 
+    @in_session_language
     def _attention(self, session: Session, run: RunState | None, kind: str, view: str, scale: str, layer: float,
                    head: float, query: float | None, sink: bool) -> tuple:
         lang = session.lang
@@ -174,7 +187,6 @@ class Panels:
         # could overwrite a newer one typed or arrowed in while this ran.
         layer_update = gr.update(maximum=max(1, n_layers - 1), **({} if asked[0] == layer else {"value": layer}))
         head_update = gr.update(maximum=max(1, h - 1), **({} if asked[1] == head else {"value": head}))
-        grid, heat, row, summary = (localize(f, lang) for f in (grid, heat, row, summary))
         return (note, grid, heat, row, summary, layer_update, head_update,
                 gr.update(maximum=max(1, T - 1), value=query))
 
@@ -202,6 +214,7 @@ class Panels:
 
     # --- KV cache ----------------------------------------------------------------------------------
 
+    @in_session_language
     def cache(self, session: Session, run: RunState | None) -> tuple:
         lang = session.lang
         if run is None or not run.events:
@@ -209,7 +222,7 @@ class Panels:
         step = self._step(session, run)
         event = run.events[min(step, len(run.events) - 1)]
         steps, used, allocated, mha = views.growth_series(run.events)
-        return views.cache_markdown(event.cache, lang), localize(viz.cache_growth(steps, used, allocated, mha), lang)
+        return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
 
     def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
         """The current run's request again with and without the cache, back to back, timed fresh (the
@@ -226,7 +239,8 @@ class Panels:
         cached = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
         without = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
         same = list(without.token_ids) == list(cached.token_ids)
-        fig = localize(viz.timing_comparison(dict(cached.timing), dict(without.timing)), lang)
+        with viz.language(lang):
+            fig = viz.timing_comparison(dict(cached.timing), dict(without.timing))
         return fig, t("rerun_note", lang, verdict=t("same_tokens" if same else "different_tokens", lang))
 
     # --- positional encoding -----------------------------------------------------------------------
@@ -278,12 +292,18 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None,
                        shift: dict | None = None) -> tuple:
     """(markdown, 5 figures, pair slider) for the model's own positional scheme, every plot over the
     positions shown; the last figure compares the schemes the seeds compare, this model's highlighted."""
+    with viz.language(lang):
+        return _positional_outputs(lm, length, compare_base, pair, lang, shift)
+
+
+def _positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str,
+                        shift: dict | None) -> tuple:
     data = positional_data(lm, length, compare_base)
     scheme = data["scheme"]
     hidden = gr.update(visible=False)
 
     def show(fig: Any) -> dict:
-        return gr.update(value=localize(fig, lang), visible=True)
+        return gr.update(value=fig, visible=True)
 
     schemes = analysis.pe_schemes(lm, length)
     compare = show(v_pe.pe_schemes_figure(schemes))
@@ -292,7 +312,8 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None,
         tab, cmp = data["table"], data["compare_table"]
         md = t("pe_sinusoidal", lang, base=f"{data['base']:g}", d=tab.shape[1], other=f"{data['compare_base']:g}")
         return (md + caption, show(viz.pe_heatmap(tab)), show(viz.pe_waves(tab)), show(viz.pe_similarity(tab)),
-                show(viz.pe_base_comparison(tab, cmp, f"base {data['base']:g}", f"base {data['compare_base']:g}")),
+                show(viz.pe_base_comparison(tab, cmp, t("base_label", lang, base=f"{data['base']:g}"),
+                                                t("base_label", lang, base=f"{data['compare_base']:g}"))),
                 compare, gr.update(visible=False))
     if scheme == "rope":
         f = data["inv_freq"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from playground.generation import StepEvent, TokenStep
 from playground.ui.i18n import t
+from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
 
@@ -140,6 +141,11 @@ def growth_series(events: Sequence[StepEvent]) -> tuple[list[int], list[int], li
     )
 
 
+def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
+    with language(lang):
+        return kv_formula(cache)
+
+
 def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
     """The KV tab's summary: tokens, bytes used vs allocated, the formula filled in, per-layer shape."""
     if not cache:
@@ -149,7 +155,7 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
           used=format_bytes(cache.get("bytes", 0)), allocated=format_bytes(cache.get("allocated_bytes", 0)))
         + (t("cache_mha", lang, mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
         "",
-        kv_formula(cache) if "element_size" in cache else "",
+        _kv_formula(cache, lang) if "element_size" in cache else "",
         "",
         t("kv_symbols", lang),
     ]
