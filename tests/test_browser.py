@@ -7,6 +7,7 @@ tests/screenshots/.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -60,24 +62,16 @@ def _save_chat_model(directory: Path) -> None:
     tok.save_pretrained(directory)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """app.py in a subprocess on a free port: the shipped defaults, a tiny random decoder and a chat model."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    weights = tmp_path_factory.mktemp("weights")
-    for name in DEFAULTS:
-        if (REPO / "weights" / name).exists():
-            shutil.copytree(REPO / "weights" / name, weights / name)
-    save_tiny_decoder(weights / "tiny-random")
-    _save_chat_model(weights / "tiny-chat")
+@contextlib.contextmanager
+def running_app(weights: Path, log_path: Path, *args: str) -> Iterator[str]:
+    """app.py in a subprocess on a free port; yields its URL and fails the test if it logged a traceback."""
     port = _free_port()
-    log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
+    log = open(log_path, "w+")
     # One torch thread: on 2 cores the server's OpenMP threads would otherwise spin against Chromium's
     # renderer, and a loaded machine then made streaming ~100x slower (a timeout seen under load).
     env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(weights)],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(weights),
+                             *args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -102,6 +96,21 @@ def server(tmp_path_factory):
     log.seek(0)
     text = log.read()
     assert "Traceback" not in text, f"the server logged a traceback:\n{text[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The shipped defaults, a tiny random decoder and a chat model."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
+    weights = tmp_path_factory.mktemp("weights")
+    for name in DEFAULTS:
+        if (REPO / "weights" / name).exists():
+            shutil.copytree(REPO / "weights" / name, weights / name)
+    save_tiny_decoder(weights / "tiny-random")
+    _save_chat_model(weights / "tiny-chat")
+    with running_app(weights, tmp_path_factory.mktemp("log") / "server.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -377,6 +386,34 @@ def test_stop_interrupts_a_long_generation(desktop, server):
     time.sleep(1.0)
     assert page.locator("#token-stream [data-step]").count() == n < 400
     generate_and_wait(page)  # the app still works afterwards
+
+
+def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path_factory):
+    """With one generation slot, a second and third Generate wait: each page says where it stands, in
+    its own language, readable (not faded), and runs once the slot frees."""
+    weights = tmp_path_factory.mktemp("one-slot-weights")
+    save_tiny_decoder(weights / "tiny-random")
+    with running_app(weights, tmp_path_factory.mktemp("log") / "one-slot.log", "--concurrency", "1") as url:
+        pages = [new_page(browser, DESKTOP) for _ in range(3)]
+        for pg, lang in zip(pages, ("en", "en", "zh")):
+            open_app(pg, url, model="tiny-random", prompt="a", max_new_tokens=12, pace_ms=250, lang=lang)
+        pages[0].click("#generate-btn")
+        wait_state(pages[0], "running")
+        pages[1].click("#generate-btn")
+        wait_state(pages[1], "queued")
+        pages[2].click("#generate-btn")
+        # Gradio tells a waiting page the line's length when its place changes, so the first in line
+        # may still read "of 1".
+        wait_text(pages[1], "#gen-status", "Waiting for a free slot: 1 of ")
+        wait_text(pages[2], "#gen-status", "正在排队:第 2 位,共 2 位")
+        opacity = pages[2].evaluate("() => { let e = document.querySelector('#gen-status'), o = 1;"
+                                    " for (; e; e = e.parentElement) o *= +getComputedStyle(e).opacity; return o; }")
+        assert opacity == 1
+        for pg in pages:
+            assert wait_state(pg, "done", "stopped", "error") and pg.get_attribute("#gen-status", "data-state") == "done"
+            assert len(tokens(pg)) == 12
+            assert not pg.js_errors, pg.js_errors
+            pg.context.close()
 
 
 def test_sliders_act_on_enter_and_arrow_keys(desktop, server):

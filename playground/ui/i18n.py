@@ -298,7 +298,7 @@ LIVE_KEYS = (
     "att_head", "att_mean", "att_max", "att_group", "att_scale", "att_linear", "att_log", "att_sink", "att_self",
     "att_cross", "att_off", "att_loading", "att_query", "kv_title", "kv_hint", "kv_symbols", "kv_used", "kv_mha",
     "kv_cross", "kv_off", "kv_at_step", "beams_title", "beam_finished", "branches_title", "run_label", "branch_label",
-    "prompt_label", "source_label", "queued", "no_tokens", "cand_none",
+    "prompt_label", "source_label", "queued_at", "no_tokens", "cand_none",
 )
 
 STRINGS.update({
@@ -382,7 +382,7 @@ STRINGS.update({
     "branch_label": ("run {n} · branch of run {parent} at step {step}", "第 {n} 次运行 · 第 {parent} 次运行第 {step} 步的分支"),
     "prompt_label": ("prompt", "提示词"),
     "source_label": ("source", "源文本"),
-    "queued": ("Waiting for a free slot…", "正在排队……"),
+    "queued_at": ("Waiting for a free slot: {pos} of {size} in line…", "正在排队:第 {pos} 位,共 {size} 位……"),
     "no_tokens": ("No tokens yet.", "还没有 token。"),
     "cand_none": ("Candidates were not recorded (Candidates shown per step is 0).", "未记录候选词(每步显示的候选数为 0)。"),
 })

@@ -416,5 +416,31 @@ element.addEventListener("change", (e) => {
   drawAttention(v, currentStep(v));
 });
 
+// While the run waits in Gradio's queue, its status tracker (around this component) reads
+// "queue: 2/5 | …": say it in the status line, in the page's language, until the first frame.
+// Writes only on a change: the status line is inside the observed block, so an unconditional
+// write would wake the observer again, forever.
+function watchQueue() {
+  const block = element.closest(".block") || element.parentElement;
+  if (!block || typeof MutationObserver === "undefined") return;
+  let waiting = false;
+  const observer = new MutationObserver(() => {
+    const tracker = Array.from(block.querySelectorAll(".progress-text")).map((e) => e.textContent).join(" ");
+    const m = /queue:\s*(\d+)\s*\/\s*(\d+)/.exec(tracker);
+    const status = $("#gen-status");
+    if (m) {
+      const text = tr("queued_at", { pos: m[1], size: m[2] });
+      if (status.textContent !== text) status.textContent = text;
+      if (status.dataset.state !== "queued") status.dataset.state = "queued";
+      waiting = true;
+    } else if (waiting) {
+      waiting = false;
+      drawStatus(props.value || {});
+    }
+  });
+  observer.observe(block, { childList: true, subtree: true, characterData: true });
+}
+
 watch("value", render);
 render();
+watchQueue();
