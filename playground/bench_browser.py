@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"error: no checkpoint at {args.model}; run `python -m playground import-smollm2` or pass --model")
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    server = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(model.parent)],
+    server = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(model.parent),
+                               "--threads", str(args.server_threads)],
                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     med["page_vs_cli"] = statistics.median(r["page_tokens_per_s"] / r["cli_tokens_per_s"] for r in rows)
     med["first_token_after_prefill_ms"] = med["first_token_ms"] - med["engine_prefill_ms"]
     return {"model": model.name, "prompt": args.prompt, "chat": args.chat, "max_new_tokens": args.max_new_tokens,
-            "runs": rows, "median": med}
+            "server_threads": args.server_threads, "cpus": os.cpu_count(), "runs": rows, "median": med}
 
 
 def format_report(results: dict[str, Any]) -> str:
@@ -145,7 +146,8 @@ def format_report(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"First token shown {m['first_token_after_prefill_ms']:.0f} ms after the engine's prefill ended "
                  f"({results['model']}, {results['max_new_tokens']} new tokens, greedy, chat {'on' if results['chat'] else 'off'}, "
-                 f"every live panel on).")
+                 f"every live panel on; app torch threads: {results.get('server_threads') or 'default (cores - 1)'}, "
+                 f"{results.get('cpus')} CPUs shared with the browser).")
     return "\n".join(lines)
 
 
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-chat", dest="chat", action="store_false", help="send the prompt as plain text")
     parser.add_argument("--max-new-tokens", type=int, default=88)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--server-threads", type=int, default=0,
+                        help="the app's torch threads (app.py --threads; 0: the app's default, cores - 1)")
     parser.add_argument("--json", help="write the results to this JSON file")
     args = parser.parse_args(argv)
     results = run(args)

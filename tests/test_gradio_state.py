@@ -8,7 +8,7 @@ import time
 import gradio as gr
 import pytest
 
-from playground.ui import build_app, launch_kwargs
+from playground.ui import build_app, enable_queue, launch_kwargs
 from tests.ui_fixtures import save_tiny_decoder
 
 
@@ -23,7 +23,7 @@ def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
     demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    demo.queue()
+    enable_queue(demo)
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
     yield demo, f"http://127.0.0.1:{port}/"

@@ -15,6 +15,7 @@ import gradio as gr
 
 from playground import analysis, viz
 from playground.generation import GenerationResult, Hypothesis
+from playground.ui import torch_thread
 from playground.ui.i18n import t
 from playground.ui.layout import LESSONS
 from playground.ui.models import Models, one_line, session_key
@@ -102,6 +103,7 @@ class Lessons:
         out["measure_sdpa"] = gr.update(visible=lesson == "sdpa")
         return tuple(out[k] for k in OUTPUTS)
 
+    @torch_thread.runs_on_torch_thread
     def _lesson(self, lesson: str, lm, run: RunState | None, session: Session, layer: int, head: int, kind: str,
                 preset: str, attention: str, dtype: str, batch: int, tokens: int):
         c = lm.config
@@ -182,7 +184,8 @@ class Lessons:
         if run is None or run.running or not run.path:
             return t("generate_first", session.lang)
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-        run.cache_timing = analysis.time_cache(lm, run.prompt_ids, max_new_tokens=min(48, max(8, len(run.path))))
+        run.cache_timing = torch_thread.call(analysis.time_cache, lm, run.prompt_ids,
+                                             max_new_tokens=min(48, max(8, len(run.path))))
         with viz.language(session.lang):
             return v_kv.cache_timing_caption(run.cache_timing)
 

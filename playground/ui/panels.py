@@ -17,16 +17,17 @@ import gradio as gr
 import numpy as np
 
 from playground import analysis, viz
+from playground.analysis.positional import positional_data
 from playground.generation import generate_all
 from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
-from playground.analysis.positional import positional_data
 from playground.models.positional import positional_layout
-from playground.viz import positional_compare as v_pe
 from playground.ui import views
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import RunState, Session, Sessions
+from playground.ui.torch_thread import runs_on_torch_thread
+from playground.viz import positional_compare as v_pe
 
 DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "card")
 DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att_grid", "att_heat", "att_row",
@@ -190,6 +191,7 @@ class Panels:
         return (note, grid, heat, row, summary, layer_update, head_update,
                 gr.update(maximum=max(1, T - 1), value=query))
 
+    @runs_on_torch_thread
     def _maps(self, run: RunState, lm, kind: str, layer: int) -> np.ndarray:
         """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""
         key = (kind, layer)
@@ -235,9 +237,7 @@ class Panels:
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
         forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
-        generate_all(lm, run.prompt_ids, knobs.replace(max_new_tokens=1), forced_prefix=forced)  # wake the threads
-        cached = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
-        without = generate_all(lm, run.prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
+        cached, without = _with_and_without_cache(lm, run.prompt_ids, knobs, forced)
         same = list(without.token_ids) == list(cached.token_ids)
         with viz.language(lang):
             fig = viz.timing_comparison(dict(cached.timing), dict(without.timing))
@@ -256,7 +256,9 @@ class Panels:
             shift = None
             if lm.config.positional == "rope" and run is not None and run.path and not run.running \
                     and run.settings.model == session.model:
-                from playground.ui.lessons import result_of  # the run as the analyses take it
+                from playground.ui.lessons import (
+                    result_of,  # the run as the analyses take it
+                )
 
                 result = result_of(run)
                 if run.analysis is None or run.analysis.result.token_ids != result.token_ids:
@@ -288,6 +290,16 @@ def _rope_layout_text(lm, lang: str) -> str:
     return (" " + " ".join(parts)) if parts else ""
 
 
+@runs_on_torch_thread
+def _with_and_without_cache(lm, prompt_ids: list[int], knobs, forced: list[int]) -> tuple:
+    """The request with and without the KV cache, back to back, after a one-token warm-up. Never
+    loads a model: the torch thread must not wait for a registry lock a loading caller holds."""
+    generate_all(lm, prompt_ids, knobs.replace(max_new_tokens=1), forced_prefix=forced)  # wake the threads
+    cached = generate_all(lm, prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
+    without = generate_all(lm, prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
+    return cached, without
+
+
 def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en",
                        shift: dict | None = None) -> tuple:
     """(markdown, 5 figures, pair slider) for the model's own positional scheme, every plot over the
@@ -296,6 +308,7 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None,
         return _positional_outputs(lm, length, compare_base, pair, lang, shift)
 
 
+@runs_on_torch_thread
 def _positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str,
                         shift: dict | None) -> tuple:
     data = positional_data(lm, length, compare_base)

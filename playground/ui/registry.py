@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from playground.loaded import LoadedModel
+from playground.ui.torch_thread import runs_on_torch_thread
 
 Loader = Callable[[Path, str], LoadedModel]
 
 
+@runs_on_torch_thread
 def _default_loader(path: Path, dtype: str) -> LoadedModel:
     from playground.checkpoints.loader import load_model
 

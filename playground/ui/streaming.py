@@ -19,16 +19,31 @@ from typing import Any
 import gradio as gr
 
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, generate_all, language_token_id, plan, run_plan, token_path
+from playground.generation import (
+    GenerationConfig,
+    generate_all,
+    language_token_id,
+    plan,
+    run_plan,
+    token_path,
+)
 from playground.generation.budget import check_full_attention
 from playground.generation.stepper import full_attention
-from playground.ui import frames, heap, views
+from playground.ui import frames, heap, torch_thread, views
 from playground.ui.gradio_state import ScriptSessions
 from playground.ui.i18n import t
 from playground.ui.limits import CAPS, clamp_settings
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.runs import LiveView, RunState, Session, Sessions, new_token
-from playground.ui.settings import FIELDS, UISettings, format_branches, from_query, from_widgets, generation_kwargs, parse_branches
+from playground.ui.settings import (
+    FIELDS,
+    UISettings,
+    format_branches,
+    from_query,
+    from_widgets,
+    generation_kwargs,
+    parse_branches,
+)
 
 log = logging.getLogger("playground.ui")
 
@@ -116,7 +131,7 @@ class Streaming:
         branches = format_branches(self._lineage_spec(session, run))
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
-        stream = run_plan(p, stop)
+        stream = torch_thread.iterate(run_plan(p, stop))
         try:
             for event in stream:
                 run.events.append(event)
@@ -307,6 +322,7 @@ class Streaming:
                 return {"row": None, "error": one_line(exc)}
         return {"row": frames.rounded(frames.reduce_heads(rows, head, c.n_kv_heads)), "step": step}
 
+    @torch_thread.runs_on_torch_thread
     def _row_from_maps(self, run: RunState, lm, kind: str, layer: int, step: int):
         maps = run.maps.get((kind, layer))
         stream = run.stream_ids
@@ -376,7 +392,7 @@ class Streaming:
             prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
             notes += prompt_notes
             cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
-            result = generate_all(lm, prompt_ids, cfg.replace(top_candidates=0))
+            result = torch_thread.call(generate_all, lm, prompt_ids, cfg.replace(top_candidates=0))
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         return {"text": result.text, "token_ids": [int(i) for i in result.token_ids],
