@@ -38,7 +38,10 @@ def _lens(lm: LoadedModel, result: GenerationResult, step: int) -> torch.Tensor:
         raise ValueError(f"step {step} is outside this run's steps 0..{len(result.path) - 1}")
     x = torch.from_numpy(np.ascontiguousarray(_residual(result, int(step))))
     x = x.to(device=lm.device, dtype=lm.dtype)[None]  # (1, L + 1, d)
-    return lm.model.unembed(x)[0].float()  # (L + 1, V)
+    # The last row alone, shaped as the step computed it (1, 1, d): a product of another shape sums in
+    # another order, and the step's own logits would then differ in the last bits (2e-5 near 25).
+    upper, last = lm.model.unembed(x[:, :-1])[0], lm.model.unembed(x[:, -1:])[0]
+    return torch.cat([upper, last]).float()  # (L + 1, V)
 
 
 def lens_logits(lm: LoadedModel, result: GenerationResult, step: int) -> np.ndarray:
