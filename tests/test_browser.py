@@ -87,12 +87,14 @@ def running_app(weights: Path, log_path: Path, *args: str) -> Iterator[str]:
     if proc.poll() is not None:
         log.seek(0)
         pytest.fail(f"the app did not start:\n{log.read()[-3000:]}")
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     log.seek(0)
     text = log.read()
     assert "Traceback" not in text, f"the server logged a traceback:\n{text[-3000:]}"
@@ -414,6 +416,53 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
             assert len(tokens(pg)) == 12
             assert not pg.js_errors, pg.js_errors
             pg.context.close()
+
+
+# --- the lessons ------------------------------------------------------------------------------------
+
+
+def _open_lesson(page, label: str) -> str:
+    """Pick a lesson under the live screen; wait until its text and figures are drawn; its text."""
+    before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")  # the tab draws on first open
+    page.locator("#lesson-pick label", has_text=label).first.click()
+    page.wait_for_function(
+        "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+        " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
+    return page.inner_text("#lesson-md")
+
+
+LESSON_WORDS = {  # a phrase each lesson's own text must contain on the tiny decoder's run
+    "steps": "softmax", "lens": "layer", "kv": "cache", "memory": "2 ·", "patterns": "mask",
+    "sdpa": "SDPA", "anatomy": "residual", "training": "learning rate",
+}
+
+
+def test_each_lesson_opens_from_the_live_screen_and_fits(page, server):
+    from playground.ui.i18n import STRINGS
+    from playground.ui.layout import LESSONS
+
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12)
+    generate_and_wait(page)
+    missing = {}
+    for lesson in LESSONS:
+        text = _open_lesson(page, STRINGS[f"lesson_{lesson}"][0])
+        if LESSON_WORDS[lesson].lower() not in text.lower():
+            missing[lesson] = text[:400]
+        assert page.locator("#lessons-tab").is_visible()
+        assert_fits(page)
+        shot(page, f"lesson-{lesson}", readme=True)
+    assert not missing, missing
+
+
+def test_a_lesson_in_chinese(desktop, server):
+    page = desktop
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12, lang="zh")
+    generate_and_wait(page)
+    from playground.ui.i18n import STRINGS
+
+    text = _open_lesson(page, STRINGS["lesson_lens"][1])
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in text), text[:200]
+    shot(page, "lesson-lens-zh", readme=True)
 
 
 def test_sliders_act_on_enter_and_arrow_keys(desktop, server):

@@ -327,6 +327,9 @@ def test_the_language_switch_relabels_every_component(app, h):
     assert len(zh) == len(outputs)
     labels = [u.get("label") or u.get("value") for u in zh if isinstance(u, dict)]
     assert all(labels) and any("温度" in x for x in labels) and any("束" in x for x in labels)
+    every_choice = [str(c) for u in zh if isinstance(u, dict) for c in u.get("choices") or []]
+    assert any("逐层预测" in c for c in every_choice)  # the lesson picker's choices, not only its label
+    assert not any("Logit lens" in c for c in every_choice)
     assert h.sessions.get("lang").lang == "zh"
     assert h.stream.current_value("zh", request("lang"))["lang"] == "zh"
 

@@ -7,7 +7,7 @@ from typing import Any
 import gradio as gr
 
 from playground.ui.i18n import t
-from playground.ui.layout import Page, mode_choices, view_choices
+from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices
 from playground.ui.models import session_key
 from playground.ui.runs import Sessions
 
@@ -28,6 +28,8 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(value=t(label, lang)))
         elif name == "mode":
             updates.append(gr.update(label=t(label, lang), info=t(info, lang), choices=mode_choices(lang)))
+        elif name == "lesson":
+            updates.append(gr.update(label=t(label, lang), choices=lesson_choices(lang)))
         elif name == "att_view":
             updates.append(gr.update(label=t(label, lang), choices=view_choices(lang, grouped=grouped)))
         elif info:
