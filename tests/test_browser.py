@@ -318,13 +318,12 @@ def test_beam_search_shows_the_best_beam_as_clickable_tokens(page, server):
 # --- models, chat, links, seeds --------------------------------------------------------------------
 
 
-def test_a_chat_model_opens_with_chat_on_and_a_link_restores_it(desktop, browser, server):
-    page = desktop
+def test_a_chat_model_opens_with_chat_on_and_a_link_restores_it(page, browser, server):
     open_app(page, server, model="tiny-chat")
     assert page.is_checked("#chat input")
     page.click("#copy-link-btn")
     page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').includes('chat=true')")
-    off = new_page(browser, DESKTOP)
+    off = new_page(browser, page.viewport_size)
     open_app(off, server, model="tiny-chat", chat="false", prompt="Hi")
     assert not off.is_checked("#chat input") and off.input_value("#prompt textarea") == "Hi"
     off.context.close()
@@ -345,8 +344,7 @@ def test_choosing_a_model_swaps_in_its_example_and_description(page, server):
     shot(page, "seq2seq", readme=True)
 
 
-def test_an_empty_seed_is_drawn_shown_and_reproduces_from_the_link(desktop, browser, server):
-    page = desktop
+def test_an_empty_seed_is_drawn_shown_and_reproduces_from_the_link(page, browser, server):
     open_app(page, server, model=decoder_name(), prompt="Once upon", mode="sample", temperature=0.9, seed="none",
              max_new_tokens=10)
     assert page.input_value("#seed input") == ""
@@ -358,7 +356,7 @@ def test_an_empty_seed_is_drawn_shown_and_reproduces_from_the_link(desktop, brow
     page.wait_for_function("(s) => (document.querySelector('#share-link textarea')?.value ?? '').includes('seed=' + s)",
                            arg=drawn)
     link = page.input_value("#share-link textarea")
-    other = new_page(browser, DESKTOP)
+    other = new_page(browser, page.viewport_size)
     other.goto(link)
     other.wait_for_function("() => /Loaded/.test(document.querySelector('#model-status')?.innerText ?? '')")
     assert other.input_value("#seed input") == drawn
@@ -465,8 +463,7 @@ def test_a_lesson_in_chinese(desktop, server):
     shot(page, "lesson-lens-zh", readme=True)
 
 
-def test_sliders_act_on_enter_and_arrow_keys(desktop, server):
-    page = desktop
+def test_sliders_act_on_enter_and_arrow_keys(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=6)
     generate_and_wait(page)
     open_tab(page, "All heads")
@@ -478,6 +475,7 @@ def test_sliders_act_on_enter_and_arrow_keys(desktop, server):
     page.locator("#att-layer input[type=range]").focus()
     page.keyboard.press("ArrowRight")
     wait_text(page, "#att-heat", "layer 3")
+    assert_fits(page)
     shot(page, "all-heads", readme=True)
 
 
@@ -499,8 +497,7 @@ def test_the_chinese_switch_covers_labels_hints_and_the_live_screen(page, server
 
 @needs_defaults
 @pytest.mark.parametrize("model, words", [("tiny-lm", "RoPE"), ("tiny-seq2seq", "Sinusoidal")])
-def test_positional_encoding_panel_for_each_default(desktop, server, model, words):
-    page = desktop
+def test_positional_encoding_panel_for_each_default(page, server, model, words):
     open_app(page, server, model=model)
     open_tab(page, "Positional encoding")
     wait_text(page, "#pe-md", words)
@@ -509,14 +506,14 @@ def test_positional_encoding_panel_for_each_default(desktop, server, model, word
     shot(page, f"positional-{model}", readme=True)
 
 
-def test_kv_cache_tab_compares_with_and_without_cache(desktop, server):
-    page = desktop
+def test_kv_cache_tab_compares_with_and_without_cache(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=16)
     generate_and_wait(page)
     open_tab(page, "KV cache")
     page.wait_for_selector("#cache-growth .js-plotly-plot")
     page.click("#rerun-btn")
     wait_text(page, "#compare-md", "Both runs")
+    assert_fits(page)
     shot(page, "kv-cache", readme=True)
 
 
@@ -529,8 +526,7 @@ def test_model_card_and_no_overflow_on_a_phone(page, server):
     shot(page, "model-card", readme=True)
 
 
-def test_corrupt_upload_shows_an_error_and_the_app_still_works(desktop, server, tmp_path):
-    page = desktop
+def test_corrupt_upload_shows_an_error_and_the_app_still_works(page, server, tmp_path):
     open_app(page, server, model=decoder_name(), prompt="Hi", max_new_tokens=4)
     page.click("#load-own")
     bad = tmp_path / "model.safetensors"
