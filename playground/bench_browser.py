@@ -3,8 +3,9 @@
     python -m playground.bench --browser [--model weights/SmolLM2-135M-Instruct] [--runs 3]
 
 Starts the app on a free port and headless Chromium (Debian's, as the browser tests use), opens a
-link with the model, prompt and settings, presses Generate and timestamps every change of the
-token count in `#token-stream` with a MutationObserver. Between page runs, the same request runs
+link with the model, prompt and settings, waits until the page has drawn (nothing pending, then
+1 s), presses Generate and timestamps every change of the token count in `#token-stream` with a
+MutationObserver. Between page runs, the same request runs
 through `python -m playground generate --json` (the CLI) in a fresh process. It prints, per run and
 as medians: the CLI's decode rate, the engine's rate inside the app (what the page's status
 reports), the page's rate (tokens shown per second after the first), their ratio, and the time
@@ -32,6 +33,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 PROMPT = "What is the capital of France? Answer in a long paragraph about its history."
 REPO = Path(__file__).resolve().parents[1]
+SETTLE_MS = 1000  # after the page reports the model loaded, before the press
 
 OBSERVE = """() => {
   window.__marks = [];
@@ -62,6 +64,10 @@ def page_run(page: Any, url: str) -> dict[str, float]:
     page.goto(url)
     page.wait_for_function("() => /Loaded/.test(document.querySelector('#model-status')?.innerText ?? '')",
                            timeout=300_000)
+    # A visitor presses Generate after the page has drawn, not in the same millisecond as "Loaded":
+    # let the deep views' first figures finish, so the press does not queue behind their drawing.
+    page.wait_for_function("() => !document.querySelector('.pending')", timeout=300_000)
+    page.wait_for_timeout(SETTLE_MS)
     started = page.evaluate(OBSERVE)
     page.click("#generate-btn")
     page.wait_for_function("() => ['done', 'stopped', 'error'].includes(document.querySelector('#gen-status')?.dataset.state)",
