@@ -2,10 +2,12 @@
 
 Modules: layout (components), wiring (events), handlers (holds the handler groups below), models
 (picking and loading models), streaming (generation, Stop, branches, the script API), panels (the
-deeper views), language (English / 中文), frames (what the live screen receives), runs (sessions
-and runs), views (text: model card, captions, notes), settings (query-parameter round trip), limits
-(the app's caps and clamps), i18n (every string), catalog (which checkpoints, safe paths,
-uploads), registry (one shared copy of each model).
+deeper views), lessons (the seeds' lessons on the run), language (English / 中文), frames (what the
+live screen receives), runs (sessions and runs), views (text: model card, captions, notes),
+settings (query-parameter round trip), limits (the app's caps and clamps), i18n (every string),
+catalog (which checkpoints, safe paths, uploads), registry (one shared copy of each model),
+torch_thread (the one thread every forward pass runs on), gradio_state (script sessions dropped
+from Gradio's state), heap (freed memory back to the OS).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ owner: measured on 2 cores, SmolLM2-135M decoded at ~18 tokens/s in a thread aft
 had run it, ~35 tokens/s in the first thread. Running torch work here keeps one pool. Concurrent
 runs interleave step by step (each `next()` is one call), which on a few cores is what sharing them
 would cost anyway.
+
+Work sent here must not wait for anything a thread waiting on it may hold: resolve models (the
+registry's per-model load lock) before the call, and pass them in.
 """
 
 from __future__ import annotations
