@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.checkpoints.families.base import Family, activation, refuse, require, token_ids
+from playground.checkpoints.families.base import (
+    Family,
+    activation,
+    refuse,
+    require,
+    token_ids,
+)
 from playground.checkpoints.weight_map import Rule, copy
 from playground.config import ModelConfig
 
@@ -52,6 +58,11 @@ def rules(config: ModelConfig) -> list[Rule]:
         copy("blocks.{i}.mlp.fc2.weight", "h.{i}.mlp.c_proj.weight"),
         copy("blocks.{i}.mlp.fc2.bias", "h.{i}.mlp.c_proj.bias"),
     ]
+    return top_rules(config) + layer
+
+
+def top_rules(config: ModelConfig) -> list[Rule]:
+    """GPT-2's embeddings, learned positions, final LayerNorm and untied head (GPT-Neo names them alike)."""
     top = [
         copy("embed.weight", "wte.weight"),
         copy("positions.weight", "wpe.weight"),
@@ -60,7 +71,7 @@ def rules(config: ModelConfig) -> list[Rule]:
     ]
     if not config.tie_word_embeddings:
         top.append(Rule("lm_head.weight", ("^lm_head.weight",), transpose=True))
-    return top + layer
+    return top
 
 
 FAMILIES = [

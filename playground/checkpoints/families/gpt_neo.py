@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from playground.checkpoints.families import gpt2
 from playground.checkpoints.families.base import Family, activation, refuse, require
 from playground.checkpoints.families.decoder_fields import tokens_with_defaults
 from playground.checkpoints.weight_map import Rule, copy, linear
@@ -59,15 +60,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
 
 def rules(config: ModelConfig) -> list[Rule]:
     attn, layer = "h.{i}.attn.attention", "h.{i}"
-    top = [
-        copy("embed.weight", "wte.weight"),
-        copy("positions.weight", "wpe.weight"),
-        copy("norm.weight", "ln_f.weight"),
-        copy("norm.bias", "ln_f.bias"),
-    ]
-    if not config.tie_word_embeddings:
-        top.append(Rule("lm_head.weight", ("^lm_head.weight",), transpose=True))
-    return top + [
+    return gpt2.top_rules(config) + [
         copy("blocks.{i}.attn_norm.weight", f"{layer}.ln_1.weight"),
         copy("blocks.{i}.attn_norm.bias", f"{layer}.ln_1.bias"),
         *linear("blocks.{i}.attn.qkv", f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
