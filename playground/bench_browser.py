@@ -18,15 +18,14 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+
+from playground.loadtest import start_server, stop_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -42,12 +41,6 @@ OBSERVE = """() => {
       stream.querySelectorAll('[data-step]').length])).observe(stream, {childList: true, subtree: true});
   return performance.now();
 }"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli_run(model: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -96,22 +89,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = Path(args.model).resolve()
     if not model.exists():
         raise SystemExit(f"error: no checkpoint at {args.model}; run `python -m playground import-smollm2` or pass --model")
-    port = _free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    server = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--weights", str(model.parent),
-                               "--threads", str(args.server_threads)],
-                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
+    server, url = start_server(str(model.parent), 4, "--threads", str(args.server_threads))
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise SystemExit("error: the app did not start") from None
-                time.sleep(0.5)
         query = dict(model=model.name, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
                      chat="true" if args.chat else "false", mode="greedy")
         rows = []
@@ -125,11 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rows.append({"cli_tokens_per_s": cli["tokens_per_s"], "cli_prefill_ms": cli["prefill_ms"], **shown})
             browser.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     med = {k: statistics.median(r[k] for r in rows) for k in
            ("cli_tokens_per_s", "engine_tokens_per_s", "page_tokens_per_s", "first_token_ms", "engine_prefill_ms",
             "cli_prefill_ms")}

@@ -72,9 +72,10 @@ def _rss_bytes(pid: int) -> int:
     return total
 
 
-def start_server(weights: str | None, concurrency: int) -> tuple[subprocess.Popen, str]:
+def start_server(weights: str | None, concurrency: int, *app_args: str) -> tuple[subprocess.Popen, str]:
+    """app.py on a free port (more `app_args` appended), once it answers: (process, URL)."""
     port = _free_port()
-    cmd = [sys.executable, str(REPO / "app.py"), "--port", str(port), "--concurrency", str(concurrency)]
+    cmd = [sys.executable, str(REPO / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
     if weights:
         cmd += ["--weights", weights]
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
@@ -91,6 +92,14 @@ def start_server(weights: str | None, concurrency: int) -> tuple[subprocess.Pope
             time.sleep(0.5)
     proc.kill()
     raise SystemExit("the server did not start within 180 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def client_settings(i: int, args: argparse.Namespace) -> tuple[str, str]:
@@ -182,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         mem_after = _rss_bytes(proc.pid) if proc else 0
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
 
     total = args.clients * args.runs
     mib = lambda b: f"{b / 2**20:,.0f} MiB" if b else "n/a (external server)"  # noqa: E731

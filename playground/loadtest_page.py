@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from playground.loadtest import _rss_bytes, start_server
+from playground.loadtest import _rss_bytes, start_server, stop_server
 
 PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
            "Errors should", "In this tutorial", "class Foo:"]
@@ -298,11 +298,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(IDLE_SECONDS)  # the queue drains, tabs' runs end, script sessions pass their grace
         after = _rss_bytes(proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except Exception:  # noqa: BLE001
-            proc.kill()
+        stop_server(proc)
     first = sorted(s for v in visitors for s in v.first_token_s)
     runs = sorted(s for v in visitors for s in v.run_s)
 
