@@ -175,7 +175,7 @@ def _load_times(args: argparse.Namespace, repeats: int) -> dict[str, tuple[float
     rows = {}
     for metric, kwargs in LOADS.items():
         ours, theirs = (
-            _best(lambda e=engine: e.load(args.model, args.device, args.dtype, **kwargs), repeats, torch.device(args.device))
+            _best(lambda e=engine, kw=kwargs: e.load(args.model, args.device, args.dtype, **kw), repeats, torch.device(args.device))
             for engine in (Ours, Theirs)
         )
         rows[metric] = (ours, theirs)

@@ -390,7 +390,7 @@ class ModelConfig:
                 )
 
     # --- derived
-    def encoder_config(self) -> "ModelConfig":
+    def encoder_config(self) -> ModelConfig:
         """The config as the encoder's blocks see it: the encoder's head counts, head size and FFN width
         in the decoder's fields (the blocks read only those). The config itself when they match."""
         if self.kind != "seq2seq":
@@ -472,7 +472,7 @@ class ModelConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         if not isinstance(data, dict):
             raise ConfigError("a model config must be a JSON object")
         known = {f.name for f in dataclasses.fields(cls)}

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from playground.errors import PlaygroundError
 from playground.checkpoints.hub import PRELOADED
+from playground.errors import PlaygroundError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON_VERSION = "3.11"  # what the project is tested with

@@ -54,7 +54,7 @@ class Page:
     settings: list[str]  # the Generate event's inputs after the ticket, by UISettings field
 
     @classmethod
-    def read(cls, url: str) -> "Page":
+    def read(cls, url: str) -> Page:
         from playground.ui.settings import FIELDS
 
         config = httpx.get(url + "config", timeout=30).json()

@@ -12,6 +12,7 @@ import re
 
 import gradio as gr
 import pytest
+
 from playground.ui import build_app
 from playground.ui.settings import FIELDS, UISettings
 from tests.ui_fixtures import HOSTILE_TOKENS as TOKENS

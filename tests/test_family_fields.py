@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import playground
-from playground.errors import CheckpointError
 from playground.checkpoints.families import FAMILIES
+from playground.errors import CheckpointError
 from tests.hf_tiny import DECODER_CLASSES, gemma3_like, llama_like, neo_like, neox_like, opt_like, save_decoder
 
 GQA = dict(num_attention_heads=6, num_key_value_heads=2)

@@ -11,10 +11,15 @@ from transformers import generation as hf
 
 from playground.config import ModelConfig
 from playground.generation import GenerationConfig, SettingsError
-from playground.ui.limits import Caps, clamp_settings
 from playground.generation.processors import (
-    MinP, RepetitionPenalty, Temperature, TopK, TopP, build_pipeline,
+    MinP,
+    RepetitionPenalty,
+    Temperature,
+    TopK,
+    TopP,
+    build_pipeline,
 )
+from playground.ui.limits import Caps, clamp_settings
 
 V = 50
 

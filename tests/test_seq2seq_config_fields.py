@@ -11,7 +11,16 @@ import torch
 import transformers
 
 import playground
-from tests.hf_tiny import SEQ2SEQ_CLASSES, bart_like, m2m_like, marian_like, mbart_like, pegasus_like, save_seq2seq, t5_like
+from tests.hf_tiny import (
+    SEQ2SEQ_CLASSES,
+    bart_like,
+    m2m_like,
+    marian_like,
+    mbart_like,
+    pegasus_like,
+    save_seq2seq,
+    t5_like,
+)
 
 transformers.logging.set_verbosity_error()
 

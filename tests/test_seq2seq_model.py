@@ -14,11 +14,11 @@ from playground.checkpoints.own_format import save_checkpoint
 from playground.config import ModelConfig
 from playground.errors import ConfigError
 from playground.models import build_model
+from playground.models.kv_cache import Seq2SeqCache
 from playground.models.layers import init_weights
 from playground.models.positional import sinusoidal_table
-from playground.models.relative_bias import relative_position_bucket
-from playground.models.kv_cache import Seq2SeqCache
 from playground.models.recorder import Recorder
+from playground.models.relative_bias import relative_position_bucket
 from playground.models.seq2seq import EncoderDecoderLM
 
 

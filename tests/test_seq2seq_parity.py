@@ -79,7 +79,7 @@ def test_captured_attention_matches_eager_output_attentions(pair):
         assert len(got) == len(theirs) == layers, name
         for ours_layer, theirs_layer in zip(got, theirs):
             assert ours_layer.shape == theirs_layer.shape, name
-            torch.testing.assert_close(ours_layer, theirs_layer, atol=1e-5, rtol=0, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(ours_layer, theirs_layer, atol=1e-5, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
     torch.testing.assert_close(logits, fast, atol=1e-5, rtol=0)  # explicit softmax path == SDPA path
 
 

@@ -63,7 +63,7 @@ def test_every_step_of_a_stream_runs_there_and_closing_reaches_the_generator():
 def test_the_decorator_keeps_generators_streaming():
     @torch_thread.runs_on_torch_thread
     def count(n):
-        for i in range(n):
+        for _ in range(n):
             yield _where()
 
     @torch_thread.runs_on_torch_thread

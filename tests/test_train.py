@@ -18,7 +18,6 @@ from playground.train import dates, lm, text_data
 from playground.train.recipe import IGNORE, Recipe, label_smoothed_loss, lr_factor, train
 from playground.train.tokenizer_build import char_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -82,7 +81,7 @@ def test_dates_are_seeded_correct_and_varied():
 
 def test_char_tokenizer_round_trips_every_generated_source():
     tok = char_tokenizer(dates.ALPHABET)
-    for text, iso in dates.examples(300, 3):
+    for text, _iso in dates.examples(300, 3):
         ids = tok.encode(text)
         assert ids[-1] == tok.eos_token_id and tok.unk_token_id not in ids
         assert tok.decode(ids, skip_special_tokens=True) == text

@@ -11,7 +11,6 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from playground.viz._common import display_token
 from playground.viz import (
     aggregate_heads,
     attention_entropy,
@@ -39,6 +38,7 @@ from playground.viz import (
     rope_rotation,
     timing_comparison,
 )
+from playground.viz._common import display_token
 from playground.viz.positional import default_dims
 
 RNG = np.random.default_rng(0)

@@ -52,7 +52,7 @@ def save_tiny_seq2seq(path: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = build_model(config)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.2)
     return save_checkpoint(path, model, config, tokenizer=PreTrainedTokenizerFast.from_pretrained(tok_dir))

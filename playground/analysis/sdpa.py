@@ -100,10 +100,10 @@ def sdpa_vs_explicit(
         k = torch.randn(1, h_kv, T, d, generator=gen).to(dtype)
         v = torch.randn(1, h_kv, T, d, generator=gen).to(dtype)
 
-        def fast():
+        def fast(q=q, k=k, v=v):
             return attend(q, k, v, scale=c.scale, is_causal=True)[0]
 
-        def explicit():
+        def explicit(q=q, k=k, v=v):
             return attend(q, k, v, scale=c.scale, is_causal=True, need_weights=True)[0]
 
         diff = float((fast().float() - explicit().float()).abs().max())  # also the warm-up of both
@@ -152,8 +152,8 @@ def _child(h: int, h_kv: int, d: int, dtype: str, lengths: list[int]) -> dict[in
         q = torch.randn(1, h, T, d).to(getattr(torch, dtype))
         k = torch.randn(1, h_kv, T, d).to(q.dtype)
         v = torch.randn(1, h_kv, T, d).to(q.dtype)
-        fast = lambda: attend(q, k, v, scale=d**-0.5, is_causal=True)  # noqa: E731
-        explicit = lambda: attend(q, k, v, scale=d**-0.5, is_causal=True, need_weights=True)  # noqa: E731
+        fast = lambda q=q, k=k, v=v: attend(q, k, v, scale=d**-0.5, is_causal=True)  # noqa: E731
+        explicit = lambda q=q, k=k, v=v: attend(q, k, v, scale=d**-0.5, is_causal=True, need_weights=True)  # noqa: E731
         fast(), explicit()  # warm-up: kernels and thread pools set up outside the measurement
         sdpa, full = peak_rss_delta(fast), peak_rss_delta(explicit)
         if sdpa is None or full is None:

@@ -12,7 +12,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from playground.checkpoints.gguf_import import GgufSource, convert_gguf, import_gguf, is_complete_checkpoint, run_cli, version
+from playground.checkpoints.gguf_import import (
+    GgufSource,
+    convert_gguf,
+    import_gguf,
+    is_complete_checkpoint,
+    run_cli,
+    version,
+)
 from playground.errors import CheckpointError
 
 __all__ = ["find_smollm2_gguf", "import_smollm2", "is_complete_checkpoint", "main"]

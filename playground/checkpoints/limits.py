@@ -68,7 +68,7 @@ class Limits:
     max_tensors: int = 16_384  # Llama 3 405B has ~1,100; the header parser stops counting here
 
     @classmethod
-    def default(cls) -> "Limits":
+    def default(cls) -> Limits:
         """From PLAYGROUND_MAX_CHECKPOINT_BYTES / PLAYGROUND_MEMORY_BUDGET_BYTES, else 8 GiB files and
         70% of the memory available now."""
         max_file = _env_bytes("PLAYGROUND_MAX_CHECKPOINT_BYTES", 8 * GIB)

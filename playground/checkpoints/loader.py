@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from playground.checkpoints.families import family_for
 from playground.checkpoints.expected import state_layout
+from playground.checkpoints.families import family_for
 from playground.checkpoints.limits import Limits, check_file_holds, check_file_sizes, check_memory, estimate_load
 from playground.checkpoints.own_format import is_own_format
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES, TensorReader, read_header, refuse_pickle

@@ -197,7 +197,7 @@ class TensorReader:
         self._handles: dict[Path, object] = {}
 
     @classmethod
-    def open(cls, paths: list[Path], *, max_tensors: int = MAX_TENSORS) -> "TensorReader":
+    def open(cls, paths: list[Path], *, max_tensors: int = MAX_TENSORS) -> TensorReader:
         headers: list[SafetensorsHeader] = []
         for p in paths:  # the limit holds for all shards together
             left = max_tensors - sum(len(h.tensors) for h in headers)

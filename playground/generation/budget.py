@@ -69,7 +69,7 @@ class Request:
     final_layers: tuple[int, ...] | None = None  # the layers those maps cover (None: every layer)
 
     @classmethod
-    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False) -> "Request":
+    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False) -> Request:
         layers = None if cfg.attention_layers is None else tuple(cfg.attention_layers)
         return cls(prompt_tokens, prefix_tokens, cfg.max_new_tokens, cfg.num_beams, 1, cfg.use_cache,
                    cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps)

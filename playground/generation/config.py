@@ -58,7 +58,7 @@ class GenerationConfig:
     def do_sample(self) -> bool:
         return self.num_beams == 1 and self.temperature > 0.0
 
-    def replace(self, **changes: Any) -> "GenerationConfig":
+    def replace(self, **changes: Any) -> GenerationConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class GenerationConfig:
             data["attention_layers"] = list(self.attention_layers)
         return data
 
-    def validate(self) -> "GenerationConfig":
+    def validate(self) -> GenerationConfig:
         """Raise SettingsError naming the knob to change; return self when every value is usable."""
         _int(self, "max_new_tokens", 1, None, "ask for at least 1 new token")
         _int(self, "top_k", 0, None, "use 0 to switch top-k off")

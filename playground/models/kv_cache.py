@@ -230,7 +230,7 @@ class KVCache:
         self._written[layer] = end
         return attended_k, attended_v
 
-    def fill_from(self, source: "KVCache") -> None:
+    def fill_from(self, source: KVCache) -> None:
         """Broadcast a batch-1 cache into every row of this one (beam search starts from one prefill)."""
         n = source.length
         for layer in range(self.layers):

@@ -5,9 +5,24 @@ Adding a family means adding one module here with a `FAMILY` and listing it in `
 
 from __future__ import annotations
 
-from playground.checkpoints.families import bart, gpt2, llama, marian, t5, transformer
-from playground.checkpoints.families import m2m_100, mbart, pegasus  # the rest of the BART family
-from playground.checkpoints.families import gemma3, gpt_neo, gpt_neox, olmo2, opt, phi3, qwen3
+from playground.checkpoints.families import (  # the rest of the BART family
+    bart,
+    gemma3,
+    gpt2,
+    gpt_neo,
+    gpt_neox,
+    llama,
+    m2m_100,
+    marian,
+    mbart,
+    olmo2,
+    opt,
+    pegasus,
+    phi3,
+    qwen3,
+    t5,
+    transformer,
+)
 from playground.checkpoints.families.base import Family
 from playground.errors import CheckpointError
 

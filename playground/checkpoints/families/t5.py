@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.checkpoints.families.base import ACTIVATIONS, Family, activation, adapt_shared_embedding, refuse, require
+from playground.checkpoints.families.base import (
+    ACTIVATIONS,
+    Family,
+    activation,
+    adapt_shared_embedding,
+    refuse,
+    require,
+)
 from playground.checkpoints.weight_map import Rule, copy, linear
 from playground.config import ModelConfig
 
