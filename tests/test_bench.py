@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from playground import bench
+from playground.tools import bench
 
 RESULTS = {
     "model": "weights/SmolLM2-135M-Instruct", "device": "cpu", "dtype": "float32", "threads": 2, "torch": "2",

@@ -1,7 +1,11 @@
-"""`pip install .` (or `-e .`) gives an importable package and a `playground` command, from any directory."""
+"""`pip install .` (or `-e .`) gives an importable package and a `playground` command, from any directory.
+
+The tools (benchmarks, load tests, the Space deploy) stay out of the installed package: they run from a checkout.
+"""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -23,7 +27,9 @@ def test_installed_package_imports_and_runs_from_anywhere(tmp_path):
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(site)  # not the checkout: the installed copy
     packages = sorted(p.parent.relative_to(REPO).as_posix() for p in (REPO / "playground").rglob("__init__.py"))
-    assert all((site / p / "__init__.py").exists() for p in packages), packages
+    installed = [p for p in packages if not p.startswith("playground/tools")]
+    assert len(installed) < len(packages) and all((site / p / "__init__.py").exists() for p in installed), packages
+    assert not (site / "playground" / "tools").exists()  # run from a checkout only, never installed
     command = subprocess.run([str(site / "bin" / "playground"), "generate", "--help"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=120)
     assert command.returncode == 0 and "--max-new-tokens" in command.stdout, command.stderr
@@ -35,3 +41,47 @@ def test_dependencies_are_the_requirements_file():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert project["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
     assert project["project"]["scripts"] == {"playground": "playground.cli:main"}
+
+
+def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
+    """The playground modules one file imports, at the top or inside functions (lazy imports count)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {known(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: climb from this file's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found |= {known(f"{base}.{a.name}") if f"{base}.{a.name}" in modules else known(base) for a in node.names}
+    return found - {None, module}
+
+
+def test_the_package_has_no_import_cycles():
+    """Modules import in one direction: a cycle (two tools importing each other's helpers) is a design smell."""
+    files = {}
+    for path in (REPO / "playground").rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {m: _imports(p, m, set(files)) for m, p in files.items()}
+    assert graph["playground.tools.loadtest"] >= {"playground.tools.server"}  # the walk sees real edges
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(module):] + [module]))
+        if module not in done:
+            for dep in sorted(graph[module]):
+                visit(dep, trail + [module])
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

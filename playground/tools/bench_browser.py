@@ -1,6 +1,6 @@
 """Speed as the visitor sees it: tokens appearing in the page against the engine's own rate, in one run.
 
-    python -m playground.bench --browser [--model weights/SmolLM2-135M-Instruct] [--runs 3]
+    python -m playground.tools.bench --browser [--model weights/SmolLM2-135M-Instruct] [--runs 3]
 
 Starts the app on a free port and headless Chromium (Debian's, as the browser tests use), opens a
 link with the model, prompt and settings, waits until the page has drawn (nothing pending, then
@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from playground.loadtest import start_server, stop_server
+from playground.tools.server import REPO, start_server, stop_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 PROMPT = "What is the capital of France? Answer in a long paragraph about its history."
-REPO = Path(__file__).resolve().parents[1]
 SETTLE_MS = 1000  # after the page reports the model loaded, before the press
 
 OBSERVE = """() => {
@@ -133,7 +132,7 @@ def format_report(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playground.bench --browser", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m playground.tools.bench --browser", description=__doc__.split("\n")[0])
     parser.add_argument("--browser", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="weights/SmolLM2-135M-Instruct")
     parser.add_argument("--prompt", default=PROMPT)

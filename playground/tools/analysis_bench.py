@@ -1,6 +1,6 @@
 """Benchmark: does every analysis stay interactive when the selected step changes?
 
-    python -m playground.analysis.bench [--model weights/SmolLM2-135M-Instruct] [--new-tokens 512]
+    python -m playground.tools.analysis_bench [--model weights/SmolLM2-135M-Instruct] [--new-tokens 512]
                                         [--steps 8] [--threads 2] [--json out.json]
 
 Records one run (greedy, `capture_residual=True`, exactly `--new-tokens` tokens), opens every analysis
@@ -190,7 +190,7 @@ def report(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playground.analysis.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m playground.tools.analysis_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--new-tokens", type=int, default=512)
     parser.add_argument("--steps", type=int, default=8, help="step changes to time (spread over the run)")

@@ -1,6 +1,6 @@
 """The page's own path under load: many visitors streaming, stopping, switching models and uploading.
 
-    python -m playground.loadtest --page --clients 16 --seconds 150      # starts app.py on a free port
+    python -m playground.tools.loadtest --page --clients 16 --seconds 150      # starts app.py on a free port
 
 Each virtual visitor is a Gradio session talking the protocol the browser speaks: `queue/join` for
 queued events (Generate, a model switch, an upload), `run/predict` for immediate ones (Stop), and the
@@ -31,11 +31,7 @@ from typing import Any
 
 import httpx
 
-from playground.loadtest import _rss_bytes, start_server, stop_server
-
-PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
-           "Errors should", "In this tutorial", "class Foo:"]
-
+from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_server
 
 IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions go 5-10 s after their last use
 MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
@@ -271,7 +267,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for th in threads:
                 th.join()
 
-        cold = _rss_bytes(proc.pid)
+        cold = rss_bytes(proc.pid)
         solo_first = [s for v in visitors for s in v.first_token_s]
         # A short crowd first: the server's one-time growth (thread pools, allocator arenas, first uses of
         # every path) is not a leak, so the baseline is the idle server after it.
@@ -286,9 +282,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def sample() -> None:
             while not done.wait(0.5):
-                memory.append((time.perf_counter() - t0, _rss_bytes(proc.pid)))
+                memory.append((time.perf_counter() - t0, rss_bytes(proc.pid)))
 
-        baseline = _rss_bytes(proc.pid)
+        baseline = rss_bytes(proc.pid)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         crowd(args.seconds, 0)
@@ -296,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         done.set()
         sampler.join()
         time.sleep(IDLE_SECONDS)  # the queue drains, tabs' runs end, script sessions pass their grace
-        after = _rss_bytes(proc.pid)
+        after = rss_bytes(proc.pid)
     finally:
         stop_server(proc)
     first = sorted(s for v in visitors for s in v.first_token_s)
@@ -340,7 +336,7 @@ def table(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playground.loadtest --page", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m playground.tools.loadtest --page", description=__doc__.splitlines()[0])
     parser.add_argument("--page", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=150.0)

@@ -1,8 +1,8 @@
 """Benchmark: our engine against transformers `generate()` on the same checkpoint, in one run.
 
-    python -m playground.bench [--model weights/SmolLM2-135M-Instruct] [--quick] [--json out.json] [--chart out.html]
+    python -m playground.tools.bench [--model weights/SmolLM2-135M-Instruct] [--quick] [--json out.json] [--chart out.html]
                                [--readme README.md]
-    python -m playground.bench --browser   # tokens shown in the page vs the engine (playground.bench_browser)
+    python -m playground.tools.bench --browser   # tokens shown in the page vs the engine (bench_browser)
 
 Measures greedy decode tokens/s (128 and 512 new tokens), beam-4 tokens/s, prefill time of a
 512-token prompt, load time (weights only, with the tokenizer, and through the first token),
@@ -373,11 +373,11 @@ def chart(results: dict[str, Any]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--browser" in (sys.argv[1:] if argv is None else argv):  # the page's speed: playground.bench_browser
-        from playground import bench_browser
+    if "--browser" in (sys.argv[1:] if argv is None else argv):  # the page's speed: bench_browser
+        from playground.tools import bench_browser
 
         return bench_browser.main(argv)
-    parser = argparse.ArgumentParser(prog="python -m playground.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m playground.tools.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder (HF layout, for both engines)")
     parser.add_argument("--quick", action="store_true", help="short runs: a smoke test, not a measurement")
     parser.add_argument("--json", help="write the results to this JSON file")

@@ -1,8 +1,8 @@
 """Load test: many concurrent gradio_client clients, each running seeded generations against one server.
 
-    python -m playground.loadtest --clients 8 --runs 20            # starts app.py on a free port
-    python -m playground.loadtest --url http://127.0.0.1:7860/     # an already running server
-    python -m playground.loadtest --page --clients 16 --seconds 150 # the page's own path, mixed (loadtest_page)
+    python -m playground.tools.loadtest --clients 8 --runs 20            # starts app.py on a free port
+    python -m playground.tools.loadtest --url http://127.0.0.1:7860/     # an already running server
+    python -m playground.tools.loadtest --page --clients 16 --seconds 150 # the page's own path, mixed (loadtest_page)
 
 Each client first records what it gets alone (its own prompt and seed, one request at a time, before
 the crowd starts); then all clients run concurrently. Checks: zero errors and every concurrent output
@@ -14,92 +14,13 @@ Markdown table for the README.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import urlencode
 
-REPO = Path(__file__).resolve().parents[1]
-PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
-           "Errors should", "In this tutorial", "class Foo:"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _vmrss_bytes(pid: int) -> int:
-    """VmRSS of one process from /proc/<pid>/status (Linux), in bytes; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024  # the kernel reports kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of a process (from /proc/<pid>/task/*/children)."""
-    kids: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            kids += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return kids
-
-
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of the server process and its descendants (Linux /proc; no psutil needed)."""
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _vmrss_bytes(p)
-        todo += _children(p)
-    return total
-
-
-def start_server(weights: str | None, concurrency: int, *app_args: str) -> tuple[subprocess.Popen, str]:
-    """app.py on a free port (more `app_args` appended), once it answers: (process, URL)."""
-    port = _free_port()
-    cmd = [sys.executable, str(REPO / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
-    if weights:
-        cmd += ["--weights", weights]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the server exited during start-up; run `python app.py` to see why")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the server did not start within 180 s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_server
 
 
 def client_settings(i: int, args: argparse.Namespace) -> tuple[str, str]:
@@ -134,8 +55,8 @@ def run_client(url: str, i: int, args: argparse.Namespace, expected: list[int] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--page" in (sys.argv[1:] if argv is None else argv):  # the page's own path: playground.loadtest_page
-        from playground import loadtest_page
+    if "--page" in (sys.argv[1:] if argv is None else argv):  # the page's own path: loadtest_page
+        from playground.tools import loadtest_page
 
         return loadtest_page.main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -167,13 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(errors), file=sys.stderr)
             return 1
         time.sleep(1.0)
-        mem_before = _rss_bytes(proc.pid) if proc else 0
+        mem_before = rss_bytes(proc.pid) if proc else 0
         peak = [mem_before]
         done = threading.Event()
 
         def sample_memory() -> None:
             while not done.wait(0.2):
-                peak[0] = max(peak[0], _rss_bytes(proc.pid) if proc else 0)
+                peak[0] = max(peak[0], rss_bytes(proc.pid) if proc else 0)
 
         sampler = threading.Thread(target=sample_memory, daemon=True)
         sampler.start()
@@ -188,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         done.set()
         sampler.join()
         time.sleep(2.0)
-        mem_after = _rss_bytes(proc.pid) if proc else 0
+        mem_after = rss_bytes(proc.pid) if proc else 0
     finally:
         if proc is not None:
             stop_server(proc)
