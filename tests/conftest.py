@@ -1,7 +1,8 @@
-"""Shared test setup: markers and thread count.
+"""Shared test setup: thread count and the real checkpoints' fixtures.
 
-Markers: `slow` (real SmolLM2 model, long training), `browser` (a real Gradio server driven by
-headless Chromium). Skip locally with `-m "not slow and not browser"`; CI runs everything.
+Markers (declared in pyproject.toml): `slow` (real SmolLM2 / Gemma 3, long training), `browser` (a real
+Gradio server driven by headless Chromium). Skip locally with `-m "not slow and not browser"`; CI runs
+everything.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "slow: needs the real SmolLM2-135M checkpoint or takes minutes")
-    config.addinivalue_line("markers", "browser: drives a real Gradio server with headless Chromium")
+    # The markers are declared once, in pyproject.toml (with --strict-markers); only the threads here.
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import playground
@@ -11,9 +9,6 @@ from playground.chat_template import TemplateLimits, render_chat
 from playground.errors import ChatTemplateError
 from tests.test_hostile import refused
 from tests.ui_fixtures import save_tiny_decoder
-
-ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2 = ROOT / "weights" / "SmolLM2-135M-Instruct"
 
 CONVERSATION = [
     {"role": "system", "content": "  Be brief.  "},
@@ -108,9 +103,9 @@ def test_tokenize_chat_matches_apply_chat_template_ids(char_lm):
         tok.chat_template = None
 
 
-@pytest.mark.skipif(not (SMOLLM2 / "model.safetensors").exists(), reason="the real SmolLM2 is not imported here")
-def test_smollm2_real_template_gives_transformers_text_and_ids():
-    lm = playground.load_model(SMOLLM2)
+@pytest.mark.slow
+def test_smollm2_real_template_gives_transformers_text_and_ids(smollm2_dir):
+    lm = playground.load_model(smollm2_dir)  # the fixture imports it on a first run (never a skip decided earlier)
     tok = lm.tokenizer
     for messages in ([{"role": "user", "content": "What is the capital of France?"}], CONVERSATION):
         want = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
