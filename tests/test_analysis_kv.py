@@ -1,4 +1,4 @@
-"""The KV-cache lesson: memory formula and what-if (seed 002's numbers, the live cache's bytes), FLOP and
+"""The KV-cache lesson: memory formula and what-if (the worked examples' numbers, the live cache's bytes), FLOP and
 byte counts per step against hand-computed values, prefill vs decode shapes, the timed comparison."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from playground.analysis import (
     run_lesson,
     time_cache,
 )
-from playground.analysis.kv_memory import SEED_PRESETS
+from playground.analysis.kv_memory import WORKED_EXAMPLES
 from playground.config import ModelConfig
 from playground.viz.kv_lesson import (
     cache_timing_caption,
@@ -35,19 +35,19 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # --- memory -----------------------------------------------------------------------------------------
 
 
-def test_formula_reproduces_seed_002():
-    # 2 · 32 · 1 · 32 · 8192 · 128 · 2 and 2 · 80 · 1 · 8 · 8192 · 128 · 2 bytes; the seed's GB are 10⁹ bytes.
+def test_formula_reproduces_the_worked_examples():
+    # 2 · 32 · 1 · 32 · 8192 · 128 · 2 and 2 · 80 · 1 · 8 · 8192 · 128 · 2 bytes; the examples' GB are 10⁹ bytes.
     assert kv_memory(32, 1, 32, 8192, 128, 2) == 4_294_967_296
     assert kv_memory(80, 1, 8, 8192, 128, 2) == 2_684_354_560
-    mha, gqa = (kv_what_if(p) for p in SEED_PRESETS.values())
+    mha, gqa = (kv_what_if(p) for p in WORKED_EXAMPLES.values())
     assert (mha["bytes"], round(mha["gb"], 1), mha["expected_gb"]) == (4_294_967_296, 4.3, 4.3)
     assert (gqa["bytes"], round(gqa["gb"], 1), gqa["expected_gb"]) == (2_684_354_560, 2.7, 2.7)
     assert mha["gib"] == 4.0 and gqa["attention"] == "GQA" and gqa["kv_heads"] == 8
-    assert "Seed 002 gives 4.3 GB: reproduced" in kv_memory_caption(mha)
+    assert "The worked example this preset comes from gives 4.3 GB: reproduced" in kv_memory_caption(mha)
 
 
 def test_what_if_knobs():
-    preset = SEED_PRESETS["seed 002 · LLaMA 3 70B (GQA-8)"]
+    preset = WORKED_EXAMPLES["LLaMA 3 70B, GQA-8, 8k tokens"]
     base = kv_what_if(preset)["bytes"]
     assert kv_what_if(preset, attention="MHA")["bytes"] == base * 8  # 64 KV heads instead of 8
     assert kv_what_if(preset, attention="MQA")["bytes"] == base // 8

@@ -1,4 +1,4 @@
-"""The training view: the recipe our checkpoints store, and the loss curves training now writes."""
+"""The training view: the recipe our checkpoints store, and the loss curves training writes."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_shipped_defaults_show_their_recipe_and_say_they_have_no_curves(name, sc
     np.testing.assert_allclose(view["lr"], [view["peak_lr"] * lr_factor(int(s) - 1, recipe) for s in view["lr_steps"]])
     assert view["lr"].max() == pytest.approx(view["peak_lr"], rel=1e-3)
     assert ("min_lr_ratio" in view["assumed"]) == (schedule == "cosine")  # not stored by older trainers
-    assert "no loss curve" in training_caption(view)
+    assert "No loss curve was saved" in training_caption(view)
     assert len(training_figure(view).data) == 1
 
 

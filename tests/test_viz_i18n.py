@@ -29,7 +29,7 @@ from tests.viz_cases import CASES, readable_text, run_case
 MODULES = ("_common", "attention", "cache", "positional", "sampling", "attention_steps", "logit_lens", "kv_lesson",
            "positional_compare", "patterns", "sdpa", "anatomy", "training")
 # Strings no builder draws today (kept as they were), and notes no analysis writes for that part.
-UNUSED = {("kv_lesson", ("seed",)), ("attention_steps", ("key_axis",)), ("anatomy", ("positions_note", "relative")),
+UNUSED = {("attention_steps", ("key_axis",)), ("anatomy", ("positions_note", "relative")),
           ("anatomy", ("positions_note", "none"))}
 # Terms the seeds write in Latin letters in Chinese text too, and units.
 KEPT_AS_IS = {"KV", "RoPE", "LLaMA", "ALiBi", "PE", "SDPA", "FLOPs", "NLL", "logits", "token", "nats", "ms", "rad"}

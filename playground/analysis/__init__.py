@@ -6,11 +6,11 @@ run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
 
     attention_steps(lm, result, step, layer, head, kind="self")   Q·Kᵀ → scale → mask → softmax → ·V → W_O
     logit_lens(lm, result, step, top_k=5), logit_lens_ranks(...)   every layer's next-token guess
-    kv_step_costs, prefill_decode_shapes, run_lesson, time_cache   the KV-cache lesson (seed 002)
+    kv_step_costs, prefill_decode_shapes, run_lesson, time_cache   the KV-cache lesson
     kv_memory(layers, batch, kv_heads, tokens, head_dim, s), kv_what_if, presets
     positional_data, rope_shift_scores, pe_schemes                 positional encodings
-    attention_patterns, own_pattern_weights                        seed 004's masks
-    sdpa_vs_explicit                                               seed 000's SDPA vs softmax timing
+    attention_patterns, own_pattern_weights                        attention masks and their cost
+    sdpa_vs_explicit                                               fused SDPA vs the explicit softmax
     anatomy, residual_norms                                        the model as a diagram; pre- vs post-LN
     training_view                                                  the stored recipe and loss curves
 """

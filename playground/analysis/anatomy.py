@@ -1,4 +1,4 @@
-"""Anatomy of the loaded model (seed 000's diagrams) and its residual stream per layer.
+"""Anatomy of the loaded model (the classic block diagram) and its residual stream per layer.
 
 `anatomy` walks the model's own modules: embedding → N × block → final norm → head (decoder-only),
 or a shared embedding, an encoder stack and a decoder stack with cross-attention (seq2seq). Every
@@ -9,8 +9,8 @@ pre-LN `x + f(Norm(x))` (GPT-2, LLaMA, T5) or post-LN `Norm(x + f(x))` (the 2017
 `residual_norms` reads the recorded residual stream (capture_residual): ‖x‖ after the embedding
 and after each block for the query of every step. In a pre-LN model nothing normalises the stream,
 each block adds its output to it and the norm grows with depth, while the gradient reaches every
-block unchanged through the identity path: why pre-LN trains stably without warm-up (seeds 001,
-003). In a post-LN model the stream is renormalised after every sub-layer, so its norm stays flat.
+block unchanged through the identity path: why pre-LN trains stably without warm-up.
+In a post-LN model the stream is renormalised after every sub-layer, so its norm stays flat.
 """
 
 from __future__ import annotations

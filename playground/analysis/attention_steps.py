@@ -1,6 +1,6 @@
 """Attention, step by step: softmax(Q·Kᵀ/√d + mask)·V for one step, layer and head, stage by stage.
 
-The seeds' formula (seed 000, seed 002 step (4)):
+The formula:
 
     S = Q·Kᵀ            scores                      (T_q, S)
     S' = S · scale      scale = 1/√d_h (T5: 1)
@@ -16,7 +16,7 @@ redone here, in float64, to show each stage; putting the stages back together gi
 recorded output (tested to 1e-5).
 
 Step 0 is the prefill: every prompt position is a query (L_p × L_p, the causal triangle). Each later
-step has one query against T + 1 keys (seed 002's asymmetry); at a decode step the causal mask hides
+step has one query against T + 1 keys (the decode step's asymmetry); at a decode step the causal mask hides
 nothing, only a sliding window does.
 """
 

@@ -1,9 +1,9 @@
-"""The KV-cache lesson of seed 002, by formula and by measurement.
+"""The KV-cache lesson (prefill vs decode), by formula and by measurement.
 
 Prefill: the prompt's L_p tokens in one pass, an L_p × L_p score matrix per head (compute-bound).
 Decode: one new token per step, Q_t (1 query) against K_all (T + 1 keys), a 1 × (T + 1) row;
 every step reads the whole cache (memory-bound). Without a cache each step recomputes every
-position: (T + 1) × (T + 1) scores and K/V of all T + 1 tokens (seed 002: O((T+1)²·d_h) per step
+position: (T + 1) × (T + 1) scores and K/V of all T + 1 tokens (O((T+1)²·d_h) per step
 instead of O((T+1)·d_h)).
 
 `kv_step_costs` counts, per step, the FLOPs of attention and of the linear layers and the bytes
@@ -98,7 +98,7 @@ def kv_step_costs(
 def prefill_decode_shapes(
     config: ModelConfig, prompt_len: int, step: int, *, batch: int = 1, source_len: int = 0
 ) -> dict[str, Any]:
-    """The two attention shapes of seed 002 at a step: prefill (L_p × L_p) and decode (1 × (T + 1)).
+    """The two attention shapes at a step: prefill (L_p × L_p) and decode (1 × (T + 1)).
 
     prompt_len: the decoder stream before the first new token (decoder-only: the prompt; seq2seq:
     the start token, with the source of `source_len` tokens read once by the encoder, S × S).

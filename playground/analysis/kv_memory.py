@@ -1,10 +1,10 @@
-"""The KV-cache memory formula of seed 002 and a what-if calculator around it.
+"""The KV-cache memory formula and a what-if calculator around it.
 
     KV mem (bytes) = 2 · N · B · h_kv · T · d_h · s
 
 2 for K and V; N layers, B sequences, h_kv key/value heads (MHA: every query head; GQA: groups;
 MQA: 1), T cached tokens, d_h the head size, s bytes per element (fp32 4, fp16/bf16 2, fp8 1,
-int4 0.5). Seed 002 works two examples in decimal gigabytes (1 GB = 10⁹ bytes):
+int4 0.5). The classic worked examples are in decimal gigabytes (1 GB = 10⁹ bytes):
   LLaMA 3 8B as MHA: N=32, h=32, d_h=128, B=1, T=8192, s=2 → 4.3 GB;
   LLaMA 3 70B, GQA-8: N=80, h_kv=8, d_h=128, B=1, T=8192, s=2 → 2.7 GB.
 """
@@ -23,13 +23,13 @@ TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 ATTENTION_KINDS = ("MHA", "GQA", "MQA")
 MAX_TOKENS = 131_072  # 128k, the longest context the calculator offers
 MAX_BATCH = 1024
-GB = 10**9  # the seed's unit
+GB = 10**9  # the worked examples' unit
 GIB = 2**30
 
-SEED_PRESETS: dict[str, dict[str, Any]] = {
-    "seed 002 · LLaMA 3 8B (MHA)": dict(layers=32, query_heads=32, kv_heads=32, head_dim=128, tokens=8192, batch=1,
+WORKED_EXAMPLES: dict[str, dict[str, Any]] = {
+    "LLaMA 3 8B as MHA, 8k tokens": dict(layers=32, query_heads=32, kv_heads=32, head_dim=128, tokens=8192, batch=1,
                                          dtype="fp16", expected_gb=4.3),
-    "seed 002 · LLaMA 3 70B (GQA-8)": dict(layers=80, query_heads=64, kv_heads=8, head_dim=128, tokens=8192, batch=1,
+    "LLaMA 3 70B, GQA-8, 8k tokens": dict(layers=80, query_heads=64, kv_heads=8, head_dim=128, tokens=8192, batch=1,
                                             dtype="fp16", expected_gb=2.7),
 }
 
@@ -57,11 +57,11 @@ def model_preset(lm: LoadedModel) -> dict[str, Any]:
 
 
 def presets(lm: LoadedModel | None = None) -> dict[str, dict[str, Any]]:
-    """Name -> preset: the loaded model first (when given), then seed 002's two examples."""
+    """Name -> preset: the loaded model first (when given), then the two worked examples."""
     out: dict[str, dict[str, Any]] = {}
     if lm is not None:
         out[f"this model ({lm.config.family}, {lm.parameter_count / 1e6:.1f}M parameters)"] = model_preset(lm)
-    out.update(SEED_PRESETS)
+    out.update(WORKED_EXAMPLES)
     return out
 
 
@@ -98,7 +98,7 @@ def kv_what_if(
     Returns bytes (int), gb (10⁹), gib (2³⁰), the settings used (layers, batch, kv_heads,
     query_heads, tokens, head_dim, dtype, bytes_per_element, attention), variants {MHA, GQA, MQA:
     bytes at these settings}, gqa_kv_heads, curve {tokens (points,), MHA / GQA / MQA bytes (points,)}, live
-    ({tokens, bytes, formula_bytes} or None), expected_gb (the seed's rounded number, or None).
+    ({tokens, bytes, formula_bytes} or None), expected_gb (the worked example's rounded number, or None).
     """
     q = int(preset["query_heads"])
     preset_kind = "MHA" if preset["kv_heads"] == q else ("MQA" if preset["kv_heads"] == 1 else "GQA")

@@ -1,7 +1,7 @@
-"""Attention patterns (seed 004): which keys each query may see, and what that saves.
+"""Attention patterns: which keys each query may see, and what that saves.
 
 Full attention scores every (query, key) pair: T² cells, O(T²) time and memory. Sparse patterns
-keep a subset (seed 004 §1.1):
+keep a subset:
 - causal: key j ≤ query i (every decoder);
 - sliding window w: i − w < j ≤ i (Mistral; O(T·w));
 - local + global: the window plus g global tokens every query sees (Longformer, BigBird);

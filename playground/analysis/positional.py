@@ -5,7 +5,7 @@
   to `length`, so "Positions shown" drives every plot.
 - `rope_shift_scores`: RoPE's relative property on the model's own q and k: the score
   ⟨R_m q, R_n k⟩ of one real (query, key) pair moved to positions (m + s, n + s) is the same for
-  every shift s (seed 003: ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩).
+  every shift s (RoPE's relative property: ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩).
 - `pe_schemes`: sinusoidal, learned, RoPE, T5 relative bias and ALiBi side by side, each as what
   position contributes at relative distance δ; the model's own scheme from its own numbers.
 """
@@ -192,7 +192,7 @@ def rope_shift_scores(
     }
 
 
-# --- the seeds' schemes side by side -------------------------------------------------------------
+# --- five schemes side by side --------------------------------------------------------------------
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:

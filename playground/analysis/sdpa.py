@@ -1,4 +1,4 @@
-"""SDPA against the explicit softmax (seed 000 §8): time, memory and agreement at the model's head sizes.
+"""SDPA against the explicit softmax: time, memory and agreement at the model's head sizes.
 
 Both are our own `attend` (playground.models.attention): the fast path calls
 `F.scaled_dot_product_attention` (a fused kernel that works block by block, never holding the

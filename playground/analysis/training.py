@@ -1,5 +1,5 @@
-"""The training recipe a checkpoint stores, as numbers to draw (seeds 001/002: label smoothing,
-warm-up, clipping).
+"""The training recipe a checkpoint stores, as numbers to draw (label smoothing, warm-up,
+clipping).
 
 Our own checkpoints (`python -m playground.train`) carry a "provenance" JSON in their safetensors
 metadata: the recipe (steps, peak lr, warm-up, schedule, label smoothing, clipping, optimizer) and,

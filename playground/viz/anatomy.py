@@ -56,7 +56,7 @@ TEXT = {
     "why_pre": (
         "Pre-LN never normalises the stream itself: each block adds its output, so the norm grows with depth, "
         "while the identity path carries the gradient to every block unchanged. That is why pre-LN models train "
-        "stably without a long warm-up (seeds 001, 003); the final norm rescales the stream before the head."
+        "stably without a long warm-up, where post-LN models need one; the final norm rescales the stream before the head."
     ),
     "why_post": (
         "Post-LN normalises the stream after every sub-layer, so its norm stays near √d_model × the norm's gain; "
@@ -111,7 +111,7 @@ TEXT_ZH = {
     "stays": "变化",
     "why_pre": (
         "Pre-LN 从不对残差流本身做归一化:每个块把自己的输出加上去,所以范数随深度增长,而恒等路径把梯度原样"
-        "传给每个块。这就是 Pre-LN 模型不需要很长的预热也能稳定训练的原因(教程 001、003);最终归一化层在输出头"
+        "传给每个块。这就是 Pre-LN 模型不需要很长的预热也能稳定训练的原因,而 Post-LN 模型需要预热;最终归一化层在输出头"
         "之前重新缩放残差流。"
     ),
     "why_post": (

@@ -48,11 +48,11 @@ TEXT = {
     "projected": "attention output (all heads{bias})",
     "caption_prefill": (
         "**Prefill (step 0):** the {n} prompt tokens are processed at once, so Q has {n} rows and the score "
-        "matrix is {n} × {n} (seed 002: L_p × L_p). The causal mask puts −∞ above the diagonal: a token never "
+        "matrix is {n} × {n} (L_p × L_p: every prompt token is a query). The causal mask puts −∞ above the diagonal: a token never "
         "sees the tokens after it."
     ),
     "caption_decode": (
-        "**Decode (step {step}):** one new query against T + 1 = {keys} keys (seed 002's asymmetry: Q_t is "
+        "**Decode (step {step}):** one new query against T + 1 = {keys} keys (the decode step's asymmetry: Q_t is "
         "1 × d_h, K_all is (T + 1) × d_h). The causal mask hides nothing here: every cached key lies in the "
         "past of the newest token."
     ),
@@ -109,10 +109,10 @@ TEXT_ZH = {
     "projected": "注意力输出(所有头{bias})",
     "caption_prefill": (
         "**Prefill(第 0 步)**:提示词的 {n} 个 token 一次性处理,所以 Q 有 {n} 行,分数矩阵为 {n} × {n}"
-        "(教程 002:L_p × L_p)。因果掩码把对角线以上的位置设为 −∞:一个 token 永远看不到它后面的 token。"
+        "(L_p × L_p:每个提示词 token 都是一个查询)。因果掩码把对角线以上的位置设为 −∞:一个 token 永远看不到它后面的 token。"
     ),
     "caption_decode": (
-        "**Decode(第 {step} 步)**:一个新的查询与 T + 1 = {keys} 个键计算注意力(教程 002 所说的不对称:Q_t 是 "
+        "**Decode(第 {step} 步)**:一个新的查询与 T + 1 = {keys} 个键计算注意力(解码步的不对称:Q_t 是 "
         "1 × d_h,K_all 是 (T + 1) × d_h)。这里因果掩码不遮住任何键:缓存里的每个键都在最新 token 之前。"
     ),
     "caption_window": "滑动窗口为 {window} 个 token,遮住了 {hidden} 个更早的键(−∞)。",
@@ -185,7 +185,7 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     k_hover = {**kv_hover, "hovertemplate": kv_template.format(name="K")}
     v_hover = {**kv_hover, "hovertemplate": kv_template.format(name="V")}
     fig.add_trace(_signed(np.asarray(steps["k"]).T, **k_hover), row=2, col=1)
-    # Small matrices carry their numbers in the cells, as the seeds' worked examples do.
+    # Small matrices carry their numbers in the cells, as textbook worked examples do.
     numbers = dict(texttemplate="%{z:.2g}", textfont=dict(size=9)) if S <= 12 and Tq <= 8 else {}
     for row, name in ((3, "scores"), (4, "scaled")):
         fig.add_trace(_signed(steps[name], text=pair, hovertemplate=_T["hover_pair"].format(name=trace[name]),

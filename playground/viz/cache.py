@@ -189,7 +189,7 @@ def timing_comparison(
 
 
 def kv_formula(stats: Mapping[str, int]) -> str:
-    """The seeds' formula filled with one cache's numbers, as Markdown.
+    """The KV-cache formula filled with one cache's numbers, as Markdown.
 
     2 · N_layers · B · h_kv · T · d_head · bytes = total; `stats` is a KV-cache stats dict
     (layers, batch, kv_heads, tokens, head_dim, element_size). When query_heads differs from

@@ -1,4 +1,4 @@
-"""The KV-cache lesson (seed 002): cost per step by formula, prefill vs decode shapes, the measured
+"""The KV-cache lesson: cost per step by formula, prefill vs decode shapes, the measured
 comparison and the memory what-if. Draws the dicts of `playground.analysis.kv_lesson` / `kv_memory`."""
 
 from __future__ import annotations
@@ -92,12 +92,11 @@ TEXT = {
     "tokens_axis": "tokens in the cache T (log scale)",
     "here": "these settings",
     "live": "this run (real cache)",
-    "seed": "seed 002: {gb} GB",
     "memory_caption": (
         "**2 · N · B · h_kv · T · d_h · s** = 2 · {N} · {B} · {hkv} · {T} · {d} · {s:g} = **{bytes:,} bytes** = "
         "{decimal} ({binary}). {kind}: {hkv} K/V head(s) for {q} query heads; MHA would need {mha}, MQA {mqa}."
     ),
-    "memory_seed": " Seed 002 gives {expected} GB: reproduced.",
+    "memory_seed": " The worked example this preset comes from gives {expected} GB: reproduced.",
     "memory_live": (
         " This run's cache holds {tokens} tokens: {bytes:,} bytes, exactly what the formula gives ({formula_bytes:,})."
     ),
@@ -181,12 +180,11 @@ TEXT_ZH = {
     "tokens_axis": "缓存中的 token 数 T(对数坐标)",
     "here": "当前设置",
     "live": "本次运行(真实缓存)",
-    "seed": "教程 002:{gb} GB",
     "memory_caption": (
         "**2 · N · B · h_kv · T · d_h · s** = 2 · {N} · {B} · {hkv} · {T} · {d} · {s:g} = **{bytes:,} 字节** = "
         "{decimal}({binary})。{kind}:{q} 个查询头对应 {hkv} 个 K/V 头;MHA 需要 {mha},MQA 需要 {mqa}。"
     ),
-    "memory_seed": "教程 002 给出的是 {expected} GB:结果一致。",
+    "memory_seed": "这个预设所取自的经典算例给出的是 {expected} GB:结果一致。",
     "memory_live": "本次运行的缓存中有 {tokens} 个 token:{bytes:,} 字节,与公式的结果({formula_bytes:,})完全一致。",
     "hover_flops": "{name},%{{x}} 个键:%{{customdata}}FLOPs<extra></extra>",
     "hover_bytes": "{name},%{{x}} 个键:%{{customdata}}<extra></extra>",
@@ -205,7 +203,7 @@ _T = Texts(TEXT, TEXT_ZH)
 
 
 def decimal_bytes(n: float) -> str:
-    """Bytes in the seed's decimal units: 4294967296 -> '4.29 GB', 393216 -> '393 kB'."""
+    """Bytes in decimal units: 4294967296 -> '4.29 GB', 393216 -> '393 kB'."""
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
@@ -348,7 +346,7 @@ def cache_timing_caption(timing: Mapping[str, Any]) -> str:
 
 def kv_memory_chart(what_if: Mapping[str, Any], name: str = "", title: str | None = None) -> go.Figure:
     """Bytes against T (log x) for MHA, GQA and MQA at the chosen B, d_h, N, s; the current setting,
-    the seed's number and this run's real cache marked."""
+    the worked example's number and this run's real cache marked."""
     curve = what_if["curve"]
     t = np.asarray(curve["tokens"], dtype=np.float64)
     fig = go.Figure()

@@ -1,4 +1,4 @@
-"""Attention-pattern gallery (seed 004): masks with their cost, and the model's real weights under its
+"""Attention-pattern gallery: masks with their cost, and the model's real weights under its
 own mask (from `playground.analysis.patterns`)."""
 
 from __future__ import annotations

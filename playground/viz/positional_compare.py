@@ -1,5 +1,5 @@
 """Positional encodings compared: RoPE at two bases, RoPE's relative property on real q and k, and
-the seeds' five schemes side by side (from `playground.analysis.positional`)."""
+five positional schemes side by side (from `playground.analysis.positional`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ TEXT = {
     "score_axis": "scaled score q·k/√d",
     "recorded": "what the model computed at ({m}, {n})",
     "shift_caption": (
-        "⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ (seed 003): moving both tokens by the same s leaves the score "
+        "⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ (RoPE's relative-position property): moving both tokens by the same s leaves the score "
         "unchanged. Over shifts up to {top}, the {count} scores agree to {spread:.1e} (floating-point error); "
         "the model itself computed {recorded:.6f} at ({m}, {n}). Moving only the key changes m − n and the "
         "score (lower panel; the dotted line marks m − n = {gap})."
@@ -96,7 +96,7 @@ TEXT_ZH = {
     "score_axis": "缩放后的得分 q·k/√d",
     "recorded": "模型在 ({m}, {n}) 处实际算出的值",
     "shift_caption": (
-        "⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩(教程 003):两个 token 平移相同的 s,得分不变。在不超过 {top} 的平移下,"
+        "⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩(RoPE 的相对位置性质):两个 token 平移相同的 s,得分不变。在不超过 {top} 的平移下,"
         "{count} 个得分的差异在 {spread:.1e} 以内(浮点误差);模型自己在 ({m}, {n}) 处算出的是 {recorded:.6f}。"
         "只移动键会改变 m − n,得分也随之改变(下图;点线标出 m − n = {gap})。"
     ),

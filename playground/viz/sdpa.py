@@ -1,4 +1,4 @@
-"""SDPA against the explicit softmax (seed 000): time, peak memory and agreement against sequence length
+"""SDPA against the explicit softmax: time, peak memory and agreement against sequence length
 (from `playground.analysis.sdpa.sdpa_vs_explicit`)."""
 
 from __future__ import annotations

@@ -34,10 +34,11 @@ TEXT = {
         "smoothing ε = {ls:g} (the loss is (1 − ε)·NLL + ε·mean over the vocabulary of −log p), gradients clipped "
         "at global norm {clip:g}, {optimizer}, weight decay {wd:g}. {assumed}{curves}"
     ),
-    "assumed": "Not stored, so the trainer's default is shown: {fields}. ",
+    "assumed": "Not saved with the checkpoint, so the trainer's defaults are shown: {fields}. ",
     "no_curves": (
-        "Its metadata has no loss curve (it was trained before training stored one); checkpoints trained from now "
-        "on carry loss, NLL, learning rate and gradient norm per step."
+        "No loss curve was saved with this checkpoint, so only its learning-rate schedule is drawn. A model you "
+        "train here (`python -m playground.train`) saves its loss, NLL, learning rate and gradient norm at every "
+        "step, and they are drawn below the schedule."
     ),
     "with_curves": "Loss per step from the metadata; the final training loss was {final:.3f}.",
     "lr": "lr",
@@ -68,8 +69,8 @@ TEXT_ZH = {
     ),
     "assumed": "以下字段没有存储,因此显示训练器的默认值:{fields}。",
     "no_curves": (
-        "它的元数据里没有损失曲线(它在训练开始记录曲线之前就训练好了);从现在起训练的检查点都会记录每步的"
-        "损失、NLL、学习率和梯度范数。"
+        "这个检查点没有保存损失曲线,所以这里只画出它的学习率调度。在这里训练的模型(`python -m playground.train`)"
+        "会保存每一步的损失、NLL、学习率和梯度范数,并画在调度图下方。"
     ),
     "with_curves": "每步损失来自元数据;最终训练损失为 {final:.3f}。",
     "lr": "学习率",
