@@ -38,14 +38,15 @@ from playground.viz import (
     rope_rotation,
     timing_comparison,
 )
-from playground.viz._common import display_token
+from playground.viz._common import FITS_ANY_WIDTH, display_token, token_axis
+from playground.viz.attention import CAP_BELOW, row_top, scaled_weights, typical_peak
 from playground.viz.positional import default_dims
 
 RNG = np.random.default_rng(0)
 
 
-def softmax_rows(shape: tuple[int, ...]) -> np.ndarray:
-    x = RNG.normal(size=shape)
+def softmax_rows(shape: tuple[int, ...], sharpness: float = 1.0) -> np.ndarray:
+    x = sharpness * RNG.normal(size=shape)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -117,7 +118,7 @@ def test_aggregate_and_group_heads():
 
 
 def test_heads_grid_one_heatmap_per_head_on_shared_scale():
-    w = softmax_rows((4, 5, 5))
+    w = softmax_rows((4, 5, 5), sharpness=8.0)  # rows peak near 1: the plain probability scale
     labels = ["The", "cat", "sat", "on", "mat"]
     fig = attention_heads_grid(w, labels, labels, title="layer 0")
     assert [type(t) for t in fig.data] == [go.Heatmap] * 4
@@ -135,8 +136,9 @@ def test_heads_grid_groups_gqa_heads_by_kv_head():
     w = softmax_rows((6, 3, 4))
     fig = attention_heads_grid(w, None, None, title="GQA", kv_groups=3)
     titles = [a.text for a in fig.layout.annotations]
-    assert titles == ["head 0 · KV 0", "head 1 · KV 0", "head 2 · KV 0",
-                      "head 3 · KV 1", "head 4 · KV 1", "head 5 · KV 1"]
+    assert titles == ["head 0<br>KV 0", "head 1<br>KV 0", "head 2<br>KV 0",  # two lines: one is too wide at 400 px
+                      "head 3<br>KV 1", "head 4<br>KV 1", "head 5<br>KV 1"]
+    assert fig.data[3].hovertemplate.startswith("head 3 · KV 1<br>")
     # One row per KV head: heads 0-2 share the first row's y-axis domain, head 3 starts row 2.
     domains = [fig.layout[t.yaxis.replace("y", "yaxis")].domain for t in fig.data]
     assert domains[0] == domains[1] == domains[2] != domains[3]
@@ -145,7 +147,7 @@ def test_heads_grid_groups_gqa_heads_by_kv_head():
 
 
 def test_heatmap_keeps_repeated_tokens_and_escapes_labels():
-    w = softmax_rows((4, 4))
+    w = softmax_rows((4, 4), sharpness=8.0)  # rows peak near 1: the plain probability scale
     tokens = ["the", " the", "<b>", "\n"]
     fig = attention_heatmap(w, tokens, tokens, title="head 3")
     (trace,) = fig.data
@@ -166,17 +168,72 @@ def test_heatmap_keeps_repeated_tokens_and_escapes_labels():
     assert_page_friendly(fig)
 
 
-def test_heatmap_labels_every_token_of_a_real_prompt_and_thins_only_beyond():
-    w = softmax_rows((200, 200))
-    fig = attention_heatmap(w, None, None, title="long")
-    assert list(fig.layout.xaxis.tickvals) == list(range(200))  # every token labelled, in a small font
-    assert fig.layout.xaxis.tickfont.size >= 7 and fig.layout.height <= 1400
-    huge = attention_heatmap(softmax_rows((500, 500)), None, None)
-    assert len(huge.layout.xaxis.tickvals) <= 400
+def test_heatmap_labels_short_prompts_fully_and_lets_the_drawn_width_thin_long_ones():
+    short = attention_heatmap(softmax_rows((FITS_ANY_WIDTH, FITS_ANY_WIDTH)), None, None)
+    assert list(short.layout.xaxis.tickvals) == list(range(FITS_ANY_WIDTH))  # every token: fits a phone's axis
+    tokens = [f"tok{i}" for i in range(199)] + ["<" * 30]
+    fig = attention_heatmap(softmax_rows((200, 200)), tokens, tokens, title="long", highlight_row=150)
+    (trace,) = fig.data
+    # Long: positions as categories with their tokens as aliases; plotly keeps the labels that fit.
+    assert list(trace.x) == list(trace.y) == [str(i) for i in range(200)]
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        assert axis.type == "category" and axis.tickmode == "auto" and axis.tickvals is None
+        assert axis.labelalias["7"] == "tok7" and axis.labelalias["199"] == "&lt;" * 11 + "…"
+    assert trace.text[150][3] == "tok150 → tok3"  # hover still names every pair
+    assert fig.layout.height <= 900 and fig.layout.shapes[0].y0 == 149.5
     with pytest.raises(ValueError, match="labels"):
         attention_heatmap(softmax_rows((3, 3)), ["a", "b"], None)
     with pytest.raises(ValueError, match="dimensions"):
         attention_heatmap(softmax_rows((2, 3, 3)))
+
+
+def test_token_axis_switches_to_width_thinned_categories_beyond_what_fits_anywhere():
+    coords, axis = token_axis(["a", "b"])
+    assert coords is None and axis["tickvals"] == [0, 1] and axis["ticktext"] == ["a", "b"]
+    coords, axis = token_axis([str(i % 3) for i in range(FITS_ANY_WIDTH + 1)])  # repeated tokens stay apart
+    assert coords == [str(i) for i in range(FITS_ANY_WIDTH + 1)] and axis["type"] == "category"
+    assert [axis["labelalias"][c] for c in coords[:4]] == ["0", "1", "2", "0"]
+
+
+def sink_map(T: int = 200, sink: float = 0.6, local: float = 0.1) -> np.ndarray:
+    """A causal (T, T) map as real models draw long texts: the first key takes `sink` of every row, the
+    newest key `local`, the rest spread evenly over the keys in between."""
+    w = np.zeros((T, T))
+    w[0, 0] = 1.0
+    for i in range(1, T):
+        w[i, 0], w[i, i] = sink, local
+        if i > 1:
+            w[i, 1:i] = (1 - sink - local) / (i - 1)
+        w[i] /= w[i].sum()
+    return w
+
+
+def test_typical_peak_sees_past_the_sink_and_the_short_early_rows():
+    w = sink_map()
+    assert typical_peak(w) == pytest.approx(0.1)  # the median row's strongest key after the first
+    assert typical_peak(np.eye(4)) == 1.0 and typical_peak(np.ones((3, 1))) == 1.0
+    assert typical_peak(np.stack([w, w])) == pytest.approx(0.1)  # all heads together (a shared colour axis)
+
+
+def test_linear_scale_caps_at_the_typical_peak_on_long_maps_and_says_so():
+    w = sink_map()
+    z, axis = scaled_weights(w)
+    np.testing.assert_array_equal(z, w)  # the values are drawn as they are; only the colour axis changes
+    assert axis["cmin"] == 0.0 and axis["cmax"] == pytest.approx(0.1) and axis["cmax"] < CAP_BELOW
+    assert axis["colorbar"]["ticktext"][-1] == "≥ 0.1" and axis["colorbar"]["tickvals"][-1] == axis["cmax"]
+    _, plain = scaled_weights(np.eye(5))  # rows that peak high keep the probability scale
+    assert (plain["cmin"], plain["cmax"]) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="linear"):
+        scaled_weights(w, scale="cubic")
+
+
+def test_a_sink_bar_is_clipped_and_its_weight_written():
+    w = np.array([0.7, 0.05, 0.1, 0.15])
+    assert row_top(w) == 0.15 and row_top(np.array([0.2, 0.15, 0.65])) == 0.65
+    fig = attention_row(w, ["<s>", "a", "b", "c"])
+    assert fig.layout.yaxis.range[1] == pytest.approx(0.165)
+    assert [a.text for a in fig.layout.annotations] == ["0.70 ↑"]
+    assert not attention_row(np.array([0.3, 0.3, 0.4])).layout.annotations
 
 
 def test_log_scale_and_hidden_attention_sink_make_long_maps_readable():
@@ -185,7 +242,8 @@ def test_log_scale_and_hidden_attention_sink_make_long_maps_readable():
     w /= w.sum(axis=1, keepdims=True)
     hidden = attention_heatmap(w, scale="linear", hide_first=True)
     z = np.asarray(hidden.data[0].z, dtype=float)
-    assert np.isnan(z[:, 0]).all() and hidden.data[0].zmax == pytest.approx(w[:, 1:].max())
+    assert np.isnan(z[:, 0]).all() and hidden.data[0].zmax == pytest.approx(typical_peak(w))
+    assert hidden.data[0].zmax < w[:, 1:].max()  # the short early rows saturate, as the "≥" says
     log = attention_heatmap(w, scale="log")
     z = np.asarray(log.data[0].z, dtype=float)
     np.testing.assert_allclose(z, np.log10(np.clip(w, w.max() * 1e-4, None)))
@@ -213,9 +271,14 @@ def test_head_summary_two_maps():
     assert [type(t) for t in fig.data] == [go.Heatmap, go.Heatmap]
     np.testing.assert_allclose(fig.data[0].z, ent)
     np.testing.assert_allclose(fig.data[1].z, dist)
-    assert [a.text for a in fig.layout.annotations] == ["entropy (nats)", "mean distance (tokens)"]
+    # Each colour bar lies under its own map and names what it measures; one shared layer axis.
+    assert [d.colorbar.title.text for d in fig.data] == ["entropy (nats)", "mean distance (tokens)"]
+    assert all(d.colorbar.orientation == "h" for d in fig.data)
+    assert fig.data[0].colorbar.x < 0.5 < fig.data[1].colorbar.x
     assert fig.layout.xaxis.title.text == "head" and fig.layout.yaxis.title.text == "layer"
-    assert fig.data[0].colorbar.x != fig.data[1].colorbar.x  # colour bars do not overlap
+    assert fig.layout.yaxis2.matches == "y" and not fig.layout.yaxis2.title.text
+    every = head_summary(RNG.random((30, 9)), RNG.random((30, 9)))  # SmolLM2: every layer has a labelled row
+    assert every.layout.yaxis.dtick == 1 and every.layout.height >= 30 * 14
     with pytest.raises(ValueError, match="same"):
         head_summary(ent, dist[:2])
 

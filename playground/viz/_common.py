@@ -15,7 +15,7 @@ MARGIN = dict(l=70, r=30, t=70, b=60)
 PROB_SCALE = "Viridis"  # sequential, for probabilities
 SIGNED_SCALE = "RdBu"  # diverging, always centred at 0
 MAX_TICKS = 48  # beyond this, token tick labels overlap; hover still shows every token
-LABEL_ALL = 400  # large single heatmaps label every token up to this many (small font, tall figure)
+FITS_ANY_WIDTH = 24  # token labels that fit a 400-px-wide phone's axis, each one shown; beyond, the drawn width decides
 MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
 
 # The analyses name the residual stream's layers "embedding", "block 0", "block 1", …
@@ -30,7 +30,7 @@ def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
         title=dict(text=title, x=0.01, xanchor="left"),
         height=int(height),
         autosize=True,  # width follows the container, so it never overflows the page
-        margin=MARGIN,
+        margin={**MARGIN, **layout.pop("margin", {})},
         template="plotly_white",
         hoverlabel=dict(font_family="monospace"),
         **layout,
@@ -78,6 +78,22 @@ def token_ticks(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
     stride = max(1, int(np.ceil(n / max_ticks)))
     vals = list(range(0, n, stride))
     return dict(tickmode="array", tickvals=vals, ticktext=[short_label(labels[i]) for i in vals])
+
+
+def token_axis(labels: Sequence[str], fits: int = FITS_ANY_WIDTH) -> tuple[list[str] | None, dict]:
+    """Coordinates and axis settings for positions 0..n-1 labelled by their tokens, thinned to what fits.
+
+    Up to `fits` labels, every one is a tick (numeric positions: coordinates None, the trace's default).
+    Beyond that, the figure's drawn width decides: the positions become categories "0", "1", … whose
+    tick text is aliased to the tokens, so plotly keeps only the labels that fit the axis as drawn
+    (a phone shows fewer than a desktop, whole positions only) and hover still names every token.
+    Returns (coordinates for the trace or None, settings for `update_xaxes` / `update_yaxes`).
+    """
+    if len(labels) <= fits:
+        return None, token_ticks(labels, max_ticks=fits)
+    positions = [str(i) for i in range(len(labels))]
+    return positions, dict(type="category", tickmode="auto",
+                           labelalias={p: short_label(label) for p, label in zip(positions, labels)})
 
 
 def short_label(label: str, max_chars: int = MAX_TICK_CHARS) -> str:
