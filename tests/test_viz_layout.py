@@ -1,0 +1,137 @@
+"""The attention figures of a long real-model-like run, drawn by plotly.js in headless Chromium at a desktop
+(1440 px) and a phone (400 px) width: no two labels, titles or colour-bar texts overlap.
+
+The maps are shaped like SmolLM2's on a 271-token run (9 heads in 3 KV groups, 30 layers, the first token
+taking most of every row); the figures are the builders' own, rendered with the plotly.js that ships in
+the `plotly` package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import plotly.io as pio
+import pytest
+
+from playground import viz
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--allow-file-access-from-files"]
+WIDTHS = {"desktop": 1440, "phone": 400}
+T = 271
+WORDS = ["<|im_start|>", "system", "↵", "You", "␣are", "␣a", "␣helpful", "␣assistant", "␣Transformer", "␣language",
+         "␣model", "␣tokenizer", "␣embeddings", "␣attention", ",", ".", "␣the", "␣key", "-value", "␣cache"]
+
+# Every text box plotly drew, with its font size and rotation, by role.
+BOXES = """() => [...document.querySelectorAll('.main-svg text')].filter((e) => e.textContent.trim()).map((e) => {
+  const r = e.getBoundingClientRect();
+  return {text: e.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
+          size: parseFloat(getComputedStyle(e).fontSize), rotated: /rotate/.test(e.getAttribute('transform') || ''),
+          axis: e.closest('.xtick') ? 'x' : e.closest('.ytick') ? 'y' : ''};
+})"""
+
+
+def _sink_maps(rng: np.random.Generator) -> np.ndarray:
+    """(L, h, T, T) causal maps: the first key takes 30-70% of every row, a few recent keys most of the rest."""
+    logits = rng.normal(size=(30, 9, T, T)) * 1.5
+    logits += 3.0 * np.exp(-np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) / 3.0)  # local heads
+    logits[..., 0] += 4.0
+    logits = np.where(np.tril(np.ones((T, T), dtype=bool)), logits, -np.inf)
+    w = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def figures() -> dict:
+    rng = np.random.default_rng(0)
+    maps = _sink_maps(rng)
+    labels = [WORDS[i % len(WORDS)] for i in range(T)]
+    layer = maps[14]
+    return {
+        "grid": viz.attention_heads_grid(layer, labels, labels, title="Self-attention, layer 14: all 9 heads",
+                                         kv_groups=3),
+        "heatmap": viz.attention_heatmap(layer[0], labels, labels, title="Self-attention, layer 14, head 0",
+                                         highlight_row=T - 1),
+        "row": viz.attention_row(layer[0][-1], labels, title="Attention of the last token, layer 14, head 0"),
+        "summary": viz.head_summary(viz.attention_entropy(maps), viz.mean_attention_distance(maps),
+                                    title="Self-attention: heads at a glance"),
+    }
+
+
+@pytest.fixture(scope="module")
+def drawn(figures, tmp_path_factory) -> dict:
+    """(figure, width) -> every text box plotly drew."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Debian chromium is not installed (apt-get install -y chromium)", pytrace=False)
+        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    plotly_js = Path(pio.__file__).resolve().parents[1] / "package_data" / "plotly.min.js"
+    folder = tmp_path_factory.mktemp("figures")
+    out = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for size, width in WIDTHS.items():
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                for name, fig in figures.items():
+                    html = folder / f"{name}.html"
+                    html.write_text(f'<html><head><meta charset="utf-8"><script src="{plotly_js.as_uri()}"></script>'
+                                    '</head><body style="margin:0;padding:8px">'
+                                    + fig.to_html(include_plotlyjs=False, full_html=False) + "</body></html>")
+                    page.goto(html.as_uri())
+                    page.wait_for_selector(".main-svg")
+                    out[name, size] = page.evaluate(BOXES)
+                page.close()
+        finally:
+            browser.close()
+    return out
+
+
+def _overlap(a: dict, b: dict, slack: float = 1.0) -> bool:
+    return (a["x"] + slack < b["x"] + b["w"] and b["x"] + slack < a["x"] + a["w"]
+            and a["y"] + slack < b["y"] + b["h"] and b["y"] + slack < a["y"] + a["h"])
+
+
+@pytest.mark.parametrize("size", list(WIDTHS))
+@pytest.mark.parametrize("name", ["grid", "heatmap", "row", "summary"])
+def test_no_label_or_title_overlaps_another(drawn, name, size):
+    boxes = drawn[name, size]
+    assert boxes, "nothing was drawn"
+    width = WIDTHS[size]
+    for box in boxes:
+        assert box["x"] >= -1 and box["x"] + box["w"] <= width + 1, f"{box['text']!r} runs off the {width}-px page"
+    # Rotated tick labels lie on parallel slanted lines: they are apart when neighbours' anchors are at least
+    # one line of text apart across the slant (60°), whatever their axis-aligned boxes do; each label
+    # ends at its tick, so the boxes' right edges are the anchors.
+    for axis in ("x", "y"):
+        ticks = sorted((b for b in boxes if b["axis"] == axis), key=lambda b: (b["x"], b["y"]))
+        if len(ticks) < 2:
+            continue
+        if any(b["rotated"] for b in ticks):
+            ends = sorted(b["x"] + b["w"] for b in ticks)  # each slanted label ends at its tick (top right)
+            gaps = np.diff(ends) * np.sin(np.radians(60))
+            assert gaps.min() >= ticks[0]["size"], f"{name} {size}: slanted {axis} labels closer than a line"
+        else:
+            for i, a in enumerate(ticks):
+                for b in ticks[i + 1:]:
+                    assert not _overlap(a, b), f"{name} {size}: {axis} labels {a['text']!r} and {b['text']!r} overlap"
+    # Everything else (titles, subplot titles, colour bars, axis titles) keeps clear of everything.
+    others = [b for b in boxes if not b["axis"]]
+    for i, a in enumerate(others):
+        for b in others[i + 1:] + [t for t in boxes if t["axis"]]:
+            assert not _overlap(a, b), f"{name} {size}: {a['text']!r} overlaps {b['text']!r}"
+
+
+def test_long_axes_show_fewer_labels_on_a_phone_than_on_a_desktop(drawn):
+    for name in ("heatmap", "row"):
+        phone = [b for b in drawn[name, "phone"] if b["axis"] == "x"]
+        desktop = [b for b in drawn[name, "desktop"] if b["axis"] == "x"]
+        assert 4 <= len(phone) < len(desktop) < T, (name, len(phone), len(desktop))
+        assert {b["text"] for b in desktop} <= set(WORDS)  # tokens, not positions
