@@ -38,7 +38,7 @@ from playground.viz import (
     rope_rotation,
     timing_comparison,
 )
-from playground.viz._common import FITS_ANY_WIDTH, display_token, token_axis
+from playground.viz._common import FITS_ANY_WIDTH, TITLE_CHARS, display_token, token_axis, wrap_title
 from playground.viz.attention import CAP_BELOW, row_top, scaled_weights, typical_peak
 from playground.viz.positional import default_dims
 
@@ -185,6 +185,17 @@ def test_heatmap_labels_short_prompts_fully_and_lets_the_drawn_width_thin_long_o
         attention_heatmap(softmax_rows((3, 3)), ["a", "b"], None)
     with pytest.raises(ValueError, match="dimensions"):
         attention_heatmap(softmax_rows((2, 3, 3)))
+
+
+def test_long_titles_break_once_where_the_lines_come_out_even():
+    assert wrap_title("All heads") == "All heads"
+    assert wrap_title("decoder self-attention: entropy and mean distance of every head") == (
+        "decoder self-attention:<br>entropy and mean distance of every head")
+    assert wrap_title("Row of query 269 (' decoder'), layer 0, head 0") == "Row of query 269 (' decoder'),<br>layer 0, head 0"
+    assert wrap_title("KV memory<br><sup>2 · N · B · h_kv · T · d_h · s · a very long model name here</sup>").count("<br>") == 1
+    for title in ("x" * 60, "word " * 20):
+        first = wrap_title(title).split("<br>")[0]
+        assert len(first) <= TITLE_CHARS or "<br>" not in wrap_title(title)
 
 
 def test_token_axis_switches_to_width_thinned_categories_beyond_what_fits_anywhere():

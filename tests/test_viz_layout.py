@@ -3,7 +3,7 @@
 
 The maps are shaped like SmolLM2's on a 271-token run (9 heads in 3 KV groups, 30 layers, the first token
 taking most of every row); the figures are the builders' own, rendered with the plotly.js that ships in
-the `plotly` package.
+the `plotly` package; the titles are as long as the page's own.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ def figures() -> dict:
     labels = [WORDS[i % len(WORDS)] for i in range(T)]
     layer = maps[14]
     return {
-        "grid": viz.attention_heads_grid(layer, labels, labels, title="Self-attention, layer 14: all 9 heads",
+        "grid": viz.attention_heads_grid(layer, labels, labels, title="decoder self-attention: all heads of layer 14",
                                          kv_groups=3),
-        "heatmap": viz.attention_heatmap(layer[0], labels, labels, title="Self-attention, layer 14, head 0",
+        "heatmap": viz.attention_heatmap(layer[0], labels, labels, title="decoder self-attention, layer 14, head 0",
                                          highlight_row=T - 1),
-        "row": viz.attention_row(layer[0][-1], labels, title="Attention of the last token, layer 14, head 0"),
+        "row": viz.attention_row(layer[0][-1], labels, title="Row of query 270 (' decoder'), layer 14, head 0"),
         "summary": viz.head_summary(viz.attention_entropy(maps), viz.mean_attention_distance(maps),
-                                    title="Self-attention: heads at a glance"),
+                                    title="decoder self-attention: entropy and mean distance of every head"),
     }
 
 

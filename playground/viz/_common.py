@@ -24,10 +24,27 @@ TEXT_ZH = {"embedding": "嵌入层", "block": "第 {i} 层"}
 _T = Texts(TEXT, TEXT_ZH)
 
 
+TITLE_CHARS = 40  # a title longer than this runs past a 400-px phone's figure (plotly never wraps titles)
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """A one-line title longer than `width` characters, broken once where the two lines come out most even:
+    at a ": ", ", " or " · " if one keeps the first line within `width`, else at a space. Titles with their
+    own line breaks are kept."""
+    if "<br>" in title or len(html.unescape(title)) <= width:
+        return title
+    for marks in ((": ", ", ", " · "), (" ",)):
+        cuts = [(i, m) for m in marks for i in range(width // 3, width + 1) if title.startswith(m, i)]
+        if cuts:
+            i, m = min(cuts, key=lambda c: abs(c[0] - len(title) / 2))
+            return title[: i + len(m.rstrip())] + "<br>" + title[i + len(m):]
+    return title
+
+
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
-    """Apply the common look: title, fixed height, page-filling width, margins."""
+    """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins."""
     fig.update_layout(
-        title=dict(text=title, x=0.01, xanchor="left"),
+        title=dict(text=wrap_title(title), x=0.01, xanchor="left", automargin=True),
         height=int(height),
         autosize=True,  # width follows the container, so it never overflows the page
         margin={**MARGIN, **layout.pop("margin", {})},
