@@ -36,9 +36,10 @@ BOXES = """() => [...document.querySelectorAll('.main-svg text')].filter((e) => 
 })"""
 
 
-def _sink_maps(rng: np.random.Generator) -> np.ndarray:
-    """(L, h, T, T) causal maps: the first key takes 30-70% of every row, a few recent keys most of the rest."""
-    logits = rng.normal(size=(30, 9, T, T)) * 1.5
+def _sink_map(rng: np.random.Generator) -> np.ndarray:
+    """(h, T, T) causal maps of one layer: the first key takes 30-70% of every row, a few recent keys most of
+    the rest."""
+    logits = rng.normal(size=(9, T, T)) * 1.5
     logits += 3.0 * np.exp(-np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]) / 3.0)  # local heads
     logits[..., 0] += 4.0
     logits = np.where(np.tril(np.ones((T, T), dtype=bool)), logits, -np.inf)
@@ -49,16 +50,22 @@ def _sink_maps(rng: np.random.Generator) -> np.ndarray:
 @pytest.fixture(scope="module")
 def figures() -> dict:
     rng = np.random.default_rng(0)
-    maps = _sink_maps(rng)
+    entropy, distance, layer = [], [], None
+    for i in range(30):  # 30 layers, as SmolLM2; one layer's maps held at a time
+        m = _sink_map(rng)
+        entropy.append(viz.attention_entropy(m))
+        distance.append(viz.mean_attention_distance(m))
+        if i == 14:
+            layer = m
+    entropy, distance = np.stack(entropy), np.stack(distance)
     labels = [WORDS[i % len(WORDS)] for i in range(T)]
-    layer = maps[14]
     return {
         "grid": viz.attention_heads_grid(layer, labels, labels, title="decoder self-attention: all heads of layer 14",
                                          kv_groups=3),
         "heatmap": viz.attention_heatmap(layer[0], labels, labels, title="decoder self-attention, layer 14, head 0",
                                          highlight_row=T - 1),
         "row": viz.attention_row(layer[0][-1], labels, title="Row of query 270 (' decoder'), layer 14, head 0"),
-        "summary": viz.head_summary(viz.attention_entropy(maps), viz.mean_attention_distance(maps),
+        "summary": viz.head_summary(entropy, distance,
                                     title="decoder self-attention: entropy and mean distance of every head"),
     }
 
@@ -107,6 +114,7 @@ def test_no_label_or_title_overlaps_another(drawn, name, size):
     width = WIDTHS[size]
     for box in boxes:
         assert box["x"] >= -1 and box["x"] + box["w"] <= width + 1, f"{box['text']!r} runs off the {width}-px page"
+        assert box["y"] >= 0, f"{box['text']!r} is cut off at the top"
     # Rotated tick labels lie on parallel slanted lines: they are apart when neighbours' anchors are at least
     # one line of text apart across the slant (60°), whatever their axis-aligned boxes do; each label
     # ends at its tick, so the boxes' right edges are the anchors.

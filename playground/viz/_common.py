@@ -44,7 +44,9 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
     """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins."""
     fig.update_layout(
-        title=dict(text=wrap_title(title), x=0.01, xanchor="left", automargin=True),
+        # Anchored to the top of the figure, pushing the plot down when it takes two lines.
+        title=dict(text=wrap_title(title), x=0.01, xanchor="left", yref="container", y=1, yanchor="top",
+                   pad=dict(t=12), automargin=True),
         height=int(height),
         autosize=True,  # width follows the container, so it never overflows the page
         margin={**MARGIN, **layout.pop("margin", {})},
