@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from playground.checkpoints.hub import PRELOADED
-from playground.deploy import build, is_binary, split_front_matter, tracked_files
+from playground.tools.deploy import build, is_binary, split_front_matter, tracked_files
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ from typing import Any
 from playground.checkpoints.hub import PRELOADED
 from playground.errors import PlaygroundError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON_VERSION = "3.11"  # what the project is tested with
 SHORT_DESCRIPTION = "Watch a Transformer pick each token, and see why"  # the Hub allows 60 characters
 EXCLUDED = ("tests/*", ".ci/*", ".gitignore", "pyproject.toml", "README.md", ".gitattributes")  # README/.gitattributes: generated
