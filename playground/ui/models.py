@@ -116,7 +116,7 @@ class Models:
 
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
         params = dict(request.query_params) if request is not None else {}
-        base = UISettings(model=self.catalog.default_name() or "")
+        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
         settings, notes = from_query(params, base)
         owner = session_key(request)
         if settings.model not in self.catalog.names(owner):
