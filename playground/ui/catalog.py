@@ -167,6 +167,7 @@ class Catalog:
         self._checked: dict[str, tuple[tuple, str | None]] = {}  # folder -> (its files' stats, problem or None)
         self._unavailable: dict[str, str] = {}  # name -> why it is not offered (names and reasons only)
         self._logged_no_template: set[str] = set()
+        self._shadowed: dict[str, Path] = {}
         if upload_dir is None:
             upload_dir = Path(tempfile.gettempdir()) / "playground-uploads"
         self.upload_dir = Path(upload_dir).resolve()
@@ -224,8 +225,11 @@ class Catalog:
                     unavailable[root.name] = "the folder given with --weights does not exist"
                 continue
             for name, path in self._candidates(root):
-                if name in found:
-                    unavailable.setdefault(name, "another checkpoint of the same name is offered instead")
+                if name in found:  # the operator's concern, not a visitor's: the log only
+                    if self._shadowed.get(name) != root:
+                        self._shadowed[name] = root
+                        log.info("checkpoint %s of --weights %s: the one of the same name listed first is offered",
+                                 name, root.name)
                     continue
                 problem = self._problem(path, name)
                 if problem is None:
