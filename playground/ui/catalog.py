@@ -339,7 +339,7 @@ class Catalog:
         shared = self.shared_paths()
         preloaded = self.preloaded_paths()
         found = list(shared) + list(preloaded)
-        order = {self._default(shared, preloaded): -1, DEFAULT_DECODER: 0, DEFAULT_SEQ2SEQ: 1, SMOLLM2: 2}
+        order = {DEFAULT_DECODER: 0, DEFAULT_SEQ2SEQ: 1, SMOLLM2: 2, self._default(shared, preloaded): -1}
         found.sort(key=lambda n: (order.get(n, 3), n))
         entries = []
         for name in found:
