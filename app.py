@@ -15,7 +15,7 @@ import torch
 
 from playground.cpu import default_threads
 from playground.errors import PlaygroundError
-from playground.hosting import on_space, zero_gpu
+from playground.hosting import gpu_task, on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
 
 log = logging.getLogger("playground.app")
@@ -54,6 +54,13 @@ def check_device(device: str) -> str:
     return str(usable_device(device))
 
 
+def zero_gpu_probe() -> str:
+    """The GPU ZeroGPU lends, by name. ZeroGPU runs each @spaces.GPU call in a forked process, where
+    the one thread every forward pass runs on does not exist, so the models stay on the CPU there;
+    this function gives ZeroGPU's start-up the @spaces.GPU function it looks for."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -63,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     except PlaygroundError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    if zero_gpu():
+        gpu_task(zero_gpu_probe)
+        log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
     threads = args.threads or default_threads(browser_here=args.browser_here)
     torch.set_num_threads(threads)
     log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.hosting import gpu_task, space_url
+from playground.hosting import space_url
 from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
@@ -116,7 +116,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
     # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.
-    gr.api(gpu_task(h.stream.generate_text), api_name="generate_text", concurrency_limit=generate_concurrency,
+    gr.api(h.stream.generate_text, api_name="generate_text", concurrency_limit=generate_concurrency,
            concurrency_id="generate")
     p.demo.unload(h.unload)
     for fn in p.demo.fns.values():  # the page's own events are not an API
