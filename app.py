@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from playground.cpu import default_threads
+from playground.cpu import default_threads, omp_threads
 from playground.errors import PlaygroundError
 from playground.hosting import gpu_task, on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
@@ -35,8 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4, help="generations running at once")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads for the models (default: every core the CPU quota allows, one fewer "
-                             "with --browser-here)")
+                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "
+                             "the CPU quota allows, one fewer with --browser-here)")
     parser.add_argument("--browser-here", action="store_true",
                         help="a browser runs on this machine too: leave it one core")
     parser.add_argument("--device", default="cpu", help="where the models run: cpu (default) or cuda")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     if zero_gpu():
         gpu_task(zero_gpu_probe)
         log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
-    threads = args.threads or default_threads(browser_here=args.browser_here)
+    threads = args.threads or omp_threads() or default_threads(browser_here=args.browser_here)
     torch.set_num_threads(threads)
     log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",
              device, args.dtype)

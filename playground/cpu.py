@@ -95,3 +95,9 @@ def default_threads(browser_here: bool, root: Path = CGROUP_ROOT, proc_cgroup: P
     browser. On a Space the browser is elsewhere, so every core of the quota works for the model."""
     cores = usable_cores(root, proc_cgroup)
     return max(1, cores - 1) if browser_here else cores
+
+
+def omp_threads() -> int | None:
+    """OMP_NUM_THREADS when it is set to a positive whole number: an explicit choice, like --threads."""
+    raw = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None

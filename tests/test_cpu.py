@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.cpu import cpu_quota, default_threads, usable_cores
+from playground.cpu import cpu_quota, default_threads, omp_threads, usable_cores
 
 AFFINITY = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -64,3 +64,11 @@ def test_threads_use_every_core_of_the_quota_and_leave_one_to_a_browser_here(tmp
     root.joinpath("cpu.max").write_text(f"{(AFFINITY + 8) * 100000} 100000")  # a quota above the cores changes nothing
     assert default_threads(False, root, proc) == AFFINITY
     assert default_threads(True, root, proc) == max(1, AFFINITY - 1)
+
+
+def test_omp_num_threads_is_an_explicit_choice(monkeypatch):
+    for raw, expected in (("3", 3), (" 1 ", 1), ("0", None), ("-2", None), ("many", None), ("", None)):
+        monkeypatch.setenv("OMP_NUM_THREADS", raw)
+        assert omp_threads() == expected
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert omp_threads() is None
