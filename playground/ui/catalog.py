@@ -1,9 +1,12 @@
 """Which checkpoints the app offers, to whom, and the only way a name from the browser becomes a path.
 
 Names are what travel through the UI and links: "tiny-lm", "imports/foo", "upload/3f2a...",
-"hub/owner/name". `resolve` maps a name to a path strictly inside the weights folder, the Hugging
-Face cache (for preloaded repos) or the owner's own upload and Hub folders (no absolute paths, no
-"..", no symlinks pointing out); anything else is refused with one line. No Gradio here.
+"hub/owner/name". `resolve` maps a name to a path: a shipped or operator checkpoint only by looking
+the name up in the listing of the weights folders (the shipped folder, then those given with
+`app.py --weights DIR`; each checkpoint checked with `loader.preflight`, so only what loads is
+listed and `unavailable()` says why the rest is not), a preloaded repo in the Hugging Face cache, or
+a path strictly inside the owner's own upload and Hub folders (no absolute paths, no "..", no
+symlinks pointing out); anything else is refused with one line. No Gradio here.
 
 Visitors are private to each other. Every call that lists, stores or resolves uploads takes an
 `owner`: an opaque id of the visitor (the page passes Gradio's session hash). Shipped checkpoints
