@@ -58,3 +58,18 @@ def test_asking_for_cuda_without_it_is_one_line():
                             text=True, cwd=REPO, timeout=120)
     err = result.stderr.strip()
     assert result.returncode == 2 and err == "error: device 'cuda': no CUDA GPU is available here; use --device cpu"
+
+
+def test_pages_start_in_the_dtype_the_server_was_started_with(tmp_path):
+    import gradio as gr
+
+    from playground.ui.catalog import Catalog
+    from playground.ui.handlers import Handlers
+    from playground.ui.registry import ModelRegistry
+
+    h = Handlers(Catalog(REPO / "weights", tmp_path / "uploads", private=True), ModelRegistry(default_dtype="bfloat16"))
+    request = gr.Request(session_hash="dtype")
+    request.query_params = {}
+    assert dict(zip(FIELDS, h.models.page_load(request)[:-1]))["dtype"] == "bfloat16"
+    request.query_params = {"dtype": "float32"}  # a link's own dtype wins
+    assert dict(zip(FIELDS, h.models.page_load(request)[:-1]))["dtype"] == "float32"
