@@ -43,6 +43,7 @@ def test_extra_folders_add_to_the_shipped_ones_and_only_what_loads_is_listed(tin
     shutil.copy(tiny / "config.json", extra / "truncated")
     data = (tiny / "model.safetensors").read_bytes()
     (extra / "truncated" / "model.safetensors").write_bytes(data[: len(data) // 2])
+    shutil.copytree(tiny, extra / "my model (v2)")  # a name links cannot carry: the log asks for a rename
     (extra / "unknown-family").mkdir()
     config = json.loads((tiny / "config.json").read_text())
     (extra / "unknown-family" / "config.json").write_text(json.dumps({**config, "model_type": "no-such-family"}))
@@ -68,6 +69,7 @@ def test_extra_folders_add_to_the_shipped_ones_and_only_what_loads_is_listed(tin
             catalog.resolve(name, ALICE)
         assert f"checkpoint {name} is not offered" in caplog.text
     assert "the one of the same name listed first is offered" in caplog.text
+    assert "'my model (v2)' in the folder extra is not offered: rename it" in caplog.text
     caplog.clear()
     catalog.names(ALICE)  # listed again: nothing new to say
     assert "not offered" not in caplog.text

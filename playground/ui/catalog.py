@@ -171,6 +171,7 @@ class Catalog:
         self._unavailable: dict[str, str] = {}  # name -> why it is not offered (names and reasons only)
         self._logged_no_template: set[str] = set()
         self._shadowed: dict[str, Path] = {}
+        self._odd_names: set[Path] = set()
         if upload_dir is None:
             upload_dir = Path(tempfile.gettempdir()) / "playground-uploads"
         self.upload_dir = Path(upload_dir).resolve()
@@ -227,11 +228,16 @@ class Catalog:
                 if root != self.weights_dir:
                     unavailable[root.name] = "the folder given with --weights does not exist"
                 continue
+            for child in root.iterdir():  # links and dropdowns carry only plain names: the log says so once
+                if not child.name.startswith(".") and not _SAFE_NAME.match(child.name) and child not in self._odd_names:
+                    self._odd_names.add(child)
+                    log.warning("%r in the folder %s is not offered: rename it with letters, digits, '.', '_' and '-'",
+                                child.name, root.name)
             for name, path in self._candidates(root):
                 if name in found:  # the operator's concern, not a visitor's: the log only
                     if self._shadowed.get(name) != root:
                         self._shadowed[name] = root
-                        log.info("checkpoint %s of --weights %s: the one of the same name listed first is offered",
+                        log.info("checkpoint %s in the folder %s: the one of the same name listed first is offered",
                                  name, root.name)
                     continue
                 problem = self._problem(path, name)
