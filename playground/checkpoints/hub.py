@@ -21,12 +21,12 @@ from playground.errors import PlaygroundError
 
 # Hub repos a Space downloads at build time (README front matter `preload_from_hub`, written by
 # `python -m playground deploy-space`), which the app's catalog offers from the Hugging Face cache.
-# The files are those load_model needs. The chat template lives in tokenizer_config.json (older
-# uploads) or in chat_template.jinja (transformers 5 writes it there): both are listed, so chat works
-# whichever layout the Hub's copy has.
+# The files are those load_model needs, and only files the repo has (a listed file the repo lacks may
+# fail the Space's build). The chat template lives in tokenizer_config.json (older uploads, SmolLM2's)
+# or in chat_template.jinja (transformers 5 writes it there): when the preloaded copy has neither, the
+# app fetches chat_template.jinja once at start where the Hub is reachable (`fetch_chat_template`).
 PRELOADED: dict[str, tuple[str, ...]] = {
-    "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                                            "chat_template.jinja"),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"),
 }
 PRELOADED_REQUIRED = ("config.json", "model.safetensors")  # without these a preloaded repo is not offered
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
@@ -52,6 +52,22 @@ def has_chat_template(folder: Path) -> bool:
             json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def fetch_chat_template(repo_id: str, folder: Path, cache_dir: Path | str | None = None) -> bool:
+    """Best effort, online only: put the repo's chat_template.jinja beside a preloaded snapshot that has
+    no template (same revision, so it lands in `folder`). False when offline, absent or unreachable."""
+    if offline() or folder.parent.name != "snapshots":
+        return False
+    try:
+        from huggingface_hub import hf_hub_download
+
+        hf_hub_download(repo_id, "chat_template.jinja", revision=folder.name, cache_dir=cache_dir, etag_timeout=5)
+    except Exception:  # noqa: BLE001 - no such file, no network: the model is offered without chat
+        return False
+    return has_chat_template(folder)
+
+
 ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")

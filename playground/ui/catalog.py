@@ -48,6 +48,7 @@ from playground.checkpoints.hub import (
     PRELOADED,
     PRELOADED_CARDS,
     PRELOADED_REQUIRED,
+    fetch_chat_template,
     has_chat_template,
 )
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES
@@ -324,6 +325,9 @@ class Catalog:
                 out[name] = folder
                 if not has_chat_template(folder) and name not in self._logged_no_template:
                     self._logged_no_template.add(name)
+                    if fetch_chat_template(repo_id, folder, self.hf_cache_dir):
+                        log.info("preloaded %s: fetched its chat_template.jinja", repo_id)
+                        continue
                     log.warning("preloaded %s has no chat template (%s): offered without chat", repo_id,
                                 " or ".join(CHAT_TEMPLATE_FILES))
         return out
