@@ -213,3 +213,14 @@ def test_no_hooks_remain_after_an_edited_pass(decoder):
     hooked = [name for name, m in lm.model.named_modules()
               if m._forward_hooks or m._forward_pre_hooks or m._forward_hooks_with_kwargs]
     assert hooked == []
+
+
+def test_beam_search_under_edits_matches_generate_with_hooks(decoder, one_thread):
+    reference, lm = decoder
+    c = lm.config
+    edits = (Ablate(0, head=c.n_heads - 1), Steer(c.n_layers - 1, _vector(c.d_model, 14, 2.0), scale=1.0))
+    with torch.no_grad(), hf_edited(reference, edits, head_dim=c.head_dim):
+        expected = reference.generate(torch.tensor([PROMPT]), max_new_tokens=8, num_beams=3, do_sample=False,
+                                      pad_token_id=0, length_penalty=1.0, early_stopping=False)
+    cfg = GenerationConfig(max_new_tokens=8, num_beams=3, interventions=edits, top_candidates=0)
+    assert generate_all(lm, PROMPT, cfg).token_ids == expected[0, len(PROMPT):].tolist()
