@@ -120,3 +120,18 @@ def test_a_recorded_seq2seq_step(seq2seq, one_thread):
     att = attribute_step(lm, result, 1)
     ids = result.decoder_prefix + result.token_ids[:1]
     _assert_sums(att, float(lm.logits([SOURCE], [ids])[0, -1, att.token_id]))
+
+
+@pytest.mark.slow
+def test_smollm2_why_paris(smollm2_dir):
+    """The real SmolLM2 answers "Paris"; its logit, and its margin over the runner-up, split exactly."""
+    lm = playground.load_model(smollm2_dir)
+    result = generate_all(lm, "What is the capital of France?", GenerationConfig(max_new_tokens=6, chat=True))
+    step = next(i for i, t in enumerate(result.token_ids) if lm.token_text(t) == " Paris")
+    ids = result.decoder_prefix + result.token_ids[:step]
+    logits = lm.logits([ids])[0, -1].double()
+    att = attribute_step(lm, result, step)
+    _assert_sums(att, float(logits[att.token_id]))
+    why = attribute_step(lm, result, step, versus="runner-up")
+    _assert_sums(why, float(logits[why.token_id] - logits[why.versus_id]))
+    assert why.heads.shape == (30, 9) and why.logit > 0
