@@ -12,7 +12,7 @@ import playground
 from playground.analysis.attribution import attribute, attribute_step, runner_up
 from playground.generation import GenerationConfig, generate_all
 from playground.interventions import Ablate, Patch, Steer
-from tests.hf_tiny import bart_like, marian_like, save_decoder, save_seq2seq, t5_like
+from tests.hf_tiny import bart_like, gemma3_like, marian_like, save_decoder, save_seq2seq, t5_like
 from tests.test_interventions import DECODERS, PROMPT
 
 SEQ2SEQ = {
@@ -80,6 +80,20 @@ def test_decoder_parts_under_edits(decoder, one_thread):
     att = attribute(lm, ids, token, interventions=patched)
     _assert_sums(att, float(logits[token]))
     assert not att.heads.any() and not att.mlps.any() and att.other["patch"] != 0.0
+
+
+def test_a_softcapped_logit_splits_before_the_cap(tmp_path, one_thread):
+    """Gemma-2-style tanh softcap is not linear: the parts sum to the logit before it, and capping that
+    sum gives the model's logit."""
+    save_decoder(tmp_path, "gemma3_text", gemma3_like(final_logit_softcapping=2.0), init_std=0.1)
+    lm = playground.load_model(tmp_path)
+    assert lm.config.final_logit_softcap == 2.0
+    logits = lm.logits([PROMPT])[0, -1].double()
+    token = int(logits.argmax())
+    att = attribute(lm, PROMPT, token)
+    assert att.softcapped and att.logit > 2.0
+    assert abs(att.total - att.logit) <= REL * max(abs(v) for _, v in att.parts)
+    assert 2.0 * np.tanh(att.total / 2.0) == pytest.approx(float(logits[token]), rel=1e-5)
 
 
 def test_seq2seq_decoder_parts_sum_to_the_logit(seq2seq, one_thread):
