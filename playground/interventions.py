@@ -22,12 +22,17 @@ encoder's blocks (applied when the source is encoded) and `attention="cross"` a 
 cross-attention heads instead of its self-attention heads.
 
 This module is data only: `playground.models.edits` applies the edits to a model, `check` validates
-them against a model's config.
+them against a model's config, `pack` / `unpack` make a compact URL-safe text of a list for links
+(a SmolLM2 steering vector: ~3.2k characters, against ~12k as JSON lists).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import struct
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,6 +219,67 @@ def as_interventions(items: Iterable[Any] | None) -> tuple[Intervention, ...]:
             raise InterventionError(f"interventions must be Ablate, Steer or Patch, got {type(item).__name__}")
         out.append(item)
     return tuple(out)
+
+
+_VECTOR_FIELDS = ("vector", "value", "mean")
+MAX_PACKED = 200_000  # characters of a packed list accepted back (a link): far above any real model's vectors
+
+
+def _pack_vector(values: Sequence[float]) -> str:
+    """Little-endian float32 when every value survives it exactly (vectors made from float32 tensors), else float64."""
+    f32 = struct.pack(f"<{len(values)}f", *values)
+    if list(struct.unpack(f"<{len(values)}f", f32)) == list(values):
+        return "f4:" + base64.b64encode(f32).decode()
+    return "f8:" + base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode()
+
+
+def _unpack_vector(text: str) -> list[float]:
+    kind, _, data = text.partition(":")
+    if kind not in ("f4", "f8"):
+        raise InterventionError("a packed vector must start with f4: or f8:")
+    raw = base64.b64decode(data, validate=True)
+    size = 4 if kind == "f4" else 8
+    if len(raw) % size:
+        raise InterventionError("a packed vector has a truncated number")
+    return list(struct.unpack(f"<{len(raw) // size}{'f' if size == 4 else 'd'}", raw))
+
+
+def pack(interventions: Sequence[Intervention]) -> str:
+    """A compact URL-safe text of a list of interventions (for links): JSON with vectors as base64 floats,
+    deflated. `unpack(pack(x)) == x` exactly."""
+    items = []
+    for iv in interventions:
+        data = iv.to_dict()
+        for name in _VECTOR_FIELDS:
+            if data.get(name) is not None:
+                data[name] = _pack_vector(data[name])
+        items.append(data)
+    text = json.dumps(items, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(zlib.compress(text, 9)).decode().rstrip("=")
+
+
+def unpack(text: str) -> tuple[Intervention, ...]:
+    """The inverse of `pack`; anything else raises InterventionError (one line, nothing executed)."""
+    if not isinstance(text, str) or len(text) > MAX_PACKED:
+        raise InterventionError("the interventions in this link are not readable; open the edit again from the page")
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(raw, 4 * MAX_PACKED)
+        if inflater.unconsumed_tail or not inflater.eof:
+            raise ValueError("too large or cut short")
+        items = json.loads(data)
+        if not isinstance(items, list):
+            raise ValueError("not a list")
+        for item in items:
+            for name in _VECTOR_FIELDS:
+                if isinstance(item, dict) and isinstance(item.get(name), str):
+                    item[name] = _unpack_vector(item[name])
+    except InterventionError:
+        raise
+    except (ValueError, zlib.error, UnicodeDecodeError, struct.error, TypeError):
+        raise InterventionError("the interventions in this link are not readable; open the edit again from the page") from None
+    return as_interventions(items)
 
 
 def check(interventions: Sequence[Intervention], config: Any) -> None:

@@ -12,7 +12,16 @@ import torch
 
 import playground
 from playground.generation import GenerationConfig, SettingsError, generate_all
-from playground.interventions import Ablate, InterventionError, Patch, Steer, as_interventions, from_dict
+from playground.interventions import (
+    Ablate,
+    InterventionError,
+    Patch,
+    Steer,
+    as_interventions,
+    from_dict,
+    pack,
+    unpack,
+)
 from tests.hf_hooks import hf_edited
 from tests.hf_tiny import bart_like, save_decoder, save_seq2seq, t5_like
 from tests.test_decoder_families import CASES as FAMILY_CASES
@@ -165,6 +174,19 @@ def test_round_trip_and_hashing():
     assert as_interventions([iv.to_dict() for iv in edits]) == tuple(edits)
     cfg = GenerationConfig(interventions=[iv.to_dict() for iv in edits]).validate()
     assert cfg.interventions == tuple(edits) and cfg.to_dict()["interventions"][2]["scale"] == -1.5
+
+
+def test_packed_for_links_round_trips_exactly_and_refuses_garbage():
+    v32 = torch.randn(576, generator=torch.Generator().manual_seed(1))
+    edits = (Ablate(1, head=2), Steer(3, v32, scale=-1.5), Patch(0, 4, [0.1, 1 / 3, 2.0]),
+             Ablate(0, component="mlp", mode="mean", mean=v32))
+    text = pack(edits)
+    assert unpack(text) == edits and text.isascii() and "/" not in text and "+" not in text
+    assert len(text) < 2 * len(json.dumps([iv.to_dict() for iv in edits])) // 3  # smaller than the plain JSON
+    assert unpack(pack(())) == ()
+    for bad in ("", "not base64!", pack(edits)[:-7], "eJwLycgsVgAAC2YC0w", "x" * 300_000):
+        with pytest.raises(InterventionError, match="not readable|type|field"):
+            unpack(bad)
 
 
 @pytest.mark.parametrize(
