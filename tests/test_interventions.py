@@ -246,3 +246,14 @@ def test_beam_search_under_edits_matches_generate_with_hooks(decoder, one_thread
                                       pad_token_id=0, length_penalty=1.0, early_stopping=False)
     cfg = GenerationConfig(max_new_tokens=8, num_beams=3, interventions=edits, top_candidates=0)
     assert generate_all(lm, PROMPT, cfg).token_ids == expected[0, len(PROMPT):].tolist()
+
+
+def test_the_app_drops_edits_that_do_not_fit_with_a_note(decoder):
+    from playground.ui.limits import clamp_settings
+
+    _, lm = decoder
+    fits = (Ablate(0, head=0),)
+    cfg, notes = clamp_settings(GenerationConfig(interventions=fits), lm, len(PROMPT))
+    assert cfg.interventions == fits and not any("interventions" in n for n in notes)
+    cfg, notes = clamp_settings(GenerationConfig(interventions=(Ablate(99, head=0),)), lm, len(PROMPT))
+    assert cfg.interventions == () and any("layer 99 does not exist" in n for n in notes)
