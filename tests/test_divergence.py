@@ -77,3 +77,19 @@ def test_seq2seq_divergence_and_sweep(tmp_path, one_thread):
     assert div.kl.max() > 0
     sweep = sweep_step(s2s, original, 1, 1, attention="cross")
     assert sweep.logprob_drop.shape == (s2s.config.n_heads,) and not np.isnan(sweep.logprob_drop).any()
+
+
+def test_whole_sequence_analyses_of_an_edited_run_see_its_edits(lm, one_thread):
+    """RunCache (attention step by step, internals) replays a branch with the branch's own edits."""
+    import dataclasses
+
+    from playground.analysis.recorded import RunCache
+
+    steer = Steer(0, torch.randn(lm.config.d_model, generator=torch.Generator().manual_seed(3)), 4.0)
+    edited_run = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=3, interventions=(steer,)))
+    same_tokens = dataclasses.replace(edited_run, interventions=[])
+    with_edits = RunCache(lm, edited_run).internals(1)["self"]["q"]
+    without = RunCache(lm, same_tokens).internals(1)["self"]["q"]
+    assert np.abs(with_edits - without).max() > 1e-3
+    torch.testing.assert_close(torch.from_numpy(RunCache(lm, edited_run).internals(0)["self"]["q"]),
+                               torch.from_numpy(RunCache(lm, same_tokens).internals(0)["self"]["q"]), atol=0, rtol=0)
