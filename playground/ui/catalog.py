@@ -54,6 +54,7 @@ PRIVATE_UPLOAD = "this upload is private to the visitor who made it"
 PRIVATE_HUB = "this Hub download is private to the visitor who made it; type its repo id to download it yourself"
 DEFAULT_TTL_SECONDS = 3600
 DEFAULT_QUOTA_BYTES = 16 * 1024**3
+MAX_NAME_CHARS = 272  # longer than any catalog name ("hub/" + two Hub names of at most 128 characters)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SAFE_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -286,6 +287,8 @@ class Catalog:
         if not isinstance(name, str) or not name.strip():
             raise PlaygroundError("no model selected; pick one from the list or upload a .safetensors file")
         name = name.strip()
+        if len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
         private = None
         if name.startswith(UPLOAD_PREFIX):
             root, rel, private = self.owner_upload_dir(owner), name[len(UPLOAD_PREFIX):].strip("/"), PRIVATE_UPLOAD
@@ -294,7 +297,7 @@ class Catalog:
         elif name.startswith(HUB_PREFIX):
             root, rel, private = self.hub_dir_for(owner), name[len(HUB_PREFIX):], PRIVATE_HUB
             if not all(_SAFE_NAME.match(part) for part in rel.split("/")) or rel.count("/") != 1:
-                raise PlaygroundError(f"'{name}' is not a Hub download name; type the repo id as owner/name")
+                raise PlaygroundError(f"'{shown_name(name)}' is not a Hub download name; type the repo id as owner/name")
         else:
             preloaded = self.preloaded_paths()
             if name in preloaded:
@@ -302,12 +305,16 @@ class Catalog:
             root, rel = self.weights_dir, name
         parts = rel.split("/")
         if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
-            raise PlaygroundError(f"'{name}' is not a checkpoint name; pick one from the list")
-        path = (root / rel).resolve()
-        if not path.is_relative_to(root):
-            raise PlaygroundError(private or f"'{name}' points outside the checkpoint folders; pick one from the list")
-        if not path.exists():
-            raise PlaygroundError(private or f"no checkpoint named '{name}' here; pick one from the list or upload it")
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
+        try:
+            path = (root / rel).resolve()
+            if not path.is_relative_to(root):
+                raise PlaygroundError(private or f"'{shown_name(name)}' points outside the checkpoint folders; pick one from the list")
+            exists = path.exists()
+        except OSError:  # a name the file system cannot hold: its message would show the server's folder
+            raise PlaygroundError(private or f"'{shown_name(name)}' is not a checkpoint name; pick one from the list") from None
+        if not exists:
+            raise PlaygroundError(private or f"no checkpoint named '{shown_name(name)}' here; pick one from the list or upload it")
         if private is not None:
             self._touch(path)
         return path
@@ -462,3 +469,8 @@ class Catalog:
                     shutil.rmtree(root, ignore_errors=True)
                     removed.append(root)
         return removed
+
+
+def shown_name(name: str, limit: int = 40) -> str:
+    """A name as a message quotes it: at most `limit` characters (a 300-character name is not repeated)."""
+    return name if len(name) <= limit else name[:limit] + "…"

@@ -124,8 +124,8 @@ class Models:
             try:  # say why, in one line that names nothing of anyone else's
                 self.catalog.resolve(settings.model, owner)
                 why = "is not available here"
-            except PlaygroundError as exc:
-                why = str(exc)
+            except Exception as exc:  # noqa: BLE001 - whatever the name is, the link's other values still apply
+                why = one_line(exc, settings.lang, "link")
             notes.append(f"the link's model: {why}; using {base.model}")
             settings.model = base.model
         return settings, notes
