@@ -5,7 +5,9 @@ to live, disk quota, end of session, and the preloaded SmolLM2 found in the Hugg
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -112,10 +114,16 @@ def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_
     name = catalog.save_upload(files, 10**8, ALICE)
     assert name.startswith(UPLOAD_PREFIX)
     assert name in catalog.names(ALICE) and name not in catalog.names(BOB)
+    # Named by what it is and its size (issue 23), plus a random part that keeps each upload apart.
+    kind = json.loads((tiny / "config.json").read_text())["model_type"]
+    size = (tiny / "model.safetensors").stat().st_size
+    assert 10_000 <= size < 1_000_000
+    shown = f"{size / 1000:.0f}KB"
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}{kind}-{shown}-[0-9a-f]{{12}}", name), name
     alice_labels = [e.label for e in catalog.entries(ALICE) if e.name == name]
-    assert alice_labels == [f"uploaded: model.safetensors [{name[len(UPLOAD_PREFIX):][:8]}]"]
+    assert alice_labels == [f"uploaded: {kind} · {shown} · model.safetensors [{name[-12:-6]}]"]
     bob_text = " ".join(f"{e.name} {e.label}" for e in catalog.entries(BOB))
-    assert name[len(UPLOAD_PREFIX):][:8] not in bob_text and "uploaded" not in bob_text
+    assert name[-12:] not in bob_text and "uploaded" not in bob_text
     path = catalog.resolve(name, ALICE)
     assert playground.load_model(path).config.n_layers == 1
     for other in (BOB, "", None):
