@@ -49,7 +49,7 @@ def session_key(request: gr.Request | None) -> str:
 def token_ids_example(lm: LoadedModel) -> str:
     """A prompt of token ids for a model without a tokenizer: its first ids after the start token, if any."""
     start = [] if lm.config.bos_token_id is None else [lm.config.bos_token_id]
-    ids = start + [i for i in range(1, 6) if i not in start][:4 - len(start)]
+    ids = start + [i for i in range(1, 5) if i not in start][:3 - len(start)]
     return ", ".join(str(i) for i in ids if 0 <= i < lm.config.vocab_size)
 
 
