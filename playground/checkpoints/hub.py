@@ -24,7 +24,8 @@ from playground.errors import PlaygroundError
 PRELOADED: dict[str, tuple[str, ...]] = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"),
 }
-ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
+# Tokenizer files by the families' names: tokenizer.model / spiece.model / sentencepiece.bpe.model, Marian's .spm.
+ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "*.model", "*.spm", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
