@@ -60,8 +60,19 @@ def _slow(tmp_path: Path, name: str, files: dict[str, Path | str], tokenizer_cla
     return folder
 
 
-LAYOUTS = ["gpt2", "t5", "llama", "mbart50", "nllb", "m2m100", "marian", "t5-spiece.model", "llama-tokenizer.model",
-           "gpt2-vocab+merges", "mbart50-sentencepiece.bpe.model"]
+LAYOUTS = ["gpt2", "t5", "llama", "mbart50", "nllb", "m2m100", "marian", "gemma", "qwen2", "gpt_neox", "bart", "codegen",
+           "bert", "t5-spiece.model", "llama-tokenizer.model", "gpt2-vocab+merges", "mbart50-sentencepiece.bpe.model",
+           "unknown-class+tokenizer.json"]
+BPE_VOCAB = {"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 3, "Ġ": 4, "<s>": 5, "</s>": 6, "<unk>": 7, "<pad>": 8,
+             "<mask>": 9}
+BPE = {"gemma": lambda: transformers.GemmaTokenizer(vocab={"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "a": 4,
+                                                           "b": 5, "▁": 6}, merges=[]),
+       "qwen2": lambda: transformers.Qwen2Tokenizer(vocab=BPE_VOCAB, merges=[("a", "b")]),
+       "gpt_neox": lambda: transformers.GPTNeoXTokenizer(vocab=BPE_VOCAB, merges=[("a", "b")]),
+       "bart": lambda: transformers.BartTokenizer(vocab=BPE_VOCAB, merges=[("a", "b")]),
+       "codegen": lambda: transformers.CodeGenTokenizer(vocab=BPE_VOCAB, merges=[("a", "b")]),
+       "bert": lambda: transformers.BertTokenizer(vocab={"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3, "[MASK]": 4,
+                                                        "a": 5, "ab": 6})}
 
 
 def _layout(name: str, tmp_path: Path, spm: tuple[Path, Path]) -> Path:
@@ -82,6 +93,13 @@ def _layout(name: str, tmp_path: Path, spm: tuple[Path, Path]) -> Path:
     if name == "marian":
         return _saved(tmp_path, name, transformers.MarianTokenizer(source_spm=str(model), target_spm=str(model),
                                                                    vocab=str(vocab)))
+    if name in BPE:
+        return _saved(tmp_path, name, BPE[name]())
+    if name == "unknown-class+tokenizer.json":  # a class we do not run, over a tokenizer.json: the plain fast one
+        folder = _saved(tmp_path, name, transformers.GPT2Tokenizer(vocab=gpt2_vocab, merges=[("a", "b")]))
+        settings = json.loads((folder / "tokenizer_config.json").read_text())
+        (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "tokenizer_class": "MyT5Tokenizer"}))
+        return folder
     if name == "t5-spiece.model":
         return _slow(tmp_path, name, {"spiece.model": model}, "T5Tokenizer")
     if name == "llama-tokenizer.model":
@@ -97,8 +115,11 @@ def _layout(name: str, tmp_path: Path, spm: tuple[Path, Path]) -> Path:
 def test_every_family_layout_gives_transformers_tokens(layout, tmp_path, spm):
     """The staged, allow-listed load gives the class and the ids AutoTokenizer gives on the folder itself."""
     folder = _layout(layout, tmp_path, spm)
-    reference = AutoTokenizer.from_pretrained(str(folder))
     ours, error = load_directory_tokenizer(folder)
+    if layout.startswith("unknown-class"):
+        reference = transformers.TokenizersBackend.from_pretrained(str(folder))
+    else:
+        reference = AutoTokenizer.from_pretrained(str(folder))
     assert error is None and type(ours) is type(reference)
     ids = reference.encode(TEXT)
     assert ours.encode(TEXT) == ids and ours.decode(ids) == reference.decode(ids)
