@@ -266,3 +266,10 @@ def test_a_folder_without_config_names_no_server_folder(tmp_path):
     with pytest.raises(PlaygroundError) as caught:
         playground.load_model(tmp_path / "deep" / "nothing-here", limits=LIMITS)
     assert str(tmp_path) not in str(caught.value)
+
+
+def test_a_tokenizer_that_would_not_fit_the_memory_left_is_refused(tmp_path):
+    folder = save_tiny_decoder(tmp_path / "lm")
+    tokenizer, error = load_directory_tokenizer(folder, memory_bytes=10_000)
+    assert tokenizer is None and "more than the memory left" in error and "token ids" in error
+    assert load_directory_tokenizer(folder, memory_bytes=2**30)[1] is None
