@@ -273,3 +273,14 @@ def test_a_tokenizer_that_would_not_fit_the_memory_left_is_refused(tmp_path):
     tokenizer, error = load_directory_tokenizer(folder, memory_bytes=10_000)
     assert tokenizer is None and "more than the memory left" in error and "token ids" in error
     assert load_directory_tokenizer(folder, memory_bytes=2**30)[1] is None
+
+
+def test_template_files_have_their_own_small_budget(tmp_path):
+    folder = save_tiny_decoder(tmp_path / "lm")
+    (folder / "chat_template.jinja").write_text("{{ 'x' }}" * 200_000)  # 1.8 MB
+    tokenizer, error = load_directory_tokenizer(folder)
+    assert tokenizer is None and error.startswith("chat_template.jinja: 1.7 MiB is over the 1.0 MiB")
+    (folder / "chat_template.jinja").unlink()
+    (folder / "chat_template.json").write_bytes(b"\xff not json")  # processors' file: ignored when broken
+    tokenizer, error = load_directory_tokenizer(folder)
+    assert error is None and not tokenizer.chat_template

@@ -51,6 +51,7 @@ GENERIC = "TokenizersBackend"
 MAX_FILE_BYTES = 64 * MIB  # the largest real tokenizer.json files (256k vocabularies) are ~33 MB
 MAX_TOTAL_BYTES = 160 * MIB
 MAX_CONFIG_BYTES = 1 * MIB
+MAX_TEMPLATE_BYTES = 1 * MIB  # templates render only up to 100,000 characters (chat_template.TemplateLimits)
 # Peak memory of loading a tokenizer, in multiples of its files' size: 5.5-6.3x measured for SmolLM2's
 # 3.5 MB tokenizer.json (transformers 5, warm process); 12 leaves room for other vocabularies' layouts.
 PARSE_FACTOR = 12
@@ -105,7 +106,7 @@ def _load(directory: Path, memory_bytes: int | None) -> Any:
     files: dict[str, bytes] = {}
     total = 0
     for name in names:
-        data = read_folder_file(directory, name, MAX_FILE_BYTES)
+        data = read_folder_file(directory, name, MAX_TEMPLATE_BYTES if name.endswith(".jinja") else MAX_FILE_BYTES)
         if data is None:
             continue
         total += len(data)
@@ -202,7 +203,10 @@ def _extra_templates(directory: Path) -> list[str]:
 def _processor_template(directory: Path) -> str | None:
     """The template of a chat_template.json (where transformers' processors keep it), used only when
     neither tokenizer_config.json nor chat_template.jinja has one."""
-    data = _json_object(directory, "chat_template.json", MAX_FILE_BYTES)
+    try:
+        data = _json_object(directory, "chat_template.json", MAX_TEMPLATE_BYTES)
+    except CheckpointError:  # a processor's file the tokenizer itself never reads: a broken one costs no text input
+        return None
     template = (data or {}).get("chat_template")
     return template if isinstance(template, str) and template else None
 
