@@ -284,3 +284,17 @@ def test_template_files_have_their_own_small_budget(tmp_path):
     (folder / "chat_template.json").write_bytes(b"\xff not json")  # processors' file: ignored when broken
     tokenizer, error = load_directory_tokenizer(folder)
     assert error is None and not tokenizer.chat_template
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/etc/passwd", "/nonexistent/x"])
+def test_a_sentencepiece_setting_naming_a_server_file_is_dropped(target, tmp_path, spm):
+    """sp_model_kwargs goes to sentencepiece, which opens its `model_file`: before, /etc/passwd and
+    /nonexistent gave different errors (and /dev/zero reads forever). Now the setting is dropped and the
+    folder's own source.spm is read."""
+    folder = _layout("marian", tmp_path, spm)
+    reference = AutoTokenizer.from_pretrained(str(folder))
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings["sp_model_kwargs"] = {"model_file": target, "model_proto": "x"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    tokenizer, error = within_bounds(f"sp_model_kwargs naming {target}", lambda: load_directory_tokenizer(folder))
+    assert error is None and tokenizer.encode(TEXT) == reference.encode(TEXT)

@@ -181,11 +181,21 @@ def _class_name(settings: dict[str, Any], config: dict[str, Any], has_json: bool
 
 
 def _safe_settings(settings: dict[str, Any], class_name: str) -> dict[str, Any]:
-    """tokenizer_config.json without anything that names files, folders or code; the class we checked."""
-    safe = {k: v for k, v in settings.items()
+    """tokenizer_config.json without anything that names files, folders or code, at any depth (e.g.
+    `sp_model_kwargs.model_file`, which sentencepiece would open); the class we checked."""
+    safe = {k: _without_files(v) for k, v in settings.items()
             if isinstance(k, str) and k not in _DROPPED_SETTINGS and not _FILE_SETTING.search(k)}
     safe["tokenizer_class"] = class_name
     return safe
+
+
+def _without_files(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_files(v) for k, v in value.items()
+                if not (isinstance(k, str) and (_FILE_SETTING.search(k) or k == "model_proto"))}
+    if isinstance(value, list):
+        return [_without_files(v) for v in value]
+    return value
 
 
 def _extra_templates(directory: Path) -> list[str]:
