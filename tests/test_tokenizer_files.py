@@ -298,3 +298,16 @@ def test_a_sentencepiece_setting_naming_a_server_file_is_dropped(target, tmp_pat
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))
     tokenizer, error = within_bounds(f"sp_model_kwargs naming {target}", lambda: load_directory_tokenizer(folder))
     assert error is None and tokenizer.encode(TEXT) == reference.encode(TEXT)
+
+
+def test_our_own_format_s_embedded_settings_cannot_name_files(tmp_path):
+    from playground.checkpoints.tokenizer import tokenizer_from_json, tokenizer_to_json
+
+    plain = AutoTokenizer.from_pretrained(str(save_tiny_decoder(tmp_path / "lm")))
+    text, settings = tokenizer_to_json(plain)
+    hostile = {**settings, "tokenizer_file": "/dev/zero", "gguf_file": "/dev/zero", "vocab_file": "/etc/passwd",
+               "name_or_path": "/etc", "sp_model_kwargs": {"model_file": "/dev/zero"}}
+    tokenizer = within_bounds("embedded settings naming files", lambda: tokenizer_from_json(text, hostile))
+    assert tokenizer.encode("ab c") == plain.encode("ab c") and "/etc" not in json.dumps(tokenizer.init_kwargs, default=str)
+    with pytest.raises(CheckpointError):
+        tokenizer_from_json(text, ["not", "a", "dict"])

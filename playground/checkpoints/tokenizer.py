@@ -183,8 +183,7 @@ def _class_name(settings: dict[str, Any], config: dict[str, Any], has_json: bool
 def _safe_settings(settings: dict[str, Any], class_name: str) -> dict[str, Any]:
     """tokenizer_config.json without anything that names files, folders or code, at any depth (e.g.
     `sp_model_kwargs.model_file`, which sentencepiece would open); the class we checked."""
-    safe = {k: _without_files(v) for k, v in settings.items()
-            if isinstance(k, str) and k not in _DROPPED_SETTINGS and not _FILE_SETTING.search(k)}
+    safe = _without_files({k: v for k, v in settings.items() if isinstance(k, str) and k not in _DROPPED_SETTINGS})
     safe["tokenizer_class"] = class_name
     return safe
 
@@ -249,7 +248,11 @@ def tokenizer_from_json(tokenizer_json: str, settings: dict[str, Any] | None = N
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    settings = dict(settings or {})
+    if settings is not None and not isinstance(settings, dict):
+        raise CheckpointError("the embedded tokenizer settings are not a JSON object")
+    # The settings come from the file's metadata: nothing in them that names files or code is passed on.
+    settings = _without_files({k: v for k, v in (settings or {}).items()
+                               if isinstance(k, str) and k not in _DROPPED_SETTINGS})
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer_json), **settings)
 
 
