@@ -100,6 +100,7 @@ class LoadedModel:
 
     def tokenize(self, text: str, *, chat: bool = False) -> list[int]:
         """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn.
+        Without a tokenizer, `text` is the ids themselves, separated by commas ("1, 2, 3": `parse_token_ids`).
 
         Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
         the position): neither is text a tokenizer can read, and cleaning it silently would change

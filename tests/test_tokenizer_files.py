@@ -311,3 +311,18 @@ def test_our_own_format_s_embedded_settings_cannot_name_files(tmp_path):
     assert tokenizer.encode("ab c") == plain.encode("ab c") and "/etc" not in json.dumps(tokenizer.init_kwargs, default=str)
     with pytest.raises(CheckpointError):
         tokenizer_from_json(text, ["not", "a", "dict"])
+
+
+def test_token_id_prompts_without_a_tokenizer(tmp_path):
+    lm = playground.load_model(save_tiny_decoder(tmp_path / "lm"), limits=LIMITS, tokenizer=False)
+    vocab = lm.config.vocab_size
+    assert lm.tokenize("1, 2, 3") == lm.tokenize(" 1 2,3, ") == [1, 2, 3]
+    for text, fragment in (("hello", "token ids separated by commas"), (f"1, {vocab}", "outside the vocabulary"),
+                           ("1, -2", "token ids"), ("", "token ids")):
+        with pytest.raises(PlaygroundError, match=fragment):
+            lm.tokenize(text)
+    with pytest.raises(PlaygroundError, match="turn chat off"):
+        lm.tokenize("1, 2", chat=True)
+    result = playground.generate_all(lm, "1, 2, 3", playground.GenerationConfig(max_new_tokens=2, temperature=0.0))
+    assert result.token_ids == playground.generate_all(lm, [1, 2, 3], playground.GenerationConfig(
+        max_new_tokens=2, temperature=0.0)).token_ids
