@@ -138,6 +138,21 @@ def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_
         assert str(caught.value) == PRIVATE_UPLOAD
 
 
+def test_upload_names_carry_only_safe_characters_of_the_kind(catalog, tiny, tmp_path):
+    """The kind comes from the visitor's config.json (markup and odd characters become '_') or, without
+    one, from the weights file's name; the name still resolves only for its owner."""
+    config = json.loads((tiny / "config.json").read_text())
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "config.json").write_text(json.dumps({**config, "model_type": '<img src=x onerror="alert(1)">/../..'}))
+    name = catalog.save_upload([_gradio_temp(tmp_path, hostile / "config.json", "config.json"),
+                                _gradio_temp(tmp_path, tiny / "model.safetensors", "model.safetensors")], 10**8, ALICE)
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}img_src_x_onerror_alert_1-\d+KB-[0-9a-f]{{12}}", name), name
+    assert catalog.resolve(name, ALICE).is_dir()
+    bare = catalog.save_upload([_gradio_temp(tmp_path, tiny / "model.safetensors", "tiny-v2.safetensors")], 10**8, ALICE)
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}tiny_v2-\d+KB-[0-9a-f]{{12}}", bare), bare
+
+
 def test_the_same_bytes_uploaded_by_two_visitors_are_two_models(catalog, tiny):
     a = catalog.save_upload([tiny / "config.json", tiny / "model.safetensors"], 10**8, ALICE)
     b = catalog.save_upload([tiny / "config.json", tiny / "model.safetensors"], 10**8, BOB)
