@@ -191,6 +191,7 @@ class LoadedModel:
             "tokenizer": None if self.tokenizer is None else type(self.tokenizer).__name__,
             "tokenizer_error": self.tokenizer_error,
             "chat_template": self.chat_template_available,
+            "special_ids_outside_vocab": c.special_ids_outside_vocab(),
             "config": c.to_dict(),
             **(_stacks(c) if c.kind == "seq2seq" else {}),
         }

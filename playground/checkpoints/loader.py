@@ -306,3 +306,47 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path.name}: expected a JSON object")
     return data
+
+
+def preflight(path: str | Path, limits: Limits | None = None) -> None:
+    """Raise the CheckpointError `load_model(path)` would raise before reading any tensor: the config
+    (family, fields), the weight files, their headers and the config's claims against them, the memory
+    budget. Headers only: cheap enough to check every offered checkpoint when the app starts."""
+    limits = limits or Limits.default()
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path.name}: no such file or directory (a broken link?)")
+    if path.is_file():
+        refuse_pickle(path)
+        if path.suffix.lower() != ".safetensors":
+            raise CheckpointError(f"{path.name}: not a .safetensors file")
+        header = read_header(path, max_tensors=limits.max_tensors)
+        if not is_own_format(header.metadata):
+            raise CheckpointError(f"{path.name}: no playground config in the file's metadata and no config.json beside it")
+        try:
+            config = ModelConfig.from_dict(json.loads(header.metadata["config"]))
+        except (json.JSONDecodeError, RecursionError, ConfigError) as error:
+            raise CheckpointError(f"{path.name}: config in the metadata is unusable ({error})") from None
+        _check_claims(config, TensorReader([header]), torch.float32, limits, path.name)
+        return
+    refuse_outside_links(path)
+    if not (path / "config.json").exists():
+        own = [p for p in path.glob("*.safetensors") if is_own_format(read_header(p, max_tensors=limits.max_tensors).metadata)]
+        if len(own) != 1:
+            raise CheckpointError(f"{path.name}: no config.json and no playground .safetensors file")
+        return preflight(own[0], limits)
+    hf_config = _read_json(path / "config.json")
+    family = family_for(hf_config, where=f"{path.name}/config.json")
+    try:
+        config = family.config_from_hf(hf_config)
+    except CheckpointError:
+        raise
+    except (ConfigError, TypeError, ValueError, ArithmeticError) as error:
+        raise CheckpointError(f"{path.name}/config.json: {error}") from None
+    files = _weight_files(path)
+    check_file_sizes({f.name: f.stat().st_size for f in files}, limits)
+    reader = TensorReader.open(files, max_tensors=limits.max_tensors)
+    if family.adapt is not None:
+        prefix = next((p for p in family.prefixes if p + family.probe in reader), family.prefixes[0])
+        config = family.adapt(config, reader, prefix)
+    _check_claims(config, reader, torch.float32, limits, path.name)

@@ -37,12 +37,13 @@ LIVE_TEMPLATE = """<div class="pg-live">
   <div class="pg-branches" hidden></div>
 </div>"""
 
-# After the server returns the query string: make the full URL, show it, put it in the address bar
-# and copy it (the clipboard needs a secure context; the text box is the fallback).
+# After the server returns the query string (inside a Space: the Space's huggingface.co address and
+# the query): make the full URL, show it, put its query in the address bar and copy it (the clipboard
+# needs a secure context; the text box is the fallback).
 COPY_LINK_JS = """
 (query) => {
-  const url = window.location.origin + window.location.pathname + query;
-  try { window.history.replaceState(null, '', url); } catch (e) {}
+  const url = /^https:[/][/]/.test(query) ? query : window.location.origin + window.location.pathname + query;
+  try { window.history.replaceState(null, '', window.location.pathname + url.slice(url.indexOf('?'))); } catch (e) {}
   if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(url).catch(() => {}); }
   return url;
 }

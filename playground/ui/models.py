@@ -14,7 +14,6 @@ from typing import Any
 
 import gradio as gr
 
-from playground.checkpoints.card import read_card
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
@@ -93,12 +92,12 @@ class Models:
     def example(self, name: str, lm: LoadedModel, owner: str | None) -> str:
         if lm.tokenizer is None:  # it reads token ids only
             return token_ids_example(lm)
-        card = read_card(self.catalog.resolve(name, owner))
+        card = self.catalog.card(name, owner)
         return card.example_prompt or EXAMPLES[lm.kind]
 
     def about(self, name: str, lm: LoadedModel, lang: str, owner: str | None) -> str:
         """One line saying what the model is for (escaped: it comes from a file)."""
-        card = read_card(self.catalog.resolve(name, owner))
+        card = self.catalog.card(name, owner)
         text = card.describe(lang) or t(
             "describe_generic", lang, family=lm.config.family, kind=t(f"kind_{lm.kind}", lang),
             params=f"{lm.parameter_count:,}")
@@ -139,7 +138,7 @@ class Models:
 
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
         params = dict(request.query_params) if request is not None else {}
-        base = UISettings(model=self.catalog.default_name() or "")
+        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
         settings, notes = from_query(params, base)
         owner = session_key(request)
         if settings.model not in self.catalog.names(owner):
@@ -150,6 +149,7 @@ class Models:
                 why = one_line(exc, settings.lang, "link")
             notes.append(f"the link's model: {why}; using {base.model}")
             settings.model = base.model
+        notes += [f"{name} is not offered here: {why}" for name, why in self.catalog.unavailable().items()]
         return settings, notes
 
     def page_load(self, request: gr.Request):
