@@ -68,7 +68,8 @@ def fetch_chat_template(repo_id: str, folder: Path, cache_dir: Path | str | None
     return has_chat_template(folder)
 
 
-ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
+# Tokenizer files by the families' names: tokenizer.model / spiece.model / sentencepiece.bpe.model, Marian's .spm.
+ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "*.model", "*.spm", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 

@@ -62,14 +62,19 @@ SMOLLM2 = "SmolLM2-135M-Instruct"
 UPLOAD_PREFIX = "upload/"
 HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Hugging Face Hub
 # A checkpoint folder's files: weights, config, tokenizer. Nothing executable, nothing pickled.
-ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja")
+ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".spm", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
 PRIVATE_UPLOAD = "this upload is private to the visitor who made it"
 PRIVATE_HUB = "this Hub download is private to the visitor who made it; type its repo id to download it yourself"
 DEFAULT_TTL_SECONDS = 3600
 DEFAULT_QUOTA_BYTES = 16 * 1024**3
+MAX_NAME_CHARS = 272  # longer than any catalog name ("hub/" + two Hub names of at most 128 characters)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SAFE_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+# An upload's folder: what it is, its size and a random part that keeps it unique and unguessable
+# ("llama-12.3MB-4f1c0a9e2b7d"); the older bare 32-hex ids are still read.
+_SAFE_UPLOAD_ID = re.compile(r"^(?:[0-9a-f]{32}|[a-z0-9_]{1,32}-[0-9]+(?:\.[0-9])?[KMG]?B-[0-9a-f]{12})$")
+_KIND_CHARS = re.compile(r"[^a-z0-9_]+")
+MAX_KIND_BYTES = 1024 * 1024  # config.json is read for its model_type only
 
 
 @dataclass(frozen=True)
@@ -363,7 +368,7 @@ class Catalog:
                 entries.append(Entry(name, name + tag + _describe(shared[name])))
         for up in self._uploads(owner):
             files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
-            entries.append(Entry(UPLOAD_PREFIX + up.name, f"uploaded: {', '.join(files)} [{up.name[:8]}]"))
+            entries.append(Entry(UPLOAD_PREFIX + up.name, upload_label(up.name, files)))
         for repo in self._hub_downloads(owner):
             rid = f"{repo.parent.name}/{repo.name}"
             entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
@@ -413,6 +418,8 @@ class Catalog:
         if not isinstance(name, str) or not name.strip():
             raise PlaygroundError("no model selected; pick one from the list or upload a .safetensors file")
         name = name.strip()
+        if len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
         private = None
         if name.startswith(UPLOAD_PREFIX):
             root, rel, private = self.owner_upload_dir(owner), name[len(UPLOAD_PREFIX):].strip("/"), PRIVATE_UPLOAD
@@ -421,7 +428,7 @@ class Catalog:
         elif name.startswith(HUB_PREFIX):
             root, rel, private = self.hub_dir_for(owner), name[len(HUB_PREFIX):], PRIVATE_HUB
             if not all(_SAFE_NAME.match(part) for part in rel.split("/")) or rel.count("/") != 1:
-                raise PlaygroundError(f"'{name}' is not a Hub download name; type the repo id as owner/name")
+                raise PlaygroundError(f"'{shown_name(name)}' is not a Hub download name; type the repo id as owner/name")
         else:
             parts = name.split("/")
             if "\\" in name or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
@@ -435,12 +442,16 @@ class Catalog:
             raise PlaygroundError(f"no checkpoint named '{name}' here; pick one from the list or upload it")
         parts = rel.split("/")
         if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
-            raise PlaygroundError(f"'{name}' is not a checkpoint name; pick one from the list")
-        path = (root / rel).resolve()
-        if not path.is_relative_to(root):
-            raise PlaygroundError(private or f"'{name}' points outside the checkpoint folders; pick one from the list")
-        if not path.exists():
-            raise PlaygroundError(private or f"no checkpoint named '{name}' here; pick one from the list or upload it")
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
+        try:
+            path = (root / rel).resolve()
+            if not path.is_relative_to(root):
+                raise PlaygroundError(private or f"'{shown_name(name)}' points outside the checkpoint folders; pick one from the list")
+            exists = path.exists()
+        except OSError:  # a name the file system cannot hold: its message would show the server's folder
+            raise PlaygroundError(private or f"'{shown_name(name)}' is not a checkpoint name; pick one from the list") from None
+        if not exists:
+            raise PlaygroundError(private or f"no checkpoint named '{shown_name(name)}' here; pick one from the list or upload it")
         if private is not None:
             self._touch(path)
         return path
@@ -479,8 +490,8 @@ class Catalog:
                 )
             if not _SAFE_NAME.match(base) or not base.lower().endswith(ALLOWED_SUFFIXES):
                 raise PlaygroundError(
-                    f"{base}: not accepted; upload .safetensors weights and the folder's .json/.txt config "
-                    "and tokenizer files"
+                    f"{base}: not accepted; upload .safetensors weights and the folder's config and tokenizer "
+                    "files (.json, .txt, .model, .spm, .jinja)"
                 )
             if base in names:
                 raise PlaygroundError(f"two uploaded files are both called {base}; upload one checkpoint at a time")
@@ -502,7 +513,7 @@ class Catalog:
             )
         with self._lock:
             self.make_room(total)
-            target = self.owner_upload_dir(owner) / uuid.uuid4().hex
+            target = self.owner_upload_dir(owner) / upload_id(names)
             target.mkdir(parents=True)
             try:
                 for base, src in names.items():
@@ -595,3 +606,43 @@ class Catalog:
                     shutil.rmtree(root, ignore_errors=True)
                     removed.append(root)
         return removed
+
+
+def shown_name(name: str, limit: int = 40) -> str:
+    """A name as a message quotes it: at most `limit` characters (a 300-character name is not repeated)."""
+    return name if len(name) <= limit else name[:limit] + "…"
+
+
+def upload_id(files: dict[str, Path]) -> str:
+    """A new upload's folder name: its kind (config.json's model_type, else the weights file's name), the
+    size of its weights and 12 random hex digits, e.g. "llama-12.3MB-4f1c0a9e2b7d"."""
+    kind = ""
+    config = files.get("config.json")
+    try:
+        if config is not None and config.stat().st_size <= MAX_KIND_BYTES:
+            model_type = json.loads(config.read_bytes()).get("model_type")
+            kind = model_type if isinstance(model_type, str) else ""
+    except (OSError, ValueError, AttributeError, RecursionError):  # the loader says what is wrong with it
+        kind = ""
+    if not kind:
+        weights = sorted(n for n in files if n.endswith(".safetensors"))
+        kind = weights[0].removesuffix(".safetensors") if weights else "upload"
+    kind = _KIND_CHARS.sub("_", kind.lower()).strip("_")[:32] or "upload"
+    size = sum(p.stat().st_size for n, p in files.items() if n.endswith(".safetensors"))
+    return f"{kind}-{_short_size(size)}-{uuid.uuid4().hex[:12]}"
+
+
+def _short_size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    return f"{n}B"
+
+
+def upload_label(folder: str, files: list[str]) -> str:
+    """What the model list shows for an upload: "uploaded: llama · 12.3MB · model.safetensors [4f1c0a]"."""
+    if "-" not in folder:  # an older upload named by its random id alone
+        return f"uploaded: {', '.join(files)} [{folder[:8]}]"
+    kind, size, rand = folder.rsplit("-", 2)
+    return f"uploaded: {kind} · {size} · {', '.join(files)} [{rand[:6]}]"
