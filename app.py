@@ -1,4 +1,5 @@
-"""Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]`.
+"""Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
+[--browser-here] [--device cpu|cuda] [--dtype float32|bfloat16|float16]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -6,19 +7,19 @@ Also the Hugging Face Space's app_file (a Space runs it without arguments).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 
 import torch
 
+from playground.cpu import default_threads, omp_threads
+from playground.errors import PlaygroundError
+from playground.hosting import gpu_task, on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
 
-
-def default_threads() -> int:
-    """One torch thread per core but one. Measured on 2 cores with Chromium on the same machine: the
-    page showed SmolLM2-135M at 17 tokens/s with one torch thread and 8 with two, whose spinning
-    workers kept losing their core to the browser and the server's event loop."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, cores - 1)
+log = logging.getLogger("playground.app")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,19 +29,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="port (default: $GRADIO_SERVER_PORT or 7860)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to listen on (0.0.0.0 for every interface)")
-    parser.add_argument("--weights", default=None, help="folder of checkpoints to offer (default: ./weights)")
+    parser.add_argument("--weights", action="append", default=[], metavar="DIR",
+                        help="a folder of checkpoints to offer besides the shipped ones (repeatable); "
+                             "each is checked at start and only those that load are listed")
     parser.add_argument("--concurrency", type=int, default=4, help="generations running at once")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads for the models (default: one per core but one, which stays free for "
-                             "the web server and a browser on the same machine)")
+                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "
+                             "the CPU quota allows, one fewer with --browser-here)")
+    parser.add_argument("--browser-here", action="store_true",
+                        help="a browser runs on this machine too: leave it one core")
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default) or cuda")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
     return parser.parse_args(argv)
+
+
+def check_device(device: str) -> str:
+    """The device as torch names it, or one line saying what to use instead (no CUDA here, say)."""
+    from playground.checkpoints.loader import usable_device
+
+    if zero_gpu() and device != "cpu":
+        raise PlaygroundError("on ZeroGPU the GPU is lent only inside each @spaces.GPU call, while the page keeps "
+                              "its runs between calls; run with --device cpu, or on a Space with a dedicated GPU")
+    return str(usable_device(device))
+
+
+def zero_gpu_probe() -> str:
+    """The GPU ZeroGPU lends, by name. ZeroGPU runs each @spaces.GPU call in a forked process, where
+    the one thread every forward pass runs on does not exist, so the models stay on the CPU there;
+    this function gives ZeroGPU's start-up the @spaces.GPU function it looks for."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads or default_threads())
-    demo = build_app(args.weights, generate_concurrency=args.concurrency)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("playground").setLevel(logging.INFO)  # what is offered and why not goes to the log
+    try:
+        device = check_device(args.device)
+    except PlaygroundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if zero_gpu():
+        gpu_task(zero_gpu_probe)
+        log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
+    threads = args.threads or omp_threads() or default_threads(browser_here=args.browser_here)
+    torch.set_num_threads(threads)
+    log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",
+             device, args.dtype)
+    demo = build_app(extra_weights=args.weights, generate_concurrency=args.concurrency, device=device, dtype=args.dtype)
+    catalog = demo.playground_handlers.catalog
+    offered = list(catalog.shared_paths()) + list(catalog.preloaded_paths())  # checked now; problems are logged
+    log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
                 max_file_size="2gb", **launch_kwargs())

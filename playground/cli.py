@@ -82,12 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     gemma.add_argument("--force", action="store_true")
     gemma.set_defaults(handler=_import_gemma3)
 
-    from playground import deploy
-
     space = commands.add_parser("deploy-space", help="create or update a Hugging Face Space running this app")
-    deploy.add_arguments(space)
-    space.set_defaults(handler=deploy.run)
+    try:  # a tool of the checkout (playground/tools/ is not installed with the package)
+        from playground.tools import deploy
+    except ModuleNotFoundError as missing:
+        if missing.name not in ("playground.tools", "playground.tools.deploy"):
+            raise
+        space.add_argument("rest", nargs=argparse.REMAINDER)
+        space.set_defaults(handler=_deploy_needs_checkout)
+    else:
+        deploy.add_arguments(space)
+        space.set_defaults(handler=deploy.run)
     return parser
+
+
+def _deploy_needs_checkout(args: argparse.Namespace) -> int:
+    raise PlaygroundError("deploy-space runs from a checkout of the repository (it uploads the files git tracks): "
+                          "clone it, then run python -m playground deploy-space OWNER/NAME there")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,8 @@ class LayerKind:
 # Above 1e3 float16 scores overflow (max 65504) for |q·k| > 65 and float32 softmax is a hard argmax:
 # such a value is a corrupt config, not a design.
 MAX_ATTENTION_SCALE = 1e3
+# The single-id special token fields (the end id may also be a list: see `ModelConfig.eos_token_ids`).
+SPECIAL_ID_FIELDS = ("bos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
 
 
 def _positive_number(value: Any) -> bool:
@@ -379,15 +381,6 @@ class ModelConfig:
                 raise ConfigError(f"config field '{name}' is {getattr(self, name)}; it must be positive (usually 10000)")
         if self.rope_scaling:
             _check_rope_scaling(self.rope_scaling)
-        ids = {name: getattr(self, name) for name in
-               ("bos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")}
-        ids.update({"eos_token_id": i for i in self.eos_token_ids})
-        for name, value in ids.items():
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ConfigError(
-                    f"config field '{name}' is {value}, outside the vocabulary (0..{self.vocab_size - 1}); "
-                    "fix the id or use null"
-                )
 
     # --- derived
     def encoder_config(self) -> ModelConfig:
@@ -463,6 +456,20 @@ class ModelConfig:
         if self.eos_token_id is None:
             return []
         return [self.eos_token_id] if isinstance(self.eos_token_id, int) else list(self.eos_token_id)
+
+    def special_ids(self) -> dict[str, int]:
+        """Every special token id the config names, keyed by field (`eos_token_id.1` for the second end id)."""
+        ids = {name: getattr(self, name) for name in SPECIAL_ID_FIELDS if getattr(self, name) is not None}
+        eos = self.eos_token_ids
+        ids.update({"eos_token_id" if len(eos) == 1 else f"eos_token_id.{i}": value for i, value in enumerate(eos)})
+        return ids
+
+    def special_ids_outside_vocab(self) -> dict[str, int]:
+        """The special ids no token of the vocabulary has. Tiny checkpoints often keep GPT-2's 50256 with a
+        170-token vocabulary; transformers loads them and treats such an id as a token that never occurs
+        (an end id outside the vocabulary never ends a run). So do we: only a use that needs the token
+        itself (starting the decoder, an empty prompt's start token, a forced token) refuses it."""
+        return {name: value for name, value in self.special_ids().items() if not 0 <= value < self.vocab_size}
 
     # --- serialisation
     def to_dict(self) -> dict[str, Any]:

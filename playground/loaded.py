@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +13,8 @@ from torch import nn
 
 from playground.config import ModelConfig
 from playground.errors import ChatTemplateError, PlaygroundError, PromptError
+from playground.interventions import Intervention, as_interventions, check
+from playground.models.edits import edited
 from playground.models.positional import positional_kind_label
 
 if TYPE_CHECKING:
@@ -81,8 +85,17 @@ class LoadedModel:
         input_ids: torch.Tensor,
         decoder_input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        interventions: Sequence[Intervention] | None = None,
     ) -> torch.Tensor:
-        """Logits (B, T, V): of the input for decoders, of `decoder_input_ids` for seq2seq models."""
+        """Logits (B, T, V): of the input for decoders, of `decoder_input_ids` for seq2seq models.
+
+        `interventions` (Ablate, Steer, Patch from playground.interventions, or their dicts) edit this
+        forward pass; an InterventionError says what to change when one does not fit the model."""
+        edits = as_interventions(interventions)
+        if edits:
+            check(edits, self.config)
+            with edited(self.model, edits):
+                return self.logits(input_ids, decoder_input_ids, attention_mask)
         input_ids = torch.as_tensor(input_ids, device=self.device)
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
@@ -99,6 +112,7 @@ class LoadedModel:
 
     def tokenize(self, text: str, *, chat: bool = False) -> list[int]:
         """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn.
+        Without a tokenizer, `text` is the ids themselves, separated by commas ("1, 2, 3": `parse_token_ids`).
 
         Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
         the position): neither is text a tokenizer can read, and cleaning it silently would change
@@ -106,7 +120,9 @@ class LoadedModel:
         it renders exactly as transformers' apply_chat_template, or raises one ChatTemplateError line.
         """
         if self.tokenizer is None:
-            raise PlaygroundError(self.tokenizer_error or "this checkpoint has no tokenizer; pass token ids instead")
+            if chat:
+                raise PlaygroundError("this checkpoint has no tokenizer, so no chat template; turn chat off")
+            return parse_token_ids(text, self.config.vocab_size, self.tokenizer_error)
         check_prompt_text(text)
         if chat:
             if not self.chat_template_available:
@@ -187,6 +203,7 @@ class LoadedModel:
             "tokenizer": None if self.tokenizer is None else type(self.tokenizer).__name__,
             "tokenizer_error": self.tokenizer_error,
             "chat_template": self.chat_template_available,
+            "special_ids_outside_vocab": c.special_ids_outside_vocab(),
             "config": c.to_dict(),
             **(_stacks(c) if c.kind == "seq2seq" else {}),
         }
@@ -207,6 +224,24 @@ def _stacks(config: ModelConfig) -> dict[str, Any]:
         "decoder": _stack(config, config.n_layers),
         "symmetric": config.symmetric,
     }
+
+
+_TOKEN_IDS = re.compile(r"\s*\d{1,12}(?:\s*[,\s]\s*\d{1,12})*\s*,?\s*")
+
+
+def parse_token_ids(text: str, vocab_size: int, why: str | None = None) -> list[int]:
+    """The prompt of a checkpoint without a tokenizer: token ids separated by commas or spaces ("1, 2, 3").
+
+    Anything else is refused with `why` (the reason there is no tokenizer, which says what to type)."""
+    if not isinstance(text, str):
+        raise PromptError(f"the prompt must be text, got {type(text).__name__}")
+    if not _TOKEN_IDS.fullmatch(text):
+        raise PromptError(why or "this checkpoint has no tokenizer; type token ids separated by commas (e.g. 1, 2, 3)")
+    ids = [int(i) for i in re.findall(r"\d+", text)]
+    bad = next((i for i in ids if i >= vocab_size), None)
+    if bad is not None:
+        raise PromptError(f"token id {bad} is outside the vocabulary (0 to {vocab_size - 1}); use smaller ids")
+    return ids
 
 
 def check_prompt_text(text: str) -> None:

@@ -5,7 +5,9 @@ to live, disk quota, end of session, and the preloaded SmolLM2 found in the Hugg
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -112,10 +114,16 @@ def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_
     name = catalog.save_upload(files, 10**8, ALICE)
     assert name.startswith(UPLOAD_PREFIX)
     assert name in catalog.names(ALICE) and name not in catalog.names(BOB)
+    # Named by what it is and its size (issue 23), plus a random part that keeps each upload apart.
+    kind = json.loads((tiny / "config.json").read_text())["model_type"]
+    size = (tiny / "model.safetensors").stat().st_size
+    assert 10_000 <= size < 1_000_000
+    shown = f"{size / 1000:.0f}KB"
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}{kind}-{shown}-[0-9a-f]{{12}}", name), name
     alice_labels = [e.label for e in catalog.entries(ALICE) if e.name == name]
-    assert alice_labels == [f"uploaded: model.safetensors [{name[len(UPLOAD_PREFIX):][:8]}]"]
+    assert alice_labels == [f"uploaded: {kind} · {shown} · model.safetensors [{name[-12:-6]}]"]
     bob_text = " ".join(f"{e.name} {e.label}" for e in catalog.entries(BOB))
-    assert name[len(UPLOAD_PREFIX):][:8] not in bob_text and "uploaded" not in bob_text
+    assert name[-12:] not in bob_text and "uploaded" not in bob_text
     path = catalog.resolve(name, ALICE)
     assert playground.load_model(path).config.n_layers == 1
     for other in (BOB, "", None):
@@ -128,6 +136,21 @@ def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_
         with pytest.raises(PlaygroundError) as caught:
             catalog.resolve(probe, BOB)
         assert str(caught.value) == PRIVATE_UPLOAD
+
+
+def test_upload_names_carry_only_safe_characters_of_the_kind(catalog, tiny, tmp_path):
+    """The kind comes from the visitor's config.json (markup and odd characters become '_') or, without
+    one, from the weights file's name; the name still resolves only for its owner."""
+    config = json.loads((tiny / "config.json").read_text())
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "config.json").write_text(json.dumps({**config, "model_type": '<img src=x onerror="alert(1)">/../..'}))
+    name = catalog.save_upload([_gradio_temp(tmp_path, hostile / "config.json", "config.json"),
+                                _gradio_temp(tmp_path, tiny / "model.safetensors", "model.safetensors")], 10**8, ALICE)
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}img_src_x_onerror_alert_1-\d+KB-[0-9a-f]{{12}}", name), name
+    assert catalog.resolve(name, ALICE).is_dir()
+    bare = catalog.save_upload([_gradio_temp(tmp_path, tiny / "model.safetensors", "tiny-v2.safetensors")], 10**8, ALICE)
+    assert re.fullmatch(rf"{UPLOAD_PREFIX}tiny_v2-\d+KB-[0-9a-f]{{12}}", bare), bare
 
 
 def test_the_same_bytes_uploaded_by_two_visitors_are_two_models(catalog, tiny):

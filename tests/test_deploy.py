@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from playground.checkpoints.hub import PRELOADED
-from playground.deploy import build, is_binary, split_front_matter, tracked_files
+from playground.tools.deploy import build, card_images, is_binary, split_front_matter, tracked_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,11 +43,13 @@ def test_the_file_list_is_the_tracked_files_the_space_needs(plan):
     paths = [f["path"] for f in plan["files"]]
     expected = {p for p in tracked_files(ROOT) if not p.startswith(("tests/", ".ci/")) and p not in (".gitignore", "pyproject.toml")}
     expected = {p for p in expected if (ROOT / p).is_file()} | {"README.md", ".gitattributes"}
+    expected |= {p for p in card_images(build(ROOT)[1]["README.md"].decode()) if p in tracked_files(ROOT)}
     assert set(paths) == expected and len(paths) == len(set(paths))
     assert {"app.py", "requirements.txt", "playground/__init__.py", "weights/tiny-lm/model.safetensors",
             "weights/tiny-seq2seq/model.safetensors"} <= set(paths)
-    assert not [p for p in paths if p.startswith(("tests/", ".venv/", "venv/", "test-artifacts/", "bench-results/",
+    assert not [p for p in paths if p.startswith((".venv/", "venv/", "test-artifacts/", "bench-results/",
                                                   "weights/SmolLM2", "weights/imports/"))]
+    assert {p for p in paths if p.startswith("tests/")} <= {p for p in paths if p.startswith("tests/screenshots/")}
     for f in plan["files"]:
         if f["source"] == "working tree":
             assert f["bytes"] == (ROOT / f["path"]).stat().st_size
@@ -76,7 +79,12 @@ def test_the_space_config_pins_what_the_requirements_install(plan):
     assert config["sdk"] == "gradio" and config["app_file"] == "app.py" and config["python_version"] == "3.11"
     assert 0 < len(config["short_description"]) <= 60
     assert config["preload_from_hub"] == [f"{repo} {','.join(files)}" for repo, files in PRELOADED.items()]
-    assert config["preload_from_hub"][0].startswith("HuggingFaceTB/SmolLM2-135M-Instruct config.json,model.safetensors")
+    repo, files = config["preload_from_hub"][0].split(" ")
+    assert repo == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    # Only files the Hub's copy has (a missing one may fail the build); a template kept in
+    # chat_template.jinja is fetched at start instead (hub.fetch_chat_template).
+    assert set(files.split(",")) == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    assert config["models"] == ["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the model's page links the Space
     assert plan["repo_type"] == "space" and plan["space_sdk"] == "gradio"
     readme = build(ROOT)[1]["README.md"].decode()
     front, body = split_front_matter(readme)
@@ -98,3 +106,30 @@ def test_bad_space_ids_are_one_line(bad):
 def test_binary_detection():
     assert is_binary(b"{}", "weights/x.safetensors") and is_binary(b"a\0b", "notes.txt")
     assert is_binary("é".encode("latin-1"), "notes.txt") and not is_binary("é 🔍".encode(), "README.md")
+
+
+def test_every_image_the_card_shows_is_uploaded(plan):
+    card = build(ROOT)[1]["README.md"].decode()
+    images = card_images(card)
+    assert len(images) >= 20  # the screenshots
+    uploaded = {f["path"]: f for f in plan["files"]}
+    for image in images:
+        assert image in uploaded, image
+        assert uploaded[image]["binary"] and uploaded[image]["bytes"] == (ROOT / image).stat().st_size
+    assert not [n for n in plan["notes"] if "images" in n]
+
+
+def test_card_images_finds_markdown_and_html_images_but_not_web_addresses():
+    text = ('![a](x/a.png) ![c](./z/c.png "title") <img alt="d" src="d.gif"> ![a again](x/a.png#top) '
+            "![e](https://example.com/e.png) ![f](//cdn/f.png) [not an image](g.png)")
+    assert card_images(text) == ["x/a.png", "z/c.png", "d.gif"]
+
+
+def test_without_the_tools_folder_deploy_space_says_to_run_it_from_a_checkout(tmp_path):
+    # What an installed wheel holds: the package without playground/tools/.
+    shutil.copytree(ROOT / "playground", tmp_path / "playground", ignore=shutil.ignore_patterns("tools", "__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "playground", "deploy-space", "me/x", "--dry-run"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    err = result.stderr.strip()
+    assert result.returncode == 2 and "\n" not in err and "from a checkout" in err and "Traceback" not in err

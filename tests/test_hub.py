@@ -63,3 +63,14 @@ def test_the_ui_reports_hub_failures_in_the_status_line(monkeypatch, tmp_path):
     # Names of Hub downloads cannot escape the Hub folder either.
     with pytest.raises(PlaygroundError):
         h.catalog.resolve(HUB_PREFIX + "../../etc")
+
+
+def test_fetching_a_missing_chat_template_is_offline_safe(tmp_path, monkeypatch):
+    """Offline (as here and as in CI) the start-time fetch gives up at once and says so by returning False."""
+    from playground.checkpoints.hub import fetch_chat_template
+
+    snapshot = tmp_path / "models--o--n" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert fetch_chat_template("o/n", snapshot, tmp_path) is False
+    assert not (snapshot / "chat_template.jinja").exists()

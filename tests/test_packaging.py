@@ -27,9 +27,12 @@ def test_installed_package_imports_and_runs_from_anywhere(tmp_path):
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(site)  # not the checkout: the installed copy
     packages = sorted(p.parent.relative_to(REPO).as_posix() for p in (REPO / "playground").rglob("__init__.py"))
-    installed = [p for p in packages if not p.startswith("playground/tools")]
-    assert len(installed) < len(packages) and all((site / p / "__init__.py").exists() for p in installed), packages
-    assert not (site / "playground" / "tools").exists()  # run from a checkout only, never installed
+    tools = [p for p in packages if p.startswith("playground/tools")]
+    assert tools and not any((site / p).exists() for p in tools)  # run from a checkout only
+    assert all((site / p / "__init__.py").exists() for p in packages if p not in tools), packages
+    deploy = subprocess.run([str(site / "bin" / "playground"), "deploy-space", "me/x", "--dry-run"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert deploy.returncode == 2 and "from a checkout" in deploy.stderr and deploy.stderr.count("\n") == 1
     command = subprocess.run([str(site / "bin" / "playground"), "generate", "--help"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=120)
     assert command.returncode == 0 and "--max-new-tokens" in command.stdout, command.stderr

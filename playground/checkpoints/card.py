@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playground.checkpoints.folder_files import read_folder_text
 from playground.checkpoints.own_format import is_own_format
 from playground.checkpoints.safetensors_io import read_header
 
@@ -49,9 +50,9 @@ def read_card(path: Path) -> Card:
     """The card of a checkpoint file or folder (an empty Card when there is none or it is unreadable)."""
     try:
         if path.is_dir():
-            card_file = path / CARD_FILE
-            if card_file.is_file() and card_file.stat().st_size <= MAX_CARD_BYTES:
-                return parse_card(json.loads(card_file.read_text(encoding="utf-8")))
+            text = read_folder_text(path, CARD_FILE, MAX_CARD_BYTES)  # a regular file inside, within budget
+            if text is not None:
+                return parse_card(json.loads(text))
             own = [p for p in sorted(path.glob("*.safetensors"))[:1]]
             if not own:
                 return Card()

@@ -11,6 +11,7 @@ downloaded. Offline, every call fails with one message starting "no network: ".
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 from collections.abc import Callable
@@ -20,11 +21,55 @@ from playground.errors import PlaygroundError
 
 # Hub repos a Space downloads at build time (README front matter `preload_from_hub`, written by
 # `python -m playground deploy-space`), which the app's catalog offers from the Hugging Face cache.
-# The files are those load_model needs.
+# The files are those load_model needs, and only files the repo has (a listed file the repo lacks may
+# fail the Space's build). The chat template lives in tokenizer_config.json (older uploads, SmolLM2's)
+# or in chat_template.jinja (transformers 5 writes it there): when the preloaded copy has neither, the
+# app fetches chat_template.jinja once at start where the Hub is reachable (`fetch_chat_template`).
 PRELOADED: dict[str, tuple[str, ...]] = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"),
 }
-ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "tokenizer.model", "*.jinja"]
+PRELOADED_REQUIRED = ("config.json", "model.safetensors")  # without these a preloaded repo is not offered
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
+# What the app says about each preloaded model: the preload does not download our playground.json.
+PRELOADED_CARDS: dict[str, dict[str, object]] = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": {
+        "description": {
+            "en": "SmolLM2-135M-Instruct: a small instruction-tuned chat model (Chat is on: it answers your message).",
+            "zh": "SmolLM2-135M-Instruct:一个小型指令微调对话模型(已开启对话模式:它会回答你的消息)。",
+        },
+        "example_prompt": "What is the capital of France?",
+    },
+}
+
+
+def has_chat_template(folder: Path) -> bool:
+    """Whether a checkpoint folder carries a chat template in either place transformers reads it from."""
+    if (folder / "chat_template.jinja").is_file():
+        return True
+    config = folder / "tokenizer_config.json"
+    try:
+        return config.is_file() and config.stat().st_size < 64 * 2**20 and bool(
+            json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def fetch_chat_template(repo_id: str, folder: Path, cache_dir: Path | str | None = None) -> bool:
+    """Best effort, online only: put the repo's chat_template.jinja beside a preloaded snapshot that has
+    no template (same revision, so it lands in `folder`). False when offline, absent or unreachable."""
+    if offline() or folder.parent.name != "snapshots":
+        return False
+    try:
+        from huggingface_hub import hf_hub_download
+
+        hf_hub_download(repo_id, "chat_template.jinja", revision=folder.name, cache_dir=cache_dir, etag_timeout=5)
+    except Exception:  # noqa: BLE001 - no such file, no network: the model is offered without chat
+        return False
+    return has_chat_template(folder)
+
+
+# Tokenizer files by the families' names: tokenizer.model / spiece.model / sentencepiece.bpe.model, Marian's .spm.
+ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.txt", "*.model", "*.spm", "*.jinja"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 

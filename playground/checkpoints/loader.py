@@ -26,10 +26,11 @@ import torch
 
 from playground.checkpoints.expected import state_layout
 from playground.checkpoints.families import family_for
+from playground.checkpoints.folder_files import checkpoint_root, read_folder_text
 from playground.checkpoints.limits import Limits, check_file_holds, check_file_sizes, check_memory, estimate_load
 from playground.checkpoints.own_format import is_own_format
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES, TensorReader, read_header, refuse_pickle
-from playground.checkpoints.tokenizer import load_directory_tokenizer, tokenizer_from_json
+from playground.checkpoints.tokenizer import TOKEN_IDS_HINT, load_directory_tokenizer, tokenizer_from_json
 from playground.checkpoints.weight_map import Rule, build_state_dict, expand_layers
 from playground.config import ModelConfig
 from playground.errors import CheckpointError, ConfigError
@@ -38,7 +39,7 @@ from playground.models import build_model, reset_buffers
 
 log = logging.getLogger("playground.checkpoints")
 MAX_CONFIG_BYTES = 1024 * 1024
-NO_TOKENIZER = "the tokenizer was not loaded (load_model(..., tokenizer=False)); pass token ids instead"
+NO_TOKENIZER = f"the tokenizer was not loaded (load_model(..., tokenizer=False)); {TOKEN_IDS_HINT}"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -63,12 +64,15 @@ def load_model(
     torch_dtype = DTYPES[dtype]
     target = usable_device(device)
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or directory; pass a checkpoint folder or a .safetensors file")
-    if path.is_dir():
-        loaded = _load_directory(path, torch_dtype, limits, tokenizer)
-    else:
-        loaded = _load_file(path, torch_dtype, limits, tokenizer)
+    try:
+        if not path.exists():
+            raise CheckpointError(f"{path.name}: no such file or directory; pass a checkpoint folder or a .safetensors file")
+        if path.is_dir():
+            loaded = _load_directory(path, torch_dtype, limits, tokenizer)
+        else:
+            loaded = _load_file(path, torch_dtype, limits, tokenizer)
+    except OSError as error:  # names the file only: the folder it sits in may be a server path
+        raise CheckpointError(os_error_line(error, path)) from None
     (model, estimate), config, tokenizer, tokenizer_error, reader = loaded
     model.to(target).eval()
     return LoadedModel(
@@ -123,7 +127,7 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits, with_to
         if pickles:
             refuse_pickle(directory / pickles[0])
         raise CheckpointError(
-            f"{directory}: no config.json and no playground .safetensors file; "
+            f"{directory.name}: no config.json and no playground .safetensors file; "
             "a checkpoint folder needs config.json + model.safetensors (Hugging Face layout)"
         )
     hf_config = _read_json(config_path)
@@ -145,7 +149,8 @@ def _load_directory(directory: Path, dtype: torch.dtype, limits: Limits, with_to
     layout, estimate = _check_claims(config, reader, dtype, limits, directory.name)
     # Parsing tokenizer files is pure Python; the weight copies below release the GIL: overlap them.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tokenizer_job = pool.submit(load_directory_tokenizer, directory) if with_tokenizer else None
+        left = limits.memory_budget_bytes - estimate.resident
+        tokenizer_job = pool.submit(load_directory_tokenizer, directory, left) if with_tokenizer else None
         rules = family.rules(config)
         model = _build(config, layout.shapes(), rules, reader, dtype, family.ignore, prefix, directory.name)
         tokenizer, tokenizer_error = tokenizer_job.result() if tokenizer_job else (None, NO_TOKENIZER)
@@ -193,8 +198,16 @@ def _own_tokenizer(path: Path, metadata: dict[str, str]):
             settings = json.loads(metadata.get("tokenizer_settings", "{}"))
             return tokenizer_from_json(metadata["tokenizer"], settings), None
         except Exception as error:  # a broken embedded tokenizer must not hide a good model
-            return None, f"{path.name}: embedded tokenizer is unreadable ({error}); pass token ids instead"
+            return None, f"{path.name}: embedded tokenizer is unreadable ({type(error).__name__}); {TOKEN_IDS_HINT}"
     return load_directory_tokenizer(path.parent)
+
+
+def os_error_line(error: OSError, path: Path) -> str:
+    """One line for an OSError met while loading `path`: the reason and the file's own name, never the
+    folders above it (a server path)."""
+    name = Path(error.filename).name if isinstance(error.filename, str) and error.filename else path.name
+    reason = error.strerror or type(error).__name__
+    return f"{name[:80]}: could not be read ({reason}); check the checkpoint's files and try again"
 
 
 def _build(
@@ -244,9 +257,7 @@ def refuse_outside_links(directory: Path) -> None:
     target's first bytes and its size. A Hugging Face cache snapshot (models--owner--name/snapshots/
     <revision>/) links into its repo's blobs/ folder, which counts as inside.
     """
-    root = directory.resolve()
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
-        root = root.parent.parent
+    root = checkpoint_root(directory)
     for entry in directory.iterdir():
         if entry.is_symlink() and not entry.resolve().is_relative_to(root):
             raise CheckpointError(
@@ -285,12 +296,57 @@ def _weight_files(directory: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path.name}: {path.stat().st_size} bytes is too large for a config file")
+    text = read_folder_text(path.parent, path.name, MAX_CONFIG_BYTES)  # a regular file inside, within budget
+    if text is None:
+        raise CheckpointError(f"{path.name}: missing from the checkpoint folder")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path.name}: not valid JSON ({error})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path.name}: expected a JSON object")
     return data
+
+
+def preflight(path: str | Path, limits: Limits | None = None) -> None:
+    """Raise the CheckpointError `load_model(path)` would raise before reading any tensor: the config
+    (family, fields), the weight files, their headers and the config's claims against them, the memory
+    budget. Headers only: cheap enough to check every offered checkpoint when the app starts."""
+    limits = limits or Limits.default()
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path.name}: no such file or directory (a broken link?)")
+    if path.is_file():
+        refuse_pickle(path)
+        if path.suffix.lower() != ".safetensors":
+            raise CheckpointError(f"{path.name}: not a .safetensors file")
+        header = read_header(path, max_tensors=limits.max_tensors)
+        if not is_own_format(header.metadata):
+            raise CheckpointError(f"{path.name}: no playground config in the file's metadata and no config.json beside it")
+        try:
+            config = ModelConfig.from_dict(json.loads(header.metadata["config"]))
+        except (json.JSONDecodeError, RecursionError, ConfigError) as error:
+            raise CheckpointError(f"{path.name}: config in the metadata is unusable ({error})") from None
+        _check_claims(config, TensorReader([header]), torch.float32, limits, path.name)
+        return
+    refuse_outside_links(path)
+    if not (path / "config.json").exists():
+        own = [p for p in path.glob("*.safetensors") if is_own_format(read_header(p, max_tensors=limits.max_tensors).metadata)]
+        if len(own) != 1:
+            raise CheckpointError(f"{path.name}: no config.json and no playground .safetensors file")
+        return preflight(own[0], limits)
+    hf_config = _read_json(path / "config.json")
+    family = family_for(hf_config, where=f"{path.name}/config.json")
+    try:
+        config = family.config_from_hf(hf_config)
+    except CheckpointError:
+        raise
+    except (ConfigError, TypeError, ValueError, ArithmeticError) as error:
+        raise CheckpointError(f"{path.name}/config.json: {error}") from None
+    files = _weight_files(path)
+    check_file_sizes({f.name: f.stat().st_size for f in files}, limits)
+    reader = TensorReader.open(files, max_tensors=limits.max_tensors)
+    if family.adapt is not None:
+        prefix = next((p for p in family.prefixes if p + family.probe in reader), family.prefixes[0])
+        config = family.adapt(config, reader, prefix)
+    _check_claims(config, reader, torch.float32, limits, path.name)

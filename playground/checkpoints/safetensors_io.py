@@ -220,7 +220,8 @@ class TensorReader:
             try:
                 handle = safe_open(str(header.path), framework="pt")
             except Exception as error:  # safetensors raises its own error types
-                raise CheckpointError(f"{header.path.name}: cannot open ({error})") from None
+                reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+                raise CheckpointError(f"{header.path.name}: cannot open ({reason})") from None  # no server path
             self._handles[header.path] = handle
         return handle.get_tensor(name)
 

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from playground.config import ModelConfig
 from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
+from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 
 
@@ -155,6 +157,10 @@ def plan(
     layers = stepper.attention_layer_count(c)
     if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
         raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
+    try:
+        check(cfg.interventions, c)
+    except InterventionError as error:
+        raise SettingsError(str(error)) from None
     if not ids:
         ids = stepper.empty_prompt(c)
         notes.append("the prompt was empty: starting from the start token")
@@ -165,9 +171,20 @@ def plan(
     prefix = stepper.decoder_prefix(c, ids) + forced
     check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
-    forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else c.forced_bos_token_id
+    config_bos, config_eos = (_forceable(c, name, notes) for name in ("forced_bos_token_id", "forced_eos_token_id"))
+    forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else config_bos
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
-    forced_eos = (c.forced_eos_token_id, max_length - 1) if c.forced_eos_token_id is not None else None
+    forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
     return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)
+
+
+def _forceable(config: ModelConfig, name: str, notes: list[str]) -> int | None:
+    """The config's forced token id, or None (with a note) when the vocabulary has no such token: a token
+    that never occurs cannot be forced (transformers would fail indexing the scores)."""
+    value = getattr(config, name)
+    if value is not None and not 0 <= value < config.vocab_size:
+        notes.append(f"the config's {name} {value} lies outside the vocabulary: no token is forced")
+        return None
+    return value

@@ -113,6 +113,7 @@ class DecoderStepper(Stepper):
     def empty_prompt(config: ModelConfig) -> list[int]:
         if config.bos_token_id is None:
             raise PlaygroundError("the prompt is empty and the model has no start token; type a prompt")
+        _require_in_vocab(config, "bos_token_id", "start an empty prompt; type a prompt")
         return [config.bos_token_id]
 
     def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
@@ -176,13 +177,21 @@ class Seq2SeqStepper(Stepper):
         start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
         if start is None:
             raise PlaygroundError("this seq2seq model's config has no decoder_start_token_id; the checkpoint is incomplete")
+        name = "decoder_start_token_id" if config.decoder_start_token_id is not None else "bos_token_id"
+        _require_in_vocab(config, name, "start the decoder; fix the id in config.json")
         return [start]
 
     @staticmethod
     def empty_prompt(config: ModelConfig) -> list[int]:
         if not config.eos_token_ids:
             raise PlaygroundError("the source is empty and the model has no end token to encode; type a source text")
-        return config.eos_token_ids[:1]
+        eos = config.eos_token_ids[0]
+        if not 0 <= eos < config.vocab_size:
+            raise PlaygroundError(
+                f"the source is empty and the model's end token id {eos} lies outside its {config.vocab_size}-token "
+                "vocabulary, so there is nothing to encode; type a source text"
+            )
+        return [eos]
 
     def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         """source: (S,) encoder ids; prefix: (D,) the decoder's first ids (start token, plus any forced
@@ -245,3 +254,13 @@ def full_attention(
         order = sorted(by_layer) if layers is None else [i for i in layers if i in by_layer]
         out[kind] = torch.stack([by_layer[i][0] for i in order]).float().cpu().numpy()
     return out
+
+
+def _require_in_vocab(config: ModelConfig, name: str, purpose: str) -> None:
+    """Refuse a special id the vocabulary lacks where the token itself must be fed to the model."""
+    value = getattr(config, name)
+    if not 0 <= value < config.vocab_size:
+        raise PlaygroundError(
+            f"config field '{name}' is {value}, outside the {config.vocab_size}-token vocabulary, so it cannot "
+            f"{purpose}"
+        )

@@ -17,6 +17,7 @@ from typing import Any
 
 import gradio as gr
 
+from playground.hosting import on_space
 from playground.ui.catalog import Catalog
 from playground.ui.handlers import Handlers
 from playground.ui.layout import CSS, build_page
@@ -32,10 +33,21 @@ def build_app(
     *,
     max_models: int = 3,
     generate_concurrency: int = 4,
+    extra_weights: list[Path | str] | tuple = (),
+    prefer_preloaded: bool | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> gr.Blocks:
-    """The playground as a Blocks app (not launched). One registry and catalog per app."""
-    catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True)
-    handlers = Handlers(catalog, ModelRegistry(capacity=max_models))
+    """The playground as a Blocks app (not launched). One registry and catalog per app.
+
+    `extra_weights`: more checkpoint folders offered beside `weights_dir` (`app.py --weights DIR`).
+    `prefer_preloaded` (default: on a Space) opens pages on the real model the Space preloaded.
+    """
+    if prefer_preloaded is None:
+        prefer_preloaded = on_space()
+    catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
+                      prefer_preloaded=prefer_preloaded)
+    handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view, handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)

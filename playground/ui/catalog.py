@@ -1,9 +1,12 @@
 """Which checkpoints the app offers, to whom, and the only way a name from the browser becomes a path.
 
 Names are what travel through the UI and links: "tiny-lm", "imports/foo", "upload/3f2a...",
-"hub/owner/name". `resolve` maps a name to a path strictly inside the weights folder, the Hugging
-Face cache (for preloaded repos) or the owner's own upload and Hub folders (no absolute paths, no
-"..", no symlinks pointing out); anything else is refused with one line. No Gradio here.
+"hub/owner/name". `resolve` maps a name to a path: a shipped or operator checkpoint only by looking
+the name up in the listing of the weights folders (the shipped folder, then those given with
+`app.py --weights DIR`; each checkpoint checked with `loader.preflight`, so only what loads is
+listed and `unavailable()` says why the rest is not), a preloaded repo in the Hugging Face cache, or
+a path strictly inside the owner's own upload and Hub folders (no absolute paths, no "..", no
+symlinks pointing out); anything else is refused with one line. No Gradio here.
 
 Visitors are private to each other. Every call that lists, stores or resolves uploads takes an
 `owner`: an opaque id of the visitor (the page passes Gradio's session hash). Shipped checkpoints
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,9 +42,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from playground.checkpoints.hub import PRELOADED
+from playground.checkpoints.card import Card, parse_card, read_card
+from playground.checkpoints.hub import (
+    CHAT_TEMPLATE_FILES,
+    PRELOADED,
+    PRELOADED_CARDS,
+    PRELOADED_REQUIRED,
+    fetch_chat_template,
+    has_chat_template,
+)
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES
 from playground.errors import PlaygroundError
+
+log = logging.getLogger("playground.ui")
 
 DEFAULT_DECODER = "tiny-lm"
 DEFAULT_SEQ2SEQ = "tiny-seq2seq"
@@ -48,14 +62,19 @@ SMOLLM2 = "SmolLM2-135M-Instruct"
 UPLOAD_PREFIX = "upload/"
 HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Hugging Face Hub
 # A checkpoint folder's files: weights, config, tokenizer. Nothing executable, nothing pickled.
-ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja")
+ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".spm", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
 PRIVATE_UPLOAD = "this upload is private to the visitor who made it"
 PRIVATE_HUB = "this Hub download is private to the visitor who made it; type its repo id to download it yourself"
 DEFAULT_TTL_SECONDS = 3600
 DEFAULT_QUOTA_BYTES = 16 * 1024**3
+MAX_NAME_CHARS = 272  # longer than any catalog name ("hub/" + two Hub names of at most 128 characters)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SAFE_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+# An upload's folder: what it is, its size and a random part that keeps it unique and unguessable
+# ("llama-12.3MB-4f1c0a9e2b7d"); the older bare 32-hex ids are still read.
+_SAFE_UPLOAD_ID = re.compile(r"^(?:[0-9a-f]{32}|[a-z0-9_]{1,32}-[0-9]+(?:\.[0-9])?[KMG]?B-[0-9a-f]{12})$")
+_KIND_CHARS = re.compile(r"[^a-z0-9_]+")
+MAX_KIND_BYTES = 1024 * 1024  # config.json is read for its model_type only
 
 
 @dataclass(frozen=True)
@@ -146,8 +165,19 @@ class Catalog:
         hf_cache_dir: Path | str | None = None,
         preloaded: dict[str, tuple[str, ...]] | None = None,
         clock: Callable[[], float] = time.time,
+        extra_weights_dirs: Iterable[Path | str] = (),
+        prefer_preloaded: bool = False,
     ) -> None:
         self.weights_dir = Path(weights_dir).resolve()
+        # The shipped folder first, then the operator's own (`python app.py --weights DIR`): a name
+        # found in an earlier folder wins.
+        self.weights_dirs = list(dict.fromkeys([self.weights_dir] + [Path(d).resolve() for d in extra_weights_dirs]))
+        self.prefer_preloaded = prefer_preloaded  # a Space opens on the real model it preloaded
+        self._checked: dict[str, tuple[tuple, str | None]] = {}  # folder -> (its files' stats, problem or None)
+        self._unavailable: dict[str, str] = {}  # name -> why it is not offered (names and reasons only)
+        self._logged_no_template: set[str] = set()
+        self._shadowed: dict[str, Path] = {}
+        self._odd_names: set[Path] = set()
         if upload_dir is None:
             upload_dir = Path(tempfile.gettempdir()) / "playground-uploads"
         self.upload_dir = Path(upload_dir).resolve()
@@ -188,25 +218,97 @@ class Catalog:
         return [e.name for e in self.entries(owner)]
 
     def _shipped(self) -> list[str]:
-        found: list[str] = []
-        if self.weights_dir.is_dir():
-            for child in sorted(self.weights_dir.iterdir()):
-                if child.name.startswith("."):
+        return list(self.shared_paths())
+
+    def shared_paths(self) -> dict[str, Path]:
+        """Name -> path of every checkpoint in the weights folders that passes `preflight` (headers
+        only); the others are left out, each with a reason in `unavailable()` and one log line.
+
+        Links are followed: the operator put them there. Names from the browser only ever look up
+        this map, so no name can reach anything else.
+        """
+        found: dict[str, Path] = {}
+        unavailable: dict[str, str] = {}
+        for root in self.weights_dirs:
+            if not root.is_dir():
+                if root != self.weights_dir:
+                    unavailable[root.name] = "the folder given with --weights does not exist"
+                continue
+            for child in root.iterdir():  # links and dropdowns carry only plain names: the log says so once
+                if not child.name.startswith(".") and not _SAFE_NAME.match(child.name) and child not in self._odd_names:
+                    self._odd_names.add(child)
+                    log.warning("%r in the folder %s is not offered: rename it with letters, digits, '.', '_' and '-'",
+                                child.name, root.name)
+            for name, path in self._candidates(root):
+                if name in found:  # the operator's concern, not a visitor's: the log only
+                    if self._shadowed.get(name) != root:
+                        self._shadowed[name] = root
+                        log.info("checkpoint %s in the folder %s: the one of the same name listed first is offered",
+                                 name, root.name)
                     continue
-                if child.is_file() and child.suffix == ".safetensors":
-                    found.append(child.name)
-                elif _is_checkpoint_dir(child):
-                    found.append(child.name)
-                elif child.is_dir():
-                    found += [f"{child.name}/{g.name}" for g in sorted(child.iterdir()) if _is_checkpoint_dir(g)]
+                problem = self._problem(path, name)
+                if problem is None:
+                    found[name] = path.resolve()
+                else:
+                    unavailable[name] = problem
+        for name, why in unavailable.items():
+            if self._unavailable.get(name) != why:
+                log.warning("checkpoint %s is not offered: %s", name, why)
+        self._unavailable = unavailable
         return found
+
+    def unavailable(self) -> dict[str, str]:
+        """Checkpoints of the weights folders left out at the last listing, and why (no server paths)."""
+        return dict(self._unavailable)
+
+    @staticmethod
+    def _candidates(root: Path) -> list[tuple[str, Path]]:
+        out: list[tuple[str, Path]] = []
+        for child in sorted(root.iterdir()):
+            if child.name.startswith(".") or not _SAFE_NAME.match(child.name):
+                continue
+            if child.is_symlink() and not child.exists():
+                out.append((child.name, child))  # a broken link: listed as unavailable, with its reason
+            elif child.is_file() and child.suffix == ".safetensors":
+                out.append((child.name, child))
+            elif _is_checkpoint_dir(child) or (child.is_dir() and (child / "config.json").is_file()):
+                out.append((child.name, child))
+            elif child.is_dir():
+                out += [(f"{child.name}/{g.name}", g) for g in sorted(child.iterdir())
+                        if _SAFE_NAME.match(g.name) and _is_checkpoint_dir(g)]
+        return out
+
+    def _problem(self, path: Path, name: str) -> str | None:
+        """Why `path` would not load (one line naming only `name`), or None; remembered per file stats."""
+        from playground.checkpoints.loader import preflight
+
+        try:
+            target = path.resolve()
+            entries = [target] + (sorted(target.iterdir()) if target.is_dir() else [])
+            stamp = tuple((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries)
+        except OSError:
+            return "the link points to nothing" if path.is_symlink() else "it cannot be read"
+        cached = self._checked.get(str(path))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            preflight(target)
+            problem = None
+        except Exception as exc:  # noqa: BLE001 - any reason not to load is a reason not to offer it
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            for where in (str(target), str(path), str(target.parent), str(path.parent)):
+                text = text.replace(where, name)
+            problem = text
+        self._checked[str(path)] = (stamp, problem)
+        return problem
 
     def preloaded_paths(self) -> dict[str, Path]:
         """Catalog name -> snapshot folder of each preloaded repo present in the Hugging Face cache.
 
         Offline by construction (`local_files_only`): on a Space, `preload_from_hub` put the files
         there at build time; elsewhere the repo is simply not offered. A name already in the weights
-        folder (an imported copy) wins.
+        folders (an imported copy) wins. Its config and weights must be there; the chat template may
+        be in either of its two files, and a model without one is offered without chat (logged).
         """
         try:
             from huggingface_hub import snapshot_download
@@ -223,16 +325,39 @@ class Catalog:
                                                 cache_dir=self.hf_cache_dir))
             except Exception:  # noqa: BLE001 - not in the cache (LocalEntryNotFoundError and friends)
                 continue
-            if all((folder / f).exists() for f in files) and _is_checkpoint_dir(folder):
+            required = [f for f in PRELOADED_REQUIRED if f in files]
+            if all((folder / f).exists() for f in required) and _is_checkpoint_dir(folder):
                 out[name] = folder
+                if not has_chat_template(folder) and name not in self._logged_no_template:
+                    self._logged_no_template.add(name)
+                    if fetch_chat_template(repo_id, folder, self.hf_cache_dir):
+                        log.info("preloaded %s: fetched its chat_template.jinja", repo_id)
+                        continue
+                    log.warning("preloaded %s has no chat template (%s): offered without chat", repo_id,
+                                " or ".join(CHAT_TEMPLATE_FILES))
         return out
+
+    def card(self, name: str, owner: str | None = None) -> Card:
+        """What the page says about a model: its playground.json (or own-format card), or for a
+        preloaded repo the card the app carries (the preload downloads only the Hub's files)."""
+        preloaded = self.preloaded_paths()
+        if name in preloaded:
+            repo_id = next(r for r in self.preloaded if r.split("/")[-1] == name)
+            card = parse_card(PRELOADED_CARDS.get(repo_id, {}))
+            if not has_chat_template(preloaded[name]):
+                note = {"en": " Its chat template was not downloaded, so Chat is off.",
+                        "zh": " 它的对话模板没有下载,所以对话模式关闭。"}
+                card = Card({lang: text + note[lang] for lang, text in card.description.items()}, card.example_prompt)
+            return card
+        return read_card(self.resolve(name, owner))
 
     def entries(self, owner: str | None = None) -> list[Entry]:
         """Defaults first (decoder, seq2seq, SmolLM2), then the rest, then `owner`'s uploads and Hub downloads."""
         self.sweep()
+        shared = self.shared_paths()
         preloaded = self.preloaded_paths()
-        found = self._shipped() + list(preloaded)
-        order = {DEFAULT_DECODER: 0, DEFAULT_SEQ2SEQ: 1, SMOLLM2: 2}
+        found = list(shared) + list(preloaded)
+        order = {DEFAULT_DECODER: 0, DEFAULT_SEQ2SEQ: 1, SMOLLM2: 2, self._default(shared, preloaded): -1}
         found.sort(key=lambda n: (order.get(n, 3), n))
         entries = []
         for name in found:
@@ -240,10 +365,10 @@ class Catalog:
             if name in preloaded:
                 entries.append(Entry(name, f"{name} (preloaded from the Hub){_describe(preloaded[name])}"))
             else:
-                entries.append(Entry(name, name + tag + _describe(self.weights_dir / name)))
+                entries.append(Entry(name, name + tag + _describe(shared[name])))
         for up in self._uploads(owner):
             files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
-            entries.append(Entry(UPLOAD_PREFIX + up.name, f"uploaded: {', '.join(files)} [{up.name[:8]}]"))
+            entries.append(Entry(UPLOAD_PREFIX + up.name, upload_label(up.name, files)))
         for repo in self._hub_downloads(owner):
             rid = f"{repo.parent.name}/{repo.name}"
             entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
@@ -266,7 +391,14 @@ class Catalog:
         ]
 
     def default_name(self) -> str | None:
-        names = self.names(None) if not self.private else [n for n in self._shipped()] + list(self.preloaded_paths())
+        """The model a page opens on: on a Space the real model it preloaded when it is in the cache,
+        otherwise the shipped default decoder (or the first checkpoint offered)."""
+        return self._default(self.shared_paths(), self.preloaded_paths())
+
+    def _default(self, shared: dict[str, Path], preloaded: dict[str, Path]) -> str | None:
+        if self.prefer_preloaded and preloaded:
+            return next(iter(preloaded))
+        names = list(shared) + list(preloaded)
         return DEFAULT_DECODER if DEFAULT_DECODER in names else (names[0] if names else None)
 
     def is_shared(self, path: Path | str) -> bool:
@@ -286,6 +418,8 @@ class Catalog:
         if not isinstance(name, str) or not name.strip():
             raise PlaygroundError("no model selected; pick one from the list or upload a .safetensors file")
         name = name.strip()
+        if len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
         private = None
         if name.startswith(UPLOAD_PREFIX):
             root, rel, private = self.owner_upload_dir(owner), name[len(UPLOAD_PREFIX):].strip("/"), PRIVATE_UPLOAD
@@ -294,20 +428,30 @@ class Catalog:
         elif name.startswith(HUB_PREFIX):
             root, rel, private = self.hub_dir_for(owner), name[len(HUB_PREFIX):], PRIVATE_HUB
             if not all(_SAFE_NAME.match(part) for part in rel.split("/")) or rel.count("/") != 1:
-                raise PlaygroundError(f"'{name}' is not a Hub download name; type the repo id as owner/name")
+                raise PlaygroundError(f"'{shown_name(name)}' is not a Hub download name; type the repo id as owner/name")
         else:
+            parts = name.split("/")
+            if "\\" in name or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
+                raise PlaygroundError(f"'{name}' is not a checkpoint name; pick one from the list")
+            shared = self.shared_paths()  # only what the listing offers: a name is looked up, never joined
+            if name in shared:
+                return shared[name]
             preloaded = self.preloaded_paths()
             if name in preloaded:
                 return preloaded[name]
-            root, rel = self.weights_dir, name
+            raise PlaygroundError(f"no checkpoint named '{name}' here; pick one from the list or upload it")
         parts = rel.split("/")
         if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
-            raise PlaygroundError(f"'{name}' is not a checkpoint name; pick one from the list")
-        path = (root / rel).resolve()
-        if not path.is_relative_to(root):
-            raise PlaygroundError(private or f"'{name}' points outside the checkpoint folders; pick one from the list")
-        if not path.exists():
-            raise PlaygroundError(private or f"no checkpoint named '{name}' here; pick one from the list or upload it")
+            raise PlaygroundError(f"'{shown_name(name)}' is not a checkpoint name; pick one from the list")
+        try:
+            path = (root / rel).resolve()
+            if not path.is_relative_to(root):
+                raise PlaygroundError(private or f"'{shown_name(name)}' points outside the checkpoint folders; pick one from the list")
+            exists = path.exists()
+        except OSError:  # a name the file system cannot hold: its message would show the server's folder
+            raise PlaygroundError(private or f"'{shown_name(name)}' is not a checkpoint name; pick one from the list") from None
+        if not exists:
+            raise PlaygroundError(private or f"no checkpoint named '{shown_name(name)}' here; pick one from the list or upload it")
         if private is not None:
             self._touch(path)
         return path
@@ -346,8 +490,8 @@ class Catalog:
                 )
             if not _SAFE_NAME.match(base) or not base.lower().endswith(ALLOWED_SUFFIXES):
                 raise PlaygroundError(
-                    f"{base}: not accepted; upload .safetensors weights and the folder's .json/.txt config "
-                    "and tokenizer files"
+                    f"{base}: not accepted; upload .safetensors weights and the folder's config and tokenizer "
+                    "files (.json, .txt, .model, .spm, .jinja)"
                 )
             if base in names:
                 raise PlaygroundError(f"two uploaded files are both called {base}; upload one checkpoint at a time")
@@ -369,7 +513,7 @@ class Catalog:
             )
         with self._lock:
             self.make_room(total)
-            target = self.owner_upload_dir(owner) / uuid.uuid4().hex
+            target = self.owner_upload_dir(owner) / upload_id(names)
             target.mkdir(parents=True)
             try:
                 for base, src in names.items():
@@ -462,3 +606,43 @@ class Catalog:
                     shutil.rmtree(root, ignore_errors=True)
                     removed.append(root)
         return removed
+
+
+def shown_name(name: str, limit: int = 40) -> str:
+    """A name as a message quotes it: at most `limit` characters (a 300-character name is not repeated)."""
+    return name if len(name) <= limit else name[:limit] + "…"
+
+
+def upload_id(files: dict[str, Path]) -> str:
+    """A new upload's folder name: its kind (config.json's model_type, else the weights file's name), the
+    size of its weights and 12 random hex digits, e.g. "llama-12.3MB-4f1c0a9e2b7d"."""
+    kind = ""
+    config = files.get("config.json")
+    try:
+        if config is not None and config.stat().st_size <= MAX_KIND_BYTES:
+            model_type = json.loads(config.read_bytes()).get("model_type")
+            kind = model_type if isinstance(model_type, str) else ""
+    except (OSError, ValueError, AttributeError, RecursionError):  # the loader says what is wrong with it
+        kind = ""
+    if not kind:
+        weights = sorted(n for n in files if n.endswith(".safetensors"))
+        kind = weights[0].removesuffix(".safetensors") if weights else "upload"
+    kind = _KIND_CHARS.sub("_", kind.lower()).strip("_")[:32] or "upload"
+    size = sum(p.stat().st_size for n, p in files.items() if n.endswith(".safetensors"))
+    return f"{kind}-{_short_size(size)}-{uuid.uuid4().hex[:12]}"
+
+
+def _short_size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    return f"{n}B"
+
+
+def upload_label(folder: str, files: list[str]) -> str:
+    """What the model list shows for an upload: "uploaded: llama · 12.3MB · model.safetensors [4f1c0a]"."""
+    if "-" not in folder:  # an older upload named by its random id alone
+        return f"uploaded: {', '.join(files)} [{folder[:8]}]"
+    kind, size, rand = folder.rsplit("-", 2)
+    return f"uploaded: {kind} · {size} · {', '.join(files)} [{rand[:6]}]"

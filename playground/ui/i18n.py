@@ -35,6 +35,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "nothing_uploaded": ("Nothing uploaded", "没有收到文件"),
     "uploaded": ("Uploaded and loaded", "已上传并加载"),
     "downloaded": ("Downloaded and loaded", "已下载并加载"),
+    "no_tokenizer_ids": ("This model has no tokenizer that can be used here (the model card says why), so it "
+                         "cannot read text: type token ids separated by commas as the prompt (e.g. {example}).",
+                         "这个模型没有可在此使用的分词器(原因见模型卡片),无法读取文字:请在提示框中输入以逗号分隔的"
+                         "词元 ID(例如 {example})。"),
     "describe_generic": ("{family} · {kind} · {params} parameters", "{family} · {kind} · {params} 个参数"),
     # --- prompt and buttons
     "prompt": ("Prompt", "提示词 (Prompt)"),
@@ -264,6 +268,9 @@ STRINGS: dict[str, tuple[str, str]] = {
     "card_chat": ("Chat template", "对话模板"),
     "card_tokenizer": ("Tokenizer", "分词器"),
     "card_tokenizer_missing": ("unavailable: {why}", "不可用:{why}"),
+    "card_special_ids": ("Special ids", "特殊 token id"),
+    "card_special_ids_outside": ("{ids}: outside the vocabulary, so never generated (as in transformers)",
+                                 "{ids}:超出词表范围,永远不会被生成(与 transformers 相同)"),
     "card_encoder": ("Encoder stack", "编码器"),
     "card_decoder": ("Decoder stack", "解码器"),
     "card_stack": ("{layers} layers · {heads} heads / {kv_heads} KV heads · head dim {head_dim} · FFN {d_ff}",

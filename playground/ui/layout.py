@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 from gradio.components.base import server
 
+from playground.ui.catalog import ALLOWED_SUFFIXES
 from playground.ui.i18n import LANGUAGES, live_strings, t
 from playground.ui.limits import RANGES
 from playground.ui.settings import DTYPES, MODES, UISettings
@@ -36,12 +37,13 @@ LIVE_TEMPLATE = """<div class="pg-live">
   <div class="pg-branches" hidden></div>
 </div>"""
 
-# After the server returns the query string: make the full URL, show it, put it in the address bar
-# and copy it (the clipboard needs a secure context; the text box is the fallback).
+# After the server returns the query string (inside a Space: the Space's huggingface.co address and
+# the query): make the full URL, show it, put its query in the address bar and copy it (the clipboard
+# needs a secure context; the text box is the fallback).
 COPY_LINK_JS = """
 (query) => {
-  const url = window.location.origin + window.location.pathname + query;
-  try { window.history.replaceState(null, '', url); } catch (e) {}
+  const url = /^https:[/][/]/.test(query) ? query : window.location.origin + window.location.pathname + query;
+  try { window.history.replaceState(null, '', window.location.pathname + url.slice(url.indexOf('?'))); } catch (e) {}
   if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(url).catch(() => {}); }
   return url;
 }
@@ -178,7 +180,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                 with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own", elem_classes=["pg-settings"]) as acc:
                     c["load_acc"] = acc
                     named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)), "dtype")
-                    named("upload", gr.File(file_count="multiple", file_types=[".safetensors", ".json", ".txt"],
+                    named("upload", gr.File(file_count="multiple", file_types=list(ALLOWED_SUFFIXES),
                                             height=110, elem_id="upload", label=t("upload", lang)), "upload")
                     with gr.Row(equal_height=True):
                         named("hub_id", gr.Textbox(placeholder="owner/name", scale=3, elem_id="hub-id",

@@ -14,7 +14,6 @@ from typing import Any
 
 import gradio as gr
 
-from playground.checkpoints.card import read_card
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
@@ -46,6 +45,28 @@ def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
+def token_ids_example(lm: LoadedModel) -> str:
+    """A prompt of token ids for a model without a tokenizer: its first ids after the start token, if any."""
+    start = [] if lm.config.bos_token_id is None else [lm.config.bos_token_id]
+    ids = start + [i for i in range(1, 5) if i not in start][:3 - len(start)]
+    return ", ".join(str(i) for i in ids if 0 <= i < lm.config.vocab_size)
+
+
+def loaded_status(lm: LoadedModel, verb: str, name: str, dtype: str, lang: str) -> str:
+    """The status line of a loaded model; one without a tokenizer says at once how to prompt it."""
+    status = t("loaded", lang, verb=verb, name=html.escape(name), kind=t(f"kind_{lm.kind}", lang), dtype=dtype)
+    if lm.tokenizer is None:
+        status += " " + t("no_tokenizer_ids", lang, example=token_ids_example(lm))
+    return status
+
+
+def card_html(lm: LoadedModel, name: str, lang: str) -> str:
+    """The model card; the checkpoint's place on the server is never part of it."""
+    info = lm.info()
+    info.pop("path", None)
+    return views.model_card_html(info, name, lang)
+
+
 class Models:
     """Loading and describing models for the sessions of one app."""
 
@@ -68,13 +89,15 @@ class Models:
         choices = [(e.label, e.name) for e in self.catalog.entries(owner)]
         return gr.update(choices=choices, value=value if value is not None else self.catalog.default_name())
 
-    def example(self, name: str, kind: str, owner: str | None) -> str:
-        card = read_card(self.catalog.resolve(name, owner))
-        return card.example_prompt or EXAMPLES[kind]
+    def example(self, name: str, lm: LoadedModel, owner: str | None) -> str:
+        if lm.tokenizer is None:  # it reads token ids only
+            return token_ids_example(lm)
+        card = self.catalog.card(name, owner)
+        return card.example_prompt or EXAMPLES[lm.kind]
 
     def about(self, name: str, lm: LoadedModel, lang: str, owner: str | None) -> str:
         """One line saying what the model is for (escaped: it comes from a file)."""
-        card = read_card(self.catalog.resolve(name, owner))
+        card = self.catalog.card(name, owner)
         text = card.describe(lang) or t(
             "describe_generic", lang, family=lm.config.family, kind=t(f"kind_{lm.kind}", lang),
             params=f"{lm.parameter_count:,}")
@@ -107,27 +130,26 @@ class Models:
             lm = self.model_for(session.model, session.dtype, owner)
         except Exception:  # noqa: BLE001
             return (gr.skip(),) * 4
-        status = t("loaded", lang, verb=t("loaded_verb", lang), name=html.escape(session.model),
-                   kind=t(f"kind_{lm.kind}", lang), dtype=session.dtype)
+        status = loaded_status(lm, t("loaded_verb", lang), session.model, session.dtype, lang)
         prompt = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang))
-        return (status, self.about(session.model, lm, lang, owner), prompt,
-                views.model_card_html(lm.info(), session.model, lang))
+        return (status, self.about(session.model, lm, lang, owner), prompt, card_html(lm, session.model, lang))
 
     # --- page load -------------------------------------------------------------------------------
 
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
         params = dict(request.query_params) if request is not None else {}
-        base = UISettings(model=self.catalog.default_name() or "")
+        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
         settings, notes = from_query(params, base)
         owner = session_key(request)
         if settings.model not in self.catalog.names(owner):
             try:  # say why, in one line that names nothing of anyone else's
                 self.catalog.resolve(settings.model, owner)
                 why = "is not available here"
-            except PlaygroundError as exc:
-                why = str(exc)
+            except Exception as exc:  # noqa: BLE001 - whatever the name is, the link's other values still apply
+                why = one_line(exc, settings.lang, "link")
             notes.append(f"the link's model: {why}; using {base.model}")
             settings.model = base.model
+        notes += [f"{name} is not offered here: {why}" for name, why in self.catalog.unavailable().items()]
         return settings, notes
 
     def page_load(self, request: gr.Request):
@@ -205,10 +227,9 @@ class Models:
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available
-        status = t("loaded", lang, verb=verb or t("loaded_verb", lang), name=html.escape(name),
-                   kind=t(f"kind_{kind}", lang), dtype=dtype)
+        status = loaded_status(lm, verb or t("loaded_verb", lang), name, dtype, lang)
         prompt = gr.update(label=t("source" if kind == "seq2seq" else "prompt", lang),
-                           **({"value": self.example(name, kind, owner)} if swap_prompt and changed else {}))
+                           **({"value": self.example(name, lm, owner)} if swap_prompt and changed else {}))
         chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
         if not chat_ok:
             chat = gr.update(visible=False, value=False)
@@ -219,7 +240,7 @@ class Models:
         att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
         grouped = lm.config.n_kv_heads < lm.config.n_heads
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
-        card = views.model_card_html(lm.info(), name, lang)
+        card = card_html(lm, name, lang)
         live = empty_live_value(lang) if changed else gr.skip()
         return (dropdown, status, self.about(name, lm, lang, owner), prompt, chat, target, att_kind, att_view, card, live)
 

@@ -22,19 +22,27 @@ from playground.ui.torch_thread import runs_on_torch_thread
 Loader = Callable[[Path, str], LoadedModel]
 
 
-@runs_on_torch_thread
-def _default_loader(path: Path, dtype: str) -> LoadedModel:
-    from playground.checkpoints.loader import load_model
+def _loader_on(device: str) -> Loader:
+    @runs_on_torch_thread
+    def load(path: Path, dtype: str) -> LoadedModel:
+        from playground.checkpoints.loader import load_model
 
-    return load_model(path, device="cpu", dtype=dtype)
+        return load_model(path, device=device, dtype=dtype)
+
+    return load
 
 
 class ModelRegistry:
-    def __init__(self, capacity: int = 3, loader: Loader | None = None) -> None:
+    def __init__(self, capacity: int = 3, loader: Loader | None = None, device: str = "cpu",
+                 default_dtype: str = "float32") -> None:
+        """`device`: where the default loader puts every model; `default_dtype`: what a page starts
+        with (`python app.py --device cuda --dtype bfloat16`)."""
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
-        self._loader = loader or _default_loader
+        self.device = device
+        self.default_dtype = default_dtype
+        self._loader = loader or _loader_on(device)
         self._models: OrderedDict[tuple[str, str], LoadedModel] = OrderedDict()
         self._lock = threading.Lock()  # guards _models and _key_locks
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}

@@ -66,6 +66,10 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
         ("card_load_time", f"{float(info.get('load_seconds', 0.0)):.2f} s"),
         ("card_chat", yes if info.get("chat_template") else no),
     ]
+    outside = info.get("special_ids_outside_vocab")
+    if outside:
+        ids = ", ".join(f"{name.removesuffix('_token_id').replace('_token_id.', ' ')} {value}" for name, value in outside.items())
+        rows.append(("card_special_ids", t("card_special_ids_outside", lang, ids=ids)))
     if info.get("tokenizer_error"):
         rows.append(("card_tokenizer", t("card_tokenizer_missing", lang, why=info["tokenizer_error"])))
     return [(t(key, lang), value) for key, value in rows]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.hosting import space_url
 from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
@@ -21,7 +22,9 @@ def mode_visibility(mode: str) -> tuple:
 
 
 def make_link(*values) -> str:
-    return to_query(from_widgets(dict(zip(FIELDS, values))))
+    """The link's query string; inside a Space the whole huggingface.co address (the iframe's own
+    *.hf.space address is not what people share)."""
+    return (space_url() or "") + to_query(from_widgets(dict(zip(FIELDS, values))))
 
 
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
