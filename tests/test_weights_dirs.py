@@ -124,7 +124,9 @@ def test_a_space_opens_on_the_preloaded_model_with_its_card(tiny, tmp_path, monk
     if template_in == "chat_template.jinja":
         (source / "chat_template.jinja").write_text(template)
         files.append("chat_template.jinja")
-    assert set(files) <= set(PRELOADED[REPO_ID])
+    # chat_template.jinja is not preloaded (the Hub's copy may lack it): the app's start fetches it into
+    # the same snapshot where the Hub is reachable, which this offline test stands in for.
+    assert set(files) - {"chat_template.jinja"} <= set(PRELOADED[REPO_ID])
     shipped = tmp_path / "shipped"
     shutil.copytree(tiny, shipped / "tiny-lm")
     local = Catalog(shipped, tmp_path / "uploads", private=True, hf_cache_dir=tmp_path / "hf")
