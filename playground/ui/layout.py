@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from gradio.components.base import server
 
+from playground.app.limits import RANGES
+from playground.app.settings import DTYPES, MODES, UISettings
+from playground.ui.gradio_internals import LiveScreen
 from playground.ui.i18n import LANGUAGES, live_strings, t
-from playground.ui.limits import RANGES
-from playground.ui.settings import DTYPES, MODES, UISettings
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
@@ -187,12 +187,9 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                               "hub_load")
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
-                c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
-                                    elem_id="token-output", strings=live_strings(), apply_default_css=False)
-                for fn in server_functions:  # what the live screen's script may ask the server
-                    exposed = server(_plain(fn))
-                    setattr(c["live"], fn.__name__, exposed)
-                    c["live"].server_fns.append(exposed)
+                c["live"] = LiveScreen(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
+                                       elem_id="token-output", strings=live_strings(), apply_default_css=False,
+                                       server_functions=server_functions)
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
                 named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
@@ -292,15 +289,6 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                       ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_card", "tab_card")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)
-
-
-def _plain(fn: Callable) -> Callable:
-    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
-    def call(*args: Any) -> Any:
-        return fn(*args)
-
-    call.__name__ = fn.__name__
-    return call
 
 
 def view_choices(lang: str, grouped: bool) -> list[tuple[str, str]]:

@@ -18,15 +18,16 @@ import numpy as np
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
+from playground.app.run import Run
+from playground.app.session import Session, Sessions
+from playground.app.torch_thread import call as torch_call
+from playground.app.torch_thread import runs_on_torch_thread
 from playground.generation import generate_all
-from playground.generation.budget import check_full_attention
-from playground.generation.stepper import full_attention
 from playground.models.positional import positional_layout
 from playground.ui import views
+from playground.ui.gradio_internals import event_data
 from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.runs import RunState, Session, Sessions
-from playground.ui.torch_thread import runs_on_torch_thread
 from playground.viz import positional_compare as v_pe
 
 DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "card")
@@ -58,12 +59,9 @@ class Panels:
                     sink: bool, request: gr.Request | None = None) -> tuple:
         """A token was clicked (or ← / →) in the live screen: the open deep view moves to that step."""
         session = self.sessions.get(session_key(request))
-        data = getattr(evt, "_data", None) or {}
-        run = session.current
-        if run is None or data.get("run") != run.token:
+        data = event_data(evt)
+        if not session.select(data.get("run"), data.get("step")):
             return (gr.skip(),) * len(DEEP_OUTPUTS)
-        if session.selected_step is None and isinstance(data.get("step"), int):  # the page could not tell us first
-            session.selected_step = data["step"]
         return self._deep(session, kind, view, scale, layer, head, sink)
 
     def tab_selected(self, evt: gr.SelectData, kind: str, view: str, scale: str, layer: float, head: float,
@@ -79,7 +77,6 @@ class Panels:
                   request: gr.Request | None = None) -> tuple:
         """A run ended: the open deep view shows its last step."""
         session = self.sessions.get(session_key(request))
-        session.selected_step = None
         return self._deep(session, kind, view, scale, layer, head, sink)
 
     def redraw(self, kind: str, view: str, scale: str, layer: float, head: float, sink: bool,
@@ -98,21 +95,15 @@ class Panels:
             out.update(zip(("kv", "growth"), self.cache(session, run)))
         return tuple(out[k] for k in DEEP_OUTPUTS)
 
-    @staticmethod
-    def _step(session: Session, run: RunState) -> int:
-        n = len(run.path)
-        step = session.selected_step if session.selected_step is not None else n - 1
-        return int(min(max(step, 0), max(n - 1, 0)))
-
     # --- candidates and beams ---------------------------------------------------------------------
 
     @in_session_language
-    def inspector(self, session: Session, run: RunState | None) -> tuple:
+    def inspector(self, session: Session, run: Run | None) -> tuple:
         lang = session.lang
         if run is None or not run.path:
             hidden = gr.update(visible=False)
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
-        step = self._step(session, run)
+        step = run.step(session.selected_step)
         token = run.path[step]
         funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
         if not run.beam:
@@ -132,7 +123,7 @@ class Panels:
         return self._attention(session, session.current, kind, view, scale, layer, head, query, sink)
 
     @in_session_language
-    def _attention(self, session: Session, run: RunState | None, kind: str, view: str, scale: str, layer: float,
+    def _attention(self, session: Session, run: Run | None, kind: str, view: str, scale: str, layer: float,
                    head: float, query: float | None, sink: bool) -> tuple:
         lang = session.lang
         blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang))
@@ -154,10 +145,10 @@ class Panels:
             return (html.escape(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
         h, T, S = maps.shape
         head = int(min(max(head or 0, 0), h - 1))
-        q_labels, k_labels = self._labels(run, lm, kind)
+        q_labels, k_labels = run.labels(kind)
         first_q = len(run.prefix_ids) - 1
         if query is None:
-            query = first_q + self._step(session, run) if kind != "encoder" else T - 1
+            query = first_q + run.step(session.selected_step) if kind != "encoder" else T - 1
         query = int(min(max(query, 0), T - 1))
         groups = c.n_heads // c.n_kv_heads
         label = t(f"kind_{kind}", lang)
@@ -192,36 +183,18 @@ class Panels:
                 gr.update(maximum=max(1, T - 1), value=query))
 
     @runs_on_torch_thread
-    def _maps(self, run: RunState, lm, kind: str, layer: int) -> np.ndarray:
-        """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""
-        key = (kind, layer)
-        if key not in run.maps:
-            check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids), [layer])  # refuses over the budget
-            computed = full_attention(lm, run.prompt_ids, run.stream_ids, layers=[layer])
-            for k, stacked in computed.items():
-                run.maps[(k, layer)] = stacked[0]
-            while len(run.maps) > 6:
-                run.maps.pop(next(iter(run.maps)))
-        return run.maps[key]
-
-    @staticmethod
-    def _labels(run: RunState, lm, kind: str) -> tuple[list[str], list[str]]:
-        stream = [x[0] for x in run.inherited] + run.forced_texts + [s.token_text for s in run.path]
-        if run.kind == "decoder":
-            toks = run.prompt_texts + stream
-            return toks, toks
-        dec = run.prefix_texts + stream
-        src = run.prompt_texts
-        return {"self": (dec, dec), "cross": (dec, src), "encoder": (src, src)}[kind]
+    def _maps(self, run: Run, lm, kind: str, layer: int) -> np.ndarray:
+        """(h, T, S) attention of one layer over the whole run, from the engine (kept by the run)."""
+        return run.attention_maps(lm, kind, layer)
 
     # --- KV cache ----------------------------------------------------------------------------------
 
     @in_session_language
-    def cache(self, session: Session, run: RunState | None) -> tuple:
+    def cache(self, session: Session, run: Run | None) -> tuple:
         lang = session.lang
         if run is None or not run.events:
             return t("cache_intro", lang), viz.cache_growth([], [], [], [])
-        step = self._step(session, run)
+        step = run.step(session.selected_step)
         event = run.events[min(step, len(run.events) - 1)]
         steps, used, allocated, mha = views.growth_series(run.events)
         return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
@@ -245,6 +218,13 @@ class Panels:
 
     # --- positional encoding -----------------------------------------------------------------------
 
+    def positional_if_open(self, length: float, compare_base: float, pair: float,
+                           request: gr.Request | None = None) -> tuple:
+        """A run ended or a tab opened: the PE panel redraws (for the run) when it is the open tab."""
+        if self.sessions.get(session_key(request)).deep_tab != "positional":
+            return (gr.skip(),) * len(PE_OUTPUTS)
+        return self.positional(length, compare_base, pair, request)
+
     def positional(self, length: float, compare_base: float, pair: float, request: gr.Request | None = None) -> tuple:
         """The PE panel for the model this tab has loaded (nothing before the first successful load)."""
         session = self.sessions.get(session_key(request))
@@ -256,16 +236,10 @@ class Panels:
             shift = None
             if lm.config.positional == "rope" and run is not None and run.path and not run.running \
                     and run.settings.model == session.model:
-                from playground.ui.lessons import (
-                    result_of,  # the run as the analyses take it
-                )
-
-                result = result_of(run)
-                if run.analysis is None or run.analysis.result.token_ids != result.token_ids:
-                    run.analysis = analysis.RunCache(lm, result)
-                run.analysis.result = result
-                step = self._step(session, run)
-                shift = analysis.rope_shift_scores(lm, result, step, lm.config.n_layers - 1, 0, cache=run.analysis)
+                cache = torch_call(run.analysis_cache, lm)
+                result = cache.result
+                step = run.step(session.selected_step)
+                shift = torch_call(analysis.rope_shift_scores, lm, result, step, lm.config.n_layers - 1, 0, cache=cache)
             return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang, shift)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)

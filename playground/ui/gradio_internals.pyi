@@ -1,4 +1,15 @@
-"""Gradio's memory of script sessions, returned once their calls are over.
+"""Every reach into Gradio's private internals, in one place, pinned to the Gradio of requirements.txt.
+
+- `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
+  once their calls are over (below).
+- `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
+- `LiveScreen`: a gr.HTML whose server functions survive Gradio's per-session copies.
+
+A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
+were written against (the test checks it equals the installed one and the pin).
+
+Script sessions:
 
 Gradio keeps, per session hash, a copy of every component's config (about 0.4 MiB for this page) and
 lets one go only when `state_session_capacity` are held. Every `gradio_client.Client` that calls
@@ -19,7 +30,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playground.ui import heap
+import gradio as gr
+from gradio.components.base import server
+
+from playground.app import heap
+
+GRADIO_VERSION = "6.31.0"
 
 GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
 
@@ -79,3 +95,47 @@ class ScriptSessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._ended)
+
+
+def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
+    """Make the (enabled) queue look for work at most every `seconds` while idle."""
+    queue = demo._queue
+    queue.sleep_when_free = max(queue.sleep_when_free, seconds)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, seconds)
+
+
+def event_data(evt: gr.EventData | None) -> dict[str, Any]:
+    """The dict a custom component sent with its event (`trigger("select", {...})` in live.js)."""
+    data = getattr(evt, "_data", None)
+    return data if isinstance(data, dict) else {}
+
+from gradio.events import Dependency
+
+class LiveScreen(gr.HTML):
+    """gr.HTML with server functions its script can call (`server.<name>(args)`).
+
+    Gradio rebuilds a component from its constructor arguments when a handler returns an update for
+    it (one copy per session); functions attached after construction would be lost in that copy and
+    the page's calls would get 404. Here they are a constructor argument, so every copy has them.
+    """
+
+    def __init__(self, *args: Any, server_functions: list[Callable] | tuple = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for fn in server_functions:
+            exposed = server(_plain(fn))
+            setattr(self, fn.__name__, exposed)
+            self.server_fns.append(exposed)
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+def _plain(fn: Callable) -> Callable:
+    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
+    def call(*args: Any) -> Any:
+        return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from playground.generation import StepEvent, TokenStep
-from playground.ui.runs import LiveView, RunState
+
+if TYPE_CHECKING:  # a run is built from frames' pieces: these are only named here
+    from playground.app.run import Run
+    from playground.app.session import LiveView
 
 ROUND = 4  # significant digits of the probabilities and weights sent to the page
 
@@ -85,7 +88,7 @@ def rounded(values: np.ndarray) -> list[float]:
     return [_r(float(v)) for v in values]
 
 
-def status(run: RunState, model_name: str) -> dict[str, Any]:
+def status(run: Run, model_name: str) -> dict[str, Any]:
     last = run.events[-1] if run.events else None
     timing = dict(last.timing) if last else {}
     return {
@@ -99,7 +102,7 @@ def status(run: RunState, model_name: str) -> dict[str, Any]:
 
 
 def live_value(
-    run: RunState,
+    run: Run,
     view: LiveView,
     meta: dict[str, Any],
     lang: str,
@@ -133,7 +136,7 @@ def live_value(
     return value
 
 
-def live_attention(run: RunState, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
+def live_attention(run: Run, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The attention row of `step` for the view, from what the run recorded (None if not recorded)."""
     layer = resolve_layer(view.layer, meta["layers"])
     kind = view.kind if view.kind in ("self", "cross") else ("cross" if run.kind == "seq2seq" else "self")

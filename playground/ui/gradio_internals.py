@@ -1,0 +1,135 @@
+"""Every reach into Gradio's private internals, in one place, pinned to the Gradio of requirements.txt.
+
+- `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
+  once their calls are over (below).
+- `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
+- `LiveScreen`: a gr.HTML whose server functions survive Gradio's per-session copies.
+
+A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
+were written against (the test checks it equals the installed one and the pin).
+
+Script sessions:
+
+Gradio keeps, per session hash, a copy of every component's config (about 0.4 MiB for this page) and
+lets one go only when `state_session_capacity` are held. Every `gradio_client.Client` that calls
+`generate_text` is a session of its own, so without this a public Space grows by that much per script
+call. A script session has nothing worth keeping (`generate_text` takes and returns plain values), so
+it is dropped once a grace period has passed since it was last used: its call's return, then the
+unload Gradio runs for it when the client goes away (which makes the state anew). Page tabs are left
+to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the background reuses its
+session.
+
+This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+from gradio.components.base import server
+
+from playground.app import heap
+
+GRADIO_VERSION = "6.31.0"
+
+GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
+
+
+class ScriptSessions:
+    """Session hashes whose calls are over, dropped from Gradio's state holder `grace_seconds` later
+    by a background sweeper that runs only while some are waiting."""
+
+    def __init__(self, is_page: Callable[[str], bool], grace_seconds: float = GRACE_SECONDS) -> None:
+        self.is_page = is_page  # a page tab's session is never dropped, whatever it called
+        self.grace_seconds = grace_seconds
+        self.app: Any = None  # the Blocks, once built: Gradio gives it its `state_holder` at launch
+        self._ended: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._sweeper: threading.Thread | None = None
+
+    def end(self, key: str | None) -> None:
+        """`key`'s call is over (again): drop its state `grace_seconds` from now."""
+        if not key:
+            return
+        with self._lock:
+            self._ended[key] = time.monotonic()
+            if self._sweeper is None or not self._sweeper.is_alive():
+                self._sweeper = threading.Thread(target=self._sweep_while_waiting, daemon=True,
+                                                 name="script-sessions")
+                self._sweeper.start()
+
+    def _sweep_while_waiting(self) -> None:
+        while True:
+            time.sleep(self.grace_seconds)
+            if self.sweep():
+                heap.release()
+            with self._lock:
+                if not self._ended:
+                    self._sweeper = None
+                    return
+
+    def sweep(self) -> int:
+        """Drop the ended sessions past their grace; returns how many went."""
+        holder = getattr(self.app, "state_holder", None)
+        session_data = getattr(holder, "session_data", None)
+        if session_data is None:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            due = [k for k, t in self._ended.items() if now - t >= self.grace_seconds]
+            for key in due:
+                del self._ended[key]
+        dropped = 0
+        with holder.lock:
+            for key in due:
+                if not self.is_page(key) and session_data.pop(key, None) is not None:
+                    holder.time_last_used.pop(key, None)
+                    dropped += 1
+        return dropped
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ended)
+
+
+def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
+    """Make the (enabled) queue look for work at most every `seconds` while idle."""
+    queue = demo._queue
+    queue.sleep_when_free = max(queue.sleep_when_free, seconds)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, seconds)
+
+
+def event_data(evt: gr.EventData | None) -> dict[str, Any]:
+    """The dict a custom component sent with its event (`trigger("select", {...})` in live.js)."""
+    data = getattr(evt, "_data", None)
+    return data if isinstance(data, dict) else {}
+
+
+class LiveScreen(gr.HTML):
+    """gr.HTML with server functions its script can call (`server.<name>(args)`).
+
+    Gradio rebuilds a component from its constructor arguments when a handler returns an update for
+    it (one copy per session); functions attached after construction would be lost in that copy and
+    the page's calls would get 404. Here they are a constructor argument, so every copy has them.
+    """
+
+    def __init__(self, *args: Any, server_functions: list[Callable] | tuple = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for fn in server_functions:
+            exposed = server(_plain(fn))
+            setattr(self, fn.__name__, exposed)
+            self.server_fns.append(exposed)
+
+
+def _plain(fn: Callable) -> Callable:
+    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
+    def call(*args: Any) -> Any:
+        return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call
