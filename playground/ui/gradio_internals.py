@@ -4,7 +4,6 @@
   once their calls are over (below).
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
 - `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
-- `LiveScreen`: a gr.HTML whose server functions survive Gradio's per-session copies.
 
 A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
 were written against (the test checks it equals the installed one and the pin).
@@ -31,7 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
-from gradio.components.base import server
 
 from playground.app import heap
 
@@ -108,28 +106,3 @@ def event_data(evt: gr.EventData | None) -> dict[str, Any]:
     """The dict a custom component sent with its event (`trigger("select", {...})` in live.js)."""
     data = getattr(evt, "_data", None)
     return data if isinstance(data, dict) else {}
-
-
-class LiveScreen(gr.HTML):
-    """gr.HTML with server functions its script can call (`server.<name>(args)`).
-
-    Gradio rebuilds a component from its constructor arguments when a handler returns an update for
-    it (one copy per session); functions attached after construction would be lost in that copy and
-    the page's calls would get 404. Here they are a constructor argument, so every copy has them.
-    """
-
-    def __init__(self, *args: Any, server_functions: list[Callable] | tuple = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for fn in server_functions:
-            exposed = server(_plain(fn))
-            setattr(self, fn.__name__, exposed)
-            self.server_fns.append(exposed)
-
-
-def _plain(fn: Callable) -> Callable:
-    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
-    def call(*args: Any) -> Any:
-        return fn(*args)
-
-    call.__name__ = fn.__name__
-    return call

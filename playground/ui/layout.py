@@ -17,7 +17,6 @@ import gradio as gr
 
 from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
-from playground.ui.gradio_internals import LiveScreen
 from playground.ui.i18n import LANGUAGES, live_strings, t
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -187,9 +186,11 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                               "hub_load")
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
-                c["live"] = LiveScreen(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
-                                       elem_id="token-output", strings=live_strings(), apply_default_css=False,
-                                       server_functions=server_functions)
+                # Server functions go in as a constructor argument: Gradio rebuilds a component from those
+                # when a handler updates it, and functions attached afterwards would be lost (404s).
+                c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
+                                    elem_id="token-output", strings=live_strings(), apply_default_css=False,
+                                    server_functions=[_plain(fn) for fn in server_functions])
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
                 named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
@@ -289,6 +290,15 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                       ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_card", "tab_card")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)
+
+
+def _plain(fn: Callable) -> Callable:
+    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
+    def call(*args: Any) -> Any:
+        return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call
 
 
 def view_choices(lang: str, grouped: bool) -> list[tuple[str, str]]:
