@@ -436,7 +436,7 @@ LESSON_WORDS = {  # a phrase each lesson's own text must contain on the tiny dec
 
 
 def test_each_lesson_opens_from_the_live_screen_and_fits(page, server):
-    from playground.ui.i18n import STRINGS
+    from playground.app.words import STRINGS
     from playground.ui.layout import LESSONS
 
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12)
@@ -456,7 +456,7 @@ def test_a_lesson_in_chinese(desktop, server):
     page = desktop
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12, lang="zh")
     generate_and_wait(page)
-    from playground.ui.i18n import STRINGS
+    from playground.app.words import STRINGS
 
     text = _open_lesson(page, STRINGS["lesson_lens"][1])
     assert any("\u4e00" <= ch <= "\u9fff" for ch in text), text[:200]

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from playground.ui.i18n import LIVE_KEYS, STRINGS, language, live_strings, t
+from playground.app.words import LIVE_KEYS, STRINGS, language, live_strings, t
 
 
 def test_every_string_has_both_languages_with_the_same_placeholders():

@@ -1,12 +1,12 @@
 """The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and theme.
 
-A thin adapter over the app core (`playground.app`: runs, sessions, settings, limits, frames).
-Modules: layout (components), wiring (events), handlers (holds the handler groups below), models
-(picking and loading models), streaming (generation, Stop, branches, the script API), panels (the
-deeper views), lessons (the seeds' lessons on the run), language (English / 中文), views (text:
-model card, captions, notes), i18n (every string), catalog (which checkpoints, safe paths, uploads),
-registry (one shared copy of each model), gradio_internals (every use of Gradio's private parts),
-settings and torch_thread (re-exports from the core).
+A thin adapter over the app core (`playground.app`: runs, sessions, settings, limits, frames,
+words, describe). Modules: layout (components), wiring (events), handlers (holds the handler groups
+below), models (picking and loading models), streaming (generation, Stop, branches, the script API),
+panels (the deeper views), lessons (the seeds' lessons on the run), language (English / 中文),
+catalog (which checkpoints, safe paths, uploads), registry (one shared copy of each model),
+gradio_internals (every use of Gradio's private parts), settings and torch_thread (re-exports
+from the core).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 import gradio as gr
 
 from playground.app.session import Sessions
-from playground.ui.i18n import t
+from playground.app.words import t
 from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices
 from playground.ui.models import session_key
 

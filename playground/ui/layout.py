@@ -2,7 +2,7 @@
 
 One screen: the controls on the left (on a phone: above), the live screen on the right — the token
 stream with the current step's panels, all updating while tokens stream — and the deeper views one
-click below it. Every label and hint comes from `i18n` (English and 中文); `LABELS` lists which key
+click below it. Every label and hint comes from `playground.app.words` (English and 中文); `LABELS` lists which key
 each component uses so the language switch can relabel the page.
 """
 
@@ -17,7 +17,7 @@ import gradio as gr
 
 from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
-from playground.ui.i18n import LANGUAGES, live_strings, t
+from playground.app.words import LANGUAGES, live_strings, t
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ from playground import analysis, viz
 from playground.app import torch_thread
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
-from playground.ui.i18n import t
+from playground.app.words import t
 from playground.ui.layout import LESSONS
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import anatomy as v_anatomy

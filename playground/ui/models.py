@@ -14,17 +14,17 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app import describe
 from playground.app.frames import head_choices
 from playground.app.session import Sessions
 from playground.app.settings import FIELDS, UISettings, from_query
+from playground.app.words import t
 from playground.checkpoints.card import read_card
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
 from playground.loaded import LoadedModel
-from playground.ui import views
 from playground.ui.catalog import Catalog, remove_sources
-from playground.ui.i18n import t
 from playground.ui.layout import empty_live_value, view_choices
 from playground.ui.registry import ModelRegistry
 
@@ -111,7 +111,7 @@ class Models:
                    kind=t(f"kind_{lm.kind}", lang), dtype=session.dtype)
         prompt = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang))
         return (status, self.about(session.model, lm, lang, owner), prompt,
-                views.model_card_html(lm.info(), session.model, lang))
+                describe.model_card_html(lm.info(), session.model, lang))
 
     # --- page load -------------------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ class Models:
         session.opened_from(dict(request.query_params) if request is not None else {})
         values = [getattr(settings, f) for f in FIELDS]
         values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model)
-        return (*values, views.notes_markdown(notes, settings.lang))
+        return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
     # Outputs, in order: model dropdown, status, about, prompt, chat, target language, attention kind,
@@ -220,7 +220,7 @@ class Models:
         att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
         grouped = lm.config.n_kv_heads < lm.config.n_heads
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
-        card = views.model_card_html(lm.info(), name, lang)
+        card = describe.model_card_html(lm.info(), name, lang)
         live = empty_live_value(lang) if changed else gr.skip()
         return (dropdown, status, self.about(name, lm, lang, owner), prompt, chat, target, att_kind, att_view, card, live)
 

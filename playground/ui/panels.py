@@ -18,15 +18,15 @@ import numpy as np
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
+from playground.app import describe
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
 from playground.app.torch_thread import call as torch_call
 from playground.app.torch_thread import runs_on_torch_thread
+from playground.app.words import t
 from playground.generation import generate_all
 from playground.models.positional import positional_layout
-from playground.ui import views
 from playground.ui.gradio_internals import event_data
-from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import positional_compare as v_pe
 
@@ -105,13 +105,13 @@ class Panels:
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
         step = run.step(session.selected_step)
         token = run.path[step]
-        funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
+        funnel = viz.candidate_funnel(describe.funnel_items(token), title=t("funnel_title", lang, step=step))
         if not run.beam:
             hidden = gr.update(visible=False)
-            return views.step_caption(token, lang), funnel, hidden, hidden
-        beams = views.beam_steps(run.events[: step + 1])
+            return describe.step_caption(token, lang), funnel, hidden, hidden
+        beams = describe.beam_steps(run.events[: step + 1])
         tree = viz.beam_tree(beams, final=run.final.text if run.final is not None else None)
-        return (views.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
+        return (describe.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
                 gr.update(value=viz.beam_table(beams), visible=True))
 
     # --- all heads ---------------------------------------------------------------------------------
@@ -196,8 +196,8 @@ class Panels:
             return t("cache_intro", lang), viz.cache_growth([], [], [], [])
         step = run.step(session.selected_step)
         event = run.events[min(step, len(run.events) - 1)]
-        steps, used, allocated, mha = views.growth_series(run.events)
-        return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
+        steps, used, allocated, mha = describe.growth_series(run.events)
+        return describe.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
 
     def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
         """The current run's request again with and without the cache, back to back, timed fresh (the

@@ -10,7 +10,6 @@ also refuses runs still waiting in the queue (each press of Generate carries a t
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -18,31 +17,28 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import frames, heap, torch_thread
+from playground.app import describe, frames, heap, torch_thread
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.run import Run
-from playground.app.session import Session, Sessions, new_token
+from playground.app.session import Session, Sessions
 from playground.app.settings import (
     FIELDS,
     UISettings,
     format_branches,
     from_query,
     from_widgets,
-    generation_kwargs,
     parse_branches,
 )
+from playground.app.start import MAX_PACE_SECONDS, decoding, prompt_tokens, start_run
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, generate_all, language_token_id, plan
-from playground.ui import views
+from playground.generation import GenerationConfig, generate_all
 from playground.ui.gradio_internals import ScriptSessions, event_data
-from playground.ui.i18n import t
 from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
 
 FRAME_SECONDS = 0.08  # at most ~12 frames a second, however fast tokens arrive
-MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 
 
@@ -129,7 +125,7 @@ class Streaming:
         session.stop = stop
         session.add_run(run)
         meta = self.models.meta(lm, settings.model)
-        notes_md = views.notes_markdown(run.notes, lang)
+        notes_md = describe.notes_markdown(run.notes, lang)
         branches = format_branches(session.lineage(run))
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
@@ -157,51 +153,16 @@ class Streaming:
         yield self._value(session, run, meta), notes_md, branches, run
 
     def _start(self, session: Session, settings: UISettings, parent):
-        """Everything decided before the first forward pass: the model, ids, clamped settings, plan."""
-        lang = settings.lang
-        notes: list[str] = []
+        """The model (resolved here: never on the torch thread), then the run and its plan from the core."""
         lm = self.models.model_for(settings.model, settings.dtype, session.key)
-        if parent is None:
-            prompt_ids, prompt_notes = prompt_tokens(lm, settings, lang)
-            notes += prompt_notes
-            inherited: list[list[Any]] = []
-            forced: list[int] = []
-            branch_of = None
-        else:
-            base, step, forced = parent
-            prompt_ids = list(base.prompt_ids)
-            inherited = list(base.inherited) + [[lm.token_text(i), i, 1.0] for i in base.forced] + [
-                [s.token_text, s.token_id, s.prob] for s in base.path[:step]]
-            branch_of = (base.number, step)
-        kwargs = decoding(lm, settings)
-        if settings.mode == "sample" and settings.seed is None:
-            kwargs["seed"] = secrets.randbelow(2**31)
-            notes.append(t("seed_drawn", lang, seed=kwargs["seed"]))
-        cfg, clamp_notes = clamp_settings(GenerationConfig(**kwargs), lm, len(prompt_ids) + len(inherited) + len(forced))
-        notes += clamp_notes
-        live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
-        # The live panel's layer, and the residual stream the logit lens and the residual norms read.
-        cfg = cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
-        if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
-            notes.append(t("pace_capped", lang, ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
-        forced_prefix = [int(i) for _, i, _ in inherited] + list(forced)
-        p = plan(lm, prompt_ids, cfg, forced_prefix)
-        notes += [n for n in p.notes if n not in notes]
-        run = Run(
-            token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
-            prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),
-            live_layer=live_layer, notes=notes, branch_of=branch_of, inherited=inherited, forced=list(forced),
-            forced_texts=lm.token_texts(forced),
-            prefix_texts=lm.token_texts(p.prefix_ids[: len(p.prefix_ids) - len(forced_prefix)]),
-        )
-        session.next_number += 1
+        run, p = start_run(session, lm, settings, parent)
         return run, lm, p
 
     def _error_frame(self, session: Session, settings: UISettings, exc: Exception) -> tuple:
         lang = settings.lang
         message = one_line(exc, lang, "generate")
         value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message}, "error": message}
-        return value, views.notes_markdown([message], lang), gr.skip(), None
+        return value, describe.notes_markdown([message], lang), gr.skip(), None
 
     # --- what the live screen receives ------------------------------------------------------------
 
@@ -310,35 +271,3 @@ class Streaming:
             raise gr.Error(str(exc), print_exception=False) from None
         return {"text": result.text, "token_ids": [int(i) for i in result.token_ids],
                 "finish_reason": result.finish_reason, "notes": notes + clamp_notes}
-
-
-def decoding(lm, settings: UISettings) -> dict[str, Any]:
-    """GenerationConfig keywords for the settings: the mode's knobs and the target language's token."""
-    kwargs = generation_kwargs(settings)
-    if settings.target_lang:
-        kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
-    return kwargs
-
-
-def prompt_tokens(lm, settings: UISettings, lang: str) -> tuple[list[int], list[str]]:
-    """The prompt's token ids under the app's caps, in characters then in tokens, with a note for each cut.
-
-    The page and `generate_text` share it, so both refuse and cut the same way."""
-    notes: list[str] = []
-    text = settings.prompt
-    if not text.strip():
-        raise PlaygroundError(t("empty_prompt", lang).rstrip("."))
-    if len(text) > CAPS.prompt_chars:
-        text = text[: CAPS.prompt_chars]
-        notes.append(t("prompt_cut", lang, n=CAPS.prompt_chars))
-    chat = settings.chat and lm.chat_template_available
-    if settings.chat and not chat:
-        notes.append(t("chat_unavailable", lang))
-    ids = lm.tokenize(text, chat=chat)
-    if len(ids) > CAPS.prompt_tokens:
-        notes.append(t("prompt_tokens_cut", lang, n=len(ids), dropped=len(ids) - CAPS.prompt_tokens,
-                       cap=CAPS.prompt_tokens))
-        ids = ids[-CAPS.prompt_tokens:]
-    return ids, notes
-
-

@@ -10,8 +10,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from playground.app.words import t
 from playground.generation import StepEvent, TokenStep
-from playground.ui.i18n import t
 from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
