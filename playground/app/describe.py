@@ -99,7 +99,7 @@ def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
 
 def step_caption(step: TokenStep, lang: str = "en") -> str:
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step.step, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step.step + 1, token=token, id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]

@@ -119,7 +119,7 @@ def live_value(
     cache = dict(last.cache) if last else {}
     value: dict[str, Any] = {
         "run": run.token, "number": run.number, "lang": lang, "kind": run.kind,
-        "mode": "beam" if run.beam else ("sample" if run.cfg.do_sample else "greedy"),
+        "mode": run.mode,
         "model": meta, "stages": stages,
         "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
         "prefix": len(run.prefix_ids) - (len(run.prompt_ids) if run.kind == "decoder" else 0),
@@ -128,6 +128,7 @@ def live_value(
         "cache": _cache_summary(cache),
         "status": status(run, meta.get("name", "")),
         "att": None, "beams": None, "branches": branches or [],
+        "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
     }
     if run.path:
         value["att"] = live_attention(run, len(run.path) - 1, view, meta)

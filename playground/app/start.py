@@ -6,6 +6,7 @@ way; `start_run` makes the `Run` a session will hold (a plain run, or a branch o
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Any
 
@@ -66,6 +67,8 @@ def start_run(session: Session, lm: Any, settings: UISettings,
         branch_of = None
     else:
         base, step, forced = parent
+        if settings.mode == "sample" and settings.seed is None:  # a branch samples with its run's seed, so
+            settings = dataclasses.replace(settings, seed=base.cfg.seed)  # a link replays it exactly
         prompt_ids = list(base.prompt_ids)
         inherited = list(base.inherited) + [[lm.token_text(i), i, 1.0] for i in base.forced] + [
             [s.token_text, s.token_id, s.prob] for s in base.path[:step]]

@@ -290,7 +290,8 @@ STRINGS: dict[str, tuple[str, str]] = {
 
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (
-    "status_ready", "status_running", "status_done", "status_stopped", "status_error", "reason_eos", "reason_length",
+    "status_ready", "status_running", "status_done", "status_stopped", "status_error", "status_running_one",
+    "status_done_one", "status_stopped_one", "status_seed", "reason_eos", "reason_length",
     "reason_stop_string", "rate", "legend", "legend_low", "legend_high", "legend_hint", "step_of", "following",
     "back_to_live", "chose", "forced_token", "cand_title", "cand_hint", "cand_token", "stage_raw",
     "stage_repetition_penalty", "stage_temperature", "stage_top_k", "stage_top_p", "stage_min_p", "stage_forced_bos",
@@ -304,8 +305,12 @@ LIVE_KEYS = (
 STRINGS.update({
     "status_ready": ("Ready: type a prompt and press Generate.", "就绪:输入提示词并点击“生成”。"),
     "status_running": ("Generating… {n} tokens so far", "正在生成……已生成 {n} 个 token"),
+    "status_running_one": ("Generating… 1 token so far", "正在生成……已生成 1 个 token"),
     "status_done": ("Done: {n} tokens ({why}).", "完成:{n} 个 token({why})。"),
+    "status_done_one": ("Done: 1 token ({why}).", "完成:1 个 token({why})。"),
     "status_stopped": ("Stopped after {n} tokens (you pressed Stop).", "已在 {n} 个 token 后停止(你按下了“停止”)。"),
+    "status_stopped_one": ("Stopped after 1 token (you pressed Stop).", "已在 1 个 token 后停止(你按下了“停止”)。"),
+    "status_seed": ("Seed {seed}.", "种子 {seed}。"),
     "status_error": ("Error: {message}", "错误:{message}"),
     "reason_eos": ("the model emitted end-of-sequence", "模型输出了结束符"),
     "reason_length": ("max new tokens reached", "达到最多生成的 token 数"),

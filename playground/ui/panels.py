@@ -105,7 +105,7 @@ class Panels:
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
         step = run.step(session.selected_step)
         token = run.path[step]
-        funnel = viz.candidate_funnel(describe.funnel_items(token), title=t("funnel_title", lang, step=step))
+        funnel = viz.candidate_funnel(describe.funnel_items(token), title=t("funnel_title", lang, step=step + 1))
         if not run.beam:
             hidden = gr.update(visible=False)
             return describe.step_caption(token, lang), funnel, hidden, hidden
