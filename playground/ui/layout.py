@@ -66,6 +66,12 @@ LESSONS = ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "trai
 LESSON_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int4")
 
 
+def what_if_choices(kind: str, lang: str) -> list[tuple[str, str]]:
+    """The KV calculator's attention or number-format choices; the first keeps the preset's own."""
+    options = ("MHA", "GQA", "MQA") if kind == "attention" else LESSON_DTYPES
+    return [(t("lesson_as_preset", lang), "")] + [(o, o) for o in options]
+
+
 def lesson_choices(lang: str) -> list[tuple[str, str]]:
     return [(t(f"lesson_{name}", lang), name) for name in LESSONS]
 
@@ -264,16 +270,18 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         with gr.Row(visible=False) as memory_row:
                             c["memory_row"] = memory_row
                             named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
-                                                               elem_id="lesson-preset"), "lesson_preset")
-                            named("lesson_attention", gr.Radio(["MHA", "GQA", "MQA"], value=None,
-                                                               label=t("lesson_attention", lang),
+                                                               elem_id="lesson-preset", scale=2, min_width=260),
+                                  "lesson_preset")
+                            named("lesson_attention", gr.Radio(what_if_choices("attention", lang), value="",
+                                                               label=t("lesson_attention", lang), min_width=180,
                                                                elem_id="lesson-attention"), "lesson_attention")
-                            named("lesson_dtype", gr.Radio(list(LESSON_DTYPES), value=None, label=t("lesson_dtype", lang),
+                            named("lesson_dtype", gr.Radio(what_if_choices("dtype", lang), value="",
+                                                           label=t("lesson_dtype", lang), min_width=180,
                                                            elem_id="lesson-dtype"), "lesson_dtype")
                             named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
-                                                            elem_id="lesson-batch"), "lesson_batch")
+                                                            elem_id="lesson-batch", min_width=240), "lesson_batch")
                             named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens", lang),
-                                                             elem_id="lesson-tokens"), "lesson_tokens")
+                                                             elem_id="lesson-tokens", min_width=240), "lesson_tokens")
                         with gr.Row():
                             named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
                                                           elem_id="time-cache-btn"), "lesson_time_cache")

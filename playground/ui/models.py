@@ -18,7 +18,7 @@ from playground.app import describe
 from playground.app.frames import head_choices
 from playground.app.session import Sessions
 from playground.app.settings import FIELDS, UISettings, from_query
-from playground.app.words import t
+from playground.app.words import note, t
 from playground.checkpoints.card import read_card
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
@@ -37,7 +37,7 @@ def one_line(exc: Exception, lang: str = "en", where: str = "") -> str:
     if isinstance(exc, gr.Error):
         return str(exc.message).splitlines()[0] if exc.message else "error"
     if isinstance(exc, (PlaygroundError, ValueError)):
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return note(str(exc).splitlines()[0], lang) if str(exc) else type(exc).__name__
     log.error("unexpected error%s", f" in {where}" if where else "", exc_info=exc)
     return t("unexpected", lang, what=type(exc).__name__)
 
