@@ -292,7 +292,7 @@ def test_branch_from_a_step_with_another_candidate(page, server):
     generate_and_wait(page)
     first = tokens(page)
     page.click("#token-stream [data-step='2']")
-    wait_text(page, ".pg-stepbar", "Step 2 of")
+    wait_text(page, ".pg-stepbar", "Step 3 of")  # data-step counts from 0, the page from 1
     page.locator("#step-panels .pg-branch").first.click()
     wait_state(page, "running", "done")
     wait_state(page, "done")

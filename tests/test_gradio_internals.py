@@ -79,7 +79,8 @@ def test_the_live_screens_server_functions_survive_gradios_per_tab_copy(served):
     state = demo.state_holder["copy-tab"]
     state[live._id] = live.__class__(**{**live.constructor_args, "render": False})  # what Gradio does
     for fn_name, data in (("attention_row", ["no-such-run-token-xx", 0, "self", 0, "mean"]),
-                          ("set_view", ["no-such-run-token-xx", "self", 0, "mean"])):
+                          ("set_view", ["no-such-run-token-xx", "self", 0, "mean"]),
+                          ("select_step", ["no-such-run-token-xx", 3])):
         reply = httpx.post(url + "gradio_api/component_server/", json={
             "session_hash": "copy-tab", "component_id": live._id, "fn_name": fn_name, "data": data})
         assert reply.status_code == 200, reply.text

@@ -245,6 +245,7 @@ def test_attention_rows_for_any_step_layer_and_head_match_the_whole_run(h):
 def test_selecting_a_step_moves_the_open_deep_view(h):
     _, r = run(h, UISettings(prompt="Hello", mode="sample", temperature=0.7, top_k=3, seed=1, max_new_tokens=4,
                               top_candidates=8), "deep")
+    h.stream.select_step([r.token, 1])  # the page's direct call, then its select event
     out = h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request("deep"))
     caption, funnel = out[0], out[1]
     assert caption.startswith("Step 2") and "removed by a filter" in caption  # step index 1, counted from 1
@@ -568,6 +569,7 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     drawn: list = []
     for tab in ("inspector", "cache"):
         session.deep_tab = tab
+        h.stream.select_step([r.token, 1])
         drawn += h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request(key))
     session.deep_tab = "attention"
     drawn += h.panels.attention("self", "head", "linear", 0, 0, None, False, request(key))

@@ -36,7 +36,8 @@ def build_app(
     """The playground as a Blocks app (not launched). One registry and catalog per app."""
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models))
-    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view])
+    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
+                                        handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo

@@ -59,8 +59,8 @@ class Panels:
                     sink: bool, request: gr.Request | None = None) -> tuple:
         """A token was clicked (or ← / →) in the live screen: the open deep view moves to that step."""
         session = self.sessions.get(session_key(request))
-        data = event_data(evt)
-        if not session.select(data.get("run"), data.get("step")):
+        run = session.current  # the step itself came first, by the page's direct call (select_step)
+        if run is None or event_data(evt).get("run") != run.token:
             return (gr.skip(),) * len(DEEP_OUTPUTS)
         return self._deep(session, kind, view, scale, layer, head, sink)
 

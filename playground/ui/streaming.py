@@ -226,6 +226,17 @@ class Streaming:
             return {"row": None, "error": one_line(exc)}
         return {"row": frames.rounded(frames.reduce_heads(rows, head, c.n_kv_heads)), "step": step}
 
+    def select_step(self, args: list[Any]) -> dict[str, Any]:
+        """[run token, step]: the step the visitor is looking at (the deep views draw it)."""
+        try:
+            token, step = args
+            step = int(step)
+        except (TypeError, ValueError):
+            return {}
+        for session in self._sessions_of(token):
+            session.select(token, step)
+        return {}
+
     def set_view(self, args: list[Any]) -> dict[str, Any]:
         """[run token, kind, layer, head]: what the live attention panel shows (and records next run)."""
         try:

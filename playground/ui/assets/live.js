@@ -129,9 +129,10 @@ function select(step, focus) {
     const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
     if (el) { el.focus({ preventScroll: true }); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
   }
-  // The event carries the step; the server's session takes it and the deep views redraw for the
-  // newest step when their turn comes (rapid arrow presses collapse into one redraw).
-  trigger("select", { step: step, run: v.run });
+  // The server's session learns the step first (a direct call, never dropped), then the deep views
+  // redraw for whatever step is newest when their turn comes (rapid arrow presses collapse into one).
+  const run = v.run;
+  server.select_step([run, step]).catch(() => {}).then(() => trigger("select", { step: step, run: run }));
 }
 
 // ---------------------------------------------------------------- status and step bar
