@@ -270,7 +270,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         with gr.Row(visible=False) as memory_row:
                             c["memory_row"] = memory_row
                             named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
-                                                               elem_id="lesson-preset", scale=2, min_width=260),
+                                                               elem_id="lesson-preset", scale=3, min_width=360),
                                   "lesson_preset")
                             named("lesson_attention", gr.Radio(what_if_choices("attention", lang), value="",
                                                                label=t("lesson_attention", lang), min_width=180,
