@@ -139,3 +139,42 @@ def test_the_positional_tab_draws_its_figures_after_a_run(page, server):
     page.wait_for_selector("#pe-plot-4 .js-plotly-plot")
     assert "Generate once" not in page.inner_text("#pe-md")
     shot(page, "positional-after-run")
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(tmp_path_factory):
+    """A server offering the real SmolLM2-135M-Instruct (imported into weights/ once)."""
+    real = base.REPO / "weights" / "SmolLM2-135M-Instruct"
+    if not (real / "config.json").exists():
+        pytest.skip("SmolLM2-135M-Instruct is not imported (python -m playground import-smollm2)")
+    weights = tmp_path_factory.mktemp("smol-weights")
+    (weights / real.name).symlink_to(real.resolve(), target_is_directory=True)
+    with base.running_app(weights, tmp_path_factory.mktemp("log") / "smol.log") as url:
+        yield url
+
+
+@pytest.mark.slow
+def test_a_200_token_smollm2_runs_attention_views_are_drawn(page, smollm2_server):
+    """The real model, a long answer: the live attention of an early token in another layer, then the
+    All-heads views of the whole run (screenshots looked at for readability)."""
+    page.goto(smollm2_server + "?" + "&".join([
+        "model=SmolLM2-135M-Instruct", "prompt=Tell+me+a+long+story+about+a+lighthouse+keeper.",
+        "max_new_tokens=200", "repetition_penalty=1.2"]))
+    page.wait_for_function("() => /Loaded/.test(document.querySelector('#model-status')?.innerText ?? '')",
+                           timeout=300_000)
+    assert page.is_checked("#chat input")  # the link does not name chat: the instruct model's default
+    page.wait_for_function("() => ['done', 'stopped'].includes(document.querySelector('#gen-status')?.dataset.state)",
+                           timeout=600_000)
+    n = len(tokens(page))
+    assert n >= 100  # an answer, not one end-of-turn token
+    page.click("#token-stream [data-step='40']")
+    wait_text(page, ".pg-stepbar", f"Step 41 of {n}")
+    page.select_option("#step-panels .pg-alayer", "3")
+    page.wait_for_function("() => document.querySelectorAll('#step-panels .pg-att .achip').length > 20")
+    shot(page, "smollm2-live")
+    open_tab(page, "All heads")
+    page.wait_for_selector("#att-heat .js-plotly-plot", timeout=300_000)
+    page.wait_for_selector("#att-summary .js-plotly-plot", timeout=300_000)
+    assert "Generate something first" not in page.inner_text("#att-note")
+    page.locator("#att-heat").scroll_into_view_if_needed()
+    shot(page, "smollm2-all-heads")

@@ -130,6 +130,11 @@ def live_value(
         "att": None, "beams": None, "branches": branches or [],
         "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
     }
+    value["inherited"] = run.inherited  # a branch: the tokens taken over, then the ones placed by hand
+    value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]
+    if run.kind == "seq2seq":
+        start = run.prefix_ids[: len(run.prefix_ids) - len(run.inherited) - len(run.forced)]
+        value["decoder_start"] = [[text, i] for text, i in zip(run.prefix_texts, start)]
     if run.path:
         value["att"] = live_attention(run, len(run.path) - 1, view, meta)
     if run.beam and last is not None and last.beams:

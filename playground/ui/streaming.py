@@ -167,13 +167,7 @@ class Streaming:
     # --- what the live screen receives ------------------------------------------------------------
 
     def _value(self, session: Session, run: Run, meta: dict[str, Any]) -> dict[str, Any]:
-        value = frames.live_value(run, session.view, meta, session.lang, session.branches(run))
-        value["inherited"] = run.inherited
-        value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]
-        if run.kind == "seq2seq":
-            start = run.prefix_ids[: len(run.prefix_ids) - len(run.inherited) - len(run.forced)]
-            value["decoder_start"] = [[text, i] for text, i in zip(run.prefix_texts, start)]
-        return value
+        return frames.live_value(run, session.view, meta, session.lang, session.branches(run))
 
     def current_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         """The live screen's value for the session's current run (in `lang`), or an empty screen."""
