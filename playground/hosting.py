@@ -34,6 +34,12 @@ def space_url() -> str | None:
     return f"https://huggingface.co/spaces/{sid}" if sid else None
 
 
+def shared_link(query: str) -> str:
+    """What Copy link gives for a query string: inside a Space the whole huggingface.co address, else
+    the query alone (the page puts it after its own address)."""
+    return (space_url() or "") + query
+
+
 def zero_gpu() -> bool:
     return on_space() and os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in _TRUE
 

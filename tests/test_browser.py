@@ -157,8 +157,11 @@ def decoder_name() -> str:
 
 
 def open_app(page, server: str, **params) -> None:
+    """Open the page with these query parameters; a link that names a prompt runs by itself: wait for it."""
     page.goto(server + ("?" + urlencode(params) if params else ""))
     page.wait_for_function("() => /Loaded|已加载/.test(document.querySelector('#model-status')?.innerText ?? '')")
+    if str(params.get("prompt", "")).strip():
+        wait_state(page, "done", "stopped", "error")
 
 
 def wait_text(page, selector: str, text: str) -> None:
@@ -174,8 +177,11 @@ def wait_state(page, *states: str) -> str:
 
 
 def generate_and_wait(page) -> str:
+    """Press Generate and wait for that run's end (not the end of the run already on screen)."""
+    page.evaluate("() => { window.__before = document.querySelector('#token-stream').firstChild; }")
     page.click("#generate-btn")
-    wait_state(page, "running", "done", "stopped", "error")
+    page.wait_for_function("() => document.querySelector('#token-stream').firstChild !== window.__before"
+                           " || document.querySelector('#gen-status').dataset.state === 'error'")
     return wait_state(page, "done", "stopped", "error")
 
 
@@ -247,17 +253,17 @@ def test_every_panel_follows_the_tokens_while_they_stream(page, server):
 def test_clicking_a_token_and_arrow_keys_move_every_panel(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12)
     generate_and_wait(page)
-    page.click("#token-stream [data-step='2']")
-    wait_text(page, ".pg-stepbar", "Step 2 of 12")
+    page.click("#token-stream [data-step='2']")  # data-step counts from 0; the page counts steps from 1
+    wait_text(page, ".pg-stepbar", "Step 3 of 12")
     kv_at_2 = page.inner_text("#step-panels .pg-kv")
     page.keyboard.press("ArrowRight")
-    wait_text(page, ".pg-stepbar", "Step 3 of 12")
+    wait_text(page, ".pg-stepbar", "Step 4 of 12")
     assert page.evaluate("() => document.activeElement.dataset.step") == "3"
     assert page.inner_text("#step-panels .pg-kv") != kv_at_2  # the cache panel moved with the step
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
-    wait_text(page, ".pg-stepbar", "Step 1 of 12")
-    wait_text(page, "#step-caption", "Step 1")  # the open deep view follows
+    wait_text(page, ".pg-stepbar", "Step 2 of 12")
+    wait_text(page, "#step-caption", "Step 2")  # the open deep view follows
     assert "selected" in page.get_attribute("#token-stream [data-step='1']", "class")
     shot(page, "inspector", readme=True)
 
@@ -286,7 +292,7 @@ def test_branch_from_a_step_with_another_candidate(page, server):
     generate_and_wait(page)
     first = tokens(page)
     page.click("#token-stream [data-step='2']")
-    wait_text(page, ".pg-stepbar", "Step 2 of")
+    wait_text(page, ".pg-stepbar", "Step 3 of")  # data-step counts from 0, the page from 1
     page.locator("#step-panels .pg-branch").first.click()
     wait_state(page, "running", "done")
     wait_state(page, "done")
@@ -345,11 +351,12 @@ def test_choosing_a_model_swaps_in_its_example_and_description(page, server):
 
 
 def test_an_empty_seed_is_drawn_shown_and_reproduces_from_the_link(page, browser, server):
-    open_app(page, server, model=decoder_name(), prompt="Once upon", mode="sample", temperature=0.9, seed="none",
-             max_new_tokens=10)
+    open_app(page, server, model=decoder_name(), mode="sample", temperature=0.9, seed="none", max_new_tokens=10)
+    page.fill("#prompt textarea", "Once upon")
     assert page.input_value("#seed input") == ""
     generate_and_wait(page)
-    drawn = page.input_value("#seed input")
+    assert page.input_value("#seed input") == ""  # stays empty: the next press draws again
+    drawn = page.evaluate("() => /Seed (\\d+)/.exec(document.querySelector('#gen-status').innerText)[1]")
     assert drawn.isdigit() and drawn in page.inner_text("#notes")
     first = generated_text(page)
     page.click("#copy-link-btn")
@@ -357,11 +364,10 @@ def test_an_empty_seed_is_drawn_shown_and_reproduces_from_the_link(page, browser
                            arg=drawn)
     link = page.input_value("#share-link textarea")
     other = new_page(browser, page.viewport_size)
-    other.goto(link)
+    other.goto(link)  # the link runs by itself, with the seed it names
     other.wait_for_function("() => /Loaded/.test(document.querySelector('#model-status')?.innerText ?? '')")
-    assert other.input_value("#seed input") == drawn
-    generate_and_wait(other)
-    assert generated_text(other) == first
+    wait_state(other, "done")
+    assert other.input_value("#seed input") == drawn and generated_text(other) == first
     other.context.close()
 
 
@@ -396,7 +402,8 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
     with running_app(weights, tmp_path_factory.mktemp("log") / "one-slot.log", "--concurrency", "1") as url:
         pages = [new_page(browser, DESKTOP) for _ in range(3)]
         for pg, lang in zip(pages, ("en", "en", "zh")):
-            open_app(pg, url, model="tiny-random", prompt="a", max_new_tokens=20, pace_ms=250, lang=lang)  # 5 s a run
+            open_app(pg, url, model="tiny-random", max_new_tokens=20, pace_ms=250, lang=lang)  # 5 s a run
+            pg.fill("#prompt textarea", "a")  # typed, not in the link: a link's prompt would run by itself
         pages[0].click("#generate-btn")
         wait_state(pages[0], "running")
         pages[1].click("#generate-btn")
@@ -436,7 +443,7 @@ LESSON_WORDS = {  # a phrase each lesson's own text must contain on the tiny dec
 
 
 def test_each_lesson_opens_from_the_live_screen_and_fits(page, server):
-    from playground.ui.i18n import STRINGS
+    from playground.app.words import STRINGS
     from playground.ui.layout import LESSONS
 
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12)
@@ -456,7 +463,7 @@ def test_a_lesson_in_chinese(desktop, server):
     page = desktop
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12, lang="zh")
     generate_and_wait(page)
-    from playground.ui.i18n import STRINGS
+    from playground.app.words import STRINGS
 
     text = _open_lesson(page, STRINGS["lesson_lens"][1])
     assert any("\u4e00" <= ch <= "\u9fff" for ch in text), text[:200]

@@ -13,8 +13,8 @@ import re
 import gradio as gr
 import pytest
 
+from playground.app.settings import FIELDS, UISettings
 from playground.ui import build_app
-from playground.ui.settings import FIELDS, UISettings
 from tests.ui_fixtures import HOSTILE_TOKENS as TOKENS
 from tests.ui_fixtures import save_hostile_checkpoint
 

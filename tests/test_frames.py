@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import playground
+from playground.app import frames
+from playground.app.run import Run
+from playground.app.session import LiveView
+from playground.app.settings import UISettings
 from playground.generation import GenerationConfig, generate_all
-from playground.ui import frames
-from playground.ui.runs import LiveView, RunState
-from playground.ui.settings import UISettings
 from tests.ui_fixtures import save_tiny_decoder
 
 
@@ -36,7 +37,7 @@ def run(tmp_path_factory):
     cfg = GenerationConfig(max_new_tokens=5, capture_attention=True, attention_layers=(1,), top_candidates=4,
                            temperature=0.8, top_k=3, seed=0)
     result = generate_all(lm, lm.tokenize("Hi"), cfg)
-    state = RunState(token="t" * 24, number=1, owner="test", settings=UISettings(), cfg=cfg, kind="decoder",
+    state = Run(token="t" * 24, number=1, owner="test", settings=UISettings(), cfg=cfg, kind="decoder",
                      prompt_ids=result.prompt_ids, prompt_texts=lm.token_texts(result.prompt_ids),
                      prefix_ids=result.decoder_prefix, live_layer=1, events=result.steps, path=result.path,
                      finish_reason="length")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from playground.ui import heap
+from playground.app import heap
 
 pytestmark = pytest.mark.skipif(ctypes.util.find_library("c") is None, reason="no C library to trim")
 

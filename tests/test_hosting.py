@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from playground import hosting
-from playground.ui.settings import FIELDS, UISettings
-from playground.ui.wiring import make_link
+from playground.app.settings import FIELDS, UISettings, to_query
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,15 +22,14 @@ def _clear(monkeypatch):
 
 def test_copy_link_inside_a_space_gives_the_huggingface_address(monkeypatch):
     _clear(monkeypatch)
-    values = [getattr(UISettings(model="SmolLM2-135M-Instruct", prompt="Hi"), f) for f in FIELDS]
-    local = make_link(*values)
+    local = to_query(UISettings(model="SmolLM2-135M-Instruct", prompt="Hi"))
     assert local.startswith("?") and "model=SmolLM2-135M-Instruct" in local
     monkeypatch.setenv("SYSTEM", "spaces")
     monkeypatch.setenv("SPACE_ID", "owner/name")
-    assert make_link(*values) == "https://huggingface.co/spaces/owner/name" + local
+    assert hosting.shared_link(local) == "https://huggingface.co/spaces/owner/name" + local
     for bad in ("owner", "../x/y", "a/b/c", "owner/na me", "owner/x?y"):  # a malformed id never makes a link elsewhere
         monkeypatch.setenv("SPACE_ID", bad)
-        assert hosting.space_url() is None and make_link(*values) == local
+        assert hosting.space_url() is None and hosting.shared_link(local) == local
 
 
 def test_gpu_task_is_the_function_itself_off_zerogpu(monkeypatch):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from playground.ui.i18n import LIVE_KEYS, STRINGS, language, live_strings, t
+from playground.app.words import LIVE_KEYS, STRINGS, language, live_strings, t
 
 
 def test_every_string_has_both_languages_with_the_same_placeholders():
@@ -39,3 +39,37 @@ def test_language_codes(code, lang):
 def test_formatting():
     assert t("status_running", "en", n=3) == "Generating… 3 tokens so far"
     assert t("status_running", "zh", n=3) == "正在生成……已生成 3 个 token"
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def test_every_note_the_app_can_show_reads_in_chinese(tmp_path):
+    """Clamp, plan, link and model-card texts made in English below the app are shown in 中文 too."""
+    from playground.app import describe
+    from playground.app.limits import Caps, clamp_settings
+    from playground.app.settings import from_query
+    from playground.app.words import note
+    from playground.checkpoints.loader import load_model
+    from playground.generation import GenerationConfig, plan
+    from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
+
+    lm = load_model(save_tiny_decoder(tmp_path / "d"))
+    s2s = load_model(save_tiny_seq2seq(tmp_path / "s.safetensors"))
+    notes = []
+    for cfg in (GenerationConfig(top_k=10**6, max_new_tokens=5000, num_beams=3, temperature=0.7),
+                GenerationConfig(max_new_tokens=250), GenerationConfig(max_new_tokens=4)):
+        notes += clamp_settings(cfg, lm, 3 if cfg.max_new_tokens != 4 else 0, Caps(max_new_tokens=300))[1]
+    notes += clamp_settings(GenerationConfig(max_new_tokens=100), s2s, 200)[1]
+    notes += list(plan(lm, [5] * 300, GenerationConfig(max_new_tokens=8, truncate_prompt=True)).notes)
+    notes += from_query({"evil": "1", "top_p": "7", "mode": "telepathy", "seed": "1.5", "temperature": "inf",
+                         "chat": "maybe", "prompt": "x" * 5000})[1]
+    assert len(notes) >= 12
+    for text in notes:
+        zh = note(text, "zh")
+        assert CJK.search(zh) and zh != text, text
+        assert note(text, "en") == text
+    for info in (lm.info(), s2s.info()):
+        for key, value in describe.model_card_rows(info, "m", "zh"):
+            assert not re.search(r"\b(full|sliding|rotary|sinusoidal|gated|plain|pre-norm|post-norm|base)\b", value), \
+                (key, value)

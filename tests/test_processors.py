@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import generation as hf
 
+from playground.app.limits import Caps, clamp_settings
 from playground.config import ModelConfig
 from playground.generation import GenerationConfig, SettingsError
 from playground.generation.processors import (
@@ -19,7 +20,6 @@ from playground.generation.processors import (
     TopP,
     build_pipeline,
 )
-from playground.ui.limits import Caps, clamp_settings
 
 V = 50
 

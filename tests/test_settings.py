@@ -6,8 +6,8 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from playground.ui.limits import CAPS, RANGES
-from playground.ui.settings import (
+from playground.app.limits import CAPS, RANGES
+from playground.app.settings import (
     FIELDS,
     UISettings,
     format_branches,
@@ -29,8 +29,10 @@ def test_every_setting_round_trips_through_the_query_string():
                    early_stopping=True, max_new_tokens=77, seed=1234, top_candidates=6, attention=False, pace_ms=40)
     parsed, notes = from_query(dict(parse_qsl(to_query(s)[1:])))
     assert parsed == s and notes == []
-    none_seed, _ = from_query({"seed": "none"})
-    assert none_seed.seed is None and "seed=none" in to_query(none_seed)
+    none_seed, _ = from_query({"seed": "none", "mode": "sample"})
+    assert none_seed.seed is None and "seed=none" in to_query(none_seed)  # sampling: the seed is always named
+    assert UISettings().seed is None and "seed" not in to_query(UISettings())  # greedy: no seed to name
+    assert "seed=0" in to_query(UISettings(seed=0)) and from_query({"seed": "0"})[0].seed == 0
 
 
 def test_bad_link_values_are_ignored_with_a_note():

@@ -13,8 +13,8 @@ import random
 import pytest
 
 import playground
+from playground.app.limits import clamp_settings
 from playground.generation import GenerationConfig, SettingsError, generate_all
-from playground.ui.limits import clamp_settings
 from tests.hf_tiny import llama_like, save_decoder
 
 CASES = 300

@@ -9,8 +9,9 @@ import threading
 import gradio as gr
 import pytest
 
-from playground.ui import build_app, torch_thread
-from playground.ui.settings import FIELDS, UISettings
+from playground.app import torch_thread
+from playground.app.settings import FIELDS, UISettings
+from playground.ui import build_app
 from tests.ui_fixtures import save_tiny_decoder
 
 COLOUR = contextvars.ContextVar("colour", default="none")

@@ -11,12 +11,11 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from playground.app.limits import CAPS
+from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
 from playground.generation import full_attention
 from playground.ui import build_app
 from playground.ui.catalog import UPLOAD_PREFIX
-from playground.ui.limits import CAPS
-from playground.ui.settings import FIELDS, UISettings, from_query, to_query
-from playground.ui.wiring import make_link
 from tests.hf_tiny import save_seq2seq, t5_like
 from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
 
@@ -49,9 +48,20 @@ def request(session: str = "s1", **query) -> gr.Request:
 
 
 def run(h, settings: UISettings, session: str = "s1", ticket: float = 0.0):
-    """Every frame of one Generate press: (live value, notes, seed, branches) each; and the run."""
+    """Every frame of one Generate press: (live value, notes, branches) each; and the run."""
     frames = list(h.stream.generate(request(session), ticket, *values(settings)))
     return frames, h.sessions.get(session).current
+
+
+def open_link(h, session: str, **query) -> list:
+    """A tab opened from a link: the page load, the model's load, then the link's own run (its frames)."""
+    out = h.models.page_load(request(session, **query))
+    settings = dict(zip(FIELDS, out[:-1]))
+    settings["model"] = settings["model"]["value"]
+    loaded = h.models.load_from_link(settings["model"], settings["dtype"], settings["lang"], request(session))
+    if "value" in loaded[4]:  # the chat box as the model's load left it
+        settings["chat"] = loaded[4]["value"]
+    return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in FIELDS]))
 
 
 def is_skip(value) -> bool:
@@ -78,7 +88,7 @@ def test_page_load_restores_settings_from_the_url(h):
 
 def test_copy_link_encodes_every_widget_including_chat_and_branches():
     s = UISettings(prompt="hi", mode="sample", seed=5, temperature=0.5, chat=False, lang="zh", branches="3:17")
-    q = make_link(*values(s))
+    q = to_query(from_widgets(dict(zip(FIELDS, values(s)))))
     assert "chat=false" in q and "lang=zh" in q and "branches=3%3A17" in q
     assert from_query(dict(parse_qsl(q[1:])))[0] == s
 
@@ -135,23 +145,31 @@ def test_generation_streams_small_frames_into_the_live_screen(h):
     assert any(c[4] for c in cands)  # the chosen token is among the candidates
     assert last["att"]["step"] == 11 and len(last["att"]["row"]) == len(r.prompt_ids) + 11
     assert abs(sum(last["att"]["row"]) - 1) < 1e-3  # a softmax row
-    assert len(frames) > 2 and all(is_skip(f[1]) and is_skip(f[2]) for f in frames[1:-1])  # notes, seed: first and last
+    assert len(frames) > 2 and all(is_skip(f[1]) and is_skip(f[2]) for f in frames[1:-1])  # notes, branches: first and last
     assert not any(isinstance(v, str) and "<span" in v for v in last.values())  # data, never rendered markup
 
 
 def test_an_empty_prompt_is_one_message_in_the_live_screen(h):
     frames, _ = run(h, UISettings(prompt="   "), session="empty")
-    live, notes, seed, branches = frames[-1]
+    live, notes, branches = frames[-1]
     assert live["status"]["state"] == "error" and "prompt is empty" in live["status"]["error"]
-    assert "prompt is empty" in notes and is_skip(seed)
+    assert "prompt is empty" in notes and is_skip(branches)
 
 
-def test_an_empty_seed_is_drawn_shown_and_reproduces(h):
-    frames, r = run(h, UISettings(prompt="Hello", mode="sample", seed=None, max_new_tokens=8), session="seed")
-    drawn = frames[0][2]
-    assert isinstance(drawn, int) and str(drawn) in frames[0][1]
-    again, r2 = run(h, UISettings(prompt="Hello", mode="sample", seed=drawn, max_new_tokens=8), session="seed2")
-    assert r2.generated_ids == r.generated_ids
+def test_an_empty_seed_is_drawn_for_each_press_shown_and_reproduces(h):
+    s = UISettings(prompt="Hello", mode="sample", seed=None, max_new_tokens=8)
+    frames, r = run(h, s, session="seed")
+    drawn = frames[-1][0]["status"]["seed"]
+    assert isinstance(drawn, int) and str(drawn) in frames[0][1] and r.cfg.seed == drawn
+    second, r2 = run(h, s, session="seed")  # the seed box stays empty: the next press draws again
+    assert second[-1][0]["status"]["seed"] != drawn
+    again, r3 = run(h, UISettings(prompt="Hello", mode="sample", seed=drawn, max_new_tokens=8), session="seed2")
+    assert r3.generated_ids == r.generated_ids
+    # The link of a drawn-seed run carries the seed it used, and opening it runs the same tokens.
+    query = h.stream.link(request("seed"), *values(s))
+    assert f"seed={r2.cfg.seed}" in query
+    replay = open_link(h, "seed-link", **dict(parse_qsl(query[1:])))
+    assert h.sessions.get("seed-link").current.generated_ids == r2.generated_ids and replay
 
 
 def test_seeded_sampling_reproduces_and_the_api_matches_the_stream(h):
@@ -226,9 +244,10 @@ def test_attention_rows_for_any_step_layer_and_head_match_the_whole_run(h):
 def test_selecting_a_step_moves_the_open_deep_view(h):
     _, r = run(h, UISettings(prompt="Hello", mode="sample", temperature=0.7, top_k=3, seed=1, max_new_tokens=4,
                               top_candidates=8), "deep")
+    h.stream.select_step([r.token, 1])  # the page's direct call, then its select event
     out = h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request("deep"))
     caption, funnel = out[0], out[1]
-    assert caption.startswith("Step 1") and "removed by a filter" in caption
+    assert caption.startswith("Step 2") and "removed by a filter" in caption  # step index 1, counted from 1
     assert {t.name for t in funnel.data} >= {"raw softmax", "top-k"}
     stale = h.panels.select_step(gr.EventData(None, {"step": 1, "run": "other"}), "self", "head", "linear", 0, 0,
                                  False, request("deep"))
@@ -248,6 +267,13 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
     lm = h.models.model_for("tiny-lm", "float32")
     maps = full_attention(lm, r.prompt_ids, r.generated_ids, layers=[1])["self"][0]
     np.testing.assert_allclose(np.asarray(heat.data[0].customdata, dtype=float), maps[2:4].mean(0), atol=1e-6)
+    # The head summary covers every layer (not only the one on screen), from the same whole-run maps.
+    from playground.viz import attention_entropy
+
+    every = full_attention(lm, r.prompt_ids, r.generated_ids)["self"]
+    z = np.asarray(summary.data[0].z, dtype=float)
+    assert z.shape == (lm.config.n_layers, lm.config.n_heads)
+    np.testing.assert_allclose(z, attention_entropy(every), rtol=1e-5, atol=1e-6)
 
 
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
@@ -283,7 +309,7 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
     child = h.sessions.get("branch").current
     assert child is not parent and child.branch_of == (parent.number, 3) and child.forced == [other]
     assert [x[1] for x in child.inherited] == parent.generated_ids[:3]
-    live, notes, seed, branches = frames[-1]
+    live, notes, branches = frames[-1]
     assert branches == f"3:{other}" and live["forced_tokens"][0][1] == other
     assert [b["number"] for b in live["branches"]] == [parent.number, child.number]
     # The branch equals a fresh run whose prompt already holds the prefix and the chosen token.
@@ -292,9 +318,17 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
 
     direct = generate_all(lm, parent.prompt_ids + parent.generated_ids[:3] + [other], GenerationConfig(max_new_tokens=8))
     assert child.generated_ids == direct.token_ids
-    # A link with the branch replays it after the run.
-    replay, _ = run(h, UISettings(prompt="Hello", max_new_tokens=8, branches=f"3:{other}"), "replay")
-    assert h.sessions.get("replay").current.generated_ids == child.generated_ids
+    # Copy link names the branch; opening it replays the run and then the branch, by itself.
+    query = h.stream.link(request("branch"), *values(UISettings(prompt="Hello", max_new_tokens=8)))
+    assert f"branches=3%3A{other}" in query
+    open_link(h, "replay", **dict(parse_qsl(query[1:])))
+    replayed = h.sessions.get("replay").current
+    assert replayed.generated_ids == child.generated_ids and replayed.branch_of is not None
+    # A new press of Generate starts clean: the widgets' branches are never replayed by it.
+    fresh, plain = run(h, UISettings(prompt="Hello there", max_new_tokens=8, branches=f"3:{other}"), "replay")
+    assert plain.branch_of is None and plain.forced == [] and fresh[0][2] == ""
+    assert h.stream.link(request("replay"), *values(UISettings(prompt="Hello there", max_new_tokens=8,
+                                                                  branches=f"3:{other}"))).count("branches") == 0
     # Typed text works too.
     list(h.stream.branch(gr.EventData(None, {"run": child.token, "step": 1, "text": "abc"}), request("branch")))
     assert h.sessions.get("branch").current.forced == lm.tokenize("abc")
@@ -440,6 +474,20 @@ def test_a_model_with_a_chat_template_opens_with_chat_on(chat_app, name):
     assert "no chat template" in frames[0][1]
 
 
+def test_a_link_without_chat_gets_the_models_default_and_runs_by_itself(chat_app):
+    h = chat_app
+    lm = h.models.model_for("chat-folder", "float32")
+    frames = open_link(h, "nochat", model="chat-folder", prompt="Hi", max_new_tokens="3")
+    opened = h.sessions.get("nochat").current
+    assert frames and frames[-1][0]["status"]["state"] == "done"
+    assert lm.detokenize(opened.prompt_ids) == "<s>user: Hi</s><s>assistant: "  # chat on: the model's default
+    open_link(h, "chatoff", model="chat-folder", prompt="Hi", max_new_tokens="3", chat="false")
+    assert h.sessions.get("chatoff").current.prompt_ids == lm.tokenize("Hi")  # named in the link: kept
+    # The link's run happens once: a reload of the same session's run event does nothing more.
+    assert list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings))) == []
+    assert open_link(h, "noprompt", model="chat-folder") == []  # no prompt: nothing runs by itself
+
+
 def test_registry_shares_one_model_between_many_generations(h):
     errors = []
 
@@ -527,6 +575,7 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     drawn: list = []
     for tab in ("inspector", "cache"):
         session.deep_tab = tab
+        h.stream.select_step([r.token, 1])
         drawn += h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request(key))
     session.deep_tab = "attention"
     drawn += h.panels.attention("self", "head", "linear", 0, 0, None, False, request(key))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from playground.app import describe
 from playground.generation import Candidate, StepCapture, TokenStep
-from playground.ui import views
 
 HOSTILE = '<img src=x onerror=alert(1)><form action="https://evil"><input type=password></form>'
 INFO = {
@@ -20,7 +20,7 @@ INFO = {
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_model_card_escapes_every_value_from_the_file(lang):
-    card = views.model_card_html(INFO, "upload/<script>", lang)
+    card = describe.model_card_html(INFO, "upload/<script>", lang)
     assert "<img" not in card and "<form" not in card and "<input" not in card and "<script>" not in card
     assert "&lt;img src=x onerror=alert(1)&gt;" in card and "upload/&lt;script&gt;" in card
     assert "2,016,960" in card and "GQA" in card and card.startswith("<table")
@@ -28,10 +28,10 @@ def test_model_card_escapes_every_value_from_the_file(lang):
 
 
 def test_notes_are_escaped_and_labelled():
-    md = views.notes_markdown(["top_k 500 is more than <b>", "second"], "en")
+    md = describe.notes_markdown(["top_k 500 is more than <b>", "second"], "en")
     assert md.count("- **Note:**") == 2 and "&lt;b&gt;" in md
-    assert views.notes_markdown([], "en") == ""
-    assert "注意" in views.notes_markdown(["x"], "zh")
+    assert describe.notes_markdown([], "en") == ""
+    assert "注意" in describe.notes_markdown(["x"], "zh")
 
 
 def _step(**kw) -> TokenStep:
@@ -42,19 +42,19 @@ def _step(**kw) -> TokenStep:
 
 
 def test_captions_and_funnel_items_describe_the_step():
-    caption = views.step_caption(_step())
-    assert caption.startswith("Step 3: chose 'a' (id 5) with probability 0.700") and "1 of the top 2 removed" in caption
-    assert "from beam 2" in views.step_caption(_step(source_beam=2))
-    items = views.funnel_items(_step())
+    caption = describe.step_caption(_step())
+    assert caption.startswith("Step 4: chose 'a' (id 5) with probability 0.700")  # step index 3, counted from 1 and "1 of the top 2 removed" in caption
+    assert "from beam 2" in describe.step_caption(_step(source_beam=2))
+    items = describe.funnel_items(_step())
     assert items[0]["chosen"] and not items[1]["chosen"] and items[1]["removed_by"] == "top_k"
     assert items[1]["token"] == "<b>"  # plotly escapes it when drawing (viz.display_token)
-    assert "&lt;b&gt;" in views.step_caption(_step(token_text="<b>"))
+    assert "&lt;b&gt;" in describe.step_caption(_step(token_text="<b>"))
 
 
 def test_cache_markdown_fills_in_the_formula():
     cache = {"tokens": 10, "max_tokens": 40, "bytes": 30720, "allocated_bytes": 122880, "mha_equivalent_bytes": 61440,
              "layers": 4, "batch": 1, "kv_heads": 2, "head_dim": 48, "element_size": 4,
              "per_layer": [{"k_shape": [1, 2, 10, 48]}] * 4}
-    md = views.cache_markdown(cache, "en")
+    md = describe.cache_markdown(cache, "en")
     assert "30.00 KiB" in md and "120.00 KiB" in md and "2 · N_layers" in md and "(1, 2, 10, 48) × 4 layers" in md
-    assert "K 和 V" in views.cache_markdown(cache, "zh")
+    assert "K 和 V" in describe.cache_markdown(cache, "zh")

@@ -15,7 +15,7 @@ from typing import Any
 from playground.errors import PlaygroundError
 from playground.interventions import Intervention, InterventionError, as_interventions
 
-MAX_BEAMS = 16  # the engine's hard limit (the app offers fewer: playground.ui.limits)
+MAX_BEAMS = 16  # the engine's hard limit (the app offers fewer: playground.app.limits)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed accepts up to this
 
 

@@ -269,6 +269,12 @@ def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | Non
     return path
 
 
+def final_hypothesis(last: StepEvent) -> Hypothesis:
+    """Beam search's answer from its last event: the best finished hypothesis, else the best still open."""
+    finished = [b for b in last.beams or [] if b.finished]
+    return finished[0] if finished else last.beams[0]
+
+
 def generate_all(
     lm: LoadedModel,
     prompt: str | list[int] | torch.Tensor,
@@ -290,7 +296,7 @@ def generate_all(
     if last is not None and last.beams is not None:
         finished = [b for b in last.beams if b.finished]
         sequences = finished or [b for b in last.beams if not b.finished][:1]
-        final = sequences[0]
+        final = final_hypothesis(last)
     else:
         score = float(sum(np.log(max(e.prob, 1e-45)) for e in steps))
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]

@@ -1,13 +1,12 @@
 """The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and theme.
 
-Modules: layout (components), wiring (events), handlers (holds the handler groups below), models
-(picking and loading models), streaming (generation, Stop, branches, the script API), panels (the
-deeper views), lessons (the seeds' lessons on the run), language (English / 中文), frames (what the
-live screen receives), runs (sessions and runs), views (text: model card, captions, notes),
-settings (query-parameter round trip), limits (the app's caps and clamps), i18n (every string),
+A thin adapter over the app core (`playground.app`: runs, sessions, settings, limits, frames,
+words, describe). Modules: layout (components), wiring (events), handlers (holds the handler groups
+below), models (picking and loading models), streaming (generation, Stop, branches, the script API),
+panels (the deeper views), lessons (the seeds' lessons on the run), language (English / 中文),
 catalog (which checkpoints, safe paths, uploads), registry (one shared copy of each model),
-torch_thread (the one thread every forward pass runs on), gradio_state (script sessions dropped
-from Gradio's state), heap (freed memory back to the OS).
+gradio_internals (every use of Gradio's private parts), settings and torch_thread (re-exports
+from the core).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import gradio as gr
 
 from playground.hosting import on_space
 from playground.ui.catalog import Catalog
+from playground.ui.gradio_internals import slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.layout import CSS, build_page
 from playground.ui.registry import ModelRegistry
@@ -48,7 +48,8 @@ def build_app(
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
                       prefer_preloaded=prefer_preloaded)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
-    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view, handlers.stream.select_step])
+    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
+                                        handlers.stream.select_step])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
@@ -72,9 +73,7 @@ QUEUE_POLL_SECONDS = 0.02
 def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concurrency_limit: int = 2) -> gr.Blocks:
     """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS."""
     demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit)
-    queue = demo._queue
-    queue.sleep_when_free = max(queue.sleep_when_free, QUEUE_POLL_SECONDS)
-    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, QUEUE_POLL_SECONDS)
+    slow_queue_polling(demo, QUEUE_POLL_SECONDS)
     return demo
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.app import heap
+from playground.app.session import Sessions
 from playground.checkpoints.limits import Limits
-from playground.ui import heap
 from playground.ui.catalog import Catalog
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
 from playground.ui.registry import ModelRegistry
-from playground.ui.runs import Sessions
 from playground.ui.streaming import Streaming
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import gradio as gr
 
-from playground.ui.i18n import t
-from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices
+from playground.app.session import Sessions
+from playground.app.words import t
+from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices, what_if_choices
 from playground.ui.models import session_key
-from playground.ui.runs import Sessions
 
 
 def relabelled(page: Page) -> list[Any]:
@@ -30,6 +30,8 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(label=t(label, lang), info=t(info, lang), choices=mode_choices(lang)))
         elif name == "lesson":
             updates.append(gr.update(label=t(label, lang), choices=lesson_choices(lang)))
+        elif name in ("lesson_attention", "lesson_dtype"):
+            updates.append(gr.update(label=t(label, lang), choices=what_if_choices(name.split("_")[1], lang)))
         elif name == "att_view":
             updates.append(gr.update(label=t(label, lang), choices=view_choices(lang, grouped=grouped)))
         elif info:

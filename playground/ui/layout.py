@@ -2,7 +2,7 @@
 
 One screen: the controls on the left (on a phone: above), the live screen on the right — the token
 stream with the current step's panels, all updating while tokens stream — and the deeper views one
-click below it. Every label and hint comes from `i18n` (English and 中文); `LABELS` lists which key
+click below it. Every label and hint comes from `playground.app.words` (English and 中文); `LABELS` lists which key
 each component uses so the language switch can relabel the page.
 """
 
@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from gradio.components.base import server
 
+from playground.app.limits import RANGES
+from playground.app.settings import DTYPES, MODES, UISettings
+from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.catalog import ALLOWED_SUFFIXES
-from playground.ui.i18n import LANGUAGES, live_strings, t
-from playground.ui.limits import RANGES
-from playground.ui.settings import DTYPES, MODES, UISettings
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
@@ -52,21 +51,16 @@ COPY_LINK_JS = """
 # run still waiting in the queue never starts.
 TICKET_JS = "(...args) => { args[0] = Date.now(); return args; }"
 STOP_JS = "(t) => Date.now()"
-# Gradio's own strings (upload box, buttons) follow its locale: switch it with ours when the page can.
-LOCALE_JS = """
-(lang) => {
-  try {
-    const core = performance.getEntriesByType('resource').map(e => e.name).find(n => /\\/assets\\/core-[\\w-]+\\.js$/.test(n));
-    if (core) import(core).then(m => m.changeLocale && m.changeLocale(lang === 'zh' ? 'zh-CN' : 'en')).catch(() => {});
-  } catch (e) {}
-  document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
-  return lang;
-}
-"""
 
 
 LESSONS = ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training")
 LESSON_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int4")
+
+
+def what_if_choices(kind: str, lang: str) -> list[tuple[str, str]]:
+    """The KV calculator's attention or number-format choices; the first keeps the preset's own."""
+    options = ("MHA", "GQA", "MQA") if kind == "attention" else LESSON_DTYPES
+    return [(t("lesson_as_preset", lang), "")] + [(o, o) for o in options]
 
 
 def lesson_choices(lang: str) -> list[tuple[str, str]]:
@@ -189,12 +183,11 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                               "hub_load")
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
+                # Server functions go in as a constructor argument: Gradio rebuilds a component from those
+                # when a handler updates it, and functions attached afterwards would be lost (404s).
                 c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
-                                    elem_id="token-output", strings=live_strings(), apply_default_css=False)
-                for fn in server_functions:  # what the live screen's script may ask the server
-                    exposed = server(_plain(fn))
-                    setattr(c["live"], fn.__name__, exposed)
-                    c["live"].server_fns.append(exposed)
+                                    elem_id="token-output", strings=live_strings(), apply_default_css=False,
+                                    server_functions=[_plain(fn) for fn in server_functions])
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
                 named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
@@ -268,16 +261,18 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         with gr.Row(visible=False) as memory_row:
                             c["memory_row"] = memory_row
                             named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
-                                                               elem_id="lesson-preset"), "lesson_preset")
-                            named("lesson_attention", gr.Radio(["MHA", "GQA", "MQA"], value=None,
-                                                               label=t("lesson_attention", lang),
+                                                               elem_id="lesson-preset", scale=3, min_width=360),
+                                  "lesson_preset")
+                            named("lesson_attention", gr.Radio(what_if_choices("attention", lang), value="",
+                                                               label=t("lesson_attention", lang), min_width=180,
                                                                elem_id="lesson-attention"), "lesson_attention")
-                            named("lesson_dtype", gr.Radio(list(LESSON_DTYPES), value=None, label=t("lesson_dtype", lang),
+                            named("lesson_dtype", gr.Radio(what_if_choices("dtype", lang), value="",
+                                                           label=t("lesson_dtype", lang), min_width=180,
                                                            elem_id="lesson-dtype"), "lesson_dtype")
                             named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
-                                                            elem_id="lesson-batch"), "lesson_batch")
+                                                            elem_id="lesson-batch", min_width=240), "lesson_batch")
                             named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens", lang),
-                                                             elem_id="lesson-tokens"), "lesson_tokens")
+                                                             elem_id="lesson-tokens", min_width=240), "lesson_tokens")
                         with gr.Row():
                             named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
                                                           elem_id="time-cache-btn"), "lesson_time_cache")

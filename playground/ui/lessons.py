@@ -14,12 +14,12 @@ from typing import Any
 import gradio as gr
 
 from playground import analysis, viz
-from playground.generation import GenerationResult, Hypothesis
-from playground.ui import torch_thread
-from playground.ui.i18n import t
+from playground.app import torch_thread
+from playground.app.run import Run
+from playground.app.session import Session, Sessions
+from playground.app.words import t
 from playground.ui.layout import LESSONS
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.runs import RunState, Session, Sessions
 from playground.viz import anatomy as v_anatomy
 from playground.viz import attention_steps as v_steps
 from playground.viz import kv_lesson as v_kv
@@ -31,18 +31,6 @@ from playground.viz import training as v_train
 STEP_FOLLOWING = ("steps", "lens", "kv", "memory", "anatomy")
 OUTPUTS = ("lesson_md", "lesson_plot1", "lesson_plot2", "lesson_layer", "lesson_head", "lesson_kind", "lesson_preset",
            "memory_row", "time_cache", "measure_sdpa")
-
-
-def result_of(run: RunState) -> GenerationResult:
-    """The run as the analyses take it: what the engine's generate_all would have returned."""
-    last = run.events[-1]
-    final = run.final or Hypothesis(run.generated_ids, last.text, 0.0, last.finish_reason == "eos")
-    return GenerationResult(
-        token_ids=run.generated_ids, text=last.text, sequences=[final], prompt_ids=list(run.prompt_ids),
-        cache=dict(last.cache), timing=dict(last.timing), finish_reason=run.finish_reason, steps=run.events,
-        notes=list(run.notes), path=run.path, prompt_attention=run.events[0].prompt_attention,
-        decoder_prefix=list(run.prefix_ids),
-    )
 
 
 class Lessons:
@@ -104,19 +92,15 @@ class Lessons:
         return tuple(out[k] for k in OUTPUTS)
 
     @torch_thread.runs_on_torch_thread
-    def _lesson(self, lesson: str, lm, run: RunState | None, session: Session, layer: int, head: int, kind: str,
+    def _lesson(self, lesson: str, lm, run: Run | None, session: Session, layer: int, head: int, kind: str,
                 preset: str, attention: str, dtype: str, batch: int, tokens: int):
         c = lm.config
         step = None
         result = cache = None
         if run is not None and run.path and not run.running:
-            step = min(session.selected_step if session.selected_step is not None else len(run.path) - 1,
-                       len(run.path) - 1)
-            result = result_of(run)
-            if run.analysis is None or run.analysis.result.token_ids != result.token_ids:
-                run.analysis = analysis.RunCache(lm, result)
-            cache = run.analysis
-            cache.result = result  # the same run; a fresh view of it
+            step = run.step(session.selected_step)
+            cache = run.analysis_cache(lm)
+            result = cache.result
         kinds = ["cross", "self", "encoder"] if lm.kind == "seq2seq" else ["self"]
         kind = kind if kind in kinds else kinds[0]
         n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers

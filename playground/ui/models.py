@@ -14,18 +14,18 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app import describe
+from playground.app.frames import head_choices
+from playground.app.session import Sessions
+from playground.app.settings import FIELDS, UISettings, from_query
+from playground.app.words import note, t
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
 from playground.loaded import LoadedModel
-from playground.ui import views
 from playground.ui.catalog import Catalog, remove_sources
-from playground.ui.frames import head_choices
-from playground.ui.i18n import t
 from playground.ui.layout import empty_live_value, view_choices
 from playground.ui.registry import ModelRegistry
-from playground.ui.runs import Sessions
-from playground.ui.settings import FIELDS, UISettings, from_query
 
 log = logging.getLogger("playground.ui")
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}
@@ -36,7 +36,7 @@ def one_line(exc: Exception, lang: str = "en", where: str = "") -> str:
     if isinstance(exc, gr.Error):
         return str(exc.message).splitlines()[0] if exc.message else "error"
     if isinstance(exc, (PlaygroundError, ValueError)):
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return note(str(exc).splitlines()[0], lang) if str(exc) else type(exc).__name__
     log.error("unexpected error%s", f" in {where}" if where else "", exc_info=exc)
     return t("unexpected", lang, what=type(exc).__name__)
 
@@ -64,7 +64,7 @@ def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     """The model card; the checkpoint's place on the server is never part of it."""
     info = lm.info()
     info.pop("path", None)
-    return views.model_card_html(info, name, lang)
+    return describe.model_card_html(info, name, lang)
 
 
 class Models:
@@ -157,20 +157,21 @@ class Models:
         settings, notes = self.settings_from_request(request)
         session = self.sessions.get(session_key(request))
         session.lang = settings.lang
-        session.link_prompt = "prompt" in dict(request.query_params if request is not None else {})
+        session.opened_from(dict(request.query_params) if request is not None else {})
         values = [getattr(settings, f) for f in FIELDS]
         values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model)
-        return (*values, views.notes_markdown(notes, settings.lang))
+        return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
     # Outputs, in order: model dropdown, status, about, prompt, chat, target language, attention kind,
     # large view, model card, live screen.
 
     def load_from_link(self, name: str, dtype: str, lang: str, request: gr.Request):
-        """The page's first load: the link's prompt and chat setting are kept."""
+        """The page's first load: the link's prompt and chat setting are kept; a link that does not name
+        `chat` gets the model's default (on for a model with a chat template)."""
         session = self.sessions.get(session_key(request))
-        keep = session.link_prompt
-        return self._load(name, dtype, lang, request, swap_prompt=not keep, set_chat=not keep)
+        return self._load(name, dtype, lang, request, swap_prompt=not session.link_names("prompt"),
+                          set_chat=not session.link_names("chat"))
 
     def load(self, name: str, dtype: str, lang: str, request: gr.Request):
         """A model picked by the visitor: its example prompt and chat default come with it."""

@@ -18,15 +18,18 @@ import numpy as np
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
-from playground.generation import generate_all
+from playground.app import describe
+from playground.app.run import Run
+from playground.app.session import Session, Sessions
+from playground.app.torch_thread import call as torch_call
+from playground.app.torch_thread import runs_on_torch_thread
+from playground.app.words import t
+from playground.errors import PlaygroundError
+from playground.generation import full_attention, generate_all
 from playground.generation.budget import check_full_attention
-from playground.generation.stepper import full_attention
 from playground.models.positional import positional_layout
-from playground.ui import views
-from playground.ui.i18n import t
+from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.runs import RunState, Session, Sessions
-from playground.ui.torch_thread import runs_on_torch_thread
 from playground.viz import positional_compare as v_pe
 
 DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "card")
@@ -34,6 +37,7 @@ DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
 
 
 def in_session_language(method: Callable) -> Callable:
@@ -58,12 +62,9 @@ class Panels:
                     sink: bool, request: gr.Request | None = None) -> tuple:
         """A token was clicked (or ← / →) in the live screen: the open deep view moves to that step."""
         session = self.sessions.get(session_key(request))
-        data = getattr(evt, "_data", None) or {}
-        run = session.current
-        if run is None or data.get("run") != run.token:
+        run = session.current  # the step itself came first, by the page's direct call (select_step)
+        if run is None or event_data(evt).get("run") != run.token:
             return (gr.skip(),) * len(DEEP_OUTPUTS)
-        if session.selected_step is None and isinstance(data.get("step"), int):  # the page could not tell us first
-            session.selected_step = data["step"]
         return self._deep(session, kind, view, scale, layer, head, sink)
 
     def tab_selected(self, evt: gr.SelectData, kind: str, view: str, scale: str, layer: float, head: float,
@@ -79,7 +80,6 @@ class Panels:
                   request: gr.Request | None = None) -> tuple:
         """A run ended: the open deep view shows its last step."""
         session = self.sessions.get(session_key(request))
-        session.selected_step = None
         return self._deep(session, kind, view, scale, layer, head, sink)
 
     def redraw(self, kind: str, view: str, scale: str, layer: float, head: float, sink: bool,
@@ -98,29 +98,23 @@ class Panels:
             out.update(zip(("kv", "growth"), self.cache(session, run)))
         return tuple(out[k] for k in DEEP_OUTPUTS)
 
-    @staticmethod
-    def _step(session: Session, run: RunState) -> int:
-        n = len(run.path)
-        step = session.selected_step if session.selected_step is not None else n - 1
-        return int(min(max(step, 0), max(n - 1, 0)))
-
     # --- candidates and beams ---------------------------------------------------------------------
 
     @in_session_language
-    def inspector(self, session: Session, run: RunState | None) -> tuple:
+    def inspector(self, session: Session, run: Run | None) -> tuple:
         lang = session.lang
         if run is None or not run.path:
             hidden = gr.update(visible=False)
             return t("nothing_yet", lang), viz.candidate_funnel([]), hidden, hidden
-        step = self._step(session, run)
+        step = run.step(session.selected_step)
         token = run.path[step]
-        funnel = viz.candidate_funnel(views.funnel_items(token), title=t("funnel_title", lang, step=step))
+        funnel = viz.candidate_funnel(describe.funnel_items(token), title=t("funnel_title", lang, step=step + 1))
         if not run.beam:
             hidden = gr.update(visible=False)
-            return views.step_caption(token, lang), funnel, hidden, hidden
-        beams = views.beam_steps(run.events[: step + 1])
+            return describe.step_caption(token, lang), funnel, hidden, hidden
+        beams = describe.beam_steps(run.events[: step + 1])
         tree = viz.beam_tree(beams, final=run.final.text if run.final is not None else None)
-        return (views.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
+        return (describe.step_caption(token, lang), funnel, gr.update(value=tree, visible=True),
                 gr.update(value=viz.beam_table(beams), visible=True))
 
     # --- all heads ---------------------------------------------------------------------------------
@@ -132,7 +126,7 @@ class Panels:
         return self._attention(session, session.current, kind, view, scale, layer, head, query, sink)
 
     @in_session_language
-    def _attention(self, session: Session, run: RunState | None, kind: str, view: str, scale: str, layer: float,
+    def _attention(self, session: Session, run: Run | None, kind: str, view: str, scale: str, layer: float,
                    head: float, query: float | None, sink: bool) -> tuple:
         lang = session.lang
         blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang))
@@ -154,10 +148,10 @@ class Panels:
             return (html.escape(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
         h, T, S = maps.shape
         head = int(min(max(head or 0, 0), h - 1))
-        q_labels, k_labels = self._labels(run, lm, kind)
+        q_labels, k_labels = run.labels(kind)
         first_q = len(run.prefix_ids) - 1
         if query is None:
-            query = first_q + self._step(session, run) if kind != "encoder" else T - 1
+            query = first_q + run.step(session.selected_step) if kind != "encoder" else T - 1
         query = int(min(max(query, 0), T - 1))
         groups = c.n_heads // c.n_kv_heads
         label = t(f"kind_{kind}", lang)
@@ -176,8 +170,10 @@ class Panels:
                                      scale=scale, hide_first=sink, highlight_row=query)
         row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query, token=html.escape(repr(q_labels[query])),
                                                                 layer=layer, what=what))
-        summary = viz.head_summary(viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None]),
-                                   title=t("summary_title", lang, label=label))
+        stats = self._layer_stats(run, lm, kind)  # every layer where the whole run's maps fit; else this one
+        if stats is None:
+            stats = viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None])
+        summary = viz.head_summary(*stats, title=t("summary_title", lang, label=label))
         note = t("attention_note", lang, layers=n_layers, heads=h, t=T, s=S) + (
             t("gqa_note", lang, g=groups) if groups > 1 else "")
         if kind != "encoder" and run.kind == "decoder":
@@ -192,39 +188,37 @@ class Panels:
                 gr.update(maximum=max(1, T - 1), value=query))
 
     @runs_on_torch_thread
-    def _maps(self, run: RunState, lm, kind: str, layer: int) -> np.ndarray:
-        """(h, T, S) attention of one layer over the whole run, from the engine (cached per run)."""
-        key = (kind, layer)
-        if key not in run.maps:
-            check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids), [layer])  # refuses over the budget
-            computed = full_attention(lm, run.prompt_ids, run.stream_ids, layers=[layer])
-            for k, stacked in computed.items():
-                run.maps[(k, layer)] = stacked[0]
-            while len(run.maps) > 6:
-                run.maps.pop(next(iter(run.maps)))
-        return run.maps[key]
+    def _maps(self, run: Run, lm, kind: str, layer: int) -> np.ndarray:
+        """(h, T, S) attention of one layer over the whole run, from the engine (kept by the run)."""
+        return run.attention_maps(lm, kind, layer)
 
-    @staticmethod
-    def _labels(run: RunState, lm, kind: str) -> tuple[list[str], list[str]]:
-        stream = [x[0] for x in run.inherited] + run.forced_texts + [s.token_text for s in run.path]
-        if run.kind == "decoder":
-            toks = run.prompt_texts + stream
-            return toks, toks
-        dec = run.prefix_texts + stream
-        src = run.prompt_texts
-        return {"self": (dec, dec), "cross": (dec, src), "encoder": (src, src)}[kind]
+    @runs_on_torch_thread
+    def _layer_stats(self, run: Run, lm, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(entropy, mean distance), each (L, h), of every layer's heads over the whole run: one pass of
+        the engine, kept by the run; None when all layers' maps would be too big to hold at once."""
+        if kind not in run.head_stats:
+            if len(run.prefix_ids) + len(run.path) > MAX_STATS_TOKENS:
+                return None
+            try:
+                check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids))
+            except PlaygroundError:
+                return None
+            every = full_attention(lm, run.prompt_ids, run.stream_ids)  # kind -> (L, h, T, S)
+            for k, maps in every.items():
+                run.head_stats[k] = (viz.attention_entropy(maps), viz.mean_attention_distance(maps))
+        return run.head_stats[kind]
 
     # --- KV cache ----------------------------------------------------------------------------------
 
     @in_session_language
-    def cache(self, session: Session, run: RunState | None) -> tuple:
+    def cache(self, session: Session, run: Run | None) -> tuple:
         lang = session.lang
         if run is None or not run.events:
             return t("cache_intro", lang), viz.cache_growth([], [], [], [])
-        step = self._step(session, run)
+        step = run.step(session.selected_step)
         event = run.events[min(step, len(run.events) - 1)]
-        steps, used, allocated, mha = views.growth_series(run.events)
-        return views.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
+        steps, used, allocated, mha = describe.growth_series(run.events)
+        return describe.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
 
     def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
         """The current run's request again with and without the cache, back to back, timed fresh (the
@@ -245,6 +239,13 @@ class Panels:
 
     # --- positional encoding -----------------------------------------------------------------------
 
+    def positional_if_open(self, length: float, compare_base: float, pair: float,
+                           request: gr.Request | None = None) -> tuple:
+        """A run ended or a tab opened: the PE panel redraws (for the run) when it is the open tab."""
+        if self.sessions.get(session_key(request)).deep_tab != "positional":
+            return (gr.skip(),) * len(PE_OUTPUTS)
+        return self.positional(length, compare_base, pair, request)
+
     def positional(self, length: float, compare_base: float, pair: float, request: gr.Request | None = None) -> tuple:
         """The PE panel for the model this tab has loaded (nothing before the first successful load)."""
         session = self.sessions.get(session_key(request))
@@ -256,16 +257,10 @@ class Panels:
             shift = None
             if lm.config.positional == "rope" and run is not None and run.path and not run.running \
                     and run.settings.model == session.model:
-                from playground.ui.lessons import (
-                    result_of,  # the run as the analyses take it
-                )
-
-                result = result_of(run)
-                if run.analysis is None or run.analysis.result.token_ids != result.token_ids:
-                    run.analysis = analysis.RunCache(lm, result)
-                run.analysis.result = result
-                step = self._step(session, run)
-                shift = analysis.rope_shift_scores(lm, result, step, lm.config.n_layers - 1, 0, cache=run.analysis)
+                cache = torch_call(run.analysis_cache, lm)
+                result = cache.result
+                step = run.step(session.selected_step)
+                shift = torch_call(analysis.rope_shift_scores, lm, result, step, lm.config.n_layers - 1, 0, cache=cache)
             return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang, shift)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.hosting import space_url
+from playground.app.settings import FIELDS
+from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
-from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
+from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
 from playground.ui.panels import DEEP_OUTPUTS, PE_OUTPUTS
-from playground.ui.settings import FIELDS, from_widgets, to_query
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
 BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping")
@@ -19,12 +19,6 @@ BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping")
 def mode_visibility(mode: str) -> tuple:
     sample, beam = mode == "sample", mode == "beam"
     return tuple(gr.update(visible=sample) for _ in SAMPLE_ONLY) + tuple(gr.update(visible=beam) for _ in BEAM_ONLY)
-
-
-def make_link(*values) -> str:
-    """The link's query string; inside a Space the whole huggingface.co address (the iframe's own
-    *.hf.space address is not what people share)."""
-    return (space_url() or "") + to_query(from_widgets(dict(zip(FIELDS, values))))
 
 
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
@@ -75,20 +69,25 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
 
     # Generation: streamed into the live screen. Each press carries a ticket (the client's clock) so
     # that Stop also cancels a run still waiting for a slot.
-    gen_outputs = [p.live, p.notes, s["seed"], s["branches"]]
+    # A link that names a prompt runs by itself once its model is loaded (then its branches).
+    gen_outputs = [p.live, p.notes, s["branches"]]
     gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
                   show_progress="minimal")
     deep_followers = []  # events after which the open deep view (and lesson) redraws
+    runs = [loaded.then(h.stream.generate_link, [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
     for trigger in (p.generate.click, s["prompt"].submit):
-        run = trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw)
-        deep_followers.append(run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
+        runs.append(trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
-    branch = p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw)
-    deep_followers.append(branch.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
+    runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
+    for run in runs:
+        deep_followers.append(run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
+        run.then(h.panels.positional_if_open, pe_inputs, pe_outputs, **figures_kw)  # the PE tab reads the run
 
     # The selected step (a click or ← / → in the live screen) and the open tab drive the deep views.
     deep_followers.append(p.live.select(h.panels.select_step, view_inputs, deep_outputs, **figures_kw))
-    deep_followers.append(p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw))
+    tab = p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw)
+    deep_followers.append(tab)
+    tab.then(h.panels.positional_if_open, pe_inputs, pe_outputs, **figures_kw)
     for control in (p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_query,
                     p.att_sink):
         control.change(h.panels.attention, [*view_inputs[:5], p.att_query, p.att_sink], att_outputs, **figures_kw)
@@ -111,7 +110,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
-    p.copy_link.click(make_link, settings_inputs, p.link, queue=False).then(
+    p.copy_link.click(h.stream.link, settings_inputs, p.link, queue=False).then(
         lambda: gr.update(visible=True), None, p.link, queue=False).then(
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 

@@ -4,7 +4,7 @@
 //
 // Only new tokens are added to the page; panels redraw for the step on screen. Clicking a token, or
 // ← / → on a focused token, selects its step: every panel moves there, and the server is told (so
-// the deeper views follow). Numbers the stream does not carry (another layer's attention) are asked
+// the deeper views follow). Steps are counted from 1 on screen; data-step counts from 0. Numbers the stream does not carry (another layer's attention) are asked
 // for with server.attention_row and cached.
 
 const STRINGS = props.strings || {};
@@ -16,6 +16,10 @@ function tr(key, vals) {
   let s = (STRINGS[lang()] || STRINGS.en || {})[key] || (STRINGS.en || {})[key] || key;
   for (const k in vals || {}) s = s.split("{" + k + "}").join(String(vals[k]));
   return s;
+}
+function trn(key, n, vals) {  // "1 token", "2 tokens": a key_one form where the language has one
+  const one = n === 1 && ((STRINGS[lang()] || {})[key + "_one"] !== undefined);
+  return tr(one ? key + "_one" : key, Object.assign({ n: n }, vals || {}));
 }
 function esc(text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -125,11 +129,10 @@ function select(step, focus) {
     const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
     if (el) { el.focus({ preventScroll: true }); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
   }
-  // The server learns the step first (a direct call, never dropped), then the deep views redraw for
-  // whatever step is newest when their turn comes (rapid arrow presses collapse into one redraw).
+  // The server's session learns the step first (a direct call, never dropped), then the deep views
+  // redraw for whatever step is newest when their turn comes (rapid arrow presses collapse into one).
   const run = v.run;
-  const tell = server && server.select_step ? server.select_step([run, step]) : Promise.resolve();
-  tell.catch(() => {}).then(() => trigger("select", { step: step, run: run }));
+  server.select_step([run, step]).catch(() => {}).then(() => trigger("select", { step: step, run: run }));
 }
 
 // ---------------------------------------------------------------- status and step bar
@@ -139,10 +142,10 @@ function drawStatus(v) {
   let text;
   if (s.state === "error") text = tr("status_error", { message: s.error || "" });
   else if (!v.run) text = tr("status_ready");
-  else if (s.state === "running") text = tr("status_running", { n: s.n });
-  else if (s.state === "stopped") text = tr("status_stopped", { n: s.n });
-  else if (s.state === "error") text = tr("status_error", { message: s.error || "" });
-  else text = tr("status_done", { n: s.n, why: tr("reason_" + (s.reason || "length")) });
+  else if (s.state === "running") text = trn("status_running", s.n);
+  else if (s.state === "stopped") text = trn("status_stopped", s.n);
+  else text = trn("status_done", s.n, { why: tr("reason_" + (s.reason || "length")) });
+  if (v.run && s.seed != null && v.mode === "sample") text += " " + tr("status_seed", { seed: s.seed });
   const status = $("#gen-status");
   status.textContent = text;
   status.dataset.state = v.run || s.state === "error" ? s.state : "ready";
@@ -164,7 +167,7 @@ function drawStepBar(v, step) {
     ? `<span class="pg-muted">· ${esc(tr("following"))}</span>`
     : `<button class="pg-btn pg-follow" type="button">${esc(tr("back_to_live"))}</button>`;
   bar.innerHTML = `<button class="pg-btn pg-prev" type="button" aria-label="previous step">◀</button>`
-    + `<span class="pg-stepno">${esc(tr("step_of", { step: step, n: n }))}</span>`
+    + `<span class="pg-stepno">${esc(tr("step_of", { step: step + 1, n: n }))}</span>`
     + `<button class="pg-btn pg-next" type="button" aria-label="next step">▶</button>`
     + `<span class="pg-chose">${esc(tr("chose", { token: "“" + text.replace(/\n/g, "↵") + "”", p: p.toFixed(3) }))}</span> ${follow}`;
 }
@@ -189,7 +192,7 @@ function drawCandidates(v, step) {
       html += `<td class="pg-bar${gone ? " gone" : ""}"><span style="width:${Math.max(0, Math.min(100, 100 * p)).toFixed(1)}%"></span><em>${gone ? "–" : pct(p)}</em></td>`;
     });
     const branch = chosen || v.status.state === "running" ? "" :
-      `<button class="pg-branch" type="button" data-id="${id}" title="${esc(tr("branch_here", { step: step, token: "“" + text + "”" }))}">↪</button>`;
+      `<button class="pg-branch" type="button" data-id="${id}" title="${esc(tr("branch_here", { step: step + 1, token: "“" + text + "”" }))}">↪</button>`;
     html += `<td>${branch}</td></tr>`;
   }
   html += `</tbody></table>`;
@@ -203,10 +206,12 @@ function drawCandidates(v, step) {
 // ---------------------------------------------------------------- attention on the text
 
 function viewOf(v) {
-  if (!st.view) {
-    const m = v.model || {};
-    st.view = { kind: v.kind === "seq2seq" ? "cross" : "self", layer: (m.layers || 1) - 1, head: "mean", scale: "linear", sink: false };
-    if (v.att) { st.view.kind = v.att.kind; st.view.layer = v.att.layer; st.view.head = v.att.head; }
+  if (!st.view) {  // the session's view (the server keeps it across runs, languages and reloads)
+    const m = v.model || {}, sv = v.view || {};
+    const kinds = v.kind === "seq2seq" ? ["cross", "self"] : ["self"];
+    const layer = sv.layer >= 0 && sv.layer < (m.layers || 1) ? sv.layer : (m.layers || 1) - 1;
+    const head = (m.head_choices || ["mean"]).includes(sv.head) ? sv.head : "mean";
+    st.view = { kind: kinds.includes(sv.kind) ? sv.kind : kinds[0], layer: layer, head: head, scale: "linear", sink: false };
   }
   return st.view;
 }
@@ -306,7 +311,7 @@ function drawCache(v, step) {
   const mha = c.kv_heads ? Math.round(used * c.query_heads / c.kv_heads) : used;
   html += `<p class="pg-formula">${formula}</p><p class="pg-symbols">${esc(tr("kv_symbols"))}</p>`;
   html += sparkline(v, step, c);
-  html += `<p>${esc(tr("kv_at_step", { step: step, tokens: tokens, bytes: bytes(used) }))} · ${esc(tr("kv_used", { used: bytes(used), allocated: bytes(c.allocated_bytes) }))}`;
+  html += `<p>${esc(tr("kv_at_step", { step: step + 1, tokens: tokens, bytes: bytes(used) }))} · ${esc(tr("kv_used", { used: bytes(used), allocated: bytes(c.allocated_bytes) }))}`;
   if (c.query_heads !== c.kv_heads) html += ` · ${esc(tr("kv_mha", { mha: bytes(mha) }))}`;
   html += `</p>`;
   if (c.cross) html += `<p>${esc(tr("kv_cross", { bytes: bytes(c.cross.bytes), tokens: c.cross.tokens }))}</p>`;
@@ -342,7 +347,7 @@ function drawBranches(v) {
   if (list.length < 2) { box.innerHTML = ""; box.hidden = true; return; }
   box.hidden = false;
   box.innerHTML = `<h4>${esc(tr("branches_title"))}</h4>` + list.map((b) =>
-    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step }) : tr("run_label", { n: b.number }))}</span>`
+    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step + 1 }) : tr("run_label", { n: b.number }))}</span>`
     + `<div class="pg-btext"><span>${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span>${esc(b.rest)}</span></div></div>`).join("");
 }
 

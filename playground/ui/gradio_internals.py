@@ -1,4 +1,16 @@
-"""Gradio's memory of script sessions, returned once their calls are over.
+"""Every reach into Gradio's private internals, in one place, pinned to the Gradio of requirements.txt.
+
+- `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
+  once their calls are over (below).
+- `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
+- `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
+  its front end's `changeLocale` (found in its `core-*.js` asset).
+
+A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
+were written against (the test checks it equals the installed one and the pin).
+
+Script sessions:
 
 Gradio keeps, per session hash, a copy of every component's config (about 0.4 MiB for this page) and
 lets one go only when `state_session_capacity` are held. Every `gradio_client.Client` that calls
@@ -19,7 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playground.ui import heap
+import gradio as gr
+
+from playground.app import heap
+
+GRADIO_VERSION = "6.31.0"
 
 GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
 
@@ -79,3 +95,29 @@ class ScriptSessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._ended)
+
+
+def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
+    """Make the (enabled) queue look for work at most every `seconds` while idle."""
+    queue = demo._queue
+    queue.sleep_when_free = max(queue.sleep_when_free, seconds)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, seconds)
+
+
+def event_data(evt: gr.EventData | None) -> dict[str, Any]:
+    """The dict a custom component sent with its event (`trigger("select", {...})` in live.js)."""
+    data = getattr(evt, "_data", None)
+    return data if isinstance(data, dict) else {}
+
+
+# Gradio's own strings (upload box, buttons) follow its locale: switch it with ours when the page can.
+LOCALE_JS = """
+(lang) => {
+  try {
+    const core = performance.getEntriesByType('resource').map(e => e.name).find(n => /\\/assets\\/core-[\\w-]+\\.js$/.test(n));
+    if (core) import(core).then(m => m.changeLocale && m.changeLocale(lang === 'zh' ? 'zh-CN' : 'en')).catch(() => {});
+  } catch (e) {}
+  document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
+  return lang;
+}
+"""

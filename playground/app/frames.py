@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from playground.generation import StepEvent, TokenStep
-from playground.ui.runs import LiveView, RunState
+
+if TYPE_CHECKING:  # a run is built from frames' pieces: these are only named here
+    from playground.app.run import Run
+    from playground.app.session import LiveView
 
 ROUND = 4  # significant digits of the probabilities and weights sent to the page
 
@@ -85,7 +88,7 @@ def rounded(values: np.ndarray) -> list[float]:
     return [_r(float(v)) for v in values]
 
 
-def status(run: RunState, model_name: str) -> dict[str, Any]:
+def status(run: Run, model_name: str) -> dict[str, Any]:
     last = run.events[-1] if run.events else None
     timing = dict(last.timing) if last else {}
     return {
@@ -99,7 +102,7 @@ def status(run: RunState, model_name: str) -> dict[str, Any]:
 
 
 def live_value(
-    run: RunState,
+    run: Run,
     view: LiveView,
     meta: dict[str, Any],
     lang: str,
@@ -116,7 +119,7 @@ def live_value(
     cache = dict(last.cache) if last else {}
     value: dict[str, Any] = {
         "run": run.token, "number": run.number, "lang": lang, "kind": run.kind,
-        "mode": "beam" if run.beam else ("sample" if run.cfg.do_sample else "greedy"),
+        "mode": run.mode,
         "model": meta, "stages": stages,
         "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
         "prefix": len(run.prefix_ids) - (len(run.prompt_ids) if run.kind == "decoder" else 0),
@@ -125,7 +128,13 @@ def live_value(
         "cache": _cache_summary(cache),
         "status": status(run, meta.get("name", "")),
         "att": None, "beams": None, "branches": branches or [],
+        "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
     }
+    value["inherited"] = run.inherited  # a branch: the tokens taken over, then the ones placed by hand
+    value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]
+    if run.kind == "seq2seq":
+        start = run.prefix_ids[: len(run.prefix_ids) - len(run.inherited) - len(run.forced)]
+        value["decoder_start"] = [[text, i] for text, i in zip(run.prefix_texts, start)]
     if run.path:
         value["att"] = live_attention(run, len(run.path) - 1, view, meta)
     if run.beam and last is not None and last.beams:
@@ -133,7 +142,7 @@ def live_value(
     return value
 
 
-def live_attention(run: RunState, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
+def live_attention(run: Run, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The attention row of `step` for the view, from what the run recorded (None if not recorded)."""
     layer = resolve_layer(view.layer, meta["layers"])
     kind = view.kind if view.kind in ("self", "cross") else ("cross" if run.kind == "seq2seq" else "self")

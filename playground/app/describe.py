@@ -7,11 +7,12 @@ page never interprets markup from a file.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from playground.app.words import note, t
 from playground.generation import StepEvent, TokenStep
-from playground.ui.i18n import t
 from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
@@ -72,7 +73,36 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
         rows.append(("card_special_ids", t("card_special_ids_outside", lang, ids=ids)))
     if info.get("tokenizer_error"):
         rows.append(("card_tokenizer", t("card_tokenizer_missing", lang, why=info["tokenizer_error"])))
+    if lang == "zh":  # the checkpoint's own structure, described by the library in English
+        rows = [(key, zh_structure(value) if key in _DESCRIBED_ROWS else value) for key, value in rows]
     return [(t(key, lang), value) for key, value in rows]
+
+
+# Rows whose values are the library's descriptions of a structure (layers, FFN, norm, positions).
+_DESCRIBED_ROWS = ("card_layers", "card_ffn", "card_norm", "card_positional")
+# The library's structure descriptions come from a few fixed templates (loaded.py, models/positional.py);
+# their words in 中文, longest first so a phrase wins over its parts.
+_ZH_PHRASES = (
+    (r"pre-norm: ", "前置归一化:"), (r"post-norm: ", "后置归一化:"), (r"sandwich norms: ", "三明治归一化:"),
+    (r"output norms: ", "输出归一化:"), (r"parallel residual: ", "并行残差:"),
+    (r"RoPE \(rotary, ", "RoPE(旋转位置编码,"), (r"sliding layers base ", "滑动窗口层基数 "),
+    (r"(\d+) of (\d+) dims per head", r"每个头 \2 维中的 \1 维"), (r"(\d+) of (\d+) dims rotate", r"\2 维中 \1 维旋转"),
+    (r"no positions on (\d+) of (\d+) layers", r"\2 层中 \1 层不用位置"), (r"(\w+) scaling", r"\1 缩放"),
+    (r"learned absolute positions", "可学习的绝对位置"), (r"\(offset (\d+)\)", r"(偏移 \1)"),
+    (r"sinusoidal \(base ", "正弦位置编码(基数 "), (r"sin half \| cos half", "前半 sin | 后半 cos"),
+    (r"positions from row pad \+ 1", "位置从 pad + 1 行开始"),
+    (r"T5 relative position bias \((\d+) buckets\)", r"T5 相对位置偏置(\1 个桶)"),
+    (r"(\d+) sliding \(window (\d+)", r"\1 层滑动窗口(窗口 \2"), (r"(\d+) full\b", r"\1 层全注意力"),
+    (r"RoPE base ", "RoPE 基数 "), (r"no RoPE", "无 RoPE"), (r"\bbase ", "基数 "),
+    (r"\bgated\b", "门控"), (r"\bplain\b", "普通"), (r"^none$", "无"),
+)
+
+
+def zh_structure(text: str) -> str:
+    """A structure description of the library (layers, FFN, norm, positions) in 中文."""
+    for pattern, repl in _ZH_PHRASES:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 def _stacks(info: Mapping[str, Any], lang: str) -> list[tuple[str, str]]:
@@ -98,12 +128,12 @@ def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
     """Clamps and adjustments, shown above the live screen so nobody misses them."""
     if not notes:
         return ""
-    return "\n".join(f"- **{t('note', lang)}:** {html.escape(n)}" for n in notes)
+    return "\n".join(f"- **{t('note', lang)}:** {html.escape(note(n, lang))}" for n in notes)
 
 
 def step_caption(step: TokenStep, lang: str = "en") -> str:
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step.step, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step.step + 1, token=token, id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]

@@ -58,3 +58,32 @@ def test_a_page_tab_s_session_is_never_dropped(served):
     scripts.end("a-tab")
     scripts.sweep()
     assert "a-tab" in demo.state_holder.session_data
+
+
+def test_the_pinned_gradio_is_the_one_installed_and_required():
+    from pathlib import Path
+
+    from playground.ui.gradio_internals import GRADIO_VERSION
+
+    pin = Path(__file__).resolve().parents[1] / "requirements.txt"
+    assert f"gradio=={GRADIO_VERSION}" in pin.read_text() and gr.__version__ == GRADIO_VERSION
+
+
+def test_the_live_screens_server_functions_survive_gradios_per_tab_copy(served):
+    """A handler that updates the live screen (gr.skip(), gr.update) makes Gradio rebuild it for that tab
+    from its constructor arguments; the page's calls must still reach the server functions."""
+    import httpx
+
+    demo, url = served
+    live = demo.playground_page.live
+    state = demo.state_holder["copy-tab"]
+    state[live._id] = live.__class__(**{**live.constructor_args, "render": False})  # what Gradio does
+    for fn_name, data in (("attention_row", ["no-such-run-token-xx", 0, "self", 0, "mean"]),
+                          ("set_view", ["no-such-run-token-xx", "self", 0, "mean"]),
+                          ("select_step", ["no-such-run-token-xx", 3])):
+        reply = httpx.post(url + "gradio_api/component_server/", json={
+            "session_hash": "copy-tab", "component_id": live._id, "fn_name": fn_name, "data": data})
+        assert reply.status_code == 200, reply.text
+    assert reply.json() == {} and httpx.post(url + "gradio_api/component_server/", json={
+        "session_hash": "copy-tab", "component_id": live._id, "fn_name": "attention_row",
+        "data": ["x", 0, "self", 0, "mean"]}).json() == {"row": None}

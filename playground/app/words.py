@@ -7,6 +7,8 @@ from: 注意力, 多头注意力, 交叉注意力, 位置编码, KV Cache, Prefi
 
 from __future__ import annotations
 
+import re
+
 LANGUAGES = (("English", "en"), ("中文", "zh"))
 
 # key: (English, 中文)
@@ -84,8 +86,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "max_new_tokens_info": ("Generation also ends at end-of-sequence, or when you press Stop",
                             "遇到结束符或按下“停止”时也会结束"),
     "seed": ("Seed (empty = draw one)", "随机种子(留空 = 自动抽取)"),
-    "seed_info": ("The same seed and settings give the same sampled text; a drawn seed is shown here",
-                  "相同的种子和设置得到相同的采样结果;自动抽取的种子会显示在这里"),
+    "seed_info": ("Empty: each press draws a new seed (shown in the notes). A seed typed here is kept",
+                  "留空:每次点击都抽取新种子(显示在提示区);在这里输入的种子会一直使用"),
     # --- live view settings
     "live_view": ("Live view", "实时视图"),
     "top_candidates": ("Candidates shown per step", "每步显示的候选数"),
@@ -131,6 +133,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "lesson_preset": ("Preset", "预设"),
     "lesson_attention": ("Attention", "注意力类型"),
     "lesson_dtype": ("Number format", "数值格式"),
+    "lesson_as_preset": ("as the preset", "同预设"),
     "lesson_batch": ("Batch B", "批大小 B"),
     "lesson_tokens": ("Tokens T (0: the preset's)", "token 数 T(0 = 预设值)"),
     "inspector_intro": (
@@ -233,8 +236,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "note": ("Note", "注意"),
     "empty_prompt": ("The prompt is empty: type some text to continue (or a date to convert).",
                      "提示词为空:请输入要续写的文本(或要转换的日期)。"),
-    "seed_drawn": ("No seed was given: drew seed {seed} (it is in the seed box and in the link).",
-                   "未指定种子:已抽取种子 {seed}(已填入种子框和链接)。"),
+    "seed_drawn": ("No seed was given: this run drew seed {seed} (Copy link carries it; type a seed to pin it).",
+                   "未指定种子:本次运行抽取了种子 {seed}(“复制链接”会带上它;输入种子即可固定)。"),
     "pace_capped": ("Slow motion was shortened to {ms} ms per token so the run sleeps at most 30 s.",
                     "慢动作已缩短为每个 token {ms} 毫秒,使总暂停不超过 30 秒。"),
     "chat_unavailable": ("This checkpoint has no chat template; the prompt was used as plain text.",
@@ -297,7 +300,8 @@ STRINGS: dict[str, tuple[str, str]] = {
 
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (
-    "status_ready", "status_running", "status_done", "status_stopped", "status_error", "reason_eos", "reason_length",
+    "status_ready", "status_running", "status_done", "status_stopped", "status_error", "status_running_one",
+    "status_done_one", "status_stopped_one", "status_seed", "reason_eos", "reason_length",
     "reason_stop_string", "rate", "legend", "legend_low", "legend_high", "legend_hint", "step_of", "following",
     "back_to_live", "chose", "forced_token", "cand_title", "cand_hint", "cand_token", "stage_raw",
     "stage_repetition_penalty", "stage_temperature", "stage_top_k", "stage_top_p", "stage_min_p", "stage_forced_bos",
@@ -311,8 +315,12 @@ LIVE_KEYS = (
 STRINGS.update({
     "status_ready": ("Ready: type a prompt and press Generate.", "就绪:输入提示词并点击“生成”。"),
     "status_running": ("Generating… {n} tokens so far", "正在生成……已生成 {n} 个 token"),
+    "status_running_one": ("Generating… 1 token so far", "正在生成……已生成 1 个 token"),
     "status_done": ("Done: {n} tokens ({why}).", "完成:{n} 个 token({why})。"),
+    "status_done_one": ("Done: 1 token ({why}).", "完成:1 个 token({why})。"),
     "status_stopped": ("Stopped after {n} tokens (you pressed Stop).", "已在 {n} 个 token 后停止(你按下了“停止”)。"),
+    "status_stopped_one": ("Stopped after 1 token (you pressed Stop).", "已在 1 个 token 后停止(你按下了“停止”)。"),
+    "status_seed": ("Seed {seed}.", "种子 {seed}。"),
     "status_error": ("Error: {message}", "错误:{message}"),
     "reason_eos": ("the model emitted end-of-sequence", "模型输出了结束符"),
     "reason_length": ("max new tokens reached", "达到最多生成的 token 数"),
@@ -409,3 +417,56 @@ def live_strings() -> dict[str, dict[str, str]]:
 
 def language(code: object) -> str:
     return "zh" if isinstance(code, str) and code.lower().startswith("zh") else "en"
+
+
+# --- notes and messages made in English below the app (the engine, the limits, the link parser) ---
+# Each is one of a few fixed templates; in 中文 the page shows it through this table (pattern, 中文).
+NOTES_ZH: tuple[tuple[str, str], ...] = (
+    (r"^top_k (\d+) is more than the vocabulary \((\d+) tokens\): using (\d+)$",
+     r"top_k \1 超过词表大小(\2 个 token):改用 \3"),
+    (r"^max_new_tokens (\d+) is above the limit of (\d+): using (\d+)$", r"max_new_tokens \1 超过上限 \2:改用 \3"),
+    (r"^max_new_tokens (-?\d+) is below 1: using 1$", r"max_new_tokens \1 小于 1:改用 1"),
+    (r"^num_beams (\d+) is above the limit of (\d+): using (\d+)$", r"num_beams \1 超过上限 \2:改用 \3"),
+    (r"^num_beams (-?\d+) is below 1: using 1 \(no beam search\)$", r"num_beams \1 小于 1:改用 1(不做束搜索)"),
+    (r"^top_candidates (-?\d+) is outside 0\.\.(\d+): using (\d+)$", r"top_candidates \1 不在 0..\2 之间:改用 \3"),
+    (r"^beam search is deterministic: temperature, top-k, top-p and min-p are ignored$",
+     "束搜索是确定性的:温度、top-k、top-p 和 min-p 不起作用"),
+    (r"^temperature (\S+) is negative: using 0 \(greedy decoding\)$", r"温度 \1 为负:改用 0(贪心解码)"),
+    (r"^top_p (\S+) is outside \(0, 1\]: using 1\.0 \(top-p off\)$", r"top_p \1 不在 (0, 1] 内:改用 1.0(关闭 top-p)"),
+    (r"^repetition penalty (\S+) must be positive: using 1 \(off\)$", r"重复惩罚 \1 必须为正:改用 1(关闭)"),
+    (r"^top_k (-?\d+) is negative: using 0 \(top-k off\)$", r"top_k \1 为负:改用 0(关闭 top-k)"),
+    (r"^max_new_tokens (\d+) does not fit the model's remaining context of (\d+) tokens: using (\d+)$",
+     r"max_new_tokens \1 超出模型剩余的上下文(\2 个 token):改用 \3"),
+    (r"^max_new_tokens (\d+) does not fit the decoder's (\d+) positions: using (\d+)$",
+     r"max_new_tokens \1 超出解码器的 \2 个位置:改用 \3"),
+    (r"^the prompt has (\d+) tokens but the model holds (\d+): dropping the first (\d+) tokens \(truncated on the "
+     r"left\) to leave room for (\d+) new tokens$",
+     r"提示词有 \1 个 token,但模型最多容纳 \2 个:丢弃最前面的 \3 个(从左侧截断),为 \4 个新 token 留出空间"),
+    (r"^the source has (\d+) tokens but the encoder holds (\d+): dropping the first (\d+) tokens \(truncated on the "
+     r"left\)$", r"源文本有 \1 个 token,但编码器最多容纳 \2 个:丢弃最前面的 \3 个(从左侧截断)"),
+    (r"^the prompt is empty and this model has no BOS token to start from: type a prompt$",
+     "提示词为空,且该模型没有可作为起点的 BOS token:请输入提示词"),
+    (r"^the prompt is empty: generating from the start token alone$", "提示词为空:只从起始 token 开始生成"),
+    (r"^the prompt was empty: starting from the start token$", "提示词为空:从起始 token 开始"),
+    (r"^ignored unknown link parameter '(.*)'$", r"忽略了未知的链接参数“\1”"),
+    (r"^ignored link parameter (\w+)=(.*): expected one of (.*)$", r"忽略了链接参数 \1=\2:应为 \3 之一"),
+    (r"^ignored link parameter (\w+)=(.*): expected a whole number$", r"忽略了链接参数 \1=\2:应为整数"),
+    (r"^ignored link parameter (\w+)=(.*): expected a finite number$", r"忽略了链接参数 \1=\2:应为有限的数"),
+    (r"^ignored link parameter (\w+)=(.*): expected true or false$", r"忽略了链接参数 \1=\2:应为 true 或 false"),
+    (r"^ignored link parameter (\w+)=(.*): outside (\S+)$", r"忽略了链接参数 \1=\2:超出范围 \3"),
+    (r"^ignored link parameter (\w+)=(.*): (.*)$", r"忽略了链接参数 \1=\2:\3"),
+    (r"^the prompt from the link was cut to (\d+) characters$", r"链接中的提示词已截断为 \1 个字符"),
+    (r"^the link's model: (.*); using (.*)$", r"链接中的模型:\1;改用 \2"),
+    (r"^(\w+) (.*) is not a finite number: using (.*)$", r"\1 \2 不是有限的数:改用 \3"),
+    (r"^(\w+) (.*) is not a whole number: using (.*)$", r"\1 \2 不是整数:改用 \3"),
+)
+
+
+def note(text: str, lang: str = "en") -> str:
+    """A note made in English below the app, in `lang` (unchanged in English, or if no template matches)."""
+    if lang != "zh":
+        return text
+    for pattern, zh in NOTES_ZH:
+        if re.match(pattern, text):
+            return re.sub(pattern, zh, text)
+    return text

@@ -1,0 +1,196 @@
+"""One generation as the app keeps it: the one copy of its path, candidates, captures, caches and timings.
+
+A `Run` is built once from the engine's events (`add_event`, then `finish`) and answers every
+question the panels ask of it: the step on screen, an attention row of any layer, the run as the
+analyses take it (`as_result`), the labels of its tokens. Nothing else keeps a second copy of the run.
+No Gradio, no threads: the caller decides where the model work runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from playground.app import frames
+from playground.app.settings import UISettings
+from playground.generation import GenerationConfig, GenerationResult, Hypothesis, StepEvent, TokenStep, token_path
+from playground.generation.budget import check_full_attention
+from playground.generation.engine import final_hypothesis
+from playground.generation.stepper import full_attention
+
+MAX_CACHED_LAYERS = 2  # whole-run attention maps kept per run: every kind of this many layers
+
+
+@dataclass
+class Run:
+    """One generation: its settings, the engine's events and what the panels read from them."""
+
+    token: str  # unguessable id the page uses to ask for this run's numbers
+    number: int  # 1, 2, 3... within the session (shown to people)
+    owner: str  # the session that made the run (its model may be that visitor's own upload)
+    settings: UISettings
+    cfg: GenerationConfig  # clamped, as run (its seed is the one used)
+    kind: str  # "decoder" or "seq2seq"
+    prompt_ids: list[int]  # decoder prompt, or seq2seq source
+    prompt_texts: list[str]
+    prefix_ids: list[int]  # decoder stream start: the prompt (decoder) or the decoder start token(s), + forced
+    live_layer: int  # the layer whose attention is recorded at every step
+    notes: list[str] = field(default_factory=list)
+    events: list[StepEvent] = field(default_factory=list)
+    finish_reason: str | None = None  # None while running; "eos", "length", "stop_string", "stopped", "error"
+    error: str | None = None
+    branch_of: tuple[int, int] | None = None  # (run number, step) this run continues from
+    inherited: list[list[Any]] = field(default_factory=list)  # [text, id, p] taken over from the run branched from
+    forced: list[int] = field(default_factory=list)  # tokens placed by hand at the branch point
+    forced_texts: list[str] = field(default_factory=list)
+    prefix_texts: list[str] = field(default_factory=list)  # the decoder start token(s) of a seq2seq run
+    started: float = field(default_factory=time.monotonic)
+    path: list[TokenStep] = field(default_factory=list)  # the displayed sequence, token by token
+    final: Hypothesis | None = None  # beam search: the winning hypothesis
+    compact: list[Any] = field(default_factory=list)  # per path entry, what the page receives (see frames)
+    analysis: Any = None  # the lessons' RunCache (one whole-sequence pass, shared by step changes)
+    cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
+    maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
+    head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
+
+    # --- what it is ------------------------------------------------------------------------------
+
+    @property
+    def beam(self) -> bool:
+        return self.cfg.num_beams > 1
+
+    @property
+    def mode(self) -> str:
+        return "beam" if self.beam else ("sample" if self.cfg.do_sample else "greedy")
+
+    @property
+    def running(self) -> bool:
+        return self.finish_reason is None
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return [p.token_id for p in self.path]
+
+    @property
+    def stream_ids(self) -> list[int]:
+        """Everything after the prompt: inherited tokens, the forced ones, then what this run generated."""
+        return [int(i) for _, i, _ in self.inherited] + self.forced + self.generated_ids
+
+    @property
+    def stream_texts(self) -> list[str]:
+        return [x[0] for x in self.inherited] + self.forced_texts + [s.token_text for s in self.path]
+
+    # --- built from the engine's events ----------------------------------------------------------
+
+    def add_event(self, event: StepEvent, lm: Any) -> None:
+        """Take the engine's next event and bring the path (and the page's compact copy) up to date."""
+        self.events.append(event)
+        stages = frames.stage_names(self.events)
+        if not self.beam:
+            step = token_path(lm, [event], None)[0]
+            self.path.append(step)
+            self.compact.append(frames.compact_step(step, event.cache, stages))
+            return
+        best = next((b for b in event.beams or [] if b.token_ids == event.token_ids), None)
+        if best is not None:
+            self._follow(lm, best, stages)
+
+    def finish(self, lm: Any, error: str | None = None) -> None:
+        """The engine is done (or failed, or was stopped): record why, and the beam search's winner."""
+        last = self.events[-1] if self.events else None
+        self.error = error
+        if error:
+            self.finish_reason = "error"
+        elif last is not None and last.finished:
+            self.finish_reason = last.finish_reason
+        else:
+            self.finish_reason = "stopped"
+        if self.beam and last is not None and last.finished and last.beams:
+            self.final = final_hypothesis(last)
+            self._follow(lm, self.final, frames.stage_names(self.events))
+
+    def _follow(self, lm: Any, hypothesis: Hypothesis, stages: list[str]) -> None:
+        """Beam search: the displayed path becomes `hypothesis`'s; the shared beginning is kept as it is."""
+        path = token_path(lm, self.events, hypothesis)
+        keep = 0
+        while keep < min(len(path), len(self.path)) and (path[keep].token_id, path[keep].source_beam) == (
+                self.path[keep].token_id, self.path[keep].source_beam):
+            keep += 1
+        self.path[keep:] = path[keep:]
+        self.compact[keep:] = [frames.compact_step(s, self.events[s.step].cache, stages) for s in path[keep:]]
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def step(self, selected: int | None) -> int:
+        """The step on screen: the selected one, or the newest token; always inside the path."""
+        n = len(self.path)
+        step = selected if selected is not None else n - 1
+        return int(min(max(step, 0), max(n - 1, 0)))
+
+    def as_result(self) -> GenerationResult:
+        """The run as the analyses take it: what the engine's generate_all would have returned."""
+        last = self.events[-1]
+        final = self.final or Hypothesis(self.generated_ids, last.text, 0.0, last.finish_reason == "eos")
+        return GenerationResult(
+            token_ids=self.generated_ids, text=last.text, sequences=[final], prompt_ids=list(self.prompt_ids),
+            cache=dict(last.cache), timing=dict(last.timing), finish_reason=self.finish_reason, steps=self.events,
+            notes=list(self.notes), path=self.path, prompt_attention=self.events[0].prompt_attention,
+            decoder_prefix=list(self.prefix_ids),
+        )
+
+    def analysis_cache(self, lm: Any) -> Any:
+        """The lessons' shared whole-sequence pass over this (finished) run, made once."""
+        from playground import analysis  # the analyses are needed only once a lesson is drawn
+
+        result = self.as_result()
+        if self.analysis is None or self.analysis.result.token_ids != result.token_ids:
+            self.analysis = analysis.RunCache(lm, result)
+        self.analysis.result = result
+        return self.analysis
+
+    def attention_maps(self, lm: Any, kind: str, layer: int) -> np.ndarray:
+        """(h, T, S) attention of one layer over the whole (finished) run, through the engine; the last
+        MAX_CACHED_LAYERS layers asked for are kept. Raises BudgetError over the memory budget."""
+        if layer not in self.maps:
+            check_full_attention(lm, len(self.prompt_ids), len(self.stream_ids), [layer])
+            computed = full_attention(lm, self.prompt_ids, self.stream_ids, layers=[layer])
+            while len(self.maps) >= MAX_CACHED_LAYERS:
+                self.maps.pop(next(iter(self.maps)))
+            self.maps[layer] = {k: stacked[0] for k, stacked in computed.items()}
+        else:
+            self.maps[layer] = self.maps.pop(layer)  # the newest asked for goes last
+        return self.maps[layer][kind]
+
+    def attention_row(self, lm: Any, kind: str, layer: int, step: int) -> np.ndarray:
+        """(h, S) attention of `step`'s query for one layer: what was recorded while choosing the token,
+        or else computed through the engine (cached for a finished run, up to the step while running)."""
+        rows = frames.recorded_row(self.path[step], kind, layer)
+        if rows is not None:
+            return rows
+        query = len(self.prefix_ids) - 1 + step
+        if self.running:
+            upto = self.stream_ids[: len(self.inherited) + len(self.forced) + step]
+            check_full_attention(lm, len(self.prompt_ids), len(upto), [layer])
+            maps = full_attention(lm, self.prompt_ids, upto, layers=[layer])[kind][0]
+        else:
+            maps = self.attention_maps(lm, kind, layer)
+        keys = query + 1 if kind == "self" else maps.shape[-1]
+        return maps[:, query, :keys]
+
+    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+        """(query labels, key labels) of an attention map of `kind` over the whole run."""
+        if self.kind == "decoder":
+            toks = self.prompt_texts + self.stream_texts
+            return toks, toks
+        dec = self.prefix_texts + self.stream_texts
+        return {"self": (dec, dec), "cross": (dec, self.prompt_texts), "encoder": (self.prompt_texts, self.prompt_texts)}[kind]
+
+    def forget_big_captures(self) -> None:
+        """An older run: keep what the page shows of it, free what only the lessons of the current run read."""
+        self.analysis = None
+        self.maps.clear()
+        for step in self.path:
+            step.capture.residual = None

@@ -1,0 +1,215 @@
+"""What the app remembers per visitor: the model they use, their language, their runs. No Gradio here.
+
+Each browser tab is a session (Gradio's session hash). The session is the one source of what the
+tab shows: the current run, the selected step, the live attention view and the language; the page's
+script and the panels read them from here. It keeps its last few runs so a branch can be compared
+with the run it came from; everything else about a run lives in its `Run`. Runs are also reachable by an unguessable token, which the page's
+own scripts use to ask for numbers (an attention row of another layer): the token is only ever sent
+to the tab that made the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from playground.app.run import Run
+from playground.app.settings import UISettings, format_branches, to_query
+
+MAX_RUNS_PER_SESSION = 4  # the current run and the branches it can be compared with
+
+
+@dataclass
+class LiveView:
+    """What the live panels show: which attention (kind, layer, head or aggregate, colour scale)."""
+
+    kind: str = ""  # "self" or "cross"; "": cross-attention for seq2seq models, self-attention otherwise
+    layer: int = -1  # -1: the last layer
+    head: str = "mean"  # a head index as text, "mean", "max" or "group:<kv head>"
+
+
+@dataclass
+class Session:
+    """One browser tab."""
+
+    key: str = "anonymous"  # Gradio's session hash: also the owner of this tab's uploads
+    model: str | None = None
+    dtype: str = "float32"
+    lang: str = "en"
+    runs: list[Run] = field(default_factory=list)
+    selected_step: int | None = None  # None: follow the newest token
+    deep_tab: str = "inspector"
+    lesson: str = "steps"
+    sdpa: dict[str, Any] | None = None  # the SDPA-vs-explicit measurement of the session's model
+    view: LiveView = field(default_factory=LiveView)
+    stop: threading.Event | None = None  # the running generation's stop flag
+    stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
+    next_number: int = 1
+    link: dict[str, str] | None = None  # the query parameters the tab was opened with
+    link_pending: bool = False  # the link names a prompt whose run has not started yet
+    seen: float = field(default_factory=time.monotonic)
+
+    @property
+    def current(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    def run(self, number: int) -> Run | None:
+        return next((r for r in self.runs if r.number == number), None)
+
+    def add_run(self, run: Run) -> None:
+        """`run` becomes the current run, followed from its newest token."""
+        self.runs.append(run)
+        del self.runs[:-MAX_RUNS_PER_SESSION]
+        self.selected_step = None
+        for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
+            old.forget_big_captures()
+
+    # --- what the tab shows ----------------------------------------------------------------------
+
+    def opened_from(self, params: dict[str, str]) -> None:
+        """The tab was opened with these query parameters; a link with a prompt runs by itself once."""
+        self.link = dict(params)
+        self.link_pending = bool(params.get("prompt", "").strip())
+
+    def link_names(self, name: str) -> bool:
+        return self.link is not None and name in self.link
+
+    def take_link_run(self) -> bool:
+        """Whether the link's own run is still to start (true once: the next Generate is the visitor's)."""
+        pending, self.link_pending = self.link_pending, False
+        return pending
+
+    def step(self) -> int | None:
+        """The step on screen in the current run (None before its first token)."""
+        run = self.current
+        if run is None or not run.path:
+            return None
+        return run.step(self.selected_step)
+
+    def select(self, token: str, step: Any) -> bool:
+        """The visitor selected `step` of run `token`: taken when it is a step of the current run."""
+        run = self.current
+        if run is None or run.token != token or isinstance(step, bool) or not isinstance(step, int):
+            return False
+        if not 0 <= step < len(run.path):
+            return False
+        self.selected_step = step
+        return True
+
+    def set_view(self, kind: str, layer: int, head: str) -> None:
+        self.view = LiveView(kind=str(kind), layer=int(layer), head=str(head))
+
+    # --- branches and links ----------------------------------------------------------------------
+
+    def lineage(self, run: Run) -> list[tuple[int, list[int]]]:
+        """The chain of branches that leads to `run` (what a link must replay), oldest first."""
+        chain = []
+        while run is not None and run.branch_of is not None:
+            parent_number, step = run.branch_of
+            chain.append((step, list(run.forced)))
+            run = self.run(parent_number)
+        return list(reversed(chain))
+
+    def branches(self, run: Run) -> list[dict[str, Any]]:
+        """The session's runs of the same prompt and model, each split where it leaves `run`."""
+        family = [r for r in self.runs if r.prompt_ids == run.prompt_ids and r.settings.model == run.settings.model
+                  and r.settings.dtype == run.settings.dtype]
+        parents = {r.branch_of[0] for r in family if r.branch_of}
+        family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
+                  if r is run or r.number in parents or all(r.stream_ids != later.stream_ids for later in family[i + 1:])]
+        if len(family) < 2:
+            return []
+        here = run.stream_ids
+        out = []
+        for r in family:
+            texts, ids = r.stream_texts, r.stream_ids
+            common = 0
+            while common < min(len(ids), len(here)) and ids[common] == here[common]:
+                common += 1
+            if r is run and run.branch_of is not None:
+                common = len(r.inherited)
+            out.append({
+                "number": r.number, "parent": r.branch_of[0] if r.branch_of else None,
+                "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
+                "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
+                "rest": "".join(texts[common + 1:]),
+            })
+        return out
+
+    def run_settings(self, run: Run) -> UISettings:
+        """The settings that reproduce `run` exactly: the seed it used and the branches that led to it."""
+        seed = run.cfg.seed if run.mode == "sample" else run.settings.seed
+        return dataclasses.replace(run.settings, seed=seed, branches=format_branches(self.lineage(run)),
+                                   lang=self.lang)
+
+    def link_query(self, widgets: UISettings) -> str:
+        """The query string of a link to what the tab shows: the current run when the widgets still
+        describe it (with its seed and branches), else the widgets' settings (no branches)."""
+        run = self.current
+        if run is not None and not run.running and same_request(run.settings, widgets):
+            return to_query(dataclasses.replace(self.run_settings(run), lang=widgets.lang))
+        return to_query(dataclasses.replace(widgets, branches=""))
+
+
+# Settings that change what a link shows without changing the tokens (the seed is compared apart).
+_PRESENTATION = ("lang", "pace_ms", "branches", "seed")
+
+
+def same_request(a: UISettings, b: UISettings) -> bool:
+    """Whether two settings ask for the same run; a blank seed matches any seed (a drawn one)."""
+    for f in dataclasses.fields(UISettings):
+        if f.name not in _PRESENTATION and getattr(a, f.name) != getattr(b, f.name):
+            return False
+    return b.seed is None or a.seed == b.seed or a.mode != "sample"
+
+
+class Sessions:
+    """Every tab's Session, by Gradio session hash; and runs by token. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str | None) -> Session:
+        key = key or "anonymous"
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = Session(key=key)
+            session.seen = time.monotonic()
+            return session
+
+    def has(self, key: str | None) -> bool:
+        """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""
+        with self._lock:
+            return (key or "anonymous") in self._sessions
+
+    def drop(self, key: str | None) -> Session | None:
+        with self._lock:
+            return self._sessions.pop(key or "anonymous", None)
+
+    def all(self) -> list[Session]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    def run_by_token(self, token: str) -> Run | None:
+        if not isinstance(token, str) or len(token) < 16:
+            return None
+        with self._lock:
+            for session in self._sessions.values():
+                for run in session.runs:
+                    if secrets.compare_digest(run.token, token):
+                        return run
+        return None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(18)

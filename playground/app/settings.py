@@ -1,0 +1,220 @@
+"""Every setting the app exposes, as one dataclass that round-trips through URL query parameters.
+
+A copied link (`?model=tiny-lm&prompt=...&mode=sample&temperature=0.8&seed=3`) must reproduce the
+same run, so parsing is strict about types and ranges: a value that cannot be used is ignored with a
+note that says why, never an exception. No Gradio here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from playground.app.limits import CAPS, RANGES
+
+MODES = ("greedy", "sample", "beam")
+DTYPES = ("float32", "bfloat16", "float16")
+LANGS = ("en", "zh")
+MAX_BRANCHES = 8
+
+
+@dataclass
+class UISettings:
+    """What a person chose in the app. `model` is a catalog name (never a file-system path)."""
+
+    model: str = "tiny-lm"
+    dtype: str = "float32"
+    prompt: str = ""
+    chat: bool = False
+    mode: str = "greedy"
+    temperature: float = 0.8
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    num_beams: int = 3
+    length_penalty: float = 1.0
+    early_stopping: bool = False
+    max_new_tokens: int = 32
+    seed: int | None = None  # None: sampling draws a new seed for each run (the run shows it)
+    top_candidates: int = 8
+    attention: bool = True
+    pace_ms: int = 0  # slow motion: a pause after each token so people can watch (and Stop) it
+    lang: str = "en"  # "en" or "zh"
+    target_lang: str = ""  # translation models: the language code forced as the first token ("": the checkpoint's own)
+    branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
+
+
+FIELDS = [f.name for f in dataclasses.fields(UISettings)]
+DEFAULTS = UISettings()
+ALWAYS_IN_LINKS = ("model", "prompt", "chat")
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_value(name: str, text: str) -> Any:
+    default = getattr(DEFAULTS, name)
+    if name == "mode":
+        if text not in MODES:
+            raise ValueError(f"expected one of {', '.join(MODES)}")
+        return text
+    if name == "dtype":
+        if text not in DTYPES:
+            raise ValueError(f"expected one of {', '.join(DTYPES)}")
+        return text
+    if name == "lang":
+        if text not in LANGS:
+            raise ValueError(f"expected one of {', '.join(LANGS)}")
+        return text
+    if name == "target_lang":
+        if text and not re.fullmatch(r"[A-Za-z_]{2,16}", text):
+            raise ValueError("expected a language code such as fr_XX, fra_Latn or fr")
+        return text
+    if name == "branches":
+        parse_branches(text)
+        return text
+    if name in ("model", "prompt"):
+        return text
+    if name == "seed" and text.strip().lower() in ("", "none", "random"):
+        return None
+    if isinstance(default, bool):
+        return _parse_bool(text)
+    if name in ("top_k", "num_beams", "max_new_tokens", "seed", "top_candidates", "pace_ms"):
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError("expected a whole number")
+        value = int(value)
+    else:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError("expected a finite number")
+    lo, hi = RANGES[name]
+    if not lo <= value <= hi:
+        raise ValueError(f"outside {lo}..{hi}")
+    return value
+
+
+def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tuple[UISettings, list[str]]:
+    """Settings from URL query parameters over `base` (defaults); notes for every ignored value."""
+    values = dataclasses.asdict(base or UISettings())
+    notes: list[str] = []
+    for key, raw in params.items():
+        if key == "__theme":  # Gradio's own parameter
+            continue
+        if key not in values:
+            notes.append(f"ignored unknown link parameter '{key}'")
+            continue
+        text = str(raw)
+        try:
+            values[key] = _parse_value(key, text)
+        except ValueError as exc:
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            notes.append(f"ignored link parameter {key}={shown!r}: {exc}")
+    if len(values["prompt"]) > CAPS.prompt_chars:
+        values["prompt"] = values["prompt"][: CAPS.prompt_chars]
+        notes.append(f"the prompt from the link was cut to {CAPS.prompt_chars} characters")
+    return UISettings(**values), notes
+
+
+def to_query(settings: UISettings) -> str:
+    """The query string (with leading '?') that `from_query` turns back into `settings`.
+
+    Only values that differ from the defaults are written, so links stay short; the model, the
+    prompt and the chat switch are always written so a link names what it reproduces (a model with
+    a chat template would otherwise open with chat on), and so is a sampling run's seed.
+    """
+    out: dict[str, str] = {}
+    for name in FIELDS:
+        value = getattr(settings, name)
+        always = name in ALWAYS_IN_LINKS or (name == "seed" and settings.mode == "sample")
+        if not always and value == getattr(DEFAULTS, name):
+            continue
+        if value is None:
+            out[name] = "none"
+        elif isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, float) and value.is_integer() and name not in ("temperature", "top_p"):
+            out[name] = str(value)
+        else:
+            out[name] = str(value)
+    return "?" + urlencode(out)
+
+
+def from_widgets(values: Mapping[str, Any]) -> UISettings:
+    """Settings from widget values (strings, floats, None for a cleared number box), coerced to types.
+
+    Widgets already bound their ranges; this only fixes types (a Number gives floats) so that the
+    settings compare equal to the parsed link.
+    """
+    kw: dict[str, Any] = {}
+    for name in FIELDS:
+        if name not in values:
+            continue
+        value, default = values[name], getattr(DEFAULTS, name)
+        if name == "seed":
+            kw[name] = None if value is None or value == "" else int(value)
+        elif isinstance(default, bool):
+            kw[name] = bool(value)
+        elif isinstance(default, int):
+            kw[name] = int(value) if value is not None else default
+        elif isinstance(default, float):
+            kw[name] = float(value) if value is not None else default
+        else:
+            kw[name] = "" if value is None else str(value)
+    return UISettings(**kw)
+
+
+def generation_kwargs(settings: UISettings) -> dict[str, Any]:
+    """Keyword arguments for `GenerationConfig`, from the decoding mode and knobs.
+
+    greedy: temperature 0, one beam; sample: the chosen temperature / top-k / top-p with the seed;
+    beam: deterministic beam search with the chosen width and length penalty.
+    """
+    kw: dict[str, Any] = dict(
+        max_new_tokens=settings.max_new_tokens,
+        repetition_penalty=settings.repetition_penalty,
+        top_candidates=settings.top_candidates,
+        chat=settings.chat,
+        seed=settings.seed,
+        use_cache=True,
+    )
+    if settings.mode == "sample":
+        kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
+    elif settings.mode == "beam":
+        kw.update(temperature=0.0, top_k=0, top_p=1.0, num_beams=settings.num_beams,
+                  length_penalty=settings.length_penalty, early_stopping=settings.early_stopping)
+    else:
+        kw.update(temperature=0.0, top_k=0, top_p=1.0, num_beams=1)
+    return kw
+
+
+def parse_branches(text: str) -> list[tuple[int, list[int]]]:
+    """"5:1234,9:77.78" -> [(5, [1234]), (9, [77, 78])]: after the run, continue from step 5 with token
+    1234; then, in that branch, from step 9 with tokens 77 and 78. Raises ValueError for anything else."""
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        step, sep, tokens = part.partition(":")
+        ids = tokens.split(".")
+        if not sep or not step.isdigit() or not all(i.isdigit() for i in ids) or len(ids) > 32:
+            raise ValueError("expected step:token_id pairs separated by commas")
+        out.append((int(step), [int(i) for i in ids]))
+    if len(out) > MAX_BRANCHES:
+        raise ValueError(f"at most {MAX_BRANCHES} branches")
+    return out
+
+
+def format_branches(branches: list[tuple[int, list[int]]]) -> str:
+    return ",".join(f"{step}:{'.'.join(str(i) for i in ids)}" for step, ids in branches)
