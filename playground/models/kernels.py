@@ -28,7 +28,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-
 _BATCHED: ContextVar[bool] = ContextVar("playground_batch_kernels", default=False)
 PACK_HINT: int | None = None
 MIN_ROWS = 2  # oneDNN computes one row differently from 2+ for long inputs; 2+ rows all agree

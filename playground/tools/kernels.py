@@ -50,7 +50,9 @@ def measure(shape: tuple[int, int], rows: list[int], repeat: int, names: list[st
             for m in rows:
                 x = torch.randn(m, shape[0])
                 turn = iter(range(1 << 30))
-                out[(name, m)] = _median_ms(lambda n=name, p=prepared, t=turn: CANDIDATES[n](x, p[next(t) % len(p)]), repeat * 3)
+                out[(name, m)] = _median_ms(
+                    lambda n=name, p=prepared, t=turn, x=x: CANDIDATES[n](x, p[next(t) % len(p)]), repeat * 3
+                )
             del prepared
     return out
 
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
             cells = "".join(f"{table[(name, m)]:>14.2f}" for m in rows)
             print(f"  {name:<12}{cells}")
         if base:
-            print(f"  ratio to matmul at 1 row, best kernel per row count: " + ", ".join(
+            print("  ratio to matmul at 1 row, best kernel per row count: " + ", ".join(
                 f"{m}: {min(table[(n, m)] for n in names) / base:.2f}× ({min(names, key=lambda n: table[(n, m)])})"
                 for m in rows))
 
