@@ -29,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to listen on (0.0.0.0 for every interface)")
     parser.add_argument("--weights", default=None, help="folder of checkpoints to offer (default: ./weights)")
-    parser.add_argument("--concurrency", type=int, default=4, help="generations running at once")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="generations running at once (decoded together in one batch per model)")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads for the models (default: one per core but one, which stays free for "

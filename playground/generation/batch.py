@@ -38,6 +38,8 @@ import greenlet
 import torch
 import torch.nn.functional as F
 
+from playground.checkpoints.limits import Limits
+from playground.generation.budget import Request, estimate_request, peak_bytes
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
@@ -205,8 +207,9 @@ _END = object()
 class Ticket:
     """One request in a scheduler: its events as they come, then the end (or its error)."""
 
-    def __init__(self, p: Plan, stop: threading.Event, owner: Any) -> None:
-        self.plan, self.stop, self.owner = p, stop, owner
+    def __init__(self, p: Plan, stop: threading.Event, owner: Any, memory: int = 0) -> None:
+        self.plan, self.outer_stop, self.owner, self.memory = p, stop, owner, memory
+        self.stop = threading.Event()  # the run's own: set by the caller's Event or by `cancel`
         self.rows = max(1, p.cfg.num_beams)
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.glet: greenlet.greenlet | None = None
@@ -214,12 +217,17 @@ class Ticket:
         self.started = False  # admitted into the batch
         self.first_event = False
         self.done = False
+        self.scheduler: Scheduler | None = None
 
     def _body(self) -> None:
         proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=_BatchedModel(self.plan.lm.model)))
         for event in run_plan(proxied, self.stop):
             self.first_event = True
             self.events.put(event)
+
+    def cancel(self) -> None:
+        """End the run before its next forward pass (its consumer went away)."""
+        self.stop.set()
 
     def finish(self, error: BaseException | None = None) -> None:
         self.done = True
@@ -244,19 +252,31 @@ class Scheduler:
     """The running requests of one model and the ones waiting to join.
 
     max_rows caps the rows decoding at once (a beam search takes num_beams); per_owner caps the
-    requests one owner (a visitor) has running; max_prefills caps the prompts being fed at once.
+    requests one owner (a visitor) has running; max_prefills caps the prompts being fed at once; the
+    running requests' memory peaks (generation.budget) must fit in the budget beside the model and
+    its prepacked copy. A request that fits none of these alone still runs when nothing else does.
     `submit` may be called from any thread; `step` runs on the one thread that does the work.
     """
 
-    def __init__(self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2) -> None:
+    def __init__(
+        self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None
+    ) -> None:
         self.lm = lm
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
+        limits = lm.limits or Limits.default()
+        # the model twice (its weights and their prepacked copy), then the running requests' peaks
+        budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
+        self.memory_left = budget - 2 * lm.resident_bytes
         self.waiting: collections.deque[Ticket] = collections.deque()
         self.running: list[Ticket] = []
         self._lock = threading.Lock()
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
-        ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object())
+        request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
+        memory = peak_bytes(estimate_request(self.lm.config, self.lm.dtype.itemsize, request))[0]
+        ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
+                        memory)
+        ticket.scheduler = self
         with self._lock:
             self.waiting.append(ticket)
         return ticket
@@ -275,18 +295,29 @@ class Scheduler:
 
     def _admit(self) -> None:
         with self._lock:
+            for t in self.running + list(self.waiting):
+                if t.outer_stop.is_set():
+                    t.stop.set()
             for t in [t for t in self.waiting if t.stop.is_set()]:
                 self.waiting.remove(t)
                 t.finish()
-            rows = self.rows()
+            rows, memory = self.rows(), sum(t.memory for t in self.running)
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
                 mine = sum(r.owner is t.owner for r in self.running)
-                fits = rows + t.rows <= self.max_rows or not self.running
+                fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
                 if mine < self.per_owner and fits and feeding < self.max_prefills:
                     self.waiting.remove(t)
                     self.running.append(t)
-                    rows, feeding = rows + t.rows, feeding + 1
+                    rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every running and waiting request ends with `error`."""
+        with self._lock:
+            tickets, self.running, self.waiting = self.running + list(self.waiting), [], collections.deque()
+        for t in tickets:
+            if not t.done:
+                t.finish(error)
 
     def _resume(self, t: Ticket, value: Any = None) -> None:
         try:

@@ -18,13 +18,13 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app import serving
 from playground.errors import PlaygroundError
 from playground.generation import (
     GenerationConfig,
     generate_all,
     language_token_id,
     plan,
-    run_plan,
     token_path,
 )
 from playground.generation.budget import check_full_attention
@@ -131,7 +131,7 @@ class Streaming:
         branches = format_branches(self._lineage_spec(session, run))
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
-        stream = torch_thread.iterate(run_plan(p, stop))
+        stream = serving.run_events(p, stop, owner=session)  # batched with every other visitor's run
         try:
             for event in stream:
                 run.events.append(event)

@@ -1,0 +1,1 @@
+"""The app's core without Gradio: what the page's handlers call (serving: batched generation)."""

@@ -1,0 +1,162 @@
+"""A class on one link: N visitors press Generate at once; what each of them sees.
+
+    python -m playground.tools.crowd [--visitors 1,4,8,16] [--new-tokens 64] [-- APP_ARGS...]
+
+Starts `python app.py` on 127.0.0.1 (a free port, the app's default settings plus APP_ARGS), and
+measures the command-line generator's single-request rate on the same machine in the same run
+(`python -m playground generate --json`, the server idle). Then every visitor is a Gradio session
+speaking the page's protocol (`queue/join`, then the session's `queue/data` stream: what a browser
+sends, no browser), with the real SmolLM2, greedy, chat on, `--new-tokens` tokens. First each prompt
+runs alone (the solo references); then for each N, N visitors press at once. Printed per N: each
+visitor's tokens/s (decode: tokens after the first over first frame → last frame) against the CLI's,
+first token p50/p95/max (press → first frame), the aggregate (all tokens / first press → last frame)
+and whether every visitor's tokens equal their solo run. Bounded: one press per visitor and N, a
+timeout per run; the server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from playground.loadtest import start_server, stop_server
+from playground.loadtest_page import Page, Visitor
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "SmolLM2-135M-Instruct"
+PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Explain photosynthesis briefly.",
+           "Give me three tips for learning Python.", "What is a transformer in machine learning?",
+           "Describe a cat to someone who has never seen one.", "Why is the sky blue?", "Tell me a short joke."]
+
+
+def cli_rate(weights: Path, new_tokens: int, repeat: int = 3) -> float:
+    """Median decode tokens/s of the single-request CLI over `repeat` runs (one process each)."""
+    rates = []
+    for i in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-m", "playground", "generate", "--model", str(weights / MODEL), "--prompt", PROMPTS[i],
+             "--chat", "--max-new-tokens", str(new_tokens), "--json"],
+            cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+        )
+        rates.append(json.loads(out.stdout)["timing"]["tokens_per_s"])
+    return statistics.median(rates)
+
+
+class Press:
+    """One visitor's Generate press and what came back."""
+
+    def __init__(self, page: Page, index: int, new_tokens: int) -> None:
+        self.visitor = Visitor(page, index, MODEL, MODEL, new_tokens)
+        self.new_tokens = new_tokens
+        self.ids: list[int] | None = None
+        self.pressed = self.first = self.done = 0.0
+        self.error: str | None = None
+
+    def run(self, start: threading.Barrier) -> None:
+        v = self.visitor
+        try:
+            with httpx.Client() as client:
+                v.open(client)
+                data = [time.time() * 1000, *v.values(prompt=PROMPTS[v.index % len(PROMPTS)], chat=True, mode="greedy")]
+                start.wait()
+                self.pressed = time.perf_counter()
+                out = v.follow(client, v.join(client, v.page.generate, data))
+            self.first, self.done = out["first"] or 0.0, out["done"] or 0.0
+            live = (out["output"] or [None])[0]
+            state = (live or {}).get("status", {}).get("state") if isinstance(live, dict) else None
+            if not out["success"] or state != "done":
+                self.error = f"visitor {v.index}: {out.get('error') or state}"
+                return
+            self.ids = [int(p[1]) for p in live.get("path", [])]
+        except Exception as exc:  # noqa: BLE001 - counted and printed
+            self.error = f"visitor {v.index}: {type(exc).__name__}: {exc}"
+
+    @property
+    def rate(self) -> float:
+        """Decode tokens/s as the visitor sees them: tokens after the first over first → last frame."""
+        n = len(self.ids or [])
+        return (n - 1) / (self.done - self.first) if n > 1 and self.done > self.first else 0.0
+
+
+def crowd(page: Page, n: int, new_tokens: int) -> list[Press]:
+    presses = [Press(page, i, new_tokens) for i in range(n)]
+    start = threading.Barrier(n)
+    threads = [threading.Thread(target=p.run, args=(start,), daemon=True) for p in presses]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    return presses
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--visitors", default="1,4,8,16")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--weights", default=str(REPO / "weights"))
+    parser.add_argument("app_args", nargs="*", help="more arguments for app.py (after --)")
+    args = parser.parse_args(argv)
+    weights = Path(args.weights)
+    if not (weights / MODEL).is_dir():
+        print(f"error: {MODEL} is not in the weights folder; import it first (python -m playground import-smollm2)",
+              file=sys.stderr)
+        return 2
+    counts = [int(n) for n in args.visitors.split(",")]
+    proc, url = start_server(str(weights), max(counts), *args.app_args)
+    try:
+        page = Page.read(url)
+        cli = cli_rate(weights, args.new_tokens)
+        solo: dict[int, list[int] | None] = {}
+        solo_rate: list[float] = []
+        for i in range(min(len(PROMPTS), max(counts))):
+            press = _alone(page, i, args.new_tokens)
+            solo[i] = press.ids
+            solo_rate.append(press.rate)
+        one = statistics.median(solo_rate)
+        print(f"CLI (single request, same machine, same run): {cli:.1f} tokens/s; one visitor alone: {one:.1f} "
+              f"tokens/s = {one / cli:.2f}x the CLI\n")
+        print("| visitors | each visitor: median tokens/s (x CLI), min | first token p50 / p95 / max | "
+              "aggregate tokens/s (x one visitor) | equal to solo | errors |")
+        print("|---|---|---|---|---|---|")
+        for n in counts:
+            presses = crowd(page, n, args.new_tokens)
+            ok = [p for p in presses if p.ids is not None]
+            rates = [p.rate for p in ok]
+            firsts = [p.first - p.pressed for p in ok if p.first]
+            span = max((p.done for p in ok), default=0.0) - min((p.pressed for p in presses), default=0.0)
+            total = sum(len(p.ids) for p in ok)
+            aggregate = total / span if span > 0 else 0.0
+            equal = sum(p.ids == solo.get(p.visitor.index % len(PROMPTS)) for p in ok)
+            med = statistics.median(rates) if rates else 0.0
+            print(f"| {n} | {med:.1f} ({med / cli:.2f}x), min {min(rates, default=0):.1f} | "
+                  f"{_pct(firsts, 0.5):.2f} / {_pct(firsts, 0.95):.2f} / {max(firsts, default=float('nan')):.2f} s | "
+                  f"{aggregate:.1f} ({aggregate / one:.1f}x) | {equal}/{n} | {len(presses) - len(ok)} |", flush=True)
+            for p in presses:
+                if p.error:
+                    print(f"  {p.error}", flush=True)
+    finally:
+        stop_server(proc)
+    return 0
+
+
+def _alone(page: Page, index: int, new_tokens: int) -> Press:
+    press = Press(page, index, new_tokens)
+    press.run(threading.Barrier(1))
+    return press
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
