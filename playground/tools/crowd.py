@@ -73,7 +73,8 @@ class Press:
             live = (out["output"] or [None])[0]
             state = (live or {}).get("status", {}).get("state") if isinstance(live, dict) else None
             if not out["success"] or state != "done":
-                self.error = f"visitor {v.index}: {out.get('error') or state}"
+                detail = live.get("status", {}).get("error") if isinstance(live, dict) else None
+                self.error = f"visitor {v.index}: {out.get('error') or detail or state}"
                 return
             self.ids = [int(p[1]) for p in live.get("path", [])]
         except Exception as exc:  # noqa: BLE001 - counted and printed
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default=str(REPO / "weights"))
     parser.add_argument("app_args", nargs="*", help="more arguments for app.py (after --)")
     args = parser.parse_args(argv)
-    weights = Path(args.weights)
+    weights = (Path(args.weights) / MODEL).resolve().parent  # the app serves only folders inside its weights folder
     if not (weights / MODEL).is_dir():
         print(f"error: {MODEL} is not in the weights folder; import it first (python -m playground import-smollm2)",
               file=sys.stderr)
