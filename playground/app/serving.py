@@ -99,6 +99,9 @@ def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator
     closing this iterator) ends the run before its next step, as with the engine's own stream."""
     ticket = default_server().submit(plan, stop, owner)
     try:
-        yield from ticket.stream()
+        for event in ticket.stream():
+            if stop.is_set():  # events computed ahead of a slow reader (slow motion) are not shown after Stop
+                return
+            yield event
     finally:
         ticket.cancel()
