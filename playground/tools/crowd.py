@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,14 +38,27 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Ex
            "Describe a cat to someone who has never seen one.", "Why is the sky blue?", "Tell me a short joke."]
 
 
-def cli_rate(weights: Path, new_tokens: int, repeat: int = 3) -> float:
-    """Median decode tokens/s of the single-request CLI over `repeat` runs (one process each)."""
+def app_threads(app_args: list[str]) -> int:
+    """The torch threads the app runs with: its --threads, else its own default."""
+    if "--threads" in app_args:
+        return int(app_args[app_args.index("--threads") + 1])
+    sys.path.insert(0, str(REPO))
+    import app  # the entry point's own policy
+
+    default = getattr(app, "default_threads", None)
+    return default() if default is not None else (os.cpu_count() or 1)
+
+
+def cli_rate(weights: Path, new_tokens: int, threads: int, repeat: int = 3) -> float:
+    """Median decode tokens/s of the single-request CLI over `repeat` runs (one process each), with
+    the app's torch threads."""
     rates = []
     for i in range(repeat):
         out = subprocess.run(
             [sys.executable, "-m", "playground", "generate", "--model", str(weights / MODEL), "--prompt", PROMPTS[i],
              "--chat", "--max-new-tokens", str(new_tokens), "--json"],
             cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+            env={**os.environ, "OMP_NUM_THREADS": str(threads)},
         )
         rates.append(json.loads(out.stdout)["timing"]["tokens_per_s"])
     return statistics.median(rates)
@@ -119,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     proc, url = start_server(str(weights), max(counts), *args.app_args)
     try:
         page = Page.read(url)
-        cli = cli_rate(weights, args.new_tokens)
+        threads = app_threads(args.app_args)
+        cli = cli_rate(weights, args.new_tokens, threads)
         solo: dict[int, list[int] | None] = {}
         solo_rate: list[float] = []
         for i in range(min(len(PROMPTS), max(counts))):
@@ -127,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             solo[i] = press.ids
             solo_rate.append(press.rate)
         one = statistics.median(solo_rate)
+        print(f"torch threads: {threads} (app and CLI); {MODEL}, greedy, chat on, {args.new_tokens} new tokens")
         print(f"CLI (single request, same machine, same run): {cli:.1f} tokens/s; one visitor alone: {one:.1f} "
               f"tokens/s = {one / cli:.2f}x the CLI\n")
         print("| visitors | each visitor: median tokens/s (x CLI), min | first token p50 / p95 / max | "
