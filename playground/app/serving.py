@@ -11,8 +11,9 @@ thread steps the busy schedulers one after another (different models take turns)
 on the torch thread, so the page's other model work (panels, lessons) slips in between steps.
 
 Admission: `MAX_ROWS` rows decode at once (a beam search takes its beams), one running request per
-owner (a visitor: the caller's key; without one, each request is its own), two prompts being fed at
-once, and the running requests' memory peaks within the budget. The rest wait in order.
+owner (a visitor: the caller's key; without one, each request is its own), four prompts being fed at
+once (a class pressing together is admitted in a few steps), and the running requests' memory peaks
+within the budget. The rest wait in order.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Server:
     """The schedulers of one process and the driver thread that steps them."""
 
     def __init__(
-        self, *, max_rows: int = MAX_ROWS, per_owner: int = 1, max_prefills: int = 2,
+        self, *, max_rows: int = MAX_ROWS, per_owner: int = 1, max_prefills: int = 4,
         call: Callable[[Callable[[], Any]], Any] = _torch_thread_call,
     ) -> None:
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
