@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visitors", default="1,4,8,16")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--weights", default=str(REPO / "weights"))
+    parser.add_argument("--readme", default=None, help="rewrite the crowd table (and its chart) in this README")
+    parser.add_argument("--svg", default=None, help="write a chart of the run to this SVG file")
     parser.add_argument("app_args", nargs="*", help="more arguments for app.py (after --)")
     args = parser.parse_args(argv)
     weights = (Path(args.weights) / MODEL).resolve().parent  # the app serves only folders inside its weights folder
@@ -150,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             solo_rate.append(press.rate)
             solo_throughput.append(press.throughput)
         one, one_total = statistics.median(solo_rate), statistics.median(solo_throughput)
-        print(f"torch threads: {threads} (app and CLI); {MODEL}, greedy, chat on, {args.new_tokens} new tokens")
-        print(f"CLI (single request, same machine, same run): {cli:.1f} tokens/s; one visitor alone: {one:.1f} "
+        lines = [f"torch threads: {threads} (app and CLI); {MODEL}, greedy, chat on, {args.new_tokens} new tokens"]
+        print(lines[0])
+        lines.append(f"CLI (single request, same machine, same run): {cli:.1f} tokens/s; one visitor alone: {one:.1f} "
               f"tokens/s = {one / cli:.2f}x the CLI; one visitor's tokens over press to last frame: {one_total:.1f} "
-              f"tokens/s (the aggregate's unit)\n")
-        print("| visitors | each visitor: median tokens/s (x CLI), min | first token p50 / p95 / max | "
-              "aggregate tokens/s (x one visitor) | equal to solo | errors |")
-        print("|---|---|---|---|---|---|")
+              f"tokens/s (the aggregate's unit)")
+        lines += ["", "| visitors | each visitor: median tokens/s (x CLI), min | first token p50 / p95 / max | "
+                  "aggregate tokens/s (x one visitor) | equal to solo | errors |", "|---|---|---|---|---|---|"]
+        print("\n".join(lines[1:]), flush=True)
+        rows: list[tuple[int, float, float, float]] = []
         for n in counts:
             presses = crowd(page, n, args.new_tokens)
             ok = [p for p in presses if p.ids is not None]
@@ -167,15 +171,61 @@ def main(argv: list[str] | None = None) -> int:
             aggregate = total / span if span > 0 else 0.0
             equal = sum(p.ids == solo.get(p.visitor.index % len(PROMPTS)) for p in ok)
             med = statistics.median(rates) if rates else 0.0
-            print(f"| {n} | {med:.1f} ({med / cli:.2f}x), min {min(rates, default=0):.1f} | "
-                  f"{_pct(firsts, 0.5):.2f} / {_pct(firsts, 0.95):.2f} / {max(firsts, default=float('nan')):.2f} s | "
-                  f"{aggregate:.1f} ({aggregate / one_total:.1f}x) | {equal}/{n} | {len(presses) - len(ok)} |", flush=True)
+            lines.append(f"| {n} | {med:.1f} ({med / cli:.2f}x), min {min(rates, default=0):.1f} | "
+                         f"{_pct(firsts, 0.5):.2f} / {_pct(firsts, 0.95):.2f} / {max(firsts, default=float('nan')):.2f} s | "
+                         f"{aggregate:.1f} ({aggregate / one_total:.1f}x) | {equal}/{n} | {len(presses) - len(ok)} |")
+            print(lines[-1], flush=True)
+            rows.append((n, med, aggregate, max(firsts, default=0.0)))
             for p in presses:
                 if p.error:
                     print(f"  {p.error}", flush=True)
     finally:
         stop_server(proc)
+    if args.svg:
+        Path(args.svg).write_text(chart(rows, cli))
+    if args.readme:
+        _rewrite_readme(Path(args.readme), lines, args.svg)
     return 0
+
+
+def chart(rows: list[tuple[int, float, float, float]], cli: float) -> str:
+    """A small SVG: aggregate tokens/s (bars) and each visitor's median (dots) per crowd size, the CLI as a line."""
+    w, h, left, bottom = 520, 300, 50, 40
+    top = max([r[2] for r in rows] + [cli, 1.0]) * 1.15
+    band = (w - left - 10) / max(1, len(rows))
+
+    def y(v: float) -> float:
+        return h - bottom - (h - bottom - 20) * v / top
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<line x1="{left}" y1="{y(cli):.1f}" x2="{w - 10}" y2="{y(cli):.1f}" stroke="#888" stroke-dasharray="4 3"/>',
+             f'<text x="{w - 12}" y="{y(cli) - 4:.1f}" text-anchor="end" fill="#555">CLI, one request</text>']
+    for i, (n, med, aggregate, _) in enumerate(rows):
+        x = left + band * i + band / 2
+        parts += [f'<rect x="{x - band * 0.3:.1f}" y="{y(aggregate):.1f}" width="{band * 0.6:.1f}" '
+                  f'height="{y(0) - y(aggregate):.1f}" fill="#4c78a8"/>',
+                  f'<circle cx="{x:.1f}" cy="{y(med):.1f}" r="5" fill="#f58518"/>',
+                  f'<text x="{x:.1f}" y="{h - bottom + 16}" text-anchor="middle">{n}</text>',
+                  f'<text x="{x:.1f}" y="{y(aggregate) - 4:.1f}" text-anchor="middle">{aggregate:.0f}</text>']
+    parts += [f'<text x="{w / 2}" y="{h - 6}" text-anchor="middle">visitors pressing Generate at once</text>',
+              f'<text x="12" y="{h / 2}" transform="rotate(-90 12 {h / 2})" text-anchor="middle">tokens/s</text>',
+              '<rect x="60" y="8" width="10" height="10" fill="#4c78a8"/><text x="74" y="17">all visitors together</text>',
+              '<circle cx="225" cy="13" r="5" fill="#f58518"/><text x="234" y="17">each visitor (median)</text>',
+              "</svg>"]
+    return "\n".join(parts) + "\n"
+
+
+def _rewrite_readme(readme: Path, lines: list[str], svg: str | None) -> None:
+    text = readme.read_text()
+    start, end = "<!-- crowd-table -->", "<!-- /crowd-table -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{readme.name} has no {start} block")
+    body = "\n".join(lines[2:] + ["", lines[0] + ". " + lines[1]])
+    if svg:
+        body += f"\n\n![Tokens per second with 1 to 16 visitors at once]({Path(svg).resolve().relative_to(readme.resolve().parent)})"
+    head, rest = text.split(start, 1)
+    readme.write_text(head + start + "\n" + body + "\n" + end + rest.split(end, 1)[1])
 
 
 def _alone(page: Page, index: int, new_tokens: int) -> Press:
