@@ -65,6 +65,7 @@ def _requests(lm):
         ([8, 8, 30, 2, 51, 60], GenerationConfig(max_new_tokens=9, top_p=0.8, temperature=1.2, seed=1,
                                                  repetition_penalty=1.3, capture_attention=True,
                                                  capture_residual=True)),
+        ([9, 14, 2, 77], GenerationConfig(max_new_tokens=5, use_cache=False)),  # recomputes its sequence each step
     ]
 
 
