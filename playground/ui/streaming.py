@@ -22,7 +22,6 @@ from playground.app import serving
 from playground.errors import PlaygroundError
 from playground.generation import (
     GenerationConfig,
-    generate_all,
     language_token_id,
     plan,
     token_path,
@@ -392,11 +391,14 @@ class Streaming:
             prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
             notes += prompt_notes
             cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
-            result = torch_thread.call(generate_all, lm, prompt_ids, cfg.replace(top_candidates=0))
+            # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
+            events = list(serving.run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event()))
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
-        return {"text": result.text, "token_ids": [int(i) for i in result.token_ids],
-                "finish_reason": result.finish_reason, "notes": notes + clamp_notes}
+        last = events[-1] if events else None
+        return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
+                "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
+                "notes": notes + clamp_notes}
 
 
 def decoding(lm, settings: UISettings) -> dict[str, Any]:
