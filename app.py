@@ -32,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--weights", action="append", default=[], metavar="DIR",
                         help="a folder of checkpoints to offer besides the shipped ones (repeatable); "
                              "each is checked at start and only those that load are listed")
-    parser.add_argument("--concurrency", type=int, default=4, help="generations running at once")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="generations running at once (decoded together in one batch per model)")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "

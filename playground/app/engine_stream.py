@@ -1,19 +1,22 @@
 """The one place the app obtains the engine's event stream for a run.
 
-Every run of the page goes through `run_events`, so how runs are served (today: one run at a time
-per call, each step on the torch thread) can change here without touching the rest of the app.
+Every run of the page and of the script API goes through `run_events`, so how runs are served can
+change here without touching the rest of the app. Today: every visitor's run decoded in one shared
+batch per model, stepped on the torch thread (`playground.app.serving`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
-from playground.app import torch_thread
-from playground.generation import StepEvent, run_plan
+from playground.app import serving
+from playground.generation import StepEvent
 from playground.generation.plan import Plan
 
 
-def run_events(plan: Plan, stop: threading.Event) -> Iterator[StepEvent]:
-    """The engine's events for `plan`, each step computed on the torch thread; `stop` ends it early."""
-    return torch_thread.iterate(run_plan(plan, stop))
+def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator[StepEvent]:
+    """The engine's events for `plan`; `stop` ends it early. `owner` (a visitor's session) holds at most
+    one running request at a time in the batch (a fair share per visitor)."""
+    return serving.run_events(plan, stop, owner)

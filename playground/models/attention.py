@@ -138,6 +138,8 @@ class SelfAttention(nn.Module):
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
+        if getattr(cache, "segmented", False):  # batched decoding: each sequence attends to its own cache
+            return cache.attend(self, layer, q, k, v)
         keep = recorder is not None and recorder.wants(layer)
         internals = recorder is not None and recorder.wants_internals(layer)
         if cache is not None:

@@ -88,8 +88,11 @@ def _install(model: nn.Module, iv: Intervention, dtype: torch.dtype, device: tor
 
 @contextmanager
 def edited(model: nn.Module, interventions: Sequence[Intervention] = ()) -> Iterator[None]:
-    """Apply `interventions` (already checked against the model's config) inside the `with`."""
-    if not interventions:
+    """Apply `interventions` (already checked against the model's config) inside the `with`.
+
+    A wrapper that applies them itself around each real pass (`applies_own_edits`: the batch scheduler's
+    stand-in, whose passes run later, beside other requests') is left alone."""
+    if not interventions or getattr(model, "applies_own_edits", False):
         yield
         return
     weight = model.embed.weight

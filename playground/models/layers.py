@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from playground.config import ModelConfig
+from playground.models import kernels
 
 
 class Linear(nn.Module):
@@ -23,9 +24,13 @@ class Linear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(in_features, out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self._packed = kernels.PackedWeight()  # batched decoding's copy (see models/kernels.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x @ self.weight
+        if kernels.batched() and kernels.packable(self.weight):
+            y = kernels.packed_matmul(x, self.weight, self._packed)
+        else:
+            y = x @ self.weight
         return y + self.bias if self.bias is not None else y
 
     def reset_parameters(self) -> None:
@@ -70,6 +75,7 @@ class TiedHead:
         self.embedding = embedding
         self._copy: torch.Tensor | None = None
         self._version: tuple[int, int] | None = None
+        self._packed = kernels.PackedWeight()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.embedding.weight
@@ -78,6 +84,8 @@ class TiedHead:
         if self._copy is None or self._version != (weight._version, weight.data_ptr()):
             self._copy = transposed([weight.detach()])
             self._version = (weight._version, weight.data_ptr())
+        if kernels.batched() and kernels.packable(self._copy):
+            return kernels.packed_matmul(x, self._copy, self._packed)
         return x @ self._copy
 
 

@@ -32,7 +32,7 @@ from playground.app.settings import (
 )
 from playground.app.start import MAX_PACE_SECONDS, decoding, prompt_tokens, start_run
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, generate_all
+from playground.generation import GenerationConfig, plan
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data
 from playground.ui.models import Models, one_line, session_key
@@ -131,7 +131,7 @@ class Streaming:
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
         error = None
-        stream = run_events(p, stop)
+        stream = run_events(p, stop, owner=session)  # batched with every other visitor's run
         try:
             for event in stream:
                 run.add_event(event, lm)
@@ -273,8 +273,12 @@ class Streaming:
             prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
             notes += prompt_notes
             cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
-            result = torch_thread.call(generate_all, lm, prompt_ids, cfg.replace(top_candidates=0))
+            # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
+            events = list(run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event()))
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
-        return {"text": result.text, "token_ids": [int(i) for i in result.token_ids],
-                "finish_reason": result.finish_reason, "notes": notes + clamp_notes}
+        last = events[-1] if events else None
+        return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
+                "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
+                "notes": notes + clamp_notes}
+

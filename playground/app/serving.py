@@ -1,0 +1,108 @@
+"""Serving generations for a whole class at once: one batch per model, stepped on the torch thread.
+
+    for event in run_events(plan, stop):   # the same StepEvents as the engine's own stream
+        ...
+
+Every request of the process joins its model's `Scheduler` (generation/batch.py): all running
+generations of one model advance in one forward pass per step, a newcomer's prompt is fed in chunks
+beside them (its first token comes after a step or two, not after the others' whole runs), and each
+visitor's tokens, probabilities and captures are exactly those of the same request alone. A driver
+thread steps the busy schedulers one after another (different models take turns), each step one call
+on the torch thread, so the page's other model work (panels, lessons) slips in between steps.
+
+Admission: `MAX_ROWS` rows decode at once (a beam search takes its beams), one running request per
+owner (a visitor: the caller's key; without one, each request is its own), four prompts being fed at
+once (a class pressing together is admitted in a few steps), and the running requests' memory peaks
+within the budget. The rest wait in order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from playground.generation.batch import Scheduler, Ticket
+from playground.generation.events import StepEvent
+from playground.generation.plan import Plan
+
+MAX_ROWS = 16  # a step for 16 rows costs about twice a step for one on 2 cores (playground.tools.kernels)
+
+
+def _torch_thread_call(fn: Callable[[], Any]) -> Any:
+    from playground.ui import torch_thread  # the server's one torch thread (lazily: no Gradio at import)
+
+    return torch_thread.call(fn)
+
+
+class Server:
+    """The schedulers of one process and the driver thread that steps them."""
+
+    def __init__(
+        self, *, max_rows: int = MAX_ROWS, per_owner: int = 1, max_prefills: int = 4,
+        call: Callable[[Callable[[], Any]], Any] = _torch_thread_call,
+    ) -> None:
+        self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
+        self._call = call
+        self._schedulers: dict[int, Scheduler] = {}
+        self._wake = threading.Condition()
+        self._driver: threading.Thread | None = None
+
+    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
+        with self._wake:
+            scheduler = self._schedulers.get(id(p.lm.model))
+            if scheduler is None or scheduler.lm.model is not p.lm.model:
+                scheduler = Scheduler(p.lm, max_rows=self.max_rows, per_owner=self.per_owner,
+                                      max_prefills=self.max_prefills)
+                self._schedulers[id(p.lm.model)] = scheduler
+            ticket = scheduler.submit(p, stop, owner)
+            if self._driver is None or not self._driver.is_alive():
+                self._driver = threading.Thread(target=self._drive, name="playground-batches", daemon=True)
+                self._driver.start()
+            self._wake.notify()
+        return ticket
+
+    def queue_position(self, ticket: Ticket) -> int:
+        """0 once the request decodes; otherwise its place among those waiting for its model."""
+        return ticket.scheduler.queue_position(ticket)
+
+    def _drive(self) -> None:
+        while True:
+            with self._wake:
+                busy = [s for s in self._schedulers.values() if s.busy()]
+                if not busy:
+                    # idle schedulers are dropped, so an unloaded model is not kept alive here
+                    self._schedulers.clear()
+                    self._wake.wait()
+                    continue
+            for scheduler in busy:  # different models take turns, one step each
+                try:
+                    self._call(scheduler.step)
+                except Exception as error:  # noqa: BLE001 - a broken step fails its requests, not the server
+                    scheduler.fail_all(error)
+
+
+_server: Server | None = None
+_server_lock = threading.Lock()
+
+
+def default_server() -> Server:
+    """The process's server, made on first use."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = Server()
+        return _server
+
+
+def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator[StepEvent]:
+    """The run's StepEvents as they come, computed in the process's shared batch. Setting `stop` (or
+    closing this iterator) ends the run before its next step, as with the engine's own stream."""
+    ticket = default_server().submit(plan, stop, owner)
+    try:
+        for event in ticket.stream():
+            if stop.is_set():  # events computed ahead of a slow reader (slow motion) are not shown after Stop
+                return
+            yield event
+    finally:
+        ticket.cancel()

@@ -1,0 +1,376 @@
+"""Batched decoding: every running generation of one model advances in one forward pass per step.
+
+    scheduler = Scheduler(lm)
+    ticket = scheduler.submit(plan(lm, prompt, cfg))
+    while scheduler.busy():
+        scheduler.step()             # one forward pass for every running request
+    events = ticket.drain()
+
+Each request runs the engine's own loop (`run_plan`: greedy, sampling or beam search, its sampler
+stages, seed, stopping, captures and cache), unchanged, in a greenlet on the calling thread. Its
+model is a stand-in: a forward pass there becomes a *segment* (its token ids, its own KV cache, its
+own start position, its own recorder) and the greenlet waits for the next step, where the segments
+of all requests run as one batch of token rows (`forward_segments`). The weight products see every
+row at once; attention runs per segment against that segment's own cache. A beam search is one
+segment of `num_beams` rows. A prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step
+(chunked prefill), so a newcomer never holds the others up for long.
+
+Results never depend on the batch: the weight products go through the prepacked oneDNN path
+(`models/kernels.py`), where a row's output is bitwise the same whatever the other rows; the rest
+is row-wise or per segment. So a request gets bitwise the same logits, tokens, probabilities and
+captures beside others as alone through the scheduler, and equals `generate_all` (the single-request
+path, which multiplies with `x @ W`) to float32 rounding.
+
+Seq2seq models' encode/decode calls are not batched: each request takes one forward pass per step
+in turn. Everything here must run on one thread (the server's torch thread).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import greenlet
+import torch
+import torch.nn.functional as F
+
+from playground.checkpoints.limits import Limits
+from playground.generation.budget import Request, estimate_request, peak_bytes
+from playground.generation.engine import run_plan
+from playground.generation.events import StepEvent
+from playground.generation.plan import Plan
+from playground.models.attention import attend, causal_mask
+from playground.models.edits import edited
+from playground.models.kernels import batch_kernels
+from playground.models.kv_cache import KVCache
+from playground.models.recorder import Recorder
+
+CHUNK = 32  # prompt tokens a request feeds per step; fixed per request, never chosen from the others
+_TURN = object()  # a request asks for its turn at an unbatched forward pass (seq2seq)
+
+
+@dataclasses.dataclass
+class Segment:
+    """One request's share of a batched forward pass: ids (B, T) after `start` cached positions."""
+
+    ids: torch.Tensor
+    cache: KVCache | None
+    recorder: Recorder | None
+    start: int
+    logits: str  # "none", "last" (B, 1, V) or "all" (B, T, V)
+
+    @property
+    def rows(self) -> int:
+        return self.ids.numel()
+
+
+class _Segments:
+    """Stands in for the KV cache inside the blocks: attention per segment, on its own cache."""
+
+    segmented = True
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.bounds: list[tuple[int, int]] = []
+        a = 0
+        for s in segments:
+            self.bounds.append((a, a + s.rows))
+            a += s.rows
+
+    def attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model)."""
+        h, h_kv, d = attn.n_heads, attn.n_kv_heads, attn.head_dim
+        outs, internals = [], []
+        for s, (a, b) in zip(self.segments, self.bounds):
+            B, T = s.ids.shape
+            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+            ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+            vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+            rec = s.recorder
+            keep = rec is not None and rec.wants(layer)
+            inner = rec is not None and rec.wants_internals(layer)
+            if s.cache is not None:
+                ks, vs = s.cache.write(layer, s.start, ks, vs, ordered=keep or inner)
+            S = ks.shape[2]
+            # as SelfAttention: the plain causal case when the keys are exactly these queries
+            is_causal = T == S and (attn.window is None or S <= attn.window)
+            mask = None if is_causal else causal_mask(T, S, window=attn.window, device=q.device)
+            out, weights = attend(qs, ks, vs, scale=attn.scale, mask=mask, is_causal=is_causal, need_weights=keep)
+            if keep:
+                first = s.start + T - S
+                rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
+            if inner:
+                internals.append((rec, a, b, B, T, qs, ks, vs))
+            outs.append(out.transpose(1, 2).reshape(B * T, 1, h * d))
+        out = attn.out(torch.cat(outs))  # (N, 1, d_model)
+        for rec, a, b, B, T, qs, ks, vs in internals:
+            rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
+        return out
+
+
+def _per_row(tables: list[torch.Tensor], segments: list[Segment]) -> torch.Tensor:
+    """Per-segment (T, c) tables -> (N, c): the table row of every token row, beams repeating it."""
+    return torch.cat([t.expand(s.ids.shape[0], -1, -1).reshape(s.rows, -1) for t, s in zip(tables, segments)])
+
+
+def forward_segments(model: torch.nn.Module, segments: list[Segment]) -> list[torch.Tensor | None]:
+    """One forward pass of a decoder-only model over every segment's tokens at once; each segment's
+    logits as its `logits` asks. The same computation as `DecoderLM.forward`, with positions per segment."""
+    for s in segments:
+        if s.start + s.ids.shape[1] > model.config.max_positions:
+            raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's "
+                             f"{model.config.max_positions} positions")
+    ids = torch.cat([s.ids.reshape(-1) for s in segments])[:, None]  # (N, 1): one token per row
+    x = model.embed(ids)
+    if model.config.embed_scale != 1.0:
+        x = x * torch.tensor(model.config.embed_scale, dtype=x.dtype)
+    if model.project_in is not None:
+        x = model.project_in(x)
+    if model.positions is not None:
+        x = x + _per_row([model.positions(s.start, s.ids.shape[1]) for s in segments], segments)[:, None].to(x.dtype)
+    ropes: dict[Any, Any] = {None: None}
+    for name, rope in (("global", model.rope), ("local", model.local_rope)):
+        if rope is not None:
+            tables = [rope(s.start, s.ids.shape[1], x.dtype) for s in segments]
+            cos = _per_row([c for c, _ in tables], segments)[:, None, None]  # (N, 1, 1, r)
+            sin = _per_row([sn for _, sn in tables], segments)[:, None, None]
+            ropes[name] = (cos, sin)
+    shared = _Segments(segments)
+    recorders = [(s.recorder, a, b, s.ids.shape) for s, (a, b) in zip(segments, shared.bounds) if s.recorder is not None]
+    for rec, a, b, shape in recorders:
+        rec.record_residual(x[a:b].reshape(*shape, -1))
+    for block in model.blocks:
+        x = block(x, 0, ropes[block.rope_table], shared, None)
+        for rec, a, b, shape in recorders:
+            rec.record_residual(x[a:b].reshape(*shape, -1))
+    picks: list[int] = []
+    for s, (a, b) in zip(segments, shared.bounds):
+        B, T = s.ids.shape
+        if s.logits == "all":
+            picks.extend(range(a, b))
+        elif s.logits == "last":
+            picks.extend(a + i * T + T - 1 for i in range(B))
+    logits = model.unembed(x[picks]) if picks else None  # (K, 1, V)
+    out: list[torch.Tensor | None] = []
+    at = 0
+    for s in segments:
+        B, T = s.ids.shape
+        n = {"none": 0, "last": B, "all": B * T}[s.logits]
+        out.append(None if n == 0 else logits[at : at + n].reshape(B, n // B, -1))
+        at += n
+    return out
+
+
+class _BatchedModel:
+    """The model as a scheduled request sees it: a forward pass waits for the next batch.
+
+    A request with interventions (the causal lab's edits) never joins the batch: its edits are hooks on
+    the shared model, so each of its passes runs alone in its turn, the hooks installed for that pass
+    only (`applies_own_edits` tells `models.edits.edited` to leave them to us)."""
+
+    applies_own_edits = True
+
+    def __init__(self, model: torch.nn.Module, edits: tuple = ()) -> None:
+        self._model = model
+        self._edits = tuple(edits)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __call__(
+        self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
+        *, last_only: bool = False,
+    ) -> torch.Tensor:
+        if self._edits:
+            return self._turn(self._model)(input_ids, cache, recorder, last_only=last_only)
+        scheduler = greenlet.getcurrent().parent
+        T = input_ids.shape[1]
+        if cache is not None and recorder is None:
+            while T - CHUNK > 0:  # chunked prefill: all but the last chunk only fill the cache
+                scheduler.switch(Segment(input_ids[:, :CHUNK], cache, None, cache.length, "none"))
+                input_ids, T = input_ids[:, CHUNK:], T - CHUNK
+        start = cache.length if cache is not None else 0
+        return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
+
+    def _turn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def in_turn(*args: Any, **kwargs: Any) -> Any:
+            greenlet.getcurrent().parent.switch(_TURN)
+            with edited(self._model, self._edits):  # no switch inside: nobody else's pass sees the hooks
+                return fn(*args, **kwargs)
+        return in_turn
+
+    @property
+    def encode(self) -> Callable[..., Any]:
+        return self._turn(self._model.encode)
+
+    @property
+    def decode(self) -> Callable[..., Any]:
+        return self._turn(self._model.decode)
+
+
+_END = object()
+
+
+class Ticket:
+    """One request in a scheduler: its events as they come, then the end (or its error)."""
+
+    def __init__(self, p: Plan, stop: threading.Event, owner: Any, memory: int = 0) -> None:
+        self.plan, self.outer_stop, self.owner, self.memory = p, stop, owner, memory
+        self.stop = threading.Event()  # the run's own: set by the caller's Event or by `cancel`
+        self.rows = max(1, p.cfg.num_beams)
+        self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.glet: greenlet.greenlet | None = None
+        self.waiting: Any = None  # a Segment for the next batch, _TURN, or None (not started)
+        self.started = False  # admitted into the batch
+        self.first_event = False
+        self.done = False
+        self.scheduler: Scheduler | None = None
+
+    def _body(self) -> None:
+        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions)
+        proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
+        for event in run_plan(proxied, self.stop):
+            self.first_event = True
+            self.events.put(event)
+
+    def cancel(self) -> None:
+        """End the run before its next forward pass (its consumer went away)."""
+        self.stop.set()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.done = True
+        self.events.put(error if error is not None else _END)
+
+    def stream(self, timeout: float | None = None) -> Iterator[StepEvent]:
+        """The events as the scheduler produces them (blocking); raises the run's error, if any."""
+        while True:
+            item = self.events.get(timeout=timeout)
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def drain(self) -> list[StepEvent]:
+        """Every event so far, for a finished ticket."""
+        return list(self.stream(timeout=0))
+
+
+class Scheduler:
+    """The running requests of one model and the ones waiting to join.
+
+    max_rows caps the rows decoding at once (a beam search takes num_beams); per_owner caps the
+    requests one owner (a visitor) has running; max_prefills caps the prompts being fed at once; the
+    running requests' memory peaks (generation.budget) must fit in the budget beside the model and
+    its prepacked copy. A request that fits none of these alone still runs when nothing else does.
+    `submit` may be called from any thread; `step` runs on the one thread that does the work.
+    """
+
+    def __init__(
+        self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None
+    ) -> None:
+        self.lm = lm
+        self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
+        limits = lm.limits or Limits.default()
+        # the model twice (its weights and their prepacked copy), then the running requests' peaks
+        budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
+        self.memory_left = budget - 2 * lm.resident_bytes
+        self.waiting: collections.deque[Ticket] = collections.deque()
+        self.running: list[Ticket] = []
+        self._lock = threading.Lock()
+
+    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
+        request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
+        memory = peak_bytes(estimate_request(self.lm.config, self.lm.dtype.itemsize, request))[0]
+        ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
+                        memory)
+        ticket.scheduler = self
+        with self._lock:
+            self.waiting.append(ticket)
+        return ticket
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self.running or self.waiting)
+
+    def queue_position(self, ticket: Ticket) -> int:
+        """0 once running; otherwise how many wait ahead of it, plus one."""
+        with self._lock:
+            return next((i + 1 for i, t in enumerate(self.waiting) if t is ticket), 0)
+
+    def rows(self) -> int:
+        return sum(t.rows for t in self.running)
+
+    def _admit(self) -> None:
+        with self._lock:
+            for t in self.running + list(self.waiting):
+                if t.outer_stop.is_set():
+                    t.stop.set()
+            for t in [t for t in self.waiting if t.stop.is_set()]:
+                self.waiting.remove(t)
+                t.finish()
+            rows, memory = self.rows(), sum(t.memory for t in self.running)
+            feeding = sum(not t.first_event for t in self.running)
+            for t in list(self.waiting):
+                mine = sum(r.owner is t.owner for r in self.running)
+                fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
+                if mine < self.per_owner and fits and feeding < self.max_prefills:
+                    self.waiting.remove(t)
+                    self.running.append(t)
+                    rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every running and waiting request ends with `error`."""
+        with self._lock:
+            tickets, self.running, self.waiting = self.running + list(self.waiting), [], collections.deque()
+        for t in tickets:
+            if not t.done:
+                t.finish(error)
+
+    def _resume(self, t: Ticket, value: Any = None) -> None:
+        try:
+            if t.glet is None:
+                t.glet = greenlet.greenlet(t._body)
+                t.waiting = t.glet.switch()
+            else:
+                t.waiting = t.glet.switch(value)
+        except Exception as error:  # the run's own error goes to its consumer, not to the others
+            t.finish(error)
+            return
+        if t.glet.dead:
+            t.finish()
+
+    def step(self) -> None:
+        """Admit who may join, then one forward pass for every running request."""
+        self._admit()
+        with torch.inference_mode():
+            for t in self.running:
+                if t.waiting is None or t.waiting is _TURN:  # newcomers start; seq2seq takes its turn
+                    self._resume(t)
+            batch = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
+            if batch:
+                try:
+                    with batch_kernels():
+                        outs = forward_segments(self.lm.model, [t.waiting for t in batch])
+                except Exception as error:  # e.g. out of memory: every request in this pass fails alike
+                    outs = None
+                    for t in batch:
+                        t.finish(error)
+                if outs is not None:
+                    for t, out in zip(batch, outs):
+                        self._resume(t, out)
+        with self._lock:
+            self.running = [t for t in self.running if not t.done]
+
+
+def run_alone(p: Plan, stop: threading.Event | None = None) -> list[StepEvent]:
+    """A plan's events through a scheduler of its own: what that request gives alone."""
+    scheduler = Scheduler(p.lm)
+    ticket = scheduler.submit(p, stop)
+    while scheduler.busy():
+        scheduler.step()
+    return ticket.drain()

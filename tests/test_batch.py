@@ -1,0 +1,161 @@
+"""Batched decoding: every request in a mixed batch gets exactly what it gets alone.
+
+Alone means through the scheduler by itself (`run_alone`): token ids, probabilities, captures and
+cache statistics bitwise equal. Against the single-request path (`generate_all`, which multiplies
+with a different kernel) the token ids are equal and the probabilities agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import playground
+from playground.generation import GenerationConfig, generate_all
+from playground.generation.batch import CHUNK, Scheduler, run_alone
+from playground.generation.plan import plan
+from playground.interventions import Ablate, Steer
+from tests.hf_tiny import gpt2_like, llama_like, save_decoder, save_seq2seq, t5_like
+
+# Dimensions that are multiples of 16, as real models' are: row-wise vector code then treats every
+# row alike wherever it sits in the batch.
+FAMILIES = {
+    "llama-gqa": ("llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=112)),
+    "gpt2": ("gpt2", gpt2_like(n_embd=64, vocab_size=112, n_positions=128)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def lm(request, tmp_path_factory):
+    family, kwargs = FAMILIES[request.param]
+    directory = tmp_path_factory.mktemp(request.param)
+    save_decoder(directory, family, kwargs, init_std=0.1)
+    return playground.load_model(directory)
+
+
+def _same(a, b) -> bool:
+    """Nested captures (dicts, lists, arrays, None) bitwise equal."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)
+    return a == b
+
+
+def _assert_equal_runs(got, alone) -> None:
+    assert [e.token_ids for e in got] == [e.token_ids for e in alone]
+    assert [e.prob for e in got] == [e.prob for e in alone]
+    assert all(_same(a.attention, b.attention) and _same(a.residual, b.residual) for a, b in zip(got, alone))
+    assert all(_same(a.candidates, b.candidates) for a, b in zip(got, alone))
+    assert all(a.cache == b.cache for a, b in zip(got, alone))
+    assert [e.beams and [(h.token_ids, h.score) for h in e.beams] for e in got] == \
+        [e.beams and [(h.token_ids, h.score) for h in e.beams] for e in alone]
+
+
+def _requests(lm):
+    long_prompt = [(7 * i) % 90 + 3 for i in range(CHUNK + 9)]  # fed in two chunks
+    return [
+        ([5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=12)),
+        (long_prompt, GenerationConfig(max_new_tokens=10, temperature=0.9, top_k=20, seed=4)),
+        ([11, 3, 17], GenerationConfig(max_new_tokens=8, num_beams=3)),
+        ([8, 8, 30, 2, 51, 60], GenerationConfig(max_new_tokens=9, top_p=0.8, temperature=1.2, seed=1,
+                                                 repetition_penalty=1.3, capture_attention=True,
+                                                 capture_residual=True)),
+        ([9, 14, 2, 77], GenerationConfig(max_new_tokens=5, use_cache=False)),  # recomputes its sequence each step
+    ]
+
+
+def test_mixed_batch_equals_each_request_alone(lm, one_thread):
+    """Greedy, sampled (long prompt, chunked prefill), beam and a capturing request together; one joins
+    mid-run, one is stopped after four tokens. Each equals its own run alone."""
+    requests = [plan(lm, ids, cfg) for ids, cfg in _requests(lm)]
+    late = plan(lm, [4, 4, 4, 19], GenerationConfig(max_new_tokens=6, num_beams=2))
+    alone = [run_alone(p) for p in requests + [late]]
+
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    stop = threading.Event()
+    tickets = [scheduler.submit(p, stop if i == 0 else None) for i, p in enumerate(requests)]
+    steps, joined = 0, None
+    while scheduler.busy():
+        scheduler.step()
+        steps += 1
+        if steps == 3:
+            joined = scheduler.submit(late)
+        if tickets[0].events.qsize() >= 4:
+            stop.set()
+    results = [t.drain() for t in tickets] + [joined.drain()]
+
+    stopped = results[0]
+    assert 4 <= len(stopped) < len(alone[0]) and not stopped[-1].finished
+    _assert_equal_runs(stopped, alone[0][: len(stopped)])
+    for got, solo in zip(results[1:], alone[1:]):
+        _assert_equal_runs(got, solo)
+        assert got[-1].finished
+
+
+def test_alone_equals_the_single_request_path(lm, one_thread):
+    """Through the scheduler, a request picks generate_all's tokens, probabilities to float32 rounding."""
+    for ids, cfg in _requests(lm):
+        reference = generate_all(lm, ids, cfg)
+        events = run_alone(plan(lm, ids, cfg))
+        assert events[-1].token_ids == reference.token_ids
+        assert np.allclose([e.prob for e in events], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
+        assert events[-1].cache == reference.cache
+
+
+def test_rows_are_capped_and_one_owner_runs_one_request(lm, one_thread):
+    scheduler = Scheduler(lm, max_rows=4, per_owner=1)
+    tab = object()
+    first = scheduler.submit(plan(lm, [5, 6], GenerationConfig(max_new_tokens=3)), owner=tab)
+    second = scheduler.submit(plan(lm, [5, 7], GenerationConfig(max_new_tokens=3)), owner=tab)
+    beams = scheduler.submit(plan(lm, [5, 8], GenerationConfig(max_new_tokens=3, num_beams=4)))
+    scheduler.step()
+    assert scheduler.rows() == 1  # the same tab's second request waits; the beams do not fit beside it
+    assert scheduler.queue_position(second) == 1 and scheduler.queue_position(beams) == 2
+    while scheduler.busy():
+        scheduler.step()
+        assert scheduler.rows() <= 4
+    assert all(t.drain()[-1].finished for t in (first, second, beams))
+
+
+def test_seq2seq_requests_take_turns(tmp_path, one_thread):
+    save_seq2seq(tmp_path, "t5", t5_like())
+    lm = playground.load_model(tmp_path)
+    cfgs = [GenerationConfig(max_new_tokens=6), GenerationConfig(max_new_tokens=5, num_beams=2)]
+    sources = [[5, 9, 23, 1], [7, 7, 12, 30, 1]]
+    scheduler = Scheduler(lm)
+    tickets = [scheduler.submit(plan(lm, s, c)) for s, c in zip(sources, cfgs)]
+    while scheduler.busy():
+        scheduler.step()
+    for t, s, c in zip(tickets, sources, cfgs):
+        assert t.drain()[-1].token_ids == generate_all(lm, s, c).token_ids
+
+
+def test_an_edited_request_runs_alone_and_never_touches_its_neighbours(lm, one_thread):
+    """The causal lab's edits are hooks on the shared model: a request carrying them takes its passes
+    alone, so the plain requests beside it equal their solo runs bitwise, and it equals its own edited
+    generate_all (same kernels as the single-request path: token ids and probabilities alike)."""
+    vector = np.linspace(-1.0, 1.0, lm.config.d_model, dtype=np.float32)
+    edits = (Ablate(0, head=1), Steer(1, torch.from_numpy(vector), scale=3.0), Ablate(1, component="mlp"))
+    plain = [plan(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=8)),
+             plan(lm, [11, 3, 17], GenerationConfig(max_new_tokens=6, num_beams=2))]
+    edited_cfg = GenerationConfig(max_new_tokens=8, interventions=edits)
+    alone = [run_alone(p) for p in plain]
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    tickets = [scheduler.submit(p) for p in plain]
+    ticket = scheduler.submit(plan(lm, [5, 9, 23, 40, 7], edited_cfg))
+    while scheduler.busy():
+        scheduler.step()
+    for t, solo in zip(tickets, alone):
+        _assert_equal_runs(t.drain(), solo)
+    got = ticket.drain()
+    reference = generate_all(lm, [5, 9, 23, 40, 7], edited_cfg)
+    assert got[-1].token_ids == reference.token_ids
+    assert got[-1].token_ids != alone[0][-1].token_ids or [e.prob for e in got] != [e.prob for e in alone[0]]
+    assert [e.prob for e in got] == [e.prob for e in reference.steps]

@@ -1,0 +1,59 @@
+"""Serving: runs from many threads join one batch and each gets exactly its own run alone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import playground
+from playground.app.serving import Server
+from playground.generation import GenerationConfig
+from playground.generation.batch import run_alone
+from playground.generation.plan import plan
+from tests.hf_tiny import llama_like, save_decoder
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    return playground.load_model(directory)
+
+
+def test_concurrent_visitors_get_their_solo_runs(lm, one_thread):
+    plans = [plan(lm, [5 + i, 9, 23, 40 + i], GenerationConfig(max_new_tokens=8 + i, temperature=0.7 * (i % 2),
+                                                               seed=i)) for i in range(5)]
+    alone = [[e.token_ids for e in run_alone(p)] for p in plans]
+    server = Server(max_rows=4, call=lambda fn: fn())  # steps on the server's own driver thread
+    got: dict[int, list[list[int]]] = {}
+
+    def visit(i: int) -> None:
+        got[i] = [e.token_ids for e in server_events(server, plans[i])]
+
+    threads = [threading.Thread(target=visit, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [got[i] for i in range(5)] == alone
+
+
+def test_stop_ends_a_run_and_frees_its_row(lm, one_thread):
+    server = Server(call=lambda fn: fn())
+    stop = threading.Event()
+    ticket = server.submit(plan(lm, [5, 9], GenerationConfig(max_new_tokens=50)), stop)
+    events = []
+    for event in ticket.stream(timeout=60):
+        events.append(event)
+        if len(events) == 3:
+            stop.set()
+    assert 3 <= len(events) < 50 and not events[-1].finished
+    after = server.submit(plan(lm, [5, 9], GenerationConfig(max_new_tokens=2)))
+    assert list(after.stream(timeout=60))[-1].finished
+
+
+def server_events(server: Server, p):
+    ticket = server.submit(p)
+    yield from ticket.stream(timeout=60)
