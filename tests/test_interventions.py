@@ -249,7 +249,7 @@ def test_beam_search_under_edits_matches_generate_with_hooks(decoder, one_thread
 
 
 def test_the_app_drops_edits_that_do_not_fit_with_a_note(decoder):
-    from playground.ui.limits import clamp_settings
+    from playground.app.limits import clamp_settings
 
     _, lm = decoder
     fits = (Ablate(0, head=0),)

@@ -1,5 +1,5 @@
 // The live screen: the token stream and the current step's panels, drawn in the browser from the
-// small value the server streams (see playground/ui/frames.py). Runs as the gr.HTML component's
+// small value the server streams (see playground/app/frames.py). Runs as the gr.HTML component's
 // js_on_load: `element`, `props`, `watch`, `trigger` and `server` come from Gradio.
 //
 // Only new tokens are added to the page; panels redraw for the step on screen. Clicking a token, or
