@@ -47,7 +47,8 @@ def test_dependencies_are_the_requirements_file():
 
 
 def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
-    """The playground modules one file imports, at the top or inside functions (lazy imports count)."""
+    """The playground modules one file imports, at the top or inside functions (lazy imports count;
+    imports for type checkers only, under `if TYPE_CHECKING:`, never run and do not)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
     def known(name: str) -> str | None:
@@ -55,8 +56,14 @@ def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
             name = name.rpartition(".")[0]
         return name or None
 
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found |= {known(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom):
