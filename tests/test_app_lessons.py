@@ -51,8 +51,8 @@ def test_every_lesson_draws_the_run_at_the_selected_step(name, lm, run):
     assert c.kinds == ["self"] and not c.kind_shown  # a decoder has one attention kind
     assert c.layer_max == max(1, lm.config.n_layers - 1) and c.layer_head == (name in ("steps", "patterns"))
     if name == "memory":
-        presets = list(analysis.presets(lm))
-        assert c.presets == presets and c.preset == presets[0]
+        presets = list(analysis.presets(lm))  # in English the labels are the presets' own names
+        assert c.presets == list(zip(presets, presets)) and c.preset == presets[0]
     else:
         assert c.presets is None
 
@@ -85,3 +85,13 @@ def test_a_seq2seq_model_offers_its_three_attention_kinds(tmp_path):
 def test_the_lessons_core_never_imports_gradio():
     code = "import sys, playground.app.lessons; assert 'gradio' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_kv_presets_are_labelled_in_the_visitor_s_language(lm, run):
+    from playground.analysis.kv_memory import WORKED_EXAMPLES
+
+    en = lessons.show("memory", lm, run, 1, lessons.Inputs(), "en").controls.presets
+    zh = lessons.show("memory", lm, run, 1, lessons.Inputs(), "zh").controls.presets
+    assert [v for _, v in zh] == [v for _, v in en] == list(analysis.presets(lm))  # the values stay the keys
+    assert all(label != value and any("\u4e00" <= ch <= "\u9fff" for ch in label) for label, value in zh)
+    assert set(WORKED_EXAMPLES) <= set(lessons._PRESET_WORDS)  # every worked example has its words

@@ -61,7 +61,7 @@ class Controls:
     layer_head: bool = False  # layer and head sliders shown
     kinds: list[str] = field(default_factory=lambda: ["self"])
     kind_shown: bool = False
-    presets: list[str] | None = None  # the KV calculator's presets (None: leave the dropdown as it is)
+    presets: list[tuple[str, str]] | None = None  # the KV calculator's (label, preset); None: leave it as it is
     preset: str | None = None
 
 
@@ -123,7 +123,21 @@ def _memory(ctx: Context, i: Inputs) -> dict[str, Any]:
     live = ctx.result.steps[ctx.step].cache if ctx.result is not None else None
     what_if = analysis.kv_what_if(options[name], attention=i.attention or None, dtype=i.dtype or None,
                                   batch=i.batch or None, tokens=i.tokens or None, live=live)
-    return {"what_if": what_if, "name": name, "presets": list(options)}
+    labels = [preset_label(key, ctx.lm if i == 0 else None, ctx.lang) for i, key in enumerate(options)]
+    return {"what_if": what_if, "name": name, "presets": list(zip(labels, options)),
+            "label": labels[list(options).index(name)]}
+
+
+# The KV calculator's worked examples (analysis.WORKED_EXAMPLES' names) -> their words.
+_PRESET_WORDS = {"LLaMA 3 8B as MHA, 8k tokens": "preset_llama3_8b_mha",
+                 "LLaMA 3 70B, GQA-8, 8k tokens": "preset_llama3_70b_gqa8"}
+
+
+def preset_label(name: str, lm: Any, lang: str) -> str:
+    """What the preset dropdown shows for the preset `name` (`lm`: the loaded model, for its own preset)."""
+    if lm is not None and name.startswith("this model"):
+        return t("preset_this_model", lang, family=lm.config.family, millions=lm.parameter_count / 1e6)
+    return t(_PRESET_WORDS[name], lang) if name in _PRESET_WORDS else name
 
 
 def _patterns(ctx: Context, i: Inputs) -> dict[str, Any]:
@@ -164,7 +178,7 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            lambda d, ctx: v_lens.logit_lens_caption(d["entries"], d["step"], d["text"])),
     Lesson("kv", True, True, _kv, lambda d: [v_kv.kv_cost_chart(d["costs"]), v_kv.prefill_decode_figure(d["shapes"])],
            _kv_caption),
-    Lesson("memory", True, True, _memory, lambda d: [v_kv.kv_memory_chart(d["what_if"], d["name"])],
+    Lesson("memory", True, True, _memory, lambda d: [v_kv.kv_memory_chart(d["what_if"], d["label"])],
            lambda d, ctx: v_kv.kv_memory_caption(d["what_if"])),
     Lesson("patterns", True, False, _patterns,
            lambda d: [v_patterns.pattern_gallery_figure(d["gallery"]), v_patterns.own_weights_figure(d["own"])],
