@@ -36,6 +36,11 @@ STRINGS: dict[str, tuple[str, str]] = {
     "hub_failed": ("Hub download failed", "Hub 下载失败"),
     "nothing_uploaded": ("Nothing uploaded", "没有收到文件"),
     "uploaded": ("Uploaded and loaded", "已上传并加载"),
+    "model_default_decoder": ("(default decoder)", "(默认解码器)"),
+    "model_default_seq2seq": ("(default seq2seq)", "(默认 seq2seq)"),
+    "model_preloaded": ("(preloaded from the Hub)", "(预先从 Hub 下载)"),
+    "model_uploaded": ("uploaded: {what}", "已上传:{what}"),
+    "model_hub": ("Hub: {repo}", "Hub:{repo}"),
     "downloaded": ("Downloaded and loaded", "已下载并加载"),
     "no_tokenizer_ids": ("This model has no tokenizer that can be used here (the model card says why), so it "
                          "cannot read text: type token ids separated by commas as the prompt (e.g. {example}).",
