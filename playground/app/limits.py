@@ -1,8 +1,9 @@
 """The app's limits, in one place: the sliders' ranges, the link parser's bounds and the clamps.
 
-The engine has its own hard limits (`playground.generation.config`); the app offers less, so a
-public server stays responsive. `clamp_settings` moves whatever a person (or a link) asked for into
-these ranges and says what it changed, instead of refusing. No Gradio here.
+The decoding knobs' ranges come from their one table (`playground.generation.knobs`): the engine's
+hard limits and what the app offers (less, so a public server stays responsive). `clamp_settings`
+moves whatever a person (or a link) asked for into these ranges and says what it changed, instead of
+refusing. No Gradio here.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[str]) -> Any:
         else:
             notes.append(f"{knob.name} {value!r} is not a finite number: using {knob.default:g}")
             return knob.default
+    if knob.kind is float:
+        value = float(value)
     if not knob.in_range(value):
         fixed = knob.fallback(value)
         off = " (off)" if knob.off is not None and fixed == knob.off else ""
