@@ -22,6 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _info(args: argparse.Namespace) -> int:
+    from playground.app import describe  # the structure in words, as the model card says it
     from playground.checkpoints.loader import load_model
 
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -36,8 +37,8 @@ def _info(args: argparse.Namespace) -> int:
             s = info[stack]
             print(f"  {stack}: {s['layers']} layers, heads {s['heads']} / KV heads {s['kv_heads']}, "
                   f"head dim {s['head_dim']}, FFN {s['d_ff']}")
-        print(f"  positional encoding: {info['positional_encoding_label']}; attention: {info['attention']}")
-        print(f"  blocks: {info['block']}; layers: {info['layer_summary']}")
+        print(f"  positional encoding: {describe.positional_label(c)}; attention: {info['attention']}")
+        print(f"  blocks: {describe.block_label(c)}; layers: {describe.layer_summary(c)}")
         print(f"  file size {info['file_bytes']:,} bytes, loaded in {info['load_seconds']:.2f} s")
         if info["tokenizer_error"]:
             print(f"  tokenizer: {info['tokenizer_error']}")

@@ -15,40 +15,9 @@ from playground.config import ModelConfig
 from playground.errors import ChatTemplateError, PlaygroundError, PromptError
 from playground.interventions import Intervention, as_interventions, check
 from playground.models.edits import edited
-from playground.models.positional import positional_kind_label
 
 if TYPE_CHECKING:
     from playground.checkpoints.limits import Limits
-
-
-BLOCK_LABELS = {
-    "pre": "pre-norm: x + f(norm(x))",
-    "post": "post-norm: norm(x + f(x))",
-    "sandwich": "sandwich norms: x + norm(f(norm(x)))",
-    "output": "output norms: x + norm(f(x))",
-    "parallel": "parallel residual: x + attn(norm(x)) + mlp(norm(x))",
-}
-
-
-def layer_summary(config: ModelConfig) -> str:
-    """The (decoder) layers grouped by kind, e.g. "15 sliding (window 512, RoPE base 10000) +
-    3 full (RoPE base 1e+06)"; partial rotary and NoPE layers are named too."""
-    groups: dict[str, int] = {}
-    for kind in config.layer_kinds():
-        label = kind.attention if kind.window is None else f"sliding (window {kind.window}"
-        details = []
-        if kind.rope is not None:
-            details.append(f"RoPE base {kind.rope_theta:g}")
-            if kind.rotary_dims < config.head_dim:
-                details.append(f"{kind.rotary_dims} of {config.head_dim} dims rotate")
-        elif config.positional == "rope":
-            details.append("no RoPE")
-        if kind.window is not None:
-            label += "".join(f", {d}" for d in details) + ")"
-        elif details:
-            label += f" ({', '.join(details)})"
-        groups[label] = groups.get(label, 0) + 1
-    return " + ".join(f"{n} {label}" for label, n in groups.items())
 
 
 @dataclass
@@ -191,10 +160,8 @@ class LoadedModel:
             "kind": c.kind,
             "parameters": self.parameter_count,
             "positional_encoding": c.positional,
-            "positional_encoding_label": positional_kind_label(c),
             "attention": c.attention_kind,
-            "block": BLOCK_LABELS["parallel" if c.parallel_residual else c.norm_position],
-            "layer_summary": layer_summary(c),
+            "block": block_kind(c),
             "layers": [kind.to_dict() for kind in c.layer_kinds()],
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
@@ -207,6 +174,11 @@ class LoadedModel:
             "config": c.to_dict(),
             **(_stacks(c) if c.kind == "seq2seq" else {}),
         }
+
+
+def block_kind(config: ModelConfig) -> str:
+    """How a block wires its norms and residual: "pre", "post", "sandwich", "output" or "parallel"."""
+    return "parallel" if config.parallel_residual else config.norm_position
 
 
 def _stack(config: ModelConfig, layers: int) -> dict[str, Any]:

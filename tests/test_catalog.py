@@ -43,6 +43,9 @@ def test_catalog_lists_defaults_first_and_resolves_only_inside_its_folders(weigh
     try:
         cat = Catalog(weights, tmp_path / "uploads")
         assert cat.names()[0] == "tiny-lm" and cat.default_name() == "tiny-lm"
+        labels = {lang: {e.name: e.label for e in cat.entries(None, lang)} for lang in ("en", "zh")}
+        assert labels["en"]["tiny-lm"].startswith("tiny-lm (default decoder)")
+        assert labels["zh"]["tiny-lm"].startswith("tiny-lm (默认解码器)")
         assert cat.resolve("tiny-lm") == (weights / "tiny-lm").resolve()
         for bad in ("../secret", "/etc/passwd", "tiny-lm/../../secret", "escape", "", "a\\b", "x/y/z",
                     UPLOAD_PREFIX + "../../etc", UPLOAD_PREFIX + "0" * 32):
@@ -122,6 +125,8 @@ def test_an_upload_is_listed_and_loadable_only_for_its_owner(catalog, tiny, tmp_
     assert re.fullmatch(rf"{UPLOAD_PREFIX}{kind}-{shown}-[0-9a-f]{{12}}", name), name
     alice_labels = [e.label for e in catalog.entries(ALICE) if e.name == name]
     assert alice_labels == [f"uploaded: {kind} · {shown} · model.safetensors [{name[-12:-6]}]"]
+    zh_labels = [e.label for e in catalog.entries(ALICE, "zh") if e.name == name]  # the page in 中文
+    assert zh_labels == [f"已上传:{kind} · {shown} · model.safetensors [{name[-12:-6]}]"]
     bob_text = " ".join(f"{e.name} {e.label}" for e in catalog.entries(BOB))
     assert name[-12:] not in bob_text and "uploaded" not in bob_text
     path = catalog.resolve(name, ALICE)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import playground
+from playground.app import describe
 from playground.generation import GenerationConfig, generate, generate_all
 from playground.models.positional import positional_layout
 from playground.models.recorder import Recorder
@@ -219,18 +220,19 @@ def test_cache_stats_count_what_each_layer_holds(models, one_thread):
 
 def test_model_card_lists_layer_kinds(models):
     _, gemma = models["gemma3-sliding-local-rope"]
-    info = json.loads(json.dumps(gemma.info()))
-    assert info["layer_summary"] == "2 sliding (window 5, RoPE base 10000) + 1 full (RoPE base 1e+06)"
-    assert info["block"].startswith("sandwich norms")
+    info = json.loads(json.dumps(gemma.info()))  # the library returns data; the card puts it in words
+    assert describe.layer_summary(gemma.config) == "2 sliding (window 5, RoPE base 10000) + 1 full (RoPE base 1e+06)"
+    assert info["block"] == "sandwich" and describe.block_label(gemma.config).startswith("sandwich norms")
+    assert describe.card_info(gemma)["layer_summary"] == describe.layer_summary(gemma.config)
     assert [(k["attention"], k["window"], k["rope"], k["rope_theta"]) for k in info["layers"]] == [
         ("sliding", 5, "local", 10000.0), ("sliding", 5, "local", 10000.0), ("full", None, "global", 1e6),
     ]
     _, smol = models["smollm3-nope-gqa3"]
-    assert smol.info()["layer_summary"] == "3 full (RoPE base 2e+06) + 1 full (no RoPE)"
+    assert describe.layer_summary(smol.config) == "3 full (RoPE base 2e+06) + 1 full (no RoPE)"
     assert [k.rope for k in smol.config.layer_kinds()] == ["global", "global", "global", None]
     _, neox = models["gpt_neox-parallel-head9"]
-    assert neox.info()["layer_summary"] == "2 full (RoPE base 10000, 4 of 9 dims rotate)"
-    assert neox.info()["block"].startswith("parallel residual")
+    assert describe.layer_summary(neox.config) == "2 full (RoPE base 10000, 4 of 9 dims rotate)"
+    assert neox.info()["block"] == "parallel" and describe.block_label(neox.config).startswith("parallel residual")
 
 
 def test_positional_layout_is_what_the_model_uses(models):

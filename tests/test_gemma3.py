@@ -8,6 +8,7 @@ import torch
 import transformers
 
 import playground
+from playground.app import describe
 from playground.generation import GenerationConfig, generate_all
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def test_config_maps_faithfully(ours):
     c = ours.config
     assert (c.family, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_model) == ("gemma3_text", 18, 4, 1, 256, 640)
     assert (c.norm, c.norm_position, c.qk_norm, c.sliding_window) == ("rmsnorm_gemma", "sandwich", "head", 512)
-    assert ours.info()["layer_summary"] == "15 sliding (window 512, RoPE base 10000) + 3 full (RoPE base 1e+06)"
+    assert describe.layer_summary(c) == "15 sliding (window 512, RoPE base 10000) + 3 full (RoPE base 1e+06)"
     assert 268_000_000 < ours.parameter_count < 268_200_000
 
 

@@ -357,8 +357,10 @@ def test_the_language_switch_relabels_every_component(app, h):
 
     page = app.playground_page
     outputs = relabelled(page)
-    zh = relabel(page, h.sessions, True, "zh", request("lang"))
+    zh = relabel(page, h.sessions, True, "zh", request("lang"), h.models.choices("lang", "zh"))
     assert len(zh) == len(outputs)
+    models = zh[outputs.index(page.component("model"))]  # the model list's own words too, its value kept
+    assert any("默认解码器" in label for label, _ in models["choices"]) and "value" not in models
     labels = [u.get("label") or u.get("value") for u in zh if isinstance(u, dict)]
     assert all(labels) and any("温度" in x for x in labels) and any("束" in x for x in labels)
     every_choice = [str(c) for u in zh if isinstance(u, dict) for c in u.get("choices") or []]

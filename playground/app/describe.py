@@ -12,13 +12,89 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from playground.app.words import note, t
+from playground.config import ModelConfig
 from playground.generation import StepEvent, TokenStep
+from playground.loaded import block_kind
 from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
 
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+# --- a model's structure in words (the library returns the data: ModelConfig, LoadedModel.info) -------
+
+
+_BLOCK_LABELS = {
+    "pre": "pre-norm: x + f(norm(x))",
+    "post": "post-norm: norm(x + f(x))",
+    "sandwich": "sandwich norms: x + norm(f(norm(x)))",
+    "output": "output norms: x + norm(f(x))",
+    "parallel": "parallel residual: x + attn(norm(x)) + mlp(norm(x))",
+}
+
+
+def layer_summary(config: ModelConfig) -> str:
+    """The (decoder) layers grouped by kind, e.g. "15 sliding (window 512, RoPE base 10000) +
+    3 full (RoPE base 1e+06)"; partial rotary and NoPE layers are named too."""
+    groups: dict[str, int] = {}
+    for kind in config.layer_kinds():
+        label = kind.attention if kind.window is None else f"sliding (window {kind.window}"
+        details = []
+        if kind.rope is not None:
+            details.append(f"RoPE base {kind.rope_theta:g}")
+            if kind.rotary_dims < config.head_dim:
+                details.append(f"{kind.rotary_dims} of {config.head_dim} dims rotate")
+        elif config.positional == "rope":
+            details.append("no RoPE")
+        if kind.window is not None:
+            label += "".join(f", {d}" for d in details) + ")"
+        elif details:
+            label += f" ({', '.join(details)})"
+        groups[label] = groups.get(label, 0) + 1
+    return " + ".join(f"{n} {label}" for label, n in groups.items())
+
+
+def block_label(config: ModelConfig) -> str:
+    """How a block wires its norms and residual, as a formula, e.g. "pre-norm: x + f(norm(x))"."""
+    return _BLOCK_LABELS[block_kind(config)]
+
+
+_SINUSOIDAL_LABELS = {
+    "interleaved": ")",
+    "halves": ", sin half | cos half)",
+    "fairseq": ", fairseq: sin half | cos half, positions from row pad + 1)",
+}
+
+
+def positional_label(config: ModelConfig) -> str:
+    """A human name for the config's positional scheme (model card, `info` in the terminal)."""
+    if config.positional == "rope":
+        parts = [f"base {config.rope_theta:g}"]
+        if config.rope_local_theta is not None:
+            parts.append(f"sliding layers base {config.rope_local_theta:g}")
+        if config.rotary_dims < config.head_dim:
+            parts.append(f"{config.rotary_dims} of {config.head_dim} dims per head")
+        if config.rope_scaling:
+            parts.append(f"{config.rope_scaling.get('rope_type')} scaling")
+        if config.nope_layers:
+            parts.append(f"no positions on {len(config.nope_layers)} of {config.n_layers} layers")
+        return f"RoPE (rotary, {', '.join(parts)})"
+    return {
+        "learned": "learned absolute positions"
+        + (f" (offset {config.learned_position_offset})" if config.learned_position_offset else ""),
+        "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g}" + _SINUSOIDAL_LABELS[config.sinusoidal_layout],
+        "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
+        "none": "none",
+    }[config.positional]
+
+
+def card_info(lm: Any) -> dict[str, Any]:
+    """`lm.info()` with the structure in words, as the model card shows it."""
+    c = lm.config
+    return {**lm.info(), "positional_encoding_label": positional_label(c), "block": block_label(c),
+            "layer_summary": layer_summary(c)}
 
 
 # --- model card ---------------------------------------------------------------------------------
@@ -80,7 +156,7 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
 
 # Rows whose values are the library's descriptions of a structure (layers, FFN, norm, positions).
 _DESCRIBED_ROWS = ("card_layers", "card_ffn", "card_norm", "card_positional")
-# The library's structure descriptions come from a few fixed templates (loaded.py, models/positional.py);
+# The structure descriptions above come from a few fixed templates;
 # their words in 中文, longest first so a phrase wins over its parts.
 _ZH_PHRASES = (
     (r"pre-norm: ", "前置归一化:"), (r"post-norm: ", "后置归一化:"), (r"sandwich norms: ", "三明治归一化:"),

@@ -1,8 +1,9 @@
 """The app's limits, in one place: the sliders' ranges, the link parser's bounds and the clamps.
 
-The engine has its own hard limits (`playground.generation.config`); the app offers less, so a
-public server stays responsive. `clamp_settings` moves whatever a person (or a link) asked for into
-these ranges and says what it changed, instead of refusing. No Gradio here.
+The decoding knobs' ranges come from their one table (`playground.generation.knobs`): the engine's
+hard limits and what the app offers (less, so a public server stays responsive). `clamp_settings`
+moves whatever a person (or a link) asked for into these ranges and says what it changed, instead of
+refusing. No Gradio here.
 """
 
 from __future__ import annotations
@@ -12,19 +13,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from playground.generation.config import MAX_SEED, GenerationConfig, usable_stop_strings
+from playground.generation.config import GenerationConfig, usable_stop_strings
+from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
 from playground.generation.plan import fit_to_context
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
 
 
+def _offered_high(name: str) -> int:
+    return int(KNOBS[name].offer[1])
+
+
 @dataclass(frozen=True)
 class Caps:
-    """Upper limits of what the app runs (the engine itself allows more)."""
+    """Upper limits of what the app runs (the engine itself allows more); the knobs' come from their table."""
 
-    max_new_tokens: int = 1024
-    num_beams: int = 8
-    top_candidates: int = 20
+    max_new_tokens: int = _offered_high("max_new_tokens")
+    num_beams: int = _offered_high("num_beams")
+    top_candidates: int = _offered_high("top_candidates")
     prompt_chars: int = 4000  # in the page, in links and in generate_text alike
     prompt_tokens: int = 2048  # likewise, after tokenizing (a chat template adds tokens of its own)
     pace_ms: int = 1000
@@ -33,18 +39,9 @@ class Caps:
 CAPS = Caps()
 
 # (low, high) of every numeric setting: the widgets' bounds and what a link may ask for.
-RANGES: dict[str, tuple[float, float]] = {
-    "temperature": (0.0, 5.0),
-    "top_k": (0, 500),
-    "top_p": (0.01, 1.0),
-    "repetition_penalty": (0.5, 3.0),
-    "num_beams": (1, CAPS.num_beams),
-    "length_penalty": (-3.0, 3.0),
-    "max_new_tokens": (1, CAPS.max_new_tokens),
-    "seed": (0, 2**31 - 1),
-    "top_candidates": (1, CAPS.top_candidates),
-    "pace_ms": (0, CAPS.pace_ms),
-}
+RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms)}
+# Link values that must be whole numbers.
+WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms"})
 
 
 def clamp_settings(
@@ -58,18 +55,6 @@ def clamp_settings(
     notes: list[str] = []
     c = dataclasses.replace(cfg)
     vocab = lm.config.vocab_size
-
-    def num(value: Any, default: float, name: str) -> float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        notes.append(f"{name} {value!r} is not a finite number: using {default:g}")
-        return default
-
-    def whole(value: Any, default: int, name: str) -> int:
-        x = num(value, default, name)
-        if x != int(x):
-            notes.append(f"{name} {value!r} is not a whole number: using {int(x)}")
-        return int(x)
 
     def flag(name: str, default: bool) -> None:
         if not isinstance(getattr(c, name), bool):
@@ -87,7 +72,8 @@ def clamp_settings(
         if not valid:
             notes.append(f"attention_layers {layers!r} are not layer indices 0..{count - 1}: recording every layer")
             c.attention_layers = None
-    if c.seed is not None and not (isinstance(c.seed, int) and not isinstance(c.seed, bool) and 0 <= c.seed <= MAX_SEED):
+    seed = KNOBS["seed"]
+    if c.seed is not None and not (seed.typed(c.seed) and seed.in_range(c.seed)):
         notes.append(f"seed {c.seed!r} is not a non-negative whole number: using a random seed")
         c.seed = None
     forced = c.forced_bos_token_id
@@ -103,55 +89,17 @@ def clamp_settings(
     if not usable_stop_strings(c.stop_strings):
         notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
         c.stop_strings = ()
-    c.temperature = num(c.temperature, 0.0, "temperature")
-    if c.temperature < 0:
-        notes.append(f"temperature {c.temperature} is negative: using 0 (greedy decoding)")
-        c.temperature = 0.0
-    c.top_p = num(c.top_p, 1.0, "top_p")
-    if not 0.0 < c.top_p <= 1.0:
-        notes.append(f"top_p {c.top_p} is outside (0, 1]: using 1.0 (top-p off)")
-        c.top_p = 1.0
-    c.min_p = num(c.min_p, 0.0, "min_p")
-    if not 0.0 <= c.min_p <= 1.0:
-        notes.append(f"min_p {c.min_p} is outside [0, 1]: using 0 (min-p off)")
-        c.min_p = 0.0
-    c.repetition_penalty = num(c.repetition_penalty, 1.0, "repetition_penalty")
-    if c.repetition_penalty <= 0:
-        notes.append(f"repetition penalty {c.repetition_penalty} must be positive: using 1 (off)")
-        c.repetition_penalty = 1.0
-    c.length_penalty = num(c.length_penalty, 1.0, "length_penalty")
-    c.top_k = whole(c.top_k, 0, "top_k")
-    if c.top_k < 0:
-        notes.append(f"top_k {c.top_k} is negative: using 0 (top-k off)")
-        c.top_k = 0
+    for knob in KNOBS.values():
+        if knob.name != "seed":
+            setattr(c, knob.name, _lenient(knob, getattr(c, knob.name), caps, notes))
     if c.top_k > vocab:
         notes.append(f"top_k {c.top_k} is more than the vocabulary ({vocab} tokens): using {vocab}")
         c.top_k = vocab
-    c.num_beams = whole(c.num_beams, 1, "num_beams")
-    if c.num_beams < 1:
-        notes.append(f"num_beams {c.num_beams} is below 1: using 1 (no beam search)")
-        c.num_beams = 1
-    if c.num_beams > caps.num_beams:
-        notes.append(f"num_beams {c.num_beams} is above the limit of {caps.num_beams}: using {caps.num_beams}")
-        c.num_beams = caps.num_beams
     if c.num_beams > 1 and (c.temperature > 0 or c.top_k or c.top_p < 1.0 or c.min_p):
         notes.append("beam search is deterministic: temperature, top-k, top-p and min-p are ignored")
-    candidates = whole(c.top_candidates, 5, "top_candidates")
-    c.top_candidates = min(max(candidates, 0), caps.top_candidates)
-    if c.top_candidates != candidates:
-        notes.append(f"top_candidates {candidates} is outside 0..{caps.top_candidates}: using {c.top_candidates}")
-    if c.early_stopping not in (True, False, "never"):
+    if c.early_stopping not in EARLY_STOPPING:
         notes.append(f"early_stopping {c.early_stopping!r} is not true, false or 'never': using false")
         c.early_stopping = False
-
-    c.max_new_tokens = whole(c.max_new_tokens, 32, "max_new_tokens")
-    if c.max_new_tokens < 1:
-        notes.append(f"max_new_tokens {c.max_new_tokens} is below 1: using 1")
-        c.max_new_tokens = 1
-    if c.max_new_tokens > caps.max_new_tokens:
-        notes.append(f"max_new_tokens {c.max_new_tokens} is above the limit of {caps.max_new_tokens}: using {caps.max_new_tokens}")
-        c.max_new_tokens = caps.max_new_tokens
-
     stepper = stepper_class(lm.kind)
     if prompt_ids_len <= 0:
         if stepper.decoder_only and lm.config.bos_token_id is None:
@@ -166,3 +114,27 @@ def clamp_settings(
     if fit.keep < prompt_ids_len:
         c.truncate_prompt = True
     return c, notes
+
+
+def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[str]) -> Any:
+    """`value` moved into the knob's range (and under the app's cap), with a note for every change."""
+    if not knob.typed(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            if value != int(value):
+                notes.append(f"{knob.name} {value!r} is not a whole number: using {int(value)}")
+            value = int(value)
+        else:
+            notes.append(f"{knob.name} {value!r} is not a finite number: using {knob.default:g}")
+            return knob.default
+    if knob.kind is float:
+        value = float(value)
+    if not knob.in_range(value):
+        fixed = knob.fallback(value)
+        off = " (off)" if knob.off is not None and fixed == knob.off else ""
+        notes.append(f"{knob.name} {value} must be {knob.bounds()}: using {fixed}{off}")
+        value = fixed
+    cap = getattr(caps, knob.name, None) if knob.capped else None
+    if cap is not None and value > cap:
+        notes.append(f"{knob.name} {value} is above the limit of {cap}: using {cap}")
+        value = cap
+    return value

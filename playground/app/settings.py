@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from playground.app.limits import CAPS, RANGES
+from playground.app.limits import CAPS, RANGES, WHOLE
 
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -90,7 +90,7 @@ def _parse_value(name: str, text: str) -> Any:
         return None
     if isinstance(default, bool):
         return _parse_bool(text)
-    if name in ("top_k", "num_beams", "max_new_tokens", "seed", "top_candidates", "pace_ms"):
+    if name in WHOLE:
         value = float(text)
         if not value.is_integer():
             raise ValueError("expected a whole number")

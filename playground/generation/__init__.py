@@ -13,7 +13,7 @@ plan before anything is allocated).
 """
 
 from playground.generation.budget import BudgetError, Request, check_full_attention, check_request
-from playground.generation.config import MAX_BEAMS, GenerationConfig, SettingsError
+from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.engine import generate, generate_all, run_plan, token_path
 from playground.generation.events import (
     Candidate,
@@ -23,12 +23,13 @@ from playground.generation.events import (
     StepEvent,
     TokenStep,
 )
+from playground.generation.knobs import KNOBS, MAX_BEAMS, Knob
 from playground.generation.languages import language_codes, language_token_id
 from playground.generation.plan import ContextFit, fit_to_context, plan
 from playground.generation.stepper import full_attention, stepper_class
 
 __all__ = [
-    "MAX_BEAMS", "BudgetError", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis",
+    "KNOBS", "MAX_BEAMS", "BudgetError", "Candidate", "ContextFit", "GenerationConfig", "GenerationResult", "Hypothesis", "Knob",
     "Request", "SettingsError", "StepCapture", "StepEvent", "TokenStep", "check_full_attention", "check_request",
     "fit_to_context", "full_attention", "generate", "generate_all", "language_codes", "language_token_id", "plan",
     "run_plan", "stepper_class", "token_path",

@@ -8,15 +8,12 @@ top-p and min-p, in that order.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from playground.errors import PlaygroundError
+from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.interventions import Intervention, InterventionError, as_interventions
-
-MAX_BEAMS = 16  # the engine's hard limit (the app offers fewer: playground.app.limits)
-MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed accepts up to this
 
 
 class SettingsError(PlaygroundError):
@@ -75,30 +72,11 @@ class GenerationConfig:
 
     def validate(self) -> GenerationConfig:
         """Raise SettingsError naming the knob to change; return self when every value is usable."""
-        _int(self, "max_new_tokens", 1, None, "ask for at least 1 new token")
-        _int(self, "top_k", 0, None, "use 0 to switch top-k off")
-        _int(self, "num_beams", 1, MAX_BEAMS, f"use 1 (no beam search) up to {MAX_BEAMS} beams")
-        _int(self, "top_candidates", 0, 1000, "use 0 to skip the candidate list, or a small number like 5")
-        if self.seed is not None:
-            _int(self, "seed", 0, MAX_SEED, "use a non-negative integer seed, or none")
+        for knob in KNOBS.values():
+            _check(knob, getattr(self, knob.name))
         if self.forced_bos_token_id is not None:
-            _int(self, "forced_bos_token_id", 0, None, "use the token id of the target language code, or none")
-        _float(self, "temperature")
-        if self.temperature < 0:
-            raise SettingsError(f"temperature is {self.temperature}; use 0 for greedy decoding or a positive value")
-        _float(self, "top_p")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SettingsError(f"top_p is {self.top_p}; it must be in (0, 1] (1 switches top-p off)")
-        _float(self, "min_p")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise SettingsError(f"min_p is {self.min_p}; it must be in [0, 1] (0 switches min-p off)")
-        _float(self, "repetition_penalty")
-        if self.repetition_penalty <= 0:
-            raise SettingsError(
-                f"repetition_penalty is {self.repetition_penalty}; it must be positive (1 switches it off)"
-            )
-        _float(self, "length_penalty")
-        if self.early_stopping not in (True, False, "never"):
+            _check(_FORCED_BOS, self.forced_bos_token_id)
+        if self.early_stopping not in EARLY_STOPPING:
             raise SettingsError(f"early_stopping is {self.early_stopping!r}; use True, False or 'never'")
         for name in ("use_cache", "capture_attention", "chat", "truncate_prompt", "capture_prompt_attention",
                      "capture_residual"):
@@ -118,20 +96,20 @@ class GenerationConfig:
         return self
 
 
-def _int(cfg: GenerationConfig, name: str, low: int, high: int | None, hint: str) -> None:
-    value = getattr(cfg, name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SettingsError(f"{name} must be a whole number, got {value!r}; {hint}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"between {low} and {high}"
-        raise SettingsError(f"{name} is {value}; it must be {bound}: {hint}")
+# Not a decoding knob of the page, but checked the same way.
+_FORCED_BOS = Knob("forced_bos_token_id", int, None, None, 0, None, "use the token id of the target language code, or none")
+
+
+def _check(knob: Knob, value: Any) -> None:
+    """One line naming the knob, its value and what to do, for a value of the wrong type or range."""
+    if value is None and knob.optional:
+        return
+    if not knob.typed(value):
+        kind = "a whole number" if knob.kind is int else "a finite number"
+        raise SettingsError(f"{knob.name} must be {kind}, got {value!r}; {knob.hint}")
+    if not knob.in_range(value):
+        raise SettingsError(f"{knob.name} is {value}; it must be {knob.bounds()}: {knob.hint}")
 
 
 def usable_stop_strings(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(s, str) and s for s in value)
-
-
-def _float(cfg: GenerationConfig, name: str) -> None:
-    value = getattr(cfg, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SettingsError(f"{name} must be a finite number, got {value!r}")

@@ -174,35 +174,6 @@ def position_vectors(config: ModelConfig, length: int, base: float | None = None
     return sinusoidal_table(length, config.d_model, base, config.sinusoidal_layout)
 
 
-_SINUSOIDAL_LABELS = {
-    "interleaved": ")",
-    "halves": ", sin half | cos half)",
-    "fairseq": ", fairseq: sin half | cos half, positions from row pad + 1)",
-}
-
-
-def positional_kind_label(config: ModelConfig) -> str:
-    """A human name for the config's positional scheme (model card, `info`)."""
-    if config.positional == "rope":
-        parts = [f"base {config.rope_theta:g}"]
-        if config.rope_local_theta is not None:
-            parts.append(f"sliding layers base {config.rope_local_theta:g}")
-        if config.rotary_dims < config.head_dim:
-            parts.append(f"{config.rotary_dims} of {config.head_dim} dims per head")
-        if config.rope_scaling:
-            parts.append(f"{config.rope_scaling.get('rope_type')} scaling")
-        if config.nope_layers:
-            parts.append(f"no positions on {len(config.nope_layers)} of {config.n_layers} layers")
-        return f"RoPE (rotary, {', '.join(parts)})"
-    return {
-        "learned": "learned absolute positions"
-        + (f" (offset {config.learned_position_offset})" if config.learned_position_offset else ""),
-        "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g}" + _SINUSOIDAL_LABELS[config.sinusoidal_layout],
-        "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
-        "none": "none",
-    }[config.positional]
-
-
 def positional_layout(config: ModelConfig) -> dict[str, Any]:
     """Where positions enter the model, per layer: the positional-encoding panel's data (JSON-serialisable).
 

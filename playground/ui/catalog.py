@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from playground.app.words import t
 from playground.checkpoints.card import Card, parse_card, read_card
 from playground.checkpoints.hub import (
     CHAT_TEMPLATE_FILES,
@@ -351,8 +352,9 @@ class Catalog:
             return card
         return read_card(self.resolve(name, owner))
 
-    def entries(self, owner: str | None = None) -> list[Entry]:
-        """Defaults first (decoder, seq2seq, SmolLM2), then the rest, then `owner`'s uploads and Hub downloads."""
+    def entries(self, owner: str | None = None, lang: str = "en") -> list[Entry]:
+        """Defaults first (decoder, seq2seq, SmolLM2), then the rest, then `owner`'s uploads and Hub downloads;
+        the labels' own words in `lang` (the names are the checkpoints')."""
         self.sweep()
         shared = self.shared_paths()
         preloaded = self.preloaded_paths()
@@ -361,17 +363,18 @@ class Catalog:
         found.sort(key=lambda n: (order.get(n, 3), n))
         entries = []
         for name in found:
-            tag = {DEFAULT_DECODER: " (default decoder)", DEFAULT_SEQ2SEQ: " (default seq2seq)"}.get(name, "")
+            tag = {DEFAULT_DECODER: " " + t("model_default_decoder", lang),
+                   DEFAULT_SEQ2SEQ: " " + t("model_default_seq2seq", lang)}.get(name, "")
             if name in preloaded:
-                entries.append(Entry(name, f"{name} (preloaded from the Hub){_describe(preloaded[name])}"))
+                entries.append(Entry(name, f"{name} {t('model_preloaded', lang)}{_describe(preloaded[name])}"))
             else:
                 entries.append(Entry(name, name + tag + _describe(shared[name])))
         for up in self._uploads(owner):
             files = sorted(p.name for p in up.iterdir() if p.suffix == ".safetensors")
-            entries.append(Entry(UPLOAD_PREFIX + up.name, upload_label(up.name, files)))
+            entries.append(Entry(UPLOAD_PREFIX + up.name, upload_label(up.name, files, lang)))
         for repo in self._hub_downloads(owner):
             rid = f"{repo.parent.name}/{repo.name}"
-            entries.append(Entry(HUB_PREFIX + rid, f"Hub: {rid}"))
+            entries.append(Entry(HUB_PREFIX + rid, t("model_hub", lang, repo=rid)))
         return entries
 
     def _uploads(self, owner: str | None) -> list[Path]:
@@ -640,9 +643,9 @@ def _short_size(n: int) -> str:
     return f"{n}B"
 
 
-def upload_label(folder: str, files: list[str]) -> str:
+def upload_label(folder: str, files: list[str], lang: str = "en") -> str:
     """What the model list shows for an upload: "uploaded: llama · 12.3MB · model.safetensors [4f1c0a]"."""
     if "-" not in folder:  # an older upload named by its random id alone
-        return f"uploaded: {', '.join(files)} [{folder[:8]}]"
+        return t("model_uploaded", lang, what=f"{', '.join(files)} [{folder[:8]}]")
     kind, size, rand = folder.rsplit("-", 2)
-    return f"uploaded: {kind} · {size} · {', '.join(files)} [{rand[:6]}]"
+    return t("model_uploaded", lang, what=f"{kind} · {size} · {', '.join(files)} [{rand[:6]}]")

@@ -17,8 +17,10 @@ def relabelled(page: Page) -> list[Any]:
     return [page.component(name) for name in page.labels] + [page.header, page.inspector_intro, page.attention_intro]
 
 
-def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None) -> list[Any]:
-    """Updates for `relabelled(page)`; `grouped`: the session's model shares K/V between heads."""
+def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None,
+            models: list[tuple[str, str]] | None = None) -> list[Any]:
+    """Updates for `relabelled(page)`; `grouped`: the session's model shares K/V between heads; `models`:
+    the model list's (label, name) in `lang` (its value stays)."""
     session = sessions.get(session_key(request))
     session.lang = lang
     updates = []
@@ -32,6 +34,8 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(label=t(label, lang), choices=lesson_choices(lang)))
         elif name in ("lesson_attention", "lesson_dtype"):
             updates.append(gr.update(label=t(label, lang), choices=what_if_choices(name.split("_")[1], lang)))
+        elif name == "model" and models is not None:
+            updates.append(gr.update(label=t(label, lang), choices=models))
         elif name == "att_view":
             updates.append(gr.update(label=t(label, lang), choices=view_choices(lang, grouped=grouped)))
         elif info:

@@ -15,6 +15,7 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app import lessons as lesson_registry
 from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
 from playground.app.words import LANGUAGES, live_strings, t
@@ -53,7 +54,7 @@ TICKET_JS = "(...args) => { args[0] = Date.now(); return args; }"
 STOP_JS = "(t) => Date.now()"
 
 
-LESSONS = ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training")
+LESSONS = tuple(lesson_registry.LESSONS)  # the app core's registry, in its order
 LESSON_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int4")
 
 

@@ -62,7 +62,7 @@ def loaded_status(lm: LoadedModel, verb: str, name: str, dtype: str, lang: str) 
 
 def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     """The model card; the checkpoint's place on the server is never part of it."""
-    info = lm.info()
+    info = describe.card_info(lm)
     info.pop("path", None)
     return describe.model_card_html(info, name, lang)
 
@@ -84,10 +84,14 @@ class Models:
     def model_for(self, name: str, dtype: str, owner: str | None = None) -> LoadedModel:
         return self.registry.get(self.catalog.resolve(name, owner), dtype)
 
-    def dropdown(self, owner: str | None, value: str | None = None) -> dict:
+    def choices(self, owner: str | None, lang: str = "en") -> list[tuple[str, str]]:
+        """The model list as (label, name), its words in `lang`."""
         self.registry.drop_under(self.catalog.sweep())  # uploads past their time-to-live go first
-        choices = [(e.label, e.name) for e in self.catalog.entries(owner)]
-        return gr.update(choices=choices, value=value if value is not None else self.catalog.default_name())
+        return [(e.label, e.name) for e in self.catalog.entries(owner, lang)]
+
+    def dropdown(self, owner: str | None, value: str | None = None, lang: str = "en") -> dict:
+        return gr.update(choices=self.choices(owner, lang),
+                         value=value if value is not None else self.catalog.default_name())
 
     def example(self, name: str, lm: LoadedModel, owner: str | None) -> str:
         if lm.tokenizer is None:  # it reads token ids only
@@ -159,7 +163,7 @@ class Models:
         session.lang = settings.lang
         session.opened_from(dict(request.query_params) if request is not None else {})
         values = [getattr(settings, f) for f in FIELDS]
-        values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model)
+        values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
         return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
@@ -209,7 +213,7 @@ class Models:
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name), owner, verb=t("uploaded", lang))
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
 
     def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
         """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
@@ -220,7 +224,7 @@ class Models:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
             return self._failed(t("hub_failed", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name), owner, verb=t("downloaded", lang))
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("downloaded", lang))
 
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> tuple:
@@ -251,5 +255,5 @@ class Models:
         keep = t("still_using", lang, name=html.escape(previous)) if previous else ""
         why = html.escape(one_line(exc, lang, "load").rstrip("."))
         status = t("load_failed", lang, what=what, why=why, keep=keep)
-        dropdown = self.dropdown(owner, previous) if previous else gr.skip()
+        dropdown = self.dropdown(owner, previous, lang) if previous else gr.skip()
         return (dropdown, status) + (gr.skip(),) * 8

@@ -10,6 +10,7 @@ from playground.ui.handlers import Handlers
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
+from playground.ui.models import session_key
 from playground.ui.panels import DEEP_OUTPUTS, PE_OUTPUTS
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -38,7 +39,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
 
     def switch_language(code: str, request: gr.Request) -> list:
-        return relabel(page, h.sessions, h.models.grouped(request), code, request)
+        models = h.models.choices(session_key(request), code)
+        return relabel(page, h.sessions, h.models.grouped(request), code, request, models)
 
     def then_positional(dep):
         return dep.success(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
