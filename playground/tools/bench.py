@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from playground.interventions import Ablate, Steer
+
 DEFAULT_MODEL = "weights/SmolLM2-135M-Instruct"
 PROMPT = "Explain, step by step and in plain words, how a transformer language model turns a prompt into text."
 
@@ -108,11 +110,16 @@ CAPTURES = {
     "app": lambda lm: {"capture_attention": True, "attention_layers": (lm.config.n_layers - 1,), "top_candidates": 8},
     "all layers": lambda lm: {"capture_attention": True},
     "residual": lambda lm: {"capture_residual": True},
+    # the causal lab's edits: hooks for each forward pass, none at all when a run has no edits
+    "ablate": lambda lm: {"interventions": (Ablate(lm.config.n_layers // 2, head=0),)},
+    "steer": lambda lm: {"interventions": (Steer(lm.config.n_layers // 2, torch.ones(lm.config.d_model), 1.0),)},
 }
 CAPTURE_ROWS = {
     "app": "the app's live capture (one layer's attention, 8 candidates)",
     "all layers": "attention of every layer",
     "residual": "residual stream of every layer",
+    "ablate": "one head ablated (the causal lab)",
+    "steer": "one steering vector added (the causal lab)",
 }
 
 
