@@ -1,6 +1,6 @@
 """Transformer Playground: our own Transformer implementations, a generation engine that shows its
 work, and a Gradio app to watch it. Public API (see DESIGN.md): load_model, GenerationConfig,
-generate, generate_all.
+generate, generate_all; Ablate, Steer, Patch (playground.interventions) for GenerationConfig(interventions=...).
 
 Attributes resolve lazily so that light subpackages (``playground.viz``) import without torch.
 """
@@ -20,6 +20,9 @@ _PUBLIC = {
     "GenerationConfig": "playground.generation",
     "generate": "playground.generation",
     "generate_all": "playground.generation",
+    "Ablate": "playground.interventions",
+    "Steer": "playground.interventions",
+    "Patch": "playground.interventions",
 }
 
 __all__ = sorted(_PUBLIC)

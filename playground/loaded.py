@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,8 @@ from torch import nn
 
 from playground.config import ModelConfig
 from playground.errors import ChatTemplateError, PlaygroundError, PromptError
+from playground.interventions import Intervention, as_interventions, check
+from playground.models.edits import edited
 from playground.models.positional import positional_kind_label
 
 if TYPE_CHECKING:
@@ -81,8 +84,17 @@ class LoadedModel:
         input_ids: torch.Tensor,
         decoder_input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        interventions: Sequence[Intervention] | None = None,
     ) -> torch.Tensor:
-        """Logits (B, T, V): of the input for decoders, of `decoder_input_ids` for seq2seq models."""
+        """Logits (B, T, V): of the input for decoders, of `decoder_input_ids` for seq2seq models.
+
+        `interventions` (Ablate, Steer, Patch from playground.interventions, or their dicts) edit this
+        forward pass; an InterventionError says what to change when one does not fit the model."""
+        edits = as_interventions(interventions)
+        if edits:
+            check(edits, self.config)
+            with edited(self.model, edits):
+                return self.logits(input_ids, decoder_input_ids, attention_mask)
         input_ids = torch.as_tensor(input_ids, device=self.device)
         if input_ids.dim() == 1:
             input_ids = input_ids[None]

@@ -27,7 +27,7 @@ from tests.viz_cases import CASES, readable_text, run_case
 
 # Every viz module with words of its own (attention_stats computes numbers only).
 MODULES = ("_common", "attention", "cache", "positional", "sampling", "attention_steps", "logit_lens", "kv_lesson",
-           "positional_compare", "patterns", "sdpa", "anatomy", "training")
+           "positional_compare", "patterns", "sdpa", "anatomy", "training", "causal")
 # Strings no builder draws today (kept as they were), and notes no analysis writes for that part.
 UNUSED = {("kv_lesson", ("seed",)), ("attention_steps", ("key_axis",)), ("anatomy", ("positions_note", "relative")),
           ("anatomy", ("positions_note", "none"))}

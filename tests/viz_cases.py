@@ -311,6 +311,35 @@ _TIMINGS = {"wins_limit": ("cache_wins", 40.0, 32), "wins_inside": ("cache_wins"
             "slower": ("cache_slower", 40.0, None)}
 
 # name -> (module, function, args, kwargs); inputs are built once, so every call draws the same figure.
+def attribution(seq2seq: bool = False, every_part: bool = True) -> dict[str, Any]:
+    """`Attribution.to_dict()`: 3 layers × 4 heads (and cross-attention heads), MLPs, the other parts."""
+    rng = np.random.default_rng(22)
+    heads = rng.normal(size=(3, 4))
+    other = {"embeddings": 0.4, "positions": -0.1, "attention biases": 0.05, "MLP biases": -0.02,
+             "norm biases": 0.01, "head biases": 0.03, "steering": 0.7, "patch": -0.3}
+    if not every_part:
+        other = {"embeddings": 0.4}
+    cross = rng.normal(size=(3, 4)) if seq2seq else None
+    mlps = rng.normal(size=3)
+    total = float(heads.sum() + mlps.sum() + sum(other.values()) + (cross.sum() if seq2seq else 0.0))
+    return {"token_id": 5, "versus_id": None, "logit": total, "total": total, "heads": heads.tolist(),
+            "mlps": mlps.tolist(), "cross_heads": None if cross is None else cross.tolist(), "other": other}
+
+
+def divergence(first: int | None = 2) -> dict[str, Any]:
+    """`Divergence.to_dict()` over 5 steps."""
+    return {"kl": [0.0, 0.1, 0.8, 1.2, 0.4], "rank": [0, 0, 3, 7, 1], "prob": [0.6, 0.5, 0.05, 0.01, 0.2],
+            "original_prob": [0.6, 0.55, 0.5, 0.4, 0.3], "tokens": [1, 2, 3, 4, 5], "first_difference": first}
+
+
+def head_sweep(partial: bool = False) -> dict[str, Any]:
+    """`HeadSweep.to_dict()` of a 4-head layer (the last two not reached when partial)."""
+    drops = [0.3, -0.1, float("nan"), float("nan")] if partial else [0.3, -0.1, 1.2, 0.0]
+    order = [0, 1, 2, 3] if partial else [2, 0, 3, 1]
+    return {"layer": 1, "token_id": 5, "attention": "self", "base_logprob": -1.0, "logprob_drop": drops,
+            "logit_drop": drops, "order": order}
+
+
 CASES: dict[str, tuple[str, str, tuple, dict]] = {
     # attention
     "attention_heads_grid": _case("attention", "attention_heads_grid", _softmax(_RNG, (4, 3, 3)), WORDS[:3],
@@ -419,6 +448,15 @@ CASES: dict[str, tuple[str, str, tuple, dict]] = {
     "training_caption_no_curves": _case("training", "training_caption", training_view(False)),
     "training_caption_noam": _case("training", "training_caption", training_view(False, "inverse_sqrt", None)),
     "training_caption_no_recipe": _case("training", "training_caption", {"available": False, "reason": "no_recipe"}),
+    # the causal lab
+    "attribution_figure": _case("causal", "attribution_figure", attribution(), "α"),
+    "attribution_figure_versus_seq2seq": _case("causal", "attribution_figure", attribution(True, False), "α", "β"),
+    "attribution_caption": _case("causal", "attribution_caption", attribution(), "α"),
+    "attribution_caption_seq2seq": _case("causal", "attribution_caption", attribution(True), "α"),
+    "divergence_figure": _case("causal", "divergence_figure", divergence(), WORDS[:5]),
+    "divergence_figure_same_text": _case("causal", "divergence_figure", divergence(None), WORDS[:5]),
+    "head_sweep_figure": _case("causal", "head_sweep_figure", head_sweep(), "α"),
+    "head_sweep_figure_partial": _case("causal", "head_sweep_figure", head_sweep(True), "α"),
 }
 
 

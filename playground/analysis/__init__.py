@@ -13,10 +13,15 @@ run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
     sdpa_vs_explicit                                               seed 000's SDPA vs softmax timing
     anatomy, residual_norms                                        the model as a diagram; pre- vs post-LN
     training_view                                                  the stored recipe and loss curves
+    attribute, attribute_step                                      why this token: direct logit attribution
+    divergence, divergence_of_runs, head_sweep, sweep_step         what an edit (playground.interventions) changed
+    contrast_vector, token_vector, run_vector, mean_ablation       steering vectors and mean activations
 """
 
 from playground.analysis.anatomy import anatomy, residual_norms
 from playground.analysis.attention_steps import attention_matrix, attention_steps
+from playground.analysis.attribution import Attribution, attribute, attribute_step
+from playground.analysis.divergence import Divergence, HeadSweep, divergence, divergence_of_runs, head_sweep, sweep_step
 from playground.analysis.kv_lesson import kv_step_costs, prefill_decode_shapes, run_lesson, time_cache
 from playground.analysis.kv_memory import kv_memory, kv_what_if, presets
 from playground.analysis.logit_lens import (
@@ -31,6 +36,7 @@ from playground.analysis.patterns import attention_patterns, own_pattern_weights
 from playground.analysis.positional import pe_schemes, positional_data, rope_shift_scores
 from playground.analysis.recorded import RunCache
 from playground.analysis.sdpa import sdpa_vs_explicit
+from playground.analysis.steering import SteeringVector, contrast_vector, mean_ablation, run_vector, token_vector
 from playground.analysis.training import training_view
 
 # What a run must record for every analysis: GenerationConfig(**RUN_FLAGS). Only the logit lens, its rank
@@ -39,6 +45,8 @@ from playground.analysis.training import training_view
 RUN_FLAGS = {"capture_residual": True}
 
 __all__ = [
+    "Attribution", "Divergence", "HeadSweep", "SteeringVector", "attribute", "attribute_step", "contrast_vector",
+    "divergence", "divergence_of_runs", "head_sweep", "mean_ablation", "run_vector", "sweep_step", "token_vector",
     "RUN_FLAGS", "STRIP_FLOPS", "STRIP_STEPS", "RunCache", "anatomy", "attention_matrix", "attention_patterns",
     "attention_steps", "kv_memory", "kv_step_costs", "kv_what_if", "lens_logits", "logit_lens", "logit_lens_ranks",
     "own_pattern_weights", "pe_schemes", "positional_data", "prefill_decode_shapes", "presets", "residual_norms",

@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from playground.generation import GenerationResult, stepper_class
+from playground.interventions import as_interventions
 from playground.loaded import LoadedModel
+from playground.models.edits import edited
 from playground.models.recorder import Recorder
 
 # float32 q, k, v and outputs held at once: every SmolLM2 layer of a 512-token run (~3.4 MB a layer)
@@ -128,7 +130,8 @@ class RunCache:
     def _record(self, layers: range) -> None:
         recorder = Recorder((), internals=layers)
         stepped = self.forced + list(self.result.token_ids)  # after the stepper's own start
-        stepper_class(self.kind).run_whole(self.lm.model, self.result.prompt_ids, stepped, recorder)
+        with edited(self.lm.model, as_interventions(getattr(self.result, "interventions", ()))):  # a run's own edits
+            stepper_class(self.kind).run_whole(self.lm.model, self.result.prompt_ids, stepped, recorder)
         held: dict[int, Internals] = {}
         for kind, by_layer in recorder.internals.items():
             for layer, tensors in by_layer.items():

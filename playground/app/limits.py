@@ -15,6 +15,7 @@ from typing import Any
 from playground.generation.config import MAX_SEED, GenerationConfig, usable_stop_strings
 from playground.generation.plan import fit_to_context
 from playground.generation.stepper import stepper_class
+from playground.interventions import InterventionError, as_interventions, check
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ def clamp_settings(
     if forced is not None and not (isinstance(forced, int) and not isinstance(forced, bool) and 0 <= forced < vocab):
         notes.append(f"forced_bos_token_id {forced!r} is not a token id of this model: using the checkpoint's own")
         c.forced_bos_token_id = None
+    try:  # the run's edits must fit this model; unusable ones are dropped, never half-applied
+        c.interventions = as_interventions(c.interventions)
+        check(c.interventions, lm.config)
+    except InterventionError as error:
+        notes.append(f"interventions {error}: running without them")
+        c.interventions = ()
     if not usable_stop_strings(c.stop_strings):
         notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
         c.stop_strings = ()

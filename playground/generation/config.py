@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.errors import PlaygroundError
+from playground.interventions import Intervention, InterventionError, as_interventions
 
 MAX_BEAMS = 16  # the engine's hard limit (the app offers fewer: playground.app.limits)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed accepts up to this
@@ -48,6 +49,9 @@ class GenerationConfig:
     # The first generated token, forced (transformers' forced_bos_token_id): the target language code of
     # mBART-50, M2M100 and NLLB (see playground.generation.languages). None: the checkpoint's own setting.
     forced_bos_token_id: int | None = None
+    # Edits to the model's computation at every forward pass (playground.interventions): Ablate, Steer,
+    # Patch, or their dicts (converted by validate). Empty: the model runs unedited, nothing installed.
+    interventions: tuple[Intervention, ...] = ()
 
     @property
     def records(self) -> bool:
@@ -66,6 +70,7 @@ class GenerationConfig:
         data["stop_strings"] = list(self.stop_strings)
         if self.attention_layers is not None:
             data["attention_layers"] = list(self.attention_layers)
+        data["interventions"] = [iv.to_dict() for iv in as_interventions(self.interventions)]
         return data
 
     def validate(self) -> GenerationConfig:
@@ -106,6 +111,10 @@ class GenerationConfig:
             isinstance(layers, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)
         ):
             raise SettingsError(f"attention_layers must be a list of layer indices (or none for all), got {layers!r}")
+        try:
+            self.interventions = as_interventions(self.interventions)
+        except InterventionError as error:
+            raise SettingsError(str(error)) from None
         return self
 
 

@@ -28,6 +28,7 @@ from playground.generation.events import GenerationResult, Hypothesis, StepCaptu
 from playground.generation.plan import Plan, plan
 from playground.generation.stepper import Stepper, full_attention
 from playground.loaded import LoadedModel
+from playground.models.edits import edited
 
 
 def generate(
@@ -92,6 +93,13 @@ def _new_stepper(p: Plan, batch: int) -> Stepper:
 
 def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):
     """Prefill (step 0) or one decoding step; returns the logits and what it recorded (or None)."""
+    if p.cfg.interventions:  # the run's edits, installed for this pass only; nothing at all without them
+        with edited(p.lm.model, p.cfg.interventions):
+            return _pass(p, stepper, step, tokens)
+    return _pass(p, stepper, step, tokens)
+
+
+def _pass(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):
     recorder = captures.recorder_for(p.cfg, prefill=step == 0)
     if step == 0:
         device = p.lm.device
@@ -293,10 +301,14 @@ def generate_all(
         score = float(sum(np.log(max(e.prob, 1e-45)) for e in steps))
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]
     reason = last.finish_reason if last is not None and last.finished else "stopped"
-    attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids) if cfg.capture_attention and token_ids else None
+    attention = None
+    if cfg.capture_attention and token_ids:
+        with edited(lm.model, cfg.interventions):
+            attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids)
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,
         steps=steps, attention=attention, notes=list(p.notes), path=token_path(lm, steps, final),
         prompt_attention=steps[0].prompt_attention if steps else None, decoder_prefix=list(p.prefix_ids),
+        interventions=[iv.to_dict() for iv in cfg.interventions],
     )

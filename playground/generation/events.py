@@ -177,6 +177,7 @@ class GenerationResult:
     path: list[TokenStep] = field(default_factory=list)
     prompt_attention: dict[str, list[np.ndarray | None]] | None = None
     decoder_prefix: list[int] = field(default_factory=list)  # the decoder stream's start: prompt, or start ids
+    interventions: list[dict[str, Any]] = field(default_factory=list)  # the run's edits, as Intervention.to_dict()
 
     @property
     def captures(self) -> list[StepCapture]:
@@ -189,7 +190,7 @@ class GenerationResult:
             "token_ids": list(self.token_ids), "text": self.text,
             "sequences": [s.to_dict() for s in self.sequences], "prompt_ids": list(self.prompt_ids),
             "cache": _jsonable(self.cache), "timing": dict(self.timing), "finish_reason": self.finish_reason,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "interventions": list(self.interventions),
         }
         if steps:
             data["steps"] = [e.to_dict() for e in self.steps]

@@ -15,6 +15,7 @@ from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
+from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 
 
@@ -155,6 +156,10 @@ def plan(
     layers = stepper.attention_layer_count(c)
     if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
         raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
+    try:
+        check(cfg.interventions, c)
+    except InterventionError as error:
+        raise SettingsError(str(error)) from None
     if not ids:
         ids = stepper.empty_prompt(c)
         notes.append("the prompt was empty: starting from the start token")

@@ -15,6 +15,7 @@ from playground.viz.attention_stats import (
     mean_attention_distance,
 )
 from playground.viz.cache import cache_growth, format_bytes, kv_formula, timing_comparison
+from playground.viz.causal import attribution_caption, attribution_figure, divergence_figure, head_sweep_figure
 from playground.viz.positional import (
     cosine_similarity,
     cosine_similarity_matrix,
@@ -38,16 +39,20 @@ __all__ = [
     "attention_heads_grid",
     "attention_heatmap",
     "attention_row",
+    "attribution_caption",
+    "attribution_figure",
     "beam_table",
     "beam_tree",
     "cache_growth",
     "candidate_funnel",
     "cosine_similarity",
     "cosine_similarity_matrix",
+    "divergence_figure",
     "current_language",
     "format_bytes",
     "group_by_kv_head",
     "head_summary",
+    "head_sweep_figure",
     "kv_formula",
     "language",
     "learned_table_heatmap",
