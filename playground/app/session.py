@@ -134,6 +134,7 @@ class Session:
                 "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
                 "rest": "".join(texts[common + 1:]),
+                "edit": _edit_words(r.settings.edits, self.lang),
             })
         return out
 
@@ -149,11 +150,20 @@ class Session:
         run = self.current
         if run is not None and not run.running and same_request(run.settings, widgets):
             return to_query(dataclasses.replace(self.run_settings(run), lang=widgets.lang))
-        return to_query(dataclasses.replace(widgets, branches=""))
+        return to_query(dataclasses.replace(widgets, branches="", edits=""))
+
+
+def _edit_words(edits: str, lang: str) -> str:
+    """The causal lab's edits of a run, in words ('' for a plain run)."""
+    if not edits:
+        return ""
+    from playground.app.lab import describe_edits  # the lab imports this module
+
+    return describe_edits(edits, lang)
 
 
 # Settings that change what a link shows without changing the tokens (the seed is compared apart).
-_PRESENTATION = ("lang", "pace_ms", "branches", "seed")
+_PRESENTATION = ("lang", "pace_ms", "branches", "seed", "edits")
 
 
 def same_request(a: UISettings, b: UISettings) -> bool:
