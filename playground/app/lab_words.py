@@ -79,4 +79,44 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
     "lab_sweep_stopped": ("Stopped after {done} of {total} heads.", "在 {total} 个头中完成 {done} 个后停止。"),
     "lab_sweep_progress": ("head {done} of {total}", "第 {done} / {total} 个头"),
     "lesson_lab": ("Causal lab: ablate and steer", "因果实验室:消融与引导"),
+    "lesson_lab_text": (
+        "**The causal lab: ablate and steer.** Attention maps show where a model looks; an edit shows what a part "
+        "is *for*. Open the **Causal lab** tab under the live screen to try each step on your own run.\n\n"
+        "1. **Why this token.** The residual stream that picks a token is a sum of parts (the embeddings, each "
+        "head, each MLP), and with each norm frozen at its scale for that step the parts add up exactly to the "
+        "token's logit. Measured on SmolLM2-135M-Instruct: asked “What is the capital of France?” it answers "
+        "“The capital of France is Paris.”; the biggest direct pushes for “ Paris” (logit 13.67) are MLP 27 "
+        "(+2.99), head 23.4 (+2.81) and head 29.1 (+2.28).\n"
+        "2. **Ablate one head.** Zero head 23.4's output at every step and the run forks beside the original. "
+        "The text stays the same, but “ Paris” falls from probability 0.951 to 0.634: 0.41 nats, the KL of that "
+        "step is 0.35 nats. Ablating every head of layer 23 one at a time ranks head 23.4 first by far (0.41 "
+        "nats; no other head of the layer costs more than 0.01).\n"
+        "3. **Ablate a whole layer's heads.** With all nine heads of layer 23 zeroed, the model answers "
+        "“The capital of France is Tokyo, also known as the City”: one head alone moved a probability, the "
+        "nine together changed the answer.\n"
+        "4. **Steer.** The mean residual after block 10 of “I love you” minus that of “I hate you” is a vector "
+        "of norm 24.6, where the residual is typically 143 long. Added at scale 4 (a push of about 69% of the "
+        "stream's length) to every position of “Tell me about your day”, the answer changes from “It's a "
+        "pleasure to share my day with you. I'm a bit of a bit of a” to “I'm delighted to know that!”. At scale "
+        "8 the text falls apart (“Science, Science, …”): a steering vector is a nudge, and too large a nudge "
+        "leaves the model's usual range.\n\n"
+        "Below: why the selected token of your current run won.",
+        "**因果实验室:消融与引导。** 注意力图显示模型看向哪里;改动一个部件,才能看出它是*做什么用的*。"
+        "在实时画面下方打开 **因果实验室** 标签页,可以在你自己的运行上逐步尝试。\n\n"
+        "1. **为什么是这个 token。** 选出 token 的残差流是若干部分之和(嵌入、每个头、每个 MLP);把每个归一化层"
+        "按这一步的缩放冻结后,这些部分恰好加起来等于该 token 的 logit。在 SmolLM2-135M-Instruct 上实测:"
+        "问它 “What is the capital of France?”,它回答 “The capital of France is Paris.”;对 “ Paris”"
+        "(logit 13.67)直接推动最大的是第 27 层 MLP(+2.99)、第 23 层第 4 个头(+2.81)和第 29 层第 1 个头(+2.28)。\n"
+        "2. **消融一个头。** 在每一步把第 23 层第 4 个头的输出置零,运行就在原运行旁边分叉出来。文本没有变,"
+        "但 “ Paris” 的概率从 0.951 降到 0.634:少了 0.41 nats,这一步的 KL 为 0.35 nats。逐个消融第 23 层的每个头,"
+        "第 4 个头远远排在第一(0.41 nats;这一层其他头都不超过 0.01)。\n"
+        "3. **消融整层的头。** 把第 23 层的九个头全部置零,模型回答 “The capital of France is Tokyo, also known "
+        "as the City”:单独一个头只移动了概率,九个头一起才改变了答案。\n"
+        "4. **引导。** 第 10 个块之后,“I love you” 的平均残差减去 “I hate you” 的平均残差,得到一个范数为 24.6 "
+        "的向量,而那里的残差通常长 143。以倍数 4(约为残差长度 69% 的推力)加到 “Tell me about your day” 的"
+        "每个位置上,回答从 “It's a pleasure to share my day with you. I'm a bit of a bit of a” 变成 "
+        "“I'm delighted to know that!”。倍数为 8 时文本就散架了(“Science, Science, …”):引导向量是轻推,"
+        "推得太猛,模型就离开了它平常的范围。\n\n"
+        "下图:你当前运行中选中的 token 为什么胜出。",
+    ),
 }

@@ -199,3 +199,14 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
 
 def outputs(page: Any) -> list[Any]:
     return [page.component(name) for name in OUTPUTS]
+
+
+def lab_lesson(lm: Any, run: Any, step: int | None, lang: str) -> tuple[str, list[Any]]:
+    """The Lessons tab's walk through one ablation and one steering (measured on SmolLM2), and, for the
+    visitor's own run, why its selected token won (caption and figure)."""
+    text = t("lesson_lab_text", lang)
+    if step is None:
+        return text + "\n\n" + t("lab_needs_run", lang), []
+    data = lab.why(lm, run, step, versus=False).to_dict()
+    token = run.path[step].token_text
+    return (text + "\n\n" + causal.attribution_caption(data, token), [causal.attribution_figure(data, token)])

@@ -18,6 +18,7 @@ from playground.app import torch_thread
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
 from playground.app.words import t
+from playground.ui.lab import lab_lesson
 from playground.ui.layout import LESSONS
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import anatomy as v_anatomy
@@ -156,6 +157,9 @@ class Lessons:
                 figures.append(v_anatomy.residual_norm_figure(norms, step))
                 caption = v_anatomy.residual_norm_caption(parts, norms, step)
             return caption or t("lesson_anatomy", session.lang), figures, controls
+        if lesson == "lab":
+            caption, figures = lab_lesson(lm, run, step, session.lang)
+            return caption, figures, controls
         view = analysis.training_view(lm)
         return v_train.training_caption(view), [v_train.training_figure(view)] if view.get("available") else [], controls
 
