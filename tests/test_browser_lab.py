@@ -12,7 +12,7 @@ from tests import test_browser as base
 from tests.test_browser import assert_fits, decoder_name, new_page, open_app, open_tab, shot, tokens, wait_state, wait_text
 
 pytestmark = pytest.mark.browser
-server, browser, page = base.server, base.browser, base.page
+server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
 PROMPT = "The Python interpreter"
 
 
@@ -107,7 +107,7 @@ def test_steering_from_a_contrast_pair_and_its_link(page, browser, server):
 
 def test_the_lab_in_chinese_and_a_figure_exported_as_svg(desktop, server):
     page = desktop
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, lang="zh")
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, pace_ms=40, lang="zh")
     open_lab(page, "zh")
     set_slider(page, "lab-layer", 2)
     fork_and_watch(page, "#lab-ablate-mlp")
