@@ -9,7 +9,17 @@ from urllib.parse import parse_qsl, urlparse
 import pytest
 
 from tests import test_browser as base
-from tests.test_browser import assert_fits, decoder_name, new_page, open_app, open_tab, shot, tokens, wait_state, wait_text
+from tests.test_browser import (
+    assert_fits,
+    decoder_name,
+    new_page,
+    open_app,
+    open_tab,
+    shot,
+    tokens,
+    wait_state,
+    wait_text,
+)
 
 pytestmark = pytest.mark.browser
 server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
@@ -60,7 +70,7 @@ def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reope
     wait_text(page, "#lab-divergence-md", "Compared with run 1")
     md = page.inner_text("#lab-divergence-md")
     assert "ablate head 1.2" in md and "KL" in md and "rank" in md
-    assert page.locator("#lab-divergence-plot .js-plotly-plot").is_visible()
+    page.wait_for_selector("#lab-divergence-plot .js-plotly-plot", state="visible")
     edited = tokens(page)
     # Why this token: the attribution figure of the selected step, and "why A and not B".
     page.locator("#lab-versus input").check()
@@ -68,7 +78,7 @@ def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reope
     # The sweep: every head of layer 1, ranked by what it costs the chosen token.
     page.click("#lab-sweep-btn")
     wait_text(page, "#lab-sweep-md", "loses")
-    assert page.locator("#lab-sweep-plot .js-plotly-plot").is_visible()
+    page.wait_for_selector("#lab-sweep-plot .js-plotly-plot", state="visible")
     assert_fits(page)
     shot(page, "lab-ablate", readme=True)
     query = dict(parse_qsl(urlparse(link := link_of(page)).query))
