@@ -49,7 +49,7 @@ TEXT = {
     "div_first": "texts part here",
     "div_hover": "step %{x}: %{customdata[0]}<br>KL %{y:.4f} nats<br>rank %{customdata[1]}<extra></extra>",
     "div_prob_hover": "step %{x}: p = %{y:.4f}<extra></extra>",
-    "sweep_title": "Ablating each head of layer {layer} alone: the fall of log p({token})",
+    "sweep_title": "Ablating each head of layer {layer} alone<br><sup>the fall of log p({token})</sup>",
     "sweep_axis": "log-probability lost (nats)",
     "sweep_head": "head {head}",
     "sweep_hover": "%{y}: %{x:+.4f} nats<extra></extra>",
@@ -89,7 +89,7 @@ TEXT_ZH = {
     "div_first": "文本从这里分开",
     "div_hover": "第 %{x} 步:%{customdata[0]}<br>KL %{y:.4f} nats<br>排名 %{customdata[1]}<extra></extra>",
     "div_prob_hover": "第 %{x} 步:p = %{y:.4f}<extra></extra>",
-    "sweep_title": "逐个消融第 {layer} 层的每个头:log p({token}) 下降多少",
+    "sweep_title": "逐个消融第 {layer} 层的每个头<br><sup>log p({token}) 下降多少</sup>",
     "sweep_axis": "损失的对数概率(nats)",
     "sweep_head": "第 {head} 个头",
     "sweep_hover": "%{y}:%{x:+.4f} nats<extra></extra>",
@@ -123,7 +123,8 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
     # One figure per row (heat maps above the bars), so that it reads the same in a phone's width.
     n_bars = len(mlps) + len(data.get("other", {}))
     rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 0.7, 3)]
-    fig = make_subplots(rows=len(rows), cols=1, subplot_titles=titles, vertical_spacing=0.1 / len(rows) + 0.04,
+    height = min(max(160 + 14 * sum(rows) + 90 * len(rows), 460), 1800)
+    fig = make_subplots(rows=len(rows), cols=1, subplot_titles=titles, vertical_spacing=min(0.3, 100 / height),
                         row_heights=[r / sum(rows) for r in rows])
     every = [heads] + ([cross] if cross is not None else []) + [mlps, np.array(list(data.get("other", {}).values()))]
     bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in every) or 1.0
@@ -152,8 +153,7 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
     else:
         title = _T["title_versus"].format(token=tok, versus=short_label(display_token(versus), 16),
                                           logit=float(data["logit"]))
-    height = 160 + 14 * sum(rows) + 40 * len(rows)
-    return finish(fig, title, height=min(max(height, 420), 1800)).update_layout(margin=dict(l=110, r=30, t=90, b=50))
+    return finish(fig, title, height=height).update_layout(margin=dict(l=110, r=30, t=90, b=50))
 
 
 def attribution_caption(data: Mapping[str, Any], token: str) -> str:
