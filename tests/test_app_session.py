@@ -78,6 +78,11 @@ def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
         run = play(replay, models["a"], run.settings, parent=(run, step, ids))
     assert run.stream_ids == second.stream_ids
 
+    again = play(session, models["a"], settings)  # Generate again: the same tokens as the root
+    assert [r["number"] for r in session.branches(again)] == [1, 2, 3, again.number]  # the root is a parent: kept
+    latest = play(session, models["a"], settings)  # once more: the earlier repeat is not listed again
+    assert [r["number"] for r in session.branches(latest)] == [2, 3, latest.number]  # (the oldest run was let go)
+
 
 def test_a_link_names_the_seed_a_sampling_run_drew(models):
     session = Session()

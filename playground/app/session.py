@@ -118,6 +118,9 @@ class Session:
         """The session's runs of the same prompt and model, each split where it leaves `run`."""
         family = [r for r in self.runs if r.prompt_ids == run.prompt_ids and r.settings.model == run.settings.model
                   and r.settings.dtype == run.settings.dtype]
+        parents = {r.branch_of[0] for r in family if r.branch_of}
+        family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
+                  if r is run or r.number in parents or all(r.stream_ids != later.stream_ids for later in family[i + 1:])]
         if len(family) < 2:
             return []
         here = run.stream_ids

@@ -4,6 +4,8 @@
   once their calls are over (below).
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
 - `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
+- `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
+  its front end's `changeLocale` (found in its `core-*.js` asset).
 
 A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
 were written against (the test checks it equals the installed one and the pin).
@@ -106,3 +108,16 @@ def event_data(evt: gr.EventData | None) -> dict[str, Any]:
     """The dict a custom component sent with its event (`trigger("select", {...})` in live.js)."""
     data = getattr(evt, "_data", None)
     return data if isinstance(data, dict) else {}
+
+
+# Gradio's own strings (upload box, buttons) follow its locale: switch it with ours when the page can.
+LOCALE_JS = """
+(lang) => {
+  try {
+    const core = performance.getEntriesByType('resource').map(e => e.name).find(n => /\\/assets\\/core-[\\w-]+\\.js$/.test(n));
+    if (core) import(core).then(m => m.changeLocale && m.changeLocale(lang === 'zh' ? 'zh-CN' : 'en')).catch(() => {});
+  } catch (e) {}
+  document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
+  return lang;
+}
+"""

@@ -51,17 +51,6 @@ COPY_LINK_JS = """
 # run still waiting in the queue never starts.
 TICKET_JS = "(...args) => { args[0] = Date.now(); return args; }"
 STOP_JS = "(t) => Date.now()"
-# Gradio's own strings (upload box, buttons) follow its locale: switch it with ours when the page can.
-LOCALE_JS = """
-(lang) => {
-  try {
-    const core = performance.getEntriesByType('resource').map(e => e.name).find(n => /\\/assets\\/core-[\\w-]+\\.js$/.test(n));
-    if (core) import(core).then(m => m.changeLocale && m.changeLocale(lang === 'zh' ? 'zh-CN' : 'en')).catch(() => {});
-  } catch (e) {}
-  document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
-  return lang;
-}
-"""
 
 
 LESSONS = ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab")

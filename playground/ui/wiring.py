@@ -5,11 +5,12 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.app.settings import FIELDS, from_widgets, to_query
+from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
 from playground.ui.lab import outputs as lab_outputs
 from playground.ui.lab import wire_lab
 from playground.ui.language import relabel, relabelled
-from playground.ui.layout import COPY_LINK_JS, LOCALE_JS, STOP_JS, TICKET_JS, Page
+from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
 from playground.ui.panels import DEEP_OUTPUTS, PE_OUTPUTS
 
