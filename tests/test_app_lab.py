@@ -131,3 +131,48 @@ def test_edits_are_described_in_both_languages():
     assert lab.describe(Ablate(23, head=4), "zh") == "消融第 23 层第 4 个头"
     assert lab.describe(Steer(10, [3.0, 4.0], scale=4), "en") == "steer after block 10: 4 × a vector of norm 5"
     assert lab.describe_edits("garbage", "en") == ""
+
+
+@pytest.mark.slow
+def test_the_lab_lessons_numbers_are_what_smollm2_does(smollm2_dir, one_thread):
+    """Every number the lab's lesson states, measured again on the real SmolLM2 with the page's own path
+    (a run, a fork with the edit, the lab's analyses), so the page stays true."""
+    from playground.app.words import t
+
+    lm = load_model(smollm2_dir)
+    session = Session()
+    settings = UISettings(model="smollm2", prompt="What is the capital of France?", chat=True, max_new_tokens=12)
+    original = play(session, lm, settings)
+    assert original.as_result().text == "The capital of France is Paris."
+    step = [s.token_text for s in original.path].index(" Paris")
+    why = lab.why(lm, original, step, versus=False)
+    assert round(why.logit, 2) == 13.67
+    assert (round(float(why.mlps[27]), 2), round(float(why.heads[23, 4]), 2), round(float(why.mlps[28]), 2),
+            round(float(why.heads[29, 1]), 2)) == (2.99, 2.81, 2.73, 2.28)
+    ranked = sorted([(float(why.heads[i, h]), f"h{i}.{h}") for i in range(30) for h in range(9)]
+                    + [(float(why.mlps[i]), f"m{i}") for i in range(30)], reverse=True)
+    assert [name for _, name in ranked[:4]] == ["m27", "h23.4", "m28", "h29.1"]
+    one = fork(session, lm, Ablate(23, head=4))
+    assert one.as_result().text == original.as_result().text
+    div = lab.divergence_of(lm, original, one)
+    assert (round(float(div.original_prob[step]), 3), round(float(div.prob[step]), 3)) == (0.951, 0.634)
+    assert round(float(div.kl[step]), 2) == 0.35 and div.first_difference is None
+    sweep = lab.sweep(lm, original, step, 23, "en")
+    assert sweep.order[0] == 4 and round(float(sweep.logprob_drop[4]), 2) == 0.41
+    assert np.delete(sweep.logprob_drop, 4).max() < 0.01
+    nine = play(session, lm, dataclasses.replace(
+        settings, edits=lab.pack(tuple(Ablate(23, head=h) for h in range(9)))))
+    assert nine.as_result().text.startswith("The capital of France is Tokyo, also known as the City")
+    vector = lab.contrast(lm, "I love you", "I hate you", 10, "en")
+    assert (round(vector.norm, 1), round(vector.typical_norm)) == (24.6, 143)
+    day = dataclasses.replace(settings, prompt="Tell me about your day", max_new_tokens=20)
+    plain = play(session, lm, day)
+    assert plain.as_result().text == "It's a pleasure to share my day with you. I'm a bit of a bit of a"
+    steered = fork(session, lm, vector.steer(4.0))
+    assert steered.as_result().text == "I'm delighted to know that!"
+    assert f"{4 * vector.relative:.0%}" == "69%"
+    assert fork(session, lm, vector.steer(4.0)).as_result().text != plain.as_result().text
+    lesson = t("lesson_lab_text", "en")
+    for stated in ("13.67", "+2.99", "+2.81", "+2.73", "+2.28", "0.951", "0.634", "0.41 nats", "0.35 nats", "24.6", "143",
+                   "69%", "Tokyo, also known as the City", "I'm delighted to know that!"):
+        assert stated in lesson

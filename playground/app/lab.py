@@ -22,7 +22,7 @@ from playground.app.session import Session
 from playground.app.settings import UISettings, parse_edits
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.interventions import Ablate, Intervention, Steer, pack
+from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
 
 MAX_EDITS = 16  # edits one run carries (each fork adds one)
 SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 900-token sequence stays under it
