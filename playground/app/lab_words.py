@@ -35,10 +35,10 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
         "改动后的运行会在这次运行旁边分叉出来,这个面板随后显示改动改变了什么。",
     ),
     "lab_edited": ("**This run's edit:** {edit}. Compared with run {n}, the same prompt without it.",
-                   "**这次运行的改动:**{edit}。对比对象是第 {n} 次运行:同一个提示词,没有改动。"),
+                   "**这次运行的改动**:{edit}。对比对象是第 {n} 次运行:同一个提示词,没有改动。"),
     "lab_no_original": ("**This run's edit:** {edit}. The run without it is no longer kept: press Generate for it, "
                         "then fork again.",
-                        "**这次运行的改动:**{edit}。没有改动的那次运行已不再保留:先点“生成”,再分叉一次。"),
+                        "**这次运行的改动**:{edit}。没有改动的那次运行已不再保留:先点“生成”,再分叉一次。"),
     "lab_step": (
         "At step {step}, the original chose “{token}” with probability {p0:.3f}; under the edit it has probability "
         "{p:.3f} (rank {rank}), and the two next-token distributions differ by KL {kl:.4f} nats.",
