@@ -45,11 +45,14 @@ def open_lab(page, lang: str = "en") -> None:
 
 def fork_and_watch(page, button: str) -> None:
     """Press a fork button and watch the new run stream (the pace keeps it on screen) and end."""
-    page.evaluate("() => { window.__before = document.querySelector('#token-stream').firstChild; }")
+    page.evaluate("() => { window.__before = document.querySelector('#token-stream').firstChild;"
+                  " window.__seen = new Set(); clearInterval(window.__watch);"
+                  " window.__watch = setInterval(() => window.__seen.add("
+                  "document.querySelector('#gen-status')?.dataset.state), 5); }")
     page.click(button)
     page.wait_for_function("() => document.querySelector('#token-stream').firstChild !== window.__before")
-    wait_state(page, "running")
     wait_state(page, "done")
+    assert page.evaluate("() => window.__seen.has('running')"), "the fork was not seen streaming"
     page.wait_for_selector(".pg-branches:not([hidden]) .pg-branchrow.current .pg-edit")
 
 
@@ -58,7 +61,7 @@ def branch_rows(page) -> list[str]:
 
 
 def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reopens_it(page, browser, server):
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=40)
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=60)
     original = tokens(page)
     open_lab(page)
     wait_text(page, "#lab-divergence-md", "This run has no edit")
@@ -93,7 +96,7 @@ def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reope
 
 
 def test_steering_from_a_contrast_pair_and_its_link(page, browser, server):
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=40)
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=60)
     open_lab(page)
     page.fill("#lab-positive textarea", "I love this")
     page.fill("#lab-negative textarea", "I hate this")
@@ -117,7 +120,7 @@ def test_steering_from_a_contrast_pair_and_its_link(page, browser, server):
 
 def test_the_lab_in_chinese_and_a_figure_exported_as_svg(desktop, server):
     page = desktop
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, pace_ms=40, lang="zh")
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, pace_ms=60, lang="zh")
     open_lab(page, "zh")
     set_slider(page, "lab-layer", 2)
     fork_and_watch(page, "#lab-ablate-mlp")

@@ -103,7 +103,7 @@ def step_summary(div: Divergence, step: int, token_text: str, lang: str) -> str:
         lines.append(t("lab_same_text", lang))
     else:
         lines.append(t("lab_parted", lang, step=div.first_difference + 1))
-    return " ".join(lines)
+    return ("" if lang == "zh" else " ").join(lines)
 
 
 def why(lm: Any, run: Run, step: int, versus: bool) -> Attribution:

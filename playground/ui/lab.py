@@ -25,6 +25,11 @@ from playground.ui.models import Models, one_line, session_key
 from playground.ui.streaming import Streaming
 from playground.viz import causal
 
+# A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
+WATCH_JS = """(...args) => {
+  document.querySelector('#token-output')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  return args;
+}"""
 OUTPUTS = ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer")
 
 class Lab:
@@ -184,11 +189,12 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     """Bind the lab's events; returns the fork events (streamed runs: the caller chains what follows a run)."""
     p = page
     gen_outputs = [p.live, p.notes, page.component("branches")]
+    kw = dict(gen_kw, js=WATCH_JS)
     forks = [
-        p.lab_ablate_head.click(lab_handlers.fork_head, [p.lab_layer, p.lab_head], gen_outputs, **gen_kw),
-        p.lab_ablate_mlp.click(lab_handlers.fork_mlp, [p.lab_layer], gen_outputs, **gen_kw),
+        p.lab_ablate_head.click(lab_handlers.fork_head, [p.lab_layer, p.lab_head], gen_outputs, **kw),
+        p.lab_ablate_mlp.click(lab_handlers.fork_mlp, [p.lab_layer], gen_outputs, **kw),
         p.lab_steer.click(lab_handlers.fork_steer, [p.lab_positive, p.lab_negative, p.lab_steer_layer, p.lab_scale],
-                          [*gen_outputs, p.lab_steer_md], **gen_kw),
+                          [*gen_outputs, p.lab_steer_md], **kw),
     ]
     p.lab_versus.change(lab_handlers.redraw, p.lab_versus, outputs(page), **figures_kw)
     p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
