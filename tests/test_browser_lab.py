@@ -137,3 +137,14 @@ def test_the_lab_in_chinese_and_a_figure_exported_as_svg(desktop, server):
     text = open(saved.path(), encoding="utf-8").read()
     assert text.lstrip().startswith("<svg") and "KL" in text
     assert plot.locator(".modebar-btn[data-title='下载为 SVG']").count() == 1
+
+
+def test_the_lab_lesson_walks_through_an_ablation_and_a_steering(page, server):
+    from tests.test_browser import _open_lesson
+
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=8)
+    text = _open_lesson(page, "Causal lab: ablate and steer")
+    assert "Tokyo" in text and "I'm delighted to know that!" in text and "parts sum to" in text
+    page.wait_for_selector("#lesson-plot-1 .js-plotly-plot", state="visible")
+    assert_fits(page)
+    shot(page, "lesson-lab", readme=True)
