@@ -171,8 +171,9 @@ def test_the_lab_lessons_numbers_are_what_smollm2_does(smollm2_dir, one_thread):
     steered = fork(session, lm, vector.steer(4.0))
     assert steered.as_result().text == "I'm delighted to know that!"
     assert f"{4 * vector.relative:.0%}" == "69%"
-    assert fork(session, lm, vector.steer(4.0)).as_result().text != plain.as_result().text
+    eight = play(session, lm, lab.fork_settings(session, plain, vector.steer(8.0), "en"))
+    assert eight.as_result().text.startswith("Science,\n\nScience,")
     lesson = t("lesson_lab_text", "en")
     for stated in ("13.67", "+2.99", "+2.81", "+2.73", "+2.28", "0.951", "0.634", "0.41 nats", "0.35 nats", "24.6", "143",
-                   "69%", "Tokyo, also known as the City", "I'm delighted to know that!"):
+                   "69%", "Tokyo, also known as the City", "I'm delighted to know that!", "scale 8", "Science, Science"):
         assert stated in lesson
