@@ -123,3 +123,14 @@ def test_the_core_never_imports_gradio():
             "print('gradio' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_core_and_the_library_never_import_gradio():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "playground"
+    floors = ("app", "models", "checkpoints", "generation", "analysis", "viz", "train")
+    offenders = [str(p.relative_to(root)) for floor in floors for p in (root / floor).rglob("*.py")
+                 if any(line.strip().startswith(("import gradio", "from gradio"))
+                        for line in p.read_text(encoding="utf-8").splitlines())]
+    assert offenders == []

@@ -268,6 +268,13 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
     lm = h.models.model_for("tiny-lm", "float32")
     maps = full_attention(lm, r.prompt_ids, r.generated_ids, layers=[1])["self"][0]
     np.testing.assert_allclose(np.asarray(heat.data[0].customdata, dtype=float), maps[2:4].mean(0), atol=1e-6)
+    # The head summary covers every layer (not only the one on screen), from the same whole-run maps.
+    from playground.viz import attention_entropy
+
+    every = full_attention(lm, r.prompt_ids, r.generated_ids)["self"]
+    z = np.asarray(summary.data[0].z, dtype=float)
+    assert z.shape == (lm.config.n_layers, lm.config.n_heads)
+    np.testing.assert_allclose(z, attention_entropy(every), rtol=1e-5, atol=1e-6)
 
 
 def test_kv_rerun_without_cache_compares_fresh_timings(h):

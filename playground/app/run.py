@@ -54,6 +54,7 @@ class Run:
     analysis: Any = None  # the lessons' RunCache (one whole-sequence pass, shared by step changes)
     cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
     maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
+    head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
 
     # --- what it is ------------------------------------------------------------------------------
 

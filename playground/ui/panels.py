@@ -24,7 +24,9 @@ from playground.app.session import Session, Sessions
 from playground.app.torch_thread import call as torch_call
 from playground.app.torch_thread import runs_on_torch_thread
 from playground.app.words import t
-from playground.generation import generate_all
+from playground.errors import PlaygroundError
+from playground.generation import full_attention, generate_all
+from playground.generation.budget import check_full_attention
 from playground.models.positional import positional_layout
 from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
@@ -35,6 +37,7 @@ DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
 
 
 def in_session_language(method: Callable) -> Callable:
@@ -167,8 +170,10 @@ class Panels:
                                      scale=scale, hide_first=sink, highlight_row=query)
         row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query, token=html.escape(repr(q_labels[query])),
                                                                 layer=layer, what=what))
-        summary = viz.head_summary(viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None]),
-                                   title=t("summary_title", lang, label=label))
+        stats = self._layer_stats(run, lm, kind)  # every layer where the whole run's maps fit; else this one
+        if stats is None:
+            stats = viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None])
+        summary = viz.head_summary(*stats, title=t("summary_title", lang, label=label))
         note = t("attention_note", lang, layers=n_layers, heads=h, t=T, s=S) + (
             t("gqa_note", lang, g=groups) if groups > 1 else "")
         if kind != "encoder" and run.kind == "decoder":
@@ -186,6 +191,22 @@ class Panels:
     def _maps(self, run: Run, lm, kind: str, layer: int) -> np.ndarray:
         """(h, T, S) attention of one layer over the whole run, from the engine (kept by the run)."""
         return run.attention_maps(lm, kind, layer)
+
+    @runs_on_torch_thread
+    def _layer_stats(self, run: Run, lm, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(entropy, mean distance), each (L, h), of every layer's heads over the whole run: one pass of
+        the engine, kept by the run; None when all layers' maps would be too big to hold at once."""
+        if kind not in run.head_stats:
+            if len(run.prefix_ids) + len(run.path) > MAX_STATS_TOKENS:
+                return None
+            try:
+                check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids))
+            except PlaygroundError:
+                return None
+            every = full_attention(lm, run.prompt_ids, run.stream_ids)  # kind -> (L, h, T, S)
+            for k, maps in every.items():
+                run.head_stats[k] = (viz.attention_entropy(maps), viz.mean_attention_distance(maps))
+        return run.head_stats[kind]
 
     # --- KV cache ----------------------------------------------------------------------------------
 
