@@ -63,10 +63,13 @@ def branch_rows(page) -> list[str]:
 def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reopens_it(page, browser, server):
     open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=60)
     original = tokens(page)
+    open_tab(page, "All heads")  # the head picked there is the one the lab ablates
+    set_slider(page, "att-layer", 1)
+    set_slider(page, "att-head", 2)
     open_lab(page)
     wait_text(page, "#lab-divergence-md", "This run has no edit")
-    set_slider(page, "lab-layer", 1)
-    set_slider(page, "lab-head", 2)
+    assert page.input_value("#lab-layer input[type=number]") == "1"
+    assert page.input_value("#lab-head input[type=number]") == "2"
     fork_and_watch(page, "#lab-ablate-head")
     rows = branch_rows(page)
     assert len(rows) == 2 and "ablate head 1.2" in rows[1] and "ablate" not in rows[0]

@@ -86,6 +86,15 @@ class Lab:
         for out in self.stream._stream(session, settings, parent=None):
             yield out[:-1]
 
+    def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
+        """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
+        session = self.sessions.get(session_key(request))
+        if not session.model:
+            return gr.skip(), gr.skip()
+        c = self.models.model_for(session.model, session.dtype, session.key).config
+        return (gr.update(value=int(layer or 0), maximum=max(1, c.n_layers - 1)),
+                gr.update(value=int(head or 0), maximum=max(1, c.n_heads - 1)))
+
     # --- the panels: divergence and attribution at the selected step --------------------------------
 
     def redraw(self, versus: bool, request: gr.Request | None = None) -> tuple:
@@ -197,6 +206,9 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
                           [*gen_outputs, p.lab_steer_md], **kw),
     ]
     p.lab_versus.change(lab_handlers.redraw, p.lab_versus, outputs(page), **figures_kw)
+    # The head picked in the All heads tab is the one the lab ablates.
+    p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
+    p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
                       concurrency_id="generate", show_progress="full")
     p.lab_sweep_stop.click(lab_handlers.stop_sweep, None, None, queue=False)
