@@ -108,7 +108,7 @@ class Lab:
         out: dict[str, Any] = dict.fromkeys(OUTPUTS, gr.skip())
         hidden = gr.update(visible=False)
         run = session.current
-        if not session.model or run is None or not run.path:
+        if run is None or not run.path:
             out.update(lab_md=t("lab_needs_run", lang), lab_div=hidden, lab_attr_md="", lab_attr=hidden)
             return tuple(out[k] for k in OUTPUTS)
         if run.running:
@@ -211,7 +211,8 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
                       concurrency_id="generate", show_progress="full")
-    p.lab_sweep_stop.click(lab_handlers.stop_sweep, None, None, queue=False)
+    for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
+        stop.click(lab_handlers.stop_sweep, None, None, queue=False)
     return forks
 
 
