@@ -177,3 +177,18 @@ def test_the_lab_lessons_numbers_are_what_smollm2_does(smollm2_dir, one_thread):
     for stated in ("13.67", "+2.99", "+2.81", "+2.73", "+2.28", "0.951", "0.634", "0.41 nats", "0.35 nats", "24.6", "143",
                    "69%", "Tokyo, also known as the City", "I'm delighted to know that!", "scale 8", "Science, Science"):
         assert stated in lesson
+
+
+def test_the_lab_on_an_encoder_decoder(tmp_path):
+    """The same path on the seq2seq family: a fork of the decoder, its divergence, attribution and sweep."""
+    from tests.ui_fixtures import save_tiny_seq2seq
+
+    lm = load_model(save_tiny_seq2seq(tmp_path / "s.safetensors"))
+    session = Session()
+    original = play(session, lm, UISettings(model="s", prompt="March 5", max_new_tokens=6))
+    edited = fork(session, lm, Ablate(0, head=1))
+    div = lab.divergence_of(lm, original, edited)
+    assert len(div.kl) == len(original.path) and (div.kl >= 0).all()
+    why = lab.why(lm, edited, 2, versus=True)
+    assert why.cross_heads is not None and why.total == pytest.approx(why.logit, rel=1e-4, abs=1e-4)
+    assert not np.isnan(lab.sweep(lm, original, 2, 0, "en").logprob_drop).any()
