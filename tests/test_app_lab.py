@@ -192,3 +192,11 @@ def test_the_lab_on_an_encoder_decoder(tmp_path):
     why = lab.why(lm, edited, 2, versus=True)
     assert why.cross_heads is not None and why.total == pytest.approx(why.logit, rel=1e-4, abs=1e-4)
     assert not np.isnan(lab.sweep(lm, original, 2, 0, "en").logprob_drop).any()
+
+
+def test_an_edit_that_keeps_the_text_still_shows_beside_the_original(lm):
+    session = Session()
+    original = play(session, lm, SETTINGS)
+    same = fork(session, lm, Steer(1, [0.0] * lm.config.d_model, scale=1.0))  # a zero vector changes nothing
+    assert same.generated_ids == original.generated_ids
+    assert [(r["number"], bool(r["edit"])) for r in session.branches(same)] == [(1, False), (2, True)]

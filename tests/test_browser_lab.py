@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl, urlparse
 import pytest
 
 from tests import test_browser as base
+from tests import test_browser_paths as paths
 from tests.test_browser import (
     assert_fits,
     decoder_name,
@@ -23,6 +24,7 @@ from tests.test_browser import (
 
 pytestmark = pytest.mark.browser
 server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
+smollm2_server = paths.smollm2_server
 PROMPT = "The Python interpreter"
 
 
@@ -64,6 +66,7 @@ def test_ablating_a_head_forks_a_live_run_with_its_divergence_and_the_link_reope
     open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=60)
     original = tokens(page)
     open_tab(page, "All heads")  # the head picked there is the one the lab ablates
+    wait_text(page, "#att-heat", "layer")
     set_slider(page, "att-layer", 1)
     set_slider(page, "att-head", 2)
     open_lab(page)
@@ -151,3 +154,30 @@ def test_the_lab_lesson_walks_through_an_ablation_and_a_steering(page, server):
     page.wait_for_selector("#lesson-plot-1 .js-plotly-plot", state="visible")
     assert_fits(page)
     shot(page, "lesson-lab", readme=True)
+
+
+@pytest.mark.slow
+def test_on_smollm2_ablating_head_23_4_lowers_paris_without_changing_the_answer(desktop, smollm2_server):
+    """The lesson's first example in the page itself, on the real model (screenshot for the README)."""
+    page = desktop
+    page.goto(smollm2_server + "?model=SmolLM2-135M-Instruct&prompt=What+is+the+capital+of+France%3F&max_new_tokens=12")
+    page.wait_for_function("() => /Loaded/.test(document.querySelector('#model-status')?.innerText ?? '')",
+                           timeout=300_000)
+    wait_state(page, "done")
+    assert "".join(tokens(page)).startswith("The capital of France is Paris.")
+    open_tab(page, "All heads")
+    wait_text(page, "#att-heat", "layer")  # the tab's first draw gives the sliders the model's range
+    set_slider(page, "att-layer", 23)
+    set_slider(page, "att-head", 4)
+    open_lab(page)
+    try:
+        fork_and_watch(page, "#lab-ablate-head")
+    except Exception:
+        shot(page, "lab-smollm2-debug")
+        raise
+    page.click("#token-stream [data-step='5']")  # " Paris"
+    wait_text(page, "#lab-divergence-md", "At step 6, the original chose “ Paris” with probability 0.951")
+    md = page.inner_text("#lab-divergence-md")
+    assert "0.634" in md and "the edit moved the probabilities, not the choices" in md
+    page.wait_for_selector("#lab-attribution-plot .js-plotly-plot", state="visible")
+    shot(page, "lab-smollm2", readme=True)

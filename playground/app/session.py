@@ -120,7 +120,9 @@ class Session:
                   and r.settings.dtype == run.settings.dtype]
         parents = {r.branch_of[0] for r in family if r.branch_of}
         family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
-                  if r is run or r.number in parents or all(r.stream_ids != later.stream_ids for later in family[i + 1:])]
+                  if r is run or r.number in parents or all(  # (an edited run with the same text is not a repeat)
+                      (r.stream_ids, r.settings.edits) != (later.stream_ids, later.settings.edits)
+                      for later in family[i + 1:])]
         if len(family) < 2:
             return []
         here = run.stream_ids
