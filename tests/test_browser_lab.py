@@ -170,11 +170,7 @@ def test_on_smollm2_ablating_head_23_4_lowers_paris_without_changing_the_answer(
     set_slider(page, "att-layer", 23)
     set_slider(page, "att-head", 4)
     open_lab(page)
-    try:
-        fork_and_watch(page, "#lab-ablate-head")
-    except Exception:
-        shot(page, "lab-smollm2-debug")
-        raise
+    fork_and_watch(page, "#lab-ablate-head")
     page.click("#token-stream [data-step='5']")  # " Paris"
     wait_text(page, "#lab-divergence-md", "At step 6, the original chose “ Paris” with probability 0.951")
     md = page.inner_text("#lab-divergence-md")
