@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground import analysis, viz
+from playground.app import lab
 from playground.app.run import Run
 from playground.app.words import t
 from playground.viz import anatomy as v_anatomy
 from playground.viz import attention_steps as v_steps
+from playground.viz import causal as v_causal
 from playground.viz import kv_lesson as v_kv
 from playground.viz import logit_lens as v_lens
 from playground.viz import patterns as v_patterns
@@ -170,6 +172,21 @@ def _sdpa(ctx: Context, i: Inputs) -> dict[str, Any] | None:
     return ctx.sdpa
 
 
+def _lab(ctx: Context, i: Inputs) -> dict[str, Any] | None:
+    """Why the selected token won (direct logit attribution under the run's own edits), once there is a run."""
+    if ctx.step is None:
+        return None
+    return {"data": lab.why(ctx.lm, ctx.run, ctx.step, versus=False).to_dict(), "token": ctx.run.path[ctx.step].token_text}
+
+
+def _lab_caption(d: dict[str, Any] | None, ctx: Context) -> str:
+    """The walk through one ablation and one steering (measured on SmolLM2), then this run's own why."""
+    text = t("lesson_lab_text", ctx.lang)
+    if d is None:
+        return text + "\n\n" + t("lab_needs_run", ctx.lang)
+    return text + "\n\n" + v_causal.attribution_caption(d["data"], d["token"])
+
+
 LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("steps", True, True, _steps,
            lambda s: [v_steps.attention_steps_figure(s), v_steps.heads_concat_figure(s)],
@@ -190,6 +207,8 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("training", False, False, lambda ctx, i: analysis.training_view(ctx.lm),
            lambda v: [v_train.training_figure(v)] if v.get("available") else [],
            lambda v, ctx: v_train.training_caption(v)),
+    Lesson("lab", False, True, _lab, lambda d: [] if d is None else [v_causal.attribution_figure(d["data"], d["token"])],
+           _lab_caption),
 )}
 STEP_FOLLOWING = tuple(name for name, lesson in LESSONS.items() if lesson.follows_step)
 

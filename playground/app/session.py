@@ -120,7 +120,9 @@ class Session:
                   and r.settings.dtype == run.settings.dtype]
         parents = {r.branch_of[0] for r in family if r.branch_of}
         family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
-                  if r is run or r.number in parents or all(r.stream_ids != later.stream_ids for later in family[i + 1:])]
+                  if r is run or r.number in parents or all(  # (an edited run with the same text is not a repeat)
+                      (r.stream_ids, r.settings.edits) != (later.stream_ids, later.settings.edits)
+                      for later in family[i + 1:])]
         if len(family) < 2:
             return []
         here = run.stream_ids
@@ -137,6 +139,7 @@ class Session:
                 "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
                 "rest": "".join(texts[common + 1:]),
+                "edit": _edit_words(r.settings.edits, self.lang),
             })
         return out
 
@@ -152,11 +155,20 @@ class Session:
         run = self.current
         if run is not None and not run.running and same_request(run.settings, widgets):
             return to_query(dataclasses.replace(self.run_settings(run), lang=widgets.lang))
-        return to_query(dataclasses.replace(widgets, branches=""))
+        return to_query(dataclasses.replace(widgets, branches="", edits=""))
+
+
+def _edit_words(edits: str, lang: str) -> str:
+    """The causal lab's edits of a run, in words ('' for a plain run)."""
+    if not edits:
+        return ""
+    from playground.app.lab import describe_edits  # the lab imports this module
+
+    return describe_edits(edits, lang)
 
 
 # Settings that change what a link shows without changing the tokens (the seed is compared apart).
-_PRESENTATION = ("lang", "pace_ms", "branches", "seed")
+_PRESENTATION = ("lang", "pace_ms", "branches", "seed", "edits")
 
 
 def same_request(a: UISettings, b: UISettings) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from playground.app.limits import CAPS, RANGES, WHOLE
+from playground.interventions import InterventionError, unpack
 
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +48,7 @@ class UISettings:
     lang: str = "en"  # "en" or "zh"
     target_lang: str = ""  # translation models: the language code forced as the first token ("": the checkpoint's own)
     branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
+    edits: str = ""  # the causal lab's edits of the run (interventions.pack); a link replays the plain run first
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -83,6 +85,9 @@ def _parse_value(name: str, text: str) -> Any:
         return text
     if name == "branches":
         parse_branches(text)
+        return text
+    if name == "edits":
+        parse_edits(text)
         return text
     if name in ("model", "prompt"):
         return text
@@ -188,6 +193,7 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
         chat=settings.chat,
         seed=settings.seed,
         use_cache=True,
+        interventions=parse_edits(settings.edits),
     )
     if settings.mode == "sample":
         kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
@@ -214,6 +220,16 @@ def parse_branches(text: str) -> list[tuple[int, list[int]]]:
     if len(out) > MAX_BRANCHES:
         raise ValueError(f"at most {MAX_BRANCHES} branches")
     return out
+
+
+def parse_edits(text: str) -> tuple:
+    """The interventions of an `edits` setting (empty text: none). Raises ValueError with one line."""
+    if not text:
+        return ()
+    try:
+        return unpack(text)
+    except InterventionError as error:
+        raise ValueError(str(error)) from None
 
 
 def format_branches(branches: list[tuple[int, list[int]]]) -> str:

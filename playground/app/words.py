@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from playground.app.lab_words import LAB_STRINGS
+
 LANGUAGES = (("English", "en"), ("中文", "zh"))
 
 # key: (English, 中文)
@@ -305,6 +307,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "unexpected": ("Something went wrong ({what}). The app is still running; try again or pick another model.",
                    "出错了({what})。应用仍在运行;请重试或换一个模型。"),
 }
+
+STRINGS.update(LAB_STRINGS)  # the causal lab's words live in their own module
 
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (

@@ -12,6 +12,7 @@ from playground.app import heap
 from playground.app.session import Sessions
 from playground.checkpoints.limits import Limits
 from playground.ui.catalog import Catalog
+from playground.ui.lab import Lab
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
@@ -26,6 +27,7 @@ class Handlers:
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)
+        self.lab = Lab(self.models, self.sessions, self.stream)
 
     @property
     def catalog(self) -> Catalog:

@@ -14,7 +14,8 @@ from playground.ui.models import session_key
 
 def relabelled(page: Page) -> list[Any]:
     """The components the switch updates, in the order `relabel` returns their updates."""
-    return [page.component(name) for name in page.labels] + [page.header, page.inspector_intro, page.attention_intro]
+    return [page.component(name) for name in page.labels] + [page.header, page.inspector_intro, page.attention_intro,
+                                                              page.lab_intro, page.lab_steer_title]
 
 
 def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None,
@@ -42,5 +43,6 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(label=t(label, lang), info=t(info, lang)))
         else:
             updates.append(gr.update(label=t(label, lang)))
-    updates += [f"# {t('title', lang)}\n{t('tagline', lang)}", t("inspector_intro", lang), t("attention_intro", lang)]
+    updates += [f"# {t('title', lang)}\n{t('tagline', lang)}", t("inspector_intro", lang), t("attention_intro", lang),
+                t("lab_intro", lang), t("lab_steer_title", lang)]
     return updates

@@ -20,6 +20,8 @@ from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
 from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.catalog import ALLOWED_SUFFIXES
+from playground.ui.lab_layout import EXPORT_JS
+from playground.ui.lab_layout import build_tab as lab_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
@@ -190,7 +192,9 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                     elem_id="token-output", strings=live_strings(), apply_default_css=False,
                                     server_functions=[_plain(fn) for fn in server_functions])
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
+                c["figure_export"] = gr.HTML("", js_on_load=EXPORT_JS, elem_id="figure-export", apply_default_css=False)
                 named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
+                named("edits", gr.Textbox(value="", visible=False, elem_id="edits"))  # a link's lab edits
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
                                          label=t("lessons_pick", lang)), "lessons_pick")
                 with gr.Tabs(elem_id="deep-views") as tabs:
@@ -282,12 +286,14 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
                         c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
                         c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
+                    lab_tab(c, named, lang)
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
                       ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
-                      ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_card", "tab_card")):
+                      ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_lab", "tab_lab"),
+                      ("tab_card", "tab_card")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)
 

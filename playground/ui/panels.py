@@ -32,7 +32,7 @@ from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import positional_compare as v_pe
 
-DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "card")
+DEEP_TABS = ("inspector", "attention", "cache", "positional", "lessons", "lab", "card")
 DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att_grid", "att_heat", "att_row",
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")

@@ -9,6 +9,7 @@ also refuses runs still waiting in the queue (each press of Generate carries a t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, torch_thread
+from playground.app import describe, frames, heap, lab, torch_thread
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.run import Run
@@ -60,7 +61,7 @@ class Streaming:
         `request` comes first because Gradio injects it by position (it identifies the tab)."""
         session = self.sessions.get(session_key(request))
         session.take_link_run()  # the visitor's own press: a link's run (if still pending) is not replayed
-        settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
+        settings = dataclasses.replace(from_widgets(dict(zip(FIELDS, args[: len(FIELDS)]))), edits="")
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
             return  # Stop was pressed while this run waited in the queue
         yield from self._run_and_branches(session, settings, [])
@@ -80,9 +81,13 @@ class Streaming:
     def _run_and_branches(self, session: Session, settings: UISettings, branches: list[tuple[int, list[int]]]):
         session.lang = settings.lang
         run = None
-        for out in self._stream(session, settings, parent=None):
-            run = out[-1]
-            yield out[:-1]
+        # A link with the lab's edits replays the plain run first, then the edited one beside it.
+        for number, each in enumerate(lab.link_runs(settings)):
+            if number and (run is None or run.finish_reason in ("stopped", "error")):
+                return
+            for out in self._stream(session, each, parent=None):
+                run = out[-1]
+                yield out[:-1]
         for step, ids in branches:
             if run is None or run.finish_reason in ("stopped", "error") or step >= len(run.path):
                 break

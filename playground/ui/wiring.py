@@ -7,6 +7,8 @@ import gradio as gr
 from playground.app.settings import FIELDS
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
+from playground.ui.lab import outputs as lab_outputs
+from playground.ui.lab import wire_lab
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
@@ -81,6 +83,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         runs.append(trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
     runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
+    runs += wire_lab(page, h.lab, gen_kw, figures_kw)  # the causal lab's forks stream like every run
     for run in runs:
         deep_followers.append(run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
         run.then(h.panels.positional_if_open, pe_inputs, pe_outputs, **figures_kw)  # the PE tab reads the run
@@ -107,6 +110,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         control.change(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
     for dep in deep_followers:  # step clicks, runs ending, tab changes: the open lesson follows too
         dep.then(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
+        dep.then(h.lab.redraw, p.lab_versus, lab_outputs(page), **figures_kw)  # and the open lab
     p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate")
     p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate").then(
         h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)

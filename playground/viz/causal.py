@@ -15,8 +15,8 @@ from playground.viz._common import SIGNED_SCALE, as_array, display_token, finish
 from playground.viz._language import Texts
 
 TEXT = {
-    "title": "Why {token}: each part's share of its logit ({logit:.3f})",
-    "title_versus": "Why {token} and not {versus}: each part's share of the logit difference ({logit:.3f})",
+    "title": "Why {token}<br><sup>each part's share of its logit ({logit:.3f})</sup>",
+    "title_versus": "Why {token} and not {versus}<br><sup>each part's share of the logit difference ({logit:.3f})</sup>",
     "self_heads": "attention heads (layer × head)",
     "cross_heads": "cross-attention heads (layer × head)",
     "mlps_and_rest": "MLPs and the rest",
@@ -49,15 +49,15 @@ TEXT = {
     "div_first": "texts part here",
     "div_hover": "step %{x}: %{customdata[0]}<br>KL %{y:.4f} nats<br>rank %{customdata[1]}<extra></extra>",
     "div_prob_hover": "step %{x}: p = %{y:.4f}<extra></extra>",
-    "sweep_title": "Ablating each head of layer {layer} alone: the fall of log p({token})",
+    "sweep_title": "Ablating each head of layer {layer} alone<br><sup>the fall of log p({token})</sup>",
     "sweep_axis": "log-probability lost (nats)",
     "sweep_head": "head {head}",
     "sweep_hover": "%{y}: %{x:+.4f} nats<extra></extra>",
     "sweep_pending": "not run",
 }
 TEXT_ZH = {
-    "title": "为什么是 {token}:各部分在它的 logit({logit:.3f})中所占的份额",
-    "title_versus": "为什么是 {token} 而不是 {versus}:各部分在 logit 差({logit:.3f})中所占的份额",
+    "title": "为什么是 {token}<br><sup>各部分在它的 logit({logit:.3f})中所占的份额</sup>",
+    "title_versus": "为什么是 {token} 而不是 {versus}<br><sup>各部分在 logit 差({logit:.3f})中所占的份额</sup>",
     "self_heads": "注意力头(层 × 头)",
     "cross_heads": "交叉注意力头(层 × 头)",
     "mlps_and_rest": "MLP 与其余部分",
@@ -89,7 +89,7 @@ TEXT_ZH = {
     "div_first": "文本从这里分开",
     "div_hover": "第 %{x} 步:%{customdata[0]}<br>KL %{y:.4f} nats<br>排名 %{customdata[1]}<extra></extra>",
     "div_prob_hover": "第 %{x} 步:p = %{y:.4f}<extra></extra>",
-    "sweep_title": "逐个消融第 {layer} 层的每个头:log p({token}) 下降多少",
+    "sweep_title": "逐个消融第 {layer} 层的每个头<br><sup>log p({token}) 下降多少</sup>",
     "sweep_axis": "损失的对数概率(nats)",
     "sweep_head": "第 {head} 个头",
     "sweep_hover": "%{y}:%{x:+.4f} nats<extra></extra>",
@@ -120,35 +120,40 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
         raise ValueError(f"mlps has {len(mlps)} layers but heads has {heads.shape[0]}; pass one MLP per layer")
     maps = [(heads, _T["self_heads"])] + ([(cross, _T["cross_heads"])] if cross is not None else [])
     titles = [t for _, t in maps] + [_T["mlps_and_rest"]]
-    fig = make_subplots(rows=1, cols=len(maps) + 1, subplot_titles=titles, horizontal_spacing=0.12,
-                        column_widths=[0.4] * len(maps) + [0.6 - 0.1 * (len(maps) - 1)])
+    # One figure per row (heat maps above the bars), so that it reads the same in a phone's width.
+    n_bars = len(mlps) + len(data.get("other", {}))
+    rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 0.7, 3)]
+    height = min(max(160 + 14 * sum(rows) + 90 * len(rows), 460), 1800)
+    fig = make_subplots(rows=len(rows), cols=1, subplot_titles=titles, vertical_spacing=min(0.3, 100 / height),
+                        row_heights=[r / sum(rows) for r in rows])
     every = [heads] + ([cross] if cross is not None else []) + [mlps, np.array(list(data.get("other", {}).values()))]
     bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in every) or 1.0
-    for col, (z, _) in enumerate(maps, start=1):
+    for row, (z, _) in enumerate(maps, start=1):
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(z.shape[1])), y=list(range(z.shape[0])), colorscale=SIGNED_SCALE, zmid=0.0,
-            zmin=-bound, zmax=bound, xgap=1, ygap=1, showscale=col == 1, colorbar=dict(title=_T["share"], x=-0.12),
+            zmin=-bound, zmax=bound, xgap=1, ygap=1, showscale=row == 1,
+            colorbar=dict(title=_T["share"], len=rows[0] / sum(rows), y=1.0, yanchor="top", thickness=12),
             hovertemplate=_T["head_hover"],
-        ), row=1, col=col)
-        fig.update_xaxes(title_text=_T["head_axis"], dtick=1, row=1, col=col)
-        fig.update_yaxes(title_text=_T["layer_axis"], dtick=1, autorange="reversed", row=1, col=col)
+        ), row=row, col=1)
+        fig.update_xaxes(title_text=_T["head_axis"], dtick=1, row=row, col=1)
+        fig.update_yaxes(title_text=_T["layer_axis"], dtick=max(1, z.shape[0] // 10), autorange="reversed", row=row,
+                         col=1)
     names = [_T["mlp"].format(i=i) for i in range(len(mlps))]
     names += [_T["other"].get(k, k) for k in data.get("other", {})]
     values = list(mlps) + list(data.get("other", {}).values())
     fig.add_trace(go.Bar(
         x=values, y=names, orientation="h", marker_color=["#c0392b" if v < 0 else "#2471a3" for v in values],
         hovertemplate=_T["bar_hover"], showlegend=False,
-    ), row=1, col=len(maps) + 1)
-    fig.update_yaxes(autorange="reversed", row=1, col=len(maps) + 1)
-    fig.update_xaxes(title_text=_T["share"], zeroline=True, row=1, col=len(maps) + 1)
+    ), row=len(rows), col=1)
+    fig.update_yaxes(autorange="reversed", row=len(rows), col=1)
+    fig.update_xaxes(title_text=_T["share"], zeroline=True, row=len(rows), col=1)
     tok = short_label(display_token(token), 16)
     if versus is None:
         title = _T["title"].format(token=tok, logit=float(data["logit"]))
     else:
         title = _T["title_versus"].format(token=tok, versus=short_label(display_token(versus), 16),
                                           logit=float(data["logit"]))
-    height = 200 + 22 * max(heads.shape[0], len(names) * 0.8)
-    return finish(fig, title, height=min(max(height, 340), 1400))
+    return finish(fig, title, height=height).update_layout(margin=dict(l=110, r=30, t=90, b=50))
 
 
 def attribution_caption(data: Mapping[str, Any], token: str) -> str:
@@ -168,7 +173,7 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
     rank = list(data["rank"])
     if len(token_texts) != len(kl) or len(prob) != len(kl) or len(rank) != len(kl):
         raise ValueError(f"kl has {len(kl)} steps; pass as many probabilities, ranks and token texts")
-    steps = list(range(len(kl)))
+    steps = list(range(1, len(kl) + 1))  # counted from 1, as the page counts steps
     labels = [display_token(t) for t in token_texts]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=steps, y=kl, name=_T["div_kl"], marker_color="#7d3c98",
@@ -177,15 +182,16 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
                              hovertemplate=_T["div_prob_hover"]), secondary_y=True)
     first = data.get("first_difference")
     if first is not None:
-        fig.add_vline(x=float(first) - 0.5, line_dash="dash", line_color="grey")
-        fig.add_annotation(x=float(first) - 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
+        fig.add_vline(x=float(first) + 0.5, line_dash="dash", line_color="grey")
+        fig.add_annotation(x=float(first) + 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
                            xanchor="left", font=dict(color="grey"))
     ticks = [short_label(t) for t in labels]
     fig.update_xaxes(title_text=_T["div_step"], tickmode="array", tickvals=steps,
                      ticktext=[f"{i}<br>{t}" for i, t in zip(steps, ticks)])
     fig.update_yaxes(title_text=_T["div_kl_axis"], rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text=_T["div_prob_axis"], range=[0, 1.02], secondary_y=True)
-    return finish(fig, _T["div_title"], height=360, legend=dict(orientation="h", y=-0.3))
+    fig = finish(fig, _T["div_title"], height=400, legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return fig.update_layout(margin=dict(l=70, r=60, t=100, b=70))
 
 
 def head_sweep_figure(data: Mapping[str, Any], token: str) -> go.Figure:

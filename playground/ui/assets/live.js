@@ -347,7 +347,7 @@ function drawBranches(v) {
   if (list.length < 2) { box.innerHTML = ""; box.hidden = true; return; }
   box.hidden = false;
   box.innerHTML = `<h4>${esc(tr("branches_title"))}</h4>` + list.map((b) =>
-    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step + 1 }) : tr("run_label", { n: b.number }))}</span>`
+    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step + 1 }) : tr("run_label", { n: b.number }))}${b.edit ? ` · <span class="pg-edit">${esc(b.edit)}</span>` : ""}</span>`
     + `<div class="pg-btext"><span>${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span>${esc(b.rest)}</span></div></div>`).join("");
 }
 

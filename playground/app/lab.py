@@ -1,0 +1,141 @@
+"""The causal lab in the app: fork a run with an edit, see what the edit changed, and why a token won.
+
+An edited run is a run of the same prompt and settings whose `edits` setting holds the packed
+interventions (`playground.interventions.pack`): it streams like any run, sits beside the original in
+the live screen's branches, and its link replays the plain run first and then the edited one. This
+module decides the settings of a fork, finds the run an edited run is compared with, and computes
+the lab's numbers (divergence, attribution, the head sweep, a contrast vector). No Gradio, no
+threads: callers run the model work on the torch thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from playground.analysis.attribution import Attribution, attribute_step
+from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, sweep_step
+from playground.analysis.steering import SteeringVector, contrast_vector
+from playground.app.run import Run
+from playground.app.session import Session
+from playground.app.settings import UISettings, parse_edits
+from playground.app.words import t
+from playground.errors import PlaygroundError
+from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
+
+MAX_EDITS = 16  # edits one run carries (each fork adds one)
+SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 900-token sequence stays under it
+
+
+class LabError(PlaygroundError):
+    """A lab request the page cannot run; the message (in the visitor's language) says what to do."""
+
+
+def describe(iv: Intervention, lang: str) -> str:
+    """One edit in the visitor's words (the library's own `describe()` is English only)."""
+    if isinstance(iv, Ablate):
+        what = (t("ablate_mlp", lang, layer=iv.layer) if iv.component == "mlp"
+                else t("ablate_head", lang, layer=iv.layer, head=iv.head))
+        return t("ablate_mean", lang, what=what) if iv.mode == "mean" else what
+    if isinstance(iv, Steer):
+        return t("steer_edit", lang, layer=iv.layer, scale=iv.scale, norm=iv.norm)
+    return t("patch_edit", lang, layer=iv.layer, position=iv.position)
+
+
+def describe_edits(text: str, lang: str) -> str:
+    """The edits of an `edits` setting in words, joined ('' for none or unreadable text)."""
+    try:
+        edits = parse_edits(text)
+    except ValueError:
+        return ""
+    return "; ".join(describe(iv, lang) for iv in edits)
+
+
+def link_runs(settings: UISettings) -> list[UISettings]:
+    """The runs a link replays: the plain run, then (when the link carries edits) the edited one."""
+    plain = dataclasses.replace(settings, edits="")
+    return [plain, settings] if settings.edits else [plain]
+
+
+def fork_settings(session: Session, run: Run, edit: Intervention, lang: str) -> UISettings:
+    """The settings of `run` (its seed, no branches) with `edit` added to its edits."""
+    edits = parse_edits(run.settings.edits) + (edit,)
+    if len(edits) > MAX_EDITS:
+        raise LabError(t("lab_too_many", lang, n=MAX_EDITS))
+    return dataclasses.replace(session.run_settings(run), branches="", edits=pack(edits), lang=lang)
+
+
+def original_of(session: Session, run: Run) -> Run | None:
+    """The newest finished plain run of the same prompt, model and decoding that `run` is compared with."""
+    plain = dataclasses.replace(run.settings, edits="", branches="", lang="en", pace_ms=0)
+    for other in reversed(session.runs):
+        if other is run or other.running or not other.path or other.branch_of is not None:
+            continue
+        if other.settings.edits or other.prompt_ids != run.prompt_ids:
+            continue
+        if dataclasses.replace(other.settings, branches="", lang="en", pace_ms=0, seed=plain.seed) == plain:
+            return other
+    return None
+
+
+def as_result(run: Run) -> Any:
+    """The run as the analyses take it, with the edits it ran under (as clamped for the model)."""
+    result = run.as_result()
+    result.interventions = [iv.to_dict() for iv in run.cfg.interventions]
+    return result
+
+
+def divergence_of(lm: Any, original: Run, edited: Run) -> Divergence:
+    """Per step, how the edited run's model departs from the original's along the original's tokens."""
+    return divergence_of_runs(lm, as_result(original), as_result(edited))
+
+
+def step_summary(div: Divergence, step: int, token_text: str, lang: str) -> str:
+    """One paragraph: the numbers of `step`, and where the texts part."""
+    lines = []
+    if step < len(div.kl):
+        lines.append(t("lab_step", lang, step=step + 1, token=token_text, p0=float(div.original_prob[step]),
+                       p=float(div.prob[step]), rank=int(div.rank[step]) + 1, kl=float(div.kl[step])))
+    else:
+        lines.append(t("lab_step_beyond", lang, step=step + 1))
+    if div.first_difference is None:
+        lines.append(t("lab_same_text", lang))
+    else:
+        lines.append(t("lab_parted", lang, step=div.first_difference + 1))
+    return ("" if lang == "zh" else " ").join(lines)
+
+
+def why(lm: Any, run: Run, step: int, versus: bool) -> Attribution:
+    """Direct logit attribution of the token `run` chose at `step` (under its edits), or of its lead over
+    the runner-up."""
+    return attribute_step(lm, as_result(run), step, versus="runner-up" if versus else None)
+
+
+def sweep_cost(lm: Any, run: Run, step: int) -> float:
+    """Floating-point operations of a head sweep at `step`: one pass over the sequence per head, plus one."""
+    params = sum(p.numel() for p in lm.model.parameters())
+    positions = len(run.prefix_ids) + step  # the prefix holds a branch's inherited and forced tokens
+    return 2.0 * params * positions * (lm.config.n_heads + 1)
+
+
+def sweep(lm: Any, run: Run, step: int, layer: int, lang: str,
+          progress: Callable[[int, int], bool | None] | None = None, cap: float = SWEEP_FLOPS) -> HeadSweep:
+    """Ablate each head of `layer` alone at `step` of `run` (under its edits); refused over `cap`.
+    `progress(done, total)` returning False stops it (the heads not reached come last, not run)."""
+    need = sweep_cost(lm, run, step)
+    if need > cap:
+        raise LabError(t("lab_sweep_budget", lang, need=need, cap=cap))
+    return sweep_step(lm, as_result(run), step, layer, progress=progress)
+
+
+def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> SteeringVector:
+    """The contrast-pair vector after block `layer`: mean residual of `positive` minus that of `negative`."""
+    if not positive.strip() or not negative.strip():
+        raise LabError(t("lab_steer_empty", lang))
+    return contrast_vector(lm, positive, negative, layer)
+
+
+def vector_summary(vector: SteeringVector, scale: float, lang: str) -> str:
+    return t("lab_vector", lang, layer=vector.layer, norm=vector.norm, typical=vector.typical_norm, scale=scale,
+             push=abs(scale) * vector.relative)

@@ -1,0 +1,220 @@
+"""The Causal lab tab's handlers: fork the run with an edit, what the edit changed, why a token won, the head sweep,
+steering from a contrast pair.
+
+Thin adapter over `playground.app.lab` (the decisions and numbers) and `playground.viz.causal` (the
+figures). A fork streams through the same path as every run (`Streaming._stream`), so it appears in the
+live screen beside the original with its lineage, and its link replays it.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+import numpy as np
+
+from playground import viz
+from playground.app import lab, torch_thread
+from playground.app.session import Sessions
+from playground.app.words import t
+from playground.interventions import Ablate, check
+from playground.ui.models import Models, one_line, session_key
+from playground.ui.streaming import Streaming
+from playground.viz import causal
+
+# A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
+WATCH_JS = """(...args) => {
+  document.querySelector('#token-output')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  return args;
+}"""
+OUTPUTS = ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer")
+
+class Lab:
+    """The lab's handlers for the sessions of one app."""
+
+    def __init__(self, models: Models, sessions: Sessions, stream: Streaming) -> None:
+        self.models = models
+        self.sessions = sessions
+        self.stream = stream
+        self._sweeps: dict[str, threading.Event] = {}  # session key -> its running sweep's stop flag
+
+    # --- forks: streamed like every run ------------------------------------------------------------
+
+    def fork_head(self, layer: float, head: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        yield from self._fork(request, Ablate(int(layer or 0), head=int(head or 0)))
+
+    def fork_mlp(self, layer: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        yield from self._fork(request, Ablate(int(layer or 0), component="mlp"))
+
+    def fork_steer(self, positive: str, negative: str, layer: float, scale: float,
+                   request: gr.Request | None = None) -> Iterator[tuple]:
+        """Measure the contrast vector (its norm against the residual's), then fork with it."""
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), gr.skip(), gr.skip(), t("lab_needs_run", lang)
+            return
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            vector = torch_thread.call(lab.contrast, lm, str(positive or ""), str(negative or ""), int(layer or 0), lang)
+        except Exception as exc:  # noqa: BLE001 - one line under the button
+            yield gr.skip(), gr.skip(), gr.skip(), html.escape(one_line(exc, lang, "steering"))
+            return
+        scale = float(scale or 0.0)
+        yield gr.skip(), gr.skip(), gr.skip(), lab.vector_summary(vector, scale, lang)
+        for out in self._fork(request, vector.steer(scale)):
+            yield (*out, gr.skip())
+
+    def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("lab_needs_run", lang), gr.skip()
+            return
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            check([edit], lm.config)
+            settings = lab.fork_settings(session, run, edit, lang)
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), html.escape(one_line(exc, lang, "fork")), gr.skip()
+            return
+        for out in self.stream._stream(session, settings, parent=None):
+            yield out[:-1]
+
+    def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
+        """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
+        session = self.sessions.get(session_key(request))
+        if not session.model:
+            return gr.skip(), gr.skip()
+        c = self.models.model_for(session.model, session.dtype, session.key).config
+        return (gr.update(value=int(layer or 0), maximum=max(1, c.n_layers - 1)),
+                gr.update(value=int(head or 0), maximum=max(1, c.n_heads - 1)))
+
+    # --- the panels: divergence and attribution at the selected step --------------------------------
+
+    def redraw(self, versus: bool, request: gr.Request | None = None) -> tuple:
+        session = self.sessions.get(session_key(request))
+        if session.deep_tab != "lab":
+            return (gr.skip(),) * len(OUTPUTS)
+        return self.draw(session, bool(versus))
+
+    def draw(self, session, versus: bool) -> tuple:
+        lang = session.lang
+        out: dict[str, Any] = dict.fromkeys(OUTPUTS, gr.skip())
+        hidden = gr.update(visible=False)
+        run = session.current
+        if run is None or not run.path:
+            out.update(lab_md=t("lab_needs_run", lang), lab_div=hidden, lab_attr_md="", lab_attr=hidden)
+            return tuple(out[k] for k in OUTPUTS)
+        if run.running:
+            out.update(lab_md=t("lab_after_run", lang))
+            return tuple(out[k] for k in OUTPUTS)
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            c = lm.config
+            out["lab_layer"] = gr.update(maximum=max(1, c.n_layers - 1))
+            out["lab_steer_layer"] = gr.update(maximum=max(1, c.n_layers - 1))
+            out["lab_head"] = gr.update(maximum=max(1, c.n_heads - 1))
+            with viz.language(lang):
+                out.update(torch_thread.call(self._panels, lm, session, run, versus))
+        except Exception as exc:  # noqa: BLE001 - one line where the panel would be
+            out.update(lab_md=html.escape(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
+        return tuple(out[k] for k in OUTPUTS)
+
+    def _panels(self, lm, session, run, versus: bool) -> dict[str, Any]:
+        lang = session.lang
+        step = run.step(session.selected_step)
+        out: dict[str, Any] = {}
+        if not run.settings.edits:
+            out.update(lab_md=t("lab_plain", lang), lab_div=gr.update(visible=False))
+        else:
+            edit = lab.describe_edits(run.settings.edits, lang)
+            original = lab.original_of(session, run)
+            if original is None:
+                out.update(lab_md=t("lab_no_original", lang, edit=edit), lab_div=gr.update(visible=False))
+            else:
+                div = lab.divergence_of(lm, original, run)
+                texts = [s.token_text for s in original.path]
+                token = texts[step] if step < len(texts) else ""
+                out["lab_md"] = (t("lab_edited", lang, edit=edit, n=original.number) + "\n\n"
+                                 + lab.step_summary(div, step, token, lang))
+                out["lab_div"] = gr.update(value=causal.divergence_figure(div.to_dict(), texts), visible=True)
+        attribution = lab.why(lm, run, step, versus)
+        token = run.path[step].token_text
+        other = lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None
+        data = attribution.to_dict()
+        out["lab_attr_md"] = causal.attribution_caption(data, token)
+        out["lab_attr"] = gr.update(value=causal.attribution_figure(data, token, other), visible=True)
+        return out
+
+    # --- the head sweep -------------------------------------------------------------------------------
+
+    def sweep(self, layer: float, request: gr.Request | None = None, progress=gr.Progress()) -> tuple:  # noqa: B008
+        """Ablate every head of `layer` alone at the selected step; progress per head; Stop ends it."""
+        key = session_key(request)
+        session = self.sessions.get(key)
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            return t("lab_needs_run", lang), gr.skip()
+        stop = self._sweeps[key] = threading.Event()
+        step = run.step(session.selected_step)
+
+        def tick(done: int, total: int) -> bool:
+            progress((done, total), desc=t("lab_sweep_progress", lang, done=done, total=total))
+            return not stop.is_set()
+
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            result = torch_thread.call(lab.sweep, lm, run, step, int(layer or 0), lang, tick)
+        except Exception as exc:  # noqa: BLE001 - one line above the figure
+            return html.escape(one_line(exc, lang, "sweep")), gr.update(visible=False)
+        finally:
+            if self._sweeps.get(key) is stop:
+                del self._sweeps[key]
+        token = run.path[step].token_text
+        done = int((~np.isnan(result.logprob_drop)).sum())
+        best = result.order[0]
+        md = t("lab_sweep_done", lang, layer=result.layer, step=step + 1, head=best, token=token,
+               drop=float(result.logprob_drop[best]))
+        if done < len(result.logprob_drop):
+            md += " " + t("lab_sweep_stopped", lang, done=done, total=len(result.logprob_drop))
+        with viz.language(lang):
+            figure = causal.head_sweep_figure(result.to_dict(), token)
+        return md, gr.update(value=figure, visible=True)
+
+    def stop_sweep(self, request: gr.Request | None = None) -> None:
+        stop = self._sweeps.get(session_key(request))
+        if stop is not None:
+            stop.set()
+
+
+def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: dict[str, Any]) -> list[Any]:
+    """Bind the lab's events; returns the fork events (streamed runs: the caller chains what follows a run)."""
+    p = page
+    gen_outputs = [p.live, p.notes, page.component("branches")]
+    kw = dict(gen_kw, js=WATCH_JS)
+    forks = [
+        p.lab_ablate_head.click(lab_handlers.fork_head, [p.lab_layer, p.lab_head], gen_outputs, **kw),
+        p.lab_ablate_mlp.click(lab_handlers.fork_mlp, [p.lab_layer], gen_outputs, **kw),
+        p.lab_steer.click(lab_handlers.fork_steer, [p.lab_positive, p.lab_negative, p.lab_steer_layer, p.lab_scale],
+                          [*gen_outputs, p.lab_steer_md], **kw),
+    ]
+    p.lab_versus.change(lab_handlers.redraw, p.lab_versus, outputs(page), **figures_kw)
+    # The head picked in the All heads tab is the one the lab ablates.
+    p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
+    p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
+    p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
+                      concurrency_id="generate", show_progress="full")
+    for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
+        stop.click(lab_handlers.stop_sweep, None, None, queue=False)
+    return forks
+
+
+def outputs(page: Any) -> list[Any]:
+    return [page.component(name) for name in OUTPUTS]

@@ -1,0 +1,84 @@
+"""The Causal lab tab's components, and the SVG button every figure's toolbar gets (no events here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from playground.app.words import t
+
+# Every plotly figure on the page gets an SVG download beside plotly's own PNG camera: the button is
+# added to each toolbar as it appears (plotly rebuilds toolbars on redraws, so it watches the page).
+EXPORT_JS = """
+(() => {
+  if (window.__pgSvgExport) return;
+  window.__pgSvgExport = true;
+  const icon = '<svg viewBox="0 0 1000 1000" class="icon" height="1em" width="1em"><path d="M500 80v560m0 0l-200-200m200 200l200-200M140 720v180h720V720" stroke="currentColor" stroke-width="90" fill="none"/></svg>';
+  const add = (gd) => {
+    const bar = gd.querySelector('.modebar');
+    if (!bar || bar.querySelector('.pg-svg-btn') || !window.Plotly) return;
+    const group = document.createElement('div');
+    group.className = 'modebar-group';
+    const a = document.createElement('a');
+    a.className = 'modebar-btn pg-svg-btn';
+    a.setAttribute('rel', 'tooltip');
+    a.setAttribute('data-title', document.documentElement.lang === 'zh-CN' ? '下载为 SVG' : 'Download as SVG');
+    a.innerHTML = icon;
+    a.addEventListener('click', () => {
+      const holder = gd.closest('[id]');
+      window.Plotly.downloadImage(gd, { format: 'svg', filename: holder && holder.id ? holder.id : 'figure' });
+    });
+    group.appendChild(a);
+    bar.prepend(group);
+  };
+  let queued = false;
+  const scan = () => { queued = false; document.querySelectorAll('.js-plotly-plot').forEach(add); };
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(scan); } })
+    .observe(document.body, { childList: true, subtree: true });
+  scan();
+})();
+"""
+
+
+def build_tab(c: dict[str, Any], named, lang: str) -> None:
+    """The Lab tab's components (inside the deep views' Tabs)."""
+    with gr.Tab(t("tab_lab", lang), id="lab", elem_id="lab-tab") as tab:
+        c["tab_lab"] = tab
+        c["lab_intro"] = gr.Markdown(t("lab_intro", lang), elem_id="lab-intro")
+        with gr.Row():
+            named("lab_layer", gr.Slider(0, 1, value=0, step=1, label=t("lab_layer", lang), elem_id="lab-layer"),
+                  "lab_layer")
+            named("lab_head", gr.Slider(0, 1, value=0, step=1, label=t("lab_head", lang), elem_id="lab-head"),
+                  "lab_head")
+        with gr.Row(elem_id="lab-buttons"):
+            named("lab_ablate_head", gr.Button(t("lab_ablate_head", lang), variant="primary",
+                                               elem_id="lab-ablate-head"), "lab_ablate_head")
+            named("lab_ablate_mlp", gr.Button(t("lab_ablate_mlp", lang), elem_id="lab-ablate-mlp"), "lab_ablate_mlp")
+        c["lab_md"] = gr.Markdown(t("lab_needs_run", lang), elem_id="lab-divergence-md")
+        c["lab_div"] = gr.Plot(elem_id="lab-divergence-plot", show_label=False, visible=False)
+        named("lab_versus", gr.Checkbox(value=False, label=t("lab_versus", lang), elem_id="lab-versus"), "lab_versus")
+        c["lab_attr_md"] = gr.Markdown("", elem_id="lab-attribution-md")
+        c["lab_attr"] = gr.Plot(elem_id="lab-attribution-plot", show_label=False, visible=False)
+        with gr.Row(elem_id="lab-sweep-buttons"):
+            named("lab_sweep", gr.Button(t("lab_sweep", lang), elem_id="lab-sweep-btn"), "lab_sweep")
+            named("lab_sweep_stop", gr.Button(t("lab_sweep_stop", lang), variant="stop", elem_id="lab-sweep-stop",
+                                              min_width=80), "lab_sweep_stop")
+        c["lab_sweep_md"] = gr.Markdown("", elem_id="lab-sweep-md")
+        c["lab_sweep_plot"] = gr.Plot(elem_id="lab-sweep-plot", show_label=False, visible=False)
+        c["lab_steer_title"] = gr.Markdown(t("lab_steer_title", lang), elem_id="lab-steer-title")
+        with gr.Row():
+            named("lab_positive", gr.Textbox(label=t("lab_positive", lang), elem_id="lab-positive"), "lab_positive")
+            named("lab_negative", gr.Textbox(label=t("lab_negative", lang), elem_id="lab-negative"), "lab_negative")
+        with gr.Row():
+            named("lab_steer_layer", gr.Slider(0, 1, value=0, step=1, label=t("lab_layer", lang),
+                                               elem_id="lab-steer-layer"), "lab_layer")
+            named("lab_scale", gr.Slider(-16, 16, value=4, step=0.5, label=t("lab_scale", lang), elem_id="lab-scale"),
+                  "lab_scale")
+        named("lab_steer", gr.Button(t("lab_steer", lang), variant="primary", elem_id="lab-steer-btn"), "lab_steer")
+        c["lab_steer_md"] = gr.Markdown("", elem_id="lab-steer-md")
+
+
+def intro_updates(lang: str) -> list[str]:
+    """The lab's plain Markdown texts in `lang` (for the language switch): intro, steering title."""
+    return [t("lab_intro", lang), t("lab_steer_title", lang)]

@@ -1,0 +1,63 @@
+"""The Causal lab's handlers without a browser: a fork streams like every run and lands in the link, the
+tab's panels draw at the selected step, the sweep reports its progress and stops on request."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+import pytest
+
+from playground.app.settings import UISettings
+from playground.interventions import Ablate, unpack
+from tests.test_ui import app, h, open_link, request, run, values, weights  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("h")
+SETTINGS = UISettings(prompt="The Python interpreter", max_new_tokens=10)
+
+
+def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "lab")
+    frames = list(h.lab.fork_head(1, 3, request("lab")))
+    session = h.sessions.get("lab")
+    fork = session.current
+    assert fork is not original and fork.cfg.interventions == (Ablate(1, head=3),) and len(frames) >= 2
+    live, notes, _ = frames[-1]
+    assert [b["edit"] for b in live["branches"]] == ["", "ablate head 1.3"]
+    session.deep_tab = "lab"
+    out = dict(zip(("md", "div", "attr_md", "attr", "layer", "head", "steer_layer"), h.lab.redraw(False, request("lab"))))
+    assert "ablate head 1.3" in out["md"] and "KL" in out["md"] and out["div"]["visible"] is True
+    assert "parts sum to" in out["attr_md"] and out["head"]["maximum"] == 3
+    query = h.stream.link(request("lab"), *values(SETTINGS))
+    params = dict(parse_qsl(query[1:]))
+    assert unpack(params["edits"]) == (Ablate(1, head=3),)
+    replay = open_link(h, "lab-replay", **params)
+    again = h.sessions.get("lab-replay")
+    assert [r.settings.edits == "" for r in again.runs] == [True, False] and len(replay) >= 2
+    assert again.current.generated_ids == fork.generated_ids
+    assert again.runs[0].generated_ids == original.generated_ids
+    # A new press of Generate starts clean, whatever the link carried.
+    _, plain = run(h, UISettings(**{**SETTINGS.__dict__, "edits": params["edits"]}), "lab-replay")
+    assert plain.cfg.interventions == () and plain.generated_ids == original.generated_ids
+
+
+def test_the_sweep_reports_progress_and_stops_when_asked(h):  # noqa: F811
+    run(h, SETTINGS, "sweep")
+    seen = []
+    md, plot = h.lab.sweep(0, request("sweep"), progress=lambda done, desc="": seen.append(done))
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)] and "loses" in md and plot["visible"] is True
+
+    def stop_at_first(done, desc=""):
+        h.lab.stop_sweep(request("sweep"))
+
+    md, _ = h.lab.sweep(0, request("sweep"), progress=stop_at_first)
+    assert "Stopped after 1 of 4 heads" in md
+
+
+def test_steering_measures_the_vector_then_forks(h):  # noqa: F811
+    run(h, SETTINGS, "steer")
+    frames = list(h.lab.fork_steer("I love this", "I hate this", 1, 4.0, request("steer")))
+    assert "norm" in frames[0][3] and "typically" in frames[0][3]
+    session = h.sessions.get("steer")
+    assert type(session.current.cfg.interventions[0]).__name__ == "Steer"
+    empty = list(h.lab.fork_steer("", "I hate this", 1, 4.0, request("steer")))
+    assert len(empty) == 1 and "Type both prompts" in empty[0][3]
