@@ -30,9 +30,16 @@ def run(lm):
 
 
 def test_the_registry_names_every_lesson_once_with_what_it_needs():
-    assert list(lessons.LESSONS) == ["steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training"]
-    assert {n for n, x in lessons.LESSONS.items() if not x.needs_run} == {"sdpa", "training"}
-    assert set(lessons.STEP_FOLLOWING) == {"steps", "lens", "kv", "memory", "anatomy"}
+    assert list(lessons.LESSONS) == ["steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab"]
+    assert {n for n, x in lessons.LESSONS.items() if not x.needs_run} == {"sdpa", "training", "lab"}
+    assert set(lessons.STEP_FOLLOWING) == {"steps", "lens", "kv", "memory", "anatomy", "lab"}
+
+
+def test_the_lab_lesson_tells_its_walk_before_a_run_and_why_the_token_won_after(lm, run):
+    before = lessons.show("lab", lm, None, None, lessons.Inputs(), "zh")
+    assert before.caption.endswith(t("lab_needs_run", "zh")) and before.figures == []
+    after = lessons.show("lab", lm, run, 2, lessons.Inputs(), "en")
+    assert after.caption.startswith(t("lesson_lab_text", "en")) and len(after.figures) == 1
 
 
 @pytest.mark.parametrize("name", list(lessons.LESSONS))
