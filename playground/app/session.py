@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.app.lab import describe_edits
 from playground.app.run import Run
 from playground.app.settings import UISettings, format_branches, to_query
 
@@ -162,8 +163,6 @@ def _edit_words(edits: str, lang: str) -> str:
     """The causal lab's edits of a run, in words ('' for a plain run)."""
     if not edits:
         return ""
-    from playground.app.lab import describe_edits  # the lab imports this module
-
     return describe_edits(edits, lang)
 
 
