@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = Path(args.model).resolve()
     if not model.exists():
         raise SystemExit(f"error: no checkpoint at {args.model}; run `python -m playground import-smollm2` or pass --model")
-    server, url = start_server(str(model.parent), 4, "--threads", str(args.server_threads))
+    # the browser runs here too: without --server-threads the app leaves it a core, as a colocated app should
+    threads = ["--threads", str(args.server_threads)] if args.server_threads else ["--browser-here"]
+    server, url = start_server(str(model.parent), 4, *threads)
     try:
         query = dict(model=model.name, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
                      chat="true" if args.chat else "false", mode="greedy")
@@ -126,7 +128,7 @@ def format_report(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"First token shown {m['first_token_after_prefill_ms']:.0f} ms after the engine's prefill ended "
                  f"({results['model']}, {results['max_new_tokens']} new tokens, greedy, chat {'on' if results['chat'] else 'off'}, "
-                 f"every live panel on; app torch threads: {results.get('server_threads') or 'default (cores - 1)'}, "
+                 f"every live panel on; app torch threads: {results.get('server_threads') or 'cores - 1 (--browser-here)'}, "
                  f"{results.get('cpus')} CPUs shared with the browser).")
     return "\n".join(lines)
 
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=88)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--server-threads", type=int, default=0,
-                        help="the app's torch threads (app.py --threads; 0: the app's default, cores - 1)")
+                        help="the app's torch threads (app.py --threads; 0: app.py --browser-here, cores - 1)")
     parser.add_argument("--json", help="write the results to this JSON file")
     args = parser.parse_args(argv)
     results = run(args)
