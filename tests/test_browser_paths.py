@@ -82,9 +82,10 @@ def test_a_new_prompt_after_a_branch_is_a_plain_run(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=8)
     page.click("#token-stream [data-step='2']")
     page.locator("#step-panels .pg-branch").first.click()
-    wait_state(page, "running", "done")
-    wait_state(page, "done")
+    # the branch list shows with the branch's first frame; only then is "done" the branch's own end
+    # (waiting for "done" first could see the original run's end and press Generate mid-branch)
     page.wait_for_selector(".pg-branches:not([hidden])")
+    wait_state(page, "done")
     page.fill("#prompt textarea", "Once upon a time")
     generate_and_wait(page)
     assert page.locator("#token-stream .tok.forced").count() == 0
