@@ -9,10 +9,12 @@ anything over its byte budget, before reading more than the budget allows.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from playground.errors import CheckpointError
 
@@ -87,6 +89,21 @@ def read_folder_text(directory: Path, name: str, max_bytes: int) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CheckpointError(f"{name}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+
+
+def read_folder_json(directory: Path, name: str, max_bytes: int) -> dict[str, Any] | None:
+    """`read_folder_text` parsed as one JSON object, or None when there is no such file. Not JSON, too
+    deeply nested, or not an object: one line naming the file (a JSON error names no path)."""
+    text = read_folder_text(directory, name, max_bytes)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise CheckpointError(f"{name}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{name}: expected a JSON object")
+    return data
 
 
 def _reason(error: OSError) -> str:

@@ -26,7 +26,7 @@ import torch
 
 from playground.checkpoints.expected import state_layout
 from playground.checkpoints.families import family_for
-from playground.checkpoints.folder_files import checkpoint_root, read_folder_text
+from playground.checkpoints.folder_files import checkpoint_root, read_folder_json
 from playground.checkpoints.limits import Limits, check_file_holds, check_file_sizes, check_memory, estimate_load
 from playground.checkpoints.own_format import is_own_format
 from playground.checkpoints.safetensors_io import PICKLE_SUFFIXES, TensorReader, read_header, refuse_pickle
@@ -296,15 +296,9 @@ def _weight_files(directory: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    text = read_folder_text(path.parent, path.name, MAX_CONFIG_BYTES)  # a regular file inside, within budget
-    if text is None:
+    data = read_folder_json(path.parent, path.name, MAX_CONFIG_BYTES)  # a regular file inside, within budget
+    if data is None:
         raise CheckpointError(f"{path.name}: missing from the checkpoint folder")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise CheckpointError(f"{path.name}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path.name}: expected a JSON object")
     return data
 
 

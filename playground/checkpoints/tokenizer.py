@@ -26,7 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from playground.checkpoints.folder_files import MIB, checkpoint_root, read_folder_file, read_folder_text
+from playground.checkpoints.folder_files import (
+    MIB,
+    checkpoint_root,
+    read_folder_file,
+    read_folder_json,
+)
 from playground.errors import CheckpointError
 
 # Names that mean "this folder has a tokenizer" (a tokenizer_config.json alone counts: it says which class).
@@ -85,8 +90,8 @@ def load_directory_tokenizer(directory: Path, memory_bytes: int | None = None) -
 def _load(directory: Path, memory_bytes: int | None) -> Any:
     if memory_bytes is not None:  # before anything is parsed: the sizes the folder claims (reads are bounded too)
         _check_memory(sum(_size(directory / name) for name in {*TOKENIZER_FILES, *COMMON_FILES}), memory_bytes)
-    settings = _json_object(directory, "tokenizer_config.json", MAX_FILE_BYTES) or {}
-    config = _json_object(directory, "config.json", MAX_CONFIG_BYTES) or {}
+    settings = read_folder_json(directory, "tokenizer_config.json", MAX_FILE_BYTES) or {}
+    config = read_folder_json(directory, "config.json", MAX_CONFIG_BYTES) or {}
     auto_map = config.get("auto_map")
     if settings.get("auto_map") or (isinstance(auto_map, dict) and "AutoTokenizer" in auto_map):
         raise CheckpointError(
@@ -213,24 +218,11 @@ def _processor_template(directory: Path) -> str | None:
     """The template of a chat_template.json (where transformers' processors keep it), used only when
     neither tokenizer_config.json nor chat_template.jinja has one."""
     try:
-        data = _json_object(directory, "chat_template.json", MAX_TEMPLATE_BYTES)
+        data = read_folder_json(directory, "chat_template.json", MAX_TEMPLATE_BYTES)
     except CheckpointError:  # a processor's file the tokenizer itself never reads: a broken one costs no text input
         return None
     template = (data or {}).get("chat_template")
     return template if isinstance(template, str) and template else None
-
-
-def _json_object(directory: Path, name: str, max_bytes: int) -> dict[str, Any] | None:
-    text = read_folder_text(directory, name, max_bytes)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise CheckpointError(f"{name}: not valid JSON ({_neutral(error)})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{name}: expected a JSON object")
-    return data
 
 
 _ABSOLUTE_PATH = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s'\",:;()]+")
