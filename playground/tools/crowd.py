@@ -29,8 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from playground.loadtest import start_server, stop_server
-from playground.loadtest_page import Page, Visitor
+from playground.cpu import default_threads, omp_threads
+from playground.tools.loadtest import start_server, stop_server
+from playground.tools.loadtest_page import Page, Visitor
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "SmolLM2-135M-Instruct"
@@ -40,14 +41,10 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Ex
 
 
 def app_threads(app_args: list[str]) -> int:
-    """The torch threads the app runs with: its --threads, else its own default."""
+    """The torch threads the app runs with: its --threads, else OMP_NUM_THREADS, else its own default."""
     if "--threads" in app_args:
         return int(app_args[app_args.index("--threads") + 1])
-    sys.path.insert(0, str(REPO))
-    import app  # the entry point's own policy
-
-    default = getattr(app, "default_threads", None)
-    return default() if default is not None else (os.cpu_count() or 1)
+    return omp_threads() or default_threads(browser_here="--browser-here" in app_args)
 
 
 def cli_rate(weights: Path, new_tokens: int, threads: int, repeat: int = 3) -> float:
