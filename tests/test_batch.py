@@ -1,8 +1,10 @@
-"""Batched decoding: every request in a mixed batch gets exactly what it gets alone.
+"""Batched decoding: every request in a mixed batch gets what it gets alone.
 
-Alone means through the scheduler by itself (`run_alone`): token ids, probabilities, captures and
-cache statistics bitwise equal. Against the single-request path (`generate_all`, which multiplies
-with a different kernel) the token ids are equal and the probabilities agree to float32 rounding.
+Through the batch-invariant kernels (`Scheduler(invariant_alone=True)`, `run_alone(invariant=True)`)
+a request's token ids, probabilities, captures and cache statistics are bitwise the same beside any
+others as alone. As the server runs it, a request alone takes the model's own forward pass (the
+single-request kernels): bitwise `generate_all` for a prompt of one chunk; beside others, the token
+ids are equal and the probabilities agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -76,9 +78,9 @@ def test_mixed_batch_equals_each_request_alone(lm, one_thread):
     mid-run, one is stopped after four tokens. Each equals its own run alone."""
     requests = [plan(lm, ids, cfg) for ids, cfg in _requests(lm)]
     late = plan(lm, [4, 4, 4, 19], GenerationConfig(max_new_tokens=6, num_beams=2))
-    alone = [run_alone(p) for p in requests + [late]]
+    alone = [run_alone(p, invariant=True) for p in requests + [late]]
 
-    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4, invariant_alone=True)
     stop = threading.Event()
     tickets = [scheduler.submit(p, stop if i == 0 else None) for i, p in enumerate(requests)]
     steps, joined = 0, None
@@ -99,14 +101,33 @@ def test_mixed_batch_equals_each_request_alone(lm, one_thread):
         assert got[-1].finished
 
 
-def test_alone_equals_the_single_request_path(lm, one_thread):
-    """Through the scheduler, a request picks generate_all's tokens, probabilities to float32 rounding."""
+@pytest.mark.parametrize("invariant", [False, True], ids=["as-served", "invariant-kernels"])
+def test_alone_equals_the_single_request_path(lm, one_thread, invariant):
+    """Through the scheduler, a request picks generate_all's tokens, probabilities to float32 rounding;
+    as served (the model's own pass when alone), bitwise for a prompt of one chunk."""
     for ids, cfg in _requests(lm):
         reference = generate_all(lm, ids, cfg)
-        events = run_alone(plan(lm, ids, cfg))
+        events = run_alone(plan(lm, ids, cfg), invariant=invariant)
         assert events[-1].token_ids == reference.token_ids
         assert np.allclose([e.prob for e in events], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
         assert events[-1].cache == reference.cache
+        if not invariant and len(ids) <= CHUNK:
+            assert [e.prob for e in events] == [e.prob for e in reference.steps]
+
+
+def test_mixed_batch_as_served_matches_the_single_request_path(lm, one_thread):
+    """The server's scheduler: requests beside each other (batch-invariant kernels) and the last one
+    finishing alone (the model's own pass) each pick generate_all's tokens, probabilities within 1e-5."""
+    requests = _requests(lm)
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    tickets = [scheduler.submit(plan(lm, ids, cfg)) for ids, cfg in requests]
+    while scheduler.busy():
+        scheduler.step()
+    for t, (ids, cfg) in zip(tickets, requests):
+        got, reference = t.drain(), generate_all(lm, ids, cfg)
+        assert got[-1].token_ids == reference.token_ids
+        assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
+        assert got[-1].cache == reference.cache
 
 
 def test_rows_are_capped_and_one_owner_runs_one_request(lm, one_thread):
@@ -146,8 +167,8 @@ def test_an_edited_request_runs_alone_and_never_touches_its_neighbours(lm, one_t
     plain = [plan(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=8)),
              plan(lm, [11, 3, 17], GenerationConfig(max_new_tokens=6, num_beams=2))]
     edited_cfg = GenerationConfig(max_new_tokens=8, interventions=edits)
-    alone = [run_alone(p) for p in plain]
-    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    alone = [run_alone(p, invariant=True) for p in plain]
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4, invariant_alone=True)
     tickets = [scheduler.submit(p) for p in plain]
     ticket = scheduler.submit(plan(lm, [5, 9, 23, 40, 7], edited_cfg))
     while scheduler.busy():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -57,3 +58,28 @@ def test_stop_ends_a_run_and_frees_its_row(lm, one_thread):
 def server_events(server: Server, p):
     ticket = server.submit(p)
     yield from ticket.stream(timeout=60)
+
+
+def test_active_counts_running_and_waiting_requests(lm, one_thread):
+    server = Server(max_rows=1, call=lambda fn: fn())
+    assert server.active() == 0
+    stops = [threading.Event() for _ in range(3)]
+    tickets = [server.submit(plan(lm, [5, 9], GenerationConfig(max_new_tokens=40)), stop) for stop in stops]
+    next(tickets[0].stream(timeout=60))  # the first runs; one row, so the other two wait
+    assert server.active() == 3
+    for stop in stops:
+        stop.set()
+    for ticket in tickets:
+        list(ticket.stream(timeout=60))
+    deadline = time.monotonic() + 30  # a finished ticket leaves the running list at the end of its step
+    while server.active() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.active() == 0
+
+
+def test_a_crowd_spaces_each_visitors_frames():
+    from playground.app.frames import FRAME_SECONDS, MAX_FRAME_SECONDS, SERVER_FRAMES_PER_SECOND, frame_seconds
+
+    assert frame_seconds(0) == frame_seconds(1) == FRAME_SECONDS  # one visitor: ~12 frames a second
+    assert frame_seconds(8) == pytest.approx(8 / SERVER_FRAMES_PER_SECOND)  # the server's frames shared by 8
+    assert frame_seconds(1000) == MAX_FRAME_SECONDS  # a big crowd still sees its text move twice a second

@@ -145,7 +145,10 @@ def test_generation_streams_small_frames_into_the_live_screen(h):
     assert any(c[4] for c in cands)  # the chosen token is among the candidates
     assert last["att"]["step"] == 11 and len(last["att"]["row"]) == len(r.prompt_ids) + 11
     assert abs(sum(last["att"]["row"]) - 1) < 1e-3  # a softmax row
-    assert len(frames) > 2 and all(is_skip(f[1]) and is_skip(f[2]) for f in frames[1:-1])  # notes, branches: first and last
+    # notes and branches: the same plain values every frame (Gradio sends nothing for an unchanged value,
+    # where an update such as gr.skip() rebuilds the component on the server for every frame)
+    assert len(frames) > 2 and all(f[1] == frames[0][1] and f[2] == frames[0][2] for f in frames[1:])
+    assert not any(is_skip(f[1]) or is_skip(f[2]) for f in frames)
     assert not any(isinstance(v, str) and "<span" in v for v in last.values())  # data, never rendered markup
 
 

@@ -23,6 +23,18 @@ if TYPE_CHECKING:  # a run is built from frames' pieces: these are only named he
 
 ROUND = 4  # significant digits of the probabilities and weights sent to the page
 
+# Frames: one visitor gets at most ~12 a second, however fast tokens arrive. A crowd shares the
+# server's time for them (each frame is serialized and diffed on the web server's one event loop,
+# beside the model's work on the same cores), so each visitor's frames are spaced by the crowd's size.
+FRAME_SECONDS = 0.08
+SERVER_FRAMES_PER_SECOND = 24
+MAX_FRAME_SECONDS = 0.5
+
+
+def frame_seconds(active_runs: int) -> float:
+    """The least time between two frames of one run while `active_runs` runs are being served."""
+    return min(MAX_FRAME_SECONDS, max(FRAME_SECONDS, active_runs / SERVER_FRAMES_PER_SECOND))
+
 
 def _r(x: float) -> float:
     if not math.isfinite(x) or x == 0.0:

@@ -62,6 +62,12 @@ class Server:
             self._wake.notify()
         return ticket
 
+    def active(self) -> int:
+        """Requests running or waiting, over every model."""
+        with self._wake:
+            schedulers = list(self._schedulers.values())
+        return sum(s.active() for s in schedulers)
+
     def queue_position(self, ticket: Ticket) -> int:
         """0 once the request decodes; otherwise its place among those waiting for its model."""
         return ticket.scheduler.queue_position(ticket)
@@ -93,6 +99,12 @@ def default_server() -> Server:
         if _server is None:
             _server = Server()
         return _server
+
+
+def active_requests() -> int:
+    """Requests the process is running or holding: the crowd whose frames share the server's time."""
+    server = _server
+    return 0 if server is None else server.active()
 
 
 def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator[StepEvent]:

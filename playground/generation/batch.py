@@ -15,11 +15,14 @@ row at once; attention runs per segment against that segment's own cache. A beam
 segment of `num_beams` rows. A prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step
 (chunked prefill), so a newcomer never holds the others up for long.
 
-Results never depend on the batch: the weight products go through the prepacked oneDNN path
-(`models/kernels.py`), where a row's output is bitwise the same whatever the other rows; the rest
-is row-wise or per segment. So a request gets bitwise the same logits, tokens, probabilities and
-captures beside others as alone through the scheduler, and equals `generate_all` (the single-request
-path, which multiplies with `x @ W`) to float32 rounding.
+Results never depend on the batch: beside others, the weight products go through the prepacked
+oneDNN path (`models/kernels.py`), where a row's output is bitwise the same whatever the other rows;
+the rest is row-wise or per segment. So a request gets bitwise the same logits, tokens,
+probabilities and captures beside any others. A step with one request alone runs the model's own
+forward pass instead (`x @ W`: for one row the fastest kernel, a third faster than the prepacked one
+on 2 cores), so a visitor alone decodes as fast as the command line with generate_all's numbers;
+the two kernels agree to float32 rounding (probabilities within 1e-5, the same tokens), which is
+how a request compares beside others and alone.
 
 Seq2seq models' encode/decode calls are not batched: each request takes one forward pass per step
 in turn. Everything here must run on one thread (the server's torch thread).
@@ -267,13 +270,17 @@ class Scheduler:
     requests one owner (a visitor) has running; max_prefills caps the prompts being fed at once; the
     running requests' memory peaks (generation.budget) must fit in the budget beside the model and
     its prepacked copy. A request that fits none of these alone still runs when nothing else does.
+    A step with one request runs the model's own forward pass (the single-request kernels) unless
+    `invariant_alone`; two or more share `forward_segments` through the batch-invariant kernels.
     `submit` may be called from any thread; `step` runs on the one thread that does the work.
     """
 
     def __init__(
-        self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None
+        self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None,
+        invariant_alone: bool = False,
     ) -> None:
         self.lm = lm
+        self.invariant_alone = invariant_alone
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         limits = lm.limits or Limits.default()
         # the model twice (its weights and their prepacked copy), then the running requests' peaks
@@ -296,6 +303,11 @@ class Scheduler:
     def busy(self) -> bool:
         with self._lock:
             return bool(self.running or self.waiting)
+
+    def active(self) -> int:
+        """Requests running or waiting."""
+        with self._lock:
+            return len(self.running) + len(self.waiting)
 
     def queue_position(self, ticket: Ticket) -> int:
         """0 once running; otherwise how many wait ahead of it, plus one."""
@@ -354,8 +366,7 @@ class Scheduler:
             batch = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
             if batch:
                 try:
-                    with batch_kernels():
-                        outs = forward_segments(self.lm.model, [t.waiting for t in batch])
+                    outs = self._forward([t.waiting for t in batch])
                 except Exception as error:  # e.g. out of memory: every request in this pass fails alike
                     outs = None
                     for t in batch:
@@ -367,9 +378,21 @@ class Scheduler:
             self.running = [t for t in self.running if not t.done]
 
 
-def run_alone(p: Plan, stop: threading.Event | None = None) -> list[StepEvent]:
-    """A plan's events through a scheduler of its own: what that request gives alone."""
-    scheduler = Scheduler(p.lm)
+    def _forward(self, segments: list[Segment]) -> list[torch.Tensor | None]:
+        if len(segments) == 1 and not self.invariant_alone:
+            # Alone: the model's own forward pass with the single-request kernels (`x @ W`, fastest for one
+            # row), so a visitor alone decodes as fast as the command line, with generate_all's numbers.
+            s = segments[0]
+            logits = self.lm.model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
+            return [None if s.logits == "none" else logits]
+        with batch_kernels():
+            return forward_segments(self.lm.model, segments)
+
+
+def run_alone(p: Plan, stop: threading.Event | None = None, *, invariant: bool = False) -> list[StepEvent]:
+    """A plan's events through a scheduler of its own: what that request gives alone (with `invariant`,
+    through the batch-invariant kernels: bitwise what it gives beside any others)."""
+    scheduler = Scheduler(p.lm, invariant_alone=invariant)
     ticket = scheduler.submit(p, stop)
     while scheduler.busy():
         scheduler.step()

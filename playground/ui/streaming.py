@@ -1,9 +1,10 @@
 """Generation in the app: the stream behind the live screen, Stop, branches, and the script API.
 
 The engine runs inside Gradio's worker thread; this generator collects its events and yields a
-frame (the live screen's value, see `frames`) at most every FRAME_SECONDS, plus one for the first
+frame (the live screen's value, see `frames`) at most every `frames.FRAME_SECONDS`, plus one for the first
 token and one at the end. Nothing but that small value travels per frame, so the page keeps up
-with the engine. A session runs one generation at a time: a new one stops the previous; Stop
+with the engine (with many visitors at once, each one's frames are spaced further apart:
+`frames.frame_seconds`). A session runs one generation at a time: a new one stops the previous; Stop
 also refuses runs still waiting in the queue (each press of Generate carries a ticket).
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, lab, torch_thread
+from playground.app import describe, frames, heap, lab, serving, torch_thread
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.run import Run
@@ -40,7 +41,6 @@ from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
 
-FRAME_SECONDS = 0.08  # at most ~12 frames a second, however fast tokens arrive
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 
 
@@ -141,11 +141,12 @@ class Streaming:
             for event in stream:
                 run.add_event(event, lm)
                 now = time.monotonic()
-                if len(run.events) == 1 or event.finished or now - last_frame >= FRAME_SECONDS or pace:
+                if (len(run.events) == 1 or event.finished or pace
+                        or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                     last_frame = now
-                    first = len(run.events) == 1
-                    yield (self._value(session, run, meta), notes_md if first else gr.skip(),
-                           branches if first else gr.skip(), run)
+                    # the same notes and branches each frame: unchanged values cost Gradio nothing, where an
+                    # update (gr.skip) rebuilds the component on the server for every frame
+                    yield self._value(session, run, meta), notes_md, branches, run
                 if pace and not event.finished and stop.wait(pace):
                     pass  # Stop during the pause: the engine ends before its next step
         except Exception as exc:  # noqa: BLE001
