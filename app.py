@@ -1,5 +1,5 @@
 """Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
-[--browser-here] [--device cpu|cuda] [--dtype float32|bfloat16|float16]`.
+[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from playground.app import serving
+from playground.app.serving import MAX_ROWS
 from playground.cpu import default_threads, omp_threads
 from playground.errors import PlaygroundError
 from playground.hosting import gpu_task, on_space, zero_gpu
@@ -34,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "each is checked at start and only those that load are listed")
     parser.add_argument("--concurrency", type=int, default=16,
                         help="generations running at once (decoded together in one batch per model)")
+    parser.add_argument("--max-rows", type=int, default=MAX_ROWS,
+                        help=f"sequences decoded together in one batch per model (default {MAX_ROWS}; a beam search "
+                             "takes one per beam); more visitors wait in line and are told their place")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "
@@ -74,6 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     if zero_gpu():
         gpu_task(zero_gpu_probe)
         log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
+    if args.max_rows < 1:
+        print(f"error: --max-rows must be at least 1, not {args.max_rows}", file=sys.stderr)
+        raise SystemExit(2)
+    serving.configure(max_rows=args.max_rows)
     threads = args.threads or omp_threads() or default_threads(browser_here=args.browser_here)
     torch.set_num_threads(threads)
     log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",

@@ -144,9 +144,8 @@ def test_the_positional_tab_draws_its_figures_after_a_run(page, server):
     shot(page, "positional-after-run")
 
 
-@pytest.fixture(scope="module")
-def smollm2_server(tmp_path_factory):
-    """A server offering the real SmolLM2-135M-Instruct (imported into weights/ once)."""
+def smollm2_copy(tmp_path_factory):
+    """A weights folder holding the real SmolLM2-135M-Instruct (imported into weights/ once), hard-linked."""
     real = base.REPO / "weights" / "SmolLM2-135M-Instruct"
     if not (real / "config.json").exists():
         pytest.skip("SmolLM2-135M-Instruct is not imported (python -m playground import-smollm2)")
@@ -159,7 +158,13 @@ def smollm2_server(tmp_path_factory):
             shutil.copy2(src, dst)
 
     shutil.copytree(real.resolve(), weights / real.name, copy_function=link_or_copy)
-    with base.running_app(weights, tmp_path_factory.mktemp("log") / "smol.log") as url:
+    return weights
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(tmp_path_factory):
+    """A server offering the real SmolLM2-135M-Instruct."""
+    with base.running_app(smollm2_copy(tmp_path_factory), tmp_path_factory.mktemp("log") / "smol.log") as url:
         yield url
 
 

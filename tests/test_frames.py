@@ -62,3 +62,13 @@ def test_a_frame_is_small_json_with_the_newest_attention_row(run):
     np.testing.assert_allclose(value["att"]["row"], state.path[4].capture.attention["self"][1].mean(0), atol=1e-3)
     assert frames.live_attention(state, 4, LiveView(kind="self", layer=0, head="mean"), meta) is None  # not recorded
     assert value["status"]["state"] == "done" and value["status"]["n"] == 5
+
+
+def test_a_waiting_run_says_its_place_and_longest_wait():
+    from playground.app.frames import waiting_value
+    from playground.app.serving import Waiting
+
+    value = {"run": "r1", "path": [], "status": {"state": "running", "n": 0, "seed": 7}}
+    shown = waiting_value(value, Waiting(position=2, seconds=14))
+    assert shown["status"] == {"state": "waiting", "n": 0, "seed": 7, "position": 2, "wait_s": 14}
+    assert shown["run"] == "r1" and value["status"]["state"] == "running"  # the run's own value is untouched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -83,3 +84,37 @@ def test_a_crowd_spaces_each_visitors_frames():
     assert frame_seconds(0) == frame_seconds(1) == FRAME_SECONDS  # one visitor: ~12 frames a second
     assert frame_seconds(8) == pytest.approx(8 / SERVER_FRAMES_PER_SECOND)  # the server's frames shared by 8
     assert frame_seconds(1000) == MAX_FRAME_SECONDS  # a big crowd still sees its text move twice a second
+
+
+def test_a_request_without_a_place_is_told_its_place_and_longest_wait(lm, one_thread):
+    """One row: the first request decodes, the second waits and hears its place (1) and a wait no longer
+    than the first request's remaining budget at the measured step time; then it runs as usual."""
+    from playground.app.serving import WAIT_REPORT_SECONDS, Waiting
+
+    def slow_steps(fn):  # 30 steps of at least 50 ms: the first request holds the one row for 1.5 s or more
+        time.sleep(0.05)
+        return fn()
+
+    server = Server(max_rows=1, call=slow_steps)
+    first = server.submit(plan(lm, [5, 9], GenerationConfig(max_new_tokens=30)))
+    next(first.stream(timeout=60))
+    second = server.events(plan(lm, [6, 9], GenerationConfig(max_new_tokens=4)), threading.Event(),
+                           report_waiting=True)
+    report = next(second)
+    assert isinstance(report, Waiting) and report.position == 1
+    step = first.scheduler.step_seconds
+    assert report.seconds is not None and report.seconds <= math.ceil(30 * step) + 1
+    rest = list(second)
+    assert not any(isinstance(e, Waiting) and e.position != 1 for e in rest)
+    tokens = [e for e in rest if not isinstance(e, Waiting)]
+    assert len(tokens) == 4 and tokens[-1].finished
+    assert WAIT_REPORT_SECONDS <= 1  # a request admitted within this is never reported
+
+
+def test_a_request_admitted_at_once_is_never_reported_waiting(lm, one_thread):
+    from playground.app.serving import Waiting
+
+    server = Server(call=lambda fn: fn())
+    events = list(server.events(plan(lm, [5, 9], GenerationConfig(max_new_tokens=5)), threading.Event(),
+                                report_waiting=True))
+    assert not any(isinstance(e, Waiting) for e in events) and len(events) == 5

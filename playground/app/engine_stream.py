@@ -16,7 +16,10 @@ from playground.generation import StepEvent
 from playground.generation.plan import Plan
 
 
-def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator[StepEvent]:
+def run_events(
+    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+) -> Iterator[StepEvent | serving.Waiting]:
     """The engine's events for `plan`; `stop` ends it early. `owner` (a visitor's session) holds at most
-    one running request at a time in the batch (a fair share per visitor)."""
-    return serving.run_events(plan, stop, owner)
+    one running request at a time in the batch (a fair share per visitor). With `report_waiting`, a
+    `serving.Waiting` while the request waits for a place in the batch."""
+    return serving.run_events(plan, stop, owner, report_waiting=report_waiting)

@@ -154,6 +154,13 @@ def live_value(
     return value
 
 
+def waiting_value(value: dict[str, Any], waiting: Any) -> dict[str, Any]:
+    """A run's live value while it waits for a place in the shared batch (a `serving.Waiting`): its
+    place in line and the longest wait, in the status."""
+    status = {**value["status"], "state": "waiting", "position": waiting.position, "wait_s": waiting.seconds}
+    return {**value, "status": status}
+
+
 def live_attention(run: Run, step: int, view: LiveView, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The attention row of `step` for the view, from what the run recorded (None if not recorded)."""
     layer = resolve_layer(view.layer, meta["layers"])

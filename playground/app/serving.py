@@ -13,11 +13,14 @@ on the torch thread, so the page's other model work (panels, lessons) slips in b
 Admission: `MAX_ROWS` rows decode at once (a beam search takes its beams), one running request per
 owner (a visitor: the caller's key; without one, each request is its own), four prompts being fed at
 once (a class pressing together is admitted in a few steps), and the running requests' memory peaks
-within the budget. The rest wait in order.
+within the budget. The rest wait in order; `run_events(..., report_waiting=True)` tells a waiting
+request its place in line and the longest it may wait (the page shows both).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,6 +28,18 @@ from typing import Any
 from playground.generation.batch import Scheduler, Ticket
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
+
+WAIT_REPORT_SECONDS = 0.5  # a request admitted within this is never reported as waiting
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A request waiting for a place in its model's batch: its place in line (1 = next) and the seconds
+    until it may start at most (None before the scheduler has timed a step)."""
+
+    position: int
+    seconds: int | None
+
 
 MAX_ROWS = 16  # a step for 16 rows costs about twice a step for one on 2 cores (playground.tools.kernels)
 
@@ -72,6 +87,28 @@ class Server:
         """0 once the request decodes; otherwise its place among those waiting for its model."""
         return ticket.scheduler.queue_position(ticket)
 
+    def events(
+        self, p: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+    ) -> Iterator[StepEvent | Waiting]:
+        """The run's StepEvents as they come. With `report_waiting`, while the request waits for a place in
+        the batch (rows or memory taken), a `Waiting` first and whenever its place or wait changes."""
+        ticket = self.submit(p, stop, owner)
+        try:
+            shown = None
+            while report_waiting and not ticket.arrived.wait(WAIT_REPORT_SECONDS):
+                position = self.queue_position(ticket)
+                expected = ticket.scheduler.expected_wait(ticket)
+                waiting = Waiting(position, None if expected is None else math.ceil(expected))
+                if position and waiting != shown:
+                    shown = waiting
+                    yield waiting
+            for event in ticket.stream():
+                if stop.is_set():  # events computed ahead of a slow reader (slow motion) are not shown after Stop
+                    return
+                yield event
+        finally:
+            ticket.cancel()
+
     def _drive(self) -> None:
         while True:
             with self._wake:
@@ -92,6 +129,15 @@ _server: Server | None = None
 _server_lock = threading.Lock()
 
 
+def configure(*, max_rows: int = MAX_ROWS) -> None:
+    """The process's serving policy, set once at start (`python app.py --max-rows N`)."""
+    global _server
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1, not {max_rows}")
+    with _server_lock:
+        _server = Server(max_rows=max_rows)
+
+
 def default_server() -> Server:
     """The process's server, made on first use."""
     global _server
@@ -107,14 +153,10 @@ def active_requests() -> int:
     return 0 if server is None else server.active()
 
 
-def run_events(plan: Plan, stop: threading.Event, owner: Any = None) -> Iterator[StepEvent]:
-    """The run's StepEvents as they come, computed in the process's shared batch. Setting `stop` (or
-    closing this iterator) ends the run before its next step, as with the engine's own stream."""
-    ticket = default_server().submit(plan, stop, owner)
-    try:
-        for event in ticket.stream():
-            if stop.is_set():  # events computed ahead of a slow reader (slow motion) are not shown after Stop
-                return
-            yield event
-    finally:
-        ticket.cancel()
+def run_events(
+    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+) -> Iterator[StepEvent | Waiting]:
+    """The run's StepEvents as they come, computed in the process's shared batch (with `report_waiting`,
+    `Waiting` while it waits for a place). Setting `stop` (or closing this iterator) ends the run before
+    its next step, as with the engine's own stream."""
+    return default_server().events(plan, stop, owner, report_waiting=report_waiting)

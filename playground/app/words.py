@@ -312,7 +312,7 @@ STRINGS.update(LAB_STRINGS)  # the causal lab's words live in their own module
 
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (
-    "status_ready", "status_running", "status_done", "status_stopped", "status_error", "status_running_one",
+    "status_ready", "status_waiting", "status_waiting_for", "status_running", "status_done", "status_stopped", "status_error", "status_running_one",
     "status_done_one", "status_stopped_one", "status_seed", "reason_eos", "reason_length",
     "reason_stop_string", "rate", "legend", "legend_low", "legend_high", "legend_hint", "step_of", "following",
     "back_to_live", "chose", "forced_token", "cand_title", "cand_hint", "cand_token", "stage_raw",
@@ -326,6 +326,10 @@ LIVE_KEYS = (
 
 STRINGS.update({
     "status_ready": ("Ready: type a prompt and press Generate.", "就绪:输入提示词并点击“生成”。"),
+    "status_waiting": ("Waiting for a place in the shared batch: number {position} in line.",
+                       "正在排队等待加入共享批次:排在第 {position} 位。"),
+    "status_waiting_for": ("Waiting for a place in the shared batch: number {position} in line, at most {s} s.",
+                           "正在排队等待加入共享批次:排在第 {position} 位,最多 {s} 秒。"),
     "status_running": ("Generating… {n} tokens so far", "正在生成……已生成 {n} 个 token"),
     "status_running_one": ("Generating… 1 token so far", "正在生成……已生成 1 个 token"),
     "status_done": ("Done: {n} tokens ({why}).", "完成:{n} 个 token({why})。"),

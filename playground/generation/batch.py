@@ -34,6 +34,7 @@ import collections
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -230,6 +231,8 @@ class Ticket:
         self.waiting: Any = None  # a Segment for the next batch, _TURN, or None (not started)
         self.started = False  # admitted into the batch
         self.first_event = False
+        self.produced = 0  # events so far (tokens, or beam steps)
+        self.arrived = threading.Event()  # set by the first event or the end: the request is no longer waiting
         self.done = False
         self.scheduler: Scheduler | None = None
 
@@ -238,7 +241,9 @@ class Ticket:
         proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
         for event in run_plan(proxied, self.stop):
             self.first_event = True
+            self.produced += 1
             self.events.put(event)
+            self.arrived.set()
 
     def cancel(self) -> None:
         """End the run before its next forward pass (its consumer went away)."""
@@ -247,6 +252,12 @@ class Ticket:
     def finish(self, error: BaseException | None = None) -> None:
         self.done = True
         self.events.put(error if error is not None else _END)
+        self.arrived.set()
+
+    @property
+    def steps_left(self) -> int:
+        """Steps it may still take (its budget; an end token may come sooner)."""
+        return max(0, self.plan.cfg.max_new_tokens - self.produced)
 
     def stream(self, timeout: float | None = None) -> Iterator[StepEvent]:
         """The events as the scheduler produces them (blocking); raises the run's error, if any."""
@@ -288,6 +299,7 @@ class Scheduler:
         self.memory_left = budget - 2 * lm.resident_bytes
         self.waiting: collections.deque[Ticket] = collections.deque()
         self.running: list[Ticket] = []
+        self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
         self._lock = threading.Lock()
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
@@ -313,6 +325,19 @@ class Scheduler:
         """0 once running; otherwise how many wait ahead of it, plus one."""
         with self._lock:
             return next((i + 1 for i, t in enumerate(self.waiting) if t is ticket), 0)
+
+    def expected_wait(self, ticket: Ticket) -> float | None:
+        """Seconds until a waiting request may start, at most: the request at place p starts once p of the
+        running ones have ended, each after its remaining budget of steps at the recent step time.
+        None before any step was timed."""
+        position = self.queue_position(ticket)
+        if not position or self.step_seconds is None:
+            return 0.0 if not position else None
+        with self._lock:
+            left = sorted(t.steps_left for t in self.running)
+        if not left:
+            return 0.0
+        return left[min(position, len(left)) - 1] * self.step_seconds
 
     def rows(self) -> int:
         return sum(t.rows for t in self.running)
@@ -358,6 +383,12 @@ class Scheduler:
 
     def step(self) -> None:
         """Admit who may join, then one forward pass for every running request."""
+        began = time.perf_counter()
+        self._step()
+        took = time.perf_counter() - began
+        self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
+
+    def _step(self) -> None:
         self._admit()
         with torch.inference_mode():
             for t in self.running:

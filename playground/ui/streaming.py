@@ -136,9 +136,12 @@ class Streaming:
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
         error = None
-        stream = run_events(p, stop, owner=session)  # batched with every other visitor's run
+        stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
         try:
             for event in stream:
+                if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
+                    yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
+                    continue
                 run.add_event(event, lm)
                 now = time.monotonic()
                 if (len(run.events) == 1 or event.finished or pace

@@ -1,0 +1,57 @@
+"""A visitor who finds the shared batch full is told their place in line, then runs: real Chromium, the
+real SmolLM2, an app started with one batch row (`--max-rows 1`), one tab at 1440×900 in English and
+one at 400×850 in 中文."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from tests import test_browser as base
+from tests.test_browser import DESKTOP, PHONE, new_page, shot, tokens, wait_state
+from tests.test_browser_paths import smollm2_copy
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+browser = base.browser
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def one_row_server(tmp_path_factory):
+    """The real model behind an app whose batch holds a single sequence: a second visitor must wait."""
+    weights = smollm2_copy(tmp_path_factory)
+    with base.running_app(weights, tmp_path_factory.mktemp("log") / "one-row.log", "--max-rows", "1") as url:
+        yield url
+
+
+def link(server: str, **params) -> str:
+    return server + "?" + urlencode({"model": MODEL, **params})
+
+
+def test_a_second_visitor_sees_its_place_in_line_then_its_run(browser, one_row_server):
+    first = new_page(browser, DESKTOP)
+    first.size_name = "desktop"
+    second = new_page(browser, PHONE)
+    second.size_name = "phone"
+    try:
+        first.goto(link(one_row_server, prompt="Tell me a long story about a lighthouse keeper.",
+                        max_new_tokens=300, repetition_penalty=1.2))
+        first.wait_for_function("() => document.querySelector('#gen-status')?.dataset.state === 'running'",
+                                timeout=300_000)
+        second.goto(link(one_row_server, prompt="What is the capital of France?", max_new_tokens=24, lang="zh"))
+        second.wait_for_function("() => document.querySelector('#gen-status')?.dataset.state === 'waiting'",
+                                 timeout=120_000)
+        status = second.inner_text("#gen-status")
+        assert "排在第 1 位" in status and "最多" in status, status  # its place, and the longest wait in seconds
+        shot(second, "crowd-waiting-zh")
+        first.click("#stop-btn")  # the row frees: the waiting run starts and ends as usual
+        assert wait_state(first, "stopped")
+        second.wait_for_function("() => ['done', 'stopped'].includes(document.querySelector('#gen-status')?.dataset.state)",
+                                 timeout=300_000)
+        assert "Paris" in "".join(tokens(second)), tokens(second)
+        assert not first.js_errors and not second.js_errors
+    finally:
+        first.context.close()
+        second.context.close()
