@@ -20,7 +20,16 @@ from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import CHUNK, Scheduler, run_alone
 from playground.generation.plan import plan
 from playground.interventions import Ablate, Steer
-from tests.hf_tiny import gpt2_like, llama_like, save_decoder, save_seq2seq, t5_like
+from tests.hf_tiny import (
+    bart_like,
+    gpt2_like,
+    llama_like,
+    m2m_like,
+    marian_like,
+    save_decoder,
+    save_seq2seq,
+    t5_like,
+)
 
 # Dimensions that are multiples of 16, as real models' are: row-wise vector code then treats every
 # row alike wherever it sits in the batch.
@@ -145,17 +154,40 @@ def test_rows_are_capped_and_one_owner_runs_one_request(lm, one_thread):
     assert all(t.drain()[-1].finished for t in (first, second, beams))
 
 
-def test_seq2seq_requests_take_turns(tmp_path, one_thread):
-    save_seq2seq(tmp_path, "t5", t5_like())
+SEQ2SEQ = {"t5": t5_like(), "bart": bart_like(), "marian": marian_like(), "m2m_100": m2m_like()}
+
+
+@pytest.mark.parametrize("family", sorted(SEQ2SEQ))
+def test_seq2seq_requests_share_each_decoder_pass(tmp_path, one_thread, family):
+    """Greedy, beam, sampled with captures, and cache-less requests of one encoder-decoder model decode
+    in one pass per step (each against its own source), and each equals its run alone bitwise and
+    generate_all's tokens (probabilities within 1e-5)."""
+    save_seq2seq(tmp_path, family, SEQ2SEQ[family])
     lm = playground.load_model(tmp_path)
-    cfgs = [GenerationConfig(max_new_tokens=6), GenerationConfig(max_new_tokens=5, num_beams=2)]
-    sources = [[5, 9, 23, 1], [7, 7, 12, 30, 1]]
-    scheduler = Scheduler(lm)
-    tickets = [scheduler.submit(plan(lm, s, c)) for s, c in zip(sources, cfgs)]
-    while scheduler.busy():
-        scheduler.step()
-    for t, s, c in zip(tickets, sources, cfgs):
-        assert t.drain()[-1].token_ids == generate_all(lm, s, c).token_ids
+    requests = [([5, 9, 23, 1], GenerationConfig(max_new_tokens=6)),
+                ([7, 7, 12, 30, 1], GenerationConfig(max_new_tokens=5, num_beams=2)),
+                ([8, 3, 1], GenerationConfig(max_new_tokens=7, temperature=0.8, seed=3, capture_attention=True,
+                                             capture_residual=True)),
+                ([9, 4, 2, 6, 11, 1], GenerationConfig(max_new_tokens=4, use_cache=False))]
+    alone = [run_alone(plan(lm, ids, cfg), invariant=True) for ids, cfg in requests]
+    scheduler = Scheduler(lm, max_prefills=4, invariant_alone=True)
+    tickets = [scheduler.submit(plan(lm, ids, cfg)) for ids, cfg in requests]
+    passes = []
+    hook = lm.model.decoder.blocks[0].register_forward_hook(lambda module, args, out: passes.append(out.shape[0]))
+    try:
+        scheduler.step()  # the requests start and ask for their turns
+        scheduler.step()  # each source is encoded in its turn, then one decoder pass for all four
+        assert len(passes) == 1 and passes[0] == 1 + 2 + 1 + 1  # rows: a beam search brings its two
+        while scheduler.busy():
+            scheduler.step()
+    finally:
+        hook.remove()
+    for t, solo, (ids, cfg) in zip(tickets, alone, requests):
+        got = t.drain()
+        _assert_equal_runs(got, solo)
+        reference = generate_all(lm, ids, cfg)
+        assert got[-1].token_ids == reference.token_ids
+        assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
 
 
 def test_an_edited_request_runs_alone_and_never_touches_its_neighbours(lm, one_thread):

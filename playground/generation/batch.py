@@ -24,8 +24,10 @@ on 2 cores), so a visitor alone decodes as fast as the command line with generat
 the two kernels agree to float32 rounding (probabilities within 1e-5, the same tokens), which is
 how a request compares beside others and alone.
 
-Seq2seq models' encode/decode calls are not batched: each request takes one forward pass per step
-in turn. Everything here must run on one thread (the server's torch thread).
+Seq2seq models batch their decoder passes the same way (`forward_seq2seq_segments`): each segment
+carries its encoder output, and cross-attention reads each segment's own source. The encoder runs
+once per request, alone in its turn (a source is a prompt's prefill). Everything here must run on
+one thread (the server's torch thread).
 """
 
 from __future__ import annotations
@@ -50,11 +52,11 @@ from playground.generation.plan import Plan
 from playground.models.attention import attend, causal_mask
 from playground.models.edits import edited
 from playground.models.kernels import batch_kernels
-from playground.models.kv_cache import KVCache
+from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.recorder import Recorder
 
 CHUNK = 32  # prompt tokens a request feeds per step; fixed per request, never chosen from the others
-_TURN = object()  # a request asks for its turn at an unbatched forward pass (seq2seq)
+_TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a request with edits)
 
 
 @dataclasses.dataclass
@@ -62,14 +64,23 @@ class Segment:
     """One request's share of a batched forward pass: ids (B, T) after `start` cached positions."""
 
     ids: torch.Tensor
-    cache: KVCache | None
+    cache: KVCache | Seq2SeqCache | None
     recorder: Recorder | None
     start: int
     logits: str  # "none", "last" (B, 1, V) or "all" (B, T, V)
+    encoder_out: torch.Tensor | None = None  # seq2seq: the source this decoder pass reads
+    # filled by forward_seq2seq_segments for its pass: T5's self-attention bias, the cross K/V per layer
+    self_mask: torch.Tensor | None = None
+    cross_kv: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     @property
     def rows(self) -> int:
         return self.ids.numel()
+
+    @property
+    def self_cache(self) -> KVCache | None:
+        """The self-attention cache (a seq2seq cache holds one beside its cross-attention keys)."""
+        return getattr(self.cache, "self_cache", self.cache)
 
 
 class _Segments:
@@ -97,12 +108,15 @@ class _Segments:
             rec = s.recorder
             keep = rec is not None and rec.wants(layer)
             inner = rec is not None and rec.wants_internals(layer)
-            if s.cache is not None:
-                ks, vs = s.cache.write(layer, s.start, ks, vs, ordered=keep or inner)
+            if s.self_cache is not None:
+                ks, vs = s.self_cache.write(layer, s.start, ks, vs, ordered=keep or inner)
             S = ks.shape[2]
-            # as SelfAttention: the plain causal case when the keys are exactly these queries
-            is_causal = T == S and (attn.window is None or S <= attn.window)
-            mask = None if is_causal else causal_mask(T, S, window=attn.window, device=q.device)
+            # as SelfAttention: the plain causal case when the keys are exactly these queries (T5's decoder
+            # brings its own mask: position bias plus causal)
+            is_causal = s.self_mask is None and T == S and (attn.window is None or S <= attn.window)
+            mask = s.self_mask
+            if mask is None and not is_causal:
+                mask = causal_mask(T, S, window=attn.window, device=q.device)
             out, weights = attend(qs, ks, vs, scale=attn.scale, mask=mask, is_causal=is_causal, need_weights=keep)
             if keep:
                 first = s.start + T - S
@@ -113,6 +127,30 @@ class _Segments:
         out = attn.out(torch.cat(outs))  # (N, 1, d_model)
         for rec, a, b, B, T, qs, ks, vs in internals:
             rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
+        return out
+
+
+    def cross_attend(self, cross: torch.nn.Module, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """Cross-attention (N, 1, d_model) -> (N, 1, d_model): each segment's queries read its own source
+        (the segment's `cross_kv`), as CrossAttention does for one request."""
+        h, d = cross.n_heads, cross.head_dim
+        q = cross.q(x)
+        outs, internals = [], []
+        for s, (a, b) in zip(self.segments, self.bounds):
+            B, T = s.ids.shape
+            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+            ks, vs = s.cross_kv[0][layer], s.cross_kv[1][layer]
+            rec = s.recorder
+            keep = rec is not None and rec.wants(layer)
+            out, weights = attend(qs, ks, vs, scale=cross.scale, mask=None, need_weights=keep)
+            if keep:
+                rec.record_attention("cross", layer, weights)
+            if rec is not None and rec.wants_internals(layer):
+                internals.append((rec, a, b, B, T, qs, ks, vs))
+            outs.append(out.transpose(1, 2).reshape(B * T, 1, h * d))
+        out = cross.out(torch.cat(outs))
+        for rec, a, b, B, T, qs, ks, vs in internals:
+            rec.record_internals("cross", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
         return out
 
 
@@ -144,11 +182,22 @@ def forward_segments(model: torch.nn.Module, segments: list[Segment]) -> list[to
             sin = _per_row([sn for _, sn in tables], segments)[:, None, None]
             ropes[name] = (cos, sin)
     shared = _Segments(segments)
+    return _blocks_then_logits(x, shared, model.unembed,
+                               lambda x, block: block(x, 0, ropes[block.rope_table], shared, None), model.blocks)
+
+
+def _blocks_then_logits(
+    x: torch.Tensor, shared: _Segments, unembed: Callable[[torch.Tensor], torch.Tensor],
+    run_block: Callable[[torch.Tensor, torch.nn.Module], torch.Tensor], blocks: torch.nn.ModuleList,
+) -> list[torch.Tensor | None]:
+    """The blocks over the batch's rows (each segment's residual stream recorded where asked), then the
+    logits of the positions each segment asks for, split back per segment."""
+    segments = shared.segments
     recorders = [(s.recorder, a, b, s.ids.shape) for s, (a, b) in zip(segments, shared.bounds) if s.recorder is not None]
     for rec, a, b, shape in recorders:
         rec.record_residual(x[a:b].reshape(*shape, -1))
-    for block in model.blocks:
-        x = block(x, 0, ropes[block.rope_table], shared, None)
+    for block in blocks:
+        x = run_block(x, block)
         for rec, a, b, shape in recorders:
             rec.record_residual(x[a:b].reshape(*shape, -1))
     picks: list[int] = []
@@ -158,7 +207,7 @@ def forward_segments(model: torch.nn.Module, segments: list[Segment]) -> list[to
             picks.extend(range(a, b))
         elif s.logits == "last":
             picks.extend(a + i * T + T - 1 for i in range(B))
-    logits = model.unembed(x[picks]) if picks else None  # (K, 1, V)
+    logits = unembed(x[picks]) if picks else None  # (K, 1, V)
     out: list[torch.Tensor | None] = []
     at = 0
     for s in segments:
@@ -167,6 +216,32 @@ def forward_segments(model: torch.nn.Module, segments: list[Segment]) -> list[to
         out.append(None if n == 0 else logits[at : at + n].reshape(B, n // B, -1))
         at += n
     return out
+
+
+def forward_seq2seq_segments(model: torch.nn.Module, segments: list[Segment]) -> list[torch.Tensor | None]:
+    """One decoder pass of an encoder-decoder model over every segment's target tokens at once, each
+    against its own source and cache; each segment's logits as its `logits` asks. The same computation
+    as `EncoderDecoderLM.decode`, with positions, position bias and cross-attention per segment."""
+    for s in segments:
+        model._check_length(s.start + s.ids.shape[1], "target")
+        s.cross_kv = model.cross_pairs(s.encoder_out, s.cache)
+    ids = torch.cat([s.ids.reshape(-1) for s in segments])[:, None]  # (N, 1): one token per row
+    decoder = model.decoder
+    x = model._embed(ids)
+    if decoder.positions is not None:
+        tables = [decoder.positions(s.start, s.ids.shape[1], s.ids) for s in segments]
+        x = x + _per_row(tables, segments)[:, None].to(x.dtype)
+    if decoder.embed_norm is not None:
+        x = decoder.embed_norm(x)
+    for s in segments:
+        s.self_mask = model.decoder_self_mask(s.ids.shape[1], s.start, x.dtype, x.device)
+    shared = _Segments(segments)
+    return _blocks_then_logits(
+        x, shared, model.unembed,
+        lambda x, block: block(x, start=0, self_mask=None, cache=shared, cross_kv=None, cross_mask=None,
+                               recorder=None),
+        decoder.blocks,
+    )
 
 
 class _BatchedModel:
@@ -209,11 +284,22 @@ class _BatchedModel:
 
     @property
     def encode(self) -> Callable[..., Any]:
-        return self._turn(self._model.encode)
+        return self._turn(self._model.encode)  # once per request, alone: the source's own pass
 
     @property
     def decode(self) -> Callable[..., Any]:
-        return self._turn(self._model.decode)
+        return self._turn(self._model.decode) if self._edits else self._decode_segment
+
+    def _decode_segment(
+        self, input_ids: torch.Tensor, encoder_out: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        cache: Any = None, recorder: Recorder | None = None, *, last_only: bool = False,
+    ) -> torch.Tensor:
+        if attention_mask is not None:  # a padded batch of sources (the engine never sends one): alone
+            return self._turn(self._model.decode)(input_ids, encoder_out, attention_mask, cache, recorder,
+                                                  last_only=last_only)
+        start = cache.length if cache is not None else 0
+        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", encoder_out=encoder_out)
+        return greenlet.getcurrent().parent.switch(segment)
 
 
 _END = object()
@@ -410,14 +496,20 @@ class Scheduler:
 
 
     def _forward(self, segments: list[Segment]) -> list[torch.Tensor | None]:
+        model = self.lm.model
         if len(segments) == 1 and not self.invariant_alone:
             # Alone: the model's own forward pass with the single-request kernels (`x @ W`, fastest for one
             # row), so a visitor alone decodes as fast as the command line, with generate_all's numbers.
             s = segments[0]
-            logits = self.lm.model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
+            if s.encoder_out is not None:
+                logits = model.decode(s.ids, s.encoder_out, None, s.cache, s.recorder, last_only=s.logits != "all")
+            else:
+                logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
             return [None if s.logits == "none" else logits]
         with batch_kernels():
-            return forward_segments(self.lm.model, segments)
+            if segments[0].encoder_out is not None:
+                return forward_seq2seq_segments(model, segments)
+            return forward_segments(model, segments)
 
 
 def run_alone(p: Plan, stop: threading.Event | None = None, *, invariant: bool = False) -> list[StepEvent]:

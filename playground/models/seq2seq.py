@@ -93,7 +93,7 @@ class CrossDecoderBlock(nn.Module):
         start: int,
         self_mask: torch.Tensor | None,
         cache: KVCache | None,
-        cross_kv: tuple[torch.Tensor, torch.Tensor],
+        cross_kv: tuple[torch.Tensor, torch.Tensor] | None,
         cross_mask: torch.Tensor | None,
         recorder: Recorder | None,
     ) -> torch.Tensor:
@@ -101,6 +101,8 @@ class CrossDecoderBlock(nn.Module):
             return self.attn(h, layer=self.layer, start=start, causal=True, mask=self_mask, cache=cache, recorder=recorder)
 
         def cross(h: torch.Tensor) -> torch.Tensor:
+            if getattr(cache, "segmented", False):  # batched decoding: each sequence reads its own source
+                return cache.cross_attend(self.cross, self.layer, h)
             return self.cross(h, *cross_kv, layer=self.layer, mask=cross_mask, recorder=recorder)
 
         x = _sublayer(x, self.attn_norm, attend, self.pre)
@@ -198,6 +200,27 @@ class EncoderDecoderLM(nn.Module):
         pairs = [block.cross.project_kv(encoder_out) for block in self.decoder.blocks]
         return [k for k, _ in pairs], [v for _, v in pairs]
 
+    def cross_pairs(
+        self, encoder_out: torch.Tensor, cache: Seq2SeqCache | None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The cross-attention keys and values for a decoder pass: the cache's (projected on its first
+        pass), or projected now without a cache."""
+        if cache is None:
+            return self.cross_kv(encoder_out)
+        if not cache.cross_ready:
+            cache.set_cross(*self.cross_kv(encoder_out))
+        return cache.cross_keys, cache.cross_values
+
+    def decoder_self_mask(self, T: int, start: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        """T5's decoder: the relative position bias of T new tokens after `start` cached ones, causal
+        (1, h, T, start + T); None for the families whose positions are added to the embeddings."""
+        if self.decoder.relative_bias is None:
+            return None
+        S = start + T
+        mask = self.decoder.relative_bias(T, S, start=start).to(dtype)
+        visible = causal_mask(T, S, device=device)
+        return mask if visible is None else mask.masked_fill(~visible, torch.finfo(dtype).min)
+
     def decode(
         self,
         decoder_input_ids: torch.Tensor,
@@ -218,20 +241,9 @@ class EncoderDecoderLM(nn.Module):
         B, T = decoder_input_ids.shape
         start = cache.length if cache is not None else 0
         self._check_length(start + T, "target")
-        if cache is not None:
-            if not cache.cross_ready:
-                cache.set_cross(*self.cross_kv(encoder_out))
-            keys, values = cache.cross_keys, cache.cross_values
-        else:
-            keys, values = self.cross_kv(encoder_out)
+        keys, values = self.cross_pairs(encoder_out, cache)
         x = self.decoder.embed_positions(self._embed(decoder_input_ids), decoder_input_ids, start)
-        self_mask = None
-        if self.decoder.relative_bias is not None:
-            S = start + T
-            self_mask = self.decoder.relative_bias(T, S, start=start).to(x.dtype)  # (1, h, T, S)
-            visible = causal_mask(T, S, device=x.device)
-            if visible is not None:
-                self_mask = self_mask.masked_fill(~visible, torch.finfo(x.dtype).min)
+        self_mask = self.decoder_self_mask(T, start, x.dtype, x.device)
         cross_mask = padding_bias(attention_mask, x.dtype)
         self_cache = cache.self_cache if cache is not None else None
         if recorder is not None:
