@@ -102,9 +102,12 @@ class _Segments:
         outs, internals = [], []
         for s, (a, b) in zip(self.segments, self.bounds):
             B, T = s.ids.shape
-            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
-            ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-            vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+            if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
+                qs, ks, vs = q[a:b], k[a:b], v[a:b]
+            else:
+                qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+                ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+                vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
             rec = s.recorder
             keep = rec is not None and rec.wants(layer)
             inner = rec is not None and rec.wants_internals(layer)
@@ -112,10 +115,11 @@ class _Segments:
                 ks, vs = s.self_cache.write(layer, s.start, ks, vs, ordered=keep or inner)
             S = ks.shape[2]
             # as SelfAttention: the plain causal case when the keys are exactly these queries (T5's decoder
-            # brings its own mask: position bias plus causal)
-            is_causal = s.self_mask is None and T == S and (attn.window is None or S <= attn.window)
+            # brings its own mask: position bias plus causal); one new token sees every key it is given
+            # (a sliding layer's cache gives it only its window)
             mask = s.self_mask
-            if mask is None and not is_causal:
+            is_causal = mask is None and T == S and (attn.window is None or S <= attn.window)
+            if mask is None and not is_causal and T > 1:
                 mask = causal_mask(T, S, window=attn.window, device=q.device)
             out, weights = attend(qs, ks, vs, scale=attn.scale, mask=mask, is_causal=is_causal, need_weights=keep)
             if keep:
@@ -123,7 +127,7 @@ class _Segments:
                 rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
             if inner:
                 internals.append((rec, a, b, B, T, qs, ks, vs))
-            outs.append(out.transpose(1, 2).reshape(B * T, 1, h * d))
+            outs.append(out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d))
         out = attn.out(torch.cat(outs))  # (N, 1, d_model)
         for rec, a, b, B, T, qs, ks, vs in internals:
             rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
