@@ -42,3 +42,15 @@ def test_crowd_runs_with_the_apps_threads(monkeypatch):
     assert crowd.app_threads(["--threads", "3"]) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert crowd.app_threads([]) == 5
+
+
+def test_the_crowd_chart_is_an_svg_with_a_bar_per_crowd_and_its_legend():
+    import xml.etree.ElementTree as ET
+
+    rows = [(1, 34.0, 26.4, 0.1), (8, 14.1, 72.8, 0.7), (16, 9.3, 102.9, 0.6)]
+    root = ET.fromstring(crowd.chart(rows, cli=37.9))
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#4c78a8"]
+    assert len(bars) == 1 + len(rows)  # one per crowd, and the legend's swatch
+    assert {"1", "8", "16", "26", "73", "103"} <= set(texts)
+    assert "the CLI, one request" in texts and "each visitor (median)" in texts
