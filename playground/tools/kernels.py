@@ -2,6 +2,8 @@
 
     python -m playground.tools.kernels [--rows 1,2,4,8,16] [--repeat 15] [--threads N]
 
+Candidates: the library's (`playground.models.kernels`: layouts, oneDNN prepacked, per-row, column
+blocks) and `split_cores`, the weight split by output columns across two threads of one core each.
 Decoding streams every weight once per step, so a step for 8 sequences should cost about what a
 step for one costs. On some CPU builds of torch, `x @ W` with a few rows falls off the fast
 matrix-vector path onto a general matrix product that repacks the weight on every call. This prints,
@@ -12,16 +14,59 @@ the machine's noise hits all of them alike) and the ratio to one row of today's 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
 import torch
 
-from playground.models.kernels import CANDIDATES, prepare
+from playground.models.kernels import CANDIDATES as LIBRARY_CANDIDATES
+from playground.models.kernels import prepare as library_prepare
 
 # SmolLM2-135M: the tied head, the fused gate/up, down, fused qkv, attention out.
 SHAPES = {"head": (576, 49152), "gate_up": (576, 3072), "down": (1536, 576), "qkv": (576, 960), "out": (576, 576)}
+
+
+class _TwoCores:
+    """Two worker threads with one OpenMP thread each: the weight split in two by output columns, each
+    core multiplying by its own half at the same time (the handoff to the threads is part of the cost)."""
+
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+        ready = threading.Barrier(2)
+
+        def one_thread() -> None:
+            torch.set_num_threads(1)  # this thread's own OpenMP team: one core each
+            ready.wait()
+
+        for f in [self.pool.submit(one_thread) for _ in range(2)]:
+            f.result()
+
+    def __call__(self, x: torch.Tensor, halves: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        parts = [self.pool.submit(torch.matmul, x, half) for half in halves]
+        return torch.cat([p.result() for p in parts], dim=-1)
+
+
+_two_cores: _TwoCores | None = None
+
+
+def _split_cores(x: torch.Tensor, halves: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    global _two_cores
+    if _two_cores is None:
+        _two_cores = _TwoCores()
+    return _two_cores(x, halves)
+
+
+CANDIDATES = {**LIBRARY_CANDIDATES, "split_cores": _split_cores}
+
+
+def prepare(name: str, weight: torch.Tensor) -> object:
+    if name == "split_cores":  # the two halves by output columns, each contiguous (in, out / 2)
+        half = weight.shape[1] // 2
+        return weight[:, :half].contiguous(), weight[:, half:].contiguous()
+    return library_prepare(name, weight)
 
 
 def _median_ms(fn: Callable[[], torch.Tensor], repeat: int) -> float:
