@@ -212,3 +212,18 @@ def test_an_edited_request_runs_alone_and_never_touches_its_neighbours(lm, one_t
     assert got[-1].token_ids == reference.token_ids
     assert got[-1].token_ids != alone[0][-1].token_ids or [e.prob for e in got] != [e.prob for e in alone[0]]
     assert [e.prob for e in got] == [e.prob for e in reference.steps]
+
+
+def test_the_longest_wait_counts_the_requests_ahead_in_line(lm, one_thread):
+    scheduler = Scheduler(lm, max_rows=1)
+    running = scheduler.submit(plan(lm, [5, 6], GenerationConfig(max_new_tokens=30)))
+    first = scheduler.submit(plan(lm, [5, 7], GenerationConfig(max_new_tokens=10)))
+    second = scheduler.submit(plan(lm, [5, 8], GenerationConfig(max_new_tokens=5)))
+    assert scheduler.expected_wait(first) is None  # no step timed yet
+    for _ in range(4):
+        scheduler.step()
+    assert running.produced >= 1 and scheduler.queue_position(first) == 1 and scheduler.queue_position(second) == 2
+    step = scheduler.step_seconds
+    assert scheduler.expected_wait(first) == pytest.approx((30 - running.produced) * step)
+    assert scheduler.expected_wait(second) == pytest.approx((30 - running.produced + 10) * step)
+    assert scheduler.expected_wait(running) == 0.0

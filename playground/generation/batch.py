@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
+import itertools
 import queue
 import threading
 import time
@@ -417,17 +419,21 @@ class Scheduler:
             return next((i + 1 for i, t in enumerate(self.waiting) if t is ticket), 0)
 
     def expected_wait(self, ticket: Ticket) -> float | None:
-        """Seconds until a waiting request may start, at most: the request at place p starts once p of the
-        running ones have ended, each after its remaining budget of steps at the recent step time.
-        None before any step was timed."""
-        position = self.queue_position(ticket)
-        if not position or self.step_seconds is None:
-            return 0.0 if not position else None
+        """Seconds until a waiting request may start, at most: the running requests free their rows after
+        their remaining budgets of steps, each request ahead in line takes the first row free and holds
+        it for its own budget, at the recent step time. None before any step was timed."""
+        if self.step_seconds is None:
+            return None if self.queue_position(ticket) else 0.0
         with self._lock:
-            left = sorted(t.steps_left for t in self.running)
-        if not left:
-            return 0.0
-        return left[min(position, len(left)) - 1] * self.step_seconds
+            if ticket not in self.waiting:
+                return 0.0
+            free = [0] * max(0, self.max_rows - sum(t.rows for t in self.running))
+            ahead = list(itertools.takewhile(lambda t: t is not ticket, self.waiting))
+            rows = free + [t.steps_left for t in self.running] or [0]
+        heapq.heapify(rows)
+        for t in ahead:  # each takes the row that frees first (a beam search counted as one row)
+            heapq.heappush(rows, heapq.heappop(rows) + t.plan.cfg.max_new_tokens)
+        return rows[0] * self.step_seconds
 
     def rows(self) -> int:
         return sum(t.rows for t in self.running)
