@@ -1,6 +1,6 @@
-"""A visitor who finds the shared batch full is told their place in line, then runs: real Chromium, the
-real SmolLM2, an app started with one batch row (`--max-rows 1`), one tab at 1440×900 in English and
-one at 400×850 in 中文."""
+"""Visitors who find the shared batch full are told their place in line, then run: real Chromium, the
+real SmolLM2, an app started with one batch row (`--max-rows 1`), tabs at 1440×900 in English and
+at 400×850 in 中文."""
 
 from __future__ import annotations
 
@@ -30,28 +30,38 @@ def link(server: str, **params) -> str:
     return server + "?" + urlencode({"model": MODEL, **params})
 
 
-def test_a_second_visitor_sees_its_place_in_line_then_its_run(browser, one_row_server):
+def test_visitors_who_find_the_batch_full_see_their_place_in_line_then_their_runs(browser, one_row_server):
     first = new_page(browser, DESKTOP)
     first.size_name = "desktop"
     second = new_page(browser, PHONE)
     second.size_name = "phone"
+    third = new_page(browser, DESKTOP)
+    third.size_name = "desktop"
+    pages = (first, second, third)
+    state = "document.querySelector('#gen-status')?.dataset.state"  # the status line's state, in the page
     try:
         first.goto(link(one_row_server, prompt="Tell me a long story about a lighthouse keeper.",
                         max_new_tokens=300, repetition_penalty=1.2))
-        first.wait_for_function("() => document.querySelector('#gen-status')?.dataset.state === 'running'",
-                                timeout=300_000)
+        first.wait_for_function(f"() => {state} === 'running'", timeout=300_000)
         second.goto(link(one_row_server, prompt="What is the capital of France?", max_new_tokens=24, lang="zh"))
-        second.wait_for_function("() => document.querySelector('#gen-status')?.dataset.state === 'waiting'",
-                                 timeout=120_000)
+        second.wait_for_function(f"() => {state} === 'waiting'", timeout=120_000)
         status = second.inner_text("#gen-status")
         assert "排在第 1 位" in status and "最多" in status, status  # its place, and the longest wait in seconds
         shot(second, "crowd-waiting-zh")
-        first.click("#stop-btn")  # the row frees: the waiting run starts and ends as usual
+        third.goto(link(one_row_server, prompt="Name a colour.", max_new_tokens=8))
+        third.wait_for_function(f"() => {state} === 'waiting'", timeout=120_000)
+        assert "number 2 in line" in third.inner_text("#gen-status"), third.inner_text("#gen-status")
+        shot(third, "crowd-waiting")
+        first.click("#stop-btn")  # the row frees: the second starts, the third moves up, then runs
         assert wait_state(first, "stopped")
-        second.wait_for_function("() => ['done', 'stopped'].includes(document.querySelector('#gen-status')?.dataset.state)",
-                                 timeout=300_000)
+        third.wait_for_function("() => /number 1 in line/.test(document.querySelector('#gen-status')?.innerText)"
+                                " || ['running', 'done'].includes(document.querySelector('#gen-status')?.dataset.state)",
+                                timeout=300_000)
+        for page in (second, third):
+            page.wait_for_function(f"() => ['done', 'stopped'].includes({state})", timeout=300_000)
         assert "Paris" in "".join(tokens(second)), tokens(second)
-        assert not first.js_errors and not second.js_errors
+        assert tokens(third)
+        assert not any(page.js_errors for page in pages)
     finally:
-        first.context.close()
-        second.context.close()
+        for page in pages:
+            page.context.close()
