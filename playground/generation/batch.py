@@ -374,7 +374,8 @@ class Scheduler:
     running requests' memory peaks (generation.budget) must fit in the budget beside the model and
     its prepacked copy. A request that fits none of these alone still runs when nothing else does.
     A step with one request runs the model's own forward pass (the single-request kernels) unless
-    `invariant_alone`; two or more share `forward_segments` through the batch-invariant kernels.
+    `invariant_alone`; two or more share one batched pass (`forward_segments`, or
+    `forward_seq2seq_segments` for an encoder-decoder) through the batch-invariant kernels.
     `submit` may be called from any thread; `step` runs on the one thread that does the work.
     """
 
@@ -427,7 +428,7 @@ class Scheduler:
         with self._lock:
             if ticket not in self.waiting:
                 return 0.0
-            free = [0] * max(0, self.max_rows - sum(t.rows for t in self.running))
+            free = [0] * max(0, self.max_rows - self.rows())
             ahead = list(itertools.takewhile(lambda t: t is not ticket, self.waiting))
             rows = free + [t.steps_left for t in self.running] or [0]
         heapq.heapify(rows)
