@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.ui_fixtures import save_tiny_decoder
+from tests.ui_fixtures import free_port, save_tiny_decoder
 
 pytestmark = pytest.mark.browser
 
@@ -39,11 +38,6 @@ TIMEOUT_MS = 120_000
 CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
                  "{% if add_generation_prompt %}<s>assistant: {% endif %}")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _have_defaults() -> bool:
@@ -65,7 +59,7 @@ def _save_chat_model(directory: Path) -> None:
 @contextlib.contextmanager
 def running_app(weights: Path, log_path: Path, *args: str) -> Iterator[str]:
     """app.py in a subprocess on a free port; yields its URL and fails the test if it logged a traceback."""
-    port = _free_port()
+    port = free_port()
     log = open(log_path, "w+")
     # One torch thread: on 2 cores the server's OpenMP threads would otherwise spin against Chromium's
     # renderer, and a loaded machine then made streaming ~100x slower (a timeout seen under load).

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import gradio as gr
 import pytest
 
 from playground.ui import build_app, enable_queue, launch_kwargs
-from tests.ui_fixtures import save_tiny_decoder
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ui_fixtures import free_port, save_tiny_decoder
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +17,7 @@ def served(tmp_path_factory):
     save_tiny_decoder(weights / "tiny-lm")
     demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
     enable_queue(demo)
-    port = _free_port()
+    port = free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
     yield demo, f"http://127.0.0.1:{port}/"
     demo.close()

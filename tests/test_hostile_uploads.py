@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import gradio as gr
@@ -21,15 +20,10 @@ from transformers import AutoTokenizer
 from playground.ui import build_app, enable_queue, launch_kwargs
 from playground.ui.settings import FIELDS, UISettings
 from tests.bounds import within_bounds
-from tests.ui_fixtures import save_tiny_decoder
+from tests.ui_fixtures import free_port, save_tiny_decoder
 
 LONG_NAME = "a" * 300
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ def served(tmp_path_factory):
     uploads = tmp_path_factory.mktemp("uploads")
     demo = build_app(weights, uploads)
     enable_queue(demo)
-    port = _free_port()
+    port = free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
     yield demo, f"http://127.0.0.1:{port}/", [str(weights), str(uploads), str(tmp_path_factory.getbasetemp())]
     demo.close()

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,9 @@ import pytest
 
 from playground.checkpoints.hub import PRELOADED
 from playground.tools.deploy import card_images
+from tests import test_browser as base
+from tests.test_browser import CHROMIUM
+from tests.ui_fixtures import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,19 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 REPO_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SPACE_ID = "owner/transformer-playground"
 REVISION = "0123456789abcdef0123456789abcdef01234567"  # any commit hash: refs/main names it
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 180_000
+browser = base.browser  # Chromium, as the other browser tests launch it
 
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _place(source: Path, target: Path) -> None:
@@ -107,15 +102,6 @@ def fill_cache(hf_home: Path, layout: str, smollm2: Path) -> Path:
     return snapshot
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
 
 def test_every_image_the_card_shows_is_among_the_spaces_files(space):
     card = (space / "README.md").read_text(encoding="utf-8")
@@ -130,10 +116,10 @@ def test_every_image_the_card_shows_is_among_the_spaces_files(space):
 def test_the_space_opens_on_the_preloaded_smollm2_and_answers(space, browser, tmp_path, layout, smollm2_dir):
     hf_home = tmp_path / "hf"
     fill_cache(hf_home, layout, smollm2_dir)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_", "SPACE"))}
     env.update({"SYSTEM": "spaces", "SPACE_ID": SPACE_ID, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
-                "HF_ENDPOINT": f"http://127.0.0.1:{_free_port()}",  # nothing listens there
+                "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
                 "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
                 "PYTHONPATH": ""})
     log_path = tmp_path / "server.log"

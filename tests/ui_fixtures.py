@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import string
 from pathlib import Path
 
@@ -9,6 +10,13 @@ from tests.hf_tiny import llama_like, save_decoder
 
 CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 SPECIALS = ["<pad>", "<s>", "</s>"]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def save_char_tokenizer(directory: Path) -> int:
