@@ -281,9 +281,9 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
 
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
     run(h, UISettings(prompt="Hello", max_new_tokens=6), "kv")
-    fig, md = h.panels.rerun_without_cache(request("kv"))
+    fig, md = list(h.panels.rerun_without_cache(request("kv")))[-1]
     assert {t.name for t in fig.data} >= {"with KV cache", "without KV cache"} and "same tokens" in md
-    assert "Generate once first" in h.panels.rerun_without_cache(request("nobody"))[1]
+    assert "Generate once first" in list(h.panels.rerun_without_cache(request("nobody")))[-1][1]
 
 
 def test_positional_panel_follows_the_model_scheme(h):
@@ -585,7 +585,7 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     session.deep_tab = "attention"
     drawn += h.panels.attention("self", "head", "linear", 0, 0, None, False, request(key))
     drawn += h.panels.positional(64, 1000, 2, request(key))
-    drawn += h.panels.rerun_without_cache(request(key))
+    drawn += list(h.panels.rerun_without_cache(request(key)))[-1]
     for lesson in LESSONS:
         drawn += h.lessons.pick(lesson, 0, 0, "self", None, None, None, 1, 0, request(key))[1:]
     figures = [v.get("value") if isinstance(v, dict) else v for v in drawn]

@@ -15,6 +15,11 @@ owner (a visitor: the caller's key; without one, each request is its own), four 
 once (a class pressing together is admitted in a few steps), and the running requests' memory peaks
 within the budget. The rest wait in order; `run_events(..., report_waiting=True)` tells a waiting
 request its place in line and the longest it may wait (the page shows both).
+
+Jobs: every other piece of model work a click asks for (the cache-less rerun, a head sweep, a
+measurement) is a `jobs.Job` whose slices the same driver runs between the batch's steps: after each
+round of steps, one slice of the oldest job of each visitor who has one. So a visitor decoding waits at
+most a step plus one slice of each other visitor's work, and a visitor's second job waits for their first.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from playground.app import torch_thread
+from playground.app.jobs import Job
 from playground.generation.batch import Scheduler, Ticket
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
@@ -44,22 +51,17 @@ class Waiting:
 MAX_ROWS = 16  # a step for 16 rows costs about twice a step for one on 2 cores (playground.tools.kernels)
 
 
-def _torch_thread_call(fn: Callable[[], Any]) -> Any:
-    from playground.ui import torch_thread  # the server's one torch thread (lazily: no Gradio at import)
-
-    return torch_thread.call(fn)
-
-
 class Server:
     """The schedulers of one process and the driver thread that steps them."""
 
     def __init__(
         self, *, max_rows: int = MAX_ROWS, per_owner: int = 1, max_prefills: int = 4,
-        call: Callable[[Callable[[], Any]], Any] = _torch_thread_call,
+        call: Callable[[Callable[[], Any]], Any] = torch_thread.call,
     ) -> None:
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         self._call = call
         self._schedulers: dict[int, Scheduler] = {}
+        self._jobs: list[Job] = []  # in order of submission
         self._wake = threading.Condition()
         self._driver: threading.Thread | None = None
 
@@ -71,17 +73,39 @@ class Server:
                                       max_prefills=self.max_prefills)
                 self._schedulers[id(p.lm.model)] = scheduler
             ticket = scheduler.submit(p, stop, owner)
-            if self._driver is None or not self._driver.is_alive():
-                self._driver = threading.Thread(target=self._drive, name="playground-batches", daemon=True)
-                self._driver.start()
-            self._wake.notify()
+            self._start_driver()
         return ticket
 
+    def submit_job(self, work: Iterator[Any], stop: threading.Event | None = None, owner: Any = None) -> Job:
+        """`work` (a generator, one bounded slice per `next()`) as a job between the batch's steps."""
+        job = Job(work, stop if stop is not None else threading.Event(), owner if owner is not None else object())
+        with self._wake:
+            self._jobs.append(job)
+            self._start_driver()
+        return job
+
+    def jobs(self, work: Iterator[Any], stop: threading.Event, owner: Any = None) -> Iterator[Any]:
+        """What `work` yields, slice by slice, as the driver runs it; closing this iterator stops the job."""
+        job = self.submit_job(work, stop, owner)
+        try:
+            yield from job.stream()
+        finally:
+            job.cancel()
+            with self._wake:
+                self._wake.notify()  # a stopped job is ended (its work closed) by the driver, on the torch thread
+
+    def _start_driver(self) -> None:  # with self._wake held
+        if self._driver is None or not self._driver.is_alive():
+            self._driver = threading.Thread(target=self._drive, name="playground-batches", daemon=True)
+            self._driver.start()
+        self._wake.notify()
+
     def active(self) -> int:
-        """Requests running or waiting, over every model."""
+        """Requests running or waiting, over every model, and jobs not yet ended."""
         with self._wake:
             schedulers = list(self._schedulers.values())
-        return sum(s.active() for s in schedulers)
+            jobs = sum(not j.done for j in self._jobs)
+        return sum(s.active() for s in schedulers) + jobs
 
     def queue_position(self, ticket: Ticket) -> int:
         """0 once the request decodes; otherwise its place among those waiting for its model."""
@@ -112,8 +136,13 @@ class Server:
     def _drive(self) -> None:
         while True:
             with self._wake:
+                self._jobs = [j for j in self._jobs if not j.done]
                 busy = [s for s in self._schedulers.values() if s.busy()]
-                if not busy:
+                owners: dict[int, Job] = {}
+                for job in self._jobs:  # each visitor's oldest job gets this round's slice
+                    owners.setdefault(id(job.owner), job)
+                turns = list(owners.values())
+                if not busy and not turns:
                     # idle schedulers are dropped, so an unloaded model is not kept alive here
                     self._schedulers.clear()
                     self._wake.wait()
@@ -123,6 +152,8 @@ class Server:
                     self._call(scheduler.step)
                 except Exception as error:  # noqa: BLE001 - a broken step fails its requests, not the server
                     scheduler.fail_all(error)
+            for job in turns:  # then one slice of each visitor's job
+                self._call(job.run_slice)
 
 
 _server: Server | None = None
@@ -160,3 +191,9 @@ def run_events(
     `Waiting` while it waits for a place). Setting `stop` (or closing this iterator) ends the run before
     its next step, as with the engine's own stream."""
     return default_server().events(plan, stop, owner, report_waiting=report_waiting)
+
+
+def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> Iterator[Any]:
+    """What `work` (a generator doing one bounded slice of model work per `next()`) yields, run as a job
+    of the process's server between the shared batch's steps; `stop` (or closing this iterator) ends it."""
+    return default_server().jobs(work, stop, owner)

@@ -14,6 +14,7 @@ import dataclasses
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ class Session:
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_pending: bool = False  # the link names a prompt whose run has not started yet
     seen: float = field(default_factory=time.monotonic)
+    job_stop: threading.Event | None = None  # the stop flag of the tab's running job (a rerun, a sweep, a measure)
 
     @property
     def current(self) -> Run | None:
@@ -68,6 +70,31 @@ class Session:
         self.selected_step = None
         for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
             old.forget_big_captures()
+
+    # --- work in progress -----------------------------------------------------------------------
+
+    def begin_job(self) -> threading.Event:
+        """A new job of this tab (a measurement, a sweep): its stop flag; a job still running stops first."""
+        if self.job_stop is not None:
+            self.job_stop.set()
+        self.job_stop = threading.Event()
+        return self.job_stop
+
+    def end_job(self, stop: threading.Event) -> None:
+        if self.job_stop is stop:
+            self.job_stop = None
+
+    def stop_all(self) -> None:
+        """End the tab's generation and its job before their next step (Stop, a closed or expired tab)."""
+        for flag in (self.stop, self.job_stop):
+            if flag is not None:
+                flag.set()
+
+    @property
+    def busy(self) -> bool:
+        """A run is decoding or a job is running for this tab."""
+        run = self.current
+        return (run is not None and run.running) or self.job_stop is not None
 
     # --- what the tab shows ----------------------------------------------------------------------
 
@@ -178,21 +205,50 @@ def same_request(a: UISettings, b: UISettings) -> bool:
     return b.seed is None or a.seed == b.seed or a.mode != "sample"
 
 
-class Sessions:
-    """Every tab's Session, by Gradio session hash; and runs by token. Thread-safe."""
+IDLE_SECONDS = 30 * 60  # a tab not heard from this long is forgotten (a closed tab whose unload never came)
+SWEEP_SECONDS = 60.0  # idle tabs are looked for at most this often, on a visitor's call
 
-    def __init__(self) -> None:
+
+class Sessions:
+    """Every tab's Session, by Gradio session hash; and runs by token. Thread-safe.
+
+    A session ends when its tab unloads, or after `idle_seconds` without a call from it while nothing of
+    it runs (a script that opens sessions and never sends a heartbeat, a tab that crashed): `on_expire(key,
+    session)` then frees what it held (its runs, its uploads), as the unload would."""
+
+    def __init__(self, *, idle_seconds: float = IDLE_SECONDS,
+                 on_expire: Callable[[str, Session], None] | None = None) -> None:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.idle_seconds = idle_seconds
+        self.on_expire = on_expire
+        self._swept = time.monotonic()
 
     def get(self, key: str | None) -> Session:
         key = key or "anonymous"
+        now = time.monotonic()
+        if now - self._swept >= min(SWEEP_SECONDS, self.idle_seconds):
+            self.expire(now)
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
                 session = self._sessions[key] = Session(key=key)
-            session.seen = time.monotonic()
+            session.seen = now
             return session
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Forget every session idle for `idle_seconds` with nothing running; the keys forgotten."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._swept = now
+            idle = {k: s for k, s in self._sessions.items() if now - s.seen >= self.idle_seconds and not s.busy}
+            for key in idle:
+                del self._sessions[key]
+        for key, session in idle.items():
+            session.stop_all()
+            if self.on_expire is not None:
+                self.on_expire(key, session)
+        return list(idle)
 
     def has(self, key: str | None) -> bool:
         """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""

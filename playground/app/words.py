@@ -207,6 +207,21 @@ STRINGS: dict[str, tuple[str, str]] = {
         "whole prefix. Both runs produced {verdict}.",
         "两次运行刚刚先后测量。没有缓存时,每一步都要为整个前缀重新计算 K 和 V。两次运行得到{verdict}。",
     ),
+    "rerun_partial": (
+        "Timed over the first {steps} of the run's {total} steps: the whole run without the cache would cost "
+        "{tflops:.1f} TFLOP, about {seconds:.0f} s of this server's time, so the rest is estimated from that count, "
+        "not run (other visitors keep their turn).",
+        "只测量了本次运行 {total} 步中的前 {steps} 步:整段不用缓存要 {tflops:.1f} TFLOP,在本服务器上约 {seconds:.0f} 秒,"
+        "所以其余部分按这个计算量估算,而不实际运行(其他访客照常轮到)。",
+    ),
+    "rerun_progress": (
+        "Measuring {mode}: step {done} of {total} ({seconds:.1f} s of compute so far). Stop ends it.",
+        "正在测量{mode}:第 {done} / {total} 步(已计算 {seconds:.1f} 秒)。按“停止”可结束。",
+    ),
+    "rerun_mode_warmup": ("a warm-up token", "预热 token"),
+    "rerun_mode_cached": ("with the cache", "使用缓存"),
+    "rerun_mode_uncached": ("without the cache", "不用缓存"),
+    "rerun_stopped": ("Stopped before the measurement finished; nothing was drawn.", "测量完成前已停止,未绘制结果。"),
     "same_tokens": ("the same tokens", "相同的 token"),
     "different_tokens": ("different tokens (sampling is only reproducible with a seed)", "不同的 token(只有固定种子时采样才可复现)"),
     "generate_first": ("Generate once first; this reruns that same request without the KV cache.",

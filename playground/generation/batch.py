@@ -274,6 +274,11 @@ class _BatchedModel:
             return self._turn(self._model)(input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
+        if cache is None and recorder is None and last_only and T > CHUNK and not self._model.reencodes_at(0, T):
+            # A step without the cache recomputes every position's keys and values; it does so here in
+            # chunks over a scratch cache dropped after the step (the same work, in slices no longer than a
+            # prompt's chunk), so a long cache-less run never holds the others' turn for a whole pass.
+            cache = self._model.new_cache(input_ids.shape[0], T)
         if cache is not None and recorder is None:
             while T - CHUNK > 0:  # chunked prefill: all but the last chunk only fill the cache
                 scheduler.switch(Segment(input_ids[:, :CHUNK], cache, None, cache.length, "none"))
@@ -360,6 +365,21 @@ class Ticket:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+    def take(self) -> list[StepEvent]:
+        """The events produced so far and not yet taken, without waiting; raises the run's error, if any."""
+        taken = []
+        while True:
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                return taken
+            if item is _END:
+                self.events.put(_END)  # the end stays for the next reader
+                return taken
+            if isinstance(item, BaseException):
+                raise item
+            taken.append(item)
 
     def drain(self) -> list[StepEvent]:
         """Every event so far, for a finished ticket."""

@@ -22,7 +22,7 @@ from playground.ui.streaming import Streaming
 
 class Handlers:
     def __init__(self, catalog: Catalog, registry: ModelRegistry, limits: Limits | None = None) -> None:
-        self.sessions = Sessions()
+        self.sessions = Sessions(on_expire=lambda key, session: self.forget(key))
         self.models = Models(catalog, registry, self.sessions, limits)
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
@@ -38,13 +38,17 @@ class Handlers:
         return self.models.registry
 
     def unload(self, request: gr.Request) -> None:
-        """The tab closed: end its generation, forget its runs and delete its uploads and Hub downloads
-        (with the models loaded from them), so their memory and disk are returned."""
+        """The tab closed: end its generation and job, forget its runs and delete its uploads and Hub
+        downloads (with the models loaded from them), so their memory and disk are returned."""
         key = session_key(request)
         session = self.sessions.drop(key)
         if session is None:  # a script's client went away (Gradio calls this for it too)
             self.stream.scripts.end(key)
-        elif session.stop is not None:
-            session.stop.set()
+        else:
+            session.stop_all()
+        self.forget(key)
+
+    def forget(self, key: str) -> None:
+        """Return what a tab that is gone held: its uploads, its Hub downloads and their models."""
         self.registry.drop_under(self.catalog.forget(key))
         heap.release()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import html
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
@@ -18,14 +19,14 @@ import numpy as np
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
-from playground.app import describe
+from playground.app import cache_rerun, describe, serving
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
 from playground.app.torch_thread import call as torch_call
 from playground.app.torch_thread import runs_on_torch_thread
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.generation import full_attention, generate_all
+from playground.generation import full_attention
 from playground.generation.budget import check_full_attention
 from playground.models.positional import positional_layout
 from playground.ui.gradio_internals import event_data
@@ -37,6 +38,7 @@ DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+PROGRESS_SECONDS = 0.5  # a job's progress line is rewritten at most this often
 MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
 
 
@@ -220,22 +222,45 @@ class Panels:
         steps, used, allocated, mha = describe.growth_series(run.events)
         return describe.cache_markdown(event.cache, lang), viz.cache_growth(steps, used, allocated, mha)
 
-    def rerun_without_cache(self, request: gr.Request | None = None) -> tuple:
+    def rerun_without_cache(self, request: gr.Request | None = None) -> Iterator[tuple]:
         """The current run's request again with and without the cache, back to back, timed fresh (the
-        live run's timings include pacing and painting)."""
+        live run's timings include pacing and painting): a job of bounded slices between the other
+        visitors' steps, with its progress here and the page's Stop; long runs are timed in part."""
         session = self.sessions.get(session_key(request))
         lang = session.lang
         run = session.current
         if run is None or run.running:
-            return gr.skip(), t("generate_first", lang)
+            yield gr.skip(), t("generate_first", lang)
+            return
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
         forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
-        cached, without = _with_and_without_cache(lm, run.prompt_ids, knobs, forced)
-        same = list(without.token_ids) == list(cached.token_ids)
+        stop = session.begin_job()
+        work = cache_rerun.rerun_work(lm, run.prompt_ids, knobs, forced, len(run.path))
+        result, shown = None, 0.0
+        try:
+            for item in serving.run_job(work, stop, session.key):
+                if isinstance(item, cache_rerun.RerunResult):
+                    result = item
+                elif time.monotonic() - shown >= PROGRESS_SECONDS:
+                    shown = time.monotonic()
+                    yield gr.skip(), t("rerun_progress", lang, mode=t(f"rerun_mode_{item.stage}", lang),
+                                       done=item.done, total=item.total, seconds=item.seconds)
+        except Exception as exc:  # noqa: BLE001 - one line where the note goes
+            yield gr.skip(), html.escape(one_line(exc, lang, "rerun"))
+            return
+        finally:
+            session.end_job(stop)
+        if result is None:
+            yield gr.skip(), t("rerun_stopped", lang)
+            return
         with viz.language(lang):
-            fig = viz.timing_comparison(dict(cached.timing), dict(without.timing))
-        return fig, t("rerun_note", lang, verdict=t("same_tokens" if same else "different_tokens", lang))
+            fig = viz.timing_comparison(result.cached, result.uncached)
+        note = t("rerun_note", lang, verdict=t("same_tokens" if result.same_tokens else "different_tokens", lang))
+        if result.partial:
+            note += " " + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
+                            tflops=result.full_uncached_flops / 1e12, seconds=result.full_uncached_seconds)
+        yield fig, note
 
     # --- positional encoding -----------------------------------------------------------------------
 
@@ -283,16 +308,6 @@ def _rope_layout_text(lm, lang: str) -> str:
         parts.append(t("pe_bases", lang, bases="; ".join(
             f"{name}: {table['base']:g} ({len(table['layers'])} layers)" for name, table in tables.items())))
     return (" " + " ".join(parts)) if parts else ""
-
-
-@runs_on_torch_thread
-def _with_and_without_cache(lm, prompt_ids: list[int], knobs, forced: list[int]) -> tuple:
-    """The request with and without the KV cache, back to back, after a one-token warm-up. Never
-    loads a model: the torch thread must not wait for a registry lock a loading caller holds."""
-    generate_all(lm, prompt_ids, knobs.replace(max_new_tokens=1), forced_prefix=forced)  # wake the threads
-    cached = generate_all(lm, prompt_ids, knobs.replace(use_cache=True), forced_prefix=forced)
-    without = generate_all(lm, prompt_ids, knobs.replace(use_cache=False), forced_prefix=forced)
-    return cached, without
 
 
 def positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str = "en",

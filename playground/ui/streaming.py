@@ -203,8 +203,7 @@ class Streaming:
         """End the running generation at its next step; runs queued before this press never start."""
         session = self.sessions.get(session_key(request))
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
-        if session.stop is not None:
-            session.stop.set()
+        session.stop_all()
 
     # --- what the live screen's script asks for ---------------------------------------------------
 
