@@ -4,6 +4,7 @@ token won, the head sweep and the contrast vector, on a tiny Llama saved by tran
 from __future__ import annotations
 
 import dataclasses
+import threading
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from playground.analysis import attribute_step, divergence_of_runs
 from playground.app import lab
+from playground.app.jobs import Progress
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query, parse_edits
 from playground.checkpoints.loader import load_model
@@ -106,6 +108,30 @@ def test_divergence_attribution_and_sweep_are_the_analyses_of_the_two_runs(lm):
     stopped = lab.sweep(lm, original, 5, 1, "en", progress=lambda d, n: d < 2)
     assert np.isnan(stopped.logprob_drop).sum() == lm.config.n_heads - 2
     np.testing.assert_allclose(stopped.logprob_drop[:2], sweep.logprob_drop[:2], rtol=0, atol=1e-9)
+
+
+def test_the_sweep_as_a_job_is_one_pass_a_slice_and_stops_with_the_heads_done(lm):
+    session = Session()
+    original = play(session, lm, SETTINGS)
+    whole = lab.sweep(lm, original, 5, 1, "en")
+    stop = threading.Event()
+    work = lab.sweep_work(lm, original, 5, 1, "en", stop)
+    assert next(work) == Progress("heads", 0, lm.config.n_heads)  # the plain pass
+    assert next(work) == Progress("heads", 1, lm.config.n_heads)  # head 0 ablated
+    assert next(work) == Progress("heads", 2, lm.config.n_heads)
+    stop.set()
+    stopped = next(work)
+    assert np.isnan(stopped.logprob_drop).sum() == lm.config.n_heads - 2
+    np.testing.assert_allclose(stopped.logprob_drop[:2], whole.logprob_drop[:2], rtol=0, atol=1e-9)
+    done = list(lab.sweep_work(lm, original, 5, 1, "en", threading.Event()))
+    np.testing.assert_array_equal(done[-1].logprob_drop, whole.logprob_drop)
+
+
+def test_the_sweep_cost_counts_attention_over_every_pair(lm):
+    """One pass over T tokens: the weight products per token plus 4·h·d_h·L·T² for Q·Kᵀ and weights·V."""
+    c = lm.config
+    single = lab.pass_flops(lm, 1)
+    assert lab.pass_flops(lm, 100) - 100 * single == pytest.approx(4 * c.n_heads * c.head_dim * c.n_layers * (100**2 - 100))
 
 
 def test_the_sweep_is_bounded_by_the_request_budget(lm):

@@ -15,7 +15,7 @@ layer, unlike direct attribution).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +132,30 @@ def head_sweep(
     measure the chosen token's log-probability and logit at the last position of `ids`.
     `progress(done, total)` is called after each head; returning False stops the sweep early (the
     heads not reached get NaN and come last)."""
+    sweep = iter_head_sweep(lm, ids, token_id, layer, source_ids=source_ids, interventions=interventions,
+                            attention=attention)
+    for item in sweep:
+        if isinstance(item, HeadSweep):
+            return item
+        done, total = item
+        if done and progress is not None and progress(done, total) is False:
+            return sweep.send(False)
+    raise AssertionError("a head sweep ends with its result")
+
+
+def iter_head_sweep(
+    lm: LoadedModel,
+    ids: Sequence[int],
+    token_id: int,
+    layer: int,
+    *,
+    source_ids: Sequence[int] | None = None,
+    interventions: Sequence[Intervention | dict] = (),
+    attention: str = "self",
+) -> Generator[tuple[int, int] | HeadSweep, bool | None, None]:
+    """`head_sweep` one pass at a time: yields (heads done, heads) after the plain pass and after each
+    head, then the HeadSweep. `send(False)` in place of `next()` stops it: the HeadSweep of what was
+    done comes next (the heads not reached get NaN and come last)."""
     base = as_interventions(interventions)
     heads = lm.config.n_heads
     check(base + (Ablate(layer, head=0, attention=attention),), lm.config)
@@ -145,21 +169,33 @@ def head_sweep(
     plain = last(base)
     base_lp = float(torch.log_softmax(plain, -1)[token_id])
     lp_drop, logit_drop = np.full(heads, np.nan), np.full(heads, np.nan)
+    go_on = yield 0, heads
     for h in range(heads):
+        if go_on is False:
+            break
         logits = last(base + (Ablate(layer, head=h, attention=attention),))
         lp_drop[h] = base_lp - float(torch.log_softmax(logits, -1)[token_id])
         logit_drop[h] = float(plain[token_id] - logits[token_id])
-        if progress is not None and progress(h + 1, heads) is False:
-            break
+        go_on = yield h + 1, heads
     order = sorted(range(heads), key=lambda h: (np.isnan(lp_drop[h]), -np.nan_to_num(lp_drop[h])))
-    return HeadSweep(layer, int(token_id), attention, base_lp, lp_drop, logit_drop, order)
+    yield HeadSweep(layer, int(token_id), attention, base_lp, lp_drop, logit_drop, order)
 
 
 def sweep_step(lm: LoadedModel, result: Any, step: int, layer: int, **kwargs: Any) -> HeadSweep:
     """`head_sweep` at the position that chose a recorded run's token at `step`, under the run's edits."""
+    ids, token_id, source = _sweep_inputs(lm, result, step)
+    return head_sweep(lm, ids, token_id, layer, source_ids=source, interventions=result.interventions, **kwargs)
+
+
+def iter_sweep_step(lm: LoadedModel, result: Any, step: int, layer: int) -> Generator[Any, bool | None, None]:
+    """`iter_head_sweep` at a recorded run's `step` (as `sweep_step`), one pass per `next()`."""
+    ids, token_id, source = _sweep_inputs(lm, result, step)
+    return iter_head_sweep(lm, ids, token_id, layer, source_ids=source, interventions=result.interventions)
+
+
+def _sweep_inputs(lm: LoadedModel, result: Any, step: int) -> tuple[list[int], int, list[int] | None]:
     if not 0 <= int(step) < len(result.token_ids):
         raise ValueError(f"step {step} is outside this run's steps 0..{len(result.token_ids) - 1}")
     ids = list(result.decoder_prefix) + list(result.token_ids[:step])
     source = list(result.prompt_ids) if lm.kind == "seq2seq" else None
-    return head_sweep(lm, ids, result.token_ids[step], layer, source_ids=source,
-                      interventions=result.interventions, **kwargs)
+    return ids, result.token_ids[step], source

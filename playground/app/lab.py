@@ -11,12 +11,15 @@ threads: callers run the model work on the torch thread.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from playground.analysis.attribution import Attribution, attribute_step
-from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, sweep_step
+from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, iter_sweep_step, sweep_step
+from playground.analysis.kv_lesson import linear_flops_per_token
 from playground.analysis.steering import SteeringVector, contrast_vector
+from playground.app.jobs import Progress
 from playground.app.run import Run
 from playground.app.settings import UISettings, parse_edits
 from playground.app.words import t
@@ -114,21 +117,45 @@ def why(lm: Any, run: Run, step: int, versus: bool) -> Attribution:
     return attribute_step(lm, as_result(run), step, versus="runner-up" if versus else None)
 
 
+def pass_flops(lm: Any, positions: int) -> float:
+    """Floating-point operations of one pass over `positions` tokens: every weight matrix and the head
+    per token, and attention's Q·Kᵀ and weights·V over every (query, key) pair (the T² term)."""
+    c = lm.config
+    lin = linear_flops_per_token(c)
+    return float(positions * (lin["layers"] + lin["head"]) + 4 * c.n_heads * c.head_dim * c.n_layers * positions ** 2)
+
+
 def sweep_cost(lm: Any, run: Run, step: int) -> float:
     """Floating-point operations of a head sweep at `step`: one pass over the sequence per head, plus one."""
-    params = sum(p.numel() for p in lm.model.parameters())
     positions = len(run.prefix_ids) + step  # the prefix holds a branch's inherited and forced tokens
-    return 2.0 * params * positions * (lm.config.n_heads + 1)
+    return pass_flops(lm, positions) * (lm.config.n_heads + 1)
 
 
 def sweep(lm: Any, run: Run, step: int, layer: int, lang: str,
           progress: Callable[[int, int], bool | None] | None = None, cap: float = SWEEP_FLOPS) -> HeadSweep:
     """Ablate each head of `layer` alone at `step` of `run` (under its edits); refused over `cap`.
     `progress(done, total)` returning False stops it (the heads not reached come last, not run)."""
+    _check_sweep(lm, run, step, lang, cap)
+    return sweep_step(lm, as_result(run), step, layer, progress=progress)
+
+
+def sweep_work(lm: Any, run: Run, step: int, layer: int, lang: str, stop: threading.Event,
+               cap: float = SWEEP_FLOPS) -> Iterator[Progress | HeadSweep]:
+    """The sweep as a job (`playground.app.jobs`): one pass per slice, Progress after each, then the
+    HeadSweep; once `stop` is set, the HeadSweep of the heads done so far (the rest NaN, last)."""
+    _check_sweep(lm, run, step, lang, cap)
+    passes = iter_sweep_step(lm, as_result(run), step, layer)
+    item = next(passes)
+    while not isinstance(item, HeadSweep):
+        yield Progress("heads", *item)
+        item = passes.send(False if stop.is_set() else None)
+    yield item
+
+
+def _check_sweep(lm: Any, run: Run, step: int, lang: str, cap: float) -> None:
     need = sweep_cost(lm, run, step)
     if need > cap:
         raise LabError(t("lab_sweep_budget", lang, need=need, cap=cap))
-    return sweep_step(lm, as_result(run), step, layer, progress=progress)
 
 
 def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> SteeringVector:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,11 +18,13 @@ import gradio as gr
 import numpy as np
 
 from playground import viz
-from playground.app import lab, torch_thread
+from playground.analysis.divergence import HeadSweep
+from playground.app import lab, serving, torch_thread
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
 from playground.ui.models import Models, one_line, session_key
+from playground.ui.panels import PROGRESS_SECONDS
 from playground.ui.streaming import Streaming
 from playground.viz import causal
 
@@ -39,7 +42,6 @@ class Lab:
         self.models = models
         self.sessions = sessions
         self.stream = stream
-        self._sweeps: dict[str, threading.Event] = {}  # session key -> its running sweep's stop flag
 
     # --- forks: streamed like every run ------------------------------------------------------------
 
@@ -154,29 +156,37 @@ class Lab:
 
     # --- the head sweep -------------------------------------------------------------------------------
 
-    def sweep(self, layer: float, request: gr.Request | None = None, progress=gr.Progress()) -> tuple:  # noqa: B008
-        """Ablate every head of `layer` alone at the selected step; progress per head; Stop ends it."""
-        key = session_key(request)
-        session = self.sessions.get(key)
+    def sweep(self, layer: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        """Ablate every head of `layer` alone at the selected step: a job of one pass per slice between the
+        other visitors' steps, with its progress here; Stop ends it with the heads done so far."""
+        session = self.sessions.get(session_key(request))
         lang = session.lang
         run = session.current
         if run is None or run.running or not run.path:
-            return t("lab_needs_run", lang), gr.skip()
-        stop = self._sweeps[key] = threading.Event()
+            yield t("lab_needs_run", lang), gr.skip()
+            return
         step = run.step(session.selected_step)
-
-        def tick(done: int, total: int) -> bool:
-            progress((done, total), desc=t("lab_sweep_progress", lang, done=done, total=total))
-            return not stop.is_set()
-
+        soft = session.begin_job()  # Stop: finish with the heads done so far
+        hard = threading.Event()  # this handler gone: end at once
+        result, shown = None, 0.0
         try:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            result = torch_thread.call(lab.sweep, lm, run, step, int(layer or 0), lang, tick)
+            work = lab.sweep_work(lm, run, step, int(layer or 0), lang, soft)
+            for item in serving.run_job(work, hard, session.key):
+                if isinstance(item, HeadSweep):
+                    result = item
+                elif time.monotonic() - shown >= PROGRESS_SECONDS:
+                    shown = time.monotonic()
+                    yield t("lab_sweep_progress", lang, done=item.done, total=item.total), gr.skip()
         except Exception as exc:  # noqa: BLE001 - one line above the figure
-            return html.escape(one_line(exc, lang, "sweep")), gr.update(visible=False)
+            yield html.escape(one_line(exc, lang, "sweep")), gr.update(visible=False)
+            return
         finally:
-            if self._sweeps.get(key) is stop:
-                del self._sweeps[key]
+            hard.set()
+            session.end_job(soft)
+        if result is None:
+            yield t("rerun_stopped", lang), gr.skip()
+            return
         token = run.path[step].token_text
         done = int((~np.isnan(result.logprob_drop)).sum())
         best = result.order[0]
@@ -186,12 +196,12 @@ class Lab:
             md += " " + t("lab_sweep_stopped", lang, done=done, total=len(result.logprob_drop))
         with viz.language(lang):
             figure = causal.head_sweep_figure(result.to_dict(), token)
-        return md, gr.update(value=figure, visible=True)
+        yield md, gr.update(value=figure, visible=True)
 
     def stop_sweep(self, request: gr.Request | None = None) -> None:
-        stop = self._sweeps.get(session_key(request))
-        if stop is not None:
-            stop.set()
+        session = self.sessions.get(session_key(request))
+        if session.job_stop is not None:
+            session.job_stop.set()
 
 
 def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: dict[str, Any]) -> list[Any]:
@@ -210,7 +220,7 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
-                      concurrency_id="generate", show_progress="full")
+                      concurrency_id="generate", show_progress="minimal")
     for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
         stop.click(lab_handlers.stop_sweep, None, None, queue=False)
     return forks
