@@ -134,6 +134,19 @@ def test_the_sweep_cost_counts_attention_over_every_pair(lm):
     assert lab.pass_flops(lm, 100) - 100 * single == pytest.approx(4 * c.n_heads * c.head_dim * c.n_layers * (100**2 - 100))
 
 
+def test_a_steering_text_is_one_bounded_pass(lm):
+    """Round 4, row 4: two 8,100-token texts held the torch thread for minutes. Each text is now one pass
+    within the lab's per-pass budget, refused over it with the limit in tokens."""
+    limit = lab.steer_tokens(lm)
+    assert lab.pass_flops(lm, limit) <= lab.PASS_FLOPS
+    assert limit == lm.config.max_positions or lab.pass_flops(lm, limit + 1) > lab.PASS_FLOPS
+    long = "Hello " * 8100
+    with pytest.raises(lab.LabError, match=f"at most {limit} tokens"):
+        lab.contrast(lm, long, "Goodbye", 1, "en")
+    with pytest.raises(lab.LabError, match="最多"):
+        lab.contrast(lm, "Hello", long, 1, "zh")
+
+
 def test_the_sweep_is_bounded_by_the_request_budget(lm):
     session = Session()
     run = play(session, lm, SETTINGS)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
 
 MAX_EDITS = 16  # edits one run carries (each fork adds one)
-SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 900-token sequence stays under it
+SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 650-token sequence stays under it
+PASS_FLOPS = 1e11  # one pass the lab runs for a text a visitor typed (a steering text): SmolLM2, 341 tokens
 
 
 class LabError(PlaygroundError):
@@ -158,10 +159,24 @@ def _check_sweep(lm: Any, run: Run, step: int, lang: str, cap: float) -> None:
         raise LabError(t("lab_sweep_budget", lang, need=need, cap=cap))
 
 
+def steer_tokens(lm: Any) -> int:
+    """The most tokens one text of a contrast pair may hold: one pass over it within `PASS_FLOPS`."""
+    low, high = 1, max(1, lm.config.max_positions)
+    while low < high:  # pass_flops grows with the length: the longest that fits
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if pass_flops(lm, mid) <= PASS_FLOPS else (low, mid - 1)
+    return low
+
+
 def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> SteeringVector:
-    """The contrast-pair vector after block `layer`: mean residual of `positive` minus that of `negative`."""
+    """The contrast-pair vector after block `layer`: mean residual of `positive` minus that of `negative`.
+    Each text is one pass of the model: refused, with the limit, over `steer_tokens` tokens."""
     if not positive.strip() or not negative.strip():
         raise LabError(t("lab_steer_empty", lang))
+    limit = steer_tokens(lm)
+    for text in (positive, negative):
+        if len(text) > 16 * limit or len(lm.tokenize(text)) > limit:  # a token holds a few characters at most
+            raise LabError(t("lab_steer_long", lang, n=limit))
     return contrast_vector(lm, positive, negative, layer)
 
 

@@ -63,6 +63,9 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
         "第 {layer} 层的对比向量范数为 **{norm:.1f}**;那里的残差流通常长 **{typical:.1f}**,"
         "所以倍数 {scale:g} 在每个位置加上相当于其长度 {push:.0%} 的推力。",
     ),
+    "lab_steer_long": ("Each text of the contrast pair may hold at most {n} tokens on this model: shorten it "
+                       "(a short phrase makes a clearer direction anyway).",
+                       "在这个模型上,对比对的每段文字最多 {n} 个 token:请缩短(短语给出的方向反而更清楚)。"),
     "lab_steer_empty": ("Type both prompts of the contrast pair.", "请填写对比对的两个提示词。"),
     "lab_too_many": ("A run carries at most {n} edits; start from a plain run.", "一次运行最多带 {n} 个改动;请从一次普通运行开始。"),
     "lab_sweep_budget": (

@@ -197,3 +197,13 @@ def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> It
     """What `work` (a generator doing one bounded slice of model work per `next()`) yields, run as a job
     of the process's server between the shared batch's steps; `stop` (or closing this iterator) ends it."""
     return default_server().jobs(work, stop, owner)
+
+
+def call_job(fn: Callable[..., Any], *args: Any, owner: Any = None, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs) as a one-slice job (for work bounded by its own caps): it takes its turn with
+    the other visitors' jobs between the batch's steps instead of jumping the torch thread's queue."""
+    def work() -> Iterator[Any]:
+        yield fn(*args, **kwargs)
+
+    (result,) = run_job(work(), threading.Event(), owner)
+    return result

@@ -62,7 +62,8 @@ class Lab:
             return
         try:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            vector = torch_thread.call(lab.contrast, lm, str(positive or ""), str(negative or ""), int(layer or 0), lang)
+            vector = serving.call_job(lab.contrast, lm, str(positive or ""), str(negative or ""), int(layer or 0), lang,
+                                      owner=session.key)
         except Exception as exc:  # noqa: BLE001 - one line under the button
             yield gr.skip(), gr.skip(), gr.skip(), html.escape(one_line(exc, lang, "steering"))
             return
