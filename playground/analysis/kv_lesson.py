@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -158,20 +159,45 @@ def time_cache(
     "cache_slower"), crossover_keys (where the fitted lines cross, None if they do not),
     context_limit, the FLOP counts of `kv_step_costs` at the last step, parameters.
     """
+    for item in iter_time_cache(lm, prompt, max_new_tokens, repeats=repeats, warmup=warmup, chat=chat):
+        if isinstance(item, dict):
+            return item
+    raise AssertionError("the measurement ends with its result")
+
+
+def iter_time_cache(
+    lm: LoadedModel,
+    prompt: str | list[int],
+    max_new_tokens: int = 48,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    chat: bool = False,
+) -> Iterator[tuple[int, int] | dict[str, Any]]:
+    """`time_cache` one run at a time: yields (runs done, runs) after each, then the result."""
     if repeats < 1 or max_new_tokens < 2:
         raise ValueError("use at least 1 repeat and 2 new tokens (one prefill, one decode step)")
     # A private copy of the config without end-of-text, so every run decodes exactly max_new_tokens.
     quiet = dataclasses.replace(lm, config=dataclasses.replace(lm.config, eos_token_id=None))
     base = GenerationConfig(max_new_tokens=max_new_tokens, top_candidates=0, chat=chat)
+    total, done = 2 * (warmup + repeats), 0
     for _ in range(warmup):
         for use_cache in (True, False):
             generate_all(quiet, prompt, base.replace(use_cache=use_cache, max_new_tokens=min(8, max_new_tokens)))
+            done += 1
+            yield done, total
     runs: dict[str, list] = {"cached": [], "uncached": []}
     for r in range(repeats):
         order = (True, False) if r % 2 == 0 else (False, True)  # alternate so drift hits both modes alike
         for use_cache in order:
             mode = "cached" if use_cache else "uncached"
             runs[mode].append(generate_all(quiet, prompt, base.replace(use_cache=use_cache)))
+            done += 1
+            yield done, total
+    yield _summary(lm, runs, max_new_tokens, repeats)
+
+
+def _summary(lm: LoadedModel, runs: dict[str, list], max_new_tokens: int, repeats: int) -> dict[str, Any]:
     first = runs["cached"][0]
     prefix = len(first.decoder_prefix)
     keys = [prefix + t if t else prefix for t in range(len(first.token_ids))]

@@ -221,6 +221,21 @@ STRINGS: dict[str, tuple[str, str]] = {
     "rerun_mode_warmup": ("a warm-up token", "预热 token"),
     "rerun_mode_cached": ("with the cache", "使用缓存"),
     "rerun_mode_uncached": ("without the cache", "不用缓存"),
+    "sdpa_progress": ("Measuring attention at length {done} of {total}…", "正在测量第 {done} / {total} 个长度的注意力…"),
+    "sdpa_too_big": (
+        "This model has {heads} heads: the explicit softmax would need more memory than this server lends one "
+        "measurement even at 16 positions, so it is not measured here. Run the lesson on a smaller model.",
+        "这个模型有 {heads} 个头:即使只有 16 个位置,显式 softmax 需要的内存也超过本服务器给一次测量的额度,"
+        "所以这里不测量。请在更小的模型上运行这一课。",
+    ),
+    "time_cache_progress": ("Timing run {done} of {total} (warm-up, then with and without the cache)…",
+                            "正在计时第 {done} / {total} 次运行(先预热,再分别使用和不用缓存)…"),
+    "time_cache_too_long": (
+        "This prompt ({tokens} tokens) is too long to time without the cache on this server: every step would "
+        "recompute all of it. Time a shorter prompt; the FLOP chart above still shows the difference.",
+        "这个提示词({tokens} 个 token)太长,无法在本服务器上计时不用缓存的情况:每一步都要重新计算全部内容。"
+        "请用更短的提示词计时;上方的 FLOP 图仍显示两者的差别。",
+    ),
     "rerun_stopped": ("Stopped before the measurement finished; nothing was drawn.", "测量完成前已停止,未绘制结果。"),
     "same_tokens": ("the same tokens", "相同的 token"),
     "different_tokens": ("different tokens (sampling is only reproducible with a seed)", "不同的 token(只有固定种子时采样才可复现)"),

@@ -4,12 +4,13 @@ unpacks the controls, calls the core on the torch thread and returns widget upda
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
 
-from playground import analysis, viz
-from playground.app import lessons, torch_thread
+from playground import viz
+from playground.app import lessons, measurements, serving, torch_thread
 from playground.app.session import Session, Sessions
 from playground.app.words import t
 from playground.ui.layout import LESSONS
@@ -81,24 +82,69 @@ class Lessons:
 
     # --- measured on demand ------------------------------------------------------------------------
 
-    def time_cache(self, request: gr.Request | None = None) -> str:
-        """Time the current run's request with and without the cache (warm-up, repeats, medians)."""
+    def time_cache(self, request: gr.Request | None = None) -> Iterator[str]:
+        """Time the current run's request with and without the cache (warm-up, repeats, medians): a job, one
+        run per slice, its length and repeats within the measurement's budget."""
         session = self.sessions.get(session_key(request))
+        lang = session.lang
         run = session.current
         if run is None or run.running or not run.path:
-            return t("generate_first", session.lang)
+            yield t("generate_first", lang)
+            return
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-        run.cache_timing = torch_thread.call(analysis.time_cache, lm, run.prompt_ids,
-                                             max_new_tokens=min(48, max(8, len(run.path))))
-        with viz.language(session.lang):
-            return v_kv.cache_timing_caption(run.cache_timing)
+        shape = measurements.time_cache_shape(lm, len(run.prompt_ids), len(run.path))
+        if shape is None:
+            yield t("time_cache_too_long", lang, tokens=len(run.prompt_ids))
+            return
+        stop = session.begin_job()
+        timing = None
+        try:
+            for item in serving.run_job(measurements.time_cache_work(lm, run.prompt_ids, *shape), stop, session.key):
+                if isinstance(item, dict):
+                    timing = item
+                else:
+                    yield t("time_cache_progress", lang, done=item.done, total=item.total)
+        except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
+            yield html.escape(one_line(exc, lang, "kv"))
+            return
+        finally:
+            session.end_job(stop)
+        if timing is None:
+            yield t("rerun_stopped", lang)
+            return
+        run.cache_timing = timing
+        with viz.language(lang):
+            yield v_kv.cache_timing_caption(run.cache_timing)
 
-    def measure_sdpa(self, request: gr.Request | None = None) -> str:
+    def measure_sdpa(self, request: gr.Request | None = None) -> Iterator[str]:
+        """SDPA against the explicit softmax at this model's head sizes: a job, one length per slice, at the
+        lengths that fit the model and the memory budget."""
         session = self.sessions.get(session_key(request))
+        lang = session.lang
         if not session.model:
-            return t("nothing_yet", session.lang)
+            yield t("nothing_yet", lang)
+            return
         lm = self.models.model_for(session.model, session.dtype, session.key)
-        data = analysis.sdpa_vs_explicit(lm)
+        lengths = measurements.sdpa_lengths(lm)
+        if not lengths:
+            yield t("sdpa_too_big", lang, heads=lm.config.n_heads)
+            return
+        stop = session.begin_job()
+        data = None
+        try:
+            for item in serving.run_job(measurements.sdpa_work(lm, lengths), stop, session.key):
+                if isinstance(item, dict):
+                    data = item
+                else:
+                    yield t("sdpa_progress", lang, done=item.done, total=item.total)
+        except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
+            yield html.escape(one_line(exc, lang, "sdpa"))
+            return
+        finally:
+            session.end_job(stop)
+        if data is None:
+            yield t("rerun_stopped", lang)
+            return
         session.sdpa = {**data, "model": session.model}
-        with viz.language(session.lang):
-            return v_sdpa.sdpa_caption(data)
+        with viz.language(lang):
+            yield v_sdpa.sdpa_caption(data)
