@@ -11,6 +11,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from playground.app import measurements
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
 from playground.generation import full_attention
@@ -596,3 +597,17 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     assert not leftover, f"English left in the 中文 page: {leftover[:8]}"
     titled = [f.layout.title.text for f in figures if f.layout.title.text]
     assert titled and all(re.search(r"[\u4e00-\u9fff]", title) for title in titled), titled
+
+
+def test_the_lessons_measurements_stream_their_progress_then_their_result(h):
+    h.models.load("tiny-lm", "float32", "en", request("measure"))
+    session_run = run(h, UISettings(prompt="Hello", max_new_tokens=6), "measure")[1]
+    frames = list(h.lessons.time_cache(request("measure")))
+    assert frames[0].startswith("Timing run 1 of 12") and session_run.cache_timing is not None
+    assert frames[-1] == frames[-1].strip() and "Timing run" not in frames[-1]
+    h.sessions.get("measure").lesson = "sdpa"
+    frames = list(h.lessons.measure_sdpa(request("measure")))
+    lengths = measurements.sdpa_lengths(h.models.model_for("tiny-lm", "float32", "measure"))
+    assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…"
+    assert [r["length"] for r in h.sessions.get("measure").sdpa["rows"]] == list(lengths)
+    assert "Measuring" not in frames[-1]
