@@ -24,6 +24,7 @@ most a step plus one slice of each other visitor's work, and a visitor's second 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import threading
@@ -200,10 +201,16 @@ def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> It
 
 
 def call_job(fn: Callable[..., Any], *args: Any, owner: Any = None, **kwargs: Any) -> Any:
-    """fn(*args, **kwargs) as a one-slice job (for work bounded by its own caps): it takes its turn with
-    the other visitors' jobs between the batch's steps instead of jumping the torch thread's queue."""
+    """fn(*args, **kwargs) as a one-slice job (for work bounded by its own caps, such as a lesson's numbers or
+    a panel's attention maps): it takes its turn with the other visitors' jobs between the batch's steps
+    instead of jumping the torch thread's queue. It runs in a copy of the caller's context (the figure
+    language is a context variable); on the torch thread itself, directly."""
+    if torch_thread.on_torch_thread():
+        return fn(*args, **kwargs)
+    context = contextvars.copy_context()
+
     def work() -> Iterator[Any]:
-        yield fn(*args, **kwargs)
+        yield context.run(fn, *args, **kwargs)
 
     (result,) = run_job(work(), threading.Event(), owner)
     return result

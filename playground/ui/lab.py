@@ -19,7 +19,7 @@ import numpy as np
 
 from playground import viz
 from playground.analysis.divergence import HeadSweep
-from playground.app import lab, serving, torch_thread
+from playground.app import lab, serving
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
@@ -124,7 +124,7 @@ class Lab:
             out["lab_steer_layer"] = gr.update(maximum=max(1, c.n_layers - 1))
             out["lab_head"] = gr.update(maximum=max(1, c.n_heads - 1))
             with viz.language(lang):
-                out.update(torch_thread.call(self._panels, lm, session, run, versus))
+                out.update(serving.call_job(self._panels, lm, session, run, versus, owner=session.key))
         except Exception as exc:  # noqa: BLE001 - one line where the panel would be
             out.update(lab_md=html.escape(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
         return tuple(out[k] for k in OUTPUTS)

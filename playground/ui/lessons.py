@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from playground import viz
-from playground.app import lessons, measurements, serving, torch_thread
+from playground.app import lessons, measurements, serving
 from playground.app.session import Session, Sessions
 from playground.app.words import t
 from playground.ui.layout import LESSONS
@@ -62,7 +62,8 @@ class Lessons:
                                 int(tokens or 0))
         sdpa = session.sdpa if session.sdpa is not None and session.sdpa.get("model") == session.model else None
         try:
-            shown = torch_thread.call(lessons.show, lesson, lm, run, session.selected_step, inputs, lang, sdpa)
+            shown = serving.call_job(lessons.show, lesson, lm, run, session.selected_step, inputs, lang, sdpa,
+                                     owner=session.key)
         except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
             out["lesson_md"] = html.escape(one_line(exc, lang, f"lesson {lesson}"))
             return tuple(out[k] for k in OUTPUTS)

@@ -22,8 +22,6 @@ from playground.analysis.positional import positional_data
 from playground.app import cache_rerun, describe, serving
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
-from playground.app.torch_thread import call as torch_call
-from playground.app.torch_thread import runs_on_torch_thread
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.generation import full_attention
@@ -145,7 +143,7 @@ class Panels:
         if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
             return (t("nothing_yet", lang), blank, blank, blank, blank) + skip3
         try:
-            maps = self._maps(run, lm, kind, layer)
+            maps = serving.call_job(run.attention_maps, lm, kind, layer, owner=session.key)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
         h, T, S = maps.shape
@@ -172,7 +170,8 @@ class Panels:
                                      scale=scale, hide_first=sink, highlight_row=query)
         row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query, token=html.escape(repr(q_labels[query])),
                                                                 layer=layer, what=what))
-        stats = self._layer_stats(run, lm, kind)  # every layer where the whole run's maps fit; else this one
+        # every layer where the whole run's maps fit; else this one
+        stats = serving.call_job(self._layer_stats, run, lm, kind, owner=session.key)
         if stats is None:
             stats = viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None])
         summary = viz.head_summary(*stats, title=t("summary_title", lang, label=label))
@@ -189,12 +188,6 @@ class Panels:
         return (note, grid, heat, row, summary, layer_update, head_update,
                 gr.update(maximum=max(1, T - 1), value=query))
 
-    @runs_on_torch_thread
-    def _maps(self, run: Run, lm, kind: str, layer: int) -> np.ndarray:
-        """(h, T, S) attention of one layer over the whole run, from the engine (kept by the run)."""
-        return run.attention_maps(lm, kind, layer)
-
-    @runs_on_torch_thread
     def _layer_stats(self, run: Run, lm, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(entropy, mean distance), each (L, h), of every layer's heads over the whole run: one pass of
         the engine, kept by the run; None when all layers' maps would be too big to hold at once."""
@@ -282,10 +275,11 @@ class Panels:
             shift = None
             if lm.config.positional == "rope" and run is not None and run.path and not run.running \
                     and run.settings.model == session.model:
-                cache = torch_call(run.analysis_cache, lm)
+                cache = serving.call_job(run.analysis_cache, lm, owner=session.key)
                 result = cache.result
                 step = run.step(session.selected_step)
-                shift = torch_call(analysis.rope_shift_scores, lm, result, step, lm.config.n_layers - 1, 0, cache=cache)
+                shift = serving.call_job(analysis.rope_shift_scores, lm, result, step, lm.config.n_layers - 1, 0,
+                                         cache=cache, owner=session.key)
             return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang, shift)
         except Exception as exc:  # noqa: BLE001
             return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)
@@ -315,10 +309,9 @@ def positional_outputs(lm, length: int, compare_base: float, pair: float | None,
     """(markdown, 5 figures, pair slider) for the model's own positional scheme, every plot over the
     positions shown; the last figure compares the schemes the seeds compare, this model's highlighted."""
     with viz.language(lang):
-        return _positional_outputs(lm, length, compare_base, pair, lang, shift)
+        return serving.call_job(_positional_outputs, lm, length, compare_base, pair, lang, shift)
 
 
-@runs_on_torch_thread
 def _positional_outputs(lm, length: int, compare_base: float, pair: float | None, lang: str,
                         shift: dict | None) -> tuple:
     data = positional_data(lm, length, compare_base)

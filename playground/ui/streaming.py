@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, lab, serving, torch_thread
+from playground.app import describe, frames, heap, lab, serving
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.run import Run
@@ -225,7 +225,7 @@ class Streaming:
         if kind == "cross" and run.kind != "seq2seq":
             return {"row": None}
         try:
-            rows = torch_thread.call(run.attention_row, lm, kind, layer, step)
+            rows = serving.call_job(run.attention_row, lm, kind, layer, step, owner=run.owner)
         except PlaygroundError as exc:  # over the memory budget: say so where the row would be
             return {"row": None, "error": one_line(exc)}
         return {"row": frames.rounded(frames.reduce_heads(rows, head, c.n_kv_heads)), "step": step}
