@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import re
 import threading
 from pathlib import Path
@@ -282,7 +283,7 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
 
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
     run(h, UISettings(prompt="Hello", max_new_tokens=6), "kv")
-    fig, md = list(h.panels.rerun_without_cache(request("kv")))[-1]
+    fig, md = each_step_in_its_own_context(h.panels.rerun_without_cache(request("kv")))[-1]
     assert {t.name for t in fig.data} >= {"with KV cache", "without KV cache"} and "same tokens" in md
     assert "Generate once first" in list(h.panels.rerun_without_cache(request("nobody")))[-1][1]
 
@@ -599,14 +600,24 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     assert titled and all(re.search(r"[\u4e00-\u9fff]", title) for title in titled), titled
 
 
+def each_step_in_its_own_context(frames) -> list:
+    """A generator handler stepped as Gradio steps it: each `next()` in a fresh copy of the context."""
+    out = []
+    while True:
+        try:
+            out.append(contextvars.copy_context().run(next, frames))
+        except StopIteration:
+            return out
+
+
 def test_the_lessons_measurements_stream_their_progress_then_their_result(h):
     h.models.load("tiny-lm", "float32", "en", request("measure"))
     session_run = run(h, UISettings(prompt="Hello", max_new_tokens=6), "measure")[1]
-    frames = list(h.lessons.time_cache(request("measure")))
+    frames = each_step_in_its_own_context(h.lessons.time_cache(request("measure")))
     assert frames[0].startswith("Timing run 1 of 12") and session_run.cache_timing is not None
     assert frames[-1] == frames[-1].strip() and "Timing run" not in frames[-1]
     h.sessions.get("measure").lesson = "sdpa"
-    frames = list(h.lessons.measure_sdpa(request("measure")))
+    frames = each_step_in_its_own_context(h.lessons.measure_sdpa(request("measure")))
     lengths = measurements.sdpa_lengths(h.models.model_for("tiny-lm", "float32", "measure"))
     assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…"
     assert [r["length"] for r in h.sessions.get("measure").sdpa["rows"]] == list(lengths)

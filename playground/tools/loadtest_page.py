@@ -35,6 +35,10 @@ from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_serve
 
 IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions go 5-10 s after their last use
 MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
+# The causal lab and the lessons mixed in (reliability round 4's soak): the cache-less rerun, a head sweep,
+# the KV timing and the SDPA measurement are jobs sliced between the decode steps; a lesson's numbers too.
+LAB_MIX = MIX + ",rerun,sweep,measure,lesson"
+LESSONS = ("steps", "lens", "kv", "memory", "patterns", "anatomy", "lab")
 
 
 @dataclass
@@ -48,6 +52,11 @@ class Page:
     load: int
     upload: int
     settings: list[str]  # the Generate event's inputs after the ticket, by UISettings field
+    rerun: int = -1  # the KV tab's "without the cache", the lab's head sweep, the lessons' measurements
+    sweep: int = -1
+    time_cache: int = -1
+    sdpa: int = -1
+    lesson: int = -1  # picking a lesson (its inputs: the lesson, then the lesson controls)
 
     @classmethod
     def read(cls, url: str) -> Page:
@@ -66,7 +75,9 @@ class Page:
         opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
                       [list(t) for t in d["targets"]])
         return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
-                   event("model-select", "input"), event("upload", "upload"), list(FIELDS))
+                   event("model-select", "input"), event("upload", "upload"), list(FIELDS),
+                   event("rerun-btn", "click"), event("lab-sweep-btn", "click"), event("time-cache-btn", "click"),
+                   event("measure-sdpa-btn", "click"), event("lesson-pick", "input"))
 
 
 @dataclass
@@ -167,6 +178,25 @@ class Visitor:
             return None
         return [int(p[1]) for p in live.get("path", [])] if state == "done" else None
 
+    def job(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
+        """A lab or lesson button after a run: it must end in success (its own one-line refusal is fine)."""
+        out = self.follow(client, self.join(client, fn, data))
+        if not out["success"]:
+            self.errors.append(f"visitor {self.index}: {what} failed: {out.get('error')}")
+
+    def lab_and_lessons(self, client: httpx.Client, action: str, rng: random.Random) -> None:
+        self.generate(client)  # the lab and the lessons read the tab's current run
+        if action == "rerun":
+            self.job(client, self.page.rerun, [], "rerun without the cache")
+        elif action == "sweep":
+            self.job(client, self.page.sweep, [rng.randrange(2)], "head sweep")
+        elif action == "measure":
+            fn = rng.choice([self.page.time_cache, self.page.sdpa])
+            self.job(client, fn, [], "measurement")
+        else:
+            lesson = rng.choice(LESSONS)
+            self.job(client, self.page.lesson, [lesson, 0, 0, "self", None, None, None, 1, 0], f"lesson {lesson}")
+
     def switch_model(self, client: httpx.Client) -> None:
         for name in (self.other_model, self.model):
             out = self.follow(client, self.join(client, self.page.load, [name, "float32", "en"]))
@@ -223,6 +253,8 @@ class Visitor:
                         self.switch_model(client)
                     elif action == "upload":
                         self.upload(client, checkpoint)
+                    elif action in ("rerun", "sweep", "measure", "lesson"):
+                        self.lab_and_lessons(client, action, rng)
                     else:
                         self.api()
                 except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
@@ -256,7 +288,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 v.reference = v.generate(client)
         folder = Path(tempfile.mkdtemp())
         checkpoint = small_checkpoint(folder)
-        mix = args.mix.split(",")
+        mix = (LAB_MIX if getattr(args, "lab", False) else args.mix).split(",")
 
         def crowd(seconds: float, seed: int) -> None:
             until = time.perf_counter() + seconds
@@ -347,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds of the same crowd before the baseline")
     parser.add_argument("--mix", default=MIX, help="the actions each visitor picks from at random (default: %(default)s)")
+    parser.add_argument("--lab", action="store_true", help=f"mix in the lab and the lessons: --mix {LAB_MIX}")
     parser.add_argument("--json", help="write the results (with the memory samples) to this file")
     args = parser.parse_args(argv)
     results = run(args)

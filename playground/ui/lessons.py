@@ -114,8 +114,9 @@ class Lessons:
             yield t("rerun_stopped", lang)
             return
         run.cache_timing = timing
-        with viz.language(lang):
-            yield v_kv.cache_timing_caption(run.cache_timing)
+        with viz.language(lang):  # set and reset within one step of this generator (Gradio may switch contexts)
+            caption = v_kv.cache_timing_caption(run.cache_timing)
+        yield caption
 
     def measure_sdpa(self, request: gr.Request | None = None) -> Iterator[str]:
         """SDPA against the explicit softmax at this model's head sizes: a job, one length per slice, at the
@@ -148,4 +149,5 @@ class Lessons:
             return
         session.sdpa = {**data, "model": session.model}
         with viz.language(lang):
-            yield v_sdpa.sdpa_caption(data)
+            caption = v_sdpa.sdpa_caption(data)
+        yield caption
