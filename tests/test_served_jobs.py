@@ -1,0 +1,73 @@
+"""Reliability round 4, row 1, on a served app: a visitor's "Rerun without the cache" after a long run is a
+job sliced between the decode steps, so another visitor's requests keep their turn (before: the rerun was
+one call on the torch thread, 472 s on smolshape, and the probe got no turn at all)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from gradio_client import Client
+
+from playground.tools.loadtest_page import Page, Visitor
+from playground.tools.server import start_server, stop_server
+from tests.hf_tiny import llama_like, save_decoder
+from tests.ui_fixtures import CHARS, SPECIALS, save_char_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    weights = tmp_path_factory.mktemp("weights")
+    folder = weights / "wide"
+    folder.mkdir()
+    save_decoder(folder, "llama", llama_like(vocab_size=len(SPECIALS) + len(CHARS), hidden_size=256,
+                                             intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                                             num_key_value_heads=2, eos_token_id=2, max_position_embeddings=1024),
+                 init_std=0.05)
+    save_char_tokenizer(folder)
+    proc, url = start_server(str(weights), 4)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+def test_a_rerun_without_the_cache_leaves_other_visitors_their_turn(served):
+    page = Page.read(served)
+    a = Visitor(page, 0, "wide", "tiny-lm", 60)
+    prompt = ("the cache keeps keys and values " * 20)[:400]
+    with httpx.Client() as client:
+        a.open(client)
+        event = a.join(client, page.generate, [time.time() * 1000, *a.values(prompt=prompt, mode="greedy")])
+        assert a.follow(client, event)["success"]
+        probes: list[float] = []
+        done = threading.Event()
+
+        def probe() -> None:
+            b = Client(served, verbose=False)
+            while not done.is_set():
+                began = time.perf_counter()
+                out = b.predict("wide", "hello", "max_new_tokens=4&mode=greedy", api_name="/generate_text")
+                probes.append(time.perf_counter() - began)
+                assert len(out["token_ids"]) == 4
+                time.sleep(0.3)
+
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        time.sleep(1.0)  # the probe's client is connected and has had a turn
+        began = time.perf_counter()
+        rerun = a.follow(client, a.join(client, page.rerun, []))
+        rerun_seconds = time.perf_counter() - began
+        done.set()
+        prober.join(timeout=60)
+    assert rerun["success"]
+    figure, note = rerun["output"]
+    assert "same tokens" in note and figure is not None
+    during = probes[1:]  # the first includes the client's own start
+    print(f"\nrerun {rerun_seconds:.1f} s; probe requests during it: {len(during)}, slowest {max(during):.2f} s")
+    assert rerun_seconds > 3.0, "the rerun must be real work for the comparison to mean anything"
+    assert len(during) >= 3 and max(during) < 0.3 * rerun_seconds
