@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 from urllib.parse import parse_qsl
 
+import numpy as np
 import pytest
 
 from playground.app.session import MAX_RUNS_PER_SESSION, Session, same_request
@@ -170,3 +171,29 @@ def test_every_order_of_switch_branch_link_and_language_leaves_one_consistent_st
             other = session.run(row["number"])
             assert other.settings.model == current.settings.model and other.prompt_ids == current.prompt_ids
         assert from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0].lang == session.lang
+
+
+def test_finished_runs_keep_their_recorded_arrays_within_the_budgets(tmp_path):
+    """Round 4, row 2: two long runs on a many-head upload held +800 MiB until their tab went. The oldest
+    runs' recorded arrays are freed first, per tab and for the server; a row asked for later is computed
+    through the engine and equals the recorded one."""
+    from playground.app.session import Sessions
+
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    sessions = Sessions()
+    first, second = sessions.get("a"), sessions.get("b")
+    settings = UISettings(model="m", prompt="Hello there", max_new_tokens=12)
+    old = play(first, lm, settings)
+    recorded = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)
+    newer = play(second, lm, settings)
+    size = old.capture_bytes()
+    assert size > 0 and newer.capture_bytes() == size
+    assert sessions.enforce_memory(per_session=size, server=2 * size) == 2 * size  # within both: nothing freed
+    assert sessions.enforce_memory(per_session=size, server=2 * size - 1) == size  # the older run's arrays go
+    assert old.captures_dropped and old.capture_bytes() == 0 and not newer.captures_dropped
+    again = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)  # computed through the engine now
+    np.testing.assert_allclose(again, recorded, rtol=0, atol=1e-6)
+    assert old.compact and len(old.path) == 12  # the page's copy of the run stays
+    kept = old.capture_bytes()  # the whole-run map that answered the row
+    assert sessions.enforce_memory(per_session=size - 1, server=10 * size) == kept  # a tab over its own share
+    assert newer.captures_dropped

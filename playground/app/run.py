@@ -55,6 +55,7 @@ class Run:
     cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
     maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
     head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
+    captures_dropped: bool = False  # its recorded arrays were freed under the memory budget (recomputed when asked)
 
     # --- what it is ------------------------------------------------------------------------------
 
@@ -187,6 +188,43 @@ class Run:
             return toks, toks
         dec = self.prefix_texts + self.stream_texts
         return {"self": (dec, dec), "cross": (dec, self.prompt_texts), "encoder": (self.prompt_texts, self.prompt_texts)}[kind]
+
+    def capture_bytes(self) -> int:
+        """Bytes of what the run keeps beyond its path: recorded attention rows and residuals (each array
+        counted once, however many events and steps share it), whole-run maps, the lessons' pass."""
+        seen: set[int] = set()
+        total = 0
+
+        def count(value: Any) -> None:
+            nonlocal total
+            if isinstance(value, np.ndarray):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    total += value.nbytes
+            elif isinstance(value, dict):
+                for v in value.values():
+                    count(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    count(v)
+
+        for e in self.events:
+            count((e.attention, e.residual, e.prompt_attention, e.beam_captures))
+        for step in self.path:
+            count((step.capture.attention, step.capture.residual))
+        count(self.maps)
+        return total + (self.analysis.budget_bytes if self.analysis is not None else 0)  # its internals' cap
+
+    def drop_captures(self) -> None:
+        """Free every recorded array over the memory budget: an attention row asked for later is computed
+        through the engine (`attention_row`), the lessons' pass is made again; the page's own copy of
+        the path (`compact`) stays."""
+        self.forget_big_captures()
+        for e in self.events:
+            e.attention = e.residual = e.prompt_attention = e.beam_captures = None
+        for step in self.path:
+            step.capture.attention = step.capture.residual = None
+        self.captures_dropped = True
 
     def forget_big_captures(self) -> None:
         """An older run: keep what the page shows of it, free what only the lessons of the current run read."""

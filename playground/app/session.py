@@ -205,6 +205,8 @@ def same_request(a: UISettings, b: UISettings) -> bool:
     return b.seed is None or a.seed == b.seed or a.mode != "sample"
 
 
+SESSION_CAPTURE_BYTES = 256 * 1024**2  # a tab's runs' recorded arrays (a 256-head upload's 1,000-token run: 1 GB)
+SERVER_CAPTURE_BYTES = 1024**3  # every tab's together; the oldest runs' arrays go first
 IDLE_SECONDS = 30 * 60  # a tab not heard from this long is forgotten (a closed tab whose unload never came)
 SWEEP_SECONDS = 60.0  # idle tabs are looked for at most this often, on a visitor's call
 
@@ -235,6 +237,25 @@ class Sessions:
                 session = self._sessions[key] = Session(key=key)
             session.seen = now
             return session
+
+    def enforce_memory(self, *, per_session: int = SESSION_CAPTURE_BYTES, server: int = SERVER_CAPTURE_BYTES) -> int:
+        """Keep the finished runs' recorded arrays within a budget per tab and for the server: the oldest
+        runs' arrays are freed first (a running run's never). Returns the bytes kept."""
+        with self._lock:
+            runs = [(run, key) for key, session in self._sessions.items() for run in session.runs]
+        sizes = {id(run): run.capture_bytes() for run, _ in runs}
+        by_tab: dict[str, int] = {}
+        for run, key in runs:
+            by_tab[key] = by_tab.get(key, 0) + sizes[id(run)]
+        total = sum(by_tab.values())
+        for run, key in sorted(runs, key=lambda rk: rk[0].started):  # oldest first
+            if run.running or not sizes[id(run)]:
+                continue
+            if by_tab[key] > per_session or total > server:
+                run.drop_captures()
+                by_tab[key] -= sizes[id(run)]
+                total -= sizes[id(run)]
+        return total
 
     def expire(self, now: float | None = None) -> list[str]:
         """Forget every session idle for `idle_seconds` with nothing running; the keys forgotten."""

@@ -160,6 +160,7 @@ class Streaming:
                 session.stop = None
             heap.release()
         run.finish(lm, error)
+        self.sessions.enforce_memory()  # finished runs keep their recorded arrays within the budgets
         yield self._value(session, run, meta), notes_md, branches, run
 
     def _start(self, session: Session, settings: UISettings, parent):
