@@ -108,11 +108,11 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
             out["scheme"], out["missing"] = "none", "no relative attention bias table found in this model"
         else:
             name, module = found
-            distances = torch.arange(-(length - 1), length)
+            distances = torch.arange(-(length - 1), length, device=module.embedding.weight.device)
             buckets = relative_position_bucket(distances, bidirectional=module.bidirectional,
                                                num_buckets=module.num_buckets, max_distance=module.max_distance)
             out["bias"] = module.embedding.weight[buckets].T.float().cpu().numpy()  # (h, R)
-            out["distances"] = distances.numpy()
+            out["distances"] = distances.cpu().numpy()
             out["table_name"] = name
     return out
 
@@ -253,7 +253,8 @@ def pe_schemes(lm: LoadedModel, length: int = 64) -> dict[str, Any]:
     found = _relative_bias(lm.model, prefer="decoder") if own == "relative" else None
     if found is not None:
         _, module = found
-        buckets = relative_position_bucket(torch.from_numpy(-delta), bidirectional=module.bidirectional,
+        distances = torch.from_numpy(-delta).to(module.embedding.weight.device)
+        buckets = relative_position_bucket(distances, bidirectional=module.bidirectional,
                                            num_buckets=module.num_buckets, max_distance=module.max_distance)
         bias = module.embedding.weight[buckets].T.double().cpu().numpy()  # (h, R)
         schemes["relative"] = {"curves": bias, "labels": [f"head {i}" for i in range(bias.shape[0])],
