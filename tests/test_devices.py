@@ -242,3 +242,32 @@ def test_the_sdpa_lesson_times_the_models_device_and_dtype_waiting_for_it(dtype,
     assert device.synchronized >= 2 * 2 * 2 * 2
     for row, ref in zip(data["rows"], on_cpu["rows"]):  # the same seeded inputs: the same agreement
         assert row["max_abs_diff"] == ref["max_abs_diff"]
+
+
+# --- the other position schemes and block kinds ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart", "mistral"])
+def test_positions_attention_and_attribution_of_other_families_on_the_device(family, tmp_path, one_thread):
+    """Learned positions (GPT-2, BART), T5's relative bias, a sliding window (Mistral): their own code paths."""
+    from tests.analysis_models import load as load_family
+    from tests.analysis_models import record
+
+    cpu = load_family(family, tmp_path)
+
+    def numbers(lm: LoadedModel) -> dict:
+        result = record(lm, family, 6)
+        cache = analysis.RunCache(lm, result)
+        kinds = ["self", "cross", "encoder"] if lm.kind == "seq2seq" else ["self"]
+        steer = Steer(0, torch.linspace(-1, 1, lm.config.d_model), 1.5)
+        edited = generate_all(lm, result.prompt_ids, CFG.replace(interventions=(steer,)))
+        return {"positional": analysis.positional_data(lm, 16), "schemes": analysis.pe_schemes(lm, 16),
+                "steps": [analysis.attention_steps(lm, result, 3, 0, 1, k, cache=cache) for k in kinds],
+                "lens": analysis.logit_lens(lm, result, 3, cache=cache),
+                "why": analysis.attribute_step(lm, edited, 3).to_dict(),
+                "divergence": analysis.divergence_of_runs(lm, generate_all(lm, result.prompt_ids, CFG), edited).to_dict()}
+
+    expected = numbers(cpu)
+    with fake_cuda():
+        got = numbers(on_cuda(cpu))
+    same(got, expected, family)
