@@ -11,37 +11,26 @@ SDPA lesson must time the model's device, waiting for it around each timing.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import playground
 from playground import analysis
 from playground.analysis import sdpa as sdpa_module
-from playground.analysis import steering
 from playground.app import lab, lessons
 from playground.app.run import Run
 from playground.app.session import Session
 from playground.app.settings import UISettings
 from playground.app.start import start_run
-from playground.generation import GenerationConfig, generate_all
+from playground.generation import generate_all
 from playground.generation.engine import run_plan
-from playground.interventions import Ablate, Patch, Steer
+from playground.interventions import Steer
 from playground.loaded import LoadedModel
+from tests.device_cases import CFG, PROMPTS, analysis_data, drop_timings, lab_data, load, same
 from tests.fake_cuda import CudaTensor, DeviceMismatch, fake_cuda
 
-REPO = Path(__file__).resolve().parents[1]
-PROMPTS = {"tiny-lm": "The import statement", "tiny-seq2seq": "March 5, 2021"}
 MODELS = [("tiny-lm", "float32"), ("tiny-seq2seq", "float32"), ("tiny-lm", "bfloat16"), ("tiny-seq2seq", "bfloat16")]
-CFG = GenerationConfig(max_new_tokens=6, capture_residual=True, capture_attention=True, top_candidates=4)
-
-
-def load(name: str, dtype: str = "float32") -> LoadedModel:
-    """A shipped tiny model that never stops early, so every run has all its steps."""
-    lm = playground.load_model(REPO / "weights" / name, dtype=dtype)
-    return dataclasses.replace(lm, config=dataclasses.replace(lm.config, eos_token_id=None))
 
 
 def on_cuda(lm: LoadedModel) -> LoadedModel:
@@ -50,30 +39,6 @@ def on_cuda(lm: LoadedModel) -> LoadedModel:
     model.to(torch.device("cuda", 0))
     assert isinstance(model.embed.weight, CudaTensor)
     return dataclasses.replace(lm, model=model, device=torch.device("cuda", 0))
-
-
-def edits(lm: LoadedModel) -> tuple:
-    vector = torch.linspace(-1, 1, lm.config.d_model)
-    return (Ablate(0, head=1), Ablate(1, component="mlp"), Steer(0, vector, 2.0), Patch(1, 2, vector * 0.5))
-
-
-def same(a, b, what: str) -> None:
-    """A value on the fake device equals the CPU's: the same arithmetic on the same numbers."""
-    numbers = (int, float, np.number)
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), what
-        for key in a:
-            same(a[key], b[key], f"{what}.{key}")
-    elif isinstance(a, np.ndarray) and a.dtype.kind in "biuf" or isinstance(a, float) or (
-            isinstance(a, (list, tuple)) and a and all(isinstance(v, numbers) for v in a)):
-        np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-6,
-                                   atol=1e-9, err_msg=what)
-    elif isinstance(a, (list, tuple, np.ndarray)):
-        assert len(a) == len(b), what
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{what}[{i}]")
-    else:
-        assert a == b, what
 
 
 # --- the fake device itself refuses what a GPU refuses -------------------------------------------------------
@@ -147,12 +112,6 @@ def lesson_data(lm: LoadedModel) -> dict:
     return out
 
 
-def drop_timings(data):
-    if isinstance(data, dict):
-        return {k: drop_timings(v) for k, v in data.items() if "timing" not in k and not k.endswith("_ms")}
-    return data
-
-
 @pytest.mark.parametrize("name, dtype", MODELS)
 def test_every_lesson_runs_on_the_models_device_with_the_cpus_numbers(name, dtype, one_thread):
     cpu = load(name, dtype)
@@ -162,33 +121,17 @@ def test_every_lesson_runs_on_the_models_device_with_the_cpus_numbers(name, dtyp
     same(got, expected, name)
 
 
+@pytest.mark.parametrize("name, dtype", [("tiny-lm", "float16"), ("tiny-seq2seq", "float16"), ("tiny-seq2seq", "float32")])
+def test_every_analysis_called_directly_runs_on_the_models_device(name, dtype, one_thread):
+    """The same analyses without the app core (what tests/test_gpu.py runs on a real GPU), in float16 too."""
+    cpu = load(name, dtype)
+    expected = drop_timings(analysis_data(cpu))
+    with fake_cuda():
+        got = drop_timings(analysis_data(on_cuda(cpu)))
+    same(got, expected, name)
+
+
 # --- the causal lab ------------------------------------------------------------------------------------------
-
-
-def lab_data(lm: LoadedModel) -> dict:
-    prompt = PROMPTS[lm.path.name]
-    plain = generate_all(lm, prompt, CFG)
-    mean = analysis.mean_ablation(lm, prompt, 0, head=0)
-    mean_mlp = analysis.mean_ablation(lm, prompt, 1, component="mlp")
-    edited = generate_all(lm, prompt, CFG.replace(interventions=edits(lm) + (mean, mean_mlp)))
-    vector = analysis.contrast_vector(lm, "good kind", "bad cruel", 1)
-    steered = generate_all(lm, prompt, CFG.replace(interventions=(vector.steer(3.0),)))
-    patch = steering.patch_from_run(lm, plain, 3, 1)
-    patched = generate_all(lm, prompt, CFG.replace(interventions=(patch,)))
-    return {
-        "plain": plain.token_ids, "edited": edited.token_ids, "steered": steered.token_ids,
-        "patched": patched.token_ids, "mean": mean.mean, "mean mlp": mean_mlp.mean,
-        "why plain": analysis.attribute_step(lm, plain, 3, versus="runner-up").to_dict(),
-        "why edited": analysis.attribute_step(lm, edited, 3).to_dict(),
-        "why steered": analysis.attribute_step(lm, steered, 3).to_dict(),
-        "why patched": analysis.attribute_step(lm, patched, 3, versus="runner-up").to_dict(),
-        "divergence": analysis.divergence_of_runs(lm, plain, edited).to_dict(),
-        "divergence steered": analysis.divergence_of_runs(lm, plain, steered).to_dict(),
-        "sweep": analysis.sweep_step(lm, edited, 2, 1).to_dict(),
-        "vector": vector.to_dict(), "token vector": analysis.token_vector(lm, 5, 0, prompt).to_dict(),
-        "run vector": analysis.run_vector(lm, edited, 2, 1).to_dict(),
-        "edited steps": analysis.attention_steps(lm, edited, 2, 1, 1, "self"),
-    }
 
 
 @pytest.mark.parametrize("name, dtype", MODELS)
