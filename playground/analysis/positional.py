@@ -162,7 +162,7 @@ def rope_shift_scores(
     n = 0 if key_position is None else int(key_position)
     if not 0 <= n <= m:
         raise ValueError(f"key_position {n} must be a visible key of the query at {m} (0..{m})")
-    rec = cache.internals(int(layer))["self"]
+    rec = cache.internals(int(layer))["self"]  # recorded numpy: the rotations below run on the CPU, in float64
     kv_head = int(head) // (c.n_heads // c.n_kv_heads)
     q_rot = torch.from_numpy(rec["q"][int(head), m]).double()
     k_rot = torch.from_numpy(rec["k"][kv_head, n]).double()
