@@ -1,7 +1,8 @@
 """On a CUDA GPU: parity with transformers, every analysis and lab edit, the server with several visitors.
 
 Marked `gpu`: skipped wherever `torch.cuda.is_available()` is False (CI has no GPU; tests/conftest.py).
-Needs torch, transformers and safetensors only (no Gradio, no plotly: the GPU machine has neither).
+Needs torch, transformers and safetensors (no Gradio, no plotly: the GPU machine has neither); the server
+test also needs greenlet (the batch's scheduler).
 Run there with `python -m pytest tests/test_gpu.py tests/test_device_memory.py -m gpu -q`.
 """
 
@@ -13,7 +14,6 @@ import pytest
 import torch
 
 import playground
-from playground.app.serving import Server
 from playground.generation import GenerationConfig, generate_all
 from playground.generation.plan import plan
 from tests.device_cases import analysis_data, drop_timings, lab_data, load, same
@@ -159,6 +159,8 @@ def test_the_sdpa_lesson_times_the_gpu_and_measures_its_memory():
 
 @pytest.mark.parametrize("visitors", [1, 4, 8])
 def test_visitors_on_the_gpu_server_each_get_their_solo_tokens(visitors, tmp_path):
+    from playground.app.serving import Server  # the batch needs greenlet: carry it where it is missing
+
     directory = tmp_path / "llama"
     save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                                 num_key_value_heads=2, vocab_size=112), init_std=0.1)

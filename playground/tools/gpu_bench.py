@@ -107,13 +107,21 @@ class Ours:
     def __init__(self, folder: Path, device: str, dtype: str) -> None:
         import dataclasses
 
-        from playground.app.serving import Server
         from playground.checkpoints.loader import load_model
 
         lm = load_model(folder, device=device, dtype=dtype, tokenizer=False)
         self.lm = dataclasses.replace(lm, config=dataclasses.replace(lm.config, eos_token_id=None))  # exactly n tokens
         self.device = self.lm.device
-        self.server = Server(max_rows=max(STREAMS), per_owner=1, call=lambda fn: fn())  # its own driver thread
+        self._server: Any = None
+
+    @property
+    def server(self) -> Any:
+        """The app's server, stepping on its own driver thread (made on first use: the batch needs greenlet)."""
+        if self._server is None:
+            from playground.app.serving import Server
+
+            self._server = Server(max_rows=max(STREAMS), per_owner=1, call=lambda fn: fn())
+        return self._server
 
     def config(self, n: int, capture: bool) -> Any:
         from playground.generation import GenerationConfig
