@@ -1,8 +1,8 @@
 """Shared test setup: thread count and the real checkpoints' fixtures.
 
 Markers (declared in pyproject.toml): `slow` (real SmolLM2 / Gemma 3, long training), `browser` (a real
-Gradio server driven by headless Chromium). Skip locally with `-m "not slow and not browser"`; CI runs
-everything.
+Gradio server driven by headless Chromium), `gpu` (needs CUDA: skipped wherever `torch.cuda.is_available()`
+is False, CI included). Skip locally with `-m "not slow and not browser"`; CI runs everything it can.
 """
 
 from __future__ import annotations
@@ -20,6 +20,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def pytest_configure(config) -> None:
     # The markers are declared once, in pyproject.toml (with --strict-markers); only the threads here.
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """`gpu` tests run only where CUDA is: elsewhere each is skipped, saying why."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

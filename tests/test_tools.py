@@ -9,13 +9,14 @@ import importlib
 import pkgutil
 
 import pytest
+import torch
 
 import playground.tools
 from playground.cpu import default_threads
-from playground.tools import crowd
+from playground.tools import crowd, gpu_bench
 
 TOOLS = sorted(m.name for m in pkgutil.iter_modules(playground.tools.__path__))
-LIBRARIES = {"server", "deploy"}  # helpers of the other tools; deploy runs as `python -m playground deploy`
+LIBRARIES = {"server", "deploy", "gpu_bench"}  # helpers of the other tools; deploy runs as `python -m playground deploy`
 
 
 def test_every_tool_is_listed():
@@ -54,3 +55,29 @@ def test_the_crowd_chart_is_an_svg_with_a_bar_per_crowd_and_its_legend():
     assert len(bars) == 1 + len(rows)  # one per crowd, and the legend's swatch
     assert {"1", "8", "16", "26", "73", "103"} <= set(texts)
     assert "the CLI, one request" in texts and "each visitor (median)" in texts
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the GPU tools would run")
+@pytest.mark.parametrize("tool", ["bench", "crowd"])
+def test_the_gpu_tools_say_in_one_line_that_there_is_no_cuda(tool, capsys):
+    module = importlib.import_module(f"playground.tools.{tool}")
+    assert module.main(["--device", "cuda"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "CUDA" in out.err and out.err.startswith("error:")
+
+
+def test_the_gpu_benchmark_measures_every_engine_and_checks_each_stream_against_its_solo_run(tmp_path, one_thread):
+    """Its code on the CPU with a tiny model of SmolLM2's kind (transformers' static cache is not compiled here)."""
+    shape = {**gpu_bench.SMOLLM2_SHAPE, "vocab_size": 256, "hidden_size": 48, "intermediate_size": 96,
+             "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 1}
+    folder, what = gpu_bench.checkpoint(None, tmp_path, shape)
+    assert what.startswith("random weights") and (folder / "config.json").exists()
+    rows = gpu_bench.measure(folder, device="cpu", dtypes=("float32",), streams=(1, 3), new_tokens=4, repeats=1,
+                             log=lambda line: None)
+    assert [(r.streams, r.capture) for r in rows] == [(1, False), (1, True), (3, False), (3, True)]
+    for row in rows:
+        assert row.rates["ours"] > 0 and row.equal_to_solo == row.streams
+        assert (set(row.rates) >= {"eager", "compiled"}) == (not row.capture)
+        assert ("ours alone" in row.rates) == (row.streams == 1)
+    table = gpu_bench.markdown(rows, what, "CPU")
+    assert table.count("\n| float32 |") == 4 and "ours / compiled" in table

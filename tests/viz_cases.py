@@ -208,7 +208,7 @@ def own_weights(kind: str = "self", T: int = 4) -> dict[str, Any]:
             "layer": 1, "head": 2, "hidden_mass": 0.0}
 
 
-def sdpa_data(measured: bool = True) -> dict[str, Any]:
+def sdpa_data(measured: bool = True, method: str = "measured") -> dict[str, Any]:
     rows = []
     for T in (16, 64, 256):
         score = 4 * T * T * 4
@@ -218,7 +218,8 @@ def sdpa_data(measured: bool = True) -> dict[str, Any]:
                      "sdpa_peak_bytes": 100 * T if measured else None,
                      "explicit_peak_bytes": 3 * score if measured else None})
     return {"n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "dtype": "float32", "repeats": 5,
-            "memory_method": "measured" if measured else "analytic", "rows": rows}
+            "device": "cuda:0" if method == "measured_cuda" else "cpu",
+            "memory_method": method if measured else "analytic", "rows": rows}
 
 
 def _part(key: str, params: int, note: str = "", repeat: int = 1, tensors: list | None = None) -> dict[str, Any]:
@@ -429,6 +430,7 @@ CASES: dict[str, tuple[str, str, tuple, dict]] = {
     "sdpa_figure_analytic": _case("sdpa", "sdpa_figure", sdpa_data(False)),
     "sdpa_caption": _case("sdpa", "sdpa_caption", sdpa_data()),
     "sdpa_caption_analytic": _case("sdpa", "sdpa_caption", sdpa_data(False)),
+    "sdpa_caption_cuda": _case("sdpa", "sdpa_caption", sdpa_data(method="measured_cuda")),
     "sdpa_table": _case("sdpa", "sdpa_table", sdpa_data()),
     # anatomy
     "anatomy_figure": _case("anatomy", "anatomy_figure", anatomy()),

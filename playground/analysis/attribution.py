@@ -90,10 +90,11 @@ OTHER_KINDS = {  # part kind -> the `other` entry it is summed into
 class _Parts:
     """Rows of vectors (n, d) in float64 that sum to the residual stream at one position, with keys."""
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, device: torch.device) -> None:
         self.keys: list[Key] = []
         self.rows: list[torch.Tensor] = []
         self.d = d
+        self.device = device  # the model's: every part lives there
 
     def add(self, key: Key, vector: torch.Tensor) -> None:
         self.keys.append(key)
@@ -104,7 +105,7 @@ class _Parts:
         self.rows += other.rows
 
     def matrix(self) -> torch.Tensor:
-        return torch.stack(self.rows) if self.rows else torch.zeros(0, self.d, dtype=torch.float64)
+        return torch.stack(self.rows) if self.rows else torch.zeros(0, self.d, dtype=torch.float64, device=self.device)
 
     def total(self) -> torch.Tensor:
         return self.matrix().sum(0)
@@ -186,9 +187,9 @@ def _mlp_parts(mlp: nn.Module, out: torch.Tensor, layer: int, ablated: bool, int
 
 
 def _decoder_block(block: nn.Module, i: int, cap: _Capture, parts: _Parts, mlp_ablated: bool) -> None:
-    attn = _Parts(parts.d)
+    attn = _Parts(parts.d, parts.device)
     _head_parts(block.attn, cap.values[("z", "self", i)], "self", i, attn)
-    mlp = _Parts(parts.d)
+    mlp = _Parts(parts.d, parts.device)
     _mlp_parts(block.mlp, cap.values[("mlp", i)], i, mlp_ablated, mlp)
     if isinstance(block, (SandwichBlock, OutputNormBlock)):
         attn.through_norm(block.attn_out_norm, ("norm_bias", i, "attention output"))
@@ -216,16 +217,17 @@ def _cross_block(block: nn.Module, i: int, cap: _Capture, parts: _Parts, mlp_abl
         parts.through_norm(block.mlp_norm, ("norm_bias", i, "after MLP"))
 
 
-def _edits_after(parts: _Parts, edits: Sequence[Intervention], layer: int, position: int, d: int) -> None:
-    """Steering and patching of the decoder stream after block `layer`, in the order they were applied."""
+def _edits_after(parts: _Parts, edits: Sequence[Intervention], layer: int, position: int) -> None:
+    """Steering and patching of the decoder stream after block `layer`, in the order they were applied.
+    The edits hold Python floats: their parts are built on the model's device, beside the others."""
     for iv in edits:
         if iv.stack != "decoder" or iv.layer != layer:
             continue
         if isinstance(iv, Steer):
-            parts.add(("steer", layer), torch.tensor(iv.vector, dtype=torch.float64) * iv.scale)
+            parts.add(("steer", layer), torch.tensor(iv.vector, dtype=torch.float64, device=parts.device) * iv.scale)
         elif isinstance(iv, Patch) and iv.position == position:
             parts.keys, parts.rows = [], []
-            parts.add(("patch", layer), torch.tensor(iv.value, dtype=torch.float64))
+            parts.add(("patch", layer), torch.tensor(iv.value, dtype=torch.float64, device=parts.device))
 
 
 @torch.inference_mode()
@@ -271,11 +273,11 @@ def attribute(
     logits = logits[0, row].double()
 
     d_embed = model.embed.weight.shape[1]
-    parts = _Parts(d_embed)
+    parts = _Parts(d_embed, model.embed.weight.device)
     scale = c.embed_scale
     emb = model.embed.weight[ids[row]]
     if scale != 1.0:  # as the models scale it: Gemma rounds the scale to the weights' dtype first
-        emb = emb * (torch.tensor(scale, dtype=emb.dtype) if not seq2seq else scale)
+        emb = emb * (torch.tensor(scale, dtype=emb.dtype, device=emb.device) if not seq2seq else scale)
     parts.add(("embed",), emb)
     if not seq2seq and model.project_in is not None:
         parts.through_linear(model.project_in, ("project_in_bias",))
@@ -286,7 +288,7 @@ def attribute(
     ablated_mlps = {iv.layer for iv in edits if isinstance(iv, Ablate) and iv.component == "mlp" and iv.stack == "decoder"}
     for i, block in enumerate(blocks):
         (_cross_block if seq2seq else _decoder_block)(block, i, cap, parts, i in ablated_mlps)
-        _edits_after(parts, edits, i, row, parts.d)
+        _edits_after(parts, edits, i, row)
 
     # The head: final norm, (projection out), unembedding column, biases, scale.
     final_norm = (stream.norm or nn.Identity()) if seq2seq else model.norm

@@ -83,12 +83,12 @@ def divergence(
         p = torch.log_softmax(_logits(lm, ids, source, base)[start:start + n], dim=-1)  # (n, V)
         q = torch.log_softmax(_logits(lm, ids, source, edits)[start:start + n], dim=-1)
     kl = (p.exp() * (p - q)).sum(-1).clamp_min(0.0)
-    index = torch.tensor(tokens)[:, None]
+    index = torch.tensor(tokens, device=q.device)[:, None]  # on the logits' device: gather needs both there
     q_tok = q.gather(1, index)[:, 0]
     rank = (q > q_tok[:, None]).sum(-1)
     diff = None if edited_tokens is None else first_difference(tokens, [int(t) for t in edited_tokens])
-    return Divergence(kl.numpy(), rank.numpy(), q_tok.exp().numpy(), p.gather(1, index)[:, 0].exp().numpy(), tokens,
-                      diff)
+    host = [t.cpu().numpy() for t in (kl, rank, q_tok.exp(), p.gather(1, index)[:, 0].exp())]
+    return Divergence(*host, tokens, diff)
 
 
 def divergence_of_runs(lm: LoadedModel, original: Any, edited: Any) -> Divergence:

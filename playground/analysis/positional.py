@@ -108,11 +108,11 @@ def positional_data(lm: LoadedModel, length: int, compare_base: float = 1000.0) 
             out["scheme"], out["missing"] = "none", "no relative attention bias table found in this model"
         else:
             name, module = found
-            distances = torch.arange(-(length - 1), length)
+            distances = torch.arange(-(length - 1), length, device=module.embedding.weight.device)
             buckets = relative_position_bucket(distances, bidirectional=module.bidirectional,
                                                num_buckets=module.num_buckets, max_distance=module.max_distance)
             out["bias"] = module.embedding.weight[buckets].T.float().cpu().numpy()  # (h, R)
-            out["distances"] = distances.numpy()
+            out["distances"] = distances.cpu().numpy()
             out["table_name"] = name
     return out
 
@@ -162,7 +162,7 @@ def rope_shift_scores(
     n = 0 if key_position is None else int(key_position)
     if not 0 <= n <= m:
         raise ValueError(f"key_position {n} must be a visible key of the query at {m} (0..{m})")
-    rec = cache.internals(int(layer))["self"]
+    rec = cache.internals(int(layer))["self"]  # recorded numpy: the rotations below run on the CPU, in float64
     kv_head = int(head) // (c.n_heads // c.n_kv_heads)
     q_rot = torch.from_numpy(rec["q"][int(head), m]).double()
     k_rot = torch.from_numpy(rec["k"][kv_head, n]).double()
@@ -253,7 +253,8 @@ def pe_schemes(lm: LoadedModel, length: int = 64) -> dict[str, Any]:
     found = _relative_bias(lm.model, prefer="decoder") if own == "relative" else None
     if found is not None:
         _, module = found
-        buckets = relative_position_bucket(torch.from_numpy(-delta), bidirectional=module.bidirectional,
+        distances = torch.from_numpy(-delta).to(module.embedding.weight.device)
+        buckets = relative_position_bucket(distances, bidirectional=module.bidirectional,
                                            num_buckets=module.num_buckets, max_distance=module.max_distance)
         bias = module.embedding.weight[buckets].T.double().cpu().numpy()  # (h, R)
         schemes["relative"] = {"curves": bias, "labels": [f"head {i}" for i in range(bias.shape[0])],

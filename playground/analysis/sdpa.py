@@ -5,7 +5,11 @@ Both are our own `attend` (playground.models.attention): the fast path calls
 T × S score matrix: O(T) extra memory); the explicit path computes softmax(Q·Kᵀ·scale + mask)·V and
 materialises the scores and weights (B, h, T, S): O(T²).
 
-Memory, stated honestly: Python's tracemalloc does not see torch's allocations, so two numbers are
+Both run on the model's device in the model's dtype (the inputs are drawn on the CPU from the seed,
+so every device times the same numbers); on CUDA each timing waits for the GPU before and after
+(kernels run asynchronously), and the peaks come from PyTorch's CUDA allocator instead.
+
+Memory on the CPU, stated honestly: Python's tracemalloc does not see torch's allocations, so two numbers are
 given. `score_bytes` is analytic: one (h, T, S) float32 tensor; at its peak the explicit path holds
 two of them (the masked scores and the weights) plus the (T, S) boolean causal mask. The peaks are
 also measured, in a fresh child process (`peak_memory`): its peak resident memory (Linux VmHWM,
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +71,32 @@ def peak_rss_delta(fn) -> int | None:
     return max(0, peak - before) * 1024
 
 
-def _median_ms(fn, repeats: int) -> tuple[float, float, float]:
+def device_sync(device: torch.device) -> Callable[[], None]:
+    """What makes a wall-clock reading cover the device's work: CUDA kernels run asynchronously."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _median_ms(fn, repeats: int, sync: Callable[[], None]) -> tuple[float, float, float]:
     times = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times), min(times), max(times)
+
+
+def cuda_peak_bytes(fn, device: torch.device) -> int:
+    """Bytes the CUDA allocator's peak rose above what was allocated before `fn()`."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return max(0, torch.cuda.max_memory_allocated(device) - before)
 
 
 @torch.inference_mode()
@@ -82,23 +106,27 @@ def sdpa_vs_explicit(
 ) -> dict[str, Any]:
     """Causal self-attention over T random tokens at the model's head sizes, both code paths.
 
-    Returns n_heads, n_kv_heads, head_dim, dtype, repeats, memory_method, and rows [{length,
+    Returns n_heads, n_kv_heads, head_dim, dtype, device, repeats, memory_method, and rows [{length,
     sdpa_ms / explicit_ms (median), sdpa_ms_min/max, explicit_ms_min/max, max_abs_diff (outputs),
     score_bytes (one (h, T, T) float32 tensor), explicit_bytes_analytic (2 such + the T × T mask),
-    output_bytes, sdpa_peak_bytes / explicit_peak_bytes (measured in a child process with `memory`,
-    else None)}]; memory_method "measured" or "analytic".
+    output_bytes, sdpa_peak_bytes / explicit_peak_bytes (measured with `memory`, else None)}];
+    memory_method "measured" (CPU, a child process), "measured_cuda" (the CUDA allocator) or "analytic".
     """
     c = lm.config
     h, h_kv, d = c.n_heads, c.n_kv_heads, c.head_dim
-    dtype = lm.model.embed.weight.dtype
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
+    weight = lm.model.embed.weight
+    dtype, device = weight.dtype, weight.device
+    sync = device_sync(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def draw(heads: int, T: int) -> torch.Tensor:
+        return torch.randn(1, heads, T, d, generator=gen, device="cpu").to(device=device, dtype=dtype)
+
+    rows, cuda_peaks = [], {}
     for T in sorted({int(t) for t in lengths}):
         if T < 1:
             raise ValueError(f"lengths must be positive, got {T}")
-        q = torch.randn(1, h, T, d, generator=gen).to(dtype)
-        k = torch.randn(1, h_kv, T, d, generator=gen).to(dtype)
-        v = torch.randn(1, h_kv, T, d, generator=gen).to(dtype)
+        q, k, v = draw(h, T), draw(h_kv, T), draw(h_kv, T)
 
         def fast(q=q, k=k, v=v):
             return attend(q, k, v, scale=c.scale, is_causal=True)[0]
@@ -107,8 +135,10 @@ def sdpa_vs_explicit(
             return attend(q, k, v, scale=c.scale, is_causal=True, need_weights=True)[0]
 
         diff = float((fast().float() - explicit().float()).abs().max())  # also the warm-up of both
-        s_med, s_min, s_max = _median_ms(fast, repeats)
-        e_med, e_min, e_max = _median_ms(explicit, repeats)
+        s_med, s_min, s_max = _median_ms(fast, repeats, sync)
+        e_med, e_min, e_max = _median_ms(explicit, repeats, sync)
+        if memory and device.type == "cuda":
+            cuda_peaks[T] = {"sdpa": cuda_peak_bytes(fast, device), "explicit": cuda_peak_bytes(explicit, device)}
         score_bytes = h * T * T * 4
         rows.append({
             "length": T, "sdpa_ms": s_med, "sdpa_ms_min": s_min, "sdpa_ms_max": s_max,
@@ -117,12 +147,17 @@ def sdpa_vs_explicit(
             "output_bytes": h * T * d * q.element_size(),
         })
     name = str(dtype).removeprefix("torch.")
-    measured = peak_memory(h, h_kv, d, [r["length"] for r in rows], dtype=name) if memory else None
+    if device.type == "cuda":
+        measured, method = cuda_peaks or None, "measured_cuda"
+    elif device.type == "cpu" and memory:  # the child measures the process's resident memory: the CPU's
+        measured, method = peak_memory(h, h_kv, d, [r["length"] for r in rows], dtype=name), "measured"
+    else:
+        measured, method = None, "analytic"
     for row in rows:
         peaks = (measured or {}).get(row["length"], {})
         row["sdpa_peak_bytes"], row["explicit_peak_bytes"] = peaks.get("sdpa"), peaks.get("explicit")
-    return {"n_heads": h, "n_kv_heads": h_kv, "head_dim": d, "dtype": str(dtype).removeprefix("torch."),
-            "repeats": repeats, "memory_method": "measured" if measured else "analytic", "rows": rows}
+    return {"n_heads": h, "n_kv_heads": h_kv, "head_dim": d, "dtype": name, "device": str(device),
+            "repeats": repeats, "memory_method": method if measured else "analytic", "rows": rows}
 
 
 def peak_memory(h: int, h_kv: int, d: int, lengths: list[int], *, dtype: str = "float32",

@@ -3,6 +3,8 @@
     python -m playground.tools.bench [--model weights/SmolLM2-135M-Instruct] [--quick] [--json out.json] [--chart out.html]
                                [--readme README.md]
     python -m playground.tools.bench --browser   # tokens shown in the page vs the engine (bench_browser)
+    python -m playground.tools.bench --device cuda [--streams 1,2,4,8,16,32,64] [--dtypes float32,bfloat16]
+                               # on a GPU: ours vs transformers eager and static cache + torch.compile (gpu_bench)
 
 Measures greedy decode tokens/s (128 and 512 new tokens), beam-4 tokens/s, prefill time of a
 512-token prompt, load time (weights only, with the tokenizer, and through the first token),
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 
 from playground.interventions import Ablate, Steer
+from playground.tools import gpu_bench
 
 DEFAULT_MODEL = "weights/SmolLM2-135M-Instruct"
 PROMPT = "Explain, step by step and in plain words, how a transformer language model turns a prompt into text."
@@ -394,10 +397,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--gguf", help="GGUF file for the optional llama.cpp comparison")
     parser.add_argument("--readme", help="replace the bench table in this README with this run's (refused for --quick)")
+    parser.add_argument("--streams", default=",".join(map(str, gpu_bench.STREAMS)),
+                        help="with --device cuda: streams decoding together, comma-separated")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="with --device cuda: dtypes, comma-separated")
+    parser.add_argument("--new-tokens", type=int, default=gpu_bench.NEW_TOKENS, help="with --device cuda: tokens a stream")
     args = parser.parse_args(argv)
     if args.readme and args.quick:
         print("error: --quick runs are smoke tests; they are not written into a README", file=sys.stderr)
         return 2
+    if torch.device(args.device).type == "cuda":
+        return gpu_main(args)
     if not Path(args.model).is_dir():
         print(f"error: no checkpoint folder at {args.model}; run `python -m playground import-smollm2` first "
               "or pass --model", file=sys.stderr)
@@ -410,6 +419,34 @@ def main(argv: list[str] | None = None) -> int:
         chart(results).write_html(args.chart, include_plotlyjs=True)
     if args.readme:
         update_readme(Path(args.readme), results)
+    return 0
+
+
+GPU_START, GPU_END = "<!-- gpu-bench-table -->", "<!-- /gpu-bench-table -->"
+
+
+def gpu_main(args: argparse.Namespace) -> int:
+    """`--device cuda`: the GPU benchmark (playground.tools.gpu_bench); one line and exit 2 without CUDA."""
+    missing = gpu_bench.fail_without_cuda(args.device)
+    if missing is not None:
+        return missing
+    streams = (1, 8) if args.quick else tuple(int(n) for n in args.streams.split(","))
+    dtypes = tuple(d.strip() for d in args.dtypes.split(","))
+    model = args.model if Path(args.model).is_dir() else None  # random weights of SmolLM2's shape otherwise
+    rows, table = gpu_bench.run(model, args.device, dtypes, streams, 16 if args.quick else args.new_tokens,
+                                repeats=1 if args.quick else 2)
+    print()
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps([vars(r) for r in rows], indent=2))
+    if args.readme:
+        readme = Path(args.readme)
+        text = readme.read_text(encoding="utf-8")
+        start, end = text.find(GPU_START), text.find(GPU_END)
+        if start < 0 or end < start:
+            print(f"error: {readme.name} has no {GPU_START} ... {GPU_END} block to replace", file=sys.stderr)
+            return 2
+        readme.write_text(text[: start + len(GPU_START)] + "\n" + table + "\n" + text[end:], encoding="utf-8")
     return 0
 
 

@@ -1,6 +1,11 @@
 """A class on one link: N visitors press Generate at once; what each of them sees.
 
     python -m playground.tools.crowd [--visitors 1,4,8,16] [--new-tokens 64] [-- APP_ARGS...]
+    python -m playground.tools.crowd --device cuda [--dtype bfloat16] [--visitors 1,8,64]
+
+With `--device cuda` the crowd runs in this process on the GPU (playground.tools.gpu_bench): the app's
+server with N visitors at once, beside transformers static cache + torch.compile at N rows; the real
+SmolLM2 when it is in the weights folder, else random weights of its shape.
 
 Starts `python app.py` on 127.0.0.1 (a free port, the app's default settings plus APP_ARGS), and
 measures the command-line generator's single-request rate on the same machine in the same run
@@ -26,12 +31,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from playground.cpu import default_threads, omp_threads
-from playground.tools.loadtest import start_server, stop_server
-from playground.tools.loadtest_page import Page, Visitor
+from playground.tools import gpu_bench
+
+if TYPE_CHECKING:
+    from playground.tools.loadtest_page import Page
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "SmolLM2-135M-Instruct"
@@ -66,6 +72,8 @@ class Press:
     """One visitor's Generate press and what came back."""
 
     def __init__(self, page: Page, index: int, new_tokens: int) -> None:
+        from playground.tools.loadtest_page import Visitor
+
         self.visitor = Visitor(page, index, MODEL, MODEL, new_tokens)
         self.new_tokens = new_tokens
         self.ids: list[int] | None = None
@@ -73,6 +81,8 @@ class Press:
         self.error: str | None = None
 
     def run(self, start: threading.Barrier) -> None:
+        import httpx  # the page's protocol: not needed by the in-process GPU crowd
+
         v = self.visitor
         try:
             with httpx.Client() as client:
@@ -128,8 +138,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default=str(REPO / "weights"))
     parser.add_argument("--readme", default=None, help="rewrite the crowd table (and its chart) in this README")
     parser.add_argument("--svg", default=None, help="write a chart of the run to this SVG file")
+    parser.add_argument("--device", default="cpu", help="cuda: the crowd in this process on the GPU (gpu_bench)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                        help="with --device cuda: the model's dtype")
     parser.add_argument("app_args", nargs="*", help="more arguments for app.py (after --)")
     args = parser.parse_args(argv)
+    if args.device != "cpu":
+        missing = gpu_bench.fail_without_cuda(args.device)
+        if missing is not None:
+            return missing
+        folder = Path(args.weights) / MODEL
+        gpu_bench.crowd_rows(str(folder) if folder.is_dir() else None, args.device, args.dtype,
+                             [int(n) for n in args.visitors.split(",")], args.new_tokens)
+        return 0
+    from playground.tools.loadtest import start_server, stop_server
+    from playground.tools.loadtest_page import Page
+
     weights = (Path(args.weights) / MODEL).resolve().parent  # the app serves only folders inside its weights folder
     if not (weights / MODEL).is_dir():
         print(f"error: {MODEL} is not in the weights folder; import it first (python -m playground import-smollm2)",

@@ -36,6 +36,10 @@ TEXT = {
         "measured in a child process as the peak rise of resident memory (SDPA {s_mem}, explicit {e_mem}); the "
         "explicit path grows as T² (O(N²)), SDPA as T (O(N))."
     ),
+    "measured_cuda": (
+        "measured on {device} by PyTorch's CUDA allocator as the peak rise of allocated memory (SDPA {s_mem}, "
+        "explicit {e_mem}); the explicit path grows as T² (O(N²)), SDPA as T (O(N))."
+    ),
     "analytic_only": "computed from the shapes (the platform gives no way to measure it here).",
     "hover_ms": "{name}, T = %{{x}}: %{{y:.2f}} ms<extra></extra>",
     "hover_bytes": "{name}, T = %{{x}}: %{{customdata}}<extra></extra>",
@@ -61,6 +65,10 @@ TEXT_ZH = {
     "measured": (
         "在子进程中以常驻内存的峰值增量测得(SDPA {s_mem},显式 {e_mem});显式路径按 T² (O(N²)) 增长,"
         "SDPA 按 T (O(N)) 增长。"
+    ),
+    "measured_cuda": (
+        "在 {device} 上由 PyTorch 的 CUDA 内存分配器以已分配显存的峰值增量测得(SDPA {s_mem},显式 {e_mem});"
+        "显式路径按 T² (O(N²)) 增长,SDPA 按 T (O(N)) 增长。"
     ),
     "analytic_only": "由张量形状算出(这个平台无法在此实测)。",
     "hover_ms": "{name},T = %{{x}}:%{{y:.2f}} ms<extra></extra>",
@@ -111,9 +119,10 @@ def sdpa_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:
 
 def sdpa_caption(data: Mapping[str, Any]) -> str:
     last = data["rows"][-1]
-    if data["memory_method"] == "measured":
-        method = _T["measured"].format(s_mem=format_bytes(last["sdpa_peak_bytes"]),
-                                         e_mem=format_bytes(last["explicit_peak_bytes"]))
+    if data["memory_method"] in ("measured", "measured_cuda"):
+        method = _T[data["memory_method"]].format(s_mem=format_bytes(last["sdpa_peak_bytes"]),
+                                                    e_mem=format_bytes(last["explicit_peak_bytes"]),
+                                                    device=data.get("device", "cuda"))
     else:
         method = _T["analytic_only"]
     return _T["caption"].format(T=last["length"], s_ms=last["sdpa_ms"], e_ms=last["explicit_ms"],
