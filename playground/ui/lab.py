@@ -8,7 +8,6 @@ live screen beside the original with its lineage, and its link replays it.
 
 from __future__ import annotations
 
-import html
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import gradio as gr
 import numpy as np
 
 from playground import viz
-from playground.app import lab, torch_thread
+from playground.app import describe, lab, torch_thread
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
@@ -62,7 +61,7 @@ class Lab:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
             vector = torch_thread.call(lab.contrast, lm, str(positive or ""), str(negative or ""), int(layer or 0), lang)
         except Exception as exc:  # noqa: BLE001 - one line under the button
-            yield gr.skip(), gr.skip(), gr.skip(), html.escape(one_line(exc, lang, "steering"))
+            yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "steering"))
             return
         scale = float(scale or 0.0)
         yield gr.skip(), gr.skip(), gr.skip(), lab.vector_summary(vector, scale, lang)
@@ -81,7 +80,7 @@ class Lab:
             check([edit], lm.config)
             settings = lab.fork_settings(session, run, edit, lang)
         except Exception as exc:  # noqa: BLE001 - one line in the notes
-            yield gr.skip(), html.escape(one_line(exc, lang, "fork")), gr.skip()
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
             return
         for out in self.stream._stream(session, settings, parent=None):
             yield out[:-1]
@@ -123,7 +122,7 @@ class Lab:
             with viz.language(lang):
                 out.update(torch_thread.call(self._panels, lm, session, run, versus))
         except Exception as exc:  # noqa: BLE001 - one line where the panel would be
-            out.update(lab_md=html.escape(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
+            out.update(lab_md=describe.inert(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
         return tuple(out[k] for k in OUTPUTS)
 
     def _panels(self, lm, session, run, versus: bool) -> dict[str, Any]:
@@ -173,7 +172,7 @@ class Lab:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
             result = torch_thread.call(lab.sweep, lm, run, step, int(layer or 0), lang, tick)
         except Exception as exc:  # noqa: BLE001 - one line above the figure
-            return html.escape(one_line(exc, lang, "sweep")), gr.update(visible=False)
+            return describe.inert(one_line(exc, lang, "sweep")), gr.update(visible=False)
         finally:
             if self._sweeps.get(key) is stop:
                 del self._sweeps[key]

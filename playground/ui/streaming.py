@@ -69,7 +69,8 @@ class Streaming:
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
         session = self.sessions.get(session_key(request))
-        if not session.take_link_run():
+        if not session.take_link_run():  # a link without a prompt: the page load's notes stay
+            yield gr.skip(), gr.skip(), gr.skip()
             return
         settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
         try:
