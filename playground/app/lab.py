@@ -18,7 +18,7 @@ from playground.analysis.attribution import Attribution, attribute_step
 from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, sweep_step
 from playground.analysis.steering import SteeringVector, contrast_vector
 from playground.app.run import Run
-from playground.app.settings import UISettings, parse_edits
+from playground.app.settings import MAX_EDITS, UISettings, parse_edits
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
@@ -26,7 +26,6 @@ from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: 
 if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
 
-MAX_EDITS = 16  # edits one run carries (each fork adds one)
 SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 900-token sequence stays under it
 
 
