@@ -255,6 +255,16 @@ STRINGS: dict[str, tuple[str, str]] = {
     "prompt_cut": ("The prompt was cut to {n} characters.", "提示词已截断为 {n} 个字符。"),
     "prompt_tokens_cut": ("The prompt has {n} tokens; its first {dropped} were dropped to keep the last {cap}.",
                           "提示词有 {n} 个 token;丢弃了前 {dropped} 个,保留最后 {cap} 个。"),
+    "numbers_nonfinite": ("Step {step}: this model computed NaN or infinity; its probabilities mean nothing "
+                          "(the checkpoint's weights are broken).",
+                          "第 {step} 步:该模型算出了 NaN 或无穷大;它的概率没有意义(检查点的权重已损坏)。"),
+    "numbers_overflow": ("Step {step}: activations reach {peak:.1e}, beyond what float32 can square, so every "
+                         "norm overflows; the probabilities mean nothing (the checkpoint's weights are scaled wrong).",
+                         "第 {step} 步:激活值达到 {peak:.1e},超出 float32 能平方的范围,所有范数都溢出;"
+                         "这些概率没有意义(检查点的权重缩放有误)。"),
+    "numbers_uniform": ("Step {step}: all {n} tokens are equally likely: the model's output carries no information "
+                        "(its activations saturated or overflowed).",
+                        "第 {step} 步:全部 {n} 个 token 概率相同:模型的输出不含任何信息(激活值饱和或溢出)。"),
     # --- model card
     "card_property": ("Property", "属性"),
     "card_value": ("Value", "值"),
