@@ -38,6 +38,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "hub_failed": ("Hub download failed", "Hub 下载失败"),
     "nothing_uploaded": ("Nothing uploaded", "没有收到文件"),
     "uploaded": ("Uploaded and loaded", "已上传并加载"),
+    "upload_evicted": ("To make room, your earlier {names} was removed.",
+                       "为了腾出空间,已删除你之前的 {names}。"),
     "model_default_decoder": ("(default decoder)", "(默认解码器)"),
     "model_default_seq2seq": ("(default seq2seq)", "(默认 seq2seq)"),
     "model_preloaded": ("(preloaded from the Hub)", "(预先从 Hub 下载)"),

@@ -74,6 +74,12 @@ class Models:
         self.registry = registry
         self.sessions = sessions
         self.limits = limits or Limits.default()
+        catalog.in_use = self.uploads_in_use  # another visitor's upload never evicts one a page has open
+
+    def uploads_in_use(self) -> list:
+        """The folders of the uploads and Hub downloads that some tab has loaded now."""
+        paths = (self.catalog.stored_path(s.model, s.key) for s in self.sessions.all() if s.model)
+        return [p for p in paths if p is not None]
 
     # --- lookups ---------------------------------------------------------------------------------
 
@@ -212,7 +218,11 @@ class Models:
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        evicted = self.catalog.evicted_since(owner)
+        if evicted:  # say what went, so that nobody wonders where it is
+            out = (out[0], out[1] + " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted))), *out[2:])
+        return out
 
     def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
         """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
