@@ -27,8 +27,9 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
 # Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
-# 5 minutes once 15 minutes old: long enough for an upload still waiting in the queue.
-GRADIO_CACHE_SECONDS = (300, 900)
+# minute once 5 minutes old (long enough for an upload still waiting in the queue); beyond the uploads' quota,
+# the oldest go sooner (`UploadCache`).
+GRADIO_CACHE_SECONDS = (60, 300)
 LIVE_TEMPLATE = """<div class="pg-live">
   <div class="pg-head"><div id="gen-status" class="pg-status" role="status" aria-live="polite"></div><div class="pg-rate"></div></div>
   <div id="token-stream" role="list"></div>
