@@ -53,6 +53,7 @@ def build_app(
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
+    page.demo.playground_is_page = handlers.sessions.has  # Gradio drops other sessions' state first
     # Gradio's upload route takes files without any event: its copies stay within the uploads' quota.
     UploadCache(lambda: catalog.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test

@@ -2,6 +2,8 @@
 
 - `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
   once their calls are over (below).
+- `PagesLastStateHolder`: Gradio's state holder, evicting sessions that are no page tab before any tab
+  (installed as the one Gradio's app makes; below).
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
@@ -24,6 +26,14 @@ to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the back
 session.
 
 This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
+
+Pages last:
+
+Once `state_session_capacity` sessions are held, Gradio drops the least recently used one, a page tab
+as readily as a stranger's fresh session id: 1,100 Stop presses with new ids took every open tab's
+copy of the page (its model list among it). `PagesLastStateHolder` drops sessions that are no page
+tab first (`Blocks.playground_is_page`, set by `build_app`), least recently used first, and a page tab
+only when nothing else is left.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
+import gradio.routes
+from gradio.state_holder import StateHolder
 
 from playground.app import heap
 
@@ -99,6 +111,29 @@ class ScriptSessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._ended)
+
+
+class PagesLastStateHolder(StateHolder):
+    """Gradio's `StateHolder`, but over capacity the least recently used session that is no page tab
+    goes first (Gradio's own: the least recently used of all)."""
+
+    def update(self, session_id: str) -> None:
+        with self.lock:
+            if session_id in self.session_data:
+                self.session_data.move_to_end(session_id)
+            if len(self.session_data) <= self.capacity:
+                return
+            is_page = getattr(getattr(self, "blocks", None), "playground_is_page", None) or (lambda key: False)
+            # oldest first; the session just used is the newest and is never the one to go
+            victim = next((k for k in self.session_data if k != session_id and not is_page(k)), None)
+            if victim is None:
+                victim = next(iter(self.session_data))
+            del self.session_data[victim]
+            self.time_last_used.pop(victim, None)
+
+
+# Every app Gradio makes from now on holds its sessions' state in ours (it names the class in its routes).
+gradio.routes.StateHolder = PagesLastStateHolder
 
 
 class UploadCache:

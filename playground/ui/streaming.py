@@ -205,8 +205,14 @@ class Streaming:
     # --- Stop ------------------------------------------------------------------------------------
 
     def stop(self, ticket: float, request: gr.Request | None = None) -> None:
-        """End the running generation at its next step; runs queued before this press never start."""
-        session = self.sessions.get(session_key(request))
+        """End the running generation at its next step; runs queued before this press never start.
+        A session no page opened has nothing to stop: nothing is kept for it, and Gradio's state for it
+        goes like a script's."""
+        key = session_key(request)
+        if not self.sessions.has(key):
+            self.scripts.end(key)
+            return
+        session = self.sessions.get(key)
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
         if session.stop is not None:
             session.stop.set()
