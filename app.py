@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
-                max_file_size="2gb", **launch_kwargs())
+                **launch_kwargs(demo))
 
 
 if __name__ == "__main__":

@@ -249,6 +249,9 @@ class ModelConfig:
             raise ConfigError(f"config field 'norm_eps' must be positive, got {self.norm_eps}")
         if self.max_positions > 1_048_576:
             raise ConfigError(f"config field 'max_positions' ({self.max_positions}) is absurdly large")
+        if self.max_positions < 2:
+            raise ConfigError(f"config field 'max_positions' is {self.max_positions}: the model holds too few positions "
+                              "for any prompt and one new token (it needs at least 2)")
         self._check_meaningful()
 
     def _derive_encoder(self) -> None:

@@ -223,6 +223,7 @@ def as_interventions(items: Iterable[Any] | None) -> tuple[Intervention, ...]:
 
 _VECTOR_FIELDS = ("vector", "value", "mean")
 MAX_PACKED = 200_000  # characters of a packed list accepted back (a link): far above any real model's vectors
+MAX_ITEMS = 256  # interventions a packed list may hold (callers with their own limit pass it)
 
 
 def _pack_vector(values: Sequence[float]) -> str:
@@ -258,27 +259,40 @@ def pack(interventions: Sequence[Intervention]) -> str:
     return base64.urlsafe_b64encode(zlib.compress(text, 9)).decode().rstrip("=")
 
 
-def unpack(text: str) -> tuple[Intervention, ...]:
-    """The inverse of `pack`; anything else raises InterventionError (one line, nothing executed)."""
+def unpack(text: str, max_items: int = MAX_ITEMS) -> tuple[Intervention, ...]:
+    """The inverse of `pack`; anything else raises InterventionError (one line, nothing executed).
+
+    A list of more than `max_items` is refused before it is read, and so is any nesting deeper than a
+    packed list can have: a few hundred characters inflate to JSON nested 100,000 deep, which would
+    exhaust Python's recursion in the JSON reader.
+    """
+    unreadable = "the interventions in this link are not readable; open the edit again from the page"
     if not isinstance(text, str) or len(text) > MAX_PACKED:
-        raise InterventionError("the interventions in this link are not readable; open the edit again from the page")
+        raise InterventionError(unreadable)
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         inflater = zlib.decompressobj()
         data = inflater.decompress(raw, 4 * MAX_PACKED)
         if inflater.unconsumed_tail or not inflater.eof:
             raise ValueError("too large or cut short")
+        # Each intervention is one object with at most one vector list: any more brackets than that
+        # (counted before parsing, strings included: packed strings hold none) is too many or too deep.
+        if data.count(b"{") + data.count(b"[") > 1 + 2 * max_items:
+            raise InterventionError(f"the edits in this link are too many or nested too deeply; at most {max_items} "
+                                    "edits are allowed")
         items = json.loads(data)
         if not isinstance(items, list):
             raise ValueError("not a list")
+        if len(items) > max_items:
+            raise InterventionError(f"this link carries {len(items):,} edits; at most {max_items} are allowed")
         for item in items:
             for name in _VECTOR_FIELDS:
                 if isinstance(item, dict) and isinstance(item.get(name), str):
                     item[name] = _unpack_vector(item[name])
     except InterventionError:
         raise
-    except (ValueError, zlib.error, UnicodeDecodeError, struct.error, TypeError):
-        raise InterventionError("the interventions in this link are not readable; open the edit again from the page") from None
+    except (ValueError, zlib.error, UnicodeDecodeError, struct.error, TypeError, RecursionError):
+        raise InterventionError(unreadable) from None
     return as_interventions(items)
 
 

@@ -15,6 +15,7 @@ from playground.config import ModelConfig
 from playground.errors import ChatTemplateError, PlaygroundError, PromptError
 from playground.interventions import Intervention, as_interventions, check
 from playground.models.edits import edited
+from playground.token_pieces import REPLACEMENT, readable_piece
 
 if TYPE_CHECKING:
     from playground.checkpoints.limits import Limits
@@ -118,8 +119,12 @@ class LoadedModel:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
-        """One token's own text (what a token chip or an axis label shows)."""
-        return self.detokenize([int(token_id)])
+        """One token's own text (what a token chip or an axis label shows); a byte-level piece of a
+        character shows its bytes ("<0xC3>"), not the "�" it decodes to alone."""
+        text = self.detokenize([int(token_id)])
+        if REPLACEMENT in text and self.tokenizer is not None:
+            text = readable_piece(text, self.tokenizer.convert_ids_to_tokens(int(token_id)))
+        return text
 
     def token_texts(self, ids: list[int]) -> list[str]:
         return [self.token_text(i) for i in ids]

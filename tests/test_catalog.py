@@ -21,7 +21,7 @@ from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
 
 ROOT = Path(__file__).resolve().parents[1]
-ALICE, BOB = "session-hash-alice", "session-hash-bob"
+ALICE, BOB, CAROL = "session-hash-alice", "session-hash-bob", "session-hash-carol"
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def test_the_quota_evicts_the_least_recently_used_first(tiny, tmp_path):
     size = (tiny / "model.safetensors").stat().st_size
     clock = Clock()
     catalog = Catalog(ROOT / "weights", tmp_path / "uploads", tmp_path / "hub", private=True, ttl_seconds=10**6,
-                      quota_bytes=int(2.5 * size), clock=clock)
+                      quota_bytes=int(2.5 * size), owner_quota_bytes=int(2.5 * size), clock=clock)
     names = []
     for owner in (ALICE, BOB, ALICE):
         clock.now += 10
@@ -236,6 +236,32 @@ def test_the_quota_evicts_the_least_recently_used_first(tiny, tmp_path):
     assert names[1][1] in catalog.names(BOB) and names[2][1] not in catalog.names(ALICE)
     with pytest.raises(PlaygroundError, match="more than this server keeps"):
         catalog.make_room(3 * size)
+
+
+def test_each_owner_keeps_a_share_and_uploads_in_use_are_never_evicted(tiny, tmp_path):
+    size = (tiny / "model.safetensors").stat().st_size
+    clock = Clock()
+    catalog = Catalog(ROOT / "weights", tmp_path / "uploads", tmp_path / "hub", private=True, ttl_seconds=10**6,
+                      quota_bytes=int(3.5 * size), owner_quota_bytes=int(2.5 * size), clock=clock)
+    weights = [tiny / "model.safetensors"]
+    clock.now += 10
+    alices = catalog.save_upload(weights, 10**9, ALICE)
+    catalog.in_use = lambda: [catalog.stored_path(alices, ALICE)]  # Alice's tab has it open
+    bobs = []
+    for _ in range(4):
+        clock.now += 10
+        bobs.append(catalog.save_upload(weights, 10**9, BOB))
+    assert alices in catalog.names(ALICE)  # the oldest of all, but in use
+    assert [n in catalog.names(BOB) for n in bobs] == [False, False, True, True]  # Bob's own share: two
+    assert catalog.evicted_since(BOB) == bobs[:2] and catalog.evicted_since(BOB) == []  # told once
+    with pytest.raises(PlaygroundError, match="removed to make room"):
+        catalog.resolve(bobs[0], BOB)
+    catalog.in_use = lambda: [catalog.stored_path(n, o) for o, n in ((ALICE, alices), (BOB, bobs[2]), (BOB, bobs[3]))]
+    with pytest.raises(PlaygroundError, match="other visitors are using"):
+        catalog.save_upload(weights, 10**9, CAROL)  # only folders in use would make room: refused
+    assert alices in catalog.names(ALICE) and bobs[3] in catalog.names(BOB)
+    with pytest.raises(PlaygroundError, match="per visitor"):
+        catalog.make_room(3 * size, CAROL)
 
 
 def test_a_session_end_forgets_everything_its_owner_made(catalog, tiny):

@@ -80,3 +80,29 @@ def test_the_live_screens_server_functions_survive_gradios_per_tab_copy(served):
     assert reply.json() == {} and httpx.post(url + "gradio_api/component_server/", json={
         "session_hash": "copy-tab", "component_id": live._id, "fn_name": "attention_row",
         "data": ["x", 0, "self", 0, "mean"]}).json() == {"row": None}
+
+
+def test_a_flood_of_fresh_session_ids_never_drops_a_page_tab_s_state(served):
+    """Stop presses from 30 session ids nobody opened, over a capacity of 20: the tab's state stays, the
+    flood's goes (Gradio dropped the least recently used of all, the tab first)."""
+    import uuid
+
+    import httpx
+
+    demo, url = served
+    handlers = demo.playground_handlers
+    handlers.models.page_load(gr.Request(session_hash="open-tab", query_params={}))
+    demo.state_holder["open-tab"]
+    stop = next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__func__", None) is handlers.stream.stop.__func__)
+    capacity, demo.state_holder.capacity = demo.state_holder.capacity, 20
+    try:
+        flood = [uuid.uuid4().hex[:11] for _ in range(30)]
+        with httpx.Client(base_url=url, timeout=30) as client:
+            codes = {client.post("gradio_api/run/predict", json={"fn_index": stop, "data": [0],
+                                                                  "session_hash": key}).status_code for key in flood}
+        assert codes == {200}
+        assert "open-tab" in demo.state_holder.session_data
+        assert len(demo.state_holder.session_data) <= 20
+        assert not any(handlers.sessions.has(key) for key in flood)  # Stop kept nothing for them
+    finally:
+        demo.state_holder.capacity = capacity

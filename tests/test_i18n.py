@@ -64,7 +64,15 @@ def test_every_note_the_app_can_show_reads_in_chinese(tmp_path):
     notes += list(plan(lm, [5] * 300, GenerationConfig(max_new_tokens=8, truncate_prompt=True)).notes)
     notes += from_query({"evil": "1", "top_p": "7", "mode": "telepathy", "seed": "1.5", "temperature": "inf",
                          "chat": "maybe", "prompt": "x" * 5000})[1]
-    assert len(notes) >= 12
+    from playground.app.settings import MAX_EDITS
+    from playground.interventions import Ablate, pack
+    from playground.ui.catalog import EVICTED
+    from tests.test_hostile_links import NESTED
+
+    for edits in (NESTED, pack([Ablate(0, head=0)] * (MAX_EDITS + 1)), "not-a-pack"):
+        notes += from_query({"edits": edits})[1]
+    notes.append(EVICTED)
+    assert len(notes) >= 16
     for text in notes:
         zh = note(text, "zh")
         assert CJK.search(zh) and zh != text, text

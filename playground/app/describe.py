@@ -23,6 +23,23 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+# What makes Markdown (CommonMark + GFM, as Gradio renders it) create an element inside a line: emphasis,
+# code, strikethrough, links and images, math, tables, and GFM's bare autolinks (`http://`, `www.`,
+# `a@b.c`). An underscore between two letters or digits cannot emphasise, so `top_p` stays as written.
+_INLINE = re.compile(r"[\\`*~\[\]$|@]|(?<![^\W_])_|_(?![^\W_])|:(?=//)|(?i:(?<=www))\.")
+# ... and at the start of a line: a heading, a list item, a numbered item.
+_LINE_START = re.compile(r"^(?:([#+\-])|(\d+)([.)]))")
+
+
+def inert(value: Any) -> str:
+    """Text for a Markdown element that shows exactly as typed, creating no element (a visitor's link or
+    file chose it): HTML's `<`, `>`, `&` become entities, Markdown's punctuation is backslash-escaped
+    where it would act, line breaks become spaces."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    text = _INLINE.sub(lambda m: "\\" + m.group(0), text)
+    return _LINE_START.sub(lambda m: "\\" + m.group(1) if m.group(1) else m.group(2) + "\\" + m.group(3), text)
+
+
 # --- a model's structure in words (the library returns the data: ModelConfig, LoadedModel.info) -------
 
 
@@ -204,7 +221,7 @@ def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
     """Clamps and adjustments, shown above the live screen so nobody misses them."""
     if not notes:
         return ""
-    return "\n".join(f"- **{t('note', lang)}:** {html.escape(note(n, lang))}" for n in notes)
+    return "\n".join(f"- **{t('note', lang)}:** {inert(note(n, lang))}" for n in notes)
 
 
 def step_caption(step: TokenStep, lang: str = "en") -> str:

@@ -21,7 +21,7 @@ from playground.analysis.kv_lesson import linear_flops_per_token
 from playground.analysis.steering import SteeringVector, contrast_vector
 from playground.app.jobs import Progress
 from playground.app.run import Run
-from playground.app.settings import UISettings, parse_edits
+from playground.app.settings import MAX_EDITS, UISettings, parse_edits
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
@@ -29,7 +29,6 @@ from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: 
 if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
 
-MAX_EDITS = 16  # edits one run carries (each fork adds one)
 SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 650-token sequence stays under it
 PASS_FLOPS = 1e11  # one pass the lab runs for a text a visitor typed (a steering text): SmolLM2, 341 tokens
 

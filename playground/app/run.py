@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from playground.app import frames
+from playground.app.numbers import numbers_note
 from playground.app.settings import UISettings
 from playground.generation import GenerationConfig, GenerationResult, Hypothesis, StepEvent, TokenStep, token_path
 from playground.generation.budget import check_full_attention
@@ -56,6 +57,7 @@ class Run:
     maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
     head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
     captures_dropped: bool = False  # its recorded arrays were freed under the memory budget (recomputed when asked)
+    numbers_noted: bool = False  # a step's numbers could not be right, and a note says so (once per run)
 
     # --- what it is ------------------------------------------------------------------------------
 
@@ -89,6 +91,11 @@ class Run:
     def add_event(self, event: StepEvent, lm: Any) -> None:
         """Take the engine's next event and bring the path (and the page's compact copy) up to date."""
         self.events.append(event)
+        if not self.numbers_noted:
+            found = numbers_note(event, lm.config.vocab_size, not self.cfg.do_sample, self.settings.lang)
+            if found:
+                self.notes.append(found)
+                self.numbers_noted = True
         stages = frames.stage_names(self.events)
         if not self.beam:
             step = token_path(lm, [event], None)[0]

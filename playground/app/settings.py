@@ -8,6 +8,7 @@ note that says why, never an exception. No Gradio here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -18,10 +19,12 @@ from urllib.parse import urlencode
 from playground.app.limits import CAPS, RANGES, WHOLE
 from playground.interventions import InterventionError, unpack
 
+log = logging.getLogger("playground.app")
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
 LANGS = ("en", "zh")
 MAX_BRANCHES = 8
+MAX_EDITS = 16  # edits one run carries (each fork in the lab adds one); a link with more is refused
 
 
 @dataclass
@@ -121,11 +124,14 @@ def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tup
             notes.append(f"ignored unknown link parameter '{key}'")
             continue
         text = str(raw)
+        shown = text if len(text) <= 40 else text[:37] + "..."
         try:
             values[key] = _parse_value(key, text)
         except ValueError as exc:
-            shown = text if len(text) <= 40 else text[:37] + "..."
             notes.append(f"ignored link parameter {key}={shown!r}: {exc}")
+        except Exception:  # noqa: BLE001 - whatever a link holds, the page opens and says so
+            log.warning("link parameter %s could not be read", key, exc_info=True)
+            notes.append(f"ignored link parameter {key}={shown!r}: it could not be read")
     if len(values["prompt"]) > CAPS.prompt_chars:
         values["prompt"] = values["prompt"][: CAPS.prompt_chars]
         notes.append(f"the prompt from the link was cut to {CAPS.prompt_chars} characters")
@@ -227,7 +233,7 @@ def parse_edits(text: str) -> tuple:
     if not text:
         return ()
     try:
-        return unpack(text)
+        return unpack(text, max_items=MAX_EDITS)
     except InterventionError as error:
         raise ValueError(str(error)) from None
 

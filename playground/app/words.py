@@ -38,6 +38,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "hub_failed": ("Hub download failed", "Hub 下载失败"),
     "nothing_uploaded": ("Nothing uploaded", "没有收到文件"),
     "uploaded": ("Uploaded and loaded", "已上传并加载"),
+    "upload_evicted": ("To make room, your earlier {names} was removed.",
+                       "为了腾出空间,已删除你之前的 {names}。"),
     "model_default_decoder": ("(default decoder)", "(默认解码器)"),
     "model_default_seq2seq": ("(default seq2seq)", "(默认 seq2seq)"),
     "model_preloaded": ("(preloaded from the Hub)", "(预先从 Hub 下载)"),
@@ -285,6 +287,16 @@ STRINGS: dict[str, tuple[str, str]] = {
     "prompt_cut": ("The prompt was cut to {n} characters.", "提示词已截断为 {n} 个字符。"),
     "prompt_tokens_cut": ("The prompt has {n} tokens; its first {dropped} were dropped to keep the last {cap}.",
                           "提示词有 {n} 个 token;丢弃了前 {dropped} 个,保留最后 {cap} 个。"),
+    "numbers_nonfinite": ("Step {step}: this model computed NaN or infinity; its probabilities mean nothing "
+                          "(the checkpoint's weights are broken).",
+                          "第 {step} 步:该模型算出了 NaN 或无穷大;它的概率没有意义(检查点的权重已损坏)。"),
+    "numbers_overflow": ("Step {step}: activations reach {peak:.1e}, beyond what float32 can square, so every "
+                         "norm overflows; the probabilities mean nothing (the checkpoint's weights are scaled wrong).",
+                         "第 {step} 步:激活值达到 {peak:.1e},超出 float32 能平方的范围,所有范数都溢出;"
+                         "这些概率没有意义(检查点的权重缩放有误)。"),
+    "numbers_uniform": ("Step {step}: all {n} tokens are equally likely: the model's output carries no information "
+                        "(its activations saturated or overflowed).",
+                        "第 {step} 步:全部 {n} 个 token 概率相同:模型的输出不含任何信息(激活值饱和或溢出)。"),
     # --- model card
     "card_property": ("Property", "属性"),
     "card_value": ("Value", "值"),
@@ -501,7 +513,23 @@ NOTES_ZH: tuple[tuple[str, str], ...] = (
     (r"^ignored link parameter (\w+)=(.*): expected a finite number$", r"忽略了链接参数 \1=\2:应为有限的数"),
     (r"^ignored link parameter (\w+)=(.*): expected true or false$", r"忽略了链接参数 \1=\2:应为 true 或 false"),
     (r"^ignored link parameter (\w+)=(.*): outside (\S+)$", r"忽略了链接参数 \1=\2:超出范围 \3"),
+    (r"^ignored link parameter (\w+)=(.*): the edits in this link are too many or nested too deeply; at most (\d+) "
+     r"edits are allowed$", r"忽略了链接参数 \1=\2:链接中的编辑过多或嵌套过深;最多允许 \3 个编辑"),
+    (r"^ignored link parameter (\w+)=(.*): this link carries ([\d,]+) edits; at most (\d+) are allowed$",
+     r"忽略了链接参数 \1=\2:链接带有 \3 个编辑;最多允许 \4 个"),
+    (r"^ignored link parameter (\w+)=(.*): the interventions in this link are not readable; open the edit again from "
+     r"the page$", r"忽略了链接参数 \1=\2:链接中的编辑无法读取;请在页面上重新进行编辑"),
+    (r"^ignored link parameter (\w+)=(.*): it could not be read$", r"忽略了链接参数 \1=\2:无法读取"),
     (r"^ignored link parameter (\w+)=(.*): (.*)$", r"忽略了链接参数 \1=\2:\3"),
+    (r"^this upload was removed to make room for newer uploads \(each visitor keeps a share of the server's space\); "
+     r"upload it again$", "这个上传已被删除,为更新的上传腾出空间(每位访客拥有服务器空间的一份);请重新上传"),
+    (r"^(.*) MiB is more than this server keeps for uploads and Hub downloads \((.*) MiB per visitor\); use a smaller "
+     r"model$", r"\1 MiB 超过本服务器为每位访客保留的上传和 Hub 下载空间(\2 MiB);请使用更小的模型"),
+    (r"^the server's space for uploads is full of models other visitors are using; try again in a while or use a "
+     r"model under (.*) MiB$", r"服务器的上传空间已被其他访客正在使用的模型占满;请稍后再试,或使用小于 \1 MiB 的模型"),
+    (r"^(.*): config field 'max_positions' is (\d+): the model holds too few positions for any prompt and one new "
+     r"token \(it needs at least 2\)$", r"\1:配置字段 'max_positions' 为 \2:模型的位置太少,容纳不下任何提示词加一个新 token"
+     r"(至少需要 2 个)"),
     (r"^the prompt from the link was cut to (\d+) characters$", r"链接中的提示词已截断为 \1 个字符"),
     (r"^the link's model: (.*); using (.*)$", r"链接中的模型:\1;改用 \2"),
     (r"^(\w+) (.*) is not a finite number: using (.*)$", r"\1 \2 不是有限的数:改用 \3"),

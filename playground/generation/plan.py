@@ -66,9 +66,11 @@ def fit_to_context(
                 f"{prompt_len - keep} tokens (truncated on the left) to leave room for {new} new tokens"
             )
             return ContextFit(keep, new, tuple(notes))
+        fix = (f"lower max_new_tokens to {context - prompt_len} or shorten the prompt" if context - prompt_len >= 1
+               else f"shorten the prompt to at most {max(context - 1, 0)} tokens")  # 0 new tokens is no run
         raise SettingsError(
             f"the prompt ({prompt_len} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's context of "
-            f"{context} positions; lower max_new_tokens to {max(context - prompt_len, 0)} or shorten the prompt"
+            f"{context} positions; {fix}"
         )
     if prompt_len > context:
         if not (truncate or shrink):

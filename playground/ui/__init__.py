@@ -18,7 +18,7 @@ import gradio as gr
 
 from playground.hosting import on_space
 from playground.ui.catalog import Catalog
-from playground.ui.gradio_internals import slow_queue_polling
+from playground.ui.gradio_internals import UploadCache, slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.layout import CSS, build_page
 from playground.ui.registry import ModelRegistry
@@ -53,6 +53,9 @@ def build_app(
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
+    page.demo.playground_is_page = handlers.sessions.has  # Gradio drops other sessions' state first
+    # Gradio's upload route takes files without any event: its copies stay within the uploads' quota.
+    UploadCache(lambda: catalog.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test
     page.demo.playground_page = page
     return page.demo
@@ -77,9 +80,19 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
     return demo
 
 
-def launch_kwargs() -> dict[str, Any]:
-    """Page-level options Gradio 6 takes at launch time."""
-    return {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
+def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
+    """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
+    upload route takes: what one visitor may keep (`upload_limit_bytes`)."""
+    kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
+    if demo is not None:
+        kwargs["max_file_size"] = upload_limit_bytes(demo)
+    return kwargs
+
+
+def upload_limit_bytes(demo: gr.Blocks) -> int:
+    """The largest upload the app could store: a checkpoint's weights limit, within one visitor's share."""
+    models = demo.playground_handlers.models
+    return min(models.limits.max_file_bytes, models.catalog.owner_quota_bytes)
 
 
 __all__ = ["build_app", "enable_queue", "launch_kwargs"]

@@ -18,10 +18,15 @@ yourself); a catalog built with `private=True` (the public app) refuses it.
 
 Storage: uploads live in `upload_dir/@<hash of owner>/<upload id>/`, Hub downloads in
 `hub_dir/@<hash of owner>/<org>/<repo>/` (`owner=None`: directly under `upload_dir` / `hub_dir`).
-They expire `ttl_seconds` after their last use and share a disk quota of `quota_bytes`, the least
-recently used evicted first. Both default from the environment:
+They expire `ttl_seconds` after their last use and share a disk quota of `quota_bytes`; each owner
+keeps at most `owner_quota_bytes` of it. A new upload first makes room among its owner's own (least
+recently used first), then, if the server is full, among everyone's that are not in use (`in_use`: the
+folders the pages have open), least recently used first; it is refused rather than take a folder in use. An evicted folder's
+owner is told: at their next upload (`evicted_since`) and when they ask for it (`resolve`). Defaults
+from the environment:
 - PLAYGROUND_UPLOAD_TTL_SECONDS (default 3600: an hour after its last use);
-- PLAYGROUND_UPLOAD_QUOTA_BYTES (default 16 GiB, for uploads and Hub downloads together).
+- PLAYGROUND_UPLOAD_QUOTA_BYTES (default 16 GiB, for uploads and Hub downloads together);
+- PLAYGROUND_UPLOAD_OWNER_QUOTA_BYTES (default half the quota).
 `forget(owner)` deletes everything an owner made (call it when their session ends) and returns the
 folders removed, for `ModelRegistry.drop_under`.
 """
@@ -66,9 +71,12 @@ HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Huggin
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".spm", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
 PRIVATE_UPLOAD = "this upload is private to the visitor who made it"
+EVICTED = ("this upload was removed to make room for newer uploads (each visitor keeps a share of the server's "
+           "space); upload it again")
 PRIVATE_HUB = "this Hub download is private to the visitor who made it; type its repo id to download it yourself"
 DEFAULT_TTL_SECONDS = 3600
 DEFAULT_QUOTA_BYTES = 16 * 1024**3
+MAX_EVICTED_REMEMBERED = 4096  # evicted folders whose owners are still told why they went
 MAX_NAME_CHARS = 272  # longer than any catalog name ("hub/" + two Hub names of at most 128 characters)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # An upload's folder: what it is, its size and a random part that keeps it unique and unguessable
@@ -163,6 +171,7 @@ class Catalog:
         private: bool = False,
         ttl_seconds: int | None = None,
         quota_bytes: int | None = None,
+        owner_quota_bytes: int | None = None,
         hf_cache_dir: Path | str | None = None,
         preloaded: dict[str, tuple[str, ...]] | None = None,
         clock: Callable[[], float] = time.time,
@@ -187,6 +196,11 @@ class Catalog:
         self.private = private
         self.ttl_seconds = ttl_seconds if ttl_seconds is not None else _env_int("PLAYGROUND_UPLOAD_TTL_SECONDS", DEFAULT_TTL_SECONDS)
         self.quota_bytes = quota_bytes if quota_bytes is not None else _env_int("PLAYGROUND_UPLOAD_QUOTA_BYTES", DEFAULT_QUOTA_BYTES)
+        self._owner_quota_bytes = owner_quota_bytes if owner_quota_bytes is not None else _env_int(
+            "PLAYGROUND_UPLOAD_OWNER_QUOTA_BYTES", 0)
+        # The folders some page has open now (the app sets it): never evicted for another owner's upload.
+        self.in_use: Callable[[], Iterable[Path]] = lambda: ()
+        self._evicted: dict[Path, bool] = {}  # evicted folder -> its owner was told at an upload (oldest first)
         self.hf_cache_dir = Path(hf_cache_dir) if hf_cache_dir is not None else None
         self.preloaded = PRELOADED if preloaded is None else preloaded
         self.clock = clock
@@ -203,6 +217,11 @@ class Catalog:
             raise ValueError("owner must be a non-empty string (e.g. Gradio's session hash)")
         # '@' never starts an upload id or a Hub org name, so owner folders cannot be mistaken for either.
         return "@" + hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    @property
+    def owner_quota_bytes(self) -> int:
+        """What one owner may keep: the configured share, or half the server's quota."""
+        return min(self._owner_quota_bytes or self.quota_bytes // 2, self.quota_bytes)
 
     def owner_upload_dir(self, owner: str | None) -> Path:
         key = self._owner_key(owner)
@@ -454,6 +473,10 @@ class Catalog:
         except OSError:  # a name the file system cannot hold: its message would show the server's folder
             raise PlaygroundError(private or f"'{shown_name(name)}' is not a checkpoint name; pick one from the list") from None
         if not exists:
+            with self._lock:
+                evicted = path in self._evicted
+            if evicted:
+                raise PlaygroundError(EVICTED)
             raise PlaygroundError(private or f"no checkpoint named '{shown_name(name)}' here; pick one from the list or upload it")
         if private is not None:
             self._touch(path)
@@ -515,7 +538,7 @@ class Catalog:
                 "here; use a smaller model"
             )
         with self._lock:
-            self.make_room(total)
+            self.make_room(total, owner)
             target = self.owner_upload_dir(owner) / upload_id(names)
             target.mkdir(parents=True)
             try:
@@ -544,7 +567,8 @@ class Catalog:
         from playground.checkpoints.hub import download_checkpoint, validate_repo_id
 
         rid = validate_repo_id(repo_id)
-        download_checkpoint(rid, self.hub_dir_for(owner), max_bytes=max_bytes, make_room=self.make_room)
+        download_checkpoint(rid, self.hub_dir_for(owner), max_bytes=max_bytes,
+                            make_room=lambda incoming: self.make_room(incoming, owner))
         self._touch(self.hub_dir_for(owner) / rid)
         return HUB_PREFIX + rid
 
@@ -578,24 +602,76 @@ class Catalog:
                     pass
         return removed
 
-    def make_room(self, incoming: int) -> list[Path]:
-        """Evict the least recently used uploads and Hub downloads until `incoming` more bytes fit the quota."""
-        if incoming > self.quota_bytes:
+    def make_room(self, incoming: int, owner: str | None = None) -> list[Path]:
+        """Evict until `incoming` more bytes of `owner`'s fit: first `owner`'s own least recently used
+        folders down to their share, then the least recently used folders no page has open (anyone's)
+        down to the server's quota. Refused, with nothing evicted, when only folders in use would do."""
+        share = self.owner_quota_bytes
+        if incoming > share:
             raise PlaygroundError(
                 f"{incoming / 2**20:,.1f} MiB is more than this server keeps for uploads and Hub downloads "
-                f"({self.quota_bytes / 2**20:,.1f} MiB); use a smaller model"
+                f"({share / 2**20:,.1f} MiB per visitor); use a smaller model"
             )
-        removed = []
+        mine = {self.owner_upload_dir(owner).resolve(), self.hub_dir_for(owner).resolve()}
+        in_use = {Path(p).resolve() for p in self.in_use()}
         with self._lock:
-            stored = sorted(((f.stat().st_mtime, f, _folder_bytes(f)) for f, _ in self._stored()), key=lambda t: t[0])
-            used = sum(size for _, _, size in stored)
-            for _, folder, size in stored:
+            stored = sorted(((f.stat().st_mtime, f, _folder_bytes(f), root.resolve() in mine)
+                             for f, root in self._stored()), key=lambda e: e[0])
+            used = sum(size for _, _, size, _ in stored)
+            own = sum(size for _, _, size, is_mine in stored if is_mine)
+            victims = []
+            for _, folder, size, is_mine in stored:
+                if own + incoming <= share:
+                    break
+                if is_mine:
+                    victims.append(folder)
+                    own -= size
+                    used -= size
+            for _, folder, size, _ in stored:
                 if used + incoming <= self.quota_bytes:
                     break
+                if folder not in victims and folder.resolve() not in in_use:
+                    victims.append(folder)
+                    used -= size
+            if used + incoming > self.quota_bytes:
+                raise PlaygroundError(
+                    f"the server's space for uploads is full of models other visitors are using; try again in a "
+                    f"while or use a model under {max(self.quota_bytes - used, 0) / 2**20:,.1f} MiB"
+                )
+            for folder in victims:
                 shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder)
-                used -= size
-        return removed
+                self._evicted[folder.resolve()] = False
+            while len(self._evicted) > MAX_EVICTED_REMEMBERED:
+                del self._evicted[next(iter(self._evicted))]
+        return victims
+
+    def evicted_since(self, owner: str | None) -> list[str]:
+        """Names of `owner`'s folders evicted since the last call (each is told once)."""
+        roots = {self.owner_upload_dir(owner).resolve(): UPLOAD_PREFIX, self.hub_dir_for(owner).resolve(): HUB_PREFIX}
+        out = []
+        with self._lock:
+            for folder, told in self._evicted.items():
+                for root, prefix in roots.items():
+                    if not told and folder.is_relative_to(root) and folder != root:
+                        rel = folder.relative_to(root)
+                        if prefix == UPLOAD_PREFIX and len(rel.parts) == 1 or prefix == HUB_PREFIX and len(rel.parts) == 2:
+                            out.append(prefix + rel.as_posix())
+                            self._evicted[folder] = True
+        return out
+
+    def stored_path(self, name: str, owner: str | None) -> Path | None:
+        """The folder of `owner`'s upload or Hub download `name` (whether or not it still exists), without
+        counting as a use; None for any other name."""
+        if not isinstance(name, str):
+            return None
+        if name.startswith(UPLOAD_PREFIX):
+            rel = name[len(UPLOAD_PREFIX):].strip("/")
+            return self.owner_upload_dir(owner).resolve() / rel if _SAFE_UPLOAD_ID.match(rel) else None
+        if name.startswith(HUB_PREFIX):
+            parts = name[len(HUB_PREFIX):].split("/")
+            if len(parts) == 2 and all(_SAFE_NAME.match(p) for p in parts):
+                return self.hub_dir_for(owner).resolve().joinpath(*parts)
+        return None
 
     def forget(self, owner: str) -> list[Path]:
         """Delete everything `owner` uploaded or downloaded (their session ended); return the folders

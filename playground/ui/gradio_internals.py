@@ -2,6 +2,10 @@
 
 - `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
   once their calls are over (below).
+- `PagesLastStateHolder`: Gradio's state holder, evicting sessions that are no page tab before any tab
+  (installed as the one Gradio's app makes; below).
+- `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
+  to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
 - `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
 - `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
@@ -22,16 +26,28 @@ to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the back
 session.
 
 This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
+
+Pages last:
+
+Once `state_session_capacity` sessions are held, Gradio drops the least recently used one, a page tab
+as readily as a stranger's fresh session id: 1,100 Stop presses with new ids took every open tab's
+copy of the page (its model list among it). `PagesLastStateHolder` drops sessions that are no page
+tab first (`Blocks.playground_is_page`, set by `build_app`), least recently used first, and a page tab
+only when nothing else is left.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
+import gradio.routes
+from gradio.state_holder import StateHolder
 
 from playground.app import heap
 
@@ -95,6 +111,84 @@ class ScriptSessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._ended)
+
+
+class PagesLastStateHolder(StateHolder):
+    """Gradio's `StateHolder`, but over capacity the least recently used session that is no page tab
+    goes first (Gradio's own: the least recently used of all)."""
+
+    def update(self, session_id: str) -> None:
+        with self.lock:
+            if session_id in self.session_data:
+                self.session_data.move_to_end(session_id)
+            if len(self.session_data) <= self.capacity:
+                return
+            is_page = getattr(getattr(self, "blocks", None), "playground_is_page", None) or (lambda key: False)
+            # oldest first; the session just used is the newest and is never the one to go
+            victim = next((k for k in self.session_data if k != session_id and not is_page(k)), None)
+            if victim is None:
+                victim = next(iter(self.session_data))
+            del self.session_data[victim]
+            self.time_last_used.pop(victim, None)
+
+
+# Every app Gradio makes from now on holds its sessions' state in ours (it names the class in its routes).
+gradio.routes.StateHolder = PagesLastStateHolder
+
+
+class UploadCache:
+    """Gradio's copies of uploaded files that no upload event has stored, held to `budget()` bytes.
+
+    `POST /gradio_api/upload` takes files without any event of the page: Gradio keeps them until its
+    `delete_cache` age. Every `interval` seconds this removes the oldest of this app's copies (those in
+    its `upload_file_set`) while they hold more than the budget. A copy the catalog stored is a hard link
+    (two names): it costs nothing more and is left to Gradio's own sweep.
+    """
+
+    def __init__(self, budget: Callable[[], int], interval: float = 2.0) -> None:
+        self.budget = budget
+        self.interval = interval
+        self._app: Callable[[], Any] = lambda: None
+
+    def sweep(self) -> int:
+        """Remove the oldest unstored copies beyond the budget; returns the bytes removed."""
+        files = getattr(self._app(), "upload_file_set", None)
+        if not files:
+            return 0
+        entries = []
+        for name in list(files):
+            try:
+                st = os.stat(name)
+            except OSError:
+                files.discard(name)
+                continue
+            if st.st_nlink == 1:
+                entries.append((st.st_ctime, name, st.st_size))
+        held = sum(size for _, _, size in entries)
+        removed = 0
+        for _, name, size in sorted(entries):
+            if held <= self.budget():
+                break
+            try:
+                os.remove(name)
+            except OSError:
+                pass
+            files.discard(name)
+            held -= size
+            removed += size
+        return removed
+
+    def start(self, demo: gr.Blocks) -> None:
+        """Sweep `demo`'s copies in a background thread for as long as `demo` exists."""
+        ref = weakref.ref(demo)
+        self._app = ref
+
+        def loop() -> None:
+            while ref() is not None:
+                time.sleep(self.interval)
+                self.sweep()
+
+        threading.Thread(target=loop, daemon=True, name="upload-cache").start()
 
 
 def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:

@@ -8,7 +8,6 @@ live screen beside the original with its lineage, and its link replays it.
 
 from __future__ import annotations
 
-import html
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import numpy as np
 
 from playground import viz
 from playground.analysis.divergence import HeadSweep
-from playground.app import lab, serving
+from playground.app import describe, lab, serving
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
@@ -65,7 +64,7 @@ class Lab:
             vector = serving.call_job(lab.contrast, lm, str(positive or ""), str(negative or ""), int(layer or 0), lang,
                                       owner=session.key)
         except Exception as exc:  # noqa: BLE001 - one line under the button
-            yield gr.skip(), gr.skip(), gr.skip(), html.escape(one_line(exc, lang, "steering"))
+            yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "steering"))
             return
         scale = float(scale or 0.0)
         yield gr.skip(), gr.skip(), gr.skip(), lab.vector_summary(vector, scale, lang)
@@ -84,7 +83,7 @@ class Lab:
             check([edit], lm.config)
             settings = lab.fork_settings(session, run, edit, lang)
         except Exception as exc:  # noqa: BLE001 - one line in the notes
-            yield gr.skip(), html.escape(one_line(exc, lang, "fork")), gr.skip()
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
             return
         for out in self.stream._stream(session, settings, parent=None):
             yield out[:-1]
@@ -126,7 +125,7 @@ class Lab:
             with viz.language(lang):
                 out.update(serving.call_job(self._panels, lm, session, run, versus, owner=session.key))
         except Exception as exc:  # noqa: BLE001 - one line where the panel would be
-            out.update(lab_md=html.escape(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
+            out.update(lab_md=describe.inert(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
         return tuple(out[k] for k in OUTPUTS)
 
     def _panels(self, lm, session, run, versus: bool) -> dict[str, Any]:
@@ -180,7 +179,7 @@ class Lab:
                     shown = time.monotonic()
                     yield t("lab_sweep_progress", lang, done=item.done, total=item.total), gr.skip()
         except Exception as exc:  # noqa: BLE001 - one line above the figure
-            yield html.escape(one_line(exc, lang, "sweep")), gr.update(visible=False)
+            yield describe.inert(one_line(exc, lang, "sweep")), gr.update(visible=False)
             return
         finally:
             hard.set()

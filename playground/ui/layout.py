@@ -27,8 +27,9 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
 # Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
-# 5 minutes once 15 minutes old: long enough for an upload still waiting in the queue.
-GRADIO_CACHE_SECONDS = (300, 900)
+# minute once 5 minutes old (long enough for an upload still waiting in the queue); beyond the uploads' quota,
+# the oldest go sooner (`UploadCache`).
+GRADIO_CACHE_SECONDS = (60, 300)
 LIVE_TEMPLATE = """<div class="pg-live">
   <div class="pg-head"><div id="gen-status" class="pg-status" role="status" aria-live="polite"></div><div class="pg-rate"></div></div>
   <div id="token-stream" role="list"></div>
@@ -117,7 +118,10 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
         with gr.Row(elem_id="main", equal_height=False):
             with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
                 with gr.Column(elem_id="sidebar-top"):
-                    named("model", gr.Dropdown(choices=[], value=None, allow_custom_value=False, elem_id="model-select",
+                    # The catalog checks every name for its visitor (one line for anything else), so the
+                    # value never depends on Gradio's per-tab copy of the choices, which a flood of other
+                    # sessions can push out (it would then read "not in the list of choices: []").
+                    named("model", gr.Dropdown(choices=[], value=None, allow_custom_value=True, elem_id="model-select",
                                                label=t("model", lang)), "model")
                     c["model_status"] = gr.Markdown(t("loading", lang), elem_id="model-status")
                     c["model_about"] = gr.Markdown("", elem_id="model-about")

@@ -3,14 +3,13 @@ unpacks the controls, calls the core on the torch thread and returns widget upda
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
 
 from playground import viz
-from playground.app import lessons, measurements, serving
+from playground.app import describe, lessons, measurements, serving
 from playground.app.session import Session, Sessions
 from playground.app.words import t
 from playground.ui.layout import LESSONS
@@ -65,7 +64,7 @@ class Lessons:
             shown = serving.call_job(lessons.show, lesson, lm, run, session.selected_step, inputs, lang, sdpa,
                                      owner=session.key)
         except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
-            out["lesson_md"] = html.escape(one_line(exc, lang, f"lesson {lesson}"))
+            out["lesson_md"] = describe.inert(one_line(exc, lang, f"lesson {lesson}"))
             return tuple(out[k] for k in OUTPUTS)
         out["lesson_md"] = shown.caption
         for key, fig in zip(("lesson_plot1", "lesson_plot2"), shown.figures):
@@ -106,7 +105,7 @@ class Lessons:
                 else:
                     yield t("time_cache_progress", lang, done=item.done, total=item.total)
         except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
-            yield html.escape(one_line(exc, lang, "kv"))
+            yield describe.inert(one_line(exc, lang, "kv"))
             return
         finally:
             session.end_job(stop)
@@ -140,7 +139,7 @@ class Lessons:
                 else:
                     yield t("sdpa_progress", lang, done=item.done, total=item.total)
         except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
-            yield html.escape(one_line(exc, lang, "sdpa"))
+            yield describe.inert(one_line(exc, lang, "sdpa"))
             return
         finally:
             session.end_job(stop)

@@ -8,7 +8,6 @@ its chat setting (on for checkpoints with a chat template); a link's own values 
 
 from __future__ import annotations
 
-import html
 import logging
 from typing import Any
 
@@ -54,7 +53,7 @@ def token_ids_example(lm: LoadedModel) -> str:
 
 def loaded_status(lm: LoadedModel, verb: str, name: str, dtype: str, lang: str) -> str:
     """The status line of a loaded model; one without a tokenizer says at once how to prompt it."""
-    status = t("loaded", lang, verb=verb, name=html.escape(name), kind=t(f"kind_{lm.kind}", lang), dtype=dtype)
+    status = t("loaded", lang, verb=verb, name=describe.inert(name), kind=t(f"kind_{lm.kind}", lang), dtype=dtype)
     if lm.tokenizer is None:
         status += " " + t("no_tokenizer_ids", lang, example=token_ids_example(lm))
     return status
@@ -75,6 +74,12 @@ class Models:
         self.registry = registry
         self.sessions = sessions
         self.limits = limits or Limits.default()
+        catalog.in_use = self.uploads_in_use  # another visitor's upload never evicts one a page has open
+
+    def uploads_in_use(self) -> list:
+        """The folders of the uploads and Hub downloads that some tab has loaded now."""
+        paths = (self.catalog.stored_path(s.model, s.key) for s in self.sessions.all() if s.model)
+        return [p for p in paths if p is not None]
 
     # --- lookups ---------------------------------------------------------------------------------
 
@@ -105,7 +110,7 @@ class Models:
         text = card.describe(lang) or t(
             "describe_generic", lang, family=lm.config.family, kind=t(f"kind_{lm.kind}", lang),
             params=f"{lm.parameter_count:,}")
-        return html.escape(text, quote=False)
+        return describe.inert(text)
 
     @staticmethod
     def meta(lm: LoadedModel, name: str) -> dict[str, Any]:
@@ -191,7 +196,7 @@ class Models:
         try:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001 - the message goes to the status line
-            return self._failed(t("could_not_load", lang, name=html.escape(str(name or "?"))), exc, session, lang, owner)
+            return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang, owner)
         return self._loaded(lm, name, dtype, session, lang, gr.skip(), owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
@@ -213,7 +218,11 @@ class Models:
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        evicted = self.catalog.evicted_since(owner)
+        if evicted:  # say what went, so that nobody wonders where it is
+            out = (out[0], out[1] + " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted))), *out[2:])
+        return out
 
     def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
         """Download a Hub repo's safetensors checkpoint (online only) and load it like any other."""
@@ -252,8 +261,8 @@ class Models:
     def _failed(self, what: str, exc: Exception, session, lang: str, owner: str | None) -> tuple:
         """Status line with the reason; the dropdown goes back to the model still in use."""
         previous = session.model
-        keep = t("still_using", lang, name=html.escape(previous)) if previous else ""
-        why = html.escape(one_line(exc, lang, "load").rstrip("."))
+        keep = t("still_using", lang, name=describe.inert(previous)) if previous else ""
+        why = describe.inert(one_line(exc, lang, "load").rstrip("."))
         status = t("load_failed", lang, what=what, why=why, keep=keep)
         dropdown = self.dropdown(owner, previous, lang) if previous else gr.skip()
         return (dropdown, status) + (gr.skip(),) * 8

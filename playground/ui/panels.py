@@ -145,7 +145,7 @@ class Panels:
         try:
             maps = serving.call_job(run.attention_maps, lm, kind, layer, owner=session.key)
         except Exception as exc:  # noqa: BLE001
-            return (html.escape(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
+            return (describe.inert(one_line(exc, lang, "attention")), blank, blank, blank, blank) + skip3
         h, T, S = maps.shape
         head = int(min(max(head or 0, 0), h - 1))
         q_labels, k_labels = run.labels(kind)
@@ -240,7 +240,7 @@ class Panels:
                     yield gr.skip(), t("rerun_progress", lang, mode=t(f"rerun_mode_{item.stage}", lang),
                                        done=item.done, total=item.total, seconds=item.seconds)
         except Exception as exc:  # noqa: BLE001 - one line where the note goes
-            yield gr.skip(), html.escape(one_line(exc, lang, "rerun"))
+            yield gr.skip(), describe.inert(one_line(exc, lang, "rerun"))
             return
         finally:
             session.end_job(stop)
@@ -282,7 +282,7 @@ class Panels:
                                          cache=cache, owner=session.key)
             return positional_outputs(lm, int(length or 64), float(compare_base or 1000.0), pair, session.lang, shift)
         except Exception as exc:  # noqa: BLE001
-            return (html.escape(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)
+            return (describe.inert(one_line(exc, session.lang, "positional")),) + (gr.skip(),) * (len(PE_OUTPUTS) - 1)
 
 
 PE_OUTPUTS = ("pe_md", "pe1", "pe2", "pe3", "pe4", "pe5", "pe_pair")

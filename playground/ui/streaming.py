@@ -22,6 +22,7 @@ import gradio as gr
 from playground.app import describe, frames, heap, lab, serving
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
+from playground.app.numbers import numbers_note
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
 from playground.app.settings import (
@@ -69,7 +70,8 @@ class Streaming:
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
         session = self.sessions.get(session_key(request))
-        if not session.take_link_run():
+        if not session.take_link_run():  # a link without a prompt: the page load's notes stay
+            yield gr.skip(), gr.skip(), gr.skip()
             return
         settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
         try:
@@ -142,7 +144,10 @@ class Streaming:
                 if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
                     yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
                     continue
+                noted = len(run.notes)
                 run.add_event(event, lm)
+                if len(run.notes) != noted:  # the run found numbers that cannot be right
+                    notes_md = describe.notes_markdown(run.notes, lang)
                 now = time.monotonic()
                 if (len(run.events) == 1 or event.finished or pace
                         or now - last_frame >= frames.frame_seconds(serving.active_requests())):
@@ -201,8 +206,14 @@ class Streaming:
     # --- Stop ------------------------------------------------------------------------------------
 
     def stop(self, ticket: float, request: gr.Request | None = None) -> None:
-        """End the running generation at its next step; runs queued before this press never start."""
-        session = self.sessions.get(session_key(request))
+        """End the running generation at its next step; runs queued before this press never start.
+        A session no page opened has nothing to stop: nothing is kept for it, and Gradio's state for it
+        goes like a script's."""
+        key = session_key(request)
+        if not self.sessions.has(key):
+            self.scripts.end(key)
+            return
+        session = self.sessions.get(key)
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
         session.stop_all()
 
@@ -287,6 +298,9 @@ class Streaming:
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         last = events[-1] if events else None
+        deterministic = not cfg.do_sample
+        found = next((n for e in events if (n := numbers_note(e, lm.config.vocab_size, deterministic))), None)
+        notes += [found] if found else []
         return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
                 "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
                 "notes": notes + clamp_notes}
