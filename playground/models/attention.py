@@ -16,6 +16,7 @@ from playground.models.kv_cache import KVCache
 from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
 from playground.models.recorder import Recorder
+from playground.models.rows import Rows
 
 
 def causal_mask(
@@ -121,13 +122,17 @@ class SelfAttention(nn.Module):
         start: int = 0,
         causal: bool = True,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | Rows | None = None,
         mask: torch.Tensor | None = None,
         recorder: Recorder | None = None,
         kind: str = "self",
     ) -> torch.Tensor:
         """x: (B, T, d_model), the tokens at positions [start, start + T). `mask` (additive float or
-        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer."""
+        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer.
+
+        With `Rows` for a cache, x is (N, 1, d_model): the stacked token rows of several segments, each
+        attending to its own cache at its own positions (`rope` then holds per-row tables, `start`,
+        `mask` and `recorder` come from each segment)."""
         B, T, _ = x.shape
         h, h_kv = self.n_heads, self.n_kv_heads
         qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim)
@@ -138,8 +143,8 @@ class SelfAttention(nn.Module):
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
-        if getattr(cache, "segmented", False):  # batched decoding: each sequence attends to its own cache
-            return cache.attend(self, layer, q, k, v)
+        if isinstance(cache, Rows):
+            return self._attend_rows(layer, q, k, v, cache)
         keep = recorder is not None and recorder.wants(layer)
         internals = recorder is not None and recorder.wants_internals(layer)
         if cache is not None:
@@ -158,4 +163,39 @@ class SelfAttention(nn.Module):
         out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         if internals:
             recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
+        return out
+
+    def _attend_rows(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model).
+        Each segment writes its keys to its own cache and attends as `forward` does for it alone."""
+        h, h_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        outs, internals = [], []
+        for s, (a, b) in zip(rows.segments, rows.bounds):
+            B, T = s.ids.shape
+            if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
+                qs, ks, vs = q[a:b], k[a:b], v[a:b]
+            else:
+                qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+                ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+                vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+            rec = s.recorder
+            keep = rec is not None and rec.wants(layer)
+            inner = rec is not None and rec.wants_internals(layer)
+            if s.self_cache is not None:
+                ks, vs = s.self_cache.write(layer, s.start, ks, vs, ordered=keep or inner)
+            S = ks.shape[2]
+            mask = s.self_mask  # T5's decoder brings its own: position bias plus causal
+            is_causal = mask is None and T == S and (self.window is None or S <= self.window)
+            if mask is None and not is_causal and T > 1:
+                mask = causal_mask(T, S, window=self.window, device=q.device)
+            out, weights = attend(qs, ks, vs, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
+            if keep:
+                first = s.start + T - S
+                rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
+            if inner:
+                internals.append((rec, a, b, B, T, qs, ks, vs))
+            outs.append(out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d))
+        out = self.out(torch.cat(outs))  # (N, 1, d_model)
+        for rec, a, b, B, T, qs, ks, vs in internals:
+            rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
         return out

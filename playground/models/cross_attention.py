@@ -13,6 +13,7 @@ from playground.config import ModelConfig
 from playground.models.attention import attend
 from playground.models.layers import Linear
 from playground.models.recorder import Recorder
+from playground.models.rows import Rows
 
 
 class CrossAttention(nn.Module):
@@ -54,4 +55,27 @@ class CrossAttention(nn.Module):
         out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         if recorder is not None and recorder.wants_internals(layer):
             recorder.record_internals("cross", layer, q=q, k=k, v=v, output=out)
+        return out
+
+    def forward_rows(self, x: torch.Tensor, rows: Rows, layer: int) -> torch.Tensor:
+        """x (N, 1, d_model), the stacked rows of several segments -> (N, 1, d_model): each segment's
+        queries read its own source (the segment's `cross_kv`), as `forward` does for it alone."""
+        h, d = self.n_heads, self.head_dim
+        q = self.q(x)
+        outs, internals = [], []
+        for s, (a, b) in zip(rows.segments, rows.bounds):
+            B, T = s.ids.shape
+            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+            ks, vs = s.cross_kv[0][layer], s.cross_kv[1][layer]
+            rec = s.recorder
+            keep = rec is not None and rec.wants(layer)
+            out, weights = attend(qs, ks, vs, scale=self.scale, mask=None, need_weights=keep)
+            if keep:
+                rec.record_attention("cross", layer, weights)
+            if rec is not None and rec.wants_internals(layer):
+                internals.append((rec, a, b, B, T, qs, ks, vs))
+            outs.append(out.transpose(1, 2).reshape(B * T, 1, h * d))
+        out = self.out(torch.cat(outs))
+        for rec, a, b, B, T, qs, ks, vs in internals:
+            rec.record_internals("cross", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
         return out
