@@ -75,7 +75,8 @@ SEQ2SEQ = {
 
 
 def _requests(lm) -> list[tuple[list[int], GenerationConfig]]:
-    """A capturing greedy request, a beam search, an edited request: each prompt passes every window."""
+    """A capturing greedy request, a beam search, an edited request and a sampled one (the beams and the
+    sampled rows attend in one call: their caches share a pool): each prompt passes every window."""
     top = lm.config.vocab_size - 4
     prompt = [(7 * i) % top + 3 for i in range(9)]
     if lm.kind == "seq2seq":
@@ -87,6 +88,7 @@ def _requests(lm) -> list[tuple[list[int], GenerationConfig]]:
         (prompt, GenerationConfig(max_new_tokens=7, capture_attention=True, capture_residual=True, **lang)),
         (prompt[2:], GenerationConfig(max_new_tokens=5, num_beams=2, **lang)),
         (prompt[1:], GenerationConfig(max_new_tokens=6, interventions=(ablate,), **lang)),
+        (prompt[3:], GenerationConfig(max_new_tokens=6, temperature=0.8, seed=5, **lang)),
     ]
 
 
@@ -101,7 +103,7 @@ def _check(lm) -> None:
     requests = _requests(lm)
     plans = [plan(lm, ids, cfg) for ids, cfg in requests]
     alone = [run_alone(p, invariant=True) for p in plans]
-    scheduler = Scheduler(lm, max_rows=8, max_prefills=3, invariant_alone=True)
+    scheduler = Scheduler(lm, max_rows=8, max_prefills=4, invariant_alone=True)
     tickets = [scheduler.submit(p) for p in plans]
     blocks = lm.model.decoder.blocks if lm.kind == "seq2seq" else lm.model.blocks
     rows: list[int] = []  # token rows of each pass through the first block
@@ -111,7 +113,7 @@ def _check(lm) -> None:
             scheduler.step()
     finally:
         hook.remove()
-    assert max(rows) >= 1 + 2  # the greedy request and both beams shared decoding passes
+    assert max(rows) >= 1 + 2 + 1  # the greedy request, both beams and the sampled row shared passes
     for ticket, solo, p, (ids, cfg) in zip(tickets, alone, plans, requests):
         got = ticket.drain()
         assert got and got[-1].finished and len(got) >= 3

@@ -53,7 +53,8 @@ from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
 from playground.models.edits import edited
 from playground.models.kernels import batch_kernels
-from playground.models.kv_cache import KVCache
+from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_pool import KVPool, bucket
 from playground.models.recorder import Recorder
 from playground.models.rows import Segment
 
@@ -70,12 +71,20 @@ class _BatchedModel:
 
     applies_own_edits = True
 
-    def __init__(self, model: torch.nn.Module, edits: tuple = ()) -> None:
+    def __init__(self, model: torch.nn.Module, edits: tuple = (), ticket: Ticket | None = None) -> None:
         self._model = model
         self._edits = tuple(edits)
+        self._ticket = ticket
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
+
+    def new_cache(self, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
+        """The request's cache as rows of the scheduler's pool, so its decoding rows attend beside others'."""
+        ticket = self._ticket
+        if ticket is None or ticket.scheduler is None:
+            return self._model.new_cache(batch, max_tokens)
+        return ticket.scheduler._new_cache(ticket, batch, max_tokens)
 
     def __call__(
         self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
@@ -138,9 +147,10 @@ class Ticket:
         self.arrived = threading.Event()  # set by the first event or the end: the request is no longer waiting
         self.done = False
         self.scheduler: Scheduler | None = None
+        self.caches: list[KVCache] = []  # its caches' self-attention rows in the scheduler's pools
 
     def _body(self) -> None:
-        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions)
+        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
         proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
         for event in run_plan(proxied, self.stop):
             self.first_event = True
@@ -154,6 +164,8 @@ class Ticket:
 
     def finish(self, error: BaseException | None = None) -> None:
         self.done = True
+        if self.scheduler is not None:
+            self.scheduler._release(self)
         self.events.put(error if error is not None else _END)
         self.arrived.set()
 
@@ -205,6 +217,7 @@ class Scheduler:
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
         self._lock = threading.Lock()
+        self.pools: dict[int, KVPool] = {}  # the running requests' KV caches, by width (kv_pool.bucket)
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
@@ -267,6 +280,23 @@ class Scheduler:
                     self.waiting.remove(t)
                     self.running.append(t)
                     rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
+
+    def _new_cache(self, ticket: Ticket, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
+        """A cache for `ticket` in the pool of its width: one-token rows of a pool attend in one call."""
+        width = bucket(max_tokens)
+        pool = self.pools.get(width) or self.pools.setdefault(width, KVPool(width))
+        cache = self.lm.model.new_cache(batch, max_tokens, pool=pool)
+        ticket.caches.append(getattr(cache, "self_cache", cache))
+        return cache
+
+    def _release(self, ticket: Ticket) -> None:
+        """A finished request's rows go back to their pools; an empty pool is dropped (its memory freed)."""
+        for cache in ticket.caches:
+            cache.pool.release(cache)
+        ticket.caches.clear()
+        for width, pool in list(self.pools.items()):
+            if not pool.live:
+                del self.pools[width]
 
     def fail_all(self, error: BaseException) -> None:
         """Every running and waiting request ends with `error`."""

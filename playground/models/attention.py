@@ -13,6 +13,7 @@ from torch import nn
 
 from playground.config import LayerKind, ModelConfig
 from playground.models.kv_cache import KVCache
+from playground.models.kv_pool import key_width
 from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
 from playground.models.recorder import Recorder
@@ -73,6 +74,20 @@ def attend(
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     out = (weights.reshape(B, h_kv, h // h_kv, T, S) @ v.unsqueeze(2)).reshape(B, h, T, d)
     return out, weights
+
+
+def attend_padded(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, scale: float
+) -> torch.Tensor:
+    """One new token per row against that row's keys, every row padded to one width: q (R, h, 1, d);
+    k, v (R, h_kv, L, d); mask (R, 1, 1, L) bool (True: a key the row holds) or additive (R, h, 1, L).
+    The query heads that share a KV head are that head's queries (no copy of K/V). Returns (R, h, 1, d)."""
+    R, h, _, d = q.shape
+    h_kv = k.shape[1]
+    if mask.shape[1] != 1:
+        mask = mask.reshape(R, h_kv, h // h_kv, -1)
+    out = F.scaled_dot_product_attention(q.reshape(R, h_kv, h // h_kv, d), k, v, attn_mask=mask, scale=scale)
+    return out.reshape(R, h, 1, d)
 
 
 class QKNorm(nn.Module):
@@ -167,22 +182,28 @@ class SelfAttention(nn.Module):
 
     def _attend_rows(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows) -> torch.Tensor:
         """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model).
-        Each segment writes its keys to its own cache and attends as `forward` does for it alone."""
+
+        Each segment writes its keys to its own cache and attends as `forward` does for it alone; the
+        one-token rows whose caches share a pool (`KVPool`) attend together, in one call per pool."""
         h, h_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
-        outs, internals = [], []
-        for s, (a, b) in zip(rows.segments, rows.bounds):
+        parts: list[torch.Tensor | None] = [None] * len(rows.segments)
+        internals, pooled = [], {}
+        for i, (s, (a, b)) in enumerate(zip(rows.segments, rows.bounds)):
             B, T = s.ids.shape
+            rec, cache = s.recorder, s.self_cache
+            keep = rec is not None and rec.wants(layer)
+            inner = rec is not None and rec.wants_internals(layer)
+            if T == 1 and cache is not None and cache.pool is not None and not keep and not inner:
+                pooled.setdefault(id(cache.pool), []).append(i)
+                continue
             if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
                 qs, ks, vs = q[a:b], k[a:b], v[a:b]
             else:
                 qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
                 ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
                 vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-            rec = s.recorder
-            keep = rec is not None and rec.wants(layer)
-            inner = rec is not None and rec.wants_internals(layer)
-            if s.self_cache is not None:
-                ks, vs = s.self_cache.write(layer, s.start, ks, vs, ordered=keep or inner)
+            if cache is not None:
+                ks, vs = cache.write(layer, s.start, ks, vs, ordered=keep or inner)
             S = ks.shape[2]
             mask = s.self_mask  # T5's decoder brings its own: position bias plus causal
             is_causal = mask is None and T == S and (self.window is None or S <= self.window)
@@ -194,8 +215,49 @@ class SelfAttention(nn.Module):
                 rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
             if inner:
                 internals.append((rec, a, b, B, T, qs, ks, vs))
-            outs.append(out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d))
-        out = self.out(torch.cat(outs))  # (N, 1, d_model)
+            parts[i] = out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d)
+        for group in pooled.values():
+            self._attend_pooled(layer, q, k, v, rows, group, parts)
+        out = self.out(torch.cat(parts))  # (N, 1, d_model)
         for rec, a, b, B, T, qs, ks, vs in internals:
             rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
         return out
+
+    def _attend_pooled(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, group: list[int],
+        parts: list[torch.Tensor | None],
+    ) -> None:
+        """The one-token rows of `group` (segments whose caches are rows of one pool): their keys stored
+        with one indexed write, then one masked SDPA over the pool's rows [lo, hi) per key width: each row
+        reads its held slots padded to `key_width` of its own length, so its numbers never depend on the
+        other rows (rows of different widths take one call each)."""
+        segments = [rows.segments[i] for i in group]
+        caches = [s.self_cache for s in segments]
+        pool = caches[0].pool
+        place = rows.pool_rows(pool, group)
+        slots = [c.advance(layer, s.start) for c, s in zip(caches, segments)]
+        at = torch.tensor([slot for slot, c in zip(slots, caches) for _ in range(c.batch)], device=q.device)
+        keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
+        keys[place.rows, :, at] = k[place.source, :, 0]
+        values[place.rows, :, at] = v[place.source, :, 0]
+        held = [c.held(layer) for c in caches]
+        widths: dict[int, list[int]] = {}
+        for j, n in enumerate(held):
+            widths.setdefault(key_width(n, keys.shape[2]), []).append(j)
+        biased = segments[0].self_mask is not None
+        for width, members in widths.items():
+            sub = [group[j] for j in members]
+            place = rows.pool_rows(pool, sub)
+            sub_caches = [caches[j] for j in members]
+            mask = rows.pool_mask(pool, place, sub_caches, [held[j] for j in members], width, biased, self.n_heads)
+            qs = q[place.source]  # (R, h, 1, d)
+            if not place.dense:  # rows of the span that are not attending here get a query of zeros
+                qs = q.new_zeros((place.hi - place.lo, *q.shape[1:])).index_copy_(0, place.local, qs)
+            span = slice(place.lo, place.hi)
+            out = attend_padded(qs, keys[span, :, :width], values[span, :, :width], mask, scale=self.scale)
+            if not place.dense:
+                out = out.index_select(0, place.local)
+            r = 0
+            for i, c in zip(sub, sub_caches):
+                parts[i] = out[r : r + c.batch].reshape(c.batch, 1, -1)
+                r += c.batch

@@ -18,6 +18,7 @@ from torch import nn
 from playground.config import LayerKind, ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
+from playground.models.kv_pool import KVPool
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import RotaryEmbedding, absolute_positions
 from playground.models.recorder import Recorder
@@ -131,11 +132,13 @@ class DecoderLM(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else Linear(config.embed_dim, config.vocab_size)
         self.tied_head = TiedHead(self.embed)
 
-    def new_cache(self, batch: int, max_tokens: int) -> KVCache:
+    def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> KVCache:
+        """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`."""
         c, p = self.config, self.embed.weight
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
             query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
+            pool=pool,
         )
 
     def reencodes_at(self, cached: int, new: int) -> bool:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from playground.models.kv_pool import KVPool
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
         windows: list[int | None] | None = None,
+        pool: KVPool | None = None,
     ) -> None:
         self.windows: list[int | None] = list(windows) if windows is not None else [None] * layers
         if len(self.windows) != layers:
@@ -172,10 +176,14 @@ class KVCache:
         # A window at least as long as the cache never wraps: such a layer is stored like a full one.
         self.rings = [w is not None and w < max_tokens for w in self.windows]
         self.capacity = [w if ring else max_tokens for w, ring in zip(self.windows, self.rings)]
-        self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
-        self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self.layers, self.batch, self.kv_heads, self.head_dim = layers, batch, kv_heads, head_dim
-        self.max_tokens, self.query_heads, self.dtype = max_tokens, query_heads, dtype
+        self.max_tokens, self.query_heads, self.dtype, self.device = max_tokens, query_heads, dtype, torch.device(device)
+        self.pool = pool  # rows of a shared buffer (batched decoding), or buffers of its own
+        if pool is not None:
+            self.keys, self.values = pool.place(self)
+        else:
+            self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
+            self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self._written = [0] * layers  # positions written, per layer
 
     @property
@@ -204,6 +212,19 @@ class KVCache:
             self._written[layer] = end
             return keys[:, :, :end], values[:, :, :end]
         return self._write_ring(layer, start, end, k, v, ordered)
+
+    def advance(self, layer: int, start: int) -> int:
+        """One new token per row at position `start`, written by the caller into its pool rows: the slot
+        it goes to (the position, or its place in a sliding layer's ring). Returns the slot."""
+        end = start + 1
+        if end > self.max_tokens:
+            raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
+        self._written[layer] = end
+        return start % self.capacity[layer] if self.rings[layer] else start
+
+    def held(self, layer: int) -> int:
+        """Slots of `layer` that hold keys now (its first positions, or its whole ring once it wrapped)."""
+        return min(self._written[layer], self.capacity[layer])
 
     def _write_ring(
         self, layer: int, start: int, end: int, k: torch.Tensor, v: torch.Tensor, ordered: bool

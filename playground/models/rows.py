@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_pool import KVPool
 from playground.models.recorder import Recorder
 
 
@@ -43,11 +44,24 @@ class Segment:
         return getattr(self.cache, "self_cache", self.cache)
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolPlace:
+    """Where one-token rows of a pass sit in their pool: pool rows [lo, hi) are attended in one call."""
+
+    rows: torch.Tensor  # (R,) each token row's pool row
+    source: torch.Tensor  # (R,) its row in the stacked batch
+    local: torch.Tensor  # (R,) rows - lo
+    lo: int
+    hi: int
+    dense: bool  # rows are exactly lo, lo + 1, ..., hi - 1 (no row of the span is left out)
+
+
 class Rows:
     """The segments of one pass and where their token rows sit in the stacked (N, 1, d) batch."""
 
     def __init__(self, segments: list[Segment]) -> None:
         self.segments = segments
+        self._memo: dict[tuple, object] = {}  # what every layer of this pass shares (indices, masks)
         self.bounds: list[tuple[int, int]] = []
         a = 0
         for s in segments:
@@ -87,3 +101,47 @@ class Rows:
             out.append(None if n == 0 else logits[at : at + n].reshape(B, n // B, -1))
             at += n
         return out
+
+    def pool_rows(self, pool: KVPool, group: list[int]) -> PoolPlace:
+        """The pool rows of segments `group` (one-token rows whose caches live in `pool`)."""
+        key = ("rows", id(pool), tuple(group))
+        if key not in self._memo:
+            rows, source = [], []
+            for i in group:
+                s, (a, b) = self.segments[i], self.bounds[i]
+                first = pool.row_of(s.self_cache)
+                rows.extend(range(first, first + b - a))
+                source.extend(range(a, b))
+            lo, hi = min(rows), max(rows) + 1
+            device = self.segments[group[0]].ids.device
+            as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
+            self._memo[key] = PoolPlace(as_tensor(rows), as_tensor(source), as_tensor([r - lo for r in rows]), lo, hi,
+                                        rows == list(range(lo, hi)))
+        return self._memo[key]
+
+    def pool_mask(
+        self, pool: KVPool, place: PoolPlace, caches: list[KVCache], held: list[int], width: int, biased: bool, heads: int,
+    ) -> torch.Tensor:
+        """The mask of a pooled call over pool rows [lo, hi), `width` slots each: (rows, 1, 1, width) bool,
+        True on the `held` slots of each cache's rows; with T5's position bias (`biased`: the segments'
+        `self_mask`), the additive (rows, h, 1, width) bias instead, the dtype's minimum on empty slots.
+        A row of the span outside `place` sees one slot (its result is dropped)."""
+        key = ("mask", id(pool), width, tuple(held))
+        if key not in self._memo:
+            device = place.rows.device
+            lengths = torch.ones(place.hi - place.lo, dtype=torch.long, device=device)
+            counts = torch.tensor([n for n, c in zip(held, caches) for _ in range(c.batch)], device=device)
+            lengths[place.local] = counts
+            visible = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (rows, width)
+            if not biased:
+                self._memo[key] = visible[:, None, None, :]
+            else:
+                group = [s for s in self.segments if s.self_cache in caches]
+                dtype = group[0].self_mask.dtype
+                bias = torch.full((place.hi - place.lo, heads, 1, width), torch.finfo(dtype).min, dtype=dtype, device=device)
+                for s in group:
+                    first = pool.row_of(s.self_cache) - place.lo
+                    S = s.self_mask.shape[-1]
+                    bias[first : first + s.self_cache.batch, :, :, :S] = s.self_mask
+                self._memo[key] = bias
+        return self._memo[key]

@@ -29,6 +29,7 @@ from playground.config import ModelConfig
 from playground.models.attention import SelfAttention, causal_mask
 from playground.models.cross_attention import CrossAttention
 from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_pool import KVPool
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import absolute_positions
 from playground.models.recorder import Recorder
@@ -187,12 +188,13 @@ class EncoderDecoderLM(nn.Module):
         return self.encoder.finish(x)
 
     # --- decoder
-    def new_cache(self, batch: int, max_tokens: int) -> Seq2SeqCache:
+    def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> Seq2SeqCache:
+        """The decoder's caches for `batch` rows: self-attention buffers of its own, or rows of `pool`."""
         c, p = self.config, self.embed.weight
         return Seq2SeqCache(
             KVCache(
                 layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-                query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+                query_heads=c.n_heads, dtype=p.dtype, device=p.device, pool=pool,
             )
         )
 
