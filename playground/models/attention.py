@@ -235,8 +235,7 @@ class SelfAttention(nn.Module):
         caches = [s.self_cache for s in segments]
         pool = caches[0].pool
         place = rows.pool_rows(pool, group)
-        slots = [c.advance(layer, s.start) for c, s in zip(caches, segments)]
-        at = torch.tensor([slot for slot, c in zip(slots, caches) for _ in range(c.batch)], device=q.device)
+        at = rows.slots(pool, group, [c.advance(layer, s.start) for c, s in zip(caches, segments)])
         keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
         keys[place.rows, :, at] = k[place.source, :, 0]
         values[place.rows, :, at] = v[place.source, :, 0]

@@ -20,6 +20,7 @@ import torch
 from playground.models.kv_cache import KVCache
 
 MIN_TOKENS = 64
+GROWTH = 4  # rows added at least when the pool grows (a few spare rows, not a doubling: memory is budgeted)
 KEY_BLOCK = 64  # a pooled row's keys are padded to a multiple of this (of its own length only)
 
 
@@ -73,7 +74,7 @@ class KVPool:
         if at is None:
             tail = next((i for i in range(len(self.owners), 0, -1) if self.owners[i - 1] is not None), 0)
             at = tail
-            self._grow(max(at + B, 2 * len(self.owners)))
+            self._grow(max(at + B, len(self.owners) + GROWTH))
         self.owners[at : at + B] = [cache] * B
         self.first_row[id(cache)] = at
         return self._views(cache, at)

@@ -119,6 +119,15 @@ class Rows:
                                         rows == list(range(lo, hi)))
         return self._memo[key]
 
+    def slots(self, pool: KVPool, group: list[int], slots: list[int]) -> torch.Tensor:
+        """(R,) the slot each token row of `group` writes its new key to (one per segment, beams alike)."""
+        key = ("slots", id(pool), tuple(group), tuple(slots))
+        if key not in self._memo:
+            counts = [b - a for a, b in (self.bounds[i] for i in group)]
+            self._memo[key] = torch.tensor([slot for slot, n in zip(slots, counts) for _ in range(n)],
+                                           device=self.segments[group[0]].ids.device)
+        return self._memo[key]
+
     def pool_mask(
         self, pool: KVPool, place: PoolPlace, caches: list[KVCache], held: list[int], width: int, biased: bool, heads: int,
     ) -> torch.Tensor:
