@@ -16,7 +16,7 @@ from playground.generation.plan import plan
 from playground.models.attention import attend, attend_padded
 from playground.models.kv_cache import KVCache
 from playground.models.kv_pool import KEY_BLOCK, KVPool, bucket, key_width
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import llama_like, save_decoder, save_seq2seq, t5_like
 from tests.test_batch import _assert_equal_runs
 
 
@@ -69,6 +69,12 @@ def test_one_padded_call_equals_each_row_alone():
         torch.testing.assert_close(out[r : r + 1], alone, atol=1e-6, rtol=0)
 
 
+def _sdpa_calls_in_a_step(scheduler: Scheduler) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        scheduler.step()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::scaled_dot_product_attention")
+
+
 def test_decoding_rows_of_a_pool_attend_in_one_call_per_layer(tmp_path, one_thread):
     """Three requests decoding side by side (one a beam search) take one SDPA call per layer, and each
     equals its run alone bitwise; their rows go back to the pool when they end."""
@@ -84,10 +90,29 @@ def test_decoding_rows_of_a_pool_attend_in_one_call_per_layer(tmp_path, one_thre
     for _ in range(3):
         scheduler.step()
     assert len(scheduler.pools) == 1
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    assert _sdpa_calls_in_a_step(scheduler) == lm.config.n_layers
+    while scheduler.busy():
         scheduler.step()
-    calls = sum(e.count for e in prof.key_averages() if e.key == "aten::scaled_dot_product_attention")
-    assert calls == lm.config.n_layers
+    for ticket, solo in zip(tickets, alone):
+        _assert_equal_runs(ticket.drain(), solo)
+    assert scheduler.pools == {}
+
+
+def test_seq2seq_rows_attend_to_their_targets_and_sources_in_one_call_each(tmp_path, one_thread):
+    """T5 (position bias in the self-attention mask): three requests with sources of different lengths
+    take one self-attention and one cross-attention call per decoder layer, each equal to its run alone."""
+    save_seq2seq(tmp_path, "t5", t5_like(d_model=64, d_kv=16, d_ff=96), init_std=0.1)
+    lm = playground.load_model(tmp_path)
+    plans = [plan(lm, [5, 9, 23, 1], GenerationConfig(max_new_tokens=6)),
+             plan(lm, [7, 7, 12, 30, 44, 1], GenerationConfig(max_new_tokens=6, num_beams=2)),
+             plan(lm, [8, 3, 1], GenerationConfig(max_new_tokens=6, temperature=0.8, seed=3))]
+    alone = [run_alone(p, invariant=True) for p in plans]
+    scheduler = Scheduler(lm, max_prefills=3, invariant_alone=True)
+    tickets = [scheduler.submit(p) for p in plans]
+    for _ in range(3):  # start, encode each source in its turn and decode the first token, then decode
+        scheduler.step()
+    assert sorted(kind for kind, _ in scheduler.pools) == ["cross", "self"]
+    assert _sdpa_calls_in_a_step(scheduler) == 2 * lm.config.n_layers
     while scheduler.busy():
         scheduler.step()
     for ticket, solo in zip(tickets, alone):

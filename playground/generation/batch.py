@@ -147,7 +147,7 @@ class Ticket:
         self.arrived = threading.Event()  # set by the first event or the end: the request is no longer waiting
         self.done = False
         self.scheduler: Scheduler | None = None
-        self.caches: list[KVCache] = []  # its caches' self-attention rows in the scheduler's pools
+        self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
 
     def _body(self) -> None:
         model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
@@ -217,7 +217,7 @@ class Scheduler:
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
         self._lock = threading.Lock()
-        self.pools: dict[int, KVPool] = {}  # the running requests' KV caches, by width (kv_pool.bucket)
+        self.pools: dict[tuple[str, int], KVPool] = {}  # the running requests' K/V by kind and width (kv_pool.bucket)
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
@@ -283,20 +283,30 @@ class Scheduler:
 
     def _new_cache(self, ticket: Ticket, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
         """A cache for `ticket` in the pool of its width: one-token rows of a pool attend in one call."""
-        width = bucket(max_tokens)
-        pool = self.pools.get(width) or self.pools.setdefault(width, KVPool(width))
-        cache = self.lm.model.new_cache(batch, max_tokens, pool=pool)
-        ticket.caches.append(getattr(cache, "self_cache", cache))
+        cache = self.lm.model.new_cache(batch, max_tokens, pool=self._pool("self", max_tokens))
+        if isinstance(cache, Seq2SeqCache):  # the source's K/V join a pool once projected
+            cache.cross_pool = lambda tokens: self._pool("cross", tokens)
+        ticket.caches.append(cache)
         return cache
+
+    def _pool(self, kind: str, tokens: int) -> KVPool:
+        """The pool of `kind` ("self" or "cross") whose width covers `tokens` positions."""
+        key = (kind, bucket(tokens))
+        if key not in self.pools:
+            self.pools[key] = KVPool(key[1])
+        return self.pools[key]
 
     def _release(self, ticket: Ticket) -> None:
         """A finished request's rows go back to their pools; an empty pool is dropped (its memory freed)."""
         for cache in ticket.caches:
-            cache.pool.release(cache)
+            parts = (cache.self_cache, cache.cross) if isinstance(cache, Seq2SeqCache) else (cache,)
+            for kv in parts:
+                if kv is not None:
+                    kv.pool.release(kv)
         ticket.caches.clear()
-        for width, pool in list(self.pools.items()):
+        for key, pool in list(self.pools.items()):
             if not pool.live:
-                del self.pools[width]
+                del self.pools[key]
 
     def fail_all(self, error: BaseException) -> None:
         """Every running and waiting request ends with `error`."""

@@ -227,36 +227,46 @@ class SelfAttention(nn.Module):
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, group: list[int],
         parts: list[torch.Tensor | None],
     ) -> None:
-        """The one-token rows of `group` (segments whose caches are rows of one pool): their keys stored
-        with one indexed write, then one masked SDPA over the pool's rows [lo, hi) per key width: each row
-        reads its held slots padded to `key_width` of its own length, so its numbers never depend on the
-        other rows (rows of different widths take one call each)."""
+        """The one-token rows of `group` (segments whose caches are rows of one pool): their new keys
+        stored with one indexed write, then attended together (`attend_pool`)."""
         segments = [rows.segments[i] for i in group]
         caches = [s.self_cache for s in segments]
         pool = caches[0].pool
-        place = rows.pool_rows(pool, group)
+        place = rows.pool_rows(pool, group, caches)
         at = rows.slots(pool, group, [c.advance(layer, s.start) for c, s in zip(caches, segments)])
         keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
         keys[place.rows, :, at] = k[place.source, :, 0]
         values[place.rows, :, at] = v[place.source, :, 0]
-        held = [c.held(layer) for c in caches]
-        widths: dict[int, list[int]] = {}
-        for j, n in enumerate(held):
-            widths.setdefault(key_width(n, keys.shape[2]), []).append(j)
-        biased = segments[0].self_mask is not None
-        for width, members in widths.items():
-            sub = [group[j] for j in members]
-            place = rows.pool_rows(pool, sub)
-            sub_caches = [caches[j] for j in members]
-            mask = rows.pool_mask(pool, place, sub_caches, [held[j] for j in members], width, biased, self.n_heads)
-            qs = q[place.source]  # (R, h, 1, d)
-            if not place.dense:  # rows of the span that are not attending here get a query of zeros
-                qs = q.new_zeros((place.hi - place.lo, *q.shape[1:])).index_copy_(0, place.local, qs)
-            span = slice(place.lo, place.hi)
-            out = attend_padded(qs, keys[span, :, :width], values[span, :, :width], mask, scale=self.scale)
-            if not place.dense:
-                out = out.index_select(0, place.local)
-            r = 0
-            for i, c in zip(sub, sub_caches):
-                parts[i] = out[r : r + c.batch].reshape(c.batch, 1, -1)
-                r += c.batch
+        attend_pool(q, layer, rows, group, caches, parts, scale=self.scale, biased=segments[0].self_mask is not None)
+
+
+def attend_pool(
+    q: torch.Tensor, layer: int, rows: Rows, group: list[int], caches: list[KVCache], parts: list[torch.Tensor | None],
+    *, scale: float, biased: bool = False,
+) -> None:
+    """One new token per row of segments `group`, whose keys for this layer are `caches` (rows of one
+    pool): one masked SDPA over the pool's rows [lo, hi) per key width. Each row reads the slots its
+    cache holds, padded to `key_width` of its own length, so its numbers never depend on the other rows
+    (rows of different widths take one call each). q: (N, h, 1, d) for every row of the pass; each
+    segment's output (B, 1, h·d) goes to `parts`. `biased`: T5's position bias (the segments' `self_mask`)."""
+    pool = caches[0].pool
+    keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
+    held = [c.held(layer) for c in caches]
+    widths: dict[int, list[int]] = {}
+    for j, n in enumerate(held):
+        widths.setdefault(key_width(n, keys.shape[2]), []).append(j)
+    for width, members in widths.items():
+        sub, sub_caches = [group[j] for j in members], [caches[j] for j in members]
+        place = rows.pool_rows(pool, sub, sub_caches)
+        mask = rows.pool_mask(pool, place, sub_caches, [held[j] for j in members], width, biased, q.shape[1])
+        qs = q[place.source]  # (R, h, 1, d)
+        if not place.dense:  # rows of the span that are not attending here get a query of zeros
+            qs = q.new_zeros((place.hi - place.lo, *q.shape[1:])).index_copy_(0, place.local, qs)
+        span = slice(place.lo, place.hi)
+        out = attend_padded(qs, keys[span, :, :width], values[span, :, :width], mask, scale=scale)
+        if not place.dense:
+            out = out.index_select(0, place.local)
+        r = 0
+        for i, c in zip(sub, sub_caches):
+            parts[i] = out[r : r + c.batch].reshape(c.batch, 1, -1)
+            r += c.batch

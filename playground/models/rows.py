@@ -102,14 +102,14 @@ class Rows:
             at += n
         return out
 
-    def pool_rows(self, pool: KVPool, group: list[int]) -> PoolPlace:
-        """The pool rows of segments `group` (one-token rows whose caches live in `pool`)."""
+    def pool_rows(self, pool: KVPool, group: list[int], caches: list[KVCache]) -> PoolPlace:
+        """The pool rows of segments `group` (one-token rows whose `caches` are rows of `pool`)."""
         key = ("rows", id(pool), tuple(group))
         if key not in self._memo:
             rows, source = [], []
-            for i in group:
-                s, (a, b) = self.segments[i], self.bounds[i]
-                first = pool.row_of(s.self_cache)
+            for i, cache in zip(group, caches):
+                a, b = self.bounds[i]
+                first = pool.row_of(cache)
                 rows.extend(range(first, first + b - a))
                 source.extend(range(a, b))
             lo, hi = min(rows), max(rows) + 1
