@@ -10,25 +10,27 @@ Each request runs the engine's own loop (`run_plan`: greedy, sampling or beam se
 stages, seed, stopping, captures and cache), unchanged, in a greenlet on the calling thread. Its
 model is a stand-in: a forward pass there becomes a *segment* (`models.rows.Segment`: its token ids,
 its own KV cache, its own start position, its own recorder) and the greenlet waits for the next step,
-where the segments of all requests go through the model's own batched pass (`DecoderLM.forward_rows`):
-the weight products see every row at once, attention reads each segment's own cache. This module only
-schedules. A beam search is one
-segment of `num_beams` rows. A prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step
-(chunked prefill), so a newcomer never holds the others up for long.
+where the segments of all requests go through the model's own batched pass (`DecoderLM.forward_rows`).
+This module only schedules: it decides who steps together, feeds prompts in chunks, and gives each
+request's caches rows of its pools (`models.kv_pool`, one per kind and width), so that the model
+attends the new tokens of a layer in one call. A beam search is one segment of `num_beams` rows. A
+prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step (chunked prefill), so a newcomer
+never holds the others up for long.
 
 Results never depend on the batch: beside others, the weight products go through the prepacked
 oneDNN path (`models/kernels.py`), where a row's output is bitwise the same whatever the other rows;
-the rest is row-wise or per segment. So a request gets bitwise the same logits, tokens,
-probabilities and captures beside any others. A step with one request alone runs the model's own
-forward pass instead (`x @ W`: for one row the fastest kernel, a third faster than the prepacked one
-on 2 cores), so a visitor alone decodes as fast as the command line with generate_all's numbers;
-the two kernels agree to float32 rounding (probabilities within 1e-5, the same tokens), which is
-how a request compares beside others and alone.
+a row's attention reads its own keys padded to a width of its own length (`kv_pool.key_width`); the
+rest is row-wise or per segment. So a request gets bitwise the same logits, tokens, probabilities and
+captures beside any others. A step with one request alone runs the model's own forward pass instead
+(`x @ W`: for one row the fastest kernel, a third faster than the prepacked one on 2 cores), so a
+visitor alone decodes as fast as the command line with generate_all's numbers; the two paths agree to
+float32 rounding (probabilities within 1e-5, the same tokens), which is how a request compares beside
+others and alone.
 
 Seq2seq models batch their decoder passes the same way (`EncoderDecoderLM.decode_rows`): each segment
-carries its encoder output, and cross-attention reads each segment's own source. The encoder runs
-once per request, alone in its turn (a source is a prompt's prefill). Everything here must run on
-one thread (the server's torch thread).
+carries its encoder output, whose cross-attention K/V join a pool of their own once projected, and
+cross-attention reads each segment's own source. The encoder runs once per request, alone in its turn
+(a source is a prompt's prefill). Everything here must run on one thread (the server's torch thread).
 """
 
 from __future__ import annotations
