@@ -258,7 +258,7 @@ def attend_pool(
     for width, members in widths.items():
         sub, sub_caches = [group[j] for j in members], [caches[j] for j in members]
         place = rows.pool_rows(pool, sub, sub_caches)
-        mask = rows.pool_mask(pool, place, sub_caches, [held[j] for j in members], width, biased, q.shape[1])
+        mask = rows.pool_mask(pool, place, sub, sub_caches, [held[j] for j in members], width, biased, q.shape[1])
         qs = q[place.source]  # (R, h, 1, d)
         if not place.dense:  # rows of the span that are not attending here get a query of zeros
             qs = q.new_zeros((place.hi - place.lo, *q.shape[1:])).index_copy_(0, place.local, qs)

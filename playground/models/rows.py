@@ -129,13 +129,15 @@ class Rows:
         return self._memo[key]
 
     def pool_mask(
-        self, pool: KVPool, place: PoolPlace, caches: list[KVCache], held: list[int], width: int, biased: bool, heads: int,
+        self, pool: KVPool, place: PoolPlace, group: list[int], caches: list[KVCache], held: list[int], width: int,
+        biased: bool, heads: int,
     ) -> torch.Tensor:
-        """The mask of a pooled call over pool rows [lo, hi), `width` slots each: (rows, 1, 1, width) bool,
-        True on the `held` slots of each cache's rows; with T5's position bias (`biased`: the segments'
-        `self_mask`), the additive (rows, h, 1, width) bias instead, the dtype's minimum on empty slots.
-        A row of the span outside `place` sees one slot (its result is dropped)."""
-        key = ("mask", id(pool), width, tuple(held))
+        """The mask of a pooled call over pool rows [lo, hi) for segments `group`, `width` slots each:
+        (rows, 1, 1, width) bool, True on the `held` slots of each of their `caches`' rows; with T5's
+        position bias (`biased`: the segments' `self_mask`), the additive (rows, h, 1, width) bias instead,
+        the dtype's minimum on empty slots. A row of the span outside `place` sees one slot (its result
+        is dropped)."""
+        key = ("mask", id(pool), width, tuple(group), tuple(held))
         if key not in self._memo:
             device = place.rows.device
             lengths = torch.ones(place.hi - place.lo, dtype=torch.long, device=device)
@@ -145,12 +147,10 @@ class Rows:
             if not biased:
                 self._memo[key] = visible[:, None, None, :]
             else:
-                group = [s for s in self.segments if s.self_cache in caches]
-                dtype = group[0].self_mask.dtype
+                dtype = self.segments[group[0]].self_mask.dtype
                 bias = torch.full((place.hi - place.lo, heads, 1, width), torch.finfo(dtype).min, dtype=dtype, device=device)
-                for s in group:
-                    first = pool.row_of(s.self_cache) - place.lo
-                    S = s.self_mask.shape[-1]
-                    bias[first : first + s.self_cache.batch, :, :, :S] = s.self_mask
+                for i, cache in zip(group, caches):
+                    first, mask = pool.row_of(cache) - place.lo, self.segments[i].self_mask
+                    bias[first : first + cache.batch, :, :, : mask.shape[-1]] = mask
                 self._memo[key] = bias
         return self._memo[key]
