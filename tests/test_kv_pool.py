@@ -98,6 +98,29 @@ def test_decoding_rows_of_a_pool_attend_in_one_call_per_layer(tmp_path, one_thre
     assert scheduler.pools == {}
 
 
+def test_rows_of_one_pool_with_different_key_widths_take_one_call_each(tmp_path, one_thread):
+    """A long prompt (keys padded to 128) and a short one (padded to 64) in one pool: two calls per layer,
+    each request bitwise its run alone, as when a row's width would not depend on its neighbour."""
+    save_decoder(tmp_path, "mistral", llama_like(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                                                 num_key_value_heads=2, sliding_window=80), init_std=0.1)
+    lm = playground.load_model(tmp_path)
+    long_prompt = [(5 * i) % 90 + 3 for i in range(70)]
+    plans = [plan(lm, long_prompt, GenerationConfig(max_new_tokens=8)),
+             plan(lm, [4, 8, 15, 16, 23], GenerationConfig(max_new_tokens=60))]
+    assert bucket(70 + 8) == bucket(5 + 60) == 128
+    alone = [run_alone(p, invariant=True) for p in plans]
+    scheduler = Scheduler(lm, max_prefills=2, invariant_alone=True)
+    tickets = [scheduler.submit(p) for p in plans]
+    while not all(t.first_event for t in tickets):
+        scheduler.step()
+    assert list(scheduler.pools) == [("self", 128)]
+    assert _sdpa_calls_in_a_step(scheduler) == 2 * lm.config.n_layers
+    while scheduler.busy():
+        scheduler.step()
+    for ticket, solo in zip(tickets, alone):
+        _assert_equal_runs(ticket.drain(), solo)
+
+
 def test_seq2seq_rows_attend_to_their_targets_and_sources_in_one_call_each(tmp_path, one_thread):
     """T5 (position bias in the self-attention mask): three requests with sources of different lengths
     take one self-attention and one cross-attention call per decoder layer, each equal to its run alone."""
