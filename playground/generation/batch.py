@@ -8,26 +8,29 @@
 
 Each request runs the engine's own loop (`run_plan`: greedy, sampling or beam search, its sampler
 stages, seed, stopping, captures and cache), unchanged, in a greenlet on the calling thread. Its
-model is a stand-in: a forward pass there becomes a *segment* (its token ids, its own KV cache, its
-own start position, its own recorder) and the greenlet waits for the next step, where the segments
-of all requests run as one batch of token rows (`forward_segments`). The weight products see every
-row at once; attention runs per segment against that segment's own cache. A beam search is one
-segment of `num_beams` rows. A prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step
-(chunked prefill), so a newcomer never holds the others up for long.
+model is a stand-in: a forward pass there becomes a *segment* (`models.rows.Segment`: its token ids,
+its own KV cache, its own start position, its own recorder) and the greenlet waits for the next step,
+where the segments of all requests go through the model's own batched pass (`DecoderLM.forward_rows`).
+This module only schedules: it decides who steps together, feeds prompts in chunks, and gives each
+request's caches rows of its pools (`models.kv_pool`, one per kind and width), so that the model
+attends the new tokens of a layer in one call. A beam search is one segment of `num_beams` rows. A
+prompt longer than `CHUNK` tokens is fed `CHUNK` tokens per step (chunked prefill), so a newcomer
+never holds the others up for long.
 
 Results never depend on the batch: beside others, the weight products go through the prepacked
 oneDNN path (`models/kernels.py`), where a row's output is bitwise the same whatever the other rows;
-the rest is row-wise or per segment. So a request gets bitwise the same logits, tokens,
-probabilities and captures beside any others. A step with one request alone runs the model's own
-forward pass instead (`x @ W`: for one row the fastest kernel, a third faster than the prepacked one
-on 2 cores), so a visitor alone decodes as fast as the command line with generate_all's numbers;
-the two kernels agree to float32 rounding (probabilities within 1e-5, the same tokens), which is
-how a request compares beside others and alone.
+a row's attention reads its own keys padded to a width of its own length (`kv_pool.key_width`); the
+rest is row-wise or per segment. So a request gets bitwise the same logits, tokens, probabilities and
+captures beside any others. A step with one request alone runs the model's own forward pass instead
+(`x @ W`: for one row the fastest kernel, a third faster than the prepacked one on 2 cores), so a
+visitor alone decodes as fast as the command line with generate_all's numbers; the two paths agree to
+float32 rounding (probabilities within 1e-5, the same tokens), which is how a request compares beside
+others and alone.
 
-Seq2seq models batch their decoder passes the same way (`forward_seq2seq_segments`): each segment
-carries its encoder output, and cross-attention reads each segment's own source. The encoder runs
-once per request, alone in its turn (a source is a prompt's prefill). Everything here must run on
-one thread (the server's torch thread).
+Seq2seq models batch their decoder passes the same way (`EncoderDecoderLM.decode_rows`): each segment
+carries its encoder output, whose cross-attention K/V join a pool of their own once projected, and
+cross-attention reads each segment's own source. The encoder runs once per request, alone in its turn
+(a source is a prompt's prefill). Everything here must run on one thread (the server's torch thread).
 """
 
 from __future__ import annotations
@@ -44,210 +47,21 @@ from typing import Any
 
 import greenlet
 import torch
-import torch.nn.functional as F
 
 from playground.checkpoints.limits import Limits
 from playground.generation.budget import Request, estimate_request, peak_bytes
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
-from playground.models.attention import attend, causal_mask
 from playground.models.edits import edited
 from playground.models.kernels import batch_kernels
 from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_pool import KVPool, bucket
 from playground.models.recorder import Recorder
+from playground.models.rows import Segment
 
 CHUNK = 32  # prompt tokens a request feeds per step; fixed per request, never chosen from the others
 _TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a request with edits)
-
-
-@dataclasses.dataclass
-class Segment:
-    """One request's share of a batched forward pass: ids (B, T) after `start` cached positions."""
-
-    ids: torch.Tensor
-    cache: KVCache | Seq2SeqCache | None
-    recorder: Recorder | None
-    start: int
-    logits: str  # "none", "last" (B, 1, V) or "all" (B, T, V)
-    encoder_out: torch.Tensor | None = None  # seq2seq: the source this decoder pass reads
-    # filled by forward_seq2seq_segments for its pass: T5's self-attention bias, the cross K/V per layer
-    self_mask: torch.Tensor | None = None
-    cross_kv: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
-
-    @property
-    def rows(self) -> int:
-        return self.ids.numel()
-
-    @property
-    def self_cache(self) -> KVCache | None:
-        """The self-attention cache (a seq2seq cache holds one beside its cross-attention keys)."""
-        return getattr(self.cache, "self_cache", self.cache)
-
-
-class _Segments:
-    """Stands in for the KV cache inside the blocks: attention per segment, on its own cache."""
-
-    segmented = True
-
-    def __init__(self, segments: list[Segment]) -> None:
-        self.segments = segments
-        self.bounds: list[tuple[int, int]] = []
-        a = 0
-        for s in segments:
-            self.bounds.append((a, a + s.rows))
-            a += s.rows
-
-    def attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model)."""
-        h, h_kv, d = attn.n_heads, attn.n_kv_heads, attn.head_dim
-        outs, internals = [], []
-        for s, (a, b) in zip(self.segments, self.bounds):
-            B, T = s.ids.shape
-            if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
-                qs, ks, vs = q[a:b], k[a:b], v[a:b]
-            else:
-                qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
-                ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-                vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-            rec = s.recorder
-            keep = rec is not None and rec.wants(layer)
-            inner = rec is not None and rec.wants_internals(layer)
-            if s.self_cache is not None:
-                ks, vs = s.self_cache.write(layer, s.start, ks, vs, ordered=keep or inner)
-            S = ks.shape[2]
-            # as SelfAttention: the plain causal case when the keys are exactly these queries (T5's decoder
-            # brings its own mask: position bias plus causal); one new token sees every key it is given
-            # (a sliding layer's cache gives it only its window)
-            mask = s.self_mask
-            is_causal = mask is None and T == S and (attn.window is None or S <= attn.window)
-            if mask is None and not is_causal and T > 1:
-                mask = causal_mask(T, S, window=attn.window, device=q.device)
-            out, weights = attend(qs, ks, vs, scale=attn.scale, mask=mask, is_causal=is_causal, need_weights=keep)
-            if keep:
-                first = s.start + T - S
-                rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
-            if inner:
-                internals.append((rec, a, b, B, T, qs, ks, vs))
-            outs.append(out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d))
-        out = attn.out(torch.cat(outs))  # (N, 1, d_model)
-        for rec, a, b, B, T, qs, ks, vs in internals:
-            rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
-        return out
-
-
-    def cross_attend(self, cross: torch.nn.Module, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """Cross-attention (N, 1, d_model) -> (N, 1, d_model): each segment's queries read its own source
-        (the segment's `cross_kv`), as CrossAttention does for one request."""
-        h, d = cross.n_heads, cross.head_dim
-        q = cross.q(x)
-        outs, internals = [], []
-        for s, (a, b) in zip(self.segments, self.bounds):
-            B, T = s.ids.shape
-            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
-            ks, vs = s.cross_kv[0][layer], s.cross_kv[1][layer]
-            rec = s.recorder
-            keep = rec is not None and rec.wants(layer)
-            out, weights = attend(qs, ks, vs, scale=cross.scale, mask=None, need_weights=keep)
-            if keep:
-                rec.record_attention("cross", layer, weights)
-            if rec is not None and rec.wants_internals(layer):
-                internals.append((rec, a, b, B, T, qs, ks, vs))
-            outs.append(out.transpose(1, 2).reshape(B * T, 1, h * d))
-        out = cross.out(torch.cat(outs))
-        for rec, a, b, B, T, qs, ks, vs in internals:
-            rec.record_internals("cross", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
-        return out
-
-
-def _per_row(tables: list[torch.Tensor], segments: list[Segment]) -> torch.Tensor:
-    """Per-segment (T, c) tables -> (N, c): the table row of every token row, beams repeating it."""
-    return torch.cat([t.expand(s.ids.shape[0], -1, -1).reshape(s.rows, -1) for t, s in zip(tables, segments)])
-
-
-def forward_segments(model: torch.nn.Module, segments: list[Segment]) -> list[torch.Tensor | None]:
-    """One forward pass of a decoder-only model over every segment's tokens at once; each segment's
-    logits as its `logits` asks. The same computation as `DecoderLM.forward`, with positions per segment."""
-    for s in segments:
-        if s.start + s.ids.shape[1] > model.config.max_positions:
-            raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's "
-                             f"{model.config.max_positions} positions")
-    ids = torch.cat([s.ids.reshape(-1) for s in segments])[:, None]  # (N, 1): one token per row
-    x = model.embed(ids)
-    if model.config.embed_scale != 1.0:
-        x = x * torch.tensor(model.config.embed_scale, dtype=x.dtype)
-    if model.project_in is not None:
-        x = model.project_in(x)
-    if model.positions is not None:
-        x = x + _per_row([model.positions(s.start, s.ids.shape[1]) for s in segments], segments)[:, None].to(x.dtype)
-    ropes: dict[Any, Any] = {None: None}
-    for name, rope in (("global", model.rope), ("local", model.local_rope)):
-        if rope is not None:
-            tables = [rope(s.start, s.ids.shape[1], x.dtype) for s in segments]
-            cos = _per_row([c for c, _ in tables], segments)[:, None, None]  # (N, 1, 1, r)
-            sin = _per_row([sn for _, sn in tables], segments)[:, None, None]
-            ropes[name] = (cos, sin)
-    shared = _Segments(segments)
-    return _blocks_then_logits(x, shared, model.unembed,
-                               lambda x, block: block(x, 0, ropes[block.rope_table], shared, None), model.blocks)
-
-
-def _blocks_then_logits(
-    x: torch.Tensor, shared: _Segments, unembed: Callable[[torch.Tensor], torch.Tensor],
-    run_block: Callable[[torch.Tensor, torch.nn.Module], torch.Tensor], blocks: torch.nn.ModuleList,
-) -> list[torch.Tensor | None]:
-    """The blocks over the batch's rows (each segment's residual stream recorded where asked), then the
-    logits of the positions each segment asks for, split back per segment."""
-    segments = shared.segments
-    recorders = [(s.recorder, a, b, s.ids.shape) for s, (a, b) in zip(segments, shared.bounds) if s.recorder is not None]
-    for rec, a, b, shape in recorders:
-        rec.record_residual(x[a:b].reshape(*shape, -1))
-    for block in blocks:
-        x = run_block(x, block)
-        for rec, a, b, shape in recorders:
-            rec.record_residual(x[a:b].reshape(*shape, -1))
-    picks: list[int] = []
-    for s, (a, b) in zip(segments, shared.bounds):
-        B, T = s.ids.shape
-        if s.logits == "all":
-            picks.extend(range(a, b))
-        elif s.logits == "last":
-            picks.extend(a + i * T + T - 1 for i in range(B))
-    logits = unembed(x[picks]) if picks else None  # (K, 1, V)
-    out: list[torch.Tensor | None] = []
-    at = 0
-    for s in segments:
-        B, T = s.ids.shape
-        n = {"none": 0, "last": B, "all": B * T}[s.logits]
-        out.append(None if n == 0 else logits[at : at + n].reshape(B, n // B, -1))
-        at += n
-    return out
-
-
-def forward_seq2seq_segments(model: torch.nn.Module, segments: list[Segment]) -> list[torch.Tensor | None]:
-    """One decoder pass of an encoder-decoder model over every segment's target tokens at once, each
-    against its own source and cache; each segment's logits as its `logits` asks. The same computation
-    as `EncoderDecoderLM.decode`, with positions, position bias and cross-attention per segment."""
-    for s in segments:
-        model._check_length(s.start + s.ids.shape[1], "target")
-        s.cross_kv = model.cross_pairs(s.encoder_out, s.cache)
-    ids = torch.cat([s.ids.reshape(-1) for s in segments])[:, None]  # (N, 1): one token per row
-    decoder = model.decoder
-    x = model._embed(ids)
-    if decoder.positions is not None:
-        tables = [decoder.positions(s.start, s.ids.shape[1], s.ids) for s in segments]
-        x = x + _per_row(tables, segments)[:, None].to(x.dtype)
-    if decoder.embed_norm is not None:
-        x = decoder.embed_norm(x)
-    for s in segments:
-        s.self_mask = model.decoder_self_mask(s.ids.shape[1], s.start, x.dtype, x.device)
-    shared = _Segments(segments)
-    return _blocks_then_logits(
-        x, shared, model.unembed,
-        lambda x, block: block(x, start=0, self_mask=None, cache=shared, cross_kv=None, cross_mask=None,
-                               recorder=None),
-        decoder.blocks,
-    )
 
 
 class _BatchedModel:
@@ -259,12 +73,20 @@ class _BatchedModel:
 
     applies_own_edits = True
 
-    def __init__(self, model: torch.nn.Module, edits: tuple = ()) -> None:
+    def __init__(self, model: torch.nn.Module, edits: tuple = (), ticket: Ticket | None = None) -> None:
         self._model = model
         self._edits = tuple(edits)
+        self._ticket = ticket
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
+
+    def new_cache(self, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
+        """The request's cache as rows of the scheduler's pool, so its decoding rows attend beside others'."""
+        ticket = self._ticket
+        if ticket is None or ticket.scheduler is None:
+            return self._model.new_cache(batch, max_tokens)
+        return ticket.scheduler._new_cache(ticket, batch, max_tokens)
 
     def __call__(
         self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
@@ -332,9 +154,10 @@ class Ticket:
         self.arrived = threading.Event()  # set by the first event or the end: the request is no longer waiting
         self.done = False
         self.scheduler: Scheduler | None = None
+        self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
 
     def _body(self) -> None:
-        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions)
+        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
         proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
         for event in run_plan(proxied, self.stop):
             self.first_event = True
@@ -348,6 +171,8 @@ class Ticket:
 
     def finish(self, error: BaseException | None = None) -> None:
         self.done = True
+        if self.scheduler is not None:
+            self.scheduler._release(self)
         self.events.put(error if error is not None else _END)
         self.arrived.set()
 
@@ -394,8 +219,8 @@ class Scheduler:
     running requests' memory peaks (generation.budget) must fit in the budget beside the model and
     its prepacked copy. A request that fits none of these alone still runs when nothing else does.
     A step with one request runs the model's own forward pass (the single-request kernels) unless
-    `invariant_alone`; two or more share one batched pass (`forward_segments`, or
-    `forward_seq2seq_segments` for an encoder-decoder) through the batch-invariant kernels.
+    `invariant_alone`; two or more share the model's batched pass (`forward_rows`, or `decode_rows` for
+    an encoder-decoder) through the batch-invariant kernels.
     `submit` may be called from any thread; `step` runs on the one thread that does the work.
     """
 
@@ -414,6 +239,7 @@ class Scheduler:
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
         self._lock = threading.Lock()
+        self.pools: dict[tuple[str, int], KVPool] = {}  # the running requests' K/V by kind and width (kv_pool.bucket)
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
@@ -477,6 +303,33 @@ class Scheduler:
                     self.running.append(t)
                     rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
 
+    def _new_cache(self, ticket: Ticket, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
+        """A cache for `ticket` in the pool of its width: one-token rows of a pool attend in one call."""
+        cache = self.lm.model.new_cache(batch, max_tokens, pool=self._pool("self", max_tokens))
+        if isinstance(cache, Seq2SeqCache):  # the source's K/V join a pool once projected
+            cache.cross_pool = lambda tokens: self._pool("cross", tokens)
+        ticket.caches.append(cache)
+        return cache
+
+    def _pool(self, kind: str, tokens: int) -> KVPool:
+        """The pool of `kind` ("self" or "cross") whose width covers `tokens` positions."""
+        key = (kind, bucket(tokens))
+        if key not in self.pools:
+            self.pools[key] = KVPool(key[1])
+        return self.pools[key]
+
+    def _release(self, ticket: Ticket) -> None:
+        """A finished request's rows go back to their pools; an empty pool is dropped (its memory freed)."""
+        for cache in ticket.caches:
+            parts = (cache.self_cache, cache.cross) if isinstance(cache, Seq2SeqCache) else (cache,)
+            for kv in parts:
+                if kv is not None:
+                    kv.pool.release(kv)
+        ticket.caches.clear()
+        for key, pool in list(self.pools.items()):
+            if not pool.live:
+                del self.pools[key]
+
     def fail_all(self, error: BaseException) -> None:
         """Every running and waiting request ends with `error`."""
         with self._lock:
@@ -539,8 +392,8 @@ class Scheduler:
             return [None if s.logits == "none" else logits]
         with batch_kernels():
             if segments[0].encoder_out is not None:
-                return forward_seq2seq_segments(model, segments)
-            return forward_segments(model, segments)
+                return model.decode_rows(segments)
+            return model.forward_rows(segments)
 
 
 def run_alone(p: Plan, stop: threading.Event | None = None, *, invariant: bool = False) -> list[StepEvent]:

@@ -13,9 +13,11 @@ from torch import nn
 
 from playground.config import LayerKind, ModelConfig
 from playground.models.kv_cache import KVCache
+from playground.models.kv_pool import key_width
 from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
 from playground.models.recorder import Recorder
+from playground.models.rows import Rows
 
 
 def causal_mask(
@@ -74,6 +76,20 @@ def attend(
     return out, weights
 
 
+def attend_padded(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, scale: float
+) -> torch.Tensor:
+    """One new token per row against that row's keys, every row padded to one width: q (R, h, 1, d);
+    k, v (R, h_kv, L, d); mask (R, 1, 1, L) bool (True: a key the row holds) or additive (R, h, 1, L).
+    The query heads that share a KV head are that head's queries (no copy of K/V). Returns (R, h, 1, d)."""
+    R, h, _, d = q.shape
+    h_kv = k.shape[1]
+    if mask.shape[1] != 1:
+        mask = mask.reshape(R, h_kv, h // h_kv, -1)
+    out = F.scaled_dot_product_attention(q.reshape(R, h_kv, h // h_kv, d), k, v, attn_mask=mask, scale=scale)
+    return out.reshape(R, h, 1, d)
+
+
 class QKNorm(nn.Module):
     """RMSNorm on queries and keys before RoPE: per head over head_dim (Qwen3, Gemma 3), or over the
     whole query / key projection (OLMo 2). Values pass through."""
@@ -121,13 +137,17 @@ class SelfAttention(nn.Module):
         start: int = 0,
         causal: bool = True,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | Rows | None = None,
         mask: torch.Tensor | None = None,
         recorder: Recorder | None = None,
         kind: str = "self",
     ) -> torch.Tensor:
         """x: (B, T, d_model), the tokens at positions [start, start + T). `mask` (additive float or
-        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer."""
+        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer.
+
+        With `Rows` for a cache, x is (N, 1, d_model): the stacked token rows of several segments, each
+        attending to its own cache at its own positions (`rope` then holds per-row tables, `start`,
+        `mask` and `recorder` come from each segment)."""
         B, T, _ = x.shape
         h, h_kv = self.n_heads, self.n_kv_heads
         qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim)
@@ -138,8 +158,8 @@ class SelfAttention(nn.Module):
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
-        if getattr(cache, "segmented", False):  # batched decoding: each sequence attends to its own cache
-            return cache.attend(self, layer, q, k, v)
+        if isinstance(cache, Rows):
+            return self._attend_rows(layer, q, k, v, cache)
         keep = recorder is not None and recorder.wants(layer)
         internals = recorder is not None and recorder.wants_internals(layer)
         if cache is not None:
@@ -159,3 +179,94 @@ class SelfAttention(nn.Module):
         if internals:
             recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
         return out
+
+    def _attend_rows(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows) -> torch.Tensor:
+        """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model).
+
+        Each segment writes its keys to its own cache and attends as `forward` does for it alone; the
+        one-token rows whose caches share a pool (`KVPool`) attend together, in one call per pool."""
+        h, h_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        parts: list[torch.Tensor | None] = [None] * len(rows.segments)
+        internals, pooled = [], {}
+        for i, (s, (a, b)) in enumerate(zip(rows.segments, rows.bounds)):
+            B, T = s.ids.shape
+            rec, cache = s.recorder, s.self_cache
+            keep = rec is not None and rec.wants(layer)
+            inner = rec is not None and rec.wants_internals(layer)
+            if T == 1 and cache is not None and cache.pool is not None and not keep and not inner:
+                pooled.setdefault(id(cache.pool), []).append(i)
+                continue
+            if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
+                qs, ks, vs = q[a:b], k[a:b], v[a:b]
+            else:
+                qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+                ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+                vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
+            if cache is not None:
+                ks, vs = cache.write(layer, s.start, ks, vs, ordered=keep or inner)
+            S = ks.shape[2]
+            mask = s.self_mask  # T5's decoder brings its own: position bias plus causal
+            is_causal = mask is None and T == S and (self.window is None or S <= self.window)
+            if mask is None and not is_causal and T > 1:
+                mask = causal_mask(T, S, window=self.window, device=q.device)
+            out, weights = attend(qs, ks, vs, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
+            if keep:
+                first = s.start + T - S
+                rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
+            if inner:
+                internals.append((rec, a, b, B, T, qs, ks, vs))
+            parts[i] = out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d)
+        for group in pooled.values():
+            self._attend_pooled(layer, q, k, v, rows, group, parts)
+        out = self.out(torch.cat(parts))  # (N, 1, d_model)
+        for rec, a, b, B, T, qs, ks, vs in internals:
+            rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
+        return out
+
+    def _attend_pooled(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, group: list[int],
+        parts: list[torch.Tensor | None],
+    ) -> None:
+        """The one-token rows of `group` (segments whose caches are rows of one pool): their new keys
+        stored with one indexed write, then attended together (`attend_pool`)."""
+        segments = [rows.segments[i] for i in group]
+        caches = [s.self_cache for s in segments]
+        pool = caches[0].pool
+        place = rows.pool_rows(pool, group, caches)
+        at = rows.slots(pool, group, [c.advance(layer, s.start) for c, s in zip(caches, segments)])
+        keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
+        keys[place.rows, :, at] = k[place.source, :, 0]
+        values[place.rows, :, at] = v[place.source, :, 0]
+        attend_pool(q, layer, rows, group, caches, parts, scale=self.scale, biased=segments[0].self_mask is not None)
+
+
+def attend_pool(
+    q: torch.Tensor, layer: int, rows: Rows, group: list[int], caches: list[KVCache], parts: list[torch.Tensor | None],
+    *, scale: float, biased: bool = False,
+) -> None:
+    """One new token per row of segments `group`, whose keys for this layer are `caches` (rows of one
+    pool): one masked SDPA over the pool's rows [lo, hi) per key width. Each row reads the slots its
+    cache holds, padded to `key_width` of its own length, so its numbers never depend on the other rows
+    (rows of different widths take one call each). q: (N, h, 1, d) for every row of the pass; each
+    segment's output (B, 1, h·d) goes to `parts`. `biased`: T5's position bias (the segments' `self_mask`)."""
+    pool = caches[0].pool
+    keys, values = pool.keys[layer], pool.values[layer]  # (rows, h_kv, width, d)
+    held = [c.held(layer) for c in caches]
+    widths: dict[int, list[int]] = {}
+    for j, n in enumerate(held):
+        widths.setdefault(key_width(n, keys.shape[2]), []).append(j)
+    for width, members in widths.items():
+        sub, sub_caches = [group[j] for j in members], [caches[j] for j in members]
+        place = rows.pool_rows(pool, sub, sub_caches)
+        mask = rows.pool_mask(pool, place, sub, sub_caches, [held[j] for j in members], width, biased, q.shape[1])
+        qs = q[place.source]  # (R, h, 1, d)
+        if not place.dense:  # rows of the span that are not attending here get a query of zeros
+            qs = q.new_zeros((place.hi - place.lo, *q.shape[1:])).index_copy_(0, place.local, qs)
+        span = slice(place.lo, place.hi)
+        out = attend_padded(qs, keys[span, :, :width], values[span, :, :width], mask, scale=scale)
+        if not place.dense:
+            out = out.index_select(0, place.local)
+        r = 0
+        for i, c in zip(sub, sub_caches):
+            parts[i] = out[r : r + c.batch].reshape(c.batch, 1, -1)
+            r += c.batch

@@ -18,11 +18,14 @@ from torch import nn
 from playground.config import LayerKind, ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
+from playground.models.kv_pool import KVPool
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import RotaryEmbedding, absolute_positions
 from playground.models.recorder import Recorder
+from playground.models.rows import Rows, Segment
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None
+Cache = KVCache | Rows | None  # one request's cache, or the rows of several segments (`forward_rows`)
 
 
 class DecoderBlock(nn.Module):
@@ -34,10 +37,10 @@ class DecoderBlock(nn.Module):
         self.attn = SelfAttention(config, kind)
         self.mlp = make_mlp(config)
 
-    def attend(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         return self.attn(x, layer=self.layer, start=start, rope=rope, cache=cache, recorder=recorder)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -49,7 +52,7 @@ class CausalBlock(DecoderBlock):
         self.attn_norm = make_norm(config)
         self.mlp_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         x = x + self.attend(self.attn_norm(x), start, rope, cache, recorder)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -57,7 +60,7 @@ class CausalBlock(DecoderBlock):
 class ParallelBlock(CausalBlock):
     """GPT-NeoX (Pythia): attention and MLP both read the block's input: x + attn(norm1(x)) + mlp(norm2(x))."""
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         attn = self.attend(self.attn_norm(x), start, rope, cache, recorder)
         return self.mlp(self.mlp_norm(x)) + attn + x  # transformers' order of the sum
 
@@ -65,7 +68,7 @@ class ParallelBlock(CausalBlock):
 class PostNormBlock(CausalBlock):
     """Post-LN (OPT-350m, the original Transformer): x = norm(x + attn(x)); x = norm(x + mlp(x))."""
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         x = self.attn_norm(x + self.attend(x, start, rope, cache, recorder))
         return self.mlp_norm(x + self.mlp(x))
 
@@ -78,7 +81,7 @@ class SandwichBlock(CausalBlock):
         self.attn_out_norm = make_norm(config)
         self.mlp_out_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         x = x + self.attn_out_norm(self.attend(self.attn_norm(x), start, rope, cache, recorder))
         return x + self.mlp_out_norm(self.mlp(self.mlp_norm(x)))
 
@@ -91,7 +94,7 @@ class OutputNormBlock(DecoderBlock):
         self.attn_out_norm = make_norm(config)
         self.mlp_out_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: KVCache | None, recorder: Recorder | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
         x = x + self.attn_out_norm(self.attend(x, start, rope, cache, recorder))
         return x + self.mlp_out_norm(self.mlp(x))
 
@@ -129,11 +132,13 @@ class DecoderLM(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else Linear(config.embed_dim, config.vocab_size)
         self.tied_head = TiedHead(self.embed)
 
-    def new_cache(self, batch: int, max_tokens: int) -> KVCache:
+    def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> KVCache:
+        """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`."""
         c, p = self.config, self.embed.weight
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
             query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
+            pool=pool,
         )
 
     def reencodes_at(self, cached: int, new: int) -> bool:
@@ -185,6 +190,35 @@ class DecoderLM(nn.Module):
         if last_only:
             x = x[:, -1:]
         return self.unembed(x)
+
+    def forward_rows(self, segments: list[Segment]) -> list[torch.Tensor | None]:
+        """One forward pass over several segments' tokens at once, each after its own cached positions,
+        against its own cache: what `forward` computes for each alone, with every token a row of one
+        (N, 1, d) batch. Returns each segment's logits as its `logits` asks."""
+        for s in segments:
+            if s.start + s.ids.shape[1] > self.config.max_positions:
+                raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's "
+                                 f"{self.config.max_positions} positions")
+        rows = Rows(segments)
+        x = self.embed(rows.ids())  # (N, 1, d_embed)
+        if self.config.embed_scale != 1.0:
+            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
+        if self.project_in is not None:
+            x = self.project_in(x)
+        if self.positions is not None:
+            x = x + rows.per_row([self.positions(s.start, s.ids.shape[1]) for s in segments])[:, None].to(x.dtype)
+        ropes: dict[str | None, Rope] = {None: None}
+        for name, rope in (("global", self.rope), ("local", self.local_rope)):
+            if rope is not None:
+                tables = [rope(s.start, s.ids.shape[1], x.dtype) for s in segments]
+                cos = rows.per_row([c for c, _ in tables])[:, None, None]  # (N, 1, 1, r): one row per token
+                sin = rows.per_row([sn for _, sn in tables])[:, None, None]
+                ropes[name] = (cos, sin)
+        rows.record_residual(x)
+        for block in self.blocks:
+            x = block(x, 0, ropes[block.rope_table], rows, None)
+            rows.record_residual(x)
+        return rows.logits(x, self.unembed)
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, softcap, logit scale."""

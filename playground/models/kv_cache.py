@@ -8,10 +8,14 @@ keys and values an encoder-decoder projects once per source. Both describe thems
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from playground.models.kv_pool import KVPool
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
         windows: list[int | None] | None = None,
+        pool: KVPool | None = None,
     ) -> None:
         self.windows: list[int | None] = list(windows) if windows is not None else [None] * layers
         if len(self.windows) != layers:
@@ -172,10 +177,14 @@ class KVCache:
         # A window at least as long as the cache never wraps: such a layer is stored like a full one.
         self.rings = [w is not None and w < max_tokens for w in self.windows]
         self.capacity = [w if ring else max_tokens for w, ring in zip(self.windows, self.rings)]
-        self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
-        self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self.layers, self.batch, self.kv_heads, self.head_dim = layers, batch, kv_heads, head_dim
-        self.max_tokens, self.query_heads, self.dtype = max_tokens, query_heads, dtype
+        self.max_tokens, self.query_heads, self.dtype, self.device = max_tokens, query_heads, dtype, torch.device(device)
+        self.pool = pool  # rows of a shared buffer (batched decoding), or buffers of its own
+        if pool is not None:
+            self.keys, self.values = pool.place(self)
+        else:
+            self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
+            self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self._written = [0] * layers  # positions written, per layer
 
     @property
@@ -204,6 +213,19 @@ class KVCache:
             self._written[layer] = end
             return keys[:, :, :end], values[:, :, :end]
         return self._write_ring(layer, start, end, k, v, ordered)
+
+    def advance(self, layer: int, start: int) -> int:
+        """One new token per row at position `start`, written by the caller into its pool rows: the slot
+        it goes to (the position, or its place in a sliding layer's ring). Returns the slot."""
+        end = start + 1
+        if end > self.max_tokens:
+            raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
+        self._written[layer] = end
+        return start % self.capacity[layer] if self.rings[layer] else start
+
+    def held(self, layer: int) -> int:
+        """Slots of `layer` that hold keys now (its first positions, or its whole ring once it wrapped)."""
+        return min(self._written[layer], self.capacity[layer])
 
     def _write_ring(
         self, layer: int, start: int, end: int, k: torch.Tensor, v: torch.Tensor, ordered: bool
@@ -265,30 +287,53 @@ class Seq2SeqCache:
     """Decoder self-attention KV cache plus the cross-attention K/V of the current source.
 
     The cross K/V are projected from the encoder output on the first decode call and reused after.
+    With `cross_pool` (set by the batch: source length -> a pool), they are stored as rows of that pool
+    (`cross`, a KVCache of the source's length), where the one-token rows of many requests read their
+    sources in one call.
     """
 
     def __init__(self, self_cache: KVCache) -> None:
         self.self_cache = self_cache
-        self.cross_keys: list[torch.Tensor] | None = None  # per layer (B, h_kv, S, d_head)
-        self.cross_values: list[torch.Tensor] | None = None
+        self.cross_pool: Callable[[int], KVPool] | None = None
+        self.cross: KVCache | None = None  # the cross K/V as pool rows
+        self._cross_keys: list[torch.Tensor] | None = None  # per layer (B, h_kv, S, d_head)
+        self._cross_values: list[torch.Tensor] | None = None
 
     @property
     def length(self) -> int:
         return self.self_cache.length
 
     @property
+    def cross_keys(self) -> list[torch.Tensor] | None:
+        return self.cross.keys if self.cross is not None else self._cross_keys
+
+    @property
+    def cross_values(self) -> list[torch.Tensor] | None:
+        return self.cross.values if self.cross is not None else self._cross_values
+
+    @property
     def cross_ready(self) -> bool:
         return self.cross_keys is not None
 
     def set_cross(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        self.cross_keys, self.cross_values = keys, values
+        if self.cross_pool is None:
+            self._cross_keys, self._cross_values = keys, values
+            return
+        B, h_kv, S, d = keys[0].shape
+        c = self.self_cache
+        self.cross = KVCache(layers=len(keys), batch=B, kv_heads=h_kv, head_dim=d, max_tokens=S, query_heads=c.query_heads,
+                             dtype=keys[0].dtype, device=keys[0].device, pool=self.cross_pool(S))
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            self.cross.write(layer, 0, k, v)
 
     def reorder(self, batch_index: torch.Tensor) -> None:
         """Beam search: row b becomes old row batch_index[b], in the self cache and the cross K/V."""
         self.self_cache.reorder(batch_index)
-        if self.cross_keys is not None and self.cross_values is not None:
-            self.cross_keys = [k.index_select(0, batch_index) for k in self.cross_keys]
-            self.cross_values = [v.index_select(0, batch_index) for v in self.cross_values]
+        if self.cross is not None:
+            self.cross.reorder(batch_index)
+        elif self._cross_keys is not None and self._cross_values is not None:
+            self._cross_keys = [k.index_select(0, batch_index) for k in self._cross_keys]
+            self._cross_values = [v.index_select(0, batch_index) for v in self._cross_values]
 
     def stats(self) -> CacheStats:
         c = self.self_cache

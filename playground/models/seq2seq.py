@@ -29,10 +29,12 @@ from playground.config import ModelConfig
 from playground.models.attention import SelfAttention, causal_mask
 from playground.models.cross_attention import CrossAttention
 from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_pool import KVPool
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import absolute_positions
 from playground.models.recorder import Recorder
 from playground.models.relative_bias import RelativePositionBias
+from playground.models.rows import Rows, Segment
 
 
 def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -92,7 +94,7 @@ class CrossDecoderBlock(nn.Module):
         *,
         start: int,
         self_mask: torch.Tensor | None,
-        cache: KVCache | None,
+        cache: KVCache | Rows | None,
         cross_kv: tuple[torch.Tensor, torch.Tensor] | None,
         cross_mask: torch.Tensor | None,
         recorder: Recorder | None,
@@ -101,8 +103,8 @@ class CrossDecoderBlock(nn.Module):
             return self.attn(h, layer=self.layer, start=start, causal=True, mask=self_mask, cache=cache, recorder=recorder)
 
         def cross(h: torch.Tensor) -> torch.Tensor:
-            if getattr(cache, "segmented", False):  # batched decoding: each sequence reads its own source
-                return cache.cross_attend(self.cross, self.layer, h)
+            if isinstance(cache, Rows):  # several segments' rows: each reads its own source
+                return self.cross.forward_rows(h, cache, self.layer)
             return self.cross(h, *cross_kv, layer=self.layer, mask=cross_mask, recorder=recorder)
 
         x = _sublayer(x, self.attn_norm, attend, self.pre)
@@ -186,12 +188,13 @@ class EncoderDecoderLM(nn.Module):
         return self.encoder.finish(x)
 
     # --- decoder
-    def new_cache(self, batch: int, max_tokens: int) -> Seq2SeqCache:
+    def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> Seq2SeqCache:
+        """The decoder's caches for `batch` rows: self-attention buffers of its own, or rows of `pool`."""
         c, p = self.config, self.embed.weight
         return Seq2SeqCache(
             KVCache(
                 layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-                query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+                query_heads=c.n_heads, dtype=p.dtype, device=p.device, pool=pool,
             )
         )
 
@@ -258,6 +261,28 @@ class EncoderDecoderLM(nn.Module):
         if last_only:
             x = x[:, -1:]
         return self.unembed(x)
+
+    def decode_rows(self, segments: list[Segment]) -> list[torch.Tensor | None]:
+        """One decoder pass over several segments' target tokens at once, each against its own source
+        (`encoder_out`) and cache, at its own positions: what `decode` computes for each alone, with
+        every token a row of one (N, 1, d) batch. Returns each segment's logits as its `logits` asks."""
+        for s in segments:
+            self._check_length(s.start + s.ids.shape[1], "target")
+            s.cross_kv = self.cross_pairs(s.encoder_out, s.cache)
+        rows = Rows(segments)
+        decoder = self.decoder
+        x = self._embed(rows.ids())  # (N, 1, d)
+        if decoder.positions is not None:
+            x = x + rows.per_row([decoder.positions(s.start, s.ids.shape[1], s.ids) for s in segments])[:, None].to(x.dtype)
+        if decoder.embed_norm is not None:
+            x = decoder.embed_norm(x)
+        for s in segments:
+            s.self_mask = self.decoder_self_mask(s.ids.shape[1], s.start, x.dtype, x.device)
+        rows.record_residual(x)
+        for block in decoder.blocks:
+            x = block(x, start=0, self_mask=None, cache=rows, cross_kv=None, cross_mask=None, recorder=None)
+            rows.record_residual(x)
+        return rows.logits(x, self.unembed)
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Decoder residual stream (B, T, d) -> logits (B, T, V): final norm, scale, head, logits bias."""
