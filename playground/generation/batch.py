@@ -50,6 +50,7 @@ import torch
 
 from playground.checkpoints.limits import Limits
 from playground.generation.budget import Request, estimate_request, peak_bytes
+from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
@@ -232,9 +233,10 @@ class Scheduler:
         self.invariant_alone = invariant_alone
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         limits = lm.limits or Limits.default()
-        # the model twice (its weights and their prepacked copy), then the running requests' peaks
+        # what the running requests' peaks may take: on the CPU the budget less the model twice (its weights
+        # and their prepacked copy); on CUDA the GPU's free memory (generation.device_memory)
         budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
-        self.memory_left = budget - 2 * lm.resident_bytes
+        self.memory_left = admission_budget(lm, budget)
         self.waiting: collections.deque[Ticket] = collections.deque()
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
@@ -243,7 +245,9 @@ class Scheduler:
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
-        memory = peak_bytes(estimate_request(self.lm.config, self.lm.dtype.itemsize, request))[0]
+        parts = estimate_request(self.lm.config, self.lm.dtype.itemsize, request)
+        # a pool's rows round a cache up (a power of two, at least 64 positions): up to twice its K/V
+        memory = peak_bytes(parts)[0] + parts.get("kv_cache", 0) + parts.get("cross_cache", 0)
         ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
                         memory)
         ticket.scheduler = self
