@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, lab, serving, torch_thread
+from playground.app import describe, frames, heap, lab, serving, torch_thread, zerogpu
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.run import Run
@@ -141,6 +141,10 @@ class Streaming:
             for event in stream:
                 if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
                     yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
+                    continue
+                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
+                    run.notes.append(event.text(lang))
+                    notes_md = describe.notes_markdown(run.notes, lang)
                     continue
                 run.add_event(event, lm)
                 now = time.monotonic()
