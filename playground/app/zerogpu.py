@@ -137,9 +137,14 @@ WORKER_MODELS = WorkerModels()
 def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     """The GPU call's body, in the worker: `Loaded` (or `Failed`), then the engine's events. Closing it
     (Stop) closes the engine's stream before its next step."""
+    import torch
+
     from playground.generation.engine import run_plan
     from playground.generation.plan import plan
 
+    # After a fork torch rebuilds its CPU thread pool on the first parallel op of each thread; the loader's
+    # reader threads racing to do it at once fail ("Invalid thread pool!"). Rebuild it here, once, first.
+    torch.set_num_threads(torch.get_num_threads())
     try:
         lm, loaded = WORKER_MODELS.get(request.path, request.dtype)
         p = plan(lm, list(request.prompt_ids), request.cfg, request.forced_ids)
