@@ -13,11 +13,11 @@ import sys
 
 import torch
 
-from playground.app import serving
+from playground.app import serving, zerogpu
 from playground.app.serving import MAX_ROWS
 from playground.cpu import default_threads, omp_threads
 from playground.errors import PlaygroundError
-from playground.hosting import gpu_task, on_space, zero_gpu
+from playground.hosting import on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
 
 log = logging.getLogger("playground.app")
@@ -55,16 +55,21 @@ def check_device(device: str) -> str:
     from playground.checkpoints.loader import usable_device
 
     if zero_gpu() and device != "cpu":
-        raise PlaygroundError("on ZeroGPU the GPU is lent only inside each @spaces.GPU call, while the page keeps "
-                              "its runs between calls; run with --device cpu, or on a Space with a dedicated GPU")
+        raise PlaygroundError("on ZeroGPU the app borrows the GPU for each run by itself, while the models the page "
+                              "keeps stay on the CPU; leave --device out")
     return str(usable_device(device))
 
 
-def zero_gpu_probe() -> str:
-    """The GPU ZeroGPU lends, by name. ZeroGPU runs each @spaces.GPU call in a forked process, where
-    the one thread every forward pass runs on does not exist, so the models stay on the CPU there;
-    this function gives ZeroGPU's start-up the @spaces.GPU function it looks for."""
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+def use_zero_gpu() -> zerogpu.ZeroGPU | None:
+    """On a ZeroGPU Space: every run becomes one GPU call (made now, before launch, where ZeroGPU looks for
+    its GPU functions); lessons, the lab and attention rows stay on the CPU copy. Elsewhere: nothing."""
+    if not zero_gpu():
+        return None
+    mode = zerogpu.for_space()
+    zerogpu.install(mode)
+    if mode is not None:
+        log.warning("ZeroGPU: each run decodes on the lent GPU; lessons and the lab run on the CPU")
+    return mode
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,9 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlaygroundError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    if zero_gpu():
-        gpu_task(zero_gpu_probe)
-        log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
+    use_zero_gpu()
     if args.max_rows < 1:
         print(f"error: --max-rows must be at least 1, not {args.max_rows}", file=sys.stderr)
         raise SystemExit(2)
