@@ -45,9 +45,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "the CPU quota allows, one fewer with --browser-here)")
     parser.add_argument("--browser-here", action="store_true",
                         help="a browser runs on this machine too: leave it one core")
-    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default) or cuda")
+    parser.add_argument("--device", default=None,
+                        help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
+                             "else cpu; on ZeroGPU each run borrows the GPU by itself)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.device = args.device or default_device()
+    return args
+
+
+def default_device() -> str:
+    """cuda on a Space with a GPU of its own (T4, L4: the hardware its owner picked), so that `python app.py`
+    uses it without a flag; cpu elsewhere, and on ZeroGPU, whose GPU is lent per run (and whose `spaces`
+    package makes torch report a GPU in this process that is not there)."""
+    if on_space() and not zero_gpu() and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
 
 
 def check_device(device: str) -> str:

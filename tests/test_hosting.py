@@ -88,3 +88,17 @@ def test_pages_start_in_the_dtype_the_server_was_started_with(tmp_path):
     assert dict(zip(FIELDS, h.models.page_load(request)[:-1]))["dtype"] == "bfloat16"
     request.query_params = {"dtype": "float32"}  # a link's own dtype wins
     assert dict(zip(FIELDS, h.models.page_load(request)[:-1]))["dtype"] == "float32"
+
+
+def test_the_device_without_a_flag(monkeypatch):
+    import app
+
+    _clear(monkeypatch)
+    assert app.parse_args([]).device == "cpu" and app.parse_args(["--device", "cuda"]).device == "cuda"
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACE_ID", "owner/name")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"  # a Space with a GPU of its own uses it
+    assert app.parse_args([]).device == expected
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # what `spaces` makes torch say on ZeroGPU
+    assert app.parse_args([]).device == "cpu"  # ZeroGPU lends the GPU per run, never to the whole process
