@@ -142,9 +142,11 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     from playground.generation.engine import run_plan
     from playground.generation.plan import plan
 
-    # After a fork torch rebuilds its CPU thread pool on the first parallel op of each thread; the loader's
-    # reader threads racing to do it at once fail ("Invalid thread pool!"). Rebuild it here, once, first.
-    torch.set_num_threads(torch.get_num_threads())
+    # The worker is forked: the parent's OpenMP thread team did not come along (libgomp is not fork-safe), and
+    # a parallel CPU op can wait for it forever; torch's own pool is rebuilt by the first parallel op of each
+    # thread, which the loader's reader threads race to do ("Invalid thread pool!"). So: one CPU thread, set
+    # here first. The CPU only reads the checkpoint; the decoding is on the GPU.
+    torch.set_num_threads(1)
     try:
         lm, loaded = WORKER_MODELS.get(request.path, request.dtype)
         p = plan(lm, list(request.prompt_ids), request.cfg, request.forced_ids)

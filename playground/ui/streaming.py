@@ -287,7 +287,13 @@ class Streaming:
             notes += prompt_notes
             cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
             # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
-            events = list(run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event()))
+            events = []
+            for event in run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event(),
+                                    report_waiting=True):
+                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the caller reads why
+                    notes.append(event.text("en"))
+                elif not isinstance(event, serving.Waiting):
+                    events.append(event)
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         last = events[-1] if events else None
