@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.app import serving
 from playground.app.words import t
 from playground.generation.config import GenerationConfig
 from playground.generation.events import StepEvent
@@ -158,9 +159,6 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     yield from run_plan(p)
 
 
-Fallback = Callable[..., Iterator[Any]]
-
-
 def refusal_key(error: BaseException | None) -> str:
     """Which words say why the GPU did not run this: the `spaces` package raises a Gradio error titled
     "ZeroGPU quota exceeded", "ZeroGPU queue timeout", ... (read by attribute: no Gradio import here)."""
@@ -175,22 +173,15 @@ def refusal_key(error: BaseException | None) -> str:
 
 
 class ZeroGPU:
-    """Runs go to a GPU call made with `gpu` (`spaces.GPU` on a Space); refused ones to `fallback`."""
+    """Runs go to a GPU call made with `gpu` (`spaces.GPU` on a Space, an emulation in the tests); refused
+    ones to the CPU's shared batch (`serving`)."""
 
-    def __init__(self, gpu: Callable[..., Callable[..., Iterator[Any]]], fallback: Fallback | None = None) -> None:
-        self.call = gpu(gpu_run, duration=estimate_seconds)  # called with the call's own arguments
-        self._fallback = fallback
-
-    def fallback(self, plan: Plan, stop: threading.Event, owner: Any, report_waiting: bool) -> Iterator[Any]:
-        if self._fallback is not None:
-            return self._fallback(plan, stop, owner, report_waiting=report_waiting)
-        from playground.app import serving
-
-        return serving.run_events(plan, stop, owner, report_waiting=report_waiting)
+    def __init__(self, gpu: Callable[..., Callable[..., Iterator[Any]]]) -> None:
+        self.call = gpu(gpu_run, duration=estimate_seconds)  # ZeroGPU calls `duration` with the call's arguments
 
     def run_events(
         self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
-    ) -> Iterator[StepEvent | Notice | Any]:
+    ) -> Iterator[StepEvent | Notice | serving.Waiting]:
         """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
         the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
         stream = self.call(WorkerRequest.of(plan))
@@ -225,7 +216,7 @@ class ZeroGPU:
                         getattr(refused, "title", None) or type(refused).__name__, str(refused).splitlines()[:1])
         if report_waiting:
             yield Notice(refusal_key(refused) if refused is not None else "zerogpu_failed")
-        yield from self.fallback(plan, stop, owner, report_waiting)
+        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting)
 
 
 _active: ZeroGPU | None = None  # the process's mode: set once at start (app.main), or by a test
