@@ -66,6 +66,7 @@ class EmulatedGPU:
         self.refuse: Exception | None = None  # set to make the next calls refused
         self.durations: list[int] = []  # what each call asked for
         self.received: list[Any] = []  # every value that came back, as the caller unpickled it
+        self.closed = 0  # calls the caller closed before their end (the worker was told to stop)
         self.workers_started = 0
         self._worker: _Worker | None = None
 
@@ -89,6 +90,7 @@ class EmulatedGPU:
                 try:
                     yield value
                 except GeneratorExit:
+                    self.closed += 1
                     worker.stop.set()
                     while worker.results.get(timeout=RESULT_TIMEOUT)[0] != "end":
                         pass
