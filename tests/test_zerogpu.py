@@ -205,3 +205,19 @@ def test_the_gpu_time_asked_for_follows_the_run(lm, gpu, zero_gpu):
     gpu.durations.clear()
     served(plan(lm, [5, 9, 11], GenerationConfig(max_new_tokens=2)))
     assert gpu.durations == [asked(max_new_tokens=2, top_candidates=5)]  # the wrapper got it from the call itself
+
+
+def test_a_worker_keeps_its_models_until_their_files_change(tmp_path):
+    import shutil
+
+    for name in ("tiny-lm", "tiny-seq2seq"):
+        shutil.copytree(ROOT / "weights" / name, tmp_path / name)
+    models = zerogpu.WorkerModels(capacity=1)
+    first, loaded = models.get(str(tmp_path / "tiny-lm"), "float32")
+    again, found = models.get(str(tmp_path / "tiny-lm"), "float32")
+    assert not loaded.cached and found.cached and again is first
+    weights = tmp_path / "tiny-lm" / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # downloaded again
+    assert not models.get(str(tmp_path / "tiny-lm"), "float32")[1].cached
+    models.get(str(tmp_path / "tiny-seq2seq"), "float32")  # over capacity: the least recently used goes
+    assert len(models) == 1 and not models.get(str(tmp_path / "tiny-lm"), "float32")[1].cached

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from playground.app import serving
@@ -105,7 +106,7 @@ class WorkerModels:
     """The models one worker keeps between calls (it is reused while idle), least recently used dropped."""
 
     capacity: int = 2
-    _models: OrderedDict[tuple[str, str], Any] = field(default_factory=OrderedDict)
+    _models: OrderedDict[tuple[str, str, tuple[int, ...]], Any] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, path: str, dtype: str) -> tuple[Any, Loaded]:
@@ -114,7 +115,7 @@ class WorkerModels:
         from playground.checkpoints.loader import load_model
 
         device = "cuda" if torch.cuda.is_available() else "cpu"  # the emulation in the tests runs on the CPU
-        key = (path, dtype)
+        key = (path, dtype, _stamp(path))  # a folder downloaded again holds new weights under the same path
         with self._lock:
             if key in self._models:
                 self._models.move_to_end(key)
@@ -129,6 +130,16 @@ class WorkerModels:
 
     def __len__(self) -> int:
         return len(self._models)
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    """When the checkpoint's files last changed (the weights' files, or the single file)."""
+    root = Path(path)
+    try:
+        files = sorted(root.glob("*.safetensors")) if root.is_dir() else [root]
+        return tuple(f.stat().st_mtime_ns for f in files)
+    except OSError:  # gone: the loader says so
+        return ()
 
 
 # One per process. Only a forked worker ever fills it; the main process's copy stays empty.
