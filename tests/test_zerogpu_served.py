@@ -46,7 +46,7 @@ def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model,
     _, url, gpu = served
     zerogpu.install(None)
     normal = call(url, model, prompt, "max_new_tokens=8")
-    zerogpu.install(zerogpu.ZeroGPU(gpu))
+    zerogpu.install(zerogpu.ZeroGPU(gpu, device="cpu"))
     before = len(gpu.received)
     first = call(url, model, prompt, "max_new_tokens=8")
     second = call(url, model, prompt, "max_new_tokens=8")  # the reused worker finds the model
@@ -64,7 +64,7 @@ def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model,
 def test_the_page_shows_why_a_run_went_to_the_cpu(served):
     demo, _, gpu = served
     h = demo.playground_handlers
-    zerogpu.install(zerogpu.ZeroGPU(gpu))
+    zerogpu.install(zerogpu.ZeroGPU(gpu, device="cpu"))
     settings = UISettings(model="tiny-lm", prompt="Hello", max_new_tokens=6, lang="zh")
     values = [getattr(settings, f) for f in FIELDS]
     frames = list(h.stream.generate(gr.Request(session_hash="zgpu-ok", query_params={}), 0.0, *values))

@@ -56,12 +56,13 @@ class WorkerRequest:
     forced_ids: tuple[int, ...]  # a branch's forced tokens
     cfg: GenerationConfig
     parameters: int = 0  # the model's size, for the duration estimate
+    device: str | None = None  # None: the worker's GPU (the CPU where it has none)
 
     @classmethod
-    def of(cls, plan: Plan) -> WorkerRequest:
+    def of(cls, plan: Plan, device: str | None = None) -> WorkerRequest:
         lm = plan.lm
         return cls(path=str(lm.path), dtype=str(lm.dtype).removeprefix("torch."), prompt_ids=tuple(plan.prompt_ids),
-                   forced_ids=tuple(plan.forced_ids), cfg=plan.cfg, parameters=lm.parameter_count)
+                   forced_ids=tuple(plan.forced_ids), cfg=plan.cfg, parameters=lm.parameter_count, device=device)
 
 
 @dataclass(frozen=True)
@@ -106,16 +107,16 @@ class WorkerModels:
     """The models one worker keeps between calls (it is reused while idle), least recently used dropped."""
 
     capacity: int = 2
-    _models: OrderedDict[tuple[str, str, tuple[int, ...]], Any] = field(default_factory=OrderedDict)
+    _models: OrderedDict[tuple[str, str, str, tuple[int, ...]], Any] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, path: str, dtype: str) -> tuple[Any, Loaded]:
+    def get(self, path: str, dtype: str, device: str | None = None) -> tuple[Any, Loaded]:
         import torch
 
         from playground.checkpoints.loader import load_model
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"  # the emulation in the tests runs on the CPU
-        key = (path, dtype, _stamp(path))  # a folder downloaded again holds new weights under the same path
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        key = (path, dtype, device, _stamp(path))  # a folder downloaded again holds new weights under the same path
         with self._lock:
             if key in self._models:
                 self._models.move_to_end(key)
@@ -160,7 +161,7 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     # here first. The CPU only reads the checkpoint; the decoding is on the GPU.
     torch.set_num_threads(1)
     try:
-        lm, loaded = WORKER_MODELS.get(request.path, request.dtype)
+        lm, loaded = WORKER_MODELS.get(request.path, request.dtype, request.device)
         p = plan(lm, list(request.prompt_ids), request.cfg, request.forced_ids)
     except Exception as exc:  # noqa: BLE001 - the wrapper would keep only the class name; say it in one line
         log.warning("ZeroGPU worker could not start a run: %s", exc, exc_info=True)
@@ -187,15 +188,17 @@ class ZeroGPU:
     """Runs go to a GPU call made with `gpu` (`spaces.GPU` on a Space, an emulation in the tests); refused
     ones to the CPU's shared batch (`serving`)."""
 
-    def __init__(self, gpu: Callable[..., Callable[..., Iterator[Any]]]) -> None:
+    def __init__(self, gpu: Callable[..., Callable[..., Iterator[Any]]], device: str | None = None) -> None:
+        """`device`: where the worker decodes (None: its GPU; the tests' emulation names the CPU)."""
         self.call = gpu(gpu_run, duration=estimate_seconds)  # ZeroGPU calls `duration` with the call's arguments
+        self.device = device
 
     def run_events(
         self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
     ) -> Iterator[StepEvent | Notice | serving.Waiting]:
         """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
         the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
-        stream = self.call(WorkerRequest.of(plan))
+        stream = self.call(WorkerRequest.of(plan, self.device))
         started = False
         refused: BaseException | None = None
         try:
