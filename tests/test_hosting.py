@@ -40,7 +40,7 @@ def test_on_a_zerogpu_space_every_run_becomes_a_gpu_call_without_a_flag(monkeypa
 
     import app
     from playground.app import engine_stream, zerogpu
-    from tests.zerogpu_emulation import EmulatedGPU
+    from playground.tools.zerogpu_emulation import EmulatedGPU
 
     _clear(monkeypatch)
     assert app.use_zero_gpu() is None and zerogpu.active() is None  # not a Space: the shared CPU batch

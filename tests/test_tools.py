@@ -15,7 +15,7 @@ from playground.cpu import default_threads
 from playground.tools import crowd
 
 TOOLS = sorted(m.name for m in pkgutil.iter_modules(playground.tools.__path__))
-LIBRARIES = {"server", "deploy"}  # helpers of the other tools; deploy runs as `python -m playground deploy`
+LIBRARIES = {"server", "deploy", "zerogpu_emulation"}  # helpers; deploy runs as `python -m playground deploy`
 
 
 def test_every_tool_is_listed():

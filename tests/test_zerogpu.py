@@ -23,7 +23,7 @@ from playground.app.start import start_run
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig, StepEvent, plan
-from tests.zerogpu_emulation import EmulatedGPU, quota_exceeded
+from playground.tools.zerogpu_emulation import EmulatedGPU, quota_exceeded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,9 @@ def gpu():
 
 
 @pytest.fixture
-def zero_gpu(gpu):
-    """The app in ZeroGPU mode, with the emulated wrapper where a Space has `spaces.GPU`."""
+def zero_gpu(gpu, one_thread):
+    """The app in ZeroGPU mode, with the emulated wrapper where a Space has `spaces.GPU`. One torch thread here
+    as in the worker (which must run one after a fork), so that both sides add up in the same order."""
     zerogpu.install(zerogpu.ZeroGPU(gpu, device="cpu"))  # this test is about the CPU, whatever the machine has
     gpu.refuse = None
     yield gpu

@@ -11,9 +11,9 @@ import pytest
 from playground.app import zerogpu
 from playground.app.settings import FIELDS, UISettings
 from playground.app.words import t
+from playground.tools.zerogpu_emulation import EmulatedGPU, quota_exceeded
 from playground.ui import build_app, enable_queue, launch_kwargs
 from tests.ui_fixtures import free_port
-from tests.zerogpu_emulation import EmulatedGPU, quota_exceeded
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 
@@ -42,7 +42,7 @@ def call(url: str, model: str, prompt: str, query: str) -> dict:
 
 
 @pytest.mark.parametrize(("model", "prompt"), [("tiny-lm", "Hello"), ("tiny-seq2seq", "Hello world")])
-def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model, prompt):
+def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model, prompt, one_thread):
     _, url, gpu = served
     zerogpu.install(None)
     normal = call(url, model, prompt, "max_new_tokens=8")
@@ -61,7 +61,7 @@ def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model,
     assert refused["token_ids"] == normal["token_ids"] and refused["notes"] == normal["notes"] + [t("zerogpu_quota")]
 
 
-def test_the_page_shows_why_a_run_went_to_the_cpu(served):
+def test_the_page_shows_why_a_run_went_to_the_cpu(served, one_thread):
     demo, _, gpu = served
     h = demo.playground_handlers
     zerogpu.install(zerogpu.ZeroGPU(gpu, device="cpu"))
