@@ -1,4 +1,5 @@
-"""`spaces.GPU` for generator functions, emulated on the CPU as the `spaces` package's zero/wrappers.py does it.
+"""`spaces.GPU` for generator functions, emulated as the `spaces` package (0.51.3, zero/wrappers.py) does it, for
+the tests and `zerogpu_check` (no GPU scheduler, no quota: the worker gets whatever device the machine has).
 
 - the call's `duration` is computed from the call's own arguments (`static_duration`);
 - a refused GPU raises before anything runs, with the exception type the package raises: `gr.Error` titled
