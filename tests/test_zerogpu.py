@@ -222,3 +222,15 @@ def test_a_worker_keeps_its_models_until_their_files_change(tmp_path):
     assert not models.get(str(tmp_path / "tiny-lm"), "float32")[1].cached
     models.get(str(tmp_path / "tiny-seq2seq"), "float32")  # over capacity: the least recently used goes
     assert len(models) == 1 and not models.get(str(tmp_path / "tiny-lm"), "float32")[1].cached
+
+
+def test_a_lab_fork_carries_its_edits_into_the_worker(lm, zero_gpu):
+    from playground.interventions import Ablate, Steer
+
+    edits = (Ablate(layer=1, head=0), Steer(layer=0, vector=[0.5] * lm.config.d_model, scale=4.0))
+    cfg = GenerationConfig(max_new_tokens=10, interventions=edits)
+    got = steps(served(plan(lm, [5, 9, 11], cfg)))
+    plain = steps(served(plan(lm, [5, 9, 11], cfg.replace(interventions=()))))
+    zerogpu.install(None)
+    assert_same_run(got, steps(served(plan(lm, [5, 9, 11], cfg))))
+    assert [e.prob for e in got] != [e.prob for e in plain]  # the edits did apply in the worker
