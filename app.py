@@ -13,11 +13,11 @@ import sys
 
 import torch
 
-from playground.app import serving
+from playground.app import serving, zerogpu
 from playground.app.serving import MAX_ROWS
 from playground.cpu import default_threads, omp_threads
 from playground.errors import PlaygroundError
-from playground.hosting import gpu_task, on_space, zero_gpu
+from playground.hosting import on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
 
 log = logging.getLogger("playground.app")
@@ -45,9 +45,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "the CPU quota allows, one fewer with --browser-here)")
     parser.add_argument("--browser-here", action="store_true",
                         help="a browser runs on this machine too: leave it one core")
-    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default) or cuda")
+    parser.add_argument("--device", default=None,
+                        help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
+                             "else cpu; on ZeroGPU each run borrows the GPU by itself)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.device = args.device or default_device()
+    return args
+
+
+def default_device() -> str:
+    """cuda on a Space with a GPU of its own (T4, L4: the hardware its owner picked), so that `python app.py`
+    uses it without a flag; cpu elsewhere, and on ZeroGPU, whose GPU is lent per run (and whose `spaces`
+    package makes torch report a GPU in this process that is not there)."""
+    if on_space() and not zero_gpu() and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
 
 
 def check_device(device: str) -> str:
@@ -55,16 +68,21 @@ def check_device(device: str) -> str:
     from playground.checkpoints.loader import usable_device
 
     if zero_gpu() and device != "cpu":
-        raise PlaygroundError("on ZeroGPU the GPU is lent only inside each @spaces.GPU call, while the page keeps "
-                              "its runs between calls; run with --device cpu, or on a Space with a dedicated GPU")
+        raise PlaygroundError("on ZeroGPU the app borrows the GPU for each run by itself, while the models the page "
+                              "keeps stay on the CPU; leave --device out")
     return str(usable_device(device))
 
 
-def zero_gpu_probe() -> str:
-    """The GPU ZeroGPU lends, by name. ZeroGPU runs each @spaces.GPU call in a forked process, where
-    the one thread every forward pass runs on does not exist, so the models stay on the CPU there;
-    this function gives ZeroGPU's start-up the @spaces.GPU function it looks for."""
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+def use_zero_gpu() -> zerogpu.ZeroGPU | None:
+    """On a ZeroGPU Space: every run becomes one GPU call (made now, before launch, where ZeroGPU looks for
+    its GPU functions); lessons, the lab and attention rows stay on the CPU copy. Elsewhere: nothing."""
+    if not zero_gpu():
+        return None
+    mode = zerogpu.for_space()
+    zerogpu.install(mode)
+    if mode is not None:
+        log.warning("ZeroGPU: each run decodes on the lent GPU; lessons and the lab run on the CPU")
+    return mode
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,9 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlaygroundError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    if zero_gpu():
-        gpu_task(zero_gpu_probe)
-        log.warning("ZeroGPU: the models run on the CPU (a forked @spaces.GPU call cannot reach them)")
+    use_zero_gpu()
     if args.max_rows < 1:
         print(f"error: --max-rows must be at least 1, not {args.max_rows}", file=sys.stderr)
         raise SystemExit(2)

@@ -1,18 +1,14 @@
 """Where the app runs: a Hugging Face Space (and which), ZeroGPU, and the public address of a Space.
 
 A Space sets `SYSTEM=spaces` and `SPACE_ID=owner/name`; a ZeroGPU Space also `SPACES_ZERO_GPU`.
-Nothing here imports Gradio; `spaces` (the ZeroGPU package) is imported only on a ZeroGPU Space
-where it is installed, so everywhere else `gpu_task` returns the function it is given, untouched.
+Nothing here imports Gradio or `spaces`: what ZeroGPU changes lives in `playground.app.zerogpu`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from typing import TypeVar
 
-F = TypeVar("F", bound=Callable)
 _SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -43,14 +39,3 @@ def shared_link(query: str) -> str:
 def zero_gpu() -> bool:
     return on_space() and os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in _TRUE
 
-
-def gpu_task(fn: F, duration: int = 120) -> F:
-    """`spaces.GPU(fn)` on a ZeroGPU Space with `spaces` installed (the GPU is lent for each call);
-    `fn` itself everywhere else."""
-    if not zero_gpu():
-        return fn
-    try:
-        import spaces
-    except ImportError:
-        return fn
-    return spaces.GPU(duration=duration)(fn)

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from playground.checkpoints.hub import PRELOADED
-from playground.tools.deploy import build, card_images, is_binary, split_front_matter, tracked_files
+from playground.tools.deploy import (
+    HARDWARE,
+    THUMBNAIL,
+    build,
+    card_images,
+    deploy,
+    is_binary,
+    split_front_matter,
+    tracked_files,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +95,7 @@ def test_the_space_config_pins_what_the_requirements_install(plan):
     assert set(files.split(",")) == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     assert config["models"] == ["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the model's page links the Space
     assert plan["repo_type"] == "space" and plan["space_sdk"] == "gradio"
-    readme = build(ROOT)[1]["README.md"].decode()
+    readme = build(ROOT, repo_id="me/transformer-playground")[1]["README.md"].decode()
     front, body = split_front_matter(readme)
     assert front == config and body.startswith("# Transformer Playground")
 
@@ -135,3 +144,47 @@ def test_without_the_tools_folder_deploy_space_says_to_run_it_from_a_checkout(tm
                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
     err = result.stderr.strip()
     assert result.returncode == 2 and "\n" not in err and "from a checkout" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("hardware", list(HARDWARE))
+def test_each_hardware_writes_what_a_duplicator_is_offered_and_requirements_to_match(hardware):
+    from huggingface_hub import SpaceHardware
+
+    plan = json.loads(deploy("me/transformer-playground", dry_run=True, as_json=True, hardware=hardware))
+    config = plan["space_config"]
+    assert config["suggested_hardware"] == plan["space_hardware"] == HARDWARE[hardware].flavor
+    assert config["suggested_hardware"] in {h.value for h in SpaceHardware}  # a flavor the Hub knows
+    assert config["preload_from_hub"] == [f"{repo} {','.join(files)}" for repo, files in PRELOADED.items()]
+    assert {"education", "interpretability", "transformers"} <= set(config["tags"])
+    files = {f["path"]: f for f in plan["files"]}
+    prefix = "https://huggingface.co/spaces/me/transformer-playground/resolve/main/"
+    assert config["thumbnail"].startswith(prefix)
+    thumbnail = config["thumbnail"][len(prefix):]
+    assert files[thumbnail]["binary"] and thumbnail in card_images(build(ROOT)[1]["README.md"].decode())  # uploaded
+    card = build(ROOT, repo_id="me/transformer-playground", hardware=hardware)[1]["README.md"].decode()
+    assert split_front_matter(card)[0] == config
+    original = (ROOT / "requirements.txt").read_text().splitlines()
+    requirements = build(ROOT, hardware=hardware)[1].get("requirements.txt")
+    if hardware == "zerogpu":  # ZeroGPU's decorator, beside everything the checkout pins
+        assert files["requirements.txt"]["source"] == "generated"
+        lines = requirements.decode().splitlines()
+        assert lines[: len(original)] == original and any(line.startswith("spaces>=") for line in lines)
+        assert files["requirements.txt"]["bytes"] == len(requirements)
+    else:  # the checkout's own: torch from PyPI runs on the CPU and on a GPU of the Space's own
+        assert requirements is None and files["requirements.txt"]["source"] == "working tree"
+        assert not any(line.startswith("spaces") for line in original)
+
+
+def test_the_cli_names_the_hardware_and_without_it_suggests_none(plan):
+    assert "suggested_hardware" not in plan["space_config"] and plan["space_hardware"] is None
+    assert plan["space_config"]["thumbnail"].endswith("/me/transformer-playground/resolve/main/" + THUMBNAIL)
+    assert not [n for n in plan["notes"] if "front matter" in n]  # the README's own is the config without a Space
+    result = _deploy("me/x", "--hardware", "zerogpu", "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    zero = json.loads(result.stdout)
+    assert zero["space_config"]["suggested_hardware"] == "zero-a10g" and zero["space_config"]["preload_from_hub"]
+    printed = _deploy("me/x", "--hardware", "zerogpu", "--dry-run").stdout
+    assert 'space_hardware="zero-a10g"' in printed and "suggested_hardware: zero-a10g" in printed
+    bad = _deploy("me/x", "--hardware", "h100", "--dry-run")
+    err = bad.stderr.strip()
+    assert bad.returncode == 2 and "\n" not in err and "zerogpu" in err and "cpu-upgrade" in err

@@ -53,7 +53,7 @@ def space(tmp_path_factory) -> Path:
                                      timeout=120).stdout)
     from playground.tools.deploy import build
 
-    generated = build(REPO)[1]
+    generated = build(REPO, repo_id=SPACE_ID)[1]  # the card names the Space (its thumbnail)
     root = tmp_path_factory.mktemp("space")
     for f in plan["files"]:
         target = root / f["path"]

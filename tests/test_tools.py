@@ -16,7 +16,7 @@ from playground.cpu import default_threads
 from playground.tools import crowd, gpu_bench
 
 TOOLS = sorted(m.name for m in pkgutil.iter_modules(playground.tools.__path__))
-LIBRARIES = {"server", "deploy", "gpu_bench"}  # helpers of the other tools; deploy runs as `python -m playground deploy`
+LIBRARIES = {"server", "deploy", "gpu_bench", "zerogpu_emulation"}  # helpers of the other tools; deploy runs as `python -m playground deploy`
 
 
 def test_every_tool_is_listed():

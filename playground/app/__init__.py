@@ -3,7 +3,8 @@
 Modules: run (one generation and its queries), session (one tab: current run, selected step, view,
 language; all tabs), engine_stream (the one place a run's events come from), settings (the settings
 and their link round trip), limits (the app's caps and clamps), frames (what the live screen
-receives), serving (every visitor's run decoded in one shared batch per model), words (every word the page shows, English and 中文), describe (labels and formatting: model
+receives), serving (every visitor's run decoded in one shared batch per model), zerogpu (on a ZeroGPU
+Space: each run one GPU call in a forked worker, the CPU batch when refused), words (every word the page shows, English and 中文), describe (labels and formatting: model
 card, captions, notes), torch_thread (the one thread every forward pass runs on), heap (freed memory
 back to the OS).
 """

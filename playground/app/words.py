@@ -297,6 +297,21 @@ STRINGS: dict[str, tuple[str, str]] = {
     "numbers_uniform": ("Step {step}: all {n} tokens are equally likely: the model's output carries no information "
                         "(its activations saturated or overflowed).",
                         "第 {step} 步:全部 {n} 个 token 概率相同:模型的输出不含任何信息(激活值饱和或溢出)。"),
+    # ZeroGPU: a run the GPU did not take runs on the Space's CPU (playground.app.zerogpu)
+    "zerogpu_quota": ("The GPU was not lent for this run: your ZeroGPU time for today is used up, so it runs on the "
+                      "Space's CPU (slower). Sign in to Hugging Face for more GPU time, wait until it renews, or run "
+                      "the playground on your own computer.",
+                      "本次运行没有借到 GPU:你今天的 ZeroGPU 时长已用完,因此改在 Space 的 CPU 上运行(较慢)。"
+                      "登录 Hugging Face 可获得更多 GPU 时长,也可以等额度恢复,或在自己的电脑上运行本演练场。"),
+    "zerogpu_busy": ("No GPU was free in time for this run, so it runs on the Space's CPU (slower). Wait a minute "
+                     "and try again, sign in to Hugging Face for a higher place in the GPU queue, or run the "
+                     "playground on your own computer.",
+                     "本次运行没有及时等到空闲的 GPU,因此改在 Space 的 CPU 上运行(较慢)。请稍等一分钟再试,"
+                     "登录 Hugging Face 可在 GPU 队列中获得更高优先级,或在自己的电脑上运行本演练场。"),
+    "zerogpu_failed": ("The GPU could not start this run, so it runs on the Space's CPU (slower). Try again in a "
+                       "moment, or run the playground on your own computer.",
+                       "GPU 未能启动本次运行,因此改在 Space 的 CPU 上运行(较慢)。请稍后再试,"
+                       "或在自己的电脑上运行本演练场。"),
     # --- model card
     "card_property": ("Property", "属性"),
     "card_value": ("Value", "值"),

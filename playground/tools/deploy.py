@@ -1,4 +1,4 @@
-"""`python -m playground deploy-space OWNER/NAME [--dry-run] [--json]`: publish the app as a Gradio Space.
+"""`python -m playground deploy-space OWNER/NAME [--hardware KIND] [--dry-run] [--json]`: publish the app as a Space.
 
 What is uploaded: the files git tracks, minus what a running Space never reads (tests/, .ci/,
 .gitignore, pyproject.toml: the Space installs requirements.txt and runs app.py), plus the images
@@ -7,11 +7,14 @@ generated files:
 - README.md with the Space config as its front matter (`space_config()`: `sdk_version` pinned to the
   Gradio that requirements.txt pins, `python_version`, `short_description`, and `preload_from_hub`
   so the Space downloads SmolLM2-135M-Instruct at build time and the catalog offers it, and `models`
-  so the Hub links the Space from the model's page);
+  so the Hub links the Space from the model's page, `tags`, and a `thumbnail` (a screenshot the card shows,
+  by its address in the Space); with `--hardware`, `suggested_hardware`, what a duplicator is offered);
+- with `--hardware zerogpu`, requirements.txt with the `spaces` package added (ZeroGPU's decorator);
 - .gitattributes naming every binary file for LFS (the Hub refuses binary files stored as plain git
   blobs, whatever their size). Binaries are whatever holds a NUL byte or is not UTF-8 text.
 
-How: `create_repo(repo_type="space", space_sdk="gradio", exist_ok=True)`, `upload_file` of the
+How: `create_repo(repo_type="space", space_sdk="gradio", exist_ok=True)` (with `space_hardware` when
+`--hardware` is given: a new Space starts on it; an existing one keeps its hardware), `upload_file` of the
 .gitattributes, then `upload_folder` of the rest, which sends binaries through the Hub's upload
 API (LFS, or Xet where `hf_xet` is installed) and deletes files the Space holds that are no longer
 uploaded. `--dry-run` prints exactly that (files, sizes, which go through LFS/Xet, the Space config)
@@ -43,6 +46,26 @@ BINARY_SUFFIXES = (".safetensors", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".g
 # The Hub's default LFS patterns for a new repo, kept so files added later by hand still go to LFS.
 DEFAULT_LFS_PATTERNS = ("*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.gguf", "*.gz", "*.h5", "*.onnx", "*.pkl",
                         "*.png", "*.jpg", "*.pt", "*.pth", "*.safetensors", "*.tar", "*.tgz", "*.zip", "*.zst")
+TAGS = ("education", "interpretability", "transformers", "attention", "visualization", "kv-cache")
+THUMBNAIL = "tests/screenshots/live-desktop.png"  # the live screen, as the card's first screenshot shows it
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One kind of host: the Hub's name for it and the lines it adds to requirements.txt."""
+
+    flavor: str  # huggingface_hub.SpaceHardware's value (suggested_hardware, create_repo's space_hardware)
+    requirements: tuple[str, ...] = ()
+
+
+HARDWARE = {
+    # ZeroGPU keeps its legacy flavor name, whatever card it lends today.
+    "zerogpu": Hardware("zero-a10g", ("spaces>=0.51  # ZeroGPU: each run borrows the GPU through spaces.GPU",)),
+    "cpu-basic": Hardware("cpu-basic"),
+    "cpu-upgrade": Hardware("cpu-upgrade"),
+    "t4-small": Hardware("t4-small"),
+    "l4x1": Hardware("l4x1"),
+}
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
@@ -66,9 +89,10 @@ def _gradio_pin(requirements: Path) -> str:
     )
 
 
-def space_config(root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The README front matter of the Space (the Hub reads it as the Space's configuration)."""
-    return {
+def space_config(root: Path = REPO_ROOT, *, repo_id: str | None = None, hardware: str | None = None) -> dict[str, Any]:
+    """The README front matter of the Space (the Hub reads it as the Space's configuration). With `repo_id`,
+    the thumbnail's address in that Space; with `hardware`, the hardware a duplicator is offered."""
+    config = {
         "title": "Transformer Playground",
         "emoji": "🔍",
         "colorFrom": "indigo",
@@ -82,7 +106,22 @@ def space_config(root: Path = REPO_ROOT) -> dict[str, Any]:
         "short_description": SHORT_DESCRIPTION,
         "models": list(PRELOADED),  # the Hub links the Space from the models it runs
         "preload_from_hub": [f"{repo} {','.join(files)}" for repo, files in PRELOADED.items()],
+        "tags": list(TAGS),
     }
+    if repo_id is not None:
+        config["thumbnail"] = f"https://huggingface.co/spaces/{repo_id}/resolve/main/{THUMBNAIL}"
+    if hardware is not None:
+        config["suggested_hardware"] = HARDWARE[hardware].flavor
+    return config
+
+
+def requirements_for(root: Path, hardware: str | None) -> bytes | None:
+    """requirements.txt for `hardware` when it needs more than the checkout's (None: upload it as it is)."""
+    extra = HARDWARE[hardware].requirements if hardware else ()
+    if not extra:
+        return None
+    text = (root / "requirements.txt").read_text(encoding="utf-8").rstrip("\n") + "\n"
+    return (text + f"# For the {hardware} hardware (added by deploy-space):\n" + "\n".join(extra) + "\n").encode("utf-8")
 
 
 def front_matter(config: dict[str, Any]) -> str:
@@ -158,20 +197,23 @@ def gitattributes(binaries: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(root: Path = REPO_ROOT) -> tuple[dict[str, Any], dict[str, bytes], list[Planned], list[str]]:
+def build(
+    root: Path = REPO_ROOT, *, repo_id: str | None = None, hardware: str | None = None,
+) -> tuple[dict[str, Any], dict[str, bytes], list[Planned], list[str]]:
     """(space config, generated files' contents, every file planned, notes). Reads only local files."""
-    config = space_config(root)
+    config = space_config(root, repo_id=repo_id, hardware=hardware)
     notes = []
     readme = (root / "README.md").read_text(encoding="utf-8")
     existing, body = split_front_matter(readme)
-    if existing != config:
+    if existing != space_config(root):  # the README's own: no Space named, no hardware chosen
         notes.append("README.md's own front matter differs from the Space config; the uploaded README uses the Space config")
     untracked = untracked_files(root)
     if untracked:
         notes.append(f"not uploaded because git does not track them (git add them if the Space needs them): "
                      f"{', '.join(untracked[:5])}{' ...' if len(untracked) > 5 else ''}")
     planned: list[Planned] = []
-    selected = selected_files(root)
+    requirements = requirements_for(root, hardware)
+    selected = [p for p in selected_files(root) if not (requirements and p == "requirements.txt")]
     # The card's screenshots live under tests/, which the Space does not need; the card shows them,
     # so they go up too (as binaries, like the checkpoints).
     tracked = set(tracked_files(root))
@@ -184,7 +226,11 @@ def build(root: Path = REPO_ROOT) -> tuple[dict[str, Any], dict[str, bytes], lis
         data = (root / path).read_bytes()
         binary = is_binary(data, path)
         planned.append(Planned(path, len(data), binary, "lfs/xet" if binary else "regular", "working tree"))
+    if "thumbnail" in config and THUMBNAIL not in selected + images:
+        notes.append(f"the thumbnail {THUMBNAIL} is not uploaded (the card no longer shows it): pick another image")
     generated = {"README.md": (front_matter(config) + body.lstrip("\n")).encode("utf-8")}
+    if requirements:
+        generated["requirements.txt"] = requirements
     generated[".gitattributes"] = gitattributes([p.path for p in planned if p.binary]).encode("utf-8")
     for path, data in generated.items():
         planned.append(Planned(path, len(data), False, "regular", "generated"))
@@ -193,14 +239,17 @@ def build(root: Path = REPO_ROOT) -> tuple[dict[str, Any], dict[str, bytes], lis
 
 
 def _report(repo_id: str, config: dict[str, Any], planned: list[Planned], notes: list[str], as_json: bool) -> str:
+    flavor = config.get("suggested_hardware")
     if as_json:
-        return json.dumps({"repo_id": repo_id, "repo_type": "space", "space_sdk": "gradio", "space_config": config,
+        return json.dumps({"repo_id": repo_id, "repo_type": "space", "space_sdk": "gradio", "space_hardware": flavor,
+                           "space_config": config,
                            "steps": ["create_repo", "upload_file .gitattributes", "upload_folder"],
                            "files": [asdict(p) for p in planned], "notes": notes}, indent=2, ensure_ascii=False)
     total = sum(p.bytes for p in planned)
     lines = [
         f"Space {repo_id}: gradio {config['sdk_version']}, python {config['python_version']} (dry run: nothing uploaded)",
-        f'1. create_repo("{repo_id}", repo_type="space", space_sdk="gradio", exist_ok=True)',
+        f'1. create_repo("{repo_id}", repo_type="space", space_sdk="gradio"'
+        + (f', space_hardware="{flavor}"' if flavor else "") + ", exist_ok=True)",
         "2. upload_file(.gitattributes)   3. upload_folder(the files below; files no longer listed are deleted)",
         "Space config (README.md front matter):",
         front_matter(config).rstrip("\n"),
@@ -213,19 +262,23 @@ def _report(repo_id: str, config: dict[str, Any], planned: list[Planned], notes:
     return "\n".join(lines)
 
 
-def deploy(repo_id: str, *, dry_run: bool, as_json: bool = False, root: Path = REPO_ROOT, token: str | None = None) -> str:
+def deploy(repo_id: str, *, dry_run: bool, as_json: bool = False, root: Path = REPO_ROOT, token: str | None = None,
+           hardware: str | None = None) -> str:
     """Plan (and unless `dry_run`, perform) the upload; returns the report to print."""
     if not _REPO_ID.match(repo_id or "") or ".." in repo_id:
         raise PlaygroundError(f"'{repo_id}' is not a Space id; write it as OWNER/NAME, e.g. me/transformer-playground")
-    config, generated, planned, notes = build(root)
+    if hardware is not None and hardware not in HARDWARE:
+        raise PlaygroundError(f"--hardware {hardware!r} is not offered; use one of {', '.join(HARDWARE)}")
+    config, generated, planned, notes = build(root, repo_id=repo_id, hardware=hardware)
     report = _report(repo_id, config, planned, notes, as_json)
     if dry_run:
         return report
-    _upload(repo_id, root, generated, planned, token)
+    _upload(repo_id, root, generated, planned, token, config.get("suggested_hardware"))
     return report.replace("(dry run: nothing uploaded)", "(uploaded)")
 
 
-def _upload(repo_id: str, root: Path, generated: dict[str, bytes], planned: list[Planned], token: str | None) -> None:
+def _upload(repo_id: str, root: Path, generated: dict[str, bytes], planned: list[Planned], token: str | None,
+            flavor: str | None = None) -> None:
     from huggingface_hub import HfApi
     from huggingface_hub import errors as hub_errors
 
@@ -244,7 +297,7 @@ def _upload(repo_id: str, root: Path, generated: dict[str, bytes], planned: list
             else:
                 shutil.copyfile(root / p.path, target)
         try:
-            api.create_repo(repo_id, repo_type="space", space_sdk="gradio", exist_ok=True)
+            api.create_repo(repo_id, repo_type="space", space_sdk="gradio", space_hardware=flavor, exist_ok=True)
             api.upload_file(path_or_fileobj=generated[".gitattributes"], path_in_repo=".gitattributes", repo_id=repo_id,
                             repo_type="space", commit_message="LFS/Xet for every binary file")
             api.upload_folder(repo_id=repo_id, folder_path=stage, repo_type="space", delete_patterns="*",
@@ -267,13 +320,17 @@ def _upload(repo_id: str, root: Path, generated: dict[str, bytes], planned: list
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo_id", metavar="OWNER/NAME", help="the Space to create or update")
+    parser.add_argument("--hardware", default=None, metavar="KIND",
+                        help="the host the Space is for: zerogpu (free accounts), cpu-basic, cpu-upgrade, t4-small, "
+                             "l4x1; written as suggested_hardware (what a duplicator is offered), with requirements to "
+                             "match, and asked for when the Space is created")
     parser.add_argument("--dry-run", action="store_true", help="print what would be uploaded; no network")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     parser.add_argument("--token", default=None, help="a Hugging Face write token (default: HF_TOKEN or `hf auth login`)")
 
 
 def run(args: argparse.Namespace) -> int:
-    print(deploy(args.repo_id, dry_run=args.dry_run, as_json=args.json, token=args.token))
+    print(deploy(args.repo_id, dry_run=args.dry_run, as_json=args.json, token=args.token, hardware=args.hardware))
     if not args.dry_run and not args.json:
         print(f"https://huggingface.co/spaces/{args.repo_id}", file=sys.stderr)
     return 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, lab, serving
+from playground.app import describe, frames, heap, lab, serving, zerogpu
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, clamp_settings
 from playground.app.numbers import numbers_note
@@ -143,6 +143,10 @@ class Streaming:
             for event in stream:
                 if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
                     yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
+                    continue
+                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
+                    run.notes.append(event.text(lang))
+                    notes_md = describe.notes_markdown(run.notes, lang)
                     continue
                 noted = len(run.notes)
                 run.add_event(event, lm)
@@ -294,7 +298,13 @@ class Streaming:
             notes += prompt_notes
             cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
             # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
-            events = list(run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event()))
+            events = []
+            for event in run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event(),
+                                    report_waiting=True):
+                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the caller reads why
+                    notes.append(event.text("en"))
+                elif not isinstance(event, serving.Waiting):
+                    events.append(event)
         except PlaygroundError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         last = events[-1] if events else None

@@ -1,0 +1,257 @@
+"""ZeroGPU: each visitor's run is one GPU call, decoded in a forked worker that the GPU is lent to.
+
+On a ZeroGPU Space the GPU exists only inside a function wrapped by `spaces.GPU`; each call runs in a
+forked worker process (reused while idle), its arguments and every value it yields are pickled, and
+nothing the worker changes in its own memory comes back. So a run crosses as a `WorkerRequest` that
+names its model (the checkpoint's path on the shared disk, the dtype) and carries the prompt ids and the
+`GenerationConfig`; the worker loads the model on CUDA once and keeps it while it is reused
+(`WorkerModels`), plans the run again with `generation.plan.plan` and yields the engine's own
+`StepEvent`s, which hold only plain Python and numpy. The page's other model work (lessons, the lab's
+measurements, attention rows) stays on the main process's CPU copy: cheap for the shipped sizes, and it
+costs no visitor any quota.
+
+When the GPU is refused (quota spent, no GPU free in time) or the call fails before its first token,
+the run goes to the CPU path instead, and with `report_waiting` a `Notice` says why and what to do.
+The wrapper is a parameter (`ZeroGPU(gpu=spaces.GPU)` on a Space; the tests pass an emulation that
+forks and pickles the same way), and nothing here imports Gradio or `spaces`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playground.app import serving
+from playground.app.words import t
+from playground.generation.config import GenerationConfig
+from playground.generation.events import StepEvent
+from playground.generation.plan import Plan
+
+log = logging.getLogger("playground.zerogpu")
+
+# The GPU time a run asks for (`duration`): the quota must hold it for the call to start, so ask for what
+# the run needs with a margin, not ZeroGPU's default 60 s. Measured eager on an H100: 13.7 ms a step for
+# the 135M SmolLM2 (73 tokens/s); ZeroGPU's card was not measured, hence the margin in STEP_SECONDS.
+START_SECONDS = 10.0  # a fresh worker: fork, CUDA start-up, reading the weights of a model of ~135M
+STEP_SECONDS = 0.03  # one decode step of a ~135M model, with room for captures and a slower card
+REFERENCE_PARAMETERS = 135e6
+MIN_SECONDS, MAX_SECONDS = 5, 20 * 60  # ZeroGPU's streaming limit is 20 minutes a call
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """What crosses into the worker: what identifies the model, never the model itself."""
+
+    path: str  # the checkpoint as the registry loaded it (shipped, preloaded, or a visitor's upload folder)
+    dtype: str  # "float32", "bfloat16" or "float16"
+    prompt_ids: tuple[int, ...]  # already fitted to the context by the main process's plan
+    forced_ids: tuple[int, ...]  # a branch's forced tokens
+    cfg: GenerationConfig
+    parameters: int = 0  # the model's size, for the duration estimate
+    device: str | None = None  # None: the worker's GPU (the CPU where it has none)
+
+    @classmethod
+    def of(cls, plan: Plan, device: str | None = None) -> WorkerRequest:
+        lm = plan.lm
+        return cls(path=str(lm.path), dtype=str(lm.dtype).removeprefix("torch."), prompt_ids=tuple(plan.prompt_ids),
+                   forced_ids=tuple(plan.forced_ids), cfg=plan.cfg, parameters=lm.parameter_count, device=device)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The worker's first item: where the model runs and what finding it cost."""
+
+    device: str
+    seconds: float  # reading the checkpoint onto the device; 0.0 when the worker still held it
+    cached: bool
+    worker: int  # the worker's process id (the same id: a reused worker)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The worker could not start the run (the model did not load, the device ran out of memory)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """The run went to the CPU; `key` (words.py) says why and what to do."""
+
+    key: str
+
+    def text(self, lang: str = "en") -> str:
+        return t(self.key, lang)
+
+
+def estimate_seconds(request: WorkerRequest) -> int:
+    """GPU seconds to ask for: a worker's start, then every step of the run (all beams step together, so
+    beams cost little; captures a little more), scaled by the model's size against the 135M model."""
+    cfg = request.cfg
+    size = max(1.0, request.parameters / REFERENCE_PARAMETERS)
+    steps = cfg.max_new_tokens + len(request.prompt_ids) / 512  # the prompt is one prefill pass per ~512 tokens
+    factor = (1.0 + 0.1 * (cfg.num_beams - 1)) * (1.5 if cfg.records else 1.0) * size
+    return int(min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(START_SECONDS * size + steps * STEP_SECONDS * factor))))
+
+
+@dataclass
+class WorkerModels:
+    """The models one worker keeps between calls (it is reused while idle), least recently used dropped."""
+
+    capacity: int = 2
+    _models: OrderedDict[tuple[str, str, str, tuple[int, ...]], Any] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, path: str, dtype: str, device: str | None = None) -> tuple[Any, Loaded]:
+        import torch
+
+        from playground.checkpoints.loader import load_model
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        key = (path, dtype, device, _stamp(path))  # a folder downloaded again holds new weights under the same path
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key], Loaded(device, 0.0, True, os.getpid())
+            started = time.perf_counter()
+            lm = load_model(path, device=device, dtype=dtype)
+            lm.model.eval().requires_grad_(False)
+            self._models[key] = lm
+            while len(self._models) > self.capacity:
+                self._models.popitem(last=False)
+            return lm, Loaded(device, time.perf_counter() - started, False, os.getpid())
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    """When the checkpoint's files last changed (the weights' files, or the single file)."""
+    root = Path(path)
+    try:
+        files = sorted(root.glob("*.safetensors")) if root.is_dir() else [root]
+        return tuple(f.stat().st_mtime_ns for f in files)
+    except OSError:  # gone: the loader says so
+        return ()
+
+
+# One per process. Only a forked worker ever fills it; the main process's copy stays empty.
+WORKER_MODELS = WorkerModels()
+
+
+def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
+    """The GPU call's body, in the worker: `Loaded` (or `Failed`), then the engine's events. Closing it
+    (Stop) closes the engine's stream before its next step."""
+    import torch
+
+    from playground.generation.engine import run_plan
+    from playground.generation.plan import plan
+
+    # The worker is forked: the parent's OpenMP thread team did not come along (libgomp is not fork-safe), and
+    # a parallel CPU op can wait for it forever; torch's own pool is rebuilt by the first parallel op of each
+    # thread, which the loader's reader threads race to do ("Invalid thread pool!"). So: one CPU thread, set
+    # here first. The CPU only reads the checkpoint; the decoding is on the GPU.
+    torch.set_num_threads(1)
+    try:
+        lm, loaded = WORKER_MODELS.get(request.path, request.dtype, request.device)
+        p = plan(lm, list(request.prompt_ids), request.cfg, request.forced_ids)
+    except Exception as exc:  # noqa: BLE001 - the wrapper would keep only the class name; say it in one line
+        log.warning("ZeroGPU worker could not start a run: %s", exc, exc_info=True)
+        yield Failed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return
+    yield loaded
+    yield from run_plan(p)
+
+
+def refusal_key(error: BaseException | None) -> str:
+    """Which words say why the GPU did not run this: the `spaces` package raises a Gradio error titled
+    "ZeroGPU quota exceeded", "ZeroGPU queue timeout", ... (read by attribute: no Gradio import here)."""
+    if error is None:
+        return "zerogpu_failed"
+    title = f"{getattr(error, 'title', '') or ''} {error}".lower()
+    if "quota" in title or "credits" in title or "limit" in title:
+        return "zerogpu_quota"
+    if "queue" in title or "no gpu" in title or "unavailable" in title:
+        return "zerogpu_busy"
+    return "zerogpu_failed"
+
+
+class ZeroGPU:
+    """Runs go to a GPU call made with `gpu` (`spaces.GPU` on a Space, an emulation in the tests); refused
+    ones to the CPU's shared batch (`serving`)."""
+
+    def __init__(self, gpu: Callable[..., Callable[..., Iterator[Any]]], device: str | None = None) -> None:
+        """`device`: where the worker decodes (None: its GPU; the tests' emulation names the CPU)."""
+        self.call = gpu(gpu_run, duration=estimate_seconds)  # ZeroGPU calls `duration` with the call's arguments
+        self.device = device
+
+    def run_events(
+        self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+    ) -> Iterator[StepEvent | Notice | serving.Waiting]:
+        """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
+        the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
+        stream = self.call(WorkerRequest.of(plan, self.device))
+        started = False
+        refused: BaseException | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    return
+                except Exception as exc:  # noqa: BLE001 - quota, queue, a dead worker: all end the GPU call
+                    if started:
+                        raise
+                    refused = exc
+                    break
+                if isinstance(item, Loaded):
+                    log.info("ZeroGPU: model %s on %s in worker %d (%.2f s)", "found" if item.cached else "loaded",
+                             item.device, item.worker, item.seconds)
+                    continue
+                if isinstance(item, Failed):
+                    log.warning("ZeroGPU: the worker could not run it (%s); the run goes to the CPU", item.message)
+                    break
+                started = True
+                yield item
+            else:
+                return  # Stop
+        finally:
+            stream.close()
+        if refused is not None:
+            log.warning("ZeroGPU refused the GPU (%s: %s); the run goes to the CPU",
+                        getattr(refused, "title", None) or type(refused).__name__, str(refused).splitlines()[:1])
+        if report_waiting:
+            yield Notice(refusal_key(refused) if refused is not None else "zerogpu_failed")
+        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting)
+
+
+_active: ZeroGPU | None = None  # the process's mode: set once at start (app.main), or by a test
+
+
+def install(mode: ZeroGPU | None) -> None:
+    """Serve every run through `mode` (None: the CPU path again)."""
+    global _active
+    _active = mode
+
+
+def active() -> ZeroGPU | None:
+    return _active
+
+
+def for_space() -> ZeroGPU | None:
+    """The mode with the real `spaces.GPU`, or None where `spaces` is not installed. Call it before the app
+    launches: ZeroGPU looks for its decorated functions at start-up."""
+    try:
+        import spaces
+    except ImportError:
+        log.warning("ZeroGPU Space without the `spaces` package: every run stays on the CPU")
+        return None
+    return ZeroGPU(spaces.GPU)
