@@ -170,3 +170,29 @@ def test_idle_sessions_expire_without_a_heartbeat_but_busy_ones_stay():
     time.sleep(0.3)
     sessions.expire()
     assert "working" in gone
+
+
+def test_serving_and_jobs_run_where_gradio_cannot_be_imported():
+    """The contract: run_events works with gradio unimportable (a GPU worker, a script); jobs too."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, threading
+sys.modules["gradio"] = None  # `import gradio` raises ImportError from here on
+import playground
+from playground.app import cache_rerun, serving
+from playground.app.engine_stream import run_events
+from playground.generation import GenerationConfig
+from playground.generation.plan import plan
+lm = playground.load_model("weights/tiny-lm")
+events = list(run_events(plan(lm, "Hello", GenerationConfig(max_new_tokens=3)), threading.Event(), owner="a"))
+assert len(events) == 3, events
+items = list(serving.run_job(cache_rerun.rerun_work(lm, [5, 6, 7], GenerationConfig(max_new_tokens=3), [], 3),
+                             threading.Event(), "a"))
+assert items[-1].same_tokens
+assert "gradio" not in {m.split(".")[0] for m in sys.modules if sys.modules[m] is not None}
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
