@@ -14,9 +14,8 @@ import uuid
 import httpx
 import pytest
 
-from playground.ui import build_app, enable_queue, launch_kwargs
 from tests import test_browser as base
-from tests.ui_fixtures import free_port, save_tiny_decoder
+from tests.ui_fixtures import save_tiny_decoder, served_app
 
 pytestmark = pytest.mark.browser
 browser = base.browser
@@ -27,13 +26,8 @@ CAPACITY = 40  # Gradio's tab capacity for this server (the app's is 1,000; the 
 def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
-    demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    enable_queue(demo)
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True,
-                **{**launch_kwargs(demo), "state_session_capacity": CAPACITY})
-    yield demo, f"http://127.0.0.1:{port}/"
-    demo.close()
+    with served_app(weights, tmp_path_factory.mktemp("uploads"), state_session_capacity=CAPACITY) as app:
+        yield app
 
 
 def _index(demo, handler) -> int:

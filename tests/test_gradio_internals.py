@@ -7,20 +7,15 @@ import time
 import gradio as gr
 import pytest
 
-from playground.ui import build_app, enable_queue, launch_kwargs
-from tests.ui_fixtures import free_port, save_tiny_decoder
+from tests.ui_fixtures import save_tiny_decoder, served_app
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
-    demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    enable_queue(demo)
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
-    yield demo, f"http://127.0.0.1:{port}/"
-    demo.close()
+    with served_app(weights, tmp_path_factory.mktemp("uploads")) as app:
+        yield app
 
 
 def test_each_script_session_is_dropped_from_gradio_after_its_call(served):

@@ -17,8 +17,7 @@ import pytest
 
 from playground.app.settings import FIELDS, MAX_EDITS, from_query
 from playground.interventions import Ablate, pack
-from playground.ui import build_app, enable_queue, launch_kwargs
-from tests.ui_fixtures import free_port, save_tiny_decoder
+from tests.ui_fixtures import save_tiny_decoder, script_client, served_app
 
 
 def _deflated(data: bytes) -> str:
@@ -37,21 +36,14 @@ HOSTILE = {"nested": NESTED, "nested dicts": NESTED_DICTS, "10,000 ablations": M
 def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
-    demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    enable_queue(demo)
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
-    yield demo, f"http://127.0.0.1:{port}/"
-    demo.close()
+    with served_app(weights, tmp_path_factory.mktemp("uploads")) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
 def client(served):
-    from gradio_client import Client
-
-    c = Client(served[1], verbose=False)
-    yield c
-    c.close()
+    with script_client(served[1]) as c:
+        yield c
 
 
 def _one_edits_note(notes: list[str] | str) -> None:

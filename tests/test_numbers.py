@@ -16,11 +16,10 @@ from safetensors.torch import load_file, save_file
 
 import playground
 from playground.errors import PlaygroundError
-from playground.ui import build_app, enable_queue, launch_kwargs
 from playground.ui.settings import FIELDS, UISettings
 from tests.hf_tiny import gpt2_like, llama_like, save_decoder
 from tests.test_hostile_uploads import _as_uploaded
-from tests.ui_fixtures import free_port, save_char_tokenizer, save_tiny_decoder
+from tests.ui_fixtures import save_char_tokenizer, save_tiny_decoder, script_client, served_app
 
 
 def _overflowing(directory):
@@ -55,21 +54,14 @@ def served(tmp_path_factory):
     save_tiny_decoder(weights / "tiny-lm")
     _overflowing(weights / "overflow-lm")
     _byte_level_gpt2(weights / "bytes-lm")
-    demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    enable_queue(demo)
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
-    yield demo, f"http://127.0.0.1:{port}/"
-    demo.close()
+    with served_app(weights, tmp_path_factory.mktemp("uploads")) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
 def client(served):
-    from gradio_client import Client
-
-    c = Client(served[1], verbose=False)
-    yield c
-    c.close()
+    with script_client(served[1]) as c:
+        yield c
 
 
 def _page_run(served, session: str, **settings):

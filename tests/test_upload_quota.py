@@ -10,23 +10,18 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from playground.ui import build_app, enable_queue, launch_kwargs
 from playground.ui.catalog import PRIVATE_UPLOAD
 from playground.ui.settings import FIELDS, UISettings
 from tests.test_hostile_uploads import _as_uploaded
-from tests.ui_fixtures import free_port, save_tiny_decoder
+from tests.ui_fixtures import save_tiny_decoder, served_app
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
-    demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    enable_queue(demo)
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs())
-    yield demo
-    demo.close()
+    with served_app(weights, tmp_path_factory.mktemp("uploads")) as (demo, _):
+        yield demo
 
 
 def _run(handlers, session: str, model: str):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import string
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.hf_tiny import llama_like, save_decoder
 
@@ -101,3 +104,31 @@ def save_hostile_checkpoint(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return save_checkpoint(path, model, config, tokenizer=tokenizer,
                            card={"description": {"en": HOSTILE_HTML, "zh": HOSTILE_HTML}, "example_prompt": HOSTILE_HTML})
+
+
+@contextlib.contextmanager
+def served_app(weights: Path, uploads: Path, **launch: Any) -> Iterator[tuple[Any, str]]:
+    """The app over `weights`, queued and launched on a free port in this process: (demo, its URL).
+    `launch` adds to or overrides the app's own launch settings."""
+    from playground.ui import build_app, enable_queue, launch_kwargs
+
+    demo = build_app(weights, uploads)
+    enable_queue(demo)
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **{**launch_kwargs(demo), **launch})
+    try:
+        yield demo, f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@contextlib.contextmanager
+def script_client(url: str) -> Iterator[Any]:
+    """A gradio_client for the served app (what a script calling /generate_text uses)."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    try:
+        yield client
+    finally:
+        client.close()

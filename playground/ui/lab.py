@@ -22,8 +22,8 @@ from playground.app import describe, lab, serving
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
+from playground.ui.jobs import PROGRESS_SECONDS
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.panels import PROGRESS_SECONDS
 from playground.ui.streaming import Streaming
 from playground.viz import causal
 

@@ -12,6 +12,7 @@ from playground import viz
 from playground.app import describe, lessons, measurements, serving
 from playground.app.session import Session, Sessions
 from playground.app.words import t
+from playground.ui.jobs import Followed
 from playground.ui.layout import LESSONS
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import kv_lesson as v_kv
@@ -96,22 +97,12 @@ class Lessons:
         if shape is None:
             yield t("time_cache_too_long", lang, tokens=len(run.prompt_ids))
             return
-        stop = session.begin_job()
-        timing = None
-        try:
-            for item in serving.run_job(measurements.time_cache_work(lm, run.prompt_ids, *shape), stop, session.key):
-                if isinstance(item, dict):
-                    timing = item
-                else:
-                    yield t("time_cache_progress", lang, done=item.done, total=item.total)
-        except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
-            yield describe.inert(one_line(exc, lang, "kv"))
+        job = Followed(session, measurements.time_cache_work(lm, run.prompt_ids, *shape), lang, "kv")
+        yield from job.lines(lambda p: t("time_cache_progress", lang, done=p.done, total=p.total))
+        if job.error or job.result is None:
+            yield job.error or t("rerun_stopped", lang)
             return
-        finally:
-            session.end_job(stop)
-        if timing is None:
-            yield t("rerun_stopped", lang)
-            return
+        timing = job.result
         run.cache_timing = timing
         with viz.language(lang):  # set and reset within one step of this generator (Gradio may switch contexts)
             caption = v_kv.cache_timing_caption(run.cache_timing)
@@ -130,22 +121,12 @@ class Lessons:
         if not lengths:
             yield t("sdpa_too_big", lang, heads=lm.config.n_heads)
             return
-        stop = session.begin_job()
-        data = None
-        try:
-            for item in serving.run_job(measurements.sdpa_work(lm, lengths), stop, session.key):
-                if isinstance(item, dict):
-                    data = item
-                else:
-                    yield t("sdpa_progress", lang, done=item.done, total=item.total)
-        except Exception as exc:  # noqa: BLE001 - one line where the lesson would be
-            yield describe.inert(one_line(exc, lang, "sdpa"))
+        job = Followed(session, measurements.sdpa_work(lm, lengths), lang, "sdpa")
+        yield from job.lines(lambda p: t("sdpa_progress", lang, done=p.done, total=p.total))
+        if job.error or job.result is None:
+            yield job.error or t("rerun_stopped", lang)
             return
-        finally:
-            session.end_job(stop)
-        if data is None:
-            yield t("rerun_stopped", lang)
-            return
+        data = job.result
         session.sdpa = {**data, "model": session.model}
         with viz.language(lang):
             caption = v_sdpa.sdpa_caption(data)

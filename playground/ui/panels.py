@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import html
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from playground.generation import full_attention
 from playground.generation.budget import check_full_attention
 from playground.models.positional import positional_layout
 from playground.ui.gradio_internals import event_data
+from playground.ui.jobs import Followed
 from playground.ui.models import Models, one_line, session_key
 from playground.viz import positional_compare as v_pe
 
@@ -36,7 +36,6 @@ DEEP_OUTPUTS = ("caption", "funnel", "beam_tree", "beam_table", "att_note", "att
                 "att_summary", "att_layer", "att_head", "att_query", "kv", "growth")
 ATTENTION_OUTPUTS = ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query")
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
-PROGRESS_SECONDS = 0.5  # a job's progress line is rewritten at most this often
 MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
 
 
@@ -228,25 +227,15 @@ class Panels:
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
         forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
-        stop = session.begin_job()
         work = cache_rerun.rerun_work(lm, run.prompt_ids, knobs, forced, len(run.path))
-        result, shown = None, 0.0
-        try:
-            for item in serving.run_job(work, stop, session.key):
-                if isinstance(item, cache_rerun.RerunResult):
-                    result = item
-                elif time.monotonic() - shown >= PROGRESS_SECONDS:
-                    shown = time.monotonic()
-                    yield gr.skip(), t("rerun_progress", lang, mode=t(f"rerun_mode_{item.stage}", lang),
-                                       done=item.done, total=item.total, seconds=item.seconds)
-        except Exception as exc:  # noqa: BLE001 - one line where the note goes
-            yield gr.skip(), describe.inert(one_line(exc, lang, "rerun"))
+        job = Followed(session, work, lang, "rerun")
+        for line in job.lines(lambda p: t("rerun_progress", lang, mode=t(f"rerun_mode_{p.stage}", lang), done=p.done,
+                                          total=p.total, seconds=p.seconds)):
+            yield gr.skip(), line
+        if job.error or job.result is None:
+            yield gr.skip(), job.error or t("rerun_stopped", lang)
             return
-        finally:
-            session.end_job(stop)
-        if result is None:
-            yield gr.skip(), t("rerun_stopped", lang)
-            return
+        result = job.result
         with viz.language(lang):
             fig = viz.timing_comparison(result.cached, result.uncached)
         note = t("rerun_note", lang, verdict=t("same_tokens" if result.same_tokens else "different_tokens", lang))
