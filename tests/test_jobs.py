@@ -196,3 +196,23 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_a_job_that_fails_even_to_close_fails_its_caller_and_the_server_goes_on(lm):
+    def broken():
+        try:
+            while True:
+                yield 1
+        finally:
+            raise ValueError("its cleanup broke")
+
+    server = Server(call=lambda fn: fn())
+    stop = threading.Event()
+    seen = []
+    with pytest.raises(ValueError, match="cleanup"):
+        for item in server.jobs(broken(), stop, "a"):
+            seen.append(item)
+            stop.set()  # the job ends at its next slice, closing the work, whose cleanup raises
+    assert seen[0] == 1
+    after = list(server.events(plan(lm, [5, 9], GenerationConfig(max_new_tokens=2)), threading.Event()))
+    assert after[-1].finished

@@ -38,8 +38,8 @@ def served(tmp_path_factory):
 
 def test_a_rerun_without_the_cache_leaves_other_visitors_their_turn(served):
     page = Page.read(served)
-    a = Visitor(page, 0, "wide", "tiny-lm", 60)
-    prompt = ("the cache keeps keys and values " * 20)[:400]
+    a = Visitor(page, 0, "wide", "tiny-lm", 120)
+    prompt = ("the cache keeps keys and values " * 20)[:600]
     with httpx.Client() as client:
         a.open(client)
         event = a.join(client, page.generate, [time.time() * 1000, *a.values(prompt=prompt, mode="greedy")])

@@ -73,8 +73,11 @@ class Job:
     def _end(self, error: BaseException | None = None) -> None:
         self.done = True
         close = getattr(self.work, "close", None)
-        if close is not None:
-            close()  # runs the work's own `finally` on the torch thread
+        try:
+            if close is not None:
+                close()  # runs the work's own `finally` on the torch thread
+        except Exception as failed:  # noqa: BLE001 - a work that fails to close fails its caller, never the driver
+            error = error or failed
         self.items.put(error if error is not None else _END)
 
     def stream(self) -> Iterator[Any]:

@@ -154,7 +154,10 @@ class Server:
                 except Exception as error:  # noqa: BLE001 - a broken step fails its requests, not the server
                     scheduler.fail_all(error)
             for job in turns:  # then one slice of each visitor's job
-                self._call(job.run_slice)
+                try:
+                    self._call(job.run_slice)
+                except Exception as error:  # noqa: BLE001 - the driver serves everyone: it never stops here
+                    job._end(error)
 
 
 _server: Server | None = None
