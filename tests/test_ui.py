@@ -12,7 +12,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from playground.app import measurements
+from playground.app import describe, measurements
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
 from playground.generation import full_attention
@@ -493,6 +493,26 @@ def test_a_link_without_chat_gets_the_models_default_and_runs_by_itself(chat_app
     # The link's run happens once: a reload of the same session's run event does nothing more.
     assert list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings))) == []
     assert open_link(h, "noprompt", model="chat-folder") == []  # no prompt: nothing runs by itself
+
+
+def test_the_script_api_runs_as_the_page_does_with_the_links_chat_default_and_notes_in_its_language(chat_app):
+    """/generate_text and a press of Generate with the same settings: the same tokens and the same notes.
+    A query that does not name `chat` gets the model's default (on for a template), as a link does."""
+    h = chat_app
+    _, chat_on = run(h, UISettings(model="chat-folder", prompt="Hi", max_new_tokens=6, chat=True), "api-on")
+    _, chat_off = run(h, UISettings(model="chat-folder", prompt="Hi", max_new_tokens=6, chat=False), "api-off")
+    assert chat_on.generated_ids != chat_off.generated_ids  # the two prompts are told apart by their tokens
+    assert h.stream.generate_text("chat-folder", "Hi", "max_new_tokens=6")["token_ids"] == chat_on.generated_ids
+    named = h.stream.generate_text("chat-folder", "Hi", "max_new_tokens=6&chat=false")
+    assert named["token_ids"] == chat_off.generated_ids
+    s = UISettings(model="chat-folder", prompt="Hi", mode="sample", top_k=500, seed=3, max_new_tokens=6, chat=True,
+                   lang="zh")
+    frames, page = run(h, s, "api-zh")
+    api = h.stream.generate_text("chat-folder", "Hi", to_query(s))
+    assert api["token_ids"] == page.generated_ids
+    assert "超过词表大小" in frames[0][1] and describe.notes_markdown(api["notes"], "zh") == frames[0][1]
+    drawn = h.stream.generate_text("chat-folder", "Hi", "mode=sample&max_new_tokens=2&lang=zh")
+    assert any("未指定种子" in n for n in drawn["notes"])  # a drawn seed is named, in the query's language
 
 
 def test_registry_shares_one_model_between_many_generations(h):

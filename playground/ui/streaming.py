@@ -21,7 +21,7 @@ import gradio as gr
 
 from playground.app import describe, frames, heap, lab, serving
 from playground.app.engine_stream import run_events
-from playground.app.limits import CAPS, clamp_settings
+from playground.app.limits import CAPS
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
 from playground.app.settings import (
@@ -32,9 +32,9 @@ from playground.app.settings import (
     from_widgets,
     parse_branches,
 )
-from playground.app.start import MAX_PACE_SECONDS, decoding, prompt_tokens, start_run
+from playground.app.start import MAX_PACE_SECONDS, link_defaults, start_run
+from playground.app.words import note
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, plan
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data
 from playground.ui.models import Models, one_line, session_key
@@ -272,22 +272,23 @@ class Streaming:
             heap.release()
 
     def _generate_text(self, model: str, prompt: str, settings_query: str) -> dict:
+        """The page's path for a press (`start_run`: a link's chat default, caps, clamps, a drawn seed), in
+        a session of its own, its notes in the query's language."""
         from urllib.parse import parse_qsl
 
         params = dict(parse_qsl(str(settings_query).lstrip("?"), keep_blank_values=True))
         params.update(model=model, prompt=prompt)
         settings, notes = from_query(params, UISettings())
+        lang = settings.lang
         try:
             lm = self.models.model_for(settings.model, settings.dtype, SCRIPT_OWNER)
-            prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
-            notes += prompt_notes
-            cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
+            settings = link_defaults(settings, params, lm)
+            run, p = start_run(Session(key=SCRIPT_OWNER, lang=lang), lm, settings, captures=False)
             # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
-            events = list(run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event()))
+            events = list(run_events(p, threading.Event()))
         except PlaygroundError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(note(str(exc), lang), print_exception=False) from None
         last = events[-1] if events else None
         return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
                 "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
-                "notes": notes + clamp_notes}
-
+                "notes": [note(n, lang) for n in notes + run.notes]}
