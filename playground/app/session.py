@@ -44,6 +44,7 @@ class Session:
     lang: str = "en"
     runs: list[Run] = field(default_factory=list)
     selected_step: int | None = None  # None: follow the newest token
+    next_step: int | None = None  # the step the next run opens at (a fork keeps the step on screen)
     deep_tab: str = "inspector"
     lesson: str = "steps"
     sdpa: dict[str, Any] | None = None  # the SDPA-vs-explicit measurement of the session's model
@@ -64,10 +65,10 @@ class Session:
         return next((r for r in self.runs if r.number == number), None)
 
     def add_run(self, run: Run) -> None:
-        """`run` becomes the current run, followed from its newest token."""
+        """`run` becomes the current run, followed from its newest token (or opened at `next_step`)."""
         self.runs.append(run)
         del self.runs[:-MAX_RUNS_PER_SESSION]
-        self.selected_step = None
+        self.selected_step, self.next_step = self.next_step, None
         for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
             old.forget_big_captures()
 

@@ -178,7 +178,8 @@ class Streaming:
     # --- what the live screen receives ------------------------------------------------------------
 
     def _value(self, session: Session, run: Run, meta: dict[str, Any]) -> dict[str, Any]:
-        return frames.live_value(run, session.view, meta, session.lang, session.branches(run))
+        selected = session.selected_step if run is session.current else None
+        return frames.live_value(run, session.view, meta, session.lang, session.branches(run), selected)
 
     def current_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         """The live screen's value for the session's current run (in `lang`), or an empty screen."""

@@ -49,7 +49,8 @@ function bytes(n) {
 // ---------------------------------------------------------------- the stream
 
 function resetRun(v) {
-  st.run = v.run; st.rendered = []; st.selected = null; st.att = {}; st.pending = {};
+  // a fork opens at the step that was on screen (the server says which); any other run follows its newest token
+  st.run = v.run; st.rendered = []; st.selected = Number.isInteger(v.selected) ? v.selected : null; st.att = {}; st.pending = {};
   const stream = $("#token-stream");
   const parts = [];
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
