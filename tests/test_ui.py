@@ -133,6 +133,24 @@ def test_a_link_keeps_its_prompt_on_the_first_load(h):
     assert fresh[3]["value"] == "The Python interpreter"
 
 
+def test_a_links_notes_stay_until_the_visitors_next_action_and_never_show_python(h):
+    """Bad parameters and an unknown model: the page load's notes are not wiped when the model has loaded
+    (nothing to run), nor replaced by the link's run's own notes; the visitor's next press clears them."""
+    notes = h.models.page_load(request("badlink", model="nope", temperature="abc", top_k="x1"))[-1]
+    bad, model = "temperature=&#x27;abc&#x27;: expected a number", "no checkpoint named &#x27;nope&#x27;"  # (escaped)
+    assert bad in notes and model in notes
+    assert "could not convert" not in notes and "invalid literal" not in notes
+    frames = open_link(h, "badlink", model="nope", temperature="abc", top_k="x1")
+    assert frames and all(is_skip(v) for frame in frames for v in frame)  # no prompt: the notes stay as they are
+    frames = open_link(h, "badrun", model="nope", temperature="abc", prompt="Hi", mode="sample", max_new_tokens="3")
+    assert all(bad in f[1] and model in f[1] for f in frames)
+    assert "No seed was given" in frames[-1][1]  # the run's own note beside them
+    pressed, _ = run(h, UISettings(prompt="Hi", max_new_tokens=2), "badrun")
+    assert "temperature" not in pressed[-1][1]  # the visitor's own press: the link's notes are done
+    zh = h.models.page_load(request("badzh", lang="zh", temperature="abc"))[-1]
+    assert "应为数字" in zh and "abc" in zh and "expected" not in zh
+
+
 # --- generation --------------------------------------------------------------------------------
 
 
@@ -205,7 +223,8 @@ def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):
     last = list(gen)[-1][0]
     assert last["status"]["state"] == "stopped" and last["status"]["n"] <= 3
     # A run whose Generate was pressed before Stop (still queued) never starts.
-    assert list(h.stream.generate(request("stopper"), 1500.0, *values(s))) == []
+    refused = list(h.stream.generate(request("stopper"), 1500.0, *values(s)))
+    assert len(refused) == 1 and all(is_skip(v) for v in refused[0])  # refused: the screen stays as it is
     assert list(h.stream.generate(request("stopper"), 2500.0, *values(UISettings(prompt="Hi", max_new_tokens=2))))
 
 
@@ -491,8 +510,10 @@ def test_a_link_without_chat_gets_the_models_default_and_runs_by_itself(chat_app
     open_link(h, "chatoff", model="chat-folder", prompt="Hi", max_new_tokens="3", chat="false")
     assert h.sessions.get("chatoff").current.prompt_ids == lm.tokenize("Hi")  # named in the link: kept
     # The link's run happens once: a reload of the same session's run event does nothing more.
-    assert list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings))) == []
-    assert open_link(h, "noprompt", model="chat-folder") == []  # no prompt: nothing runs by itself
+    again = list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings)))
+    assert len(again) == 1 and all(is_skip(v) for v in again[0])
+    nothing = open_link(h, "noprompt", model="chat-folder")  # no prompt: nothing runs by itself
+    assert len(nothing) == 1 and all(is_skip(v) for v in nothing[0]) and h.sessions.get("noprompt").current is None
 
 
 def test_the_script_api_runs_as_the_page_does_with_the_links_chat_default_and_notes_in_its_language(chat_app):

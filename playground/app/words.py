@@ -499,6 +499,7 @@ NOTES_ZH: tuple[tuple[str, str], ...] = (
     (r"^ignored link parameter (\w+)=(.*): expected one of (.*)$", r"忽略了链接参数 \1=\2:应为 \3 之一"),
     (r"^ignored link parameter (\w+)=(.*): expected a whole number$", r"忽略了链接参数 \1=\2:应为整数"),
     (r"^ignored link parameter (\w+)=(.*): expected a finite number$", r"忽略了链接参数 \1=\2:应为有限的数"),
+    (r"^ignored link parameter (\w+)=(.*): expected a number$", r"忽略了链接参数 \1=\2:应为数字"),
     (r"^ignored link parameter (\w+)=(.*): expected true or false$", r"忽略了链接参数 \1=\2:应为 true 或 false"),
     (r"^ignored link parameter (\w+)=(.*): outside (\S+)$", r"忽略了链接参数 \1=\2:超出范围 \3"),
     (r"^ignored link parameter (\w+)=(.*): (.*)$", r"忽略了链接参数 \1=\2:\3"),

@@ -74,6 +74,7 @@ class Lab:
 
     def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
         session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
         lang = session.lang
         run = session.current
         if run is None or run.running or not run.path:

@@ -161,7 +161,7 @@ class Models:
         settings, notes = self.settings_from_request(request)
         session = self.sessions.get(session_key(request))
         session.lang = settings.lang
-        session.opened_from(dict(request.query_params) if request is not None else {})
+        session.opened_from(dict(request.query_params) if request is not None else {}, notes)
         values = [getattr(settings, f) for f in FIELDS]
         values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
         return (*values, describe.notes_markdown(notes, settings.lang))

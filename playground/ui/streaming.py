@@ -41,6 +41,9 @@ from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
 
+# A handler's frame that changes nothing: a handler that returns without a frame would set every output to None
+# (Gradio's answer for a generator that yields nothing), wiping the notes and the live screen.
+UNCHANGED = (gr.skip(), gr.skip(), gr.skip())
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 
 
@@ -61,15 +64,18 @@ class Streaming:
         `request` comes first because Gradio injects it by position (it identifies the tab)."""
         session = self.sessions.get(session_key(request))
         session.take_link_run()  # the visitor's own press: a link's run (if still pending) is not replayed
+        session.link_notes = []  # and the link's notes are done
         settings = dataclasses.replace(from_widgets(dict(zip(FIELDS, args[: len(FIELDS)]))), edits="")
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
-            return  # Stop was pressed while this run waited in the queue
+            yield UNCHANGED  # Stop was pressed while this run waited in the queue
+            return
         yield from self._run_and_branches(session, settings, [])
 
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
         session = self.sessions.get(session_key(request))
         if not session.take_link_run():
+            yield UNCHANGED  # nothing to run: what the page shows (the link's notes) stays
             return
         settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
         try:
@@ -99,9 +105,11 @@ class Streaming:
         """Continue a finished run from one of its steps with another token (picked or typed)."""
         data = event_data(evt)
         session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
         run = next((r for r in session.runs if r.token == data.get("run")), None)
         step = data.get("step")
         if run is None or run.running or not isinstance(step, int) or not 0 <= step < len(run.path):
+            yield UNCHANGED
             return
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         if isinstance(data.get("token_id"), int):
@@ -113,6 +121,7 @@ class Streaming:
             except PlaygroundError:
                 ids = []
         if not ids:
+            yield UNCHANGED
             return
         for out in self._stream(session, run.settings, parent=(run, step, ids)):
             yield out[:-1]
@@ -131,7 +140,7 @@ class Streaming:
         session.stop = stop
         session.add_run(run)
         meta = self.models.meta(lm, settings.model)
-        notes_md = describe.notes_markdown(run.notes, lang)
+        notes_md = describe.notes_markdown(session.link_notes + run.notes, lang)
         branches = format_branches(session.lineage(run))
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
@@ -173,7 +182,7 @@ class Streaming:
         lang = settings.lang
         message = one_line(exc, lang, "generate")
         value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message}, "error": message}
-        return value, describe.notes_markdown([message], lang), gr.skip(), None
+        return value, describe.notes_markdown(session.link_notes + [message], lang), gr.skip(), None
 
     # --- what the live screen receives ------------------------------------------------------------
 
