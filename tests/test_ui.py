@@ -235,6 +235,28 @@ def test_a_new_run_stops_the_previous_one_of_the_same_tab(h):
     assert list(slow)[-1][0]["status"]["state"] == "stopped"
 
 
+def test_a_model_switch_stops_the_tabs_running_generation(h):
+    h.models.load("tiny-lm", "float32", "en", request("switch"))
+    slow = h.stream.generate(request("switch"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100,
+                                                                           pace_ms=20)))
+    next(slow)
+    other = h.stream.generate(request("bystander"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=30,
+                                                                               pace_ms=5)))
+    next(other)
+    assert h.models.load("tiny-seq2seq", "float32", "en", request("switch"))[9]["run"] is None  # an empty screen
+    frames = list(slow)
+    assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] < 100
+    assert list(other)[-1][0]["status"]["state"] == "done"  # another tab's run goes on
+    slow = h.stream.generate(request("switch"), 0.0, *values(UISettings(model="tiny-seq2seq", prompt="Hello",
+                                                                           max_new_tokens=60, pace_ms=20)))
+    next(slow)
+    h.models.load("tiny-seq2seq", "float32", "en", request("switch"))  # the same model again: no switch
+    h.models.load("nope", "float32", "en", request("switch"))  # a failed load: the model in use stays
+    assert h.sessions.get("switch").current.running
+    h.models.load_dtype("tiny-seq2seq", "bfloat16", "en", request("switch"))  # another dtype is another model
+    assert list(slow)[-1][0]["status"]["state"] == "stopped"
+
+
 def test_beam_search_streams_the_best_beam_as_tokens(h):
     frames, r = run(h, UISettings(prompt="Hello", mode="beam", num_beams=3, max_new_tokens=6), "beam")
     last = frames[-1][0]

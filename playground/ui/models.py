@@ -229,6 +229,8 @@ class Models:
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> tuple:
         changed = session.model != name
+        if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
+            session.stop_all()
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available
