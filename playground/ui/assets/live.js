@@ -144,7 +144,7 @@ function drawStatus(v) {
   if (s.state === "error") text = tr("status_error", { message: s.error || "" });
   else if (!v.run) text = tr("status_ready");
   else if (s.state === "waiting") text = tr(s.wait_s == null ? "status_waiting" : "status_waiting_for", { position: s.position, s: s.wait_s });
-  else if (s.state === "running") text = trn("status_running", s.n);
+  else if (s.state === "running") text = s.n ? trn("status_running", s.n) : tr("status_starting");
   else if (s.state === "stopped") text = trn("status_stopped", s.n);
   else text = trn("status_done", s.n, { why: tr("reason_" + (s.reason || "length")) });
   if (v.run && s.seed != null && v.mode === "sample") text += " " + tr("status_seed", { seed: s.seed });
