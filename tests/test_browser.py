@@ -239,6 +239,7 @@ def test_every_panel_follows_the_tokens_while_they_stream(page, server):
         assert len({s[panel] for s in during}) >= 3, f"panel {panel} did not follow the stream"
     step = page.locator("#token-stream [data-step='3']")
     assert float(step.get_attribute("data-prob")) > 0 and "p =" in step.get_attribute("title")
+    assert step.get_attribute("title").startswith("step 4 ·")  # data-step 3 is step 4, as the step bar says
     assert "2 · N" in page.inner_text("#step-panels .pg-kv")
     assert_fits(page)
     shot(page, "live", readme=True)

@@ -75,7 +75,7 @@ function tokenSpan(step, entry) {
   span.dataset.step = String(step);
   span.dataset.prob = String(p);
   span.tabIndex = 0;
-  span.title = `step ${step} · id ${id} · p = ${p.toFixed(3)}`;
+  span.title = `step ${step + 1} · id ${id} · p = ${p.toFixed(3)}`;  // counted from 1, as the step bar
   span.style.background = probColour(p);
   span.style.color = p > 0.6 ? "#fff" : "#111";
   span.innerHTML = shown(text);
