@@ -575,6 +575,16 @@ def test_the_script_api_runs_as_the_page_does_with_the_links_chat_default_and_no
     assert any("未指定种子" in n for n in drawn["notes"])  # a drawn seed is named, in the query's language
 
 
+@pytest.mark.slow
+def test_the_script_api_answers_on_smollm2_without_naming_chat(smollm2_dir, tmp_path):
+    """The real chat model: without `chat` in the query it answers in its template (it returned '' at once)."""
+    h = build_app(smollm2_dir.parent, tmp_path).playground_handlers
+    out = h.stream.generate_text(smollm2_dir.name, "What is the capital of France?", "max_new_tokens=12")
+    assert out["text"] == "The capital of France is Paris." and out["notes"] == []
+    assert h.stream.generate_text(smollm2_dir.name, "What is the capital of France?",
+                                  "max_new_tokens=12&chat=false")["text"] == ""  # named in the query: kept
+
+
 def test_registry_shares_one_model_between_many_generations(h):
     errors = []
 
