@@ -145,10 +145,10 @@ class Streaming:
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
         error = None
-        # The first frame at once: the new run, started (the old run's "Done" would stay up until the first token).
-        yield self._value(session, run, meta), notes_md, branches, run
         stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
         try:
+            # The first frame at once: the new run, started (the old run's "Done" stayed up until the first token).
+            yield self._value(session, run, meta), notes_md, branches, run
             for event in stream:
                 if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
                     yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run

@@ -25,6 +25,7 @@ def mode_visibility(mode: str) -> tuple:
 
 
 def empty_file_box() -> None:
+    """The upload box's new value: no files."""
     return None
 
 
