@@ -67,7 +67,7 @@ def test_residual_norms_are_the_recorded_streams_norms(run):
     assert len(fig.data) == 4  # the run's max, min and median over steps, and the selected step
     np.testing.assert_allclose(fig.data[3].y, norms["norms"][:, 2])
     text = residual_norm_caption(a, norms, 2)
-    assert ("pre-LN" in text) == WIRING[name]["decoder"] and "step 2" in text
+    assert ("pre-LN" in text) == WIRING[name]["decoder"] and "step 3" in text  # index 2, shown from 1
 
 
 def test_figure_draws_every_stack(run):

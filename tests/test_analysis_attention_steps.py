@@ -152,7 +152,7 @@ def test_figures_and_caption(run):
     for kind in _kinds(lm):
         s = attention_steps(lm, result, 2, 0, 1, kind, cache=cache)
         fig = attention_steps_figure(s)
-        assert len(fig.data) == 8 and "step 2" in fig.layout.title.text
+        assert len(fig.data) == 8 and "step 3" in fig.layout.title.text  # index 2, shown from 1
         masked = fig.data[4].z
         assert np.isnan(np.asarray(masked, dtype=float)[~s["mask"]]).all()  # hidden cells are drawn blank (grey)
         assert len(heads_concat_figure(s).data) == 4

@@ -133,4 +133,4 @@ def test_figure_and_caption(run):
     fig = logit_lens_figure(entries, 2)
     assert fig.data[0].z.shape == (lm.config.n_layers + 1, 6)  # top 5 + the chosen token's column
     text = logit_lens_caption(entries, 2, result.path[2].token_text)
-    assert "step 2" in text and ("reaches rank 1" in text or "No layer but the last" in text)  # greedy: top at the end
+    assert "step 3" in text and ("reaches rank 1" in text or "No layer but the last" in text)  # index 2: shown from 1

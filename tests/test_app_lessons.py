@@ -102,3 +102,33 @@ def test_the_kv_presets_are_labelled_in_the_visitor_s_language(lm, run):
     assert [v for _, v in zh] == [v for _, v in en] == list(analysis.presets(lm))  # the values stay the keys
     assert all(label != value and any("\u4e00" <= ch <= "\u9fff" for ch in label) for label, value in zh)
     assert set(WORKED_EXAMPLES) <= set(lessons._PRESET_WORDS)  # every worked example has its words
+
+
+@pytest.mark.parametrize("lang, words", [("en", "step {n}"), ("zh", "第 {n} 步")])
+def test_the_lessons_count_steps_from_1_as_the_live_screen_does(lm, run, lang, words):
+    """The live screen shows data-step 2 as "step 3" (describe.step_caption, live.js): so do the lessons'
+    titles, captions and step axes."""
+    from playground.app import describe
+
+    assert "3" in describe.step_caption(run.path[2], lang)
+    said = words.format(n=3)
+    for name in ("steps", "lens", "anatomy"):
+        shown = lessons.show(name, lm, run, 2, lessons.Inputs(), lang)
+        titles = [fig.layout.title.text or "" for fig in shown.figures]
+        assert said in shown.caption + " ".join(titles), name
+        assert words.format(n=2) not in shown.caption + " ".join(titles), name
+    strip = lessons.show("lens", lm, run, 2, lessons.Inputs(), lang).figures[1]
+    assert list(strip.data[0].customdata[0, :, 0])[:3] == [
+        f"{i + 1}: {run.path[i].token_text}" for i in range(3)]  # each column's step as the stream counts it
+
+
+def test_the_beam_tree_and_table_count_steps_from_1():
+    from playground.viz import sampling
+
+    beams = [[{"tokens": "a", "score": -1.0}, {"tokens": "b", "score": -2.0}],
+             [{"tokens": "ab", "score": -1.5}, {"tokens": "aa", "score": -2.5, "finished": True}]]
+    table = sampling.beam_table(beams)
+    assert list(table.data[0].cells.values[0]) == [1, 1, 2, 2]
+    tree = sampling.beam_tree(beams)
+    nodes = next(tr for tr in tree.data if tr.mode and "markers" in tr.mode)
+    assert sorted(set(nodes.x)) == [1, 2]

@@ -239,6 +239,7 @@ def test_every_panel_follows_the_tokens_while_they_stream(page, server):
         assert len({s[panel] for s in during}) >= 3, f"panel {panel} did not follow the stream"
     step = page.locator("#token-stream [data-step='3']")
     assert float(step.get_attribute("data-prob")) > 0 and "p =" in step.get_attribute("title")
+    assert step.get_attribute("title").startswith("step 4 ·")  # data-step 3 is step 4, as the step bar says
     assert "2 · N" in page.inner_text("#step-panels .pg-kv")
     assert_fits(page)
     shot(page, "live", readme=True)
@@ -580,3 +581,21 @@ def test_visitors_are_private_and_checkpoint_text_is_never_markup(browser, serve
     second.keyboard.press("Escape")
     first.context.close()
     second.context.close()
+
+
+def test_a_links_notes_stay_until_the_visitors_next_press(page, server):
+    """Bad parameters and an unknown model: the notes outlive the model's load and the link's run (they
+    vanished after a second or were replaced by the run's own), in words, never Python's."""
+    page.goto(server + "?" + urlencode({"model": "nope", "temperature": "abc"}))
+    wait_text(page, "#notes", "expected a number")
+    wait_text(page, "#model-status", "Loaded")
+    time.sleep(3)  # what followed the load (the link's run event, the panels) has had its turn: they stay
+    notes = page.inner_text("#notes")
+    assert "expected a number" in notes and "nope" in notes and "could not convert" not in notes
+    page.goto(server + "?" + urlencode({"model": "nope", "temperature": "abc", "prompt": "Hi", "mode": "sample",
+                                        "max_new_tokens": 4}))
+    wait_state(page, "done")
+    wait_text(page, "#notes", "No seed was given")
+    assert "expected a number" in page.inner_text("#notes")  # beside the run's own note
+    generate_and_wait(page)
+    assert "expected a number" not in page.inner_text("#notes")  # the visitor's own press

@@ -177,3 +177,19 @@ def test_on_smollm2_ablating_head_23_4_lowers_paris_without_changing_the_answer(
     assert "0.634" in md and "the edit moved the probabilities, not the choices" in md
     page.wait_for_selector("#lab-attribution-plot .js-plotly-plot", state="visible")
     shot(page, "lab-smollm2", readme=True)
+
+
+def test_a_fork_keeps_the_selected_step_and_the_lab_names_the_run_it_reads(desktop, server):
+    """Select step 4, ablate a head and fork: the screen stays at step 4 (it jumped to the last step), and
+    "Why this token" explains step 4 of run 2, saying so."""
+    open_app(desktop, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=10, pace_ms=40)
+    desktop.click("#token-stream .tok.gen[data-step='3']")
+    wait_text(desktop, ".pg-stepno", "Step 4 of")
+    open_lab(desktop)
+    wait_text(desktop, "#lab-attribution-md", "In run 1 (no edit), step 4:")
+    fork_and_watch(desktop, "#lab-ablate-head")
+    assert desktop.get_attribute("#token-stream .tok.gen.selected", "data-step") == "3"
+    assert "Step 4 of" in desktop.inner_text(".pg-stepno")
+    wait_text(desktop, "#lab-attribution-md", "In run 2 (ablate head 0.0), step 4:")
+    wait_text(desktop, "#lab-divergence-md", "In run 2 (ablate head 0.0), step 4:")
+    shot(desktop, "lab-fork-keeps-step")

@@ -4,6 +4,8 @@ told at upload how to prompt it; a link with a 300-character model name keeps it
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -71,3 +73,29 @@ def test_a_link_with_a_300_character_model_name_keeps_its_prompt(desktop, server
     wait_text(desktop, "#model-status", "Loaded")
     assert desktop.input_value("#prompt textarea") == "keep my prompt"
     assert "a" * 100 not in desktop.inner_text("#notes")
+
+
+def new_status(page, before: str) -> str:
+    """The model status line once it says something else than `before`, without a progress timer in front."""
+    for _ in range(600):
+        text = page.inner_text("#model-status")
+        if text != before and not re.search(r"\d+(\.\d+)?s\n", text):
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"the status line still reads {text!r}")
+
+
+def test_a_second_upload_in_the_same_tab_loads_the_new_checkpoint(desktop, server, tmp_path):
+    """The file box is emptied after each upload, so the next one sends only its own files (it kept the
+    first upload's, and two config.json were refused)."""
+    open_app(desktop, server, model="tiny-lm", prompt="Hi")
+    desktop.click("#load-own")
+    said = []
+    for i in range(2):
+        folder = save_tiny_decoder(tmp_path / f"model-{i}", seed=i + 1)
+        before = desktop.inner_text("#model-status")
+        desktop.set_input_files("#upload input[type=file]", [str(p) for p in sorted(folder.iterdir())])
+        said.append(new_status(desktop, before))
+        assert "Uploaded and loaded" in said[-1], said[-1]
+    assert said[0] != said[1]  # each upload under its own name
+    desktop.wait_for_function("() => !document.querySelector('#upload .label-clear-button')")  # the box emptied

@@ -12,9 +12,10 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from playground.app import measurements
+from playground.app import describe, measurements
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
+from playground.app.words import t
 from playground.generation import full_attention
 from playground.ui import build_app
 from playground.ui.catalog import UPLOAD_PREFIX
@@ -133,6 +134,24 @@ def test_a_link_keeps_its_prompt_on_the_first_load(h):
     assert fresh[3]["value"] == "The Python interpreter"
 
 
+def test_a_links_notes_stay_until_the_visitors_next_action_and_never_show_python(h):
+    """Bad parameters and an unknown model: the page load's notes are not wiped when the model has loaded
+    (nothing to run), nor replaced by the link's run's own notes; the visitor's next press clears them."""
+    notes = h.models.page_load(request("badlink", model="nope", temperature="abc", top_k="x1"))[-1]
+    bad, model = "temperature=&#x27;abc&#x27;: expected a number", "no checkpoint named &#x27;nope&#x27;"  # (escaped)
+    assert bad in notes and model in notes
+    assert "could not convert" not in notes and "invalid literal" not in notes
+    frames = open_link(h, "badlink", model="nope", temperature="abc", top_k="x1")
+    assert frames and all(is_skip(v) for frame in frames for v in frame)  # no prompt: the notes stay as they are
+    frames = open_link(h, "badrun", model="nope", temperature="abc", prompt="Hi", mode="sample", max_new_tokens="3")
+    assert all(bad in f[1] and model in f[1] for f in frames)
+    assert "No seed was given" in frames[-1][1]  # the run's own note beside them
+    pressed, _ = run(h, UISettings(prompt="Hi", max_new_tokens=2), "badrun")
+    assert "temperature" not in pressed[-1][1]  # the visitor's own press: the link's notes are done
+    zh = h.models.page_load(request("badzh", lang="zh", temperature="abc"))[-1]
+    assert "应为数字" in zh and "abc" in zh and "expected" not in zh
+
+
 # --- generation --------------------------------------------------------------------------------
 
 
@@ -152,6 +171,22 @@ def test_generation_streams_small_frames_into_the_live_screen(h):
     assert len(frames) > 2 and all(f[1] == frames[0][1] and f[2] == frames[0][2] for f in frames[1:])
     assert not any(is_skip(f[1]) or is_skip(f[2]) for f in frames)
     assert not any(isinstance(v, str) and "<span" in v for v in last.values())  # data, never rendered markup
+
+
+def test_the_first_frame_of_a_press_says_the_run_has_started_before_its_first_token(h):
+    """The old run's "Done…" (or "Ready…") must not stay up until the first token: the first frame is the
+    new run, started, with no token yet; the live screen words it in both languages."""
+    run(h, UISettings(prompt="Hello", max_new_tokens=3), "started")
+    before = h.sessions.get("started").current
+    press = h.stream.generate(request("started"), 0.0, *values(UISettings(prompt="Hi", max_new_tokens=3)))
+    live, notes, _ = next(press)
+    assert live["run"] != before.token and live["number"] == before.number + 1
+    assert live["path"] == [] and live["status"]["state"] == "running" and live["status"]["n"] == 0
+    rest = list(press)
+    assert rest[-1][0]["status"]["state"] == "done" and all(f[1] == notes for f in rest)
+    script = (Path(__file__).resolve().parents[1] / "playground/ui/assets/live.js").read_text()
+    assert 'tr("status_starting")' in script
+    assert t("status_starting", "en").startswith("Started") and "开始" in t("status_starting", "zh")
 
 
 def test_an_empty_prompt_is_one_message_in_the_live_screen(h):
@@ -205,7 +240,8 @@ def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):
     last = list(gen)[-1][0]
     assert last["status"]["state"] == "stopped" and last["status"]["n"] <= 3
     # A run whose Generate was pressed before Stop (still queued) never starts.
-    assert list(h.stream.generate(request("stopper"), 1500.0, *values(s))) == []
+    refused = list(h.stream.generate(request("stopper"), 1500.0, *values(s)))
+    assert len(refused) == 1 and all(is_skip(v) for v in refused[0])  # refused: the screen stays as it is
     assert list(h.stream.generate(request("stopper"), 2500.0, *values(UISettings(prompt="Hi", max_new_tokens=2))))
 
 
@@ -213,6 +249,28 @@ def test_a_new_run_stops_the_previous_one_of_the_same_tab(h):
     slow = h.stream.generate(request("one"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100, pace_ms=20)))
     next(slow)
     run(h, UISettings(prompt="Hi", max_new_tokens=2), "one")
+    assert list(slow)[-1][0]["status"]["state"] == "stopped"
+
+
+def test_a_model_switch_stops_the_tabs_running_generation(h):
+    h.models.load("tiny-lm", "float32", "en", request("switch"))
+    slow = h.stream.generate(request("switch"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100,
+                                                                           pace_ms=20)))
+    next(slow)
+    other = h.stream.generate(request("bystander"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=30,
+                                                                               pace_ms=5)))
+    next(other)
+    assert h.models.load("tiny-seq2seq", "float32", "en", request("switch"))[9]["run"] is None  # an empty screen
+    frames = list(slow)
+    assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] < 100
+    assert list(other)[-1][0]["status"]["state"] == "done"  # another tab's run goes on
+    slow = h.stream.generate(request("switch"), 0.0, *values(UISettings(model="tiny-seq2seq", prompt="Hello",
+                                                                           max_new_tokens=60, pace_ms=20)))
+    next(slow)
+    h.models.load("tiny-seq2seq", "float32", "en", request("switch"))  # the same model again: no switch
+    h.models.load("nope", "float32", "en", request("switch"))  # a failed load: the model in use stays
+    assert h.sessions.get("switch").current.running
+    h.models.load_dtype("tiny-seq2seq", "bfloat16", "en", request("switch"))  # another dtype is another model
     assert list(slow)[-1][0]["status"]["state"] == "stopped"
 
 
@@ -491,9 +549,40 @@ def test_a_link_without_chat_gets_the_models_default_and_runs_by_itself(chat_app
     open_link(h, "chatoff", model="chat-folder", prompt="Hi", max_new_tokens="3", chat="false")
     assert h.sessions.get("chatoff").current.prompt_ids == lm.tokenize("Hi")  # named in the link: kept
     # The link's run happens once: a reload of the same session's run event does nothing more.
-    skip = [(gr.skip(),) * 3]  # nothing changes on the page: the page load's notes stay
-    assert list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings))) == skip
-    assert open_link(h, "noprompt", model="chat-folder") == skip  # no prompt: nothing runs by itself
+    again = list(h.stream.generate_link(request("nochat"), 0.0, *values(opened.settings)))
+    assert len(again) == 1 and all(is_skip(v) for v in again[0])
+    nothing = open_link(h, "noprompt", model="chat-folder")  # no prompt: nothing runs by itself
+    assert len(nothing) == 1 and all(is_skip(v) for v in nothing[0]) and h.sessions.get("noprompt").current is None
+
+
+def test_the_script_api_runs_as_the_page_does_with_the_links_chat_default_and_notes_in_its_language(chat_app):
+    """/generate_text and a press of Generate with the same settings: the same tokens and the same notes.
+    A query that does not name `chat` gets the model's default (on for a template), as a link does."""
+    h = chat_app
+    _, chat_on = run(h, UISettings(model="chat-folder", prompt="Hi", max_new_tokens=6, chat=True), "api-on")
+    _, chat_off = run(h, UISettings(model="chat-folder", prompt="Hi", max_new_tokens=6, chat=False), "api-off")
+    assert chat_on.generated_ids != chat_off.generated_ids  # the two prompts are told apart by their tokens
+    assert h.stream.generate_text("chat-folder", "Hi", "max_new_tokens=6")["token_ids"] == chat_on.generated_ids
+    named = h.stream.generate_text("chat-folder", "Hi", "max_new_tokens=6&chat=false")
+    assert named["token_ids"] == chat_off.generated_ids
+    s = UISettings(model="chat-folder", prompt="Hi", mode="sample", top_k=500, seed=3, max_new_tokens=6, chat=True,
+                   lang="zh")
+    frames, page = run(h, s, "api-zh")
+    api = h.stream.generate_text("chat-folder", "Hi", to_query(s))
+    assert api["token_ids"] == page.generated_ids
+    assert "超过词表大小" in frames[0][1] and describe.notes_markdown(api["notes"], "zh") == frames[0][1]
+    drawn = h.stream.generate_text("chat-folder", "Hi", "mode=sample&max_new_tokens=2&lang=zh")
+    assert any("未指定种子" in n for n in drawn["notes"])  # a drawn seed is named, in the query's language
+
+
+@pytest.mark.slow
+def test_the_script_api_answers_on_smollm2_without_naming_chat(smollm2_dir, tmp_path):
+    """The real chat model: without `chat` in the query it answers in its template (it returned '' at once)."""
+    h = build_app(smollm2_dir.parent, tmp_path).playground_handlers
+    out = h.stream.generate_text(smollm2_dir.name, "What is the capital of France?", "max_new_tokens=12")
+    assert out["text"] == "The capital of France is Paris." and out["notes"] == []
+    assert h.stream.generate_text(smollm2_dir.name, "What is the capital of France?",
+                                  "max_new_tokens=12&chat=false")["text"] == ""  # named in the query: kept
 
 
 def test_registry_shares_one_model_between_many_generations(h):
@@ -505,12 +594,13 @@ def test_registry_shares_one_model_between_many_generations(h):
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
+    loads = h.registry.loads  # (the module's other tests load their own models before)
     threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    assert not errors and h.registry.loads <= 4
+    assert not errors and h.registry.loads <= loads + 1  # tiny-lm once at most, for four generations
 
 
 def test_every_screenshot_linked_from_the_readme_is_in_the_repo():

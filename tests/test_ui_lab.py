@@ -56,3 +56,30 @@ def test_steering_measures_the_vector_then_forks(h):  # noqa: F811
     assert type(session.current.cfg.interventions[0]).__name__ == "Steer"
     empty = list(h.lab.fork_steer("", "I hate this", 1, 4.0, request("steer")))
     assert len(empty) == 1 and "Type both prompts" in empty[0][3]
+
+
+def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "keep")
+    h.stream.select_step([original.token, 3])
+    frames = list(h.lab.fork_head(1, 3, request("keep")))
+    session = h.sessions.get("keep")
+    fork = session.current
+    assert fork is not original and session.selected_step == 3 and session.step() == 3
+    assert all(f[0]["selected"] == 3 for f in frames)  # the live screen opens the fork at the step on screen
+    session.deep_tab = "lab"
+    md, _, attr_md, *_ = h.lab.redraw(False, request("keep"))
+    token = fork.path[3].token_text
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in attr_md and token in attr_md
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in md
+    sweep_md = list(h.lab.sweep_of_run(0, request("keep")))[-1][0]
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in sweep_md
+    session.lang = "zh"
+    assert f"第 {fork.number} 次运行(消融第 1 层第 3 个头),第 4 步" in h.lab.redraw(False, request("keep"))[2]
+    # a fork from the newest token keeps following the newest token
+    h.stream.select_step([fork.token, len(fork.path) - 1])
+    session.selected_step = None
+    session.lang = "en"
+    frames = list(h.lab.fork_mlp(0, request("keep")))
+    assert session.selected_step is None and frames[-1][0]["selected"] is None
+    label = f"In run {session.current.number} (ablate head 1.3; ablate the MLP of layer 0), step {len(session.current.path)}"
+    assert label in h.lab.redraw(False, request("keep"))[2]

@@ -464,7 +464,7 @@ def test_beam_table_rows_and_finished_shading():
     assert isinstance(table, go.Table)
     assert list(table.header.values) == ["step", "rank", "hypothesis", "score", "status"]
     steps, ranks, text, scores, status = (list(v) for v in table.cells.values)
-    assert steps == [0, 0, 1, 1] and ranks == [0, 1, 0, 1]
+    assert steps == [1, 1, 2, 2] and ranks == [0, 1, 0, 1]  # steps counted from 1, as the live screen
     assert text[3] == "A &lt;dog&gt;"
     assert scores[2] == "-0.900" and status == ["open", "open", "finished", "open"]
     assert table.cells.fill.color[0][2] == "#e5f5e0"
@@ -474,7 +474,7 @@ def test_beam_table_rows_and_finished_shading():
 def test_beam_tree_links_each_beam_to_its_prefix():
     fig = beam_tree(BEAMS)
     edges, nodes = fig.data
-    assert list(edges.x) == [0, 1, None, 0, 1, None]
+    assert list(edges.x) == [1, 2, None, 1, 2, None]  # steps counted from 1, as the live screen
     assert list(edges.y) == [0, 0, None, 1, 1, None]  # "The cat" <- "The", "A <dog>" <- "A"
     assert list(nodes.text) == ["The", "A", "␣cat", "␣&lt;dog&gt;"]
     assert list(nodes.marker.symbol) == ["circle", "circle", "star", "circle"]

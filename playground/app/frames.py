@@ -119,8 +119,11 @@ def live_value(
     meta: dict[str, Any],
     lang: str,
     branches: list[dict[str, Any]] | None = None,
+    selected: int | None = None,
 ) -> dict[str, Any]:
     """The live component's value for the run as it stands (see the module docstring).
+
+    selected: the step the screen opens the run at (a fork keeps the step on screen); None: the newest.
 
     meta: the model's shape for the panels ({"layers", "heads", "kv_heads", "kind", "name"}).
     `run.compact` must hold one compact_step entry per token of `run.path` (the caller keeps it
@@ -141,6 +144,7 @@ def live_value(
         "status": status(run, meta.get("name", "")),
         "att": None, "beams": None, "branches": branches or [],
         "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
+        "selected": selected,
     }
     value["inherited"] = run.inherited  # a branch: the tokens taken over, then the ones placed by hand
     value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]

@@ -57,6 +57,13 @@ def describe_edits(text: str, lang: str) -> str:
     return "; ".join(describe(iv, lang) for iv in edits)
 
 
+def reads(run: Run, step: int, lang: str) -> str:
+    """Which run and step a lab result reads ("In run 2 (ablate head 23.4), step 6:"): a visitor keeps several
+    runs side by side, and an edited run answers differently from its original."""
+    edit = describe_edits(run.settings.edits, lang)
+    return t("lab_reads_edited" if edit else "lab_reads", lang, n=run.number, edit=edit, step=step + 1)
+
+
 def link_runs(settings: UISettings) -> list[UISettings]:
     """The runs a link replays: the plain run, then (when the link carries edits) the edited one."""
     plain = dataclasses.replace(settings, edits="")

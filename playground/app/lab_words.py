@@ -26,6 +26,8 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
     "lab_scale": ("Scale", "倍数"),
     "lab_steer": ("Steer and fork", "引导并分叉"),
     "lab_needs_run": ("Generate once: the lab edits that run.", "先生成一次:实验室改动的就是那次运行。"),
+    "lab_reads": ("In run {n} (no edit), step {step}:", "第 {n} 次运行(无改动),第 {step} 步:"),
+    "lab_reads_edited": ("In run {n} ({edit}), step {step}:", "第 {n} 次运行({edit}),第 {step} 步:"),
     "lab_after_run": ("The lab reads the run once it has finished.", "运行结束后,实验室才会读取它。"),
     "lab_plain": (
         "This run has no edit. Pick a layer and a head (the all-heads grid of the Attention tab shows what each "

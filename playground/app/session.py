@@ -44,6 +44,7 @@ class Session:
     lang: str = "en"
     runs: list[Run] = field(default_factory=list)
     selected_step: int | None = None  # None: follow the newest token
+    next_step: int | None = None  # the step the next run opens at (a fork keeps the step on screen)
     deep_tab: str = "inspector"
     lesson: str = "steps"
     sdpa: dict[str, Any] | None = None  # the SDPA-vs-explicit measurement of the session's model
@@ -53,6 +54,7 @@ class Session:
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_pending: bool = False  # the link names a prompt whose run has not started yet
+    link_notes: list[str] = field(default_factory=list)  # what the link's load said: shown until the visitor acts
     seen: float = field(default_factory=time.monotonic)
     job_stop: threading.Event | None = None  # the stop flag of the tab's running job (a rerun, a sweep, a measure)
 
@@ -64,10 +66,10 @@ class Session:
         return next((r for r in self.runs if r.number == number), None)
 
     def add_run(self, run: Run) -> None:
-        """`run` becomes the current run, followed from its newest token."""
+        """`run` becomes the current run, followed from its newest token (or opened at `next_step`)."""
         self.runs.append(run)
         del self.runs[:-MAX_RUNS_PER_SESSION]
-        self.selected_step = None
+        self.selected_step, self.next_step = self.next_step, None
         for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
             old.forget_big_captures()
 
@@ -98,10 +100,12 @@ class Session:
 
     # --- what the tab shows ----------------------------------------------------------------------
 
-    def opened_from(self, params: dict[str, str]) -> None:
-        """The tab was opened with these query parameters; a link with a prompt runs by itself once."""
+    def opened_from(self, params: dict[str, str], notes: list[str] | None = None) -> None:
+        """The tab was opened with these query parameters; a link with a prompt runs by itself once. `notes`:
+        what the page load said about the link (its runs show them too, until the visitor's next action)."""
         self.link = dict(params)
         self.link_pending = bool(params.get("prompt", "").strip())
+        self.link_notes = list(notes or [])
 
     def link_names(self, name: str) -> bool:
         return self.link is not None and name in self.link

@@ -98,13 +98,15 @@ def _parse_value(name: str, text: str) -> Any:
         return None
     if isinstance(default, bool):
         return _parse_bool(text)
-    if name in WHOLE:
+    try:
         value = float(text)
+    except ValueError:  # float()'s own message is Python's, not the visitor's
+        raise ValueError("expected a number") from None
+    if name in WHOLE:
         if not value.is_integer():
             raise ValueError("expected a whole number")
         value = int(value)
     else:
-        value = float(text)
         if not math.isfinite(value):
             raise ValueError("expected a finite number")
     lo, hi = RANGES[name]

@@ -51,12 +51,21 @@ def prompt_tokens(lm: Any, settings: UISettings, lang: str) -> tuple[list[int], 
     return ids, notes
 
 
+def link_defaults(settings: UISettings, named: Any, lm: Any) -> UISettings:
+    """The settings of a link (or a script's query) for `lm`: a query that does not name `chat` gets the
+    model's default, on for a model with a chat template (as the page's first load sets its box)."""
+    if "chat" in named:
+        return settings
+    return dataclasses.replace(settings, chat=bool(lm.chat_template_available))
+
+
 def start_run(session: Session, lm: Any, settings: UISettings,
-              parent: tuple[Run, int, list[int]] | None = None) -> tuple[Run, Plan]:
+              parent: tuple[Run, int, list[int]] | None = None, *, captures: bool = True) -> tuple[Run, Plan]:
     """A new run of `session` (numbered, not yet added) and the engine's plan for it.
 
     parent: (run, step, token ids): continue `run` from `step` with these tokens instead of its own.
-    An empty seed in sampling draws one here (the run keeps it, so its link reproduces it)."""
+    An empty seed in sampling draws one here (the run keeps it, so its link reproduces it).
+    captures=False (the script API): no attention, residual or candidates recorded; the same tokens."""
     lang = settings.lang
     notes: list[str] = []
     if parent is None:
@@ -82,6 +91,8 @@ def start_run(session: Session, lm: Any, settings: UISettings,
     live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
     # The live panel's layer, and the residual stream the logit lens and the residual norms read.
     cfg = cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
+    if not captures:
+        cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
     if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
         notes.append(t("pace_capped", lang, ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
     forced_prefix = [int(i) for _, i, _ in inherited] + list(forced)

@@ -370,7 +370,7 @@ STRINGS.update(LAB_STRINGS)  # the causal lab's words live in their own module
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (
     "status_ready", "status_waiting", "status_waiting_for", "status_running", "status_done", "status_stopped",
-    "status_error", "status_running_one",
+    "status_error", "status_running_one", "status_starting",
     "status_done_one", "status_stopped_one", "status_seed", "reason_eos", "reason_length",
     "reason_stop_string", "rate", "legend", "legend_low", "legend_high", "legend_hint", "step_of", "following",
     "back_to_live", "chose", "forced_token", "cand_title", "cand_hint", "cand_token", "stage_raw",
@@ -390,6 +390,8 @@ STRINGS.update({
                            "正在排队等待加入共享批次:排在第 {position} 位,最多 {s} 秒。"),
     "status_running": ("Generating… {n} tokens so far", "正在生成……已生成 {n} 个 token"),
     "status_running_one": ("Generating… 1 token so far", "正在生成……已生成 1 个 token"),
+    "status_starting": ("Started: reading the prompt, the first token comes next…",
+                        "已开始:正在读取提示词,接下来是第一个 token……"),
     "status_done": ("Done: {n} tokens ({why}).", "完成:{n} 个 token({why})。"),
     "status_done_one": ("Done: 1 token ({why}).", "完成:1 个 token({why})。"),
     "status_stopped": ("Stopped after {n} tokens (you pressed Stop).", "已在 {n} 个 token 后停止(你按下了“停止”)。"),
@@ -526,6 +528,7 @@ NOTES_ZH: tuple[tuple[str, str], ...] = (
     (r"^ignored link parameter (\w+)=(.*): expected one of (.*)$", r"忽略了链接参数 \1=\2:应为 \3 之一"),
     (r"^ignored link parameter (\w+)=(.*): expected a whole number$", r"忽略了链接参数 \1=\2:应为整数"),
     (r"^ignored link parameter (\w+)=(.*): expected a finite number$", r"忽略了链接参数 \1=\2:应为有限的数"),
+    (r"^ignored link parameter (\w+)=(.*): expected a number$", r"忽略了链接参数 \1=\2:应为数字"),
     (r"^ignored link parameter (\w+)=(.*): expected true or false$", r"忽略了链接参数 \1=\2:应为 true 或 false"),
     (r"^ignored link parameter (\w+)=(.*): outside (\S+)$", r"忽略了链接参数 \1=\2:超出范围 \3"),
     (r"^ignored link parameter (\w+)=(.*): the edits in this link are too many or nested too deeply; at most (\d+) "

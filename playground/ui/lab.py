@@ -73,6 +73,7 @@ class Lab:
 
     def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
         session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
         lang = session.lang
         run = session.current
         if run is None or run.running or not run.path:
@@ -85,8 +86,12 @@ class Lab:
         except Exception as exc:  # noqa: BLE001 - one line in the notes
             yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
             return
-        for out in self.stream._stream(session, settings, parent=None):
-            yield out[:-1]
+        session.next_step = session.selected_step  # the fork opens at the step on screen
+        try:
+            for out in self.stream._stream(session, settings, parent=None):
+                yield out[:-1]
+        finally:
+            session.next_step = None  # a fork that never started leaves no step for the next run
 
     def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
         """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
@@ -146,11 +151,14 @@ class Lab:
                 out["lab_md"] = (t("lab_edited", lang, edit=edit, n=original.number) + "\n\n"
                                  + lab.step_summary(div, step, token, lang))
                 out["lab_div"] = gr.update(value=causal.divergence_figure(div.to_dict(), texts), visible=True)
+        label = lab.reads(run, step, lang)
+        if run.settings.edits:
+            out["lab_md"] = label + " " + out["lab_md"]
         attribution = lab.why(lm, run, step, versus)
         token = run.path[step].token_text
         other = lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None
         data = attribution.to_dict()
-        out["lab_attr_md"] = causal.attribution_caption(data, token)
+        out["lab_attr_md"] = label + " " + causal.attribution_caption(data, token)
         out["lab_attr"] = gr.update(value=causal.attribution_figure(data, token, other), visible=True)
         return out
 
@@ -198,6 +206,14 @@ class Lab:
             figure = causal.head_sweep_figure(result.to_dict(), token)
         yield md, gr.update(value=figure, visible=True)
 
+    def sweep_of_run(self, layer: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        """`sweep`, each line saying which run and step it reads (the run on screen when pressed)."""
+        session = self.sessions.get(session_key(request))
+        run = session.current
+        label = "" if run is None or not run.path else lab.reads(run, run.step(session.selected_step), session.lang)
+        for md, plot in self.sweep(layer, request):
+            yield (label + " " + md if label and isinstance(md, str) else md), plot
+
     def stop_sweep(self, request: gr.Request | None = None) -> None:
         session = self.sessions.get(session_key(request))
         if session.job_stop is not None:
@@ -219,7 +235,7 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     # The head picked in the All heads tab is the one the lab ablates.
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
-    p.lab_sweep.click(lab_handlers.sweep, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
+    p.lab_sweep.click(lab_handlers.sweep_of_run, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
                       concurrency_id="generate", show_progress="minimal")
     for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
         stop.click(lab_handlers.stop_sweep, None, None, queue=False)

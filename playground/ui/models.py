@@ -166,7 +166,7 @@ class Models:
         settings, notes = self.settings_from_request(request)
         session = self.sessions.get(session_key(request))
         session.lang = settings.lang
-        session.opened_from(dict(request.query_params) if request is not None else {})
+        session.opened_from(dict(request.query_params) if request is not None else {}, notes)
         values = [getattr(settings, f) for f in FIELDS]
         values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
         return (*values, describe.notes_markdown(notes, settings.lang))
@@ -238,6 +238,8 @@ class Models:
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> tuple:
         changed = session.model != name
+        if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
+            session.stop_all()
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available

@@ -21,7 +21,7 @@ import gradio as gr
 
 from playground.app import describe, frames, heap, lab, serving, zerogpu
 from playground.app.engine_stream import run_events
-from playground.app.limits import CAPS, clamp_settings
+from playground.app.limits import CAPS
 from playground.app.numbers import numbers_note
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
@@ -33,15 +33,18 @@ from playground.app.settings import (
     from_widgets,
     parse_branches,
 )
-from playground.app.start import MAX_PACE_SECONDS, decoding, prompt_tokens, start_run
+from playground.app.start import MAX_PACE_SECONDS, link_defaults, start_run
+from playground.app.words import note
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, plan
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data
 from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
 
+# A handler's frame that changes nothing: a handler that returns without a frame would set every output to None
+# (Gradio's answer for a generator that yields nothing), wiping the notes and the live screen.
+UNCHANGED = (gr.skip(), gr.skip(), gr.skip())
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 
 
@@ -62,16 +65,18 @@ class Streaming:
         `request` comes first because Gradio injects it by position (it identifies the tab)."""
         session = self.sessions.get(session_key(request))
         session.take_link_run()  # the visitor's own press: a link's run (if still pending) is not replayed
+        session.link_notes = []  # and the link's notes are done
         settings = dataclasses.replace(from_widgets(dict(zip(FIELDS, args[: len(FIELDS)]))), edits="")
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
-            return  # Stop was pressed while this run waited in the queue
+            yield UNCHANGED  # Stop was pressed while this run waited in the queue
+            return
         yield from self._run_and_branches(session, settings, [])
 
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
         session = self.sessions.get(session_key(request))
-        if not session.take_link_run():  # a link without a prompt: the page load's notes stay
-            yield gr.skip(), gr.skip(), gr.skip()
+        if not session.take_link_run():
+            yield UNCHANGED  # nothing to run: what the page shows (the link's notes) stays
             return
         settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
         try:
@@ -101,9 +106,11 @@ class Streaming:
         """Continue a finished run from one of its steps with another token (picked or typed)."""
         data = event_data(evt)
         session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
         run = next((r for r in session.runs if r.token == data.get("run")), None)
         step = data.get("step")
         if run is None or run.running or not isinstance(step, int) or not 0 <= step < len(run.path):
+            yield UNCHANGED
             return
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         if isinstance(data.get("token_id"), int):
@@ -115,6 +122,7 @@ class Streaming:
             except PlaygroundError:
                 ids = []
         if not ids:
+            yield UNCHANGED
             return
         for out in self._stream(session, run.settings, parent=(run, step, ids)):
             yield out[:-1]
@@ -133,13 +141,15 @@ class Streaming:
         session.stop = stop
         session.add_run(run)
         meta = self.models.meta(lm, settings.model)
-        notes_md = describe.notes_markdown(run.notes, lang)
+        notes_md = describe.notes_markdown(session.link_notes + run.notes, lang)
         branches = format_branches(session.lineage(run))
         pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
         last_frame = 0.0
         error = None
         stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
         try:
+            # The first frame at once: the new run, started (the old run's "Done" stayed up until the first token).
+            yield self._value(session, run, meta), notes_md, branches, run
             for event in stream:
                 if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
                     yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
@@ -182,12 +192,13 @@ class Streaming:
         lang = settings.lang
         message = one_line(exc, lang, "generate")
         value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message}, "error": message}
-        return value, describe.notes_markdown([message], lang), gr.skip(), None
+        return value, describe.notes_markdown(session.link_notes + [message], lang), gr.skip(), None
 
     # --- what the live screen receives ------------------------------------------------------------
 
     def _value(self, session: Session, run: Run, meta: dict[str, Any]) -> dict[str, Any]:
-        return frames.live_value(run, session.view, meta, session.lang, session.branches(run))
+        selected = session.selected_step if run is session.current else None
+        return frames.live_value(run, session.view, meta, session.lang, session.branches(run), selected)
 
     def current_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         """The live screen's value for the session's current run (in `lang`), or an empty screen."""
@@ -287,31 +298,31 @@ class Streaming:
             heap.release()
 
     def _generate_text(self, model: str, prompt: str, settings_query: str) -> dict:
+        """The page's path for a press (`start_run`: a link's chat default, caps, clamps, a drawn seed), in
+        a session of its own, its notes in the query's language."""
         from urllib.parse import parse_qsl
 
         params = dict(parse_qsl(str(settings_query).lstrip("?"), keep_blank_values=True))
         params.update(model=model, prompt=prompt)
         settings, notes = from_query(params, UISettings())
+        lang = settings.lang
         try:
             lm = self.models.model_for(settings.model, settings.dtype, SCRIPT_OWNER)
-            prompt_ids, prompt_notes = prompt_tokens(lm, settings, "en")
-            notes += prompt_notes
-            cfg, clamp_notes = clamp_settings(GenerationConfig(**decoding(lm, settings)), lm, len(prompt_ids))
+            settings = link_defaults(settings, params, lm)
+            run, p = start_run(Session(key=SCRIPT_OWNER, lang=lang), lm, settings, captures=False)
             # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
             events = []
-            for event in run_events(plan(lm, prompt_ids, cfg.replace(top_candidates=0)), threading.Event(),
-                                    report_waiting=True):
+            for event in run_events(p, threading.Event(), report_waiting=True):
                 if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the caller reads why
-                    notes.append(event.text("en"))
+                    notes.append(event.text(lang))
                 elif not isinstance(event, serving.Waiting):
                     events.append(event)
         except PlaygroundError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(note(str(exc), lang), print_exception=False) from None
         last = events[-1] if events else None
-        deterministic = not cfg.do_sample
-        found = next((n for e in events if (n := numbers_note(e, lm.config.vocab_size, deterministic))), None)
+        deterministic = not p.cfg.do_sample
+        found = next((n for e in events if (n := numbers_note(e, lm.config.vocab_size, deterministic, lang))), None)
         notes += [found] if found else []
         return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
                 "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
-                "notes": notes + clamp_notes}
-
+                "notes": [note(n, lang) for n in notes + run.notes]}

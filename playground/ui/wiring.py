@@ -24,6 +24,11 @@ def mode_visibility(mode: str) -> tuple:
     return tuple(gr.update(visible=sample) for _ in SAMPLE_ONLY) + tuple(gr.update(visible=beam) for _ in BEAM_ONLY)
 
 
+def empty_file_box() -> None:
+    """The upload box's new value: no files."""
+    return None
+
+
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p, s = page, page.settings
     settings_inputs = [s[f] for f in FIELDS]
@@ -59,7 +64,11 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     then_positional(s["model"].input(h.models.load, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
     then_positional(s["dtype"].input(h.models.load_dtype, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    then_positional(p.upload.upload(h.models.upload, [p.upload, s["dtype"], lang], load_outputs, **load_kw))
+    uploaded = p.upload.upload(h.models.upload, [p.upload, s["dtype"], lang], load_outputs, **load_kw)
+    then_positional(uploaded)
+    # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones
+    # it shows, and the next upload would send both (two config.json, refused).
+    uploaded.then(empty_file_box, None, p.upload, queue=False)
     for trigger in (p.hub_load.click, p.hub_id.submit):
         then_positional(trigger(h.models.load_hub, [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 

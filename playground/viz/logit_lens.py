@@ -83,7 +83,8 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
                      tickvals=list(range(len(names))), ticktext=names, showgrid=False)
     fig.update_xaxes(side="top", showgrid=False)
     height = int(min(1400, max(300, 150 + 34 * len(entries))))
-    return finish(fig, title or _T["title"].format(step=step), height=height)
+    # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
+    return finish(fig, title or _T["title"].format(step=step + 1), height=height)
 
 
 def lens_rank_strip(
@@ -99,7 +100,7 @@ def lens_rank_strip(
     r = np.asarray(ranks, dtype=np.float64)
     if r.ndim != 2 or r.shape != (len(layer_names), len(steps)):
         raise ValueError(f"ranks must be (layers, steps) = ({len(layer_names)}, {len(steps)}), got {r.shape}")
-    labels = [f"{s}: {display_token(t)}" for s, t in zip(steps, token_texts)]
+    labels = [f"{s + 1}: {display_token(t)}" for s, t in zip(steps, token_texts)]  # steps shown from 1
     custom = np.broadcast_to(np.asarray(labels, dtype=object)[None, :], r.shape)
     shown = np.where(np.isnan(r), _T["not_yet"], np.nan_to_num(r).astype(int).astype(str)).astype(object)
     top = max(1.0, float(np.nanmax(r))) if np.isfinite(r).any() else 10.0
@@ -129,4 +130,4 @@ def logit_lens_caption(entries: Sequence[Mapping[str, Any]], step: int, chosen_t
         note = _T["never_top"]
     else:
         note = _T["first_top"].format(layer=layer_name(first))
-    return _T["caption"].format(step=step, chosen=display_token(chosen_text), prob=last["prob"], first=note)
+    return _T["caption"].format(step=step + 1, chosen=display_token(chosen_text), prob=last["prob"], first=note)

@@ -197,7 +197,7 @@ def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
 def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.Figure:
     """One table row per (step, beam): hypothesis text, score (sum log-prob / length penalty), status.
 
-    beams[t] lists the beams after step t, best first: {"tokens": str, "score": float,
+    beams[t] lists the beams after step t (shown as step t + 1), best first: {"tokens": str, "score": float,
     "finished": bool}. Finished hypotheses are shaded green.
     """
     title = _T["table_title"] if title is None else title
@@ -214,7 +214,7 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.
                         align="left", font=dict(size=12)),
             cells=dict(
                 values=[
-                    [t for t, _, _ in rows],
+                    [t + 1 for t, _, _ in rows],  # steps counted from 1, as the live screen
                     [r for _, r, _ in rows],
                     [display_text(str(b["tokens"])) for _, _, b in rows],
                     [f"{float(b['score']):.3f}" for _, _, b in rows],
@@ -281,12 +281,12 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
             if p is not None and 0 <= p < len(beams[t - 1]):
                 parent_text = str(beams[t - 1][p]["tokens"])
                 ex, ey = edges[winning and on_path(parent_text)]
-                ex += [t - 1, t, None]
+                ex += [t, t + 1, None]  # x: the step counted from 1, as the live screen
                 ey += [p, r, None]
                 new = text[len(parent_text):] if text.startswith(parent_text) else text
             else:
                 new = text
-            xs.append(t)
+            xs.append(t + 1)
             ys.append(r)
             label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
             added.append(label if winning or not crowded else "")
@@ -314,5 +314,5 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
     fig.update_xaxes(title_text=_T["step_axis"], dtick=1 if not crowded else max(1, len(beams) // 16))
     # Explicit padded range (reversed: best beam on top) so node labels above row 0 are not clipped.
     fig.update_yaxes(title_text=_T["rank_axis"], dtick=1, range=[width - 0.6, -0.6])
-    fig.update_xaxes(range=[-0.4, len(beams) - 0.6])
+    fig.update_xaxes(range=[0.6, len(beams) + 0.4])
     return finish(fig, title, height=int(min(600, max(300, 160 + 60 * width))), showlegend=False)

@@ -49,7 +49,8 @@ function bytes(n) {
 // ---------------------------------------------------------------- the stream
 
 function resetRun(v) {
-  st.run = v.run; st.rendered = []; st.selected = null; st.att = {}; st.pending = {};
+  // a fork opens at the step that was on screen (the server says which); any other run follows its newest token
+  st.run = v.run; st.rendered = []; st.selected = Number.isInteger(v.selected) ? v.selected : null; st.att = {}; st.pending = {};
   const stream = $("#token-stream");
   const parts = [];
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
@@ -74,7 +75,7 @@ function tokenSpan(step, entry) {
   span.dataset.step = String(step);
   span.dataset.prob = String(p);
   span.tabIndex = 0;
-  span.title = `step ${step} · id ${id} · p = ${p.toFixed(3)}`;
+  span.title = `step ${step + 1} · id ${id} · p = ${p.toFixed(3)}`;  // counted from 1, as the step bar
   span.style.background = probColour(p);
   span.style.color = p > 0.6 ? "#fff" : "#111";
   span.innerHTML = shown(text);
@@ -143,7 +144,7 @@ function drawStatus(v) {
   if (s.state === "error") text = tr("status_error", { message: s.error || "" });
   else if (!v.run) text = tr("status_ready");
   else if (s.state === "waiting") text = tr(s.wait_s == null ? "status_waiting" : "status_waiting_for", { position: s.position, s: s.wait_s });
-  else if (s.state === "running") text = trn("status_running", s.n);
+  else if (s.state === "running") text = s.n ? trn("status_running", s.n) : tr("status_starting");
   else if (s.state === "stopped") text = trn("status_stopped", s.n);
   else text = trn("status_done", s.n, { why: tr("reason_" + (s.reason || "length")) });
   if (v.run && s.seed != null && v.mode === "sample") text += " " + tr("status_seed", { seed: s.seed });
