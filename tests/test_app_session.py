@@ -197,3 +197,15 @@ def test_finished_runs_keep_their_recorded_arrays_within_the_budgets(tmp_path):
     kept = old.capture_bytes()  # the whole-run map that answered the row
     assert sessions.enforce_memory(per_session=size - 1, server=10 * size) == kept  # a tab over its own share
     assert newer.captures_dropped
+
+
+def test_the_newest_selection_wins_when_two_arrive_out_of_order(tmp_path):
+    """Two quick arrow presses are two requests that may arrive in either order; the page counts them."""
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    session = Session()
+    run = play(session, lm, UISettings(model="m", prompt="Hello", max_new_tokens=6))
+    assert session.select(run.token, 2, order=2)
+    assert not session.select(run.token, 3, order=1)  # the older press, arriving late
+    assert session.selected_step == 2
+    assert session.select(run.token, 4)  # a caller without a count is taken as it comes
+    assert session.select(run.token, 1, order=3) and session.selected_step == 1

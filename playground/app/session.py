@@ -44,6 +44,7 @@ class Session:
     lang: str = "en"
     runs: list[Run] = field(default_factory=list)
     selected_step: int | None = None  # None: follow the newest token
+    select_order: int = 0  # the page's count of the newest selection taken (older ones arriving late are ignored)
     next_step: int | None = None  # the step the next run opens at (a fork keeps the step on screen)
     deep_tab: str = "inspector"
     lesson: str = "steps"
@@ -122,13 +123,19 @@ class Session:
             return None
         return run.step(self.selected_step)
 
-    def select(self, token: str, step: Any) -> bool:
-        """The visitor selected `step` of run `token`: taken when it is a step of the current run."""
+    def select(self, token: str, step: Any, order: int | None = None) -> bool:
+        """The visitor selected `step` of run `token`: taken when it is a step of the current run. `order`
+        (the page's count of its selections) keeps the newest: two quick arrow presses are two requests
+        that may arrive in either order, and the older one must not win."""
         run = self.current
         if run is None or run.token != token or isinstance(step, bool) or not isinstance(step, int):
             return False
         if not 0 <= step < len(run.path):
             return False
+        if order is not None:
+            if order < self.select_order:
+                return False
+            self.select_order = order
         self.selected_step = step
         return True
 

@@ -258,14 +258,16 @@ class Streaming:
         return {"row": frames.rounded(frames.reduce_heads(rows, head, c.n_kv_heads)), "step": step}
 
     def select_step(self, args: list[Any]) -> dict[str, Any]:
-        """[run token, step]: the step the visitor is looking at (the deep views draw it)."""
+        """[run token, step, order]: the step the visitor is looking at (the deep views draw it); `order`, the
+        page's count of its selections, keeps the newest when two requests arrive out of order."""
         try:
-            token, step = args
+            token, step, *rest = args
             step = int(step)
+            order = int(rest[0]) if rest else None
         except (TypeError, ValueError):
             return {}
         for session in self._sessions_of(token):
-            session.select(token, step)
+            session.select(token, step, order)
         return {}
 
     def set_view(self, args: list[Any]) -> dict[str, Any]:

@@ -132,8 +132,10 @@ function select(step, focus) {
   }
   // The server's session learns the step first (a direct call, never dropped), then the deep views
   // redraw for whatever step is newest when their turn comes (rapid arrow presses collapse into one).
+  // Quick presses are requests that may arrive in either order: each carries its count, the newest wins.
   const run = v.run;
-  server.select_step([run, step]).catch(() => {}).then(() => trigger("select", { step: step, run: run }));
+  st.order = (st.order || 0) + 1;
+  server.select_step([run, step, st.order]).catch(() => {}).then(() => trigger("select", { step: step, run: run }));
 }
 
 // ---------------------------------------------------------------- status and step bar
