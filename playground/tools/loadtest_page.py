@@ -220,7 +220,9 @@ class Visitor:
     def api(self) -> None:
         from gradio_client import Client
 
-        query = f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
+        # chat named as the page's press has it: a query that does not name it gets the model's default, as a link
+        query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
+                 "&chat=false")
         out = Client(self.page.url, verbose=False).predict(self.model, PROMPTS[self.index % len(PROMPTS)], query,
                                                             api_name="/generate_text")
         if [int(i) for i in out["token_ids"]] != self.reference:
