@@ -229,8 +229,13 @@ class Panels:
         forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
         work = cache_rerun.rerun_work(lm, run.prompt_ids, knobs, forced, len(run.path))
         job = Followed(session, work, lang, "rerun")
-        for line in job.lines(lambda p: t("rerun_progress", lang, mode=t(f"rerun_mode_{p.stage}", lang), done=p.done,
-                                          total=p.total, seconds=p.seconds)):
+        def progress(p) -> str:
+            if p.stage == "warmup":
+                return t("rerun_warmup", lang)
+            return t("rerun_progress", lang, mode=t(f"rerun_mode_{p.stage}", lang), done=p.done, total=p.total,
+                     seconds=p.seconds)
+
+        for line in job.lines(progress):
             yield gr.skip(), line
         if job.error or job.result is None:
             yield gr.skip(), job.error or t("rerun_stopped", lang)

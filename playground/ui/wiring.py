@@ -105,7 +105,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     for control in (p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_query,
                     p.att_sink):
         control.change(h.panels.attention, [*view_inputs[:5], p.att_query, p.att_sink], att_outputs, **figures_kw)
-    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate")
+    # jobs write their own progress line: Gradio's overlay would cover it
+    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate",
+                  show_progress="minimal")
     for control in (p.pe_length, p.pe_pair):
         control.change(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
     p.pe_base.submit(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
@@ -120,8 +122,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     for dep in deep_followers:  # step clicks, runs ending, tab changes: the open lesson follows too
         dep.then(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
         dep.then(h.lab.redraw, p.lab_versus, lab_outputs(page), **figures_kw)  # and the open lab
-    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate")
-    p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate").then(
+    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate", show_progress="minimal")
+    p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate",
+                         show_progress="minimal").then(
         h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
