@@ -104,8 +104,7 @@ def test_after_a_model_switch_an_earlier_tokens_attention_is_shown(page, server)
     page.click("#lang label:has-text('中文')")  # and the language, in the same tab
     page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
     page.fill("#prompt textarea", "The Python interpreter")
-    page.click("#generate-btn")
-    wait_state(page, "done")
+    assert generate_and_wait(page) and wait_state(page, "done")  # this run's end, not the link's run's
     page.click("#token-stream [data-step='1']")
     wait_text(page, ".pg-stepbar", "第 2 步")
     page.select_option("#step-panels .pg-alayer", "0")  # a layer not recorded live: asked from the server
