@@ -143,9 +143,16 @@ def test_one_visitor_jobs_take_turns_and_two_visitors_share(lm):
             yield i
 
     server = Server(call=lambda fn: fn())
-    gate = threading.Event()
-    # hold the driver until all three are queued, so the order is the scheduler's, not the submissions'
-    blocker = server.submit_job((gate.wait(10) for _ in range(1)), owner="z")
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold():
+        holding.set()
+        yield gate.wait(10)
+
+    # hold the driver inside a slice until all three are queued, so the order is the scheduler's, not the
+    # submissions'
+    blocker = server.submit_job(hold(), owner="z")
+    assert holding.wait(10)
     a1 = server.submit_job(work("a1", 3), owner="a")
     a2 = server.submit_job(work("a2", 3), owner="a")
     b = server.submit_job(work("b", 3), owner="b")
