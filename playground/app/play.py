@@ -232,8 +232,9 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session of its own, read to the end. Returns text, token_ids, finish_reason and the notes in the query's
     language. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
     params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
-    params = {**params, "model": model, "prompt": prompt}
+    params = {**params, "model": model, "prompt": ""}
     settings, link_notes = from_query(params, UISettings())
+    settings = dataclasses.replace(settings, prompt=str(prompt))  # cut as the page's prompt box is (start_run)
     session = Session(key=owner, lang=settings.lang)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
