@@ -23,12 +23,17 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @pytest.fixture(scope="module")
-def h(tmp_path_factory):
+def app(tmp_path_factory):
     root = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(root / "tiny-lm")
     save_tiny_seq2seq(root / "tiny-seq2seq" / "model.safetensors")
     _overflowing(root / "overflow-lm")
-    return build_app(root, tmp_path_factory.mktemp("uploads")).playground_handlers
+    return build_app(root, tmp_path_factory.mktemp("uploads"))
+
+
+@pytest.fixture(scope="module")
+def h(app):
+    return app.playground_handlers
 
 
 def request(session: str, **query) -> gr.Request:
@@ -119,3 +124,20 @@ def test_a_press_passes_through_its_settings_once(h, monkeypatch):
     frames = list(play(Session(key="once"), h.models.model_for, parsed))
     assert frames[-1].run.finish_reason == "length" and frames[-1].run.cfg.interventions == (Ablate(1, head=0),)
     assert calls == {"fit": 1, "check": 1, "unpack": 1}
+
+
+def test_the_notes_box_says_its_notes_again_in_the_new_language(app, h):
+    """Notes are kept keyed in the session: the language switch renders the link's notes (and then the run's) in
+    中文 and back, word for word as a 中文 link would have shown them."""
+    from playground.ui.language import relabel, relabelled
+
+    page = app.playground_page
+    box = relabelled(page).index(page.notes)
+    frames = open_link(h, "switch", model="tiny-lm", temperature="abc", top_p="7")
+    zh = relabel(page, h.sessions, False, "zh", request("switch"))[box]
+    assert zh == h.models.page_load(request("switch-zh", model="tiny-lm", temperature="abc", top_p="7", lang="zh"))[-1]
+    assert "应为数字" in zh and "expected" not in zh
+    assert relabel(page, h.sessions, False, "en", request("switch"))[box] == frames[0][1]
+    pressed = press(h, UISettings(prompt="Hi", mode="sample", seed=None, max_new_tokens=2), "switch")
+    zh = relabel(page, h.sessions, False, "zh", request("switch"))[box]
+    assert "未指定种子" in zh and "abc" not in zh and "No seed" in pressed[-1][1]  # the press's own notes now

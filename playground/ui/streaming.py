@@ -25,7 +25,7 @@ from playground.app.notes import error_line
 from playground.app.play import Frame, play, play_link, play_script
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
-from playground.app.settings import FIELDS, LANGS, format_branches, from_widgets
+from playground.app.settings import FIELDS, LANGS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data
@@ -62,8 +62,7 @@ class Streaming:
             yield UNCHANGED  # Stop was pressed while this run waited in the queue
             return
         session.lang = settings.lang
-        yield from self._frames(session, play(session, self.models.model_for, settings,
-                                              on_end=self.sessions.enforce_memory))
+        yield from self.press(session, settings)
 
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
@@ -98,18 +97,31 @@ class Streaming:
         if not ids:
             yield UNCHANGED
             return
-        yield from self._frames(session, play(session, self.models.model_for, run.settings, parent=(run, step, ids),
+        yield from self.press(session, run.settings, parent=(run, step, ids))
+
+    def press(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
+              ) -> Iterator[tuple]:
+        """(live screen, notes, branches) frames of one run of `settings` in `session` (the lab's forks)."""
+        yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent,
                                               on_end=self.sessions.enforce_memory))
+
+    def _stream(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
+                ) -> Iterator[tuple]:
+        """`press` with the session's current run after each frame, as ui/lab.py's fork reads it (until it calls
+        `press`)."""
+        for out in self.press(session, settings, parent):
+            yield (*out, session.current)
 
     def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
         """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every
         frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame)."""
-        shown: tuple[list[str], str] | None = None
+        shown: tuple[list[str], str, str] | None = None
         meta: dict[str, Any] | None = None
         for frame in press:
-            lang = session.lang
-            if shown is None or shown[0] != frame.notes:
-                shown = (list(frame.notes), describe.notes_markdown(frame.notes, lang))
+            lang = session.lang  # the language switch may change it while the run streams
+            if shown is None or shown[0] != frame.notes or shown[2] != lang:
+                shown = (list(frame.notes), describe.notes_markdown(frame.notes, lang), lang)
+                session.notes = shown[0]
             run = frame.run
             if run is None:  # the run could not start: one message in the live screen, no badges
                 value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": frame.error},
