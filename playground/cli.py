@@ -83,27 +83,36 @@ def build_parser() -> argparse.ArgumentParser:
     gemma.add_argument("--force", action="store_true")
     gemma.set_defaults(handler=_import_gemma3)
 
-    space = commands.add_parser("deploy-space", help="create or update a Hugging Face Space running this app")
-    try:  # a tool of the checkout (playground/tools/ is not installed with the package)
+    # A tool of the checkout (playground/tools/ is not installed with the package): imported only when asked for,
+    # its own parser reads the rest of the line.
+    space = commands.add_parser("deploy-space", help="create or update a Hugging Face Space running this app "
+                                "(from a checkout)", add_help=False)
+    space.add_argument("rest", nargs=argparse.REMAINDER)
+    space.set_defaults(handler=_deploy_space)
+    return parser
+
+
+def _deploy_space(args: argparse.Namespace) -> int:
+    try:
         from playground.tools import deploy
     except ModuleNotFoundError as missing:
         if missing.name not in ("playground.tools", "playground.tools.deploy"):
             raise
-        space.add_argument("rest", nargs=argparse.REMAINDER)
-        space.set_defaults(handler=_deploy_needs_checkout)
-    else:
-        deploy.add_arguments(space)
-        space.set_defaults(handler=deploy.run)
-    return parser
-
-
-def _deploy_needs_checkout(args: argparse.Namespace) -> int:
-    raise PlaygroundError("deploy-space runs from a checkout of the repository (it uploads the files git tracks): "
-                          "clone it, then run python -m playground deploy-space OWNER/NAME there")
+        raise PlaygroundError("deploy-space runs from a checkout of the repository (it uploads the files git tracks): "
+                              "clone it, then run python -m playground deploy-space OWNER/NAME there") from None
+    parser = _Parser(prog="python -m playground deploy-space",
+                     description="create or update a Hugging Face Space running this app")
+    deploy.add_arguments(parser)
+    return deploy.run(parser.parse_args(args.rest))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "deploy-space":
+        parser.parse_args(argv)  # says which argument is not known, in one line
+    if unknown:  # the deploy tool's own options (its parser is built only when it runs)
+        args.rest = unknown + args.rest
     try:
         return args.handler(args)
     except PlaygroundError as error:

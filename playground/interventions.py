@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground.errors import PlaygroundError
+from playground.notes import Note
 
 STACKS = ("decoder", "encoder")
 ATTENTIONS = ("self", "cross")
@@ -266,7 +267,8 @@ def unpack(text: str, max_items: int = MAX_ITEMS) -> tuple[Intervention, ...]:
     packed list can have: a few hundred characters inflate to JSON nested 100,000 deep, which would
     exhaust Python's recursion in the JSON reader.
     """
-    unreadable = "the interventions in this link are not readable; open the edit again from the page"
+    unreadable = Note("the interventions in this link are not readable; open the edit again from the page",
+                      "edits_unreadable")
     if not isinstance(text, str) or len(text) > MAX_PACKED:
         raise InterventionError(unreadable)
     try:
@@ -278,13 +280,14 @@ def unpack(text: str, max_items: int = MAX_ITEMS) -> tuple[Intervention, ...]:
         # Each intervention is one object with at most one vector list: any more brackets than that
         # (counted before parsing, strings included: packed strings hold none) is too many or too deep.
         if data.count(b"{") + data.count(b"[") > 1 + 2 * max_items:
-            raise InterventionError(f"the edits in this link are too many or nested too deeply; at most {max_items} "
-                                    "edits are allowed")
+            raise InterventionError(Note(f"the edits in this link are too many or nested too deeply; at most {max_items} "
+                                         "edits are allowed", "edits_too_deep", most=max_items))
         items = json.loads(data)
         if not isinstance(items, list):
             raise ValueError("not a list")
         if len(items) > max_items:
-            raise InterventionError(f"this link carries {len(items):,} edits; at most {max_items} are allowed")
+            raise InterventionError(Note(f"this link carries {len(items):,} edits; at most {max_items} are allowed",
+                                         "edits_too_many", n=f"{len(items):,}", most=max_items))
         for item in items:
             for name in _VECTOR_FIELDS:
                 if isinstance(item, dict) and isinstance(item.get(name), str):

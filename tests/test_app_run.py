@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from playground.app.engine_stream import run_events
+from playground.app.play import start_run
 from playground.app.run import MAX_CACHED_LAYERS
 from playground.app.session import Session
 from playground.app.settings import UISettings
-from playground.app.start import start_run
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig, full_attention, generate_all
 from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
@@ -118,7 +118,7 @@ def test_a_branch_is_a_run_that_continues_its_parent(lm):
 
 
 def test_the_core_never_imports_gradio():
-    code = ("import sys; import playground.app.run, playground.app.session, playground.app.start, "
+    code = ("import sys; import playground.app.run, playground.app.session, playground.app.play, "
             "playground.app.engine_stream, playground.app.describe, playground.app.words; "
             "print('gradio' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 import playground
+from playground.app.catalog import Catalog
+from playground.app.names import PRIVATE_HUB, PRIVATE_UPLOAD
+from playground.app.registry import ModelRegistry
+from playground.app.uploads import HUB_PREFIX, UPLOAD_PREFIX, remove_sources
 from playground.errors import PlaygroundError
-from playground.ui.catalog import HUB_PREFIX, PRIVATE_HUB, PRIVATE_UPLOAD, UPLOAD_PREFIX, Catalog, remove_sources
-from playground.ui.registry import ModelRegistry
 from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -205,7 +207,7 @@ def test_refused_uploads_leave_nothing_behind(catalog, tiny, tmp_path):
 
 
 def test_uploads_expire_after_their_last_use(catalog, tiny):
-    clock = catalog.clock
+    clock = catalog.uploads.clock
     old = catalog.save_upload([tiny / "config.json", tiny / "model.safetensors"], 10**8, ALICE)
     clock.now += 500
     catalog.resolve(old, ALICE)  # used: its hour starts again
@@ -213,7 +215,7 @@ def test_uploads_expire_after_their_last_use(catalog, tiny):
     clock.now += 400  # 900 s after the first upload, 400 s after its last use
     assert old in catalog.names(ALICE) and kept in catalog.names(BOB)
     clock.now += 300  # 700 s since the last use of both
-    removed = catalog.sweep()
+    removed = catalog.uploads.sweep()
     assert len(removed) == 2 and old not in catalog.names(ALICE) and kept not in catalog.names(BOB)
     with pytest.raises(PlaygroundError, match=PRIVATE_UPLOAD):
         catalog.resolve(old, ALICE)
@@ -235,7 +237,7 @@ def test_the_quota_evicts_the_least_recently_used_first(tiny, tmp_path):
     catalog.save_upload([tiny / "model.safetensors"], 10**9, BOB)
     assert names[1][1] in catalog.names(BOB) and names[2][1] not in catalog.names(ALICE)
     with pytest.raises(PlaygroundError, match="more than this server keeps"):
-        catalog.make_room(3 * size)
+        catalog.uploads.make_room(3 * size)
 
 
 def test_each_owner_keeps_a_share_and_uploads_in_use_are_never_evicted(tiny, tmp_path):
@@ -246,29 +248,29 @@ def test_each_owner_keeps_a_share_and_uploads_in_use_are_never_evicted(tiny, tmp
     weights = [tiny / "model.safetensors"]
     clock.now += 10
     alices = catalog.save_upload(weights, 10**9, ALICE)
-    catalog.in_use = lambda: [catalog.stored_path(alices, ALICE)]  # Alice's tab has it open
+    catalog.uploads.in_use = lambda: [catalog.stored_path(alices, ALICE)]  # Alice's tab has it open
     bobs = []
     for _ in range(4):
         clock.now += 10
         bobs.append(catalog.save_upload(weights, 10**9, BOB))
     assert alices in catalog.names(ALICE)  # the oldest of all, but in use
     assert [n in catalog.names(BOB) for n in bobs] == [False, False, True, True]  # Bob's own share: two
-    assert catalog.evicted_since(BOB) == bobs[:2] and catalog.evicted_since(BOB) == []  # told once
+    assert catalog.uploads.evicted_since(BOB) == bobs[:2] and catalog.uploads.evicted_since(BOB) == []  # told once
     with pytest.raises(PlaygroundError, match="removed to make room"):
         catalog.resolve(bobs[0], BOB)
-    catalog.in_use = lambda: [catalog.stored_path(n, o) for o, n in ((ALICE, alices), (BOB, bobs[2]), (BOB, bobs[3]))]
+    catalog.uploads.in_use = lambda: [catalog.stored_path(n, o) for o, n in ((ALICE, alices), (BOB, bobs[2]), (BOB, bobs[3]))]
     with pytest.raises(PlaygroundError, match="other visitors are using"):
         catalog.save_upload(weights, 10**9, CAROL)  # only folders in use would make room: refused
     assert alices in catalog.names(ALICE) and bobs[3] in catalog.names(BOB)
     with pytest.raises(PlaygroundError, match="per visitor"):
-        catalog.make_room(3 * size, CAROL)
+        catalog.uploads.make_room(3 * size, CAROL)
 
 
 def test_a_session_end_forgets_everything_its_owner_made(catalog, tiny):
     name = catalog.save_upload([tiny / "config.json", tiny / "model.safetensors"], 10**8, ALICE)
-    hub = catalog.hub_dir_for(ALICE) / "org" / "repo"
+    hub = catalog.uploads.hub_dir_for(ALICE) / "org" / "repo"
     shutil.copytree(tiny, hub)  # what download_hub leaves, last used now
-    os.utime(hub, (catalog.clock(), catalog.clock()))
+    os.utime(hub, (catalog.uploads.clock(), catalog.uploads.clock()))
     assert HUB_PREFIX + "org/repo" in catalog.names(ALICE) and HUB_PREFIX + "org/repo" not in catalog.names(BOB)
     with pytest.raises(PlaygroundError) as caught:
         catalog.resolve(HUB_PREFIX + "org/repo", BOB)
@@ -278,7 +280,7 @@ def test_a_session_end_forgets_everything_its_owner_made(catalog, tiny):
     registry.get(catalog.resolve(name, ALICE))
     registry.get(catalog.resolve(HUB_PREFIX + "org/repo", ALICE))
     registry.get(catalog.resolve(bobs, BOB))
-    removed = catalog.forget(ALICE)
+    removed = catalog.uploads.forget(ALICE)
     assert registry.drop_under(removed) == 2 and len(registry.loaded_keys()) == 1
     assert name not in catalog.names(ALICE) and bobs in catalog.names(BOB)
 
@@ -287,7 +289,7 @@ def test_owner_ids_never_become_paths(catalog, tiny):
     for owner in ("../../etc", "/", "a" * 10_000, "\ud800", "@x", "hub/x"):
         name = catalog.save_upload([tiny / "model.safetensors"], 10**8, owner)
         path = catalog.resolve(name, owner)
-        assert path.parent.parent == catalog.upload_dir and path.parent.name.startswith("@")
+        assert path.parent.parent == catalog.uploads.upload_dir and path.parent.name.startswith("@")
     with pytest.raises(ValueError, match="private"):
         catalog.entries(None)  # the public app must say whose listing it wants
 
@@ -296,7 +298,7 @@ def test_the_hub_download_goes_to_the_owners_folder_and_fails_offline_in_one_lin
     from playground.checkpoints.hub import NoNetworkError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert catalog.hub_dir_for(ALICE) != catalog.hub_dir_for(BOB)
+    assert catalog.uploads.hub_dir_for(ALICE) != catalog.uploads.hub_dir_for(BOB)
     with pytest.raises(NoNetworkError, match="^no network: "):
         catalog.download_hub("HuggingFaceTB/SmolLM2-135M-Instruct", ALICE, max_bytes=10**9)
 

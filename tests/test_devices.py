@@ -19,10 +19,10 @@ import playground
 from playground import analysis
 from playground.analysis import sdpa as sdpa_module
 from playground.app import lab, lessons
+from playground.app.play import start_run
 from playground.app.run import Run
 from playground.app.session import Session
 from playground.app.settings import UISettings
-from playground.app.start import start_run
 from playground.generation import generate_all
 from playground.generation.engine import run_plan
 from playground.interventions import Steer

@@ -17,8 +17,8 @@ import gradio as gr
 import pytest
 from transformers import AutoTokenizer
 
+from playground.app.settings import FIELDS, UISettings
 from playground.ui import build_app, enable_queue, launch_kwargs
-from playground.ui.settings import FIELDS, UISettings
 from tests.bounds import within_bounds
 from tests.ui_fixtures import free_port, save_tiny_decoder
 

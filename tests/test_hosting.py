@@ -78,9 +78,9 @@ def test_asking_for_cuda_without_it_is_one_line():
 def test_pages_start_in_the_dtype_the_server_was_started_with(tmp_path):
     import gradio as gr
 
-    from playground.ui.catalog import Catalog
+    from playground.app.catalog import Catalog
+    from playground.app.registry import ModelRegistry
     from playground.ui.handlers import Handlers
-    from playground.ui.registry import ModelRegistry
 
     h = Handlers(Catalog(REPO / "weights", tmp_path / "uploads", private=True), ModelRegistry(default_dtype="bfloat16"))
     request = gr.Request(session_hash="dtype")

@@ -49,9 +49,10 @@ def test_an_unreachable_hub_is_no_network(monkeypatch, tmp_path):
 def test_the_ui_reports_hub_failures_in_the_status_line(monkeypatch, tmp_path):
     import gradio as gr
 
-    from playground.ui.catalog import HUB_PREFIX, Catalog
+    from playground.app.catalog import Catalog
+    from playground.app.registry import ModelRegistry
+    from playground.app.uploads import HUB_PREFIX
     from playground.ui.handlers import Handlers
-    from playground.ui.registry import ModelRegistry
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     h = Handlers(Catalog(tmp_path / "weights", tmp_path / "uploads", tmp_path / "hub"), ModelRegistry())

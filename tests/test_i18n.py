@@ -42,41 +42,83 @@ def test_formatting():
 
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
+# Latin words a 中文 note may keep: knob and config names, their values, units, names of formats and products.
+KEPT_LATIN = {"max_new_tokens", "top_k", "min-p", "top-k", "top-p", "attention_layers", "forced_bos_token_id",
+              "early_stopping", "true", "false", "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors",
+              "Hub", "owner/name", "fr", "fr_XX", "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face"}
+# The notes whose words predate note_words (in words.STRINGS): walked too.
+OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailable", "prompt_cut", "prompt_tokens_cut",
+                   "numbers_nonfinite", "numbers_overflow", "numbers_uniform", "zerogpu_quota", "zerogpu_busy",
+                   "zerogpu_failed")
 
 
-def test_every_note_the_app_can_show_reads_in_chinese(tmp_path):
-    """Clamp, plan, link and model-card texts made in English below the app are shown in 中文 too."""
-    from playground.app import describe
+def test_every_note_key_reads_in_chinese_with_the_same_values():
+    """Each note's 中文 words (the placeholders taken out) hold Chinese and no English but names and units."""
+    from playground.app.note_words import NOTE_WORDS
+
+    for key, (en, zh) in {**NOTE_WORDS, **{k: STRINGS[k] for k in OLDER_NOTE_KEYS}}.items():
+        assert set(re.findall(r"\{(\w+)", en)) == set(re.findall(r"\{(\w+)", zh)), key
+        words = re.sub(r"\{\w+(:[^}]*)?\}", " ", zh)
+        assert CJK.search(words) or key.startswith("bounds_"), key
+        latin = set(re.findall(r"[A-Za-z][A-Za-z0-9_/\-]*", words.replace(".safetensors", " safetensors")))
+        assert latin <= KEPT_LATIN, (key, sorted(latin - KEPT_LATIN))
+
+
+def _notes_of_every_kind(tmp_path) -> list:
     from playground.app.limits import Caps, clamp_settings
-    from playground.app.settings import from_query
-    from playground.app.words import note
+    from playground.app.settings import MAX_EDITS, from_query
+    from playground.app.uploads import EVICTED
     from playground.checkpoints.loader import load_model
     from playground.generation import GenerationConfig, plan
+    from playground.interventions import Ablate, pack
+    from tests.test_hostile_links import NESTED
     from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
 
     lm = load_model(save_tiny_decoder(tmp_path / "d"))
     s2s = load_model(save_tiny_seq2seq(tmp_path / "s.safetensors"))
     notes = []
     for cfg in (GenerationConfig(top_k=10**6, max_new_tokens=5000, num_beams=3, temperature=0.7),
-                GenerationConfig(max_new_tokens=250), GenerationConfig(max_new_tokens=4)):
+                GenerationConfig(max_new_tokens=250), GenerationConfig(max_new_tokens=4),
+                GenerationConfig(temperature=-1.0, top_p=7.0, repetition_penalty=0.0, top_candidates=-3, seed=-4,
+                                 early_stopping="maybe", chat="yes", max_new_tokens=2.5)):
         notes += clamp_settings(cfg, lm, 3 if cfg.max_new_tokens != 4 else 0, Caps(max_new_tokens=300))[1]
     notes += clamp_settings(GenerationConfig(max_new_tokens=100), s2s, 200)[1]
     notes += list(plan(lm, [5] * 300, GenerationConfig(max_new_tokens=8, truncate_prompt=True)).notes)
     notes += from_query({"evil": "1", "top_p": "7", "mode": "telepathy", "seed": "1.5", "temperature": "inf",
-                         "chat": "maybe", "prompt": "x" * 5000})[1]
-    from playground.app.settings import MAX_EDITS
-    from playground.interventions import Ablate, pack
-    from playground.ui.catalog import EVICTED
-    from tests.test_hostile_links import NESTED
-
+                         "top_k": "abc", "chat": "maybe", "branches": "x:y", "target_lang": "!!",
+                         "prompt": "x" * 5000})[1]
     for edits in (NESTED, pack([Ablate(0, head=0)] * (MAX_EDITS + 1)), "not-a-pack"):
         notes += from_query({"edits": edits})[1]
-    notes.append(EVICTED)
-    assert len(notes) >= 16
+    return notes + [EVICTED]
+
+
+def test_every_note_the_app_can_show_is_keyed_and_reads_in_chinese(tmp_path):
+    """Clamp, plan, link and storage notes are keyed notes: rendered in 中文 from their key and values (never by
+    matching the English afterwards), and in English exactly as the library and the app write them."""
+    from playground.app.notes import known, render
+    from playground.notes import Note
+
+    notes = _notes_of_every_kind(tmp_path)
+
+    def keys(n: Note) -> set[str]:  # a note's key and the keys of the notes inside it (a reason, a range)
+        return {n.key}.union(*(keys(v) for v in n.values.values() if isinstance(v, Note)))
+
+    assert len(notes) >= 25 and len(set().union(*map(keys, notes))) >= 28
     for text in notes:
-        zh = note(text, "zh")
+        assert isinstance(text, Note) and known(text.key), text
+        zh = render(text, "zh")
         assert CJK.search(zh) and zh != text, text
-        assert note(text, "en") == text
+        assert render(text, "en") == text  # the library's English and the app's English words agree
+        assert "could not convert" not in text and "invalid literal" not in text
+
+
+def test_the_model_card_structure_reads_in_chinese(tmp_path):
+    from playground.app import describe
+    from playground.checkpoints.loader import load_model
+    from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
+
+    lm = load_model(save_tiny_decoder(tmp_path / "d"))
+    s2s = load_model(save_tiny_seq2seq(tmp_path / "s.safetensors"))
     for info in (lm.info(), s2s.info()):
         for key, value in describe.model_card_rows(info, "m", "zh"):
             assert not re.search(r"\b(full|sliding|rotary|sinusoidal|gated|plain|pre-norm|post-norm|base)\b", value), \

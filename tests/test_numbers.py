@@ -15,8 +15,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import playground
+from playground.app.settings import FIELDS, UISettings
 from playground.errors import PlaygroundError
-from playground.ui.settings import FIELDS, UISettings
 from tests.hf_tiny import gpt2_like, llama_like, save_decoder
 from tests.test_hostile_uploads import _as_uploaded
 from tests.ui_fixtures import save_char_tokenizer, save_tiny_decoder, script_client, served_app

@@ -95,3 +95,14 @@ def test_the_package_has_no_import_cycles():
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def test_the_cli_never_imports_the_tools_until_a_tool_subcommand_runs():
+    """The wheel has no playground/tools: `playground --help`, `info` and `generate` must not need them."""
+    code = ("import sys, playground.cli as c; c.build_parser(); "
+            "print(sorted(m for m in sys.modules if m.startswith('playground.tools')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    usage = subprocess.run([sys.executable, "-m", "playground", "deploy-space", "--help"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 0 and "--dry-run" in usage.stdout  # from a checkout, the tool's own options

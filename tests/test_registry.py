@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.ui.registry import ModelRegistry
+from playground.app.registry import ModelRegistry
 from tests.ui_fixtures import save_tiny_decoder
 
 

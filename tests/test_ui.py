@@ -15,10 +15,10 @@ import pytest
 from playground.app import describe, measurements
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
+from playground.app.uploads import UPLOAD_PREFIX
 from playground.app.words import t
 from playground.generation import full_attention
 from playground.ui import build_app
-from playground.ui.catalog import UPLOAD_PREFIX
 from tests.hf_tiny import save_seq2seq, t5_like
 from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
 

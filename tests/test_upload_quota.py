@@ -10,8 +10,8 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from playground.ui.catalog import PRIVATE_UPLOAD
-from playground.ui.settings import FIELDS, UISettings
+from playground.app.names import PRIVATE_UPLOAD
+from playground.app.settings import FIELDS, UISettings
 from tests.test_hostile_uploads import _as_uploaded
 from tests.ui_fixtures import save_tiny_decoder, served_app
 
@@ -36,7 +36,7 @@ def test_a_stranger_uploading_seven_checkpoints_never_evicts_an_upload_in_use(se
     catalog = handlers.models.catalog
     folder = save_tiny_decoder(tmp_path / "lm")
     size = sum(f.stat().st_size for f in folder.iterdir())
-    catalog.quota_bytes = int(6.5 * size)  # the server keeps six such uploads; the was 40 MB
+    catalog.uploads.quota_bytes = int(6.5 * size)  # the server keeps six such uploads; the was 40 MB
     a = gr.Request(session_hash="visitor-a")
     a_name = handlers.models.upload(_as_uploaded(folder, tmp_path / "a"), "float32", "en", a)[0]["value"]
     assert a_name.startswith("upload/") and _run(handlers, "visitor-a", a_name)["status"]["state"] == "done"
@@ -52,8 +52,8 @@ def test_a_stranger_uploading_seven_checkpoints_never_evicts_an_upload_in_use(se
     print(f"A's run after B's seven uploads: {after['status']}")
     assert after["status"]["state"] == "done", after["status"]  # A's upload, in use, is still there
     assert a_name in handlers.models.catalog.names("visitor-a")
-    used = sum(f.stat().st_size for f in catalog.upload_dir.rglob("*") if f.is_file())
-    assert used <= catalog.quota_bytes
+    used = sum(f.stat().st_size for f in catalog.uploads.upload_dir.rglob("*") if f.is_file())
+    assert used <= catalog.uploads.quota_bytes
     evicted = [n for n in b_names if n not in catalog.names("visitor-b")]
     assert evicted, "B's uploads fit without evicting anything: the test's quota is too large"
     told = [n for n in evicted if any(n in s and "was removed" in s for s in b_statuses)]

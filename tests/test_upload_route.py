@@ -26,7 +26,7 @@ def served(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     save_tiny_decoder(weights / "tiny-lm")
     demo = build_app(weights, tmp_path_factory.mktemp("uploads"))
-    demo.playground_handlers.catalog.quota_bytes = QUOTA
+    demo.playground_handlers.catalog.uploads.quota_bytes = QUOTA
     enable_queue(demo)
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **launch_kwargs(demo))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import playground
+from playground.app.catalog import Catalog
 from playground.checkpoints.hub import PRELOADED
 from playground.errors import PlaygroundError
-from playground.ui.catalog import Catalog
 from tests.ui_fixtures import save_tiny_decoder
 
 ALICE = "session-alice"
@@ -49,7 +49,7 @@ def test_extra_folders_add_to_the_shipped_ones_and_only_what_loads_is_listed(tin
     (extra / "unknown-family" / "config.json").write_text(json.dumps({**config, "model_type": "no-such-family"}))
     shutil.copy(tiny / "model.safetensors", extra / "unknown-family")
 
-    caplog.set_level(logging.INFO, logger="playground.ui")
+    caplog.set_level(logging.INFO, logger="playground.app")
     catalog = Catalog(shipped, tmp_path / "uploads", private=True, extra_weights_dirs=[extra], hf_cache_dir=tmp_path / "hf")
     assert sorted(catalog.names(ALICE)) == ["linked", "mine", "tiny-lm"]
     assert catalog.default_name() == "tiny-lm"
@@ -80,8 +80,8 @@ def test_extra_folders_add_to_the_shipped_ones_and_only_what_loads_is_listed(tin
 def test_the_page_names_what_is_missing_and_why(tiny, tmp_path):
     import gradio as gr
 
+    from playground.app.registry import ModelRegistry
     from playground.ui.handlers import Handlers
-    from playground.ui.registry import ModelRegistry
 
     shipped, extra = tmp_path / "shipped", tmp_path / "extra"
     shutil.copytree(tiny, shipped / "tiny-lm")
@@ -133,7 +133,7 @@ def test_a_space_opens_on_the_preloaded_model_with_its_card(tiny, tmp_path, monk
     space = Catalog(shipped, tmp_path / "uploads", private=True, hf_cache_dir=tmp_path / "hf", prefer_preloaded=True)
     assert space.default_name() == "tiny-lm"  # nothing preloaded: the shipped default
     _preload(tmp_path / "hf", source, tuple(files))
-    caplog.set_level(logging.INFO, logger="playground.ui")
+    caplog.set_level(logging.INFO, logger="playground.app")
     assert space.default_name() == "SmolLM2-135M-Instruct" and space.names(ALICE)[0] == "SmolLM2-135M-Instruct"
     assert local.default_name() == "tiny-lm"  # outside a Space the shipped default stays first
     card = space.card("SmolLM2-135M-Instruct", ALICE)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from playground.app import engine_stream, zerogpu
+from playground.app.play import start_run
 from playground.app.session import Session
 from playground.app.settings import UISettings
-from playground.app.start import start_run
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig, StepEvent, plan

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from playground.app.words import note, t
+from playground.app.notes import render
+from playground.app.words import t
 from playground.config import ModelConfig
 from playground.generation import StepEvent, TokenStep
 from playground.loaded import block_kind
@@ -218,10 +219,10 @@ def model_card_html(info: Mapping[str, Any], name: str, lang: str = "en") -> str
 
 
 def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
-    """Clamps and adjustments, shown above the live screen so nobody misses them."""
+    """Clamps and adjustments, shown above the live screen so nobody misses them: each keyed note in `lang`."""
     if not notes:
         return ""
-    return "\n".join(f"- **{t('note', lang)}:** {inert(note(n, lang))}" for n in notes)
+    return "\n".join(f"- **{t('note', lang)}:** {inert(render(n, lang))}" for n in notes)
 
 
 def step_caption(step: TokenStep, lang: str = "en") -> str:

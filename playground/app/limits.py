@@ -13,11 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from playground.app.notes import note
 from playground.generation.config import GenerationConfig, usable_stop_strings
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
-from playground.generation.plan import fit_to_context
+from playground.generation.plan import ContextFit, fit_to_context
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
+from playground.notes import Note
 
 
 def _offered_high(name: str) -> int:
@@ -44,21 +46,37 @@ RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAP
 WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms"})
 
 
+@dataclass(frozen=True)
+class Lenient:
+    """The app's one pass over a run's settings: a config every check of the engine accepts, a note per change,
+    and how the prompt and the new tokens fit the context (`playground.generation.plan.assemble` takes it)."""
+
+    cfg: GenerationConfig
+    notes: list[Note]
+    fit: ContextFit
+
+
 def clamp_settings(
     cfg: GenerationConfig, lm: Any, prompt_ids_len: int, caps: Caps = CAPS
-) -> tuple[GenerationConfig, list[str]]:
-    """A copy of `cfg` moved into the range the app and the model accept, and one human note per change.
+) -> tuple[GenerationConfig, list[Note]]:
+    """`lenient`'s config and notes (for callers that plan the run themselves)."""
+    done = lenient(cfg, lm, prompt_ids_len, caps=caps)
+    return done.cfg, done.notes
 
-    `lm` needs `.config` and `.kind`. Never raises for out-of-range knobs: the page shows the notes
-    next to the result instead.
+
+def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: int = 0, caps: Caps = CAPS) -> Lenient:
+    """A copy of `cfg` moved into the range the app and the model accept, and one keyed note per change.
+
+    `lm` needs `.config` and `.kind`; `forced_tokens`: tokens after the prompt that are never dropped (a branch's).
+    Never raises for out-of-range knobs: the page shows the notes next to the result instead.
     """
-    notes: list[str] = []
+    notes: list[Note] = []
     c = dataclasses.replace(cfg)
     vocab = lm.config.vocab_size
 
     def flag(name: str, default: bool) -> None:
         if not isinstance(getattr(c, name), bool):
-            notes.append(f"{name} {getattr(c, name)!r} is not true or false: using {default}")
+            notes.append(note("not_a_flag", name=name, value=repr(getattr(c, name)), default=default))
             setattr(c, name, default)
 
     for name, default in (("use_cache", True), ("capture_attention", False), ("chat", False), ("truncate_prompt", False),
@@ -70,71 +88,84 @@ def clamp_settings(
         valid = isinstance(layers, (list, tuple)) and all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in layers)
         if not valid:
-            notes.append(f"attention_layers {layers!r} are not layer indices 0..{count - 1}: recording every layer")
+            notes.append(note("bad_attention_layers", layers=repr(layers), last=count - 1))
             c.attention_layers = None
     seed = KNOBS["seed"]
     if c.seed is not None and not (seed.typed(c.seed) and seed.in_range(c.seed)):
-        notes.append(f"seed {c.seed!r} is not a non-negative whole number: using a random seed")
+        notes.append(note("bad_seed", seed=repr(c.seed)))
         c.seed = None
     forced = c.forced_bos_token_id
     if forced is not None and not (isinstance(forced, int) and not isinstance(forced, bool) and 0 <= forced < vocab):
-        notes.append(f"forced_bos_token_id {forced!r} is not a token id of this model: using the checkpoint's own")
+        notes.append(note("bad_forced_bos", value=repr(forced)))
         c.forced_bos_token_id = None
     try:  # the run's edits must fit this model; unusable ones are dropped, never half-applied
         c.interventions = as_interventions(c.interventions)
         check(c.interventions, lm.config)
     except InterventionError as error:
-        notes.append(f"interventions {error}: running without them")
+        notes.append(note("edits_dropped", why=error.args[0] if error.args else str(error)))
         c.interventions = ()
     if not usable_stop_strings(c.stop_strings):
-        notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
+        notes.append(note("bad_stop_strings", value=repr(c.stop_strings)))
         c.stop_strings = ()
     for knob in KNOBS.values():
         if knob.name != "seed":
             setattr(c, knob.name, _lenient(knob, getattr(c, knob.name), caps, notes))
     if c.top_k > vocab:
-        notes.append(f"top_k {c.top_k} is more than the vocabulary ({vocab} tokens): using {vocab}")
+        notes.append(note("top_k_vocab", k=c.top_k, vocab=vocab))
         c.top_k = vocab
     if c.num_beams > 1 and (c.temperature > 0 or c.top_k or c.top_p < 1.0 or c.min_p):
-        notes.append("beam search is deterministic: temperature, top-k, top-p and min-p are ignored")
+        notes.append(note("beam_deterministic"))
     if c.early_stopping not in EARLY_STOPPING:
-        notes.append(f"early_stopping {c.early_stopping!r} is not true, false or 'never': using false")
+        notes.append(note("bad_early_stopping", value=repr(c.early_stopping)))
         c.early_stopping = False
     stepper = stepper_class(lm.kind)
     if prompt_ids_len <= 0:
         if stepper.decoder_only and lm.config.bos_token_id is None:
-            notes.append("the prompt is empty and this model has no BOS token to start from: type a prompt")
+            notes.append(note("empty_prompt_no_bos"))
         else:
-            notes.append("the prompt is empty: generating from the start token alone")
+            notes.append(note("empty_prompt_start"))
         prompt_ids_len = 1
     fit = fit_to_context(stepper, stepper.context_limit(lm.config), prompt_ids_len, c.max_new_tokens,
-                         truncate=c.truncate_prompt, shrink=True)
+                         truncate=c.truncate_prompt, shrink=True, forced=forced_tokens)
     notes += fit.notes
     c.max_new_tokens = fit.max_new_tokens
     if fit.keep < prompt_ids_len:
         c.truncate_prompt = True
-    return c, notes
+    return Lenient(c, notes, fit)
 
 
-def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[str]) -> Any:
+def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[Note]) -> Any:
     """`value` moved into the knob's range (and under the app's cap), with a note for every change."""
     if not knob.typed(value):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             if value != int(value):
-                notes.append(f"{knob.name} {value!r} is not a whole number: using {int(value)}")
+                notes.append(note("not_whole", name=knob.name, value=repr(value), fixed=int(value)))
             value = int(value)
         else:
-            notes.append(f"{knob.name} {value!r} is not a finite number: using {knob.default:g}")
+            notes.append(note("not_finite", name=knob.name, value=repr(value), fixed=f"{knob.default:g}"))
             return knob.default
     if knob.kind is float:
         value = float(value)
     if not knob.in_range(value):
         fixed = knob.fallback(value)
-        off = " (off)" if knob.off is not None and fixed == knob.off else ""
-        notes.append(f"{knob.name} {value} must be {knob.bounds()}: using {fixed}{off}")
+        off = knob.off is not None and fixed == knob.off
+        notes.append(note("knob_range_off" if off else "knob_range", name=knob.name, value=value,
+                          bounds=bounds_note(knob), fixed=fixed))
         value = fixed
     cap = getattr(caps, knob.name, None) if knob.capped else None
     if cap is not None and value > cap:
-        notes.append(f"{knob.name} {value} is above the limit of {cap}: using {cap}")
+        notes.append(note("knob_cap", name=knob.name, value=value, cap=cap))
         value = cap
     return value
+
+
+def bounds_note(knob: Knob) -> Note:
+    """A knob's range as a keyed phrase (the words of `Knob.bounds`, in both languages)."""
+    low, high = (None if b is None else f"{b:g}" for b in (knob.low, knob.high))
+    if low is None and high is None:
+        return note("bounds_any")
+    if high is None:
+        return note("bounds_positive") if knob.low_open and knob.low == 0 else note("bounds_at_least", low=low)
+    if knob.low_open:
+        return note("bounds_open", low=low, high=high)
+    return note("bounds_between" if knob.kind is int else "bounds_closed", low=low, high=high)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from playground.app.words import t
+from playground.app.notes import note
+from playground.notes import Note
 
 # sqrt of float32's largest value (3.4e38): a norm over values beyond it overflows, even in a model
 # that computes norms in float32 from bfloat16 activations.
@@ -29,8 +30,8 @@ def _flat(value: Any) -> np.ndarray | None:
         return None
 
 
-def numbers_note(event: Any, vocab_size: int, deterministic: bool, lang: str = "en") -> str | None:
-    """The note for `event` (a StepEvent) when its numbers cannot be right, else None.
+def numbers_note(event: Any, vocab_size: int, deterministic: bool) -> Note | None:
+    """The keyed note for `event` (a StepEvent) when its numbers cannot be right, else None.
 
     Checked, in order: a non-finite residual, logit or probability; a residual beyond `OVERFLOW`; every
     token equally likely (the top candidates all at 1/vocabulary, or without candidates, a deterministic
@@ -43,9 +44,9 @@ def numbers_note(event: Any, vocab_size: int, deterministic: bool, lang: str = "
                                                                           for c in candidates]
     numbers.append(float(getattr(event, "prob", 0.0)))
     if (residual is not None and not np.isfinite(residual).all()) or not all(math.isfinite(x) for x in numbers):
-        return t("numbers_nonfinite", lang, step=step)
+        return note("numbers_nonfinite", step=step)
     if residual is not None and residual.size and float(np.abs(residual).max()) > OVERFLOW:
-        return t("numbers_overflow", lang, step=step, peak=float(np.abs(residual).max()))
+        return note("numbers_overflow", step=step, peak=float(np.abs(residual).max()))
     if vocab_size < 2:
         return None
     uniform = 1.0 / vocab_size
@@ -56,5 +57,5 @@ def numbers_note(event: Any, vocab_size: int, deterministic: bool, lang: str = "
     else:
         return None
     if all(math.isclose(p, uniform, rel_tol=1e-3) for p in probs):
-        return t("numbers_uniform", lang, step=step, n=vocab_size)
+        return note("numbers_uniform", step=step, n=vocab_size)
     return None

@@ -39,7 +39,7 @@ class Run:
     prompt_texts: list[str]
     prefix_ids: list[int]  # decoder stream start: the prompt (decoder) or the decoder start token(s), + forced
     live_layer: int  # the layer whose attention is recorded at every step
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # keyed notes (playground.notes.Note), rendered at the edge
     events: list[StepEvent] = field(default_factory=list)
     finish_reason: str | None = None  # None while running; "eos", "length", "stop_string", "stopped", "error"
     error: str | None = None
@@ -92,7 +92,7 @@ class Run:
         """Take the engine's next event and bring the path (and the page's compact copy) up to date."""
         self.events.append(event)
         if not self.numbers_noted:
-            found = numbers_note(event, lm.config.vocab_size, not self.cfg.do_sample, self.settings.lang)
+            found = numbers_note(event, lm.config.vocab_size, not self.cfg.do_sample)
             if found:
                 self.notes.append(found)
                 self.numbers_noted = True

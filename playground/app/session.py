@@ -56,6 +56,7 @@ class Session:
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_pending: bool = False  # the link names a prompt whose run has not started yet
     link_notes: list[str] = field(default_factory=list)  # what the link's load said: shown until the visitor acts
+    notes: list[str] = field(default_factory=list)  # the notes box now (keyed): a language switch says them again
     seen: float = field(default_factory=time.monotonic)
     job_stop: threading.Event | None = None  # the stop flag of the tab's running job (a rerun, a sweep, a measure)
 
@@ -107,6 +108,7 @@ class Session:
         self.link = dict(params)
         self.link_pending = bool(params.get("prompt", "").strip())
         self.link_notes = list(notes or [])
+        self.notes = list(self.link_notes)
 
     def link_names(self, name: str) -> bool:
         return self.link is not None and name in self.link

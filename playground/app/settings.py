@@ -8,6 +8,7 @@ note that says why, never an exception. No Gradio here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -17,7 +18,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from playground.app.limits import CAPS, RANGES, WHOLE
+from playground.app.notes import error_note, note
 from playground.interventions import InterventionError, unpack
+from playground.notes import Note
 
 log = logging.getLogger("playground.app")
 MODES = ("greedy", "sample", "beam")
@@ -65,26 +68,26 @@ def _parse_bool(text: str) -> bool:
         return True
     if low in ("0", "false", "no", "off"):
         return False
-    raise ValueError("expected true or false")
+    raise ValueError(note("expect_bool"))
 
 
 def _parse_value(name: str, text: str) -> Any:
     default = getattr(DEFAULTS, name)
     if name == "mode":
         if text not in MODES:
-            raise ValueError(f"expected one of {', '.join(MODES)}")
+            raise ValueError(note("expect_one_of", choices=", ".join(MODES)))
         return text
     if name == "dtype":
         if text not in DTYPES:
-            raise ValueError(f"expected one of {', '.join(DTYPES)}")
+            raise ValueError(note("expect_one_of", choices=", ".join(DTYPES)))
         return text
     if name == "lang":
         if text not in LANGS:
-            raise ValueError(f"expected one of {', '.join(LANGS)}")
+            raise ValueError(note("expect_one_of", choices=", ".join(LANGS)))
         return text
     if name == "target_lang":
         if text and not re.fullmatch(r"[A-Za-z_]{2,16}", text):
-            raise ValueError("expected a language code such as fr_XX, fra_Latn or fr")
+            raise ValueError(note("expect_lang_code"))
         return text
     if name == "branches":
         parse_branches(text)
@@ -101,42 +104,42 @@ def _parse_value(name: str, text: str) -> Any:
     try:
         value = float(text)
     except ValueError:  # float()'s own message is Python's, not the visitor's
-        raise ValueError("expected a number") from None
+        raise ValueError(note("expect_number")) from None
     if name in WHOLE:
         if not value.is_integer():
-            raise ValueError("expected a whole number")
+            raise ValueError(note("expect_whole"))
         value = int(value)
     else:
         if not math.isfinite(value):
-            raise ValueError("expected a finite number")
+            raise ValueError(note("expect_finite"))
     lo, hi = RANGES[name]
     if not lo <= value <= hi:
-        raise ValueError(f"outside {lo}..{hi}")
+        raise ValueError(note("expect_range", low=lo, high=hi))
     return value
 
 
-def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tuple[UISettings, list[str]]:
-    """Settings from URL query parameters over `base` (defaults); notes for every ignored value."""
+def from_query(params: Mapping[str, str], base: UISettings | None = None) -> tuple[UISettings, list[Note]]:
+    """Settings from URL query parameters over `base` (defaults); a keyed note for every ignored value."""
     values = dataclasses.asdict(base or UISettings())
-    notes: list[str] = []
+    notes: list[Note] = []
     for key, raw in params.items():
         if key == "__theme":  # Gradio's own parameter
             continue
         if key not in values:
-            notes.append(f"ignored unknown link parameter '{key}'")
+            notes.append(note("link_unknown", name=key))
             continue
         text = str(raw)
         shown = text if len(text) <= 40 else text[:37] + "..."
         try:
             values[key] = _parse_value(key, text)
         except ValueError as exc:
-            notes.append(f"ignored link parameter {key}={shown!r}: {exc}")
+            notes.append(note("link_ignored", name=key, value=repr(shown), why=error_note(exc)))
         except Exception:  # noqa: BLE001 - whatever a link holds, the page opens and says so
             log.warning("link parameter %s could not be read", key, exc_info=True)
-            notes.append(f"ignored link parameter {key}={shown!r}: it could not be read")
+            notes.append(note("link_ignored", name=key, value=repr(shown), why=note("link_unreadable")))
     if len(values["prompt"]) > CAPS.prompt_chars:
         values["prompt"] = values["prompt"][: CAPS.prompt_chars]
-        notes.append(f"the prompt from the link was cut to {CAPS.prompt_chars} characters")
+        notes.append(note("link_prompt_cut", n=CAPS.prompt_chars))
     return UISettings(**values), notes
 
 
@@ -223,21 +226,24 @@ def parse_branches(text: str) -> list[tuple[int, list[int]]]:
         step, sep, tokens = part.partition(":")
         ids = tokens.split(".")
         if not sep or not step.isdigit() or not all(i.isdigit() for i in ids) or len(ids) > 32:
-            raise ValueError("expected step:token_id pairs separated by commas")
+            raise ValueError(note("expect_branches"))
         out.append((int(step), [int(i) for i in ids]))
     if len(out) > MAX_BRANCHES:
-        raise ValueError(f"at most {MAX_BRANCHES} branches")
+        raise ValueError(note("branches_many", n=MAX_BRANCHES))
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def parse_edits(text: str) -> tuple:
-    """The interventions of an `edits` setting (empty text: none). Raises ValueError with one line."""
+    """The interventions of an `edits` setting (empty text: none). Raises ValueError with one line (a Note).
+
+    Read once per text: the link's parse and the run's config ask for the same (frozen) interventions."""
     if not text:
         return ()
     try:
         return unpack(text, max_items=MAX_EDITS)
     except InterventionError as error:
-        raise ValueError(str(error)) from None
+        raise ValueError(error_note(error)) from None
 
 
 def format_branches(branches: list[tuple[int, list[int]]]) -> str:

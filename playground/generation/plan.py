@@ -18,6 +18,7 @@ from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
+from playground.notes import Note
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ContextFit:
 
     keep: int
     max_new_tokens: int
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # English, with a key and values for the app's words
 
 
 def fit_to_context(
@@ -55,16 +56,17 @@ def fit_to_context(
         if new <= room:
             return ContextFit(keep, new)
         if shrink and room >= 1:
-            notes.append(f"max_new_tokens {new} does not fit the model's remaining context of {room} tokens: using {room}")
+            notes.append(Note(f"max_new_tokens {new} does not fit the model's remaining context of {room} tokens: "
+                              f"using {room}", "fit_context_new", new=new, room=room))
             return ContextFit(keep, room, tuple(notes))
         if shrink:
             new = max(1, min(new, context // 4))
         keep = context - new - forced
         if (truncate or shrink) and keep >= 1:
-            notes.append(
+            notes.append(Note(
                 f"the prompt has {prompt_len} tokens but the model holds {context}: dropping the first "
-                f"{prompt_len - keep} tokens (truncated on the left) to leave room for {new} new tokens"
-            )
+                f"{prompt_len - keep} tokens (truncated on the left) to leave room for {new} new tokens",
+                "fit_prompt_dropped", n=prompt_len, context=context, dropped=prompt_len - keep, new=new))
             return ContextFit(keep, new, tuple(notes))
         fix = (f"lower max_new_tokens to {context - prompt_len} or shorten the prompt" if context - prompt_len >= 1
                else f"shorten the prompt to at most {max(context - 1, 0)} tokens")  # 0 new tokens is no run
@@ -76,17 +78,18 @@ def fit_to_context(
         if not (truncate or shrink):
             raise SettingsError(f"the source has {prompt_len} tokens but the encoder holds {context}; shorten it")
         keep = context
-        notes.append(
+        notes.append(Note(
             f"the source has {prompt_len} tokens but the encoder holds {context}: dropping the first "
-            f"{prompt_len - context} tokens (truncated on the left)"
-        )
+            f"{prompt_len - context} tokens (truncated on the left)",
+            "fit_source_dropped", n=prompt_len, context=context, dropped=prompt_len - context))
     room = context - stepper.prefix_length - forced
     if new > room:
         if not shrink:
             raise SettingsError(
                 f"max_new_tokens ({new}) exceeds the decoder's {context} positions; use at most {room}"
             )
-        notes.append(f"max_new_tokens {new} does not fit the decoder's {context} positions: using {room}")
+        notes.append(Note(f"max_new_tokens {new} does not fit the decoder's {context} positions: using {room}",
+                          "fit_decoder_new", new=new, context=context, room=room))
         new = room
     return ContextFit(keep, new, tuple(notes))
 
@@ -147,15 +150,7 @@ def plan(
     stepper = stepper_class(lm.kind)
     ids = as_ids(lm, prompt, cfg)
     forced = [int(i) for i in forced_prefix]
-    notes: list[str] = []
-    bad = [i for i in ids + forced if not 0 <= i < c.vocab_size]
-    if bad:
-        raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
-    if cfg.forced_bos_token_id is not None and cfg.forced_bos_token_id >= c.vocab_size:
-        raise SettingsError(
-            f"forced_bos_token_id {cfg.forced_bos_token_id} is outside the vocabulary (0..{c.vocab_size - 1}); "
-            "pick the target language from the tokenizer's codes"
-        )
+    notes: list[Note] = []
     layers = stepper.attention_layer_count(c)
     if cfg.attention_layers is not None and any(i >= layers for i in cfg.attention_layers):
         raise SettingsError(f"attention_layers {list(cfg.attention_layers)}: this model has layers 0..{layers - 1}")
@@ -165,11 +160,39 @@ def plan(
         raise SettingsError(str(error)) from None
     if not ids:
         ids = stepper.empty_prompt(c)
-        notes.append("the prompt was empty: starting from the start token")
+        notes.append(Note("the prompt was empty: starting from the start token", "plan_empty_prompt"))
     fit = fit_to_context(stepper, stepper.context_limit(c), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt,
                          forced=len(forced))
-    ids = ids[len(ids) - fit.keep :]
-    notes += fit.notes
+    return assemble(lm, ids, cfg, forced, fit, notes + list(fit.notes), final_maps=final_maps)
+
+
+def assemble(
+    lm: LoadedModel,
+    ids: list[int],
+    cfg: GenerationConfig,
+    forced_prefix: Sequence[int],
+    fit: ContextFit,
+    notes: Sequence[Note] = (),
+    *,
+    final_maps: bool = False,
+) -> Plan:
+    """The plan of settings already checked and fitted to the context (by `plan`'s strict pass, or by the
+    app's lenient one, `playground.app.limits.lenient`): nothing about them is checked again here but
+    what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget)."""
+    c = lm.config
+    stepper = stepper_class(lm.kind)
+    forced = [int(i) for i in forced_prefix]
+    notes = list(notes)  # the fit's own notes are the caller's (it said them in its own pass)
+    bad = [i for i in ids + forced if not 0 <= i < c.vocab_size]
+    if bad:
+        raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
+    if cfg.forced_bos_token_id is not None and cfg.forced_bos_token_id >= c.vocab_size:
+        raise SettingsError(
+            f"forced_bos_token_id {cfg.forced_bos_token_id} is outside the vocabulary (0..{c.vocab_size - 1}); "
+            "pick the target language from the tokenizer's codes"
+        )
+    ids = list(ids[len(ids) - fit.keep :])
+    cfg = cfg.replace(max_new_tokens=fit.max_new_tokens) if fit.max_new_tokens != cfg.max_new_tokens else cfg
     prefix = stepper.decoder_prefix(c, ids) + forced
     check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
@@ -182,11 +205,12 @@ def plan(
     return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)
 
 
-def _forceable(config: ModelConfig, name: str, notes: list[str]) -> int | None:
+def _forceable(config: ModelConfig, name: str, notes: list[Note]) -> int | None:
     """The config's forced token id, or None (with a note) when the vocabulary has no such token: a token
     that never occurs cannot be forced (transformers would fail indexing the scores)."""
     value = getattr(config, name)
     if value is not None and not 0 <= value < config.vocab_size:
-        notes.append(f"the config's {name} {value} lies outside the vocabulary: no token is forced")
+        notes.append(Note(f"the config's {name} {value} lies outside the vocabulary: no token is forced",
+                          "plan_forced_outside", name=name, value=value))
         return None
     return value

@@ -51,7 +51,7 @@ def cuda_missing(device: str) -> str | None:
 
 
 def live_capture(n_layers: int) -> dict[str, Any]:
-    """What the page records while a visitor watches (playground.app.start): the live panel's layer
+    """What the page records while a visitor watches (playground.app.play): the live panel's layer
     of attention, the residual stream (logit lens, residual norms) and the candidates."""
     return {"capture_attention": True, "attention_layers": (n_layers - 1,), "capture_residual": True,
             "top_candidates": 8}

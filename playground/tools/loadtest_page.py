@@ -60,7 +60,7 @@ class Page:
 
     @classmethod
     def read(cls, url: str) -> Page:
-        from playground.ui.settings import FIELDS
+        from playground.app.settings import FIELDS
 
         config = httpx.get(url + "config", timeout=30).json()
         ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c.get("props", {}).get("elem_id")}
@@ -98,7 +98,7 @@ class Visitor:
     actions: dict[str, int] = field(default_factory=dict)
 
     def values(self, **changes: Any) -> list[Any]:
-        from playground.ui.settings import UISettings
+        from playground.app.settings import UISettings
 
         settings = UISettings(model=self.model, prompt=PROMPTS[self.index % len(PROMPTS)], mode="sample",
                               temperature=0.9, top_k=40, seed=1000 + self.index, max_new_tokens=self.max_new_tokens)

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from playground.app import zerogpu
+from playground.app.play import start_run
 from playground.app.session import Session
 from playground.app.settings import UISettings
-from playground.app.start import start_run
 from playground.checkpoints.loader import load_model
 from playground.generation import StepEvent, run_plan
 from playground.tools.zerogpu_emulation import EmulatedGPU

@@ -16,12 +16,12 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app.catalog import Catalog
+from playground.app.registry import ModelRegistry
 from playground.hosting import on_space
-from playground.ui.catalog import Catalog
 from playground.ui.gradio_internals import UploadCache, slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.layout import CSS, build_page
-from playground.ui.registry import ModelRegistry
 from playground.ui.wiring import wire
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
@@ -55,7 +55,7 @@ def build_app(
     handlers.stream.scripts.app = page.demo
     page.demo.playground_is_page = handlers.sessions.has  # Gradio drops other sessions' state first
     # Gradio's upload route takes files without any event: its copies stay within the uploads' quota.
-    UploadCache(lambda: catalog.quota_bytes).start(page.demo)
+    UploadCache(lambda: catalog.uploads.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test
     page.demo.playground_page = page
     return page.demo
@@ -92,7 +92,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
 def upload_limit_bytes(demo: gr.Blocks) -> int:
     """The largest upload the app could store: a checkpoint's weights limit, within one visitor's share."""
     models = demo.playground_handlers.models
-    return min(models.limits.max_file_bytes, models.catalog.owner_quota_bytes)
+    return min(models.limits.max_file_bytes, models.catalog.uploads.owner_quota_bytes)
 
 
 __all__ = ["build_app", "enable_queue", "launch_kwargs"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.app import heap
+from playground.app.catalog import Catalog
+from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
 from playground.checkpoints.limits import Limits
-from playground.ui.catalog import Catalog
 from playground.ui.lab import Lab
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
-from playground.ui.registry import ModelRegistry
 from playground.ui.streaming import Streaming
 
 
@@ -50,5 +50,5 @@ class Handlers:
 
     def forget(self, key: str) -> None:
         """Return what a tab that is gone held: its uploads, its Hub downloads and their models."""
-        self.registry.drop_under(self.catalog.forget(key))
+        self.registry.drop_under(self.catalog.uploads.forget(key))
         heap.release()

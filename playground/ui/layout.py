@@ -18,8 +18,8 @@ import gradio as gr
 from playground.app import lessons as lesson_registry
 from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
+from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
-from playground.ui.catalog import ALLOWED_SUFFIXES
 from playground.ui.lab_layout import EXPORT_JS
 from playground.ui.lab_layout import build_tab as lab_tab
 

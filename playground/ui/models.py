@@ -14,17 +14,20 @@ from typing import Any
 import gradio as gr
 
 from playground.app import describe
+from playground.app.catalog import Catalog
 from playground.app.frames import head_choices
+from playground.app.notes import error_note, note, render
+from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
 from playground.app.settings import FIELDS, UISettings, from_query
-from playground.app.words import note, t
+from playground.app.uploads import remove_sources
+from playground.app.words import t
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
 from playground.loaded import LoadedModel
-from playground.ui.catalog import Catalog, remove_sources
+from playground.notes import Note
 from playground.ui.layout import empty_live_value, view_choices
-from playground.ui.registry import ModelRegistry
 
 log = logging.getLogger("playground.ui")
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}
@@ -35,7 +38,7 @@ def one_line(exc: Exception, lang: str = "en", where: str = "") -> str:
     if isinstance(exc, gr.Error):
         return str(exc.message).splitlines()[0] if exc.message else "error"
     if isinstance(exc, (PlaygroundError, ValueError)):
-        return note(str(exc).splitlines()[0], lang) if str(exc) else type(exc).__name__
+        return render(error_note(exc), lang)
     log.error("unexpected error%s", f" in {where}" if where else "", exc_info=exc)
     return t("unexpected", lang, what=type(exc).__name__)
 
@@ -74,7 +77,7 @@ class Models:
         self.registry = registry
         self.sessions = sessions
         self.limits = limits or Limits.default()
-        catalog.in_use = self.uploads_in_use  # another visitor's upload never evicts one a page has open
+        catalog.uploads.in_use = self.uploads_in_use  # another visitor's upload never evicts one a page has open
 
     def uploads_in_use(self) -> list:
         """The folders of the uploads and Hub downloads that some tab has loaded now."""
@@ -91,7 +94,7 @@ class Models:
 
     def choices(self, owner: str | None, lang: str = "en") -> list[tuple[str, str]]:
         """The model list as (label, name), its words in `lang`."""
-        self.registry.drop_under(self.catalog.sweep())  # uploads past their time-to-live go first
+        self.registry.drop_under(self.catalog.uploads.sweep())  # uploads past their time-to-live go first
         return [(e.label, e.name) for e in self.catalog.entries(owner, lang)]
 
     def dropdown(self, owner: str | None, value: str | None = None, lang: str = "en") -> dict:
@@ -145,7 +148,7 @@ class Models:
 
     # --- page load -------------------------------------------------------------------------------
 
-    def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
+    def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[Note]]:
         params = dict(request.query_params) if request is not None else {}
         base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
         settings, notes = from_query(params, base)
@@ -153,12 +156,14 @@ class Models:
         if settings.model not in self.catalog.names(owner):
             try:  # say why, in one line that names nothing of anyone else's
                 self.catalog.resolve(settings.model, owner)
-                why = "is not available here"
+                why = note("model_not_here")
+            except (PlaygroundError, ValueError) as exc:
+                why = error_note(exc)
             except Exception as exc:  # noqa: BLE001 - whatever the name is, the link's other values still apply
                 why = one_line(exc, settings.lang, "link")
-            notes.append(f"the link's model: {why}; using {base.model}")
+            notes.append(note("link_model", why=why, model=base.model))
             settings.model = base.model
-        notes += [f"{name} is not offered here: {why}" for name, why in self.catalog.unavailable().items()]
+        notes += [note("model_not_offered", name=name, why=why) for name, why in self.catalog.unavailable().items()]
         return settings, notes
 
     def page_load(self, request: gr.Request):
@@ -219,7 +224,7 @@ class Models:
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
         out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
-        evicted = self.catalog.evicted_since(owner)
+        evicted = self.catalog.uploads.evicted_since(owner)
         if evicted:  # say what went, so that nobody wonders where it is
             out = (out[0], out[1] + " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted))), *out[2:])
         return out

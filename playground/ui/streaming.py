@@ -12,29 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, lab, serving, zerogpu
-from playground.app.engine_stream import run_events
+from playground.app import describe, frames, heap, serving
 from playground.app.limits import CAPS
-from playground.app.numbers import numbers_note
+from playground.app.notes import error_line
+from playground.app.play import Frame, play, play_link, play_script
 from playground.app.run import Run
 from playground.app.session import Session, Sessions
-from playground.app.settings import (
-    FIELDS,
-    UISettings,
-    format_branches,
-    from_query,
-    from_widgets,
-    parse_branches,
-)
-from playground.app.start import MAX_PACE_SECONDS, link_defaults, start_run
-from playground.app.words import note
+from playground.app.settings import FIELDS, LANGS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data
@@ -70,7 +61,8 @@ class Streaming:
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
             yield UNCHANGED  # Stop was pressed while this run waited in the queue
             return
-        yield from self._run_and_branches(session, settings, [])
+        session.lang = settings.lang
+        yield from self.press(session, settings)
 
     def generate_link(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
         """The page was opened from a link that names a prompt: its run, then the link's branches."""
@@ -79,28 +71,9 @@ class Streaming:
             yield UNCHANGED  # nothing to run: what the page shows (the link's notes) stays
             return
         settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
-        try:
-            branches = parse_branches(settings.branches)
-        except ValueError:  # the page load already said why it was ignored
-            branches = []
-        yield from self._run_and_branches(session, settings, branches)
-
-    def _run_and_branches(self, session: Session, settings: UISettings, branches: list[tuple[int, list[int]]]):
         session.lang = settings.lang
-        run = None
-        # A link with the lab's edits replays the plain run first, then the edited one beside it.
-        for number, each in enumerate(lab.link_runs(settings)):
-            if number and (run is None or run.finish_reason in ("stopped", "error")):
-                return
-            for out in self._stream(session, each, parent=None):
-                run = out[-1]
-                yield out[:-1]
-        for step, ids in branches:
-            if run is None or run.finish_reason in ("stopped", "error") or step >= len(run.path):
-                break
-            for out in self._stream(session, run.settings, parent=(run, step, ids)):
-                run = out[-1]
-                yield out[:-1]
+        yield from self._frames(session, play_link(session, self.models.model_for, settings,
+                                                   on_end=self.sessions.enforce_memory))
 
     def branch(self, evt: gr.EventData, request: gr.Request | None = None) -> Iterator[tuple]:
         """Continue a finished run from one of its steps with another token (picked or typed)."""
@@ -124,75 +97,44 @@ class Streaming:
         if not ids:
             yield UNCHANGED
             return
-        for out in self._stream(session, run.settings, parent=(run, step, ids)):
-            yield out[:-1]
+        yield from self.press(session, run.settings, parent=(run, step, ids))
 
-    def _stream(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None):
-        """Yield (live, notes, branches, run) frames for one run (a branch when `parent` is given)."""
-        lang = settings.lang
-        try:
-            run, lm, p = self._start(session, settings, parent)
-        except Exception as exc:  # noqa: BLE001 - one message in the live screen, no badges
-            yield self._error_frame(session, settings, exc)
-            return
-        stop = threading.Event()
-        if session.stop is not None:
-            session.stop.set()  # one generation per session: a new run ends the previous one
-        session.stop = stop
-        session.add_run(run)
-        meta = self.models.meta(lm, settings.model)
-        notes_md = describe.notes_markdown(session.link_notes + run.notes, lang)
-        branches = format_branches(session.lineage(run))
-        pace = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens))
-        last_frame = 0.0
-        error = None
-        stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
-        try:
-            # The first frame at once: the new run, started (the old run's "Done" stayed up until the first token).
-            yield self._value(session, run, meta), notes_md, branches, run
-            for event in stream:
-                if isinstance(event, serving.Waiting):  # no place in the batch yet: say where in line
-                    yield frames.waiting_value(self._value(session, run, meta), event), notes_md, branches, run
-                    continue
-                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
-                    run.notes.append(event.text(lang))
-                    notes_md = describe.notes_markdown(run.notes, lang)
-                    continue
-                noted = len(run.notes)
-                run.add_event(event, lm)
-                if len(run.notes) != noted:  # the run found numbers that cannot be right
-                    notes_md = describe.notes_markdown(run.notes, lang)
-                now = time.monotonic()
-                if (len(run.events) == 1 or event.finished or pace
-                        or now - last_frame >= frames.frame_seconds(serving.active_requests())):
-                    last_frame = now
-                    # the same notes and branches each frame: unchanged values cost Gradio nothing, where an
-                    # update (gr.skip) rebuilds the component on the server for every frame
-                    yield self._value(session, run, meta), notes_md, branches, run
-                if pace and not event.finished and stop.wait(pace):
-                    pass  # Stop during the pause: the engine ends before its next step
-        except Exception as exc:  # noqa: BLE001
-            error = one_line(exc, lang, "generate")
-        finally:
-            stream.close()
-            if session.stop is stop:
-                session.stop = None
-            heap.release()
-        run.finish(lm, error)
-        self.sessions.enforce_memory()  # finished runs keep their recorded arrays within the budgets
-        yield self._value(session, run, meta), notes_md, branches, run
+    def press(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
+              ) -> Iterator[tuple]:
+        """(live screen, notes, branches) frames of one run of `settings` in `session` (the lab's forks)."""
+        yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent,
+                                              on_end=self.sessions.enforce_memory))
 
-    def _start(self, session: Session, settings: UISettings, parent):
-        """The model (resolved here: never on the torch thread), then the run and its plan from the core."""
-        lm = self.models.model_for(settings.model, settings.dtype, session.key)
-        run, p = start_run(session, lm, settings, parent)
-        return run, lm, p
+    def _stream(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
+                ) -> Iterator[tuple]:
+        """`press` with the session's current run after each frame, as ui/lab.py's fork reads it (until it calls
+        `press`)."""
+        for out in self.press(session, settings, parent):
+            yield (*out, session.current)
 
-    def _error_frame(self, session: Session, settings: UISettings, exc: Exception) -> tuple:
-        lang = settings.lang
-        message = one_line(exc, lang, "generate")
-        value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message}, "error": message}
-        return value, describe.notes_markdown(session.link_notes + [message], lang), gr.skip(), None
+    def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
+        """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every
+        frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame)."""
+        shown: tuple[list[str], str, str] | None = None
+        meta: dict[str, Any] | None = None
+        for frame in press:
+            lang = session.lang  # the language switch may change it while the run streams
+            if shown is None or shown[0] != frame.notes or shown[2] != lang:
+                shown = (list(frame.notes), describe.notes_markdown(frame.notes, lang), lang)
+                session.notes = shown[0]
+            run = frame.run
+            if run is None:  # the run could not start: one message in the live screen, no badges
+                value = {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": frame.error},
+                         "error": frame.error}
+                yield value, shown[1], gr.skip()
+                continue
+            if meta is None or meta["token"] != run.token:
+                lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+                meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
+            value = self._value(session, run, meta["value"])
+            if frame.waiting is not None:
+                value = frames.waiting_value(value, frame.waiting)
+            yield value, shown[1], format_branches(frame.branches)
 
     # --- what the live screen receives ------------------------------------------------------------
 
@@ -291,40 +233,16 @@ class Streaming:
 
     def generate_text(self, model: str, prompt: str, settings_query: str = "", request: gr.Request = None) -> dict:
         """Generate without streaming: `model` and `prompt`, the other settings as a link's query string
-        (e.g. "mode=sample&temperature=0.8&seed=1"). Returns text, token_ids, finish_reason, notes."""
+        (e.g. "mode=sample&temperature=0.8&seed=1"). Returns text, token_ids, finish_reason, notes: the page's
+        press (`play_script`), the notes in the query's language."""
+        asked = dict(parse_qsl(str(settings_query).lstrip("?"))).get("lang")
+        lang = asked if asked in LANGS else "en"  # the language of a refusal (play_script's notes have their own)
         try:
-            return self._generate_text(model, prompt, settings_query)
+            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER)
+        except PlaygroundError as exc:
+            raise gr.Error(error_line(exc, lang), print_exception=False) from None
         finally:
             if request is not None:  # a script's session: Gradio's copy of the page for it goes soon after
                 self.scripts.end(session_key(request))
             heap.release()
 
-    def _generate_text(self, model: str, prompt: str, settings_query: str) -> dict:
-        """The page's path for a press (`start_run`: a link's chat default, caps, clamps, a drawn seed), in
-        a session of its own, its notes in the query's language."""
-        from urllib.parse import parse_qsl
-
-        params = dict(parse_qsl(str(settings_query).lstrip("?"), keep_blank_values=True))
-        params.update(model=model, prompt=prompt)
-        settings, notes = from_query(params, UISettings())
-        lang = settings.lang
-        try:
-            lm = self.models.model_for(settings.model, settings.dtype, SCRIPT_OWNER)
-            settings = link_defaults(settings, params, lm)
-            run, p = start_run(Session(key=SCRIPT_OWNER, lang=lang), lm, settings, captures=False)
-            # in the shared batch beside the page's runs, read to the end as generate_all reads the engine's stream
-            events = []
-            for event in run_events(p, threading.Event(), report_waiting=True):
-                if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the caller reads why
-                    notes.append(event.text(lang))
-                elif not isinstance(event, serving.Waiting):
-                    events.append(event)
-        except PlaygroundError as exc:
-            raise gr.Error(note(str(exc), lang), print_exception=False) from None
-        last = events[-1] if events else None
-        deterministic = not p.cfg.do_sample
-        found = next((n for e in events if (n := numbers_note(e, lm.config.vocab_size, deterministic, lang))), None)
-        notes += [found] if found else []
-        return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
-                "finish_reason": last.finish_reason if last is not None and last.finished else "stopped",
-                "notes": [note(n, lang) for n in notes + run.notes]}

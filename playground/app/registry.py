@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from playground.app.torch_thread import runs_on_torch_thread
 from playground.loaded import LoadedModel
-from playground.ui.torch_thread import runs_on_torch_thread
 
 Loader = Callable[[Path, str], LoadedModel]
 

@@ -1,0 +1,249 @@
+"""One press, from settings to frames: the page's Generate, a link's runs, a branch and `/generate_text` alike.
+
+    for frame in play(session, lookup, settings):        # the page: frames at the live screen's pace
+        frame.run, frame.notes, frame.waiting, frame.error
+    play_script(lookup, model, prompt, query, owner)      # the script API: the same run, read to its end
+
+A press passes through the settings once (`start_run`): the prompt under the app's caps, the knobs moved into
+the range the app and the model accept with a keyed note per change (`limits.lenient`, which also fits the
+prompt and the new tokens to the context, once), then one plan (`generation.plan.assemble`, which checks
+nothing of that again) and one `Run`. The notes a frame carries are the session's link notes (kept until the
+visitor's next action) then the run's own, so a link's notes never vanish under a run's. No Gradio here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from playground.app import frames, heap, lab, serving, zerogpu
+from playground.app.engine_stream import run_events
+from playground.app.limits import CAPS, lenient
+from playground.app.notes import error_line, note, render_all
+from playground.app.run import Run
+from playground.app.session import Session, new_token
+from playground.app.settings import UISettings, from_query, generation_kwargs, parse_branches
+from playground.errors import PlaygroundError
+from playground.generation import GenerationConfig, language_token_id
+from playground.generation.plan import Plan, assemble
+from playground.generation.stepper import stepper_class
+from playground.notes import Note
+
+MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
+Lookup = Callable[[str, str, str], Any]  # (catalog name, dtype, owner) -> the loaded model
+Parent = tuple[Run, int, list[int]]  # (run, step, token ids): continue `run` from `step` with these tokens
+
+
+@dataclass
+class Frame:
+    """What the page shows at one moment of a press."""
+
+    run: Run | None  # None: the run could not start (`error` says why)
+    notes: list[str]  # the notes box: the link's notes, then the run's (keyed notes, rendered at the edge)
+    waiting: serving.Waiting | None = None  # no place in the batch yet: where in line
+    error: str | None = None  # one line in the visitor's language, when the run could not start
+    branches: list[tuple[int, list[int]]] = field(default_factory=list)  # the run's lineage (what its link replays)
+
+
+# --- one pass over the settings -------------------------------------------------------------------
+
+
+def decoding(lm: Any, settings: UISettings) -> dict[str, Any]:
+    """GenerationConfig keywords for the settings: the mode's knobs and the target language's token."""
+    kwargs = generation_kwargs(settings)
+    if settings.target_lang:
+        kwargs["forced_bos_token_id"] = language_token_id(lm.tokenizer, settings.target_lang)
+    return kwargs
+
+
+def prompt_tokens(lm: Any, settings: UISettings) -> tuple[list[int], list[Note]]:
+    """The prompt's token ids under the app's caps, in characters then in tokens, with a note for each cut."""
+    notes: list[Note] = []
+    text = settings.prompt
+    if not text.strip():
+        raise PlaygroundError(note("empty_prompt"))
+    if len(text) > CAPS.prompt_chars:
+        text = text[: CAPS.prompt_chars]
+        notes.append(note("prompt_cut", n=CAPS.prompt_chars))
+    chat = settings.chat and lm.chat_template_available
+    if settings.chat and not chat:
+        notes.append(note("chat_unavailable"))
+    ids = lm.tokenize(text, chat=chat)
+    if len(ids) > CAPS.prompt_tokens:
+        notes.append(note("prompt_tokens_cut", n=len(ids), dropped=len(ids) - CAPS.prompt_tokens, cap=CAPS.prompt_tokens))
+        ids = ids[-CAPS.prompt_tokens:]
+    return ids, notes
+
+
+def link_defaults(settings: UISettings, named: Any, lm: Any) -> UISettings:
+    """The settings of a link (or a script's query) for `lm`: a query that does not name `chat` gets the
+    model's default, on for a model with a chat template (as the page's first load sets its box)."""
+    if "chat" in named:
+        return settings
+    return dataclasses.replace(settings, chat=bool(lm.chat_template_available))
+
+
+def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | None = None, *,
+              captures: bool = True) -> tuple[Run, Plan]:
+    """A new run of `session` (numbered, not yet added) and the engine's plan for it: the one validation pass.
+
+    parent: (run, step, token ids): continue `run` from `step` with these tokens instead of its own.
+    An empty seed in sampling draws one here (the run keeps it, so its link reproduces it).
+    captures=False (the script API): no attention, residual or candidates recorded; the same tokens."""
+    notes: list[Note] = []
+    if parent is None:
+        prompt_ids, notes = prompt_tokens(lm, settings)
+        inherited: list[list[Any]] = []
+        forced: list[int] = []
+        branch_of = None
+    else:
+        base, step, forced = parent
+        if settings.mode == "sample" and settings.seed is None:  # a branch samples with its run's seed, so
+            settings = dataclasses.replace(settings, seed=base.cfg.seed)  # a link replays it exactly
+        prompt_ids = list(base.prompt_ids)
+        inherited = list(base.inherited) + [[lm.token_text(i), i, 1.0] for i in base.forced] + [
+            [s.token_text, s.token_id, s.prob] for s in base.path[:step]]
+        branch_of = (base.number, step)
+    kwargs = decoding(lm, settings)
+    if settings.mode == "sample" and settings.seed is None:
+        kwargs["seed"] = secrets.randbelow(2**31)
+        notes.append(note("seed_drawn", seed=kwargs["seed"]))
+    forced_prefix = [int(i) for _, i, _ in inherited] + list(forced)
+    done = lenient(GenerationConfig(**kwargs), lm, len(prompt_ids), forced_tokens=len(forced_prefix))
+    if not prompt_ids:  # a prompt of no tokens starts from the model's start token (the lenient pass said so)
+        prompt_ids = stepper_class(lm.kind).empty_prompt(lm.config)
+    notes += done.notes
+    live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
+    # The live panel's layer, and the residual stream the logit lens and the residual norms read.
+    cfg = done.cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
+    if not captures:
+        cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
+    if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
+        notes.append(note("pace_capped", ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
+    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes)
+    run = Run(
+        token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
+        prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),
+        live_layer=live_layer, notes=list(p.notes), branch_of=branch_of, inherited=inherited, forced=list(forced),
+        forced_texts=lm.token_texts(forced),
+        prefix_texts=lm.token_texts(p.prefix_ids[: len(p.prefix_ids) - len(forced_prefix)]),
+    )
+    session.next_number += 1
+    return run, p
+
+
+# --- a press, frame by frame ----------------------------------------------------------------------
+
+
+def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent | None = None, *,
+         captures: bool = True, pace: bool = True, on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
+    """Frames of one run of `settings` in `session` (a branch when `parent` is given): the first at once (the
+    run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
+    try:  # the model is resolved here, never on the torch thread
+        lm = lookup(settings.model, settings.dtype, session.key)
+        run, p = start_run(session, lm, settings, parent, captures=captures)
+    except Exception as exc:  # noqa: BLE001 - one line in the live screen, no badges
+        message = error_line(exc, settings.lang, "generate")
+        yield Frame(None, session.link_notes + [message], error=message)
+        return
+    yield from _stream(session, lm, run, p, settings, pace=pace, on_end=on_end)
+
+
+def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
+            on_end: Callable[[], Any] | None) -> Iterator[Frame]:
+    stop = threading.Event()
+    if session.stop is not None:
+        session.stop.set()  # one generation per session: a new run ends the previous one
+    session.stop = stop
+    session.add_run(run)
+    lineage = session.lineage(run)
+
+    def frame(waiting: serving.Waiting | None = None) -> Frame:
+        return Frame(run, session.link_notes + run.notes, waiting, branches=lineage)
+
+    pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
+    last_frame = 0.0
+    error = None
+    stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
+    try:
+        yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
+        for event in stream:
+            if isinstance(event, serving.Waiting):
+                yield frame(event)
+                continue
+            if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
+                run.notes.append(note(event.key))
+                continue
+            run.add_event(event, lm)
+            now = time.monotonic()
+            if (len(run.events) == 1 or event.finished or pause
+                    or now - last_frame >= frames.frame_seconds(serving.active_requests())):
+                last_frame = now
+                yield frame()
+            if pause and not event.finished and stop.wait(pause):
+                pass  # Stop during the pause: the engine ends before its next step
+    except Exception as exc:  # noqa: BLE001
+        error = error_line(exc, settings.lang, "generate")
+    finally:
+        stream.close()
+        if session.stop is stop:
+            session.stop = None
+        heap.release()
+    run.finish(lm, error)
+    if on_end is not None:
+        on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
+    yield frame()
+
+
+def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:
+    """A link's runs: the plain run, the edited one beside it when the link carries the lab's edits, then the
+    link's branches in order (each from the run before it). A branch list that does not parse was already
+    a note of the page load; it is left out here."""
+    try:
+        branches = parse_branches(settings.branches)
+    except ValueError:
+        branches = []
+    run = None
+    for number, each in enumerate(lab.link_runs(settings)):
+        if number and (run is None or run.finish_reason in ("stopped", "error")):
+            return
+        for out in play(session, lookup, each, **kw):
+            run = out.run
+            yield out
+    for step, ids in branches:
+        if run is None or run.finish_reason in ("stopped", "error") or step >= len(run.path):
+            return
+        for out in play(session, lookup, run.settings, parent=(run, step, ids), **kw):
+            run = out.run
+            yield out
+
+
+# --- the script API -------------------------------------------------------------------------------
+
+
+def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str) -> dict[str, Any]:
+    """`/generate_text`: the page's press for a link's query (its chat default, caps, clamps, a drawn seed), in a
+    session of its own, read to the end. Returns text, token_ids, finish_reason and the notes in the query's
+    language. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
+    params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
+    params = {**params, "model": model, "prompt": ""}
+    settings, link_notes = from_query(params, UISettings())
+    settings = dataclasses.replace(settings, prompt=str(prompt))  # cut as the page's prompt box is (start_run)
+    session = Session(key=owner, lang=settings.lang)
+    session.link_notes = list(link_notes)
+    lm = lookup(settings.model, settings.dtype, owner)
+    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None):
+        pass
+    if run.finish_reason == "error":
+        raise PlaygroundError(run.error)
+    last = run.events[-1] if run.events else None
+    return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
+            "finish_reason": run.finish_reason,
+            "notes": render_all(session.link_notes + run.notes, settings.lang)}
