@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from playground.analysis.attribution import Attribution, attribute_step
@@ -60,8 +60,13 @@ def describe_edits(text: str, lang: str) -> str:
 def reads(run: Run, step: int, lang: str) -> str:
     """Which run and step a lab result reads ("In run 2 (ablate head 23.4), step 6:"): a visitor keeps several
     runs side by side, and an edited run answers differently from its original."""
-    edit = describe_edits(run.settings.edits, lang)
-    return t("lab_reads_edited" if edit else "lab_reads", lang, n=run.number, edit=edit, step=step + 1)
+    return reads_words(run.number, run.settings.edits, step, lang)
+
+
+def reads_words(number: int, edits: str, step: int, lang: str) -> str:
+    """`reads` from the run's number and its `edits` setting."""
+    edit = describe_edits(edits, lang)
+    return t("lab_reads_edited" if edit else "lab_reads", lang, n=number, edit=edit, step=step + 1)
 
 
 def link_runs(settings: UISettings) -> list[UISettings]:
@@ -80,8 +85,13 @@ def fork_settings(session: Session, run: Run, edit: Intervention, lang: str) -> 
 
 def original_of(session: Session, run: Run) -> Run | None:
     """The newest finished plain run of the same prompt, model and decoding that `run` is compared with."""
+    return original_among(session.runs, run)
+
+
+def original_among(runs: Sequence[Run], run: Run) -> Run | None:
+    """`original_of` among `runs` (a session's, oldest first)."""
     plain = dataclasses.replace(run.settings, edits="", branches="", lang="en", pace_ms=0)
-    for other in reversed(session.runs):
+    for other in reversed(runs):
         if other is run or other.running or not other.path or other.branch_of is not None:
             continue
         if other.settings.edits or other.prompt_ids != run.prompt_ids:

@@ -57,6 +57,9 @@ def build_tab(c: dict[str, Any], named, lang: str) -> None:
             named("lab_ablate_mlp", gr.Button(t("lab_ablate_mlp", lang), elem_id="lab-ablate-mlp"), "lab_ablate_mlp")
         c["lab_md"] = gr.Markdown(t("lab_needs_run", lang), elem_id="lab-divergence-md")
         c["lab_div"] = gr.Plot(elem_id="lab-divergence-plot", show_label=False, visible=False)
+        # An edited run's results read the run on screen or, switched, its original (shown once there is one).
+        named("lab_run", gr.Radio([("shown", "shown"), ("original", "original")], value="shown", visible=False,
+                                  label=t("lab_run", lang), elem_id="lab-run"), "lab_run")
         named("lab_versus", gr.Checkbox(value=False, label=t("lab_versus", lang), elem_id="lab-versus"), "lab_versus")
         c["lab_attr_md"] = gr.Markdown("", elem_id="lab-attribution-md")
         c["lab_attr"] = gr.Plot(elem_id="lab-attribution-plot", show_label=False, visible=False)
