@@ -15,6 +15,13 @@ pytestmark = pytest.mark.usefixtures("h")
 SETTINGS = UISettings(prompt="The Python interpreter", max_new_tokens=10)
 
 
+def lab_panels(h, session: str, side: str = "shown", versus: bool = False) -> dict:  # noqa: F811
+    """The Lab tab (open) drawn: its texts' values and its figures' and sliders' updates, by short name."""
+    out = h.views.control("lab", {"lab_versus": versus, "lab_run": side}, request(session))
+    short = {k.removeprefix("lab_"): v for k, v in out.items()}
+    return {k: v["value"] if k in ("md", "attr_md") else v for k, v in short.items()}
+
+
 def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: F811
     _, original = run(h, SETTINGS, "lab")
     frames = list(h.lab.fork_head(1, 3, request("lab")))
@@ -24,7 +31,7 @@ def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: 
     live, notes, _ = frames[-1]
     assert [b["edit"] for b in live["branches"]] == ["", "ablate head 1.3"]
     session.deep_tab = "lab"
-    out = dict(zip(("md", "div", "attr_md", "attr", "layer", "head", "steer_layer"), h.lab.redraw(False, request("lab"))))
+    out = lab_panels(h, "lab")
     assert "ablate head 1.3" in out["md"] and "KL" in out["md"] and out["div"]["visible"] is True
     assert "parts sum to" in out["attr_md"] and out["head"]["maximum"] == 3
     query = h.stream.link(request("lab"), *values(SETTINGS))
@@ -67,14 +74,15 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
     assert fork is not original and session.selected_step == 3 and session.step() == 3
     assert all(f[0]["selected"] == 3 for f in frames)  # the live screen opens the fork at the step on screen
     session.deep_tab = "lab"
-    md, _, attr_md, *_ = h.lab.redraw(False, request("keep"))
+    panels = lab_panels(h, "keep")
+    md, attr_md = panels["md"], panels["attr_md"]
     token = fork.path[3].token_text
     assert f"In run {fork.number} (ablate head 1.3), step 4" in attr_md and token in attr_md
     assert f"In run {fork.number} (ablate head 1.3), step 4" in md
-    sweep_md = list(h.lab.sweep_of_run(0, request("keep")))[-1][0]
+    sweep_md = list(h.lab.sweep_of_run(0, request=request("keep")))[-1][0]
     assert f"In run {fork.number} (ablate head 1.3), step 4" in sweep_md
     session.lang = "zh"
-    assert f"第 {fork.number} 次运行(消融第 1 层第 3 个头),第 4 步" in h.lab.redraw(False, request("keep"))[2]
+    assert f"第 {fork.number} 次运行(消融第 1 层第 3 个头),第 4 步" in lab_panels(h, "keep")["attr_md"]
     # a fork from the newest token keeps following the newest token
     h.stream.select_step([fork.token, len(fork.path) - 1])
     session.selected_step = None
@@ -82,4 +90,4 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
     frames = list(h.lab.fork_mlp(0, request("keep")))
     assert session.selected_step is None and frames[-1][0]["selected"] is None
     label = f"In run {session.current.number} (ablate head 1.3; ablate the MLP of layer 0), step {len(session.current.path)}"
-    assert label in h.lab.redraw(False, request("keep"))[2]
+    assert label in lab_panels(h, "keep")["attr_md"]
