@@ -16,7 +16,8 @@ SETTINGS = UISettings(prompt="The Python interpreter", max_new_tokens=10)
 
 
 def lab_panels(h, session: str, side: str = "shown", versus: bool = False) -> dict:  # noqa: F811
-    """The Lab tab (open) drawn: its texts' values and its figures' and sliders' updates, by short name."""
+    """The Lab tab opened and drawn: its texts' values and its figures' and sliders' updates, by short name."""
+    h.sessions.get(session).deep_tab = "lab"
     out = h.views.control("lab", {"lab_versus": versus, "lab_run": side}, request(session))
     short = {k.removeprefix("lab_"): v for k, v in out.items()}
     return {k: v["value"] if k in ("md", "attr_md") else v for k, v in short.items()}
@@ -91,3 +92,23 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
     assert session.selected_step is None and frames[-1][0]["selected"] is None
     label = f"In run {session.current.number} (ablate head 1.3; ablate the MLP of layer 0), step {len(session.current.path)}"
     assert label in lab_panels(h, "keep")["attr_md"]
+
+
+def test_patching_on_the_page_forks_a_branch_with_its_divergence_and_its_link_replays_it(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "patch")
+    other = "The Python interpretes"  # one character changed: the positions line up
+    frames = list(h.lab.fork_patch(other, 1, -1, request("patch")))  # -1: the last position, where they differ
+    last = len(original.prompt_ids) - 1
+    assert f"position {last}: this run's “r” gets what “s”" in frames[0][3]  # what goes where, before the fork
+    session = h.sessions.get("patch")
+    fork = session.current
+    assert fork is not original and type(fork.cfg.interventions[0]).__name__ == "Patch"
+    live = frames[-1][0]
+    assert [b["edit"] for b in live["branches"]] == ["", f"patch the residual after block 1 at position {last}"]
+    panels = lab_panels(h, "patch")
+    assert f"Compared with run {original.number}" in panels["md"] and panels["div"]["visible"] is True
+    params = dict(parse_qsl(h.stream.link(request("patch"), *values(SETTINGS))[1:]))
+    open_link(h, "patch-replay", **params)
+    assert h.sessions.get("patch-replay").current.generated_ids == fork.generated_ids
+    refused = list(h.lab.fork_patch("Short", 1, -1, request("patch")))
+    assert len(refused) == 1 and "same number of tokens" in refused[0][3] and session.current is fork

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from playground.analysis.attribution import Attribution, attribute_step
 from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, iter_sweep_step, sweep_step
 from playground.analysis.kv_lesson import linear_flops_per_token
-from playground.analysis.steering import SteeringVector, contrast_vector
+from playground.analysis.steering import SteeringVector, contrast_vector, residual_after
 from playground.app.jobs import Progress
 from playground.app.run import Run
 from playground.app.settings import MAX_EDITS, UISettings, parse_edits
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
+from playground.interventions import Ablate, Intervention, Patch, Steer, pack  # noqa: F401 - pack: for callers
 
 if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
@@ -199,3 +199,36 @@ def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> St
 def vector_summary(vector: SteeringVector, scale: float, lang: str) -> str:
     return t("lab_vector", lang, layer=vector.layer, norm=vector.norm, typical=vector.typical_norm, scale=scale,
              push=abs(scale) * vector.relative)
+
+
+def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int, lang: str) -> Patch:
+    """Activation patching: the residual stream after block `layer` at `position` of the `other` prompt
+    (tokenized as the run's own, its chat template included), to put in the same place of `run`'s prompt. The
+    two prompts must be the same number of tokens so that their positions line up (e.g. "… of France is" and
+    "… of Italy is"). One pass over the other prompt, refused over `steer_tokens` tokens."""
+    if lm.kind == "seq2seq":
+        raise LabError(t("lab_patch_seq2seq", lang))
+    if not other.strip():
+        raise LabError(t("lab_patch_empty", lang))
+    limit = steer_tokens(lm)
+    if len(other) > 16 * limit:
+        raise LabError(t("lab_steer_long", lang, n=limit))
+    ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
+    n = len(run.prompt_ids)
+    if len(ids) > limit:
+        raise LabError(t("lab_steer_long", lang, n=limit))
+    if len(ids) != n:
+        raise LabError(t("lab_patch_length", lang, run=n, other=len(ids)))
+    if not 0 <= layer < lm.config.n_layers:
+        raise LabError(t("lab_patch_layer_bad", lang, last=lm.config.n_layers - 1))
+    position = n - 1 if position < 0 else position
+    if position >= n:
+        raise LabError(t("lab_patch_position_bad", lang, last=n - 1))
+    return Patch(layer, position, residual_after(lm, ids, layer)[position])
+
+
+def patch_summary(lm: Any, run: Run, patch: Patch, other: str, lang: str) -> str:
+    """What the patch puts where, in words (the token of each prompt at the patched position)."""
+    ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
+    return t("lab_patch_done", lang, layer=patch.layer, position=patch.position,
+             token=lm.token_text(run.prompt_ids[patch.position]), other=lm.token_text(ids[patch.position]))

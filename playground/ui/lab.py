@@ -70,6 +70,29 @@ class Lab:
         for out in self._fork(request, vector.steer(scale)):
             yield (*out, gr.skip())
 
+    def fork_patch(self, other: str, layer: float, position: float,
+                   request: gr.Request | None = None) -> Iterator[tuple]:
+        """Activation patching: the other prompt's residual after block `layer` at `position` (one pass), put
+        into the run on screen; the patched run forks beside it."""
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), gr.skip(), gr.skip(), t("lab_needs_run", lang)
+            return
+        other = str(other or "")
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            patch = serving.call_job(lab.patch_from_prompt, lm, run, other, int(layer or 0), int(position or 0), lang,
+                                     owner=session.key)
+            summary = lab.patch_summary(lm, run, patch, other, lang)
+        except Exception as exc:  # noqa: BLE001 - one line under the button
+            yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "patching"))
+            return
+        yield gr.skip(), gr.skip(), gr.skip(), describe.inert(summary)
+        for out in self._fork(request, patch):
+            yield (*out, gr.skip())
+
     def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
         session = self.sessions.get(session_key(request))
         session.link_notes = []  # the visitor's own action: the link's notes are done
@@ -178,6 +201,8 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
         p.lab_ablate_mlp.click(lab_handlers.fork_mlp, [p.lab_layer], gen_outputs, **kw),
         p.lab_steer.click(lab_handlers.fork_steer, [p.lab_positive, p.lab_negative, p.lab_steer_layer, p.lab_scale],
                           [*gen_outputs, p.lab_steer_md], **kw),
+        p.lab_patch.click(lab_handlers.fork_patch, [p.lab_patch_prompt, p.lab_patch_layer, p.lab_patch_position],
+                          [*gen_outputs, p.lab_patch_md], **kw),
     ]
     # The head picked in the All heads tab is the one the lab ablates.
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)

@@ -28,7 +28,7 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
         "read": (read.number, read.settings.edits, read_step), "side": "original" if read is original else "shown",
         "attr": attribution.to_dict(), "token": read.path[read_step].token_text,
         "other": lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None,
-        "n_layers": c.n_layers, "n_heads": c.n_heads,
+        "n_layers": c.n_layers, "n_heads": c.n_heads, "prompt_tokens": len(run.prompt_ids),
     }
 
 
@@ -44,7 +44,8 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
         "lab_div": HIDDEN, "lab_attr": shown(causal.attribution_figure(d["attr"], d["token"], d["other"])),
         "lab_attr_md": Slot(label + " " + causal.attribution_caption(d["attr"], d["token"])),
         "lab_layer": Slot(maximum=max(1, d["n_layers"] - 1)), "lab_steer_layer": Slot(maximum=max(1, d["n_layers"] - 1)),
-        "lab_head": Slot(maximum=max(1, d["n_heads"] - 1)),
+        "lab_head": Slot(maximum=max(1, d["n_heads"] - 1)), "lab_patch_layer": Slot(maximum=max(1, d["n_layers"] - 1)),
+        "lab_patch_position": Slot(maximum=max(1, d["prompt_tokens"] - 1)),
         "lab_run": HIDDEN if d["original"] is None else Slot(d["side"], visible=True, choices=run_choices(d, lang)),
     }
     if d["div"] is not None:
@@ -72,5 +73,6 @@ def idle(lang: str, words: str) -> Drawn:
 
 
 VIEW = View("lab", "lab", frozenset({"finished", "step", "edits"}),
-            ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer", "lab_run"),
+            ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer", "lab_run",
+             "lab_patch_layer", "lab_patch_position"),
             compute, draw, caption, idle, waits="lab_needs_run", busy="lab_after_run")
