@@ -731,3 +731,33 @@ def test_the_lessons_measurements_stream_their_progress_then_their_result(h):
     assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…"
     assert [r["length"] for r in h.sessions.get("measure").sdpa["rows"]] == list(lengths)
     assert "Measuring" not in frames[-1]
+
+
+def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positional_fan_out(app):
+    page = app.playground_page
+    fns = list(app.fns.values())
+
+    def after(fn) -> list:
+        return [f for f in fns if f.trigger_after == fn._id]
+
+    generate = next(f for f in fns if (page.generate._id, "click") in [(b, e) for b, e in f.targets])
+    followers = after(generate)
+    assert [f.fn.__name__ for f in followers] == ["redraw"]  # one event redraws whatever view is open
+    redraw = followers[0]
+    assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {
+        o._id for o in redraw.outputs}
+    selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
+    tabs = [f for f in fns if (page.tabs._id, "select") in list(f.targets)]
+    assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
+    from playground.ui import lab, lessons, panels
+
+    assert not any(hasattr(m, n) for m in (lab, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
+
+
+def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):
+    page = app.playground_page
+    fn = next(f for f in app.fns.values() if (page.att_sink._id, "change") in list(f.targets))
+    h = app.playground_handlers
+    h.sessions.get("elsewhere").deep_tab = "inspector"  # the All heads controls moved while another tab is open
+    out = fn.fn({page.att_sink: True}, request("elsewhere"))
+    assert out and all(is_skip(v) for v in out.values()) and set(out) <= set(fn.outputs)  # never an empty dict

@@ -1,5 +1,6 @@
-"""The Causal lab tab's handlers: fork the run with an edit, what the edit changed, why a token won, the head sweep,
-steering from a contrast pair.
+"""The Causal lab tab's actions: fork the run with an edit (ablate, steer from a contrast pair, patch from another
+prompt) and the head sweep. What the lab draws at the selected step (divergence, why this token, on the run on
+screen or its original) is a View of `playground.app.views`, redrawn by `playground.ui.views`.
 
 Thin adapter over `playground.app.lab` (the decisions and numbers) and `playground.viz.causal` (the
 figures). A fork streams through the same path as every run (`Streaming._stream`), so it appears in the

@@ -106,7 +106,8 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
         return {controls[c]: v for c, v in values.items() if c in controls}
 
     def keyed(updates: dict[str, Any]) -> dict[Any, Any]:
-        return {page.component(n): u for n, u in updates.items()}
+        # Gradio reads an empty dict as one output value: "nothing changes" is one component skipped
+        return {page.component(n): u for n, u in updates.items()} or {outputs[0]: gr.skip()}
 
     def redraw(values: dict, request: gr.Request) -> dict:
         return keyed(h.redraw(named(values), request))
