@@ -253,10 +253,12 @@ def test_patching_from_another_prompt_forks_the_run_with_that_prompt_s_residual(
     other = "Hallo there"  # one character changed: the same number of tokens, positions aligned
     other_ids = lm.tokenize(other)
     assert len(other_ids) == len(original.prompt_ids)
-    patch = lab.patch_from_prompt(lm, original, other, 1, -1, "en")  # -1: the prompt's last position
-    assert isinstance(patch, Patch) and (patch.layer, patch.position) == (1, len(other_ids) - 1)
-    np.testing.assert_allclose(patch.value, residual_after(lm, other_ids, 1)[-1].numpy(), rtol=1e-6)
-    early = lab.patch_from_prompt(lm, original, other, 0, 1, "en")  # where the prompts differ
+    last = lab.patch_from_prompt(lm, original, other, 1, len(other_ids) - 1, "en")
+    assert isinstance(last, Patch) and (last.layer, last.position) == (1, len(other_ids) - 1)
+    np.testing.assert_allclose(last.value, residual_after(lm, other_ids, 1)[-1].numpy(), rtol=1e-6)
+    early = lab.patch_from_prompt(lm, original, other, 0, -1, "en")  # -1: where the prompts differ ("e" / "a")
+    assert early.position == 1
+    np.testing.assert_allclose(early.value, residual_after(lm, other_ids, 0)[1].numpy(), rtol=1e-6)
     forked = play(session, lm, lab.fork_settings(session, original, early, "en"))
     ref = generate_all(lm, original.prompt_ids, GenerationConfig(max_new_tokens=10, top_candidates=8,
                                                                  interventions=(early,)))
@@ -269,7 +271,8 @@ def test_patching_from_another_prompt_forks_the_run_with_that_prompt_s_residual(
     summary = lab.patch_summary(lm, original, early, other, "en")
     assert "position 1" in summary and "“e”" in summary and "“a”" in summary
     # Its own prompt's residual put back in place changes nothing.
-    same = lab.patch_from_prompt(lm, original, SETTINGS.prompt, 1, 3, "en")
+    same = lab.patch_from_prompt(lm, original, SETTINGS.prompt, 1, -1, "en")
+    assert same.position == len(original.prompt_ids) - 1  # no difference: the last position
     assert play(Session(), lm, lab.fork_settings(session, original, same, "en")).generated_ids == original.generated_ids
 
 

@@ -203,7 +203,8 @@ def vector_summary(vector: SteeringVector, scale: float, lang: str) -> str:
 
 def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int, lang: str) -> Patch:
     """Activation patching: the residual stream after block `layer` at `position` of the `other` prompt
-    (tokenized as the run's own, its chat template included), to put in the same place of `run`'s prompt. The
+    (tokenized as the run's own, its chat template included), to put in the same place of `run`'s prompt
+    (`position` -1: the first position where the two prompts differ, or the last if they do not). The
     two prompts must be the same number of tokens so that their positions line up (e.g. "… of France is" and
     "… of Italy is"). One pass over the other prompt, refused over `steer_tokens` tokens."""
     if lm.kind == "seq2seq":
@@ -221,7 +222,8 @@ def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int, 
         raise LabError(t("lab_patch_length", lang, run=n, other=len(ids)))
     if not 0 <= layer < lm.config.n_layers:
         raise LabError(t("lab_patch_layer_bad", lang, last=lm.config.n_layers - 1))
-    position = n - 1 if position < 0 else position
+    if position < 0:  # where the prompts first differ (the place that carries the difference), else the last
+        position = next((i for i, (a, b) in enumerate(zip(run.prompt_ids, ids)) if a != b), n - 1)
     if position >= n:
         raise LabError(t("lab_patch_position_bad", lang, last=n - 1))
     return Patch(layer, position, residual_after(lm, ids, layer)[position])

@@ -38,7 +38,7 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
         "它在所选块之后、所选位置上的残差流会被放进这次运行:如果答案随之改变,信息就在那个位置上。",
     ),
     "lab_patch_prompt": ("The other prompt (same number of tokens)", "另一个提示词(token 数相同)"),
-    "lab_patch_position": ("Position (−1: the prompt's last token)", "位置(−1:提示词的最后一个 token)"),
+    "lab_patch_position": ("Position (−1: where the two prompts differ)", "位置(−1:两个提示词不同的地方)"),
     "lab_patch_layer": ("After block", "在第几个块之后"),
     "lab_patch": ("Patch and fork", "修补并分叉"),
     "lab_patch_empty": ("Type the other prompt to patch from.", "请输入用来修补的另一个提示词。"),
