@@ -166,6 +166,8 @@ def test_after_a_model_switch_the_run_is_read_with_its_own_model_and_the_model_v
     positional = views.context_for(views.PANELS["positional"], session, model_for(models))
     assert inspector.lm is models["a"] and inspector.run is session.current
     assert positional.lm is models["b"] and positional.run is None  # a run of another model says nothing of b
+    lesson = views.context_for(views.LESSON_VIEWS["steps"], session, model_for(models))
+    assert lesson.lm is models["a"]  # a lesson on the run reads it with the model that made it
     assert t("pe_shift_needs_run", "en") in caption(models, views.PANELS["positional"], session)
     session.model = "a"
     assert t("pe_shift_needs_run", "en") not in caption(models, views.PANELS["positional"], session)
