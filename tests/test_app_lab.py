@@ -4,6 +4,7 @@ token won, the head sweep and the contrast vector, on a tiny Llama saved by tran
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from urllib.parse import parse_qsl
 
@@ -239,3 +240,52 @@ def test_an_edit_that_keeps_the_text_still_shows_beside_the_original(lm):
     same = fork(session, lm, Steer(1, [0.0] * lm.config.d_model, scale=1.0))  # a zero vector changes nothing
     assert same.generated_ids == original.generated_ids
     assert [(r["number"], bool(r["edit"])) for r in session.branches(same)] == [(1, False), (2, True)]
+
+
+def test_patching_from_another_prompt_forks_the_run_with_that_prompt_s_residual(lm):
+    from playground.analysis.steering import residual_after
+    from playground.app import views
+    from playground.app.views import Selection
+    from playground.interventions import Patch
+
+    session = Session(model="a")
+    original = play(session, lm, SETTINGS)
+    other = "Hallo there"  # one character changed: the same number of tokens, positions aligned
+    other_ids = lm.tokenize(other)
+    assert len(other_ids) == len(original.prompt_ids)
+    last = lab.patch_from_prompt(lm, original, other, 1, len(other_ids) - 1, "en")
+    assert isinstance(last, Patch) and (last.layer, last.position) == (1, len(other_ids) - 1)
+    np.testing.assert_allclose(last.value, residual_after(lm, other_ids, 1)[-1].numpy(), rtol=1e-6)
+    early = lab.patch_from_prompt(lm, original, other, 0, -1, "en")  # -1: where the prompts differ ("e" / "a")
+    assert early.position == 1
+    np.testing.assert_allclose(early.value, residual_after(lm, other_ids, 0)[1].numpy(), rtol=1e-6)
+    forked = play(session, lm, lab.fork_settings(session, original, early, "en"))
+    ref = generate_all(lm, original.prompt_ids, GenerationConfig(max_new_tokens=10, top_candidates=8,
+                                                                 interventions=(early,)))
+    assert forked.generated_ids == ref.token_ids and lab.original_of(session, forked) is original
+    assert "patch the residual after block 0 at position 1" in lab.describe_edits(forked.settings.edits, "en")
+    shown = views.show(views.PANELS["lab"], views.context_for(views.PANELS["lab"], session, lambda *a: lm),
+                       Selection(step=0))
+    assert shown["lab_div"].visible and f"Compared with run {original.number}" in shown["lab_md"].value
+    assert shown["lab_patch_position"].maximum == len(original.prompt_ids) - 1
+    summary = lab.patch_summary(lm, original, early, other, "en")
+    assert "position 1" in summary and "“e”" in summary and "“a”" in summary
+    # Its own prompt's residual put back in place changes nothing.
+    same = lab.patch_from_prompt(lm, original, SETTINGS.prompt, 1, -1, "en")
+    assert same.position == len(original.prompt_ids) - 1  # no difference: the last position
+    assert play(Session(), lm, lab.fork_settings(session, original, same, "en")).generated_ids == original.generated_ids
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_patching_refuses_prompts_that_do_not_line_up_in_the_visitor_s_language(lm, lang):
+    from playground.app.words import t
+
+    run = play(Session(), lm, SETTINGS)
+    n = len(run.prompt_ids)
+    with pytest.raises(lab.LabError) as refused:
+        lab.patch_from_prompt(lm, run, "Hi", 0, -1, lang)
+    assert str(refused.value) == t("lab_patch_length", lang, run=n, other=len(lm.tokenize("Hi")))
+    for other, layer, position, key in (("  ", 0, 0, "lab_patch_empty"), ("Hallo there", 9, 0, "lab_patch_layer_bad"),
+                                        ("Hallo there", 0, n, "lab_patch_position_bad")):
+        with pytest.raises(lab.LabError, match=re.escape(t(key, lang, last=lm.config.n_layers - 1 if layer == 9 else n - 1))):
+            lab.patch_from_prompt(lm, run, other, layer, position, lang)

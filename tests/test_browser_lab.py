@@ -193,3 +193,31 @@ def test_a_fork_keeps_the_selected_step_and_the_lab_names_the_run_it_reads(deskt
     wait_text(desktop, "#lab-attribution-md", "In run 2 (ablate head 0.0), step 4:")
     wait_text(desktop, "#lab-divergence-md", "In run 2 (ablate head 0.0), step 4:")
     shot(desktop, "lab-fork-keeps-step")
+
+
+@base.needs_defaults
+def test_the_lab_switches_between_the_edited_run_and_its_original_and_patches_from_another_prompt(desktop, server):
+    """Every lab result names its run and a switch reads the original instead; patching from another prompt of
+    the same length forks the run as a branch with its divergence."""
+    open_app(desktop, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=10, pace_ms=40)
+    desktop.click("#token-stream .tok.gen[data-step='3']")
+    open_lab(desktop)
+    wait_text(desktop, "#lab-attribution-md", "In run 1 (no edit), step 4:")
+    assert not desktop.is_visible("#lab-run")  # a plain run: nothing to switch to
+    fork_and_watch(desktop, "#lab-ablate-head")
+    wait_text(desktop, "#lab-attribution-md", "In run 2 (ablate head 0.0), step 4:")
+    desktop.wait_for_selector("#lab-run", state="visible")
+    desktop.locator("#lab-run label").nth(1).click()  # "Run 1, its original"
+    wait_text(desktop, "#lab-attribution-md", "In run 1 (no edit), step 4:")
+    assert "In run 2 (ablate head 0.0), step 4:" in desktop.inner_text("#lab-divergence-md")  # the pair's
+    shot(desktop, "lab-switch-original")
+    desktop.locator("#lab-run label").nth(0).click()
+    wait_text(desktop, "#lab-attribution-md", "In run 2 (ablate head 0.0), step 4:")
+    desktop.fill("#lab-patch-prompt textarea", "The Python program")  # tiny-lm: 3 tokens, as the run's
+    set_slider(desktop, "lab-patch-layer", 1)
+    fork_and_watch(desktop, "#lab-patch-btn")
+    wait_text(desktop, "#lab-patch-md", "position 2")  # −1: where the prompts differ (“ interpreter” / “ program”)
+    assert "patch the residual after block 1 at position 2" in branch_rows(desktop)[-1]
+    wait_text(desktop, "#lab-divergence-md", "In run 3 (ablate head 0.0; patch the residual after block 1 at position 2)")
+    assert desktop.is_visible("#lab-divergence-plot")
+    shot(desktop, "lab-patch")

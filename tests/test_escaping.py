@@ -43,9 +43,6 @@ def _no_live_tags(label: str, text) -> None:
 
 
 def test_every_element_shows_checkpoint_text_as_text(hostile, tmp_path):
-    from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
-    from playground.ui.panels import DEEP_OUTPUTS
-
     (tmp_path / "weights").mkdir()
     app = build_app(tmp_path / "weights", tmp_path / "uploads")
     h = app.playground_handlers
@@ -70,14 +67,14 @@ def test_every_element_shows_checkpoint_text_as_text(hostile, tmp_path):
     figures = []
     for tab in ("inspector", "attention", "cache"):
         session.deep_tab = tab
-        out = dict(zip(DEEP_OUTPUTS, h.panels.redraw("self", "head", "linear", 0, 0, False, request)))
-        markup.update({f"{tab} {k}": out[k] for k in ("caption", "att_note", "kv")})
-        figures += [out[k] for k in ("funnel", "att_grid", "att_heat", "att_row", "att_summary", "growth")]
-    pe = h.panels.positional(32, 1000, 0, request)
-    markup["pe"] = pe[0]
+        out = h.views.redraw({"att_kind": "self", "att_view": "head", "att_scale": "linear"}, request)
+        markup.update({f"{tab} {k}": out[k]["value"] for k in ("caption", "att_note", "kv") if k in out})
+        figures += [out[k] for k in ("funnel", "att_grid", "att_heat", "att_row", "att_summary", "growth") if k in out]
+    session.deep_tab = "positional"
+    markup["pe"] = h.views.redraw({"pe_length": 32, "pe_base": 1000, "pe_pair": 0}, request)["pe_md"]["value"]
     for lesson in ("steps", "lens", "kv", "memory", "patterns", "anatomy", "training"):
-        out = dict(zip(LESSON_OUTPUTS, h.lessons.pick(lesson, 0, 0, "self", None, None, None, 1, 0, request)[1:]))
-        markup[f"lesson {lesson}"] = out["lesson_md"]
+        out = h.views.pick_lesson(lesson, {}, request)
+        markup[f"lesson {lesson}"] = out["lesson_md"]["value"]
         figures += [out["lesson_plot1"], out["lesson_plot2"]]
     for label, text in markup.items():
         _no_live_tags(label, text)

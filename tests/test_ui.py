@@ -75,6 +75,18 @@ def select(step: int, run_state) -> gr.EventData:
     return gr.EventData(None, {"step": step, "run": run_state.token})
 
 
+def heads_controls(kind: str, view: str, scale: str, layer: int, head: int, sink: bool) -> dict:
+    """The All heads tab's controls by component name, as the page sends them."""
+    return {"att_kind": kind, "att_view": view, "att_scale": scale, "att_layer": layer, "att_head": head,
+            "att_query": None, "att_sink": sink}
+
+
+def positional(h, length: int, base: float, pair: int, session: str) -> list:
+    """The Positional tab (open) drawn for its controls: [markdown, 5 figures, pair slider] updates."""
+    out = h.views.control("positional", {"pe_length": length, "pe_base": base, "pe_pair": pair}, request(session))
+    return [out["pe_md"]["value"], *(out[f"pe{i}"] for i in range(1, 6)), out["pe_pair"]]
+
+
 # --- page load and links -----------------------------------------------------------------------
 
 
@@ -308,23 +320,23 @@ def test_selecting_a_step_moves_the_open_deep_view(h):
     _, r = run(h, UISettings(prompt="Hello", mode="sample", temperature=0.7, top_k=3, seed=1, max_new_tokens=4,
                               top_candidates=8), "deep")
     h.stream.select_step([r.token, 1])  # the page's direct call, then its select event
-    out = h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request("deep"))
-    caption, funnel = out[0], out[1]
+    out = h.views.select_step(select(1, r), {}, request("deep"))
+    caption, funnel = out["caption"]["value"], out["funnel"]["value"]
     assert caption.startswith("Step 2") and "removed by a filter" in caption  # step index 1, counted from 1
     assert {t.name for t in funnel.data} >= {"raw softmax", "top-k"}
-    stale = h.panels.select_step(gr.EventData(None, {"step": 1, "run": "other"}), "self", "head", "linear", 0, 0,
-                                 False, request("deep"))
-    assert all(is_skip(v) for v in stale)
+    stale = h.views.select_step(gr.EventData(None, {"step": 1, "run": "other"}), {}, request("deep"))
+    assert stale == {}  # another run's click redraws nothing
 
 
 def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
     _, r = run(h, UISettings(prompt="Hi there", max_new_tokens=5), "heads")
     session = h.sessions.get("heads")
     session.deep_tab = "attention"
-    note, grid, heat, row, summary, layer, head, query = h.panels.attention("self", "group", "log", 1, 3, None, True,
-                                                                             request("heads"))
+    out = h.views.control("attention", heads_controls("self", "group", "log", 1, 3, True), request("heads"))
+    note, grid, heat, summary, query = (out[k]["value"] for k in ("att_note", "att_grid", "att_heat", "att_summary",
+                                                                   "att_query"))
     assert len(grid.data) == 4 and "KV group 1" in heat.layout.title.text and "GQA" in note
-    assert query["value"] == len(r.prompt_ids) - 1 + 4  # the row that chose the last token
+    assert query == len(r.prompt_ids) - 1 + 4  # the row that chose the last token
     z = np.asarray(heat.data[0].z, dtype=float)
     assert np.isnan(z[:, 0]).all() and np.nanmax(z) <= 0  # first column hidden, log10 weights
     lm = h.models.model_for("tiny-lm", "float32")
@@ -348,16 +360,18 @@ def test_kv_rerun_without_cache_compares_fresh_timings(h):
 
 def test_positional_panel_follows_the_model_scheme(h):
     h.models.load("tiny-lm", "float32", "en", request("pe"))
-    md, f1, f2, f3, f4, f5, pair = h.panels.positional(64, 1000, 2, request("pe"))
+    h.sessions.get("pe").deep_tab = "positional"
+    md, f1, f2, f3, f4, f5, pair = positional(h, 64, 1000, 2, "pe")
     assert "RoPE" in md and f1["visible"] and pair["visible"] and f3["visible"] and f5["visible"]
     assert not f4["visible"] and "Generate once" in md  # the relative property needs a run's q and k
     run(h, UISettings(prompt="Hello", max_new_tokens=4), "pe")
-    md, f1, f2, f3, f4, f5, pair = h.panels.positional(256, 500, 2, request("pe"))
+    md, f1, f2, f3, f4, f5, pair = positional(h, 256, 500, 2, "pe")
     assert f4["visible"] and max(f3["value"].data[1].x) == 255  # "positions shown" drives the decay plot
     assert "500" in f3["value"].layout.title.text  # and "compare with base" compares RoPE bases
-    assert all(is_skip(v) for v in h.panels.positional(64, 1000, 2, request("never-loaded")))
+    h.sessions.get("never-loaded").deep_tab = "positional"
+    assert h.views.control("positional", {"pe_length": 64}, request("never-loaded")) == {}  # waits for a model
     h.models.load("t5-random", "float32", "en", request("pe"))
-    md, f1, f2, f3, f4, f5, pair = h.panels.positional(32, 1000, 0, request("pe"))
+    md, f1, f2, f3, f4, f5, pair = positional(h, 32, 1000, 0, "pe")
     assert "Relative position bias" in md and f1["visible"] and not f2["visible"] and f5["visible"]
 
 
@@ -405,7 +419,8 @@ def test_seq2seq_runs_show_cross_attention_and_branch(h):
     assert last["decoder_start"]
     session = h.sessions.get("s2s")
     session.deep_tab = "attention"
-    note, grid, heat, row, *_ = h.panels.attention("cross", "head", "linear", 1, 2, None, False, request("s2s"))
+    out = h.views.control("attention", heads_controls("cross", "head", "linear", 1, 2, False), request("s2s"))
+    heat = out["att_heat"]["value"]
     assert "cross-attention" in heat.layout.title.text and len(heat.layout.xaxis.ticktext) == len(r.prompt_ids)
     list(h.stream.branch(gr.EventData(None, {"run": r.token, "step": 2, "token_id": r.path[2].token_id}),
                          request("s2s")))
@@ -626,9 +641,11 @@ def test_a_sliding_window_model_shows_each_layers_own_mask(tmp_path):
     assert len(row) == len(r.prompt_ids) + 5 and all(w == 0 for w in row[:-5])  # only the last 5 keys are seen
     assert abs(sum(row[-5:]) - 1) < 1e-3
     h.sessions.get("win").deep_tab = "attention"
-    note = h.panels.attention("self", "head", "linear", 1, 0, None, False, request("win"))[0]
+    note = h.views.control("attention", heads_controls("self", "head", "linear", 1, 0, False), request("win"))
+    note = note["att_note"]["value"]
     assert "sliding-window layer" in note and "last 5 keys" in note
-    kv = h.panels.cache(h.sessions.get("win"), r)[0]
+    h.sessions.get("win").deep_tab = "cache"
+    kv = h.views.redraw({}, request("win"))["kv"]["value"]
     assert "window 5" in kv and "5 tokens held" in kv  # the cache keeps only the window
 
 
@@ -674,13 +691,14 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     for tab in ("inspector", "cache"):
         session.deep_tab = tab
         h.stream.select_step([r.token, 1])
-        drawn += h.panels.select_step(select(1, r), "self", "head", "linear", 0, 0, False, request(key))
+        drawn += h.views.select_step(select(1, r), {}, request(key)).values()
     session.deep_tab = "attention"
-    drawn += h.panels.attention("self", "head", "linear", 0, 0, None, False, request(key))
-    drawn += h.panels.positional(64, 1000, 2, request(key))
+    drawn += h.views.control("attention", heads_controls("self", "head", "linear", 0, 0, False), request(key)).values()
+    session.deep_tab = "positional"
+    drawn += positional(h, 64, 1000, 2, key)
     drawn += list(h.panels.rerun_without_cache(request(key)))[-1]
     for lesson in LESSONS:
-        drawn += h.lessons.pick(lesson, 0, 0, "self", None, None, None, 1, 0, request(key))[1:]
+        drawn += [v for k, v in h.views.pick_lesson(lesson, {}, request(key)).items() if k != "tabs"]
     figures = [v.get("value") if isinstance(v, dict) else v for v in drawn]
     figures = [f for f in figures if isinstance(f, go.Figure)]
     assert len(figures) >= 12
@@ -713,3 +731,33 @@ def test_the_lessons_measurements_stream_their_progress_then_their_result(h):
     assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…"
     assert [r["length"] for r in h.sessions.get("measure").sdpa["rows"]] == list(lengths)
     assert "Measuring" not in frames[-1]
+
+
+def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positional_fan_out(app):
+    page = app.playground_page
+    fns = list(app.fns.values())
+
+    def after(fn) -> list:
+        return [f for f in fns if f.trigger_after == fn._id]
+
+    generate = next(f for f in fns if (page.generate._id, "click") in [(b, e) for b, e in f.targets])
+    followers = after(generate)
+    assert [f.fn.__name__ for f in followers] == ["redraw"]  # one event redraws whatever view is open
+    redraw = followers[0]
+    assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {
+        o._id for o in redraw.outputs}
+    selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
+    tabs = [f for f in fns if (page.tabs._id, "select") in list(f.targets)]
+    assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
+    from playground.ui import lab, lessons, panels
+
+    assert not any(hasattr(m, n) for m in (lab, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
+
+
+def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):
+    page = app.playground_page
+    fn = next(f for f in app.fns.values() if (page.att_sink._id, "change") in list(f.targets))
+    h = app.playground_handlers
+    h.sessions.get("elsewhere").deep_tab = "inspector"  # the All heads controls moved while another tab is open
+    out = fn.fn({page.att_sink: True}, request("elsewhere"))
+    assert out and all(is_skip(v) for v in out.values()) and set(out) <= set(fn.outputs)  # never an empty dict

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from playground.analysis.attribution import Attribution, attribute_step
 from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, iter_sweep_step, sweep_step
 from playground.analysis.kv_lesson import linear_flops_per_token
-from playground.analysis.steering import SteeringVector, contrast_vector
+from playground.analysis.steering import SteeringVector, contrast_vector, residual_after
 from playground.app.jobs import Progress
 from playground.app.run import Run
 from playground.app.settings import MAX_EDITS, UISettings, parse_edits
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.interventions import Ablate, Intervention, Steer, pack  # noqa: F401 - pack: for callers
+from playground.interventions import Ablate, Intervention, Patch, Steer, pack  # noqa: F401 - pack: for callers
 
 if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
@@ -60,8 +60,13 @@ def describe_edits(text: str, lang: str) -> str:
 def reads(run: Run, step: int, lang: str) -> str:
     """Which run and step a lab result reads ("In run 2 (ablate head 23.4), step 6:"): a visitor keeps several
     runs side by side, and an edited run answers differently from its original."""
-    edit = describe_edits(run.settings.edits, lang)
-    return t("lab_reads_edited" if edit else "lab_reads", lang, n=run.number, edit=edit, step=step + 1)
+    return reads_words(run.number, run.settings.edits, step, lang)
+
+
+def reads_words(number: int, edits: str, step: int, lang: str) -> str:
+    """`reads` from the run's number and its `edits` setting."""
+    edit = describe_edits(edits, lang)
+    return t("lab_reads_edited" if edit else "lab_reads", lang, n=number, edit=edit, step=step + 1)
 
 
 def link_runs(settings: UISettings) -> list[UISettings]:
@@ -80,8 +85,13 @@ def fork_settings(session: Session, run: Run, edit: Intervention, lang: str) -> 
 
 def original_of(session: Session, run: Run) -> Run | None:
     """The newest finished plain run of the same prompt, model and decoding that `run` is compared with."""
+    return original_among(session.runs, run)
+
+
+def original_among(runs: Sequence[Run], run: Run) -> Run | None:
+    """`original_of` among `runs` (a session's, oldest first)."""
     plain = dataclasses.replace(run.settings, edits="", branches="", lang="en", pace_ms=0)
-    for other in reversed(session.runs):
+    for other in reversed(runs):
         if other is run or other.running or not other.path or other.branch_of is not None:
             continue
         if other.settings.edits or other.prompt_ids != run.prompt_ids:
@@ -189,3 +199,38 @@ def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> St
 def vector_summary(vector: SteeringVector, scale: float, lang: str) -> str:
     return t("lab_vector", lang, layer=vector.layer, norm=vector.norm, typical=vector.typical_norm, scale=scale,
              push=abs(scale) * vector.relative)
+
+
+def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int, lang: str) -> Patch:
+    """Activation patching: the residual stream after block `layer` at `position` of the `other` prompt
+    (tokenized as the run's own, its chat template included), to put in the same place of `run`'s prompt
+    (`position` -1: the first position where the two prompts differ, or the last if they do not). The
+    two prompts must be the same number of tokens so that their positions line up (e.g. "… of France is" and
+    "… of Italy is"). One pass over the other prompt, refused over `steer_tokens` tokens."""
+    if lm.kind == "seq2seq":
+        raise LabError(t("lab_patch_seq2seq", lang))
+    if not other.strip():
+        raise LabError(t("lab_patch_empty", lang))
+    limit = steer_tokens(lm)
+    if len(other) > 16 * limit:
+        raise LabError(t("lab_steer_long", lang, n=limit))
+    ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
+    n = len(run.prompt_ids)
+    if len(ids) > limit:
+        raise LabError(t("lab_steer_long", lang, n=limit))
+    if len(ids) != n:
+        raise LabError(t("lab_patch_length", lang, run=n, other=len(ids)))
+    if not 0 <= layer < lm.config.n_layers:
+        raise LabError(t("lab_patch_layer_bad", lang, last=lm.config.n_layers - 1))
+    if position < 0:  # where the prompts first differ (the place that carries the difference), else the last
+        position = next((i for i, (a, b) in enumerate(zip(run.prompt_ids, ids)) if a != b), n - 1)
+    if position >= n:
+        raise LabError(t("lab_patch_position_bad", lang, last=n - 1))
+    return Patch(layer, position, residual_after(lm, ids, layer)[position])
+
+
+def patch_summary(lm: Any, run: Run, patch: Patch, other: str, lang: str) -> str:
+    """What the patch puts where, in words (the token of each prompt at the patched position)."""
+    ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
+    return t("lab_patch_done", lang, layer=patch.layer, position=patch.position,
+             token=lm.token_text(run.prompt_ids[patch.position]), other=lm.token_text(ids[patch.position]))

@@ -26,6 +26,37 @@ LAB_STRINGS: dict[str, tuple[str, str]] = {
     "lab_scale": ("Scale", "倍数"),
     "lab_steer": ("Steer and fork", "引导并分叉"),
     "lab_needs_run": ("Generate once: the lab edits that run.", "先生成一次:实验室改动的就是那次运行。"),
+    "lab_run": ("Read the run", "读取哪次运行"),
+    "lab_side_shown": ("Run {n}, the one on screen", "第 {n} 次运行(屏幕上这次)"),
+    "lab_side_original": ("Run {n}, its original", "第 {n} 次运行(它的原始运行)"),
+    "lab_patch_title": ("### Patch from another prompt", "### 用另一个提示词做激活修补"),
+    "lab_patch_intro": (
+        "Activation patching: type a second prompt of the same length in tokens that differs in one place "
+        "(“… of Italy is” against “… of France is”). The residual stream after the chosen block, at the chosen "
+        "position, is taken from it and put into this run: if the answer follows, that place carries it.",
+        "激活修补:输入第二个提示词,token 数与这次相同,只在一处不同(例如把“法国”换成“意大利”)。"
+        "它在所选块之后、所选位置上的残差流会被放进这次运行:如果答案随之改变,信息就在那个位置上。",
+    ),
+    "lab_patch_prompt": ("The other prompt (same number of tokens)", "另一个提示词(token 数相同)"),
+    "lab_patch_position": ("Position (−1: where the two prompts differ)", "位置(−1:两个提示词不同的地方)"),
+    "lab_patch_layer": ("After block", "在第几个块之后"),
+    "lab_patch": ("Patch and fork", "修补并分叉"),
+    "lab_patch_empty": ("Type the other prompt to patch from.", "请输入用来修补的另一个提示词。"),
+    "lab_patch_seq2seq": ("Patching from another prompt works on decoder-only models.",
+                          "用另一个提示词修补只适用于仅解码器模型。"),
+    "lab_patch_length": (
+        "The two prompts must be the same number of tokens so that their positions line up: this run's has {run}, "
+        "the other {other}. Change one word for another of the same length in tokens.",
+        "两个提示词的 token 数必须相同,位置才能一一对应:这次运行的有 {run} 个,另一个有 {other} 个。"
+        "请把一个词换成 token 数相同的另一个词。",
+    ),
+    "lab_patch_layer_bad": ("Pick a block from 0 to {last}.", "请选择 0 到 {last} 之间的块。"),
+    "lab_patch_position_bad": ("Pick a position from 0 to {last} (−1: the last).", "请选择 0 到 {last} 之间的位置(−1:最后一个)。"),
+    "lab_patch_done": (
+        "Patching the residual after block {layer} at position {position}: this run's “{token}” gets what "
+        "“{other}” left there in the other prompt.",
+        "修补第 {layer} 个块之后、位置 {position} 上的残差:这次运行的“{token}”换成另一个提示词中“{other}”留下的残差。",
+    ),
     "lab_reads": ("In run {n} (no edit), step {step}:", "第 {n} 次运行(无改动),第 {step} 步:"),
     "lab_reads_edited": ("In run {n} ({edit}), step {step}:", "第 {n} 次运行({edit}),第 {step} 步:"),
     "lab_after_run": ("The lab reads the run once it has finished.", "运行结束后,实验室才会读取它。"),

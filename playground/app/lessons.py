@@ -223,9 +223,20 @@ def waiting(name: str, run: Run | None, lang: str) -> str | None:
     return None
 
 
-def show(name: str, lm: Any, run: Run | None, selected_step: int | None, inputs: Inputs, lang: str = "en",
-         sdpa: dict[str, Any] | None = None) -> Shown:
-    """The lesson `name` on `run` at the selected step: caption, figures and its controls' state."""
+@dataclass
+class Computed:
+    """A lesson's numbers at the selected step, before they are drawn."""
+
+    lesson: Lesson
+    data: Any
+    ctx: Context
+    controls: Controls
+
+
+def compute(name: str, lm: Any, run: Run | None, selected_step: int | None, inputs: Inputs, lang: str = "en",
+            sdpa: dict[str, Any] | None = None) -> Computed:
+    """The lesson `name`'s numbers on `run` at the selected step, its inputs clamped to the model (model work:
+    call it on the torch thread)."""
     lesson = LESSONS.get(name, LESSONS["steps"])
     step = result = cache = None
     if run is not None and run.path and not run.running:
@@ -242,9 +253,21 @@ def show(name: str, lm: Any, run: Run | None, selected_step: int | None, inputs:
     controls = Controls(layer_max=max(1, n_layers - 1), head_max=max(1, heads - 1), layer_head=lesson.layer_head,
                         kinds=kinds, kind_shown=lesson.kind and len(kinds) > 1)
     ctx = Context(lm, lang, run, step, result, cache, sdpa)
-    with viz.language(lang):  # the figures and captions speak the visitor's language
+    with viz.language(lang):
         data = lesson.compute(ctx, inputs)
-        shown = Shown(lesson.caption(data, ctx), lesson.draw(data), controls)
-    if name == "memory":
+    if lesson.name == "memory":
         controls.presets, controls.preset = data["presets"], data["name"]
-    return shown
+    return Computed(lesson, data, ctx, controls)
+
+
+def draw(computed: Computed) -> Shown:
+    """The caption, figures and controls of a computed lesson, in its visitor's language."""
+    with viz.language(computed.ctx.lang):  # the figures and captions speak the visitor's language
+        return Shown(computed.lesson.caption(computed.data, computed.ctx), computed.lesson.draw(computed.data),
+                     computed.controls)
+
+
+def show(name: str, lm: Any, run: Run | None, selected_step: int | None, inputs: Inputs, lang: str = "en",
+         sdpa: dict[str, Any] | None = None) -> Shown:
+    """The lesson `name` on `run` at the selected step: caption, figures and its controls' state."""
+    return draw(compute(name, lm, run, selected_step, inputs, lang, sdpa))

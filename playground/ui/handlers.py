@@ -1,6 +1,6 @@
 """All of the app's handlers, for one app: models, generation, deeper views, language, lifecycle.
 
-Each job has its own module (`models`, `streaming`, `panels`, `language`); this class only holds
+Each job has its own module (`models`, `streaming`, `views`, `panels`, `lessons`, `lab`, `language`); this class only holds
 them together with the per-tab sessions they share, so wiring and tests have one object to use.
 """
 
@@ -18,6 +18,7 @@ from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
 from playground.ui.streaming import Streaming
+from playground.ui.views import Views
 
 
 class Handlers:
@@ -28,6 +29,7 @@ class Handlers:
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)
         self.lab = Lab(self.models, self.sessions, self.stream)
+        self.views = Views(self.models, self.sessions)
 
     @property
     def catalog(self) -> Catalog:

@@ -1,8 +1,9 @@
-"""The Causal lab tab's handlers: fork the run with an edit, what the edit changed, why a token won, the head sweep,
-steering from a contrast pair.
+"""The Causal lab tab's actions: fork the run with an edit (ablate, steer from a contrast pair, patch from another
+prompt) and the head sweep. What the lab draws at the selected step (divergence, why this token, on the run on
+screen or its original) is a View of `playground.app.views`, redrawn by `playground.ui.views`.
 
 Thin adapter over `playground.app.lab` (the decisions and numbers) and `playground.viz.causal` (the
-figures). A fork streams through the same path as every run (`Streaming._stream`), so it appears in the
+figures). A fork streams through the same path as every run (`Streaming.press`), so it appears in the
 live screen beside the original with its lineage, and its link replays it.
 """
 
@@ -32,7 +33,6 @@ WATCH_JS = """(...args) => {
   document.querySelector('#token-output')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
   return args;
 }"""
-OUTPUTS = ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer")
 
 class Lab:
     """The lab's handlers for the sessions of one app."""
@@ -71,6 +71,29 @@ class Lab:
         for out in self._fork(request, vector.steer(scale)):
             yield (*out, gr.skip())
 
+    def fork_patch(self, other: str, layer: float, position: float,
+                   request: gr.Request | None = None) -> Iterator[tuple]:
+        """Activation patching: the other prompt's residual after block `layer` at `position` (one pass), put
+        into the run on screen; the patched run forks beside it."""
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), gr.skip(), gr.skip(), t("lab_needs_run", lang)
+            return
+        other = str(other or "")
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            patch = serving.call_job(lab.patch_from_prompt, lm, run, other, int(layer or 0), int(position or 0), lang,
+                                     owner=session.key)
+            summary = lab.patch_summary(lm, run, patch, other, lang)
+        except Exception as exc:  # noqa: BLE001 - one line under the button
+            yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "patching"))
+            return
+        yield gr.skip(), gr.skip(), gr.skip(), describe.inert(summary)
+        for out in self._fork(request, patch):
+            yield (*out, gr.skip())
+
     def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
         session = self.sessions.get(session_key(request))
         session.link_notes = []  # the visitor's own action: the link's notes are done
@@ -88,8 +111,7 @@ class Lab:
             return
         session.next_step = session.selected_step  # the fork opens at the step on screen
         try:
-            for out in self.stream._stream(session, settings, parent=None):
-                yield out[:-1]
+            yield from self.stream.press(session, settings, parent=None)
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
 
@@ -102,74 +124,15 @@ class Lab:
         return (gr.update(value=int(layer or 0), maximum=max(1, c.n_layers - 1)),
                 gr.update(value=int(head or 0), maximum=max(1, c.n_heads - 1)))
 
-    # --- the panels: divergence and attribution at the selected step --------------------------------
-
-    def redraw(self, versus: bool, request: gr.Request | None = None) -> tuple:
-        session = self.sessions.get(session_key(request))
-        if session.deep_tab != "lab":
-            return (gr.skip(),) * len(OUTPUTS)
-        return self.draw(session, bool(versus))
-
-    def draw(self, session, versus: bool) -> tuple:
-        lang = session.lang
-        out: dict[str, Any] = dict.fromkeys(OUTPUTS, gr.skip())
-        hidden = gr.update(visible=False)
-        run = session.current
-        if run is None or not run.path:
-            out.update(lab_md=t("lab_needs_run", lang), lab_div=hidden, lab_attr_md="", lab_attr=hidden)
-            return tuple(out[k] for k in OUTPUTS)
-        if run.running:
-            out.update(lab_md=t("lab_after_run", lang))
-            return tuple(out[k] for k in OUTPUTS)
-        try:
-            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            c = lm.config
-            out["lab_layer"] = gr.update(maximum=max(1, c.n_layers - 1))
-            out["lab_steer_layer"] = gr.update(maximum=max(1, c.n_layers - 1))
-            out["lab_head"] = gr.update(maximum=max(1, c.n_heads - 1))
-            with viz.language(lang):
-                out.update(serving.call_job(self._panels, lm, session, run, versus, owner=session.key))
-        except Exception as exc:  # noqa: BLE001 - one line where the panel would be
-            out.update(lab_md=describe.inert(one_line(exc, lang, "lab")), lab_div=hidden, lab_attr=hidden)
-        return tuple(out[k] for k in OUTPUTS)
-
-    def _panels(self, lm, session, run, versus: bool) -> dict[str, Any]:
-        lang = session.lang
-        step = run.step(session.selected_step)
-        out: dict[str, Any] = {}
-        if not run.settings.edits:
-            out.update(lab_md=t("lab_plain", lang), lab_div=gr.update(visible=False))
-        else:
-            edit = lab.describe_edits(run.settings.edits, lang)
-            original = lab.original_of(session, run)
-            if original is None:
-                out.update(lab_md=t("lab_no_original", lang, edit=edit), lab_div=gr.update(visible=False))
-            else:
-                div = lab.divergence_of(lm, original, run)
-                texts = [s.token_text for s in original.path]
-                token = texts[step] if step < len(texts) else ""
-                out["lab_md"] = (t("lab_edited", lang, edit=edit, n=original.number) + "\n\n"
-                                 + lab.step_summary(div, step, token, lang))
-                out["lab_div"] = gr.update(value=causal.divergence_figure(div.to_dict(), texts), visible=True)
-        label = lab.reads(run, step, lang)
-        if run.settings.edits:
-            out["lab_md"] = label + " " + out["lab_md"]
-        attribution = lab.why(lm, run, step, versus)
-        token = run.path[step].token_text
-        other = lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None
-        data = attribution.to_dict()
-        out["lab_attr_md"] = label + " " + causal.attribution_caption(data, token)
-        out["lab_attr"] = gr.update(value=causal.attribution_figure(data, token, other), visible=True)
-        return out
-
     # --- the head sweep -------------------------------------------------------------------------------
 
-    def sweep(self, layer: float, request: gr.Request | None = None) -> Iterator[tuple]:
+    def sweep(self, layer: float, request: gr.Request | None = None, side: str = "shown") -> Iterator[tuple]:
         """Ablate every head of `layer` alone at the selected step: a job of one pass per slice between the
-        other visitors' steps, with its progress here; Stop ends it with the heads done so far."""
+        other visitors' steps, with its progress here; Stop ends it with the heads done so far. `side`
+        "original": on the original of the edited run on screen (the lab's switch)."""
         session = self.sessions.get(session_key(request))
         lang = session.lang
-        run = session.current
+        run = self._read(session, side)
         if run is None or run.running or not run.path:
             yield t("lab_needs_run", lang), gr.skip()
             return
@@ -206,12 +169,20 @@ class Lab:
             figure = causal.head_sweep_figure(result.to_dict(), token)
         yield md, gr.update(value=figure, visible=True)
 
-    def sweep_of_run(self, layer: float, request: gr.Request | None = None) -> Iterator[tuple]:
-        """`sweep`, each line saying which run and step it reads (the run on screen when pressed)."""
-        session = self.sessions.get(session_key(request))
+    @staticmethod
+    def _read(session, side: str):
+        """The run the lab reads: the one on screen, or (the switch on "original") the run it was forked from."""
         run = session.current
+        if side == "original" and run is not None and run.settings.edits:
+            return lab.original_of(session, run) or run
+        return run
+
+    def sweep_of_run(self, layer: float, side: str = "shown", request: gr.Request | None = None) -> Iterator[tuple]:
+        """`sweep`, each line saying which run and step it reads (the run the switch reads when pressed)."""
+        session = self.sessions.get(session_key(request))
+        run = self._read(session, side)
         label = "" if run is None or not run.path else lab.reads(run, run.step(session.selected_step), session.lang)
-        for md, plot in self.sweep(layer, request):
+        for md, plot in self.sweep(layer, request, side):
             yield (label + " " + md if label and isinstance(md, str) else md), plot
 
     def stop_sweep(self, request: gr.Request | None = None) -> None:
@@ -230,17 +201,15 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
         p.lab_ablate_mlp.click(lab_handlers.fork_mlp, [p.lab_layer], gen_outputs, **kw),
         p.lab_steer.click(lab_handlers.fork_steer, [p.lab_positive, p.lab_negative, p.lab_steer_layer, p.lab_scale],
                           [*gen_outputs, p.lab_steer_md], **kw),
+        p.lab_patch.click(lab_handlers.fork_patch, [p.lab_patch_prompt, p.lab_patch_layer, p.lab_patch_position],
+                          [*gen_outputs, p.lab_patch_md], **kw),
     ]
-    p.lab_versus.change(lab_handlers.redraw, p.lab_versus, outputs(page), **figures_kw)
     # The head picked in the All heads tab is the one the lab ablates.
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
-    p.lab_sweep.click(lab_handlers.sweep_of_run, p.lab_layer, [p.lab_sweep_md, p.lab_sweep_plot],
+    p.lab_sweep.click(lab_handlers.sweep_of_run, [p.lab_layer, p.lab_run], [p.lab_sweep_md, p.lab_sweep_plot],
                       concurrency_id="generate", show_progress="minimal")
     for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
         stop.click(lab_handlers.stop_sweep, None, None, queue=False)
     return forks
 
-
-def outputs(page: Any) -> list[Any]:
-    return [page.component(name) for name in OUTPUTS]

@@ -57,6 +57,9 @@ def build_tab(c: dict[str, Any], named, lang: str) -> None:
             named("lab_ablate_mlp", gr.Button(t("lab_ablate_mlp", lang), elem_id="lab-ablate-mlp"), "lab_ablate_mlp")
         c["lab_md"] = gr.Markdown(t("lab_needs_run", lang), elem_id="lab-divergence-md")
         c["lab_div"] = gr.Plot(elem_id="lab-divergence-plot", show_label=False, visible=False)
+        # An edited run's results read the run on screen or, switched, its original (shown once there is one).
+        named("lab_run", gr.Radio([("shown", "shown"), ("original", "original")], value="shown", visible=False,
+                                  label=t("lab_run", lang), elem_id="lab-run"), "lab_run")
         named("lab_versus", gr.Checkbox(value=False, label=t("lab_versus", lang), elem_id="lab-versus"), "lab_versus")
         c["lab_attr_md"] = gr.Markdown("", elem_id="lab-attribution-md")
         c["lab_attr"] = gr.Plot(elem_id="lab-attribution-plot", show_label=False, visible=False)
@@ -77,8 +80,26 @@ def build_tab(c: dict[str, Any], named, lang: str) -> None:
                   "lab_scale")
         named("lab_steer", gr.Button(t("lab_steer", lang), variant="primary", elem_id="lab-steer-btn"), "lab_steer")
         c["lab_steer_md"] = gr.Markdown("", elem_id="lab-steer-md")
+        # Activation patching: another prompt's residual at one position and block, put into this run.
+        c["lab_patch_title"] = gr.Markdown(patch_title(lang), elem_id="lab-patch-title")
+        named("lab_patch_prompt", gr.Textbox(label=t("lab_patch_prompt", lang), elem_id="lab-patch-prompt"),
+              "lab_patch_prompt")
+        with gr.Row():
+            named("lab_patch_layer", gr.Slider(0, 1, value=0, step=1, label=t("lab_patch_layer", lang),
+                                               elem_id="lab-patch-layer"), "lab_patch_layer")
+            named("lab_patch_position", gr.Slider(-1, 1, value=-1, step=1, label=t("lab_patch_position", lang),
+                                                  elem_id="lab-patch-position"), "lab_patch_position")
+        named("lab_patch", gr.Button(t("lab_patch", lang), variant="primary", elem_id="lab-patch-btn"), "lab_patch")
+        c["lab_patch_md"] = gr.Markdown("", elem_id="lab-patch-md")
+
+
+INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title")  # the lab's plain Markdown texts
+
+
+def patch_title(lang: str) -> str:
+    return t("lab_patch_title", lang) + "\n\n" + t("lab_patch_intro", lang)
 
 
 def intro_updates(lang: str) -> list[str]:
-    """The lab's plain Markdown texts in `lang` (for the language switch): intro, steering title."""
-    return [t("lab_intro", lang), t("lab_steer_title", lang)]
+    """The lab's plain Markdown texts in `lang`, in the order of `INTRO_NAMES` (for the language switch)."""
+    return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang)]

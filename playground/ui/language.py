@@ -9,6 +9,7 @@ import gradio as gr
 from playground.app import describe
 from playground.app.session import Sessions
 from playground.app.words import t
+from playground.ui.lab_layout import INTRO_NAMES, intro_updates
 from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices, what_if_choices
 from playground.ui.models import session_key
 
@@ -16,7 +17,7 @@ from playground.ui.models import session_key
 def relabelled(page: Page) -> list[Any]:
     """The components the switch updates, in the order `relabel` returns their updates."""
     return [page.component(name) for name in page.labels] + [page.header, page.inspector_intro, page.attention_intro,
-                                                              page.lab_intro, page.lab_steer_title, page.notes]
+                                                              *(page.component(n) for n in INTRO_NAMES), page.notes]
 
 
 def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None,
@@ -45,6 +46,6 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
         else:
             updates.append(gr.update(label=t(label, lang)))
     updates += [f"# {t('title', lang)}\n{t('tagline', lang)}", t("inspector_intro", lang), t("attention_intro", lang),
-                t("lab_intro", lang), t("lab_steer_title", lang),
+                *intro_updates(lang),
                 describe.notes_markdown(session.notes, lang)]  # keyed notes: said again in the new language
     return updates

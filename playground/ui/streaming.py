@@ -105,13 +105,6 @@ class Streaming:
         yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent,
                                               on_end=self.sessions.enforce_memory))
 
-    def _stream(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
-                ) -> Iterator[tuple]:
-        """`press` with the session's current run after each frame, as ui/lab.py's fork reads it (until it calls
-        `press`)."""
-        for out in self.press(session, settings, parent):
-            yield (*out, session.current)
-
     def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
         """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every
         frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame)."""

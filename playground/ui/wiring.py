@@ -7,13 +7,11 @@ import gradio as gr
 from playground.app.settings import FIELDS
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
-from playground.ui.lab import outputs as lab_outputs
 from playground.ui.lab import wire_lab
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
-from playground.ui.lessons import OUTPUTS as LESSON_OUTPUTS
 from playground.ui.models import session_key
-from playground.ui.panels import DEEP_OUTPUTS, PE_OUTPUTS
+from playground.ui.views import wire_views
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
 BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping")
@@ -36,12 +34,6 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     lang = s["lang"]
     load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], s["target_lang"], p.att_kind,
                     p.att_view, p.card, p.live]
-    pe_inputs = [p.pe_length, p.pe_base, p.pe_pair]
-    pe_outputs = [page.component(name) for name in PE_OUTPUTS]
-    view_inputs = [p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_sink]
-    deep_outputs = [page.component(name) for name in DEEP_OUTPUTS]
-    att_outputs = [p.att_note, p.att_grid, p.att_heat, p.att_row, p.att_summary, p.att_layer, p.att_head,
-                   p.att_query]
     load_kw = dict(concurrency_limit=2, concurrency_id="load")
     figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
 
@@ -49,8 +41,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         models = h.models.choices(session_key(request), code)
         return relabel(page, h.sessions, h.models.grouped(request), code, request, models)
 
-    def then_positional(dep):
-        return dep.success(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
+    redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
     start = p.demo.load(h.models.page_load, None, [*settings_inputs, p.notes], queue=False)
@@ -58,27 +49,26 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
     loaded = start.then(h.models.load_from_link, [s["model"], s["dtype"], lang], load_outputs, **load_kw)
-    then_positional(loaded)
+    redraws.append(loaded)
     loaded.then(switch_language, lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
-    then_positional(s["model"].input(h.models.load, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    then_positional(s["dtype"].input(h.models.load_dtype, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    redraws.append(s["model"].input(h.models.load, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    redraws.append(s["dtype"].input(h.models.load_dtype, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
     uploaded = p.upload.upload(h.models.upload, [p.upload, s["dtype"], lang], load_outputs, **load_kw)
-    then_positional(uploaded)
+    redraws.append(uploaded)
     # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones
     # it shows, and the next upload would send both (two config.json, refused).
     uploaded.then(empty_file_box, None, p.upload, queue=False)
     for trigger in (p.hub_load.click, p.hub_id.submit):
-        then_positional(trigger(h.models.load_hub, [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
+        redraws.append(trigger(h.models.load_hub, [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
     # English / 中文: every label, the live screen, the model's texts.
     switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
     switched.then(h.stream.current_value, lang, p.live, queue=False)
-    then_positional(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
-                                  queue=False))
-    switched.then(h.panels.redraw, view_inputs, deep_outputs, **figures_kw)
+    redraws.append(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
+                                 queue=False))
 
     # Generation: streamed into the live screen. Each press carries a ticket (the client's clock) so
     # that Stop also cancels a run still waiting for a slot.
@@ -86,46 +76,22 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     gen_outputs = [p.live, p.notes, s["branches"]]
     gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
                   show_progress="minimal")
-    deep_followers = []  # events after which the open deep view (and lesson) redraws
     runs = [loaded.then(h.stream.generate_link, [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
     for trigger in (p.generate.click, s["prompt"].submit):
         runs.append(trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
     runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
     runs += wire_lab(page, h.lab, gen_kw, figures_kw)  # the causal lab's forks stream like every run
-    for run in runs:
-        deep_followers.append(run.then(h.panels.after_run, view_inputs, deep_outputs, **figures_kw))
-        run.then(h.panels.positional_if_open, pe_inputs, pe_outputs, **figures_kw)  # the PE tab reads the run
 
-    # The selected step (a click or ← / → in the live screen) and the open tab drive the deep views.
-    deep_followers.append(p.live.select(h.panels.select_step, view_inputs, deep_outputs, **figures_kw))
-    tab = p.tabs.select(h.panels.tab_selected, view_inputs, deep_outputs, **figures_kw)
-    deep_followers.append(tab)
-    tab.then(h.panels.positional_if_open, pe_inputs, pe_outputs, **figures_kw)
-    for control in (p.att_kind, p.att_view, p.att_scale, p.att_layer, p.att_head, p.att_query,
-                    p.att_sink):
-        control.change(h.panels.attention, [*view_inputs[:5], p.att_query, p.att_sink], att_outputs, **figures_kw)
+    # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
+    # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.
+    then_redraw = wire_views(page, h.views, redraws + runs, figures_kw)
     # jobs write their own progress line: Gradio's overlay would cover it
     p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate",
                   show_progress="minimal")
-    for control in (p.pe_length, p.pe_pair):
-        control.change(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
-    p.pe_base.submit(h.panels.positional, pe_inputs, pe_outputs, **figures_kw)
-
-    # Lessons: one click from the live screen opens the Lessons tab on a lesson; it follows the step.
-    lesson_inputs = [p.lesson_layer, p.lesson_head, p.lesson_kind, p.lesson_preset, p.lesson_attention,
-                     p.lesson_dtype, p.lesson_batch, p.lesson_tokens]
-    lesson_outputs = [page.component(name) for name in LESSON_OUTPUTS]
-    p.lesson.input(h.lessons.pick, [p.lesson, *lesson_inputs], [p.tabs, *lesson_outputs], **figures_kw)
-    for control in lesson_inputs:
-        control.change(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
-    for dep in deep_followers:  # step clicks, runs ending, tab changes: the open lesson follows too
-        dep.then(h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
-        dep.then(h.lab.redraw, p.lab_versus, lab_outputs(page), **figures_kw)  # and the open lab
     p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate", show_progress="minimal")
-    p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate",
-                         show_progress="minimal").then(
-        h.lessons.redraw, lesson_inputs, lesson_outputs, **figures_kw)
+    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate",
+                                     show_progress="minimal"))
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(h.stream.link, settings_inputs, p.link, queue=False).then(

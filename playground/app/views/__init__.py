@@ -1,0 +1,107 @@
+"""Every deep panel, lesson and the causal lab as a View of the run (see `base`), and the three steps the page
+takes for whichever is open: which view (`open_view`), its numbers (`compute`, on the torch thread) and its
+slots (`draw`). No Gradio here.
+
+    view = open_view(session.deep_tab, session.lesson)
+    data = compute(view, ctx, selection)      # model work
+    slots = draw(view, data, lang)            # {component name: Slot}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from playground import viz
+from playground.app.session import Session
+from playground.app.views import attention, cache, card, inspector, lab, positional
+from playground.app.views.base import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
+from playground.app.views.lessons import VIEWS as LESSON_VIEWS
+from playground.app.views.lessons import view_of as lesson_view
+from playground.app.words import t
+
+__all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
+           "Waiting", "all_views", "compute", "context_for", "draw", "open_view", "reads_run", "shown", "show", "slot_names",
+           "waiting"]
+
+PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, positional.VIEW, lab.VIEW,
+                                               card.VIEW)}
+TABS = ("inspector", "attention", "cache", "positional", "lessons", "lab", "card")  # the deep views' tabs, in order
+
+
+def all_views() -> list[View]:
+    return [*PANELS.values(), *LESSON_VIEWS.values()]
+
+
+def slot_names() -> list[str]:
+    """Every component any view draws (the page's one redraw event writes to these), in a stable order."""
+    names: dict[str, None] = {}
+    for view in all_views():
+        names.update(dict.fromkeys(view.slots))
+    return list(names)
+
+
+def open_view(tab: str, lesson: str = "steps") -> View:
+    """The view drawn in the open tab (the Lessons tab: the picked lesson's)."""
+    if tab == "lessons":
+        return lesson_view(lesson)
+    return PANELS.get(tab, PANELS["inspector"])
+
+
+def reads_run(view: View) -> bool:
+    """Whether the view reads the run with the run's own model (else it reads the visitor's model, and the run
+    only when it was made with that model)."""
+    return bool(view.needs & {"run", "finished"})
+
+
+def context_for(view: View, session: Session, model_for: Callable[[str, str, str], Any]) -> Context:
+    """What `view` reads for `session`: its current run and the model to read it with (`model_for(name, dtype,
+    owner)` resolves a model by name; no model work)."""
+    run = session.current
+    if reads_run(view):
+        lm = model_for(run.settings.model, run.settings.dtype, run.owner) if run is not None and run.path else None
+    else:
+        lm = model_for(session.model, session.dtype, session.key) if session.model else None
+        if run is not None and run.settings.model != session.model:
+            run = None  # a run of another model says nothing about this one
+    sdpa = session.sdpa if session.sdpa is not None and session.sdpa.get("model") == session.model else None
+    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key)
+
+
+def waiting(view: View, ctx: Context) -> Waiting | None:
+    """Why `view` cannot be drawn from `ctx` yet (its needs not met), or None."""
+    run = ctx.run
+    if reads_run(view):
+        if run is None or not run.path:
+            return Waiting(view.waits)
+        if "finished" in view.needs and run.running:
+            return Waiting(view.busy)
+    if ctx.lm is None and (view.needs & {"model", "finished"}):
+        return Waiting("nothing_yet")
+    return None
+
+
+def compute(view: View, ctx: Context, sel: Selection) -> Any:
+    """The view's data (or a `Waiting`): model work, to be called on the torch thread."""
+    why = waiting(view, ctx)
+    if why is not None:
+        return why
+    with viz.language(ctx.lang):
+        return view.compute(ctx, sel)
+
+
+def draw(view: View, data: Any, lang: str) -> Drawn:
+    """The view's slots for `data` in `lang`: its figures and controls, and its caption in its first slot."""
+    with viz.language(lang):
+        if isinstance(data, Waiting):
+            slots = view.idle(lang, t(data.words, lang))
+            slots.setdefault(view.caption_slot, Slot(t(data.words, lang)))
+            return slots
+        slots = view.draw(data, lang)
+        slots[view.caption_slot] = Slot(view.caption(data, lang))
+        return slots
+
+
+def show(view: View, ctx: Context, sel: Selection) -> Drawn:
+    """`draw(compute(...))` in one call (for tests and callers already on the torch thread)."""
+    return draw(view, compute(view, ctx, sel), ctx.lang)

@@ -1,0 +1,126 @@
+"""All heads of a layer over the whole run: the grid of every head, one large map (a head, the mean, the max
+or a KV group), the selected query's row, and every layer's heads summarised (entropy, mean distance)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+
+from playground import viz
+from playground.app.views.base import KEEP, Context, Drawn, Selection, Slot, View
+from playground.app.words import t
+from playground.errors import PlaygroundError
+from playground.generation import full_attention
+from playground.generation.budget import check_full_attention
+
+MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
+MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
+
+
+def kinds_of(run: Any) -> tuple[str, ...]:
+    return ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
+
+
+def layer_stats(run: Any, lm: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(entropy, mean distance), each (L, h), of every layer's heads over the whole run: one pass of
+    the engine, kept by the run; None when all layers' maps would be too big to hold at once."""
+    if kind not in run.head_stats:
+        if len(run.prefix_ids) + len(run.path) > MAX_STATS_TOKENS:
+            return None
+        try:
+            check_full_attention(lm, len(run.prompt_ids), len(run.stream_ids))
+        except PlaygroundError:
+            return None
+        every = full_attention(lm, run.prompt_ids, run.stream_ids)  # kind -> (L, h, T, S)
+        for k, maps in every.items():
+            run.head_stats[k] = (viz.attention_entropy(maps), viz.mean_attention_distance(maps))
+    return run.head_stats[kind]
+
+
+def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
+    """The layer's maps with the selection clamped to the model: layer and head inside it, the query row the
+    selected step's unless one was picked."""
+    run, c = ctx.run, ctx.lm.config
+    kinds = kinds_of(run)
+    kind = sel.kind if sel.kind in kinds else kinds[0]
+    n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
+    layer = int(min(max(sel.layer, 0), n_layers - 1))
+    if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
+        return {"too_long": True}
+    maps = run.attention_maps(ctx.lm, kind, layer)  # (h, T, S)
+    h, T, S = maps.shape
+    head = int(min(max(sel.head, 0), h - 1))
+    query = sel.query
+    if query is None:
+        query = len(run.prefix_ids) - 1 + run.step(sel.step) if kind != "encoder" else T - 1
+    query = int(min(max(query, 0), T - 1))
+    groups = c.n_heads // c.n_kv_heads
+    q_labels, k_labels = run.labels(kind)
+    stats = layer_stats(run, ctx.lm, kind)
+    if stats is None:  # this layer's alone
+        stats = viz.attention_entropy(maps[None]), viz.mean_attention_distance(maps[None])
+    window = None
+    if kind != "encoder" and run.kind == "decoder":
+        window = c.layer_kinds()[layer].window  # this layer's own mask: each query sees its last `window` keys
+    return {"too_long": False, "kind": kind, "layer": layer, "head": head, "query": query, "asked": (sel.layer, sel.head),
+            "view": sel.view, "scale": sel.scale, "sink": sel.sink, "maps": maps, "groups": groups, "n_layers": n_layers,
+            "q_labels": q_labels, "k_labels": k_labels, "stats": stats, "window": window}
+
+
+def _large(d: dict[str, Any], lang: str) -> tuple[np.ndarray, str]:
+    maps, groups, head = d["maps"], d["groups"], d["head"]
+    if d["view"] == "mean":
+        return viz.aggregate_heads(maps, "mean"), t("view_mean", lang)
+    if d["view"] == "max":
+        return viz.aggregate_heads(maps, "max"), t("view_max", lang)
+    if d["view"] == "group" and groups > 1:
+        return viz.group_by_kv_head(maps, groups)[head // groups], t("what_group", lang, group=head // groups)
+    return maps[head], t("what_head", lang, head=head)
+
+
+def draw(d: dict[str, Any], lang: str) -> Drawn:
+    if d["too_long"]:
+        return idle(lang, "")
+    label, layer, query, scale, sink = t(f"kind_{d['kind']}", lang), d["layer"], d["query"], d["scale"], d["sink"]
+    q_labels, k_labels, maps = d["q_labels"], d["k_labels"], d["maps"]
+    groups = d["groups"]
+    big, what = _large(d, lang)
+    grid = viz.attention_heads_grid(maps, q_labels, k_labels, title=t("heads_grid_title", lang, label=label, layer=layer),
+                                    kv_groups=groups if groups > 1 else 1, scale=scale, hide_first=sink)
+    heat = viz.attention_heatmap(big, q_labels, k_labels, title=t("heat_title", lang, label=label, layer=layer, what=what),
+                                 scale=scale, hide_first=sink, highlight_row=query)
+    row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query,
+                                                          token=html.escape(repr(q_labels[query])), layer=layer, what=what))
+    h, T, _ = maps.shape
+    # Sliders get a value back only when it had to change: writing a value the slider already holds could
+    # overwrite a newer one typed or arrowed in while this ran.
+    asked_layer, asked_head = d["asked"]
+    return {"att_grid": Slot(grid), "att_heat": Slot(heat), "att_row": Slot(row),
+            "att_summary": Slot(viz.head_summary(*d["stats"], title=t("summary_title", lang, label=label))),
+            "att_layer": Slot(layer if asked_layer != layer else KEEP, maximum=max(1, d["n_layers"] - 1)),
+            "att_head": Slot(d["head"] if asked_head != d["head"] else KEEP, maximum=max(1, h - 1)),
+            "att_query": Slot(query, maximum=max(1, T - 1))}
+
+
+def caption(d: dict[str, Any], lang: str) -> str:
+    if d["too_long"]:
+        return t("nothing_yet", lang)
+    h, T, S = d["maps"].shape
+    note = t("attention_note", lang, layers=d["n_layers"], heads=h, t=T, s=S)
+    if d["groups"] > 1:
+        note += t("gqa_note", lang, g=d["groups"])
+    if d["window"] is not None:
+        note += t("window_note", lang, layer=d["layer"], window=d["window"])
+    return note
+
+
+def idle(lang: str, words: str) -> Drawn:
+    blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang))
+    return {name: Slot(blank) for name in ("att_grid", "att_heat", "att_row", "att_summary")}
+
+
+VIEW = View("attention", "attention", frozenset({"run", "step", "layer", "head", "query"}),
+            ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query"),
+            compute, draw, caption, idle)

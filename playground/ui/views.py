@@ -1,0 +1,148 @@
+"""The page's one redraw: whatever happened (a step selected, a run ended, a tab opened, a control moved, the
+language or the model changed), the open view is computed by the app core (`playground.app.views`, its model
+work on the torch thread) and drawn by one generic renderer: a view's slots become `{component name: update}`.
+
+Handlers here take the page's control values by component name and return updates by component name;
+`wire_views` binds them with Gradio's dict inputs and outputs (no positional tuples)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gradio as gr
+
+from playground.app import describe, serving, views
+from playground.app.session import Session, Sessions
+from playground.app.views import Selection, Slot
+from playground.app.words import t
+from playground.ui.gradio_internals import event_data
+from playground.ui.models import Models, one_line, session_key
+
+# The controls a view reads (its selection), by component name.
+CONTROLS = ("att_kind", "att_view", "att_scale", "att_layer", "att_head", "att_query", "att_sink",
+            "lesson_layer", "lesson_head", "lesson_kind", "lesson_preset", "lesson_attention", "lesson_dtype",
+            "lesson_batch", "lesson_tokens", "pe_length", "pe_base", "pe_pair", "lab_versus", "lab_run")
+SLOTS = tuple(views.slot_names())  # every component a view draws
+
+
+def render(slots: Mapping[str, Slot]) -> dict[str, Any]:
+    """Any view's slots as Gradio updates by component name; a slot that changes nothing is left out."""
+    return {name: gr.update(**slot.changes) for name, slot in slots.items() if slot.changes}
+
+
+class Views:
+    """The redraw handlers for the sessions of one app."""
+
+    def __init__(self, models: Models, sessions: Sessions) -> None:
+        self.models = models
+        self.sessions = sessions
+
+    def draw_open(self, session: Session, values: Mapping[str, Any], *, query: bool = False) -> dict[str, Any]:
+        """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
+        follows the selected step), as updates by component name."""
+        view = views.open_view(session.deep_tab, session.lesson)
+        lang = session.lang
+        selection = Selection.from_controls(values, session.selected_step, query=query)
+        try:
+            ctx = views.context_for(view, session, self.models.model_for)
+            data = serving.call_job(views.compute, view, ctx, selection, owner=session.key)
+            slots = views.draw(view, data, lang)
+        except Exception as exc:  # noqa: BLE001 - one line where the view's caption would be
+            slots = {view.caption_slot: Slot(describe.inert(one_line(exc, lang, view.name)))}
+        return render(slots)
+
+    # --- the events that redraw --------------------------------------------------------------------
+
+    def redraw(self, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
+        """A run ended, the language or the model changed: the open view again."""
+        return self.draw_open(self.sessions.get(session_key(request)), values)
+
+    def select_step(self, evt: gr.EventData | None, values: Mapping[str, Any],
+                    request: gr.Request | None = None) -> dict[str, Any]:
+        """A token was clicked (or ← / →) in the live screen: the open view moves to that step (the step itself
+        came first, by the page's direct call); views that do not follow the step stay."""
+        session = self.sessions.get(session_key(request))
+        run = session.current
+        view = views.open_view(session.deep_tab, session.lesson)
+        if run is None or event_data(evt).get("run") != run.token or not view.follows_step:
+            return {}
+        return self.draw_open(session, values)
+
+    def tab_selected(self, evt: gr.SelectData, values: Mapping[str, Any],
+                     request: gr.Request | None = None) -> dict[str, Any]:
+        """A deep-views tab was opened: it becomes the open view."""
+        session = self.sessions.get(session_key(request))
+        tab = evt.value if isinstance(evt.value, str) else None
+        ids = dict(zip((t(f"tab_{k}", lang) for lang in ("en", "zh") for k in views.TABS), views.TABS * 2))
+        index = evt.index if isinstance(evt.index, int) and evt.index < len(views.TABS) else None
+        session.deep_tab = ids.get(tab, views.TABS[index] if index is not None else session.deep_tab)
+        return self.draw_open(session, values)
+
+    def control(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
+        """A control of `tab` moved: its view redraws when it is the open one."""
+        session = self.sessions.get(session_key(request))
+        if session.deep_tab != tab:
+            return {}
+        return self.draw_open(session, values, query=tab == "attention")
+
+    def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
+        """A lesson was picked above the deep views: the Lessons tab opens on it."""
+        session = self.sessions.get(session_key(request))
+        session.lesson = lesson if lesson in views.LESSON_VIEWS else next(iter(views.LESSON_VIEWS))
+        session.deep_tab = "lessons"
+        return {"tabs": gr.update(selected="lessons"), **self.draw_open(session, values)}
+
+
+def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, Any]) -> Callable[[Any], Any]:
+    """Bind the redraws: after each event of `follows` (runs ending, the language, a model load) the open view
+    redraws; so it does on a step selected, a tab opened, a lesson picked and each view's own controls.
+    Returns `then_redraw(dependency)` for events bound later."""
+    controls = {page.component(n): n for n in CONTROLS}
+    outputs = [page.component(n) for n in SLOTS]
+    inputs = set(controls)
+
+    def named(values: dict[Any, Any]) -> dict[str, Any]:
+        return {controls[c]: v for c, v in values.items() if c in controls}
+
+    def keyed(updates: dict[str, Any]) -> dict[Any, Any]:
+        # Gradio reads an empty dict as one output value: "nothing changes" is one component skipped
+        return {page.component(n): u for n, u in updates.items()} or {outputs[0]: gr.skip()}
+
+    def redraw(values: dict, request: gr.Request) -> dict:
+        return keyed(h.redraw(named(values), request))
+
+    def select_step(values: dict, evt: gr.EventData, request: gr.Request) -> dict:
+        return keyed(h.select_step(evt, named(values), request))
+
+    def tab_selected(values: dict, evt: gr.SelectData, request: gr.Request) -> dict:
+        return keyed(h.tab_selected(evt, named(values), request))
+
+    def control(tab: str) -> Callable[..., dict]:
+        def changed(values: dict, request: gr.Request) -> dict:
+            return keyed(h.control(tab, named(values), request))
+        return changed
+
+    def pick(values: dict, request: gr.Request) -> dict:
+        values = dict(values)
+        lesson = values.pop(page.lesson, None)
+        return keyed(h.pick_lesson(str(lesson or ""), named(values), request))
+
+    def then_redraw(dep: Any) -> Any:
+        return dep.then(redraw, inputs, outputs, **figures_kw)
+
+    for dep in follows:
+        then_redraw(dep)
+    page.live.select(select_step, inputs, outputs, **figures_kw)
+    page.tabs.select(tab_selected, inputs, outputs, **figures_kw)
+    page.lesson.input(pick, inputs | {page.lesson}, [page.tabs, *outputs], **figures_kw)
+    groups = {"attention": ("att_kind", "att_view", "att_scale", "att_layer", "att_head", "att_query", "att_sink"),
+              "positional": ("pe_length", "pe_pair"),
+              "lessons": ("lesson_layer", "lesson_head", "lesson_kind", "lesson_preset", "lesson_attention",
+                          "lesson_dtype", "lesson_batch", "lesson_tokens"),
+              "lab": ("lab_versus", "lab_run")}
+    for tab, names in groups.items():
+        for name in names:
+            page.component(name).change(control(tab), inputs, outputs, **figures_kw)
+    page.pe_base.submit(control("positional"), inputs, outputs, **figures_kw)
+    return then_redraw
