@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
 # Leaves room for colour bars and long token labels inside a 1280-px page.
 MARGIN = dict(l=70, r=30, t=70, b=60)
@@ -19,9 +19,8 @@ FITS_ANY_WIDTH = 24  # token labels that fit a 400-px-wide phone's axis, each on
 MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
 
 # The analyses name the residual stream's layers "embedding", "block 0", "block 1", …
-TEXT = {"embedding": "embedding", "block": "block {i}"}
-TEXT_ZH = {"embedding": "嵌入层", "block": "第 {i} 层"}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("_common")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 TITLE_CHARS = 40  # a title longer than this runs past a 400-px phone's figure (plotly never wraps titles)

@@ -14,86 +14,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from playground.viz._common import display_text, display_token, empty_figure, finish
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
 # Hugging Face order: repetition penalty, then temperature, top-k, top-p.
 STAGE_ORDER = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
-STAGE_NAMES = {
-    "raw": "raw softmax",
-    "repetition_penalty": "repetition penalty",
-    "temperature": "temperature",
-    "top_k": "top-k",
-    "top_p": "top-p",
-    "min_p": "min p",
-    "forced_bos": "forced bos",
-    "forced_eos": "forced eos",
-}
-TEXT = {
-    "stages": STAGE_NAMES,
-    "funnel_title": "Candidates through the sampling pipeline",
-    "no_candidates": "no candidates yet: run a generation step",
-    "funnel_hover": "%{{customdata}} · {stage}: %{{x:.4f}}<extra></extra>",
-    "chosen": "<b>chosen</b>",
-    "removed_by": "<i>removed by {stage}</i>",
-    "candidate_axis": "candidate token",
-    "probability_axis": "probability",
-    "table_title": "Beam search hypotheses",
-    "no_beams": "no beams yet: run beam search (num_beams > 1)",
-    "step": "step",
-    "rank": "rank",
-    "hypothesis": "hypothesis",
-    "score": "score",
-    "status": "status",
-    "finished": "finished",
-    "open": "open",
-    "tree_title": "Beam search tree",
-    "node_hover": "{text}<br>score {score:.3f}",
-    "node_finished": " · finished",
-    "extends": "extends",
-    "winning": "winning beam",
-    "beams": "beams",
-    "score_bar": "score (nats)",
-    "step_axis": "step",
-    "rank_axis": "beam rank",
-}
-TEXT_ZH = {
-    "stages": {
-        "raw": "原始 softmax",
-        "repetition_penalty": "重复惩罚",
-        "temperature": "温度",
-        "top_k": "Top-k",
-        "top_p": "Top-p",
-        "min_p": "Min-p",
-        "forced_bos": "强制 BOS",
-        "forced_eos": "强制 EOS",
-    },
-    "funnel_title": "候选 token 经过采样流程",
-    "no_candidates": "还没有候选 token:先生成一步",
-    "funnel_hover": "%{{customdata}} · {stage}:%{{x:.4f}}<extra></extra>",
-    "chosen": "<b>选中</b>",
-    "removed_by": "<i>被 {stage} 过滤</i>",
-    "candidate_axis": "候选 token",
-    "probability_axis": "概率",
-    "table_title": "束搜索的候选序列",
-    "no_beams": "还没有束:请用束搜索生成(num_beams > 1)",
-    "step": "步",
-    "rank": "排名",
-    "hypothesis": "候选序列",
-    "score": "得分",
-    "status": "状态",
-    "finished": "已完成",
-    "open": "进行中",
-    "tree_title": "束搜索树",
-    "node_hover": "{text}<br>得分 {score:.3f}",
-    "node_finished": " · 已完成",
-    "extends": "延伸",
-    "winning": "胜出的束",
-    "beams": "束",
-    "score_bar": "得分 (nats)",
-    "step_axis": "步",
-    "rank_axis": "束排名",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("sampling")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
+STAGE_NAMES = TEXT["stages"]  # the English names of the sampler's stages
 # Sequential blues: later stages darker, so the eye reads the pipeline left to right.
 STAGE_COLOURS = {
     "raw": "#c6dbef",
