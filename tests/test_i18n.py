@@ -17,7 +17,7 @@ def test_every_string_has_both_languages_with_the_same_placeholders():
 
 def test_chinese_uses_the_seeds_terms():
     for key, term in (("kind_cross", "交叉注意力"), ("tab_positional", "位置编码"), ("mode_beam", "束搜索"),
-                      ("mode_greedy", "贪心"), ("temperature", "温度"), ("kv_title", "KV Cache")):
+                      ("mode_greedy", "贪心"), ("temperature", "温度"), ("kv_title", "KV 缓存")):
         assert term in t(key, "zh"), key
 
 
