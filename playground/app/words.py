@@ -51,6 +51,27 @@ def language(code: object) -> str:
     return "zh" if isinstance(code, str) and code.lower().startswith("zh") else "en"
 
 
+def browser_language(accept_language: str | None) -> str:
+    """The page's language for a browser's Accept-Language header ("zh-CN,zh;q=0.9,en;q=0.8"): the
+    most preferred of the languages we have (中文 for any zh-*, English otherwise and by default).
+    Used only when the link names no `lang`."""
+    ranked = []
+    for order, part in enumerate((accept_language or "").split(",")):
+        code, _, params = part.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        code = code.strip().lower()
+        if code and q > 0 and (code.startswith("zh") or code.startswith("en")):
+            ranked.append((-q, order, "zh" if code.startswith("zh") else "en"))
+    return min(ranked)[2] if ranked else "en"
+
+
 # --- notes and messages made in English below the app (the engine, the limits, the link parser) ---
 # Each is one of a few fixed templates; in 中文 the page shows it through this table (pattern, 中文).
 NOTES_ZH: tuple[tuple[str, str], ...] = (

@@ -17,7 +17,7 @@ from playground.app import describe
 from playground.app.frames import head_choices
 from playground.app.session import Sessions
 from playground.app.settings import FIELDS, UISettings, from_query
-from playground.app.words import note, t
+from playground.app.words import browser_language, note, t
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
@@ -147,7 +147,9 @@ class Models:
 
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
         params = dict(request.query_params) if request is not None else {}
-        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
+        # A link that names no language opens in the browser's own (a zh-CN browser gets 中文).
+        lang = browser_language(request.headers.get("accept-language")) if request is not None else "en"
+        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype, lang=lang)
         settings, notes = from_query(params, base)
         owner = session_key(request)
         if settings.model not in self.catalog.names(owner):
