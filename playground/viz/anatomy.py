@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.steps import step_number
 from playground.viz._common import display_text, finish, layer_name
 from playground.viz._language import texts
 
@@ -169,11 +170,11 @@ def residual_norm_figure(norms: Mapping[str, Any], step: int, title: str | None 
     if step in norms["steps"]:
         j = list(norms["steps"]).index(step)
         fig.add_trace(go.Scatter(x=names, y=n[:, j], mode="lines+markers", line=dict(color="#d62728", width=3),
-                                 name=_T["step"].format(step=step + 1), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+                                 name=_T["step"].format(step=step_number(step)), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
     fig.update_xaxes(title_text=_T["layer_axis"], tickangle=-45)
     fig.update_yaxes(title_text=_T["norm_axis"], type="log")
     # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
-    return finish(fig, title or _T["residual_title"].format(step=step + 1), height=380, showlegend=False)
+    return finish(fig, title or _T["residual_title"].format(step=step_number(step)), height=380, showlegend=False)
 
 
 def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], step: int) -> str:
@@ -184,5 +185,5 @@ def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], 
     wiring_text = (_T["pre_text"] if dec["pre"] else _T["post_text"]).format(eq=eq)
     growth = float(col[-1] / max(col[0], 1e-30))
     return _T["caption"].format(wiring_text=wiring_text, trend=_T["grows"] if growth > 1.5 else _T["stays"],
-                                first=col[0], last=col[-1], step=step + 1, growth=growth,
+                                first=col[0], last=col[-1], step=step_number(step), growth=growth,
                                 why=_T["why_pre"] if dec["pre"] else _T["why_post"])

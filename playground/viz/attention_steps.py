@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.steps import step_number
 from playground.viz._common import PROB_SCALE, SIGNED_SCALE, display_token, finish, token_ticks
 from playground.viz._language import texts
 
@@ -95,7 +96,7 @@ def attention_steps_figure(steps: Mapping[str, Any], title: str | None = None) -
     fig.update_xaxes(title_text=_T["dim_axis"], row=8, col=1)
     if title is None:
         title = _T["title"].format(kind=_T["kind"][kind], layer=steps["layer"], head=steps["head"],
-                                     step=steps["step"] + 1)  # counted from 1, as the live screen
+                                     step=step_number(steps["step"]))
     return finish(fig, title, height=int(sum(row_px) + 8 * 45 + 140), plot_bgcolor=HIDDEN_COLOUR)
 
 
@@ -146,7 +147,7 @@ def attention_steps_caption(steps: Mapping[str, Any]) -> str:
     elif steps["phase"] == "prefill" and Tq > 1:
         text = _T["caption_prefill"].format(n=Tq)
     else:
-        text = _T["caption_decode"].format(step=steps["step"] + 1, keys=S)  # counted from 1, as the live screen
+        text = _T["caption_decode"].format(step=step_number(steps["step"]), keys=S)
     hidden = int((~np.asarray(steps["mask"])[-1]).sum())
     if "window" in steps["mask_kind"] and hidden:
         text += _T["caption_window"].format(window=steps["mask_kind"].rsplit(" ", 1)[-1], hidden=hidden)

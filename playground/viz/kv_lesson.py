@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.steps import step_number
 from playground.viz._common import display_text, finish
 from playground.viz._language import texts
 from playground.viz.cache import WITH_CACHE_COLOUR, WITHOUT_CACHE_COLOUR, format_bytes
@@ -67,11 +68,19 @@ def kv_cost_chart(costs: Mapping[str, Any], title: str | None = None) -> go.Figu
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
 
 
+def decode_index(step: int | None, steps: int) -> int:
+    """The decode step a caption reads: the selected one, or the first decode step when the selected one is the
+    prefill (index 0), or the last step when none is selected."""
+    return steps - 1 if step is None else min(max(int(step), 1), steps - 1)
+
+
 def kv_cost_caption(costs: Mapping[str, Any]) -> str:
-    i = -1
+    """The costs at the selected step (`costs["selected"]`, the engine's index; else the last step), named by its
+    step number, so that this paragraph and `prefill_decode_caption` speak of the same step and the same T + 1."""
+    i = decode_index(costs.get("selected"), len(costs["keys"]))
     tc, tu = float(costs["total_flops_cached"][i]), float(costs["total_flops_uncached"][i])
     return _T["cost_caption"].format(
-        keys=int(costs["keys"][i]), attn_c=_human_flops(costs["attention_flops_cached"][i]),
+        step=step_number(i), keys=int(costs["keys"][i]), attn_c=_human_flops(costs["attention_flops_cached"][i]),
         attn_u=_human_flops(costs["attention_flops_uncached"][i]), total_c=_human_flops(tc),
         total_u=_human_flops(tu), ratio=tu / max(tc, 1.0), kv=format_bytes(float(costs["kv_bytes_read_cached"][i])),
         weights=format_bytes(float(costs["weight_bytes"][i])),
@@ -90,7 +99,7 @@ def prefill_decode_figure(shapes: Mapping[str, Any], title: str | None = None, m
     fmt = lambda s: "(" + ", ".join(str(v) for v in s) + ")"  # noqa: E731
     first = _T["encoder"] if seq2seq else _T["prefill"]
     titles = (first.format(n=n, q=fmt(pf["q_shape"]), s=fmt(pf["scores_shape"])),
-              _T["decode"].format(step=shapes["step"], keys=keys, q=fmt(dc["q_shape"]), s=fmt(dc["scores_shape"])))
+              _T["decode"].format(step=step_number(max(int(shapes["step"]), 1)), keys=keys, q=fmt(dc["q_shape"]), s=fmt(dc["scores_shape"])))
     fig = make_subplots(rows=2, cols=1, subplot_titles=titles, row_heights=[0.85, 0.15], vertical_spacing=0.12)
     scale = [[0.0, "#f0f0f0"], [1.0, WITH_CACHE_COLOUR]]
     fig.add_trace(go.Heatmap(z=tri, colorscale=scale, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,

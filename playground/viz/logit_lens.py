@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.steps import step_number
 from playground.viz._common import PROB_SCALE, display_token, finish, layer_name, short_label, token_ticks
 from playground.viz._language import texts
 
@@ -40,7 +41,7 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
     fig.update_xaxes(side="top", showgrid=False)
     height = int(min(1400, max(300, 150 + 34 * len(entries))))
     # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
-    return finish(fig, title or _T["title"].format(step=step + 1), height=height)
+    return finish(fig, title or _T["title"].format(step=step_number(step)), height=height)
 
 
 def lens_rank_strip(
@@ -86,4 +87,4 @@ def logit_lens_caption(entries: Sequence[Mapping[str, Any]], step: int, chosen_t
         note = _T["never_top"]
     else:
         note = _T["first_top"].format(layer=layer_name(first))
-    return _T["caption"].format(step=step + 1, chosen=display_token(chosen_text), prob=last["prob"], first=note)
+    return _T["caption"].format(step=step_number(step), chosen=display_token(chosen_text), prob=last["prob"], first=note)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.steps import step_number
 from playground.viz._common import display_text, display_token, empty_figure, finish
 from playground.viz._language import texts
 
@@ -141,7 +142,7 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.
                         align="left", font=dict(size=12)),
             cells=dict(
                 values=[
-                    [t + 1 for t, _, _ in rows],  # steps counted from 1, as the live screen
+                    [step_number(t) for t, _, _ in rows],
                     [r for _, r, _ in rows],
                     [display_text(str(b["tokens"])) for _, _, b in rows],
                     [f"{float(b['score']):.3f}" for _, _, b in rows],
@@ -208,12 +209,12 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
             if p is not None and 0 <= p < len(beams[t - 1]):
                 parent_text = str(beams[t - 1][p]["tokens"])
                 ex, ey = edges[winning and on_path(parent_text)]
-                ex += [t, t + 1, None]  # x: the step counted from 1, as the live screen
+                ex += [step_number(t - 1), step_number(t), None]  # x: the step as people count it
                 ey += [p, r, None]
                 new = text[len(parent_text):] if text.startswith(parent_text) else text
             else:
                 new = text
-            xs.append(t + 1)
+            xs.append(step_number(t))
             ys.append(r)
             label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
             added.append(label if winning or not crowded else "")
