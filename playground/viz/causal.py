@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.steps import step_number
 from playground.viz._common import SIGNED_SCALE, as_array, display_token, finish, short_label
 from playground.viz._language import texts
 
@@ -93,7 +94,7 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
     rank = list(data["rank"])
     if len(token_texts) != len(kl) or len(prob) != len(kl) or len(rank) != len(kl):
         raise ValueError(f"kl has {len(kl)} steps; pass as many probabilities, ranks and token texts")
-    steps = list(range(1, len(kl) + 1))  # counted from 1, as the page counts steps
+    steps = [step_number(i) for i in range(len(kl))]  # as the page counts steps
     labels = [display_token(t) for t in token_texts]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=steps, y=kl, name=_T["div_kl"], marker_color="#7d3c98",
@@ -102,8 +103,8 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
                              hovertemplate=_T["div_prob_hover"]), secondary_y=True)
     first = data.get("first_difference")
     if first is not None:
-        fig.add_vline(x=float(first) + 0.5, line_dash="dash", line_color="grey")
-        fig.add_annotation(x=float(first) + 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
+        fig.add_vline(x=step_number(first) - 0.5, line_dash="dash", line_color="grey")
+        fig.add_annotation(x=step_number(first) - 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
                            xanchor="left", font=dict(color="grey"))
     ticks = [short_label(t) for t in labels]
     fig.update_xaxes(title_text=_T["div_step"], tickmode="array", tickvals=steps,
