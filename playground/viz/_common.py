@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import json
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,8 +42,43 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     return title
 
 
+EXPORT_WIDTH = 1200  # px of a downloaded PNG: wide enough that no title is cut, whatever the screen's width
+# Plotly's toolbar keeps only what a reader uses (save, zoom, pan, reset): on a 400-px phone a full bar sits over
+# the title's end; it shows on hover (a tap on a phone) only.
+MODEBAR_REMOVE = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
+                  "hoverClosestCartesian", "hoverCompareCartesian"]
+
+
+def export_name(title: str) -> str:
+    """A downloaded figure's file name from its title: "transformer-playground-attention-layer-2-head-3"."""
+    plain = html.unescape(re.sub(r"<sup>.*?</sup>|<[^>]+>", " ", title))
+    words = re.findall(r"\w+", plain.lower())
+    return "-".join(["transformer-playground", *words])[:80].rstrip("-")
+
+
+def plotly_config(fig: go.Figure) -> dict:
+    """The plotly.js config a figure is drawn with (Gradio's Plot reads it from the figure's JSON)."""
+    title = fig.layout.title.text or ""
+    return {"displaylogo": False, "displayModeBar": "hover", "modeBarButtonsToRemove": MODEBAR_REMOVE,
+            "toImageButtonOptions": {"format": "png", "filename": export_name(title), "width": EXPORT_WIDTH,
+                                     "height": int(fig.layout.height or 450), "scale": 2}}
+
+
+class Figure(go.Figure):
+    """A plotly figure whose JSON carries its plotly.js config too (export file name and size, toolbar):
+    `go.Figure.to_json` writes only data and layout, and Gradio's Plot passes a top-level "config" on to
+    Plotly.react."""
+
+    def to_json(self, *args, **kwargs) -> str:
+        text = super().to_json(*args, **kwargs)
+        return text[:-1] + ', "config": ' + json.dumps(plotly_config(self)) + "}" if text.endswith("}") else text
+
+
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
-    """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins."""
+    """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins;
+    the figure comes back as a `Figure` whose JSON names its download after its title."""
+    if type(fig) is go.Figure:
+        fig.__class__ = Figure  # same object, same data: only its JSON gains the config
     fig.update_layout(
         # Anchored to the top of the figure, pushing the plot down when it takes two lines.
         title=dict(text=wrap_title(title), x=0.01, xanchor="left", yref="container", y=1, yanchor="top",

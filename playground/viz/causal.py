@@ -43,12 +43,14 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
     titles = [t for _, t in maps] + [_T["mlps_and_rest"]]
     # One figure per row (heat maps above the bars), so that it reads the same in a phone's width.
     n_bars = len(mlps) + len(data.get("other", {}))
-    rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 0.7, 3)]
+    rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 1.2, 3)]  # ≥ 16 px a bar: every bar keeps its label
     height = min(max(160 + 14 * sum(rows) + 90 * len(rows), 460), 1800)
     fig = make_subplots(rows=len(rows), cols=1, subplot_titles=titles, vertical_spacing=min(0.3, 100 / height),
                         row_heights=[r / sum(rows) for r in rows])
-    every = [heads] + ([cross] if cross is not None else []) + [mlps, np.array(list(data.get("other", {}).values()))]
-    bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in every) or 1.0
+    # The heads' own scale: one MLP can push ten times harder than any head, and a scale shared with the bars would
+    # leave every head near white. The bars below have their own axis.
+    bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in [heads] + ([cross] if cross is not None else []))
+    bound = bound or 1.0
     for row, (z, _) in enumerate(maps, start=1):
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(z.shape[1])), y=list(range(z.shape[0])), colorscale=SIGNED_SCALE, zmid=0.0,
@@ -66,7 +68,7 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
         x=values, y=names, orientation="h", marker_color=["#c0392b" if v < 0 else "#2471a3" for v in values],
         hovertemplate=_T["bar_hover"], showlegend=False,
     ), row=len(rows), col=1)
-    fig.update_yaxes(autorange="reversed", row=len(rows), col=1)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=names, ticktext=names, row=len(rows), col=1)
     fig.update_xaxes(title_text=_T["share"], zeroline=True, row=len(rows), col=1)
     tok = short_label(display_token(token), 16)
     if versus is None:

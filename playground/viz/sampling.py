@@ -94,6 +94,8 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         (float(p) for c in candidates for p in c["stages"].values() if p is not None and np.isfinite(p)),
         default=1.0,
     )
+    # Headroom on the right for the notes, but a probability axis never runs past 1.
+    end = min(1.0, top * 1.35)
     for i, c in enumerate(candidates):
         if c.get("chosen"):
             fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
@@ -104,12 +106,13 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         else:
             continue
         row_max = max((float(p) for p in c["stages"].values() if p is not None), default=0.0)
-        fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="left", xshift=6,
-                           font=dict(color="#616161" if not c.get("chosen") else "#000000", size=11))
+        inside = row_max > 0.7 * end  # no room after the bar: the note goes inside its end
+        colour = "#ffffff" if inside else ("#616161" if not c.get("chosen") else "#000000")
+        fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="right" if inside else "left",
+                           xshift=-6 if inside else 6, font=dict(color=colour, size=11))
     fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
                      autorange="reversed", title_text=_T["candidate_axis"])
-    # Headroom on the right for the annotations.
-    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, top * 1.35], rangemode="tozero")
+    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, end], rangemode="tozero")
     height = int(min(1200, max(300, 130 + n * (9 * len(stages) + 14))))
     return finish(fig, title, height=height, barmode="group", bargap=0.25,
                   legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"))
