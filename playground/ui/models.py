@@ -148,7 +148,8 @@ class Models:
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[str]]:
         params = dict(request.query_params) if request is not None else {}
         # A link that names no language opens in the browser's own (a zh-CN browser gets 中文).
-        lang = browser_language(request.headers.get("accept-language")) if request is not None else "en"
+        headers = getattr(request, "headers", None) or {}  # a script's or a test's request may carry none
+        lang = browser_language(headers.get("accept-language"))
         base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype, lang=lang)
         settings, notes = from_query(params, base)
         owner = session_key(request)
