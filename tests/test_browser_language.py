@@ -30,6 +30,11 @@ def _opened(browser, url: str, locale: str) -> tuple[str, str, str, str]:
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
     page.wait_for_function("() => /Loaded|已加载/.test(document.querySelector('#model-status')?.innerText ?? '')")
+    # the labels follow the language a moment after the model's line (wait for the state, not for seconds)
+    page.wait_for_function("""() => {
+      const zh = document.documentElement.lang === 'zh-CN', b = document.querySelector('#generate-btn');
+      return b && b.innerText.trim() === (zh ? '生成' : 'Generate');
+    }""")
     header = page.evaluate("() => navigator.language")
     out = (header, page.inner_text("#model-status"), page.evaluate("() => document.documentElement.lang"),
            page.inner_text("#generate-btn"))
