@@ -95,3 +95,12 @@ def test_the_page_keeps_tokens_whole_and_candidate_headers_uncut():
     assert "margin-right" in rule("#token-stream .tok.id")
     header = rule(".pg-ctable th")
     assert "ellipsis" not in header and "white-space: normal" in header  # "raw softmax" wraps, never "softm…"
+
+
+def test_legends_sit_under_the_axis_not_over_the_title():
+    """Above the plot, a three-entry legend wraps into rows on a 400-px phone and runs over the title."""
+    cache = viz.cache_growth([1, 2, 3], [1, 2, 3], [4, 4, 4], [3, 6, 9])
+    funnel = viz.candidate_funnel([{"token": "a", "stages": {"raw": 0.6, "temperature": 0.7}, "chosen": True},
+                                   {"token": "b", "stages": {"raw": 0.4, "temperature": 0.3}}])
+    for fig in (cache, funnel):
+        assert fig.layout.legend.yanchor == "top" and fig.layout.legend.y < -0.15, fig.layout.legend

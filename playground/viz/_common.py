@@ -74,6 +74,13 @@ class Figure(go.Figure):
         return text[:-1] + ', "config": ' + json.dumps(plotly_config(self)) + "}" if text.endswith("}") else text
 
 
+def legend_below(height: int, gap_px: int = 80) -> dict:
+    """A horizontal legend under the x axis's title: above the plot it wraps into rows on a 400-px phone and
+    runs over the title. `gap_px` below the plot area of a figure `height` px tall (MARGIN's top and bottom)."""
+    plot = max(int(height) - MARGIN["t"] - MARGIN["b"], 100)
+    return dict(orientation="h", x=0, xanchor="left", y=-gap_px / plot, yanchor="top")
+
+
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
     """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins;
     the figure comes back as a `Figure` whose JSON names its download after its title."""

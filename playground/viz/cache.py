@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.viz._common import finish
+from playground.viz._common import finish, legend_below
 from playground.viz._language import texts
 
 _T = texts("cache")  # this module's words, from playground/locales/
@@ -84,8 +84,7 @@ def cache_growth(
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
     fig.update_xaxes(title_text=_T["step_axis"])
     fig.update_yaxes(title_text=_T["memory_axis"].format(unit=unit), rangemode="tozero")
-    return finish(fig, _T["growth_title"] if title is None else title, height=380,
-                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    return finish(fig, _T["growth_title"] if title is None else title, height=420, legend=legend_below(420))
 
 
 def timing_comparison(

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from playground.steps import step_number
-from playground.viz._common import display_text, display_token, empty_figure, finish
+from playground.viz._common import display_text, display_token, empty_figure, finish, legend_below
 from playground.viz._language import texts
 
 # Hugging Face order: repetition penalty, then temperature, top-k, top-p.
@@ -113,9 +113,9 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
     fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
                      autorange="reversed", title_text=_T["candidate_axis"])
     fig.update_xaxes(title_text=_T["probability_axis"], range=[0, end], rangemode="tozero")
-    height = int(min(1200, max(300, 130 + n * (9 * len(stages) + 14))))
+    height = int(min(1240, max(300, 170 + n * (9 * len(stages) + 14))))  # + the legend under the axis
     return finish(fig, title, height=height, barmode="group", bargap=0.25,
-                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"))
+                  legend={**legend_below(height), "traceorder": "normal"})
 
 
 def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
