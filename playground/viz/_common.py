@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,17 +29,44 @@ TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 TITLE_CHARS = 40  # a title longer than this runs past a 400-px phone's figure (plotly never wraps titles)
 
 
+def columns(text: str) -> int:
+    """How wide a text is drawn, in columns of a Latin letter: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in html.unescape(text))
+
+
+def _wide(c: str) -> bool:
+    return unicodedata.east_asian_width(c) in "WF"
+
+
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
-    """A one-line title longer than `width` characters, broken once where the two lines come out most even:
-    at a ": ", ", " or " · " if one keeps the first line within `width`, else at a space. Titles with their
-    own line breaks are kept."""
-    if "<br>" in title or len(html.unescape(title)) <= width:
+    """A one-line title wider than `width` columns (a Chinese character counts two), broken once where the two
+    lines come out most even: at a ": ", ", ", " · " (or "：", "，", "、", or ":" before Chinese) if one keeps the first line within
+    `width`, else at a space, else between two Chinese characters. Titles with their own line breaks are kept."""
+    if "<br>" in title or columns(title) <= width:
         return title
-    for marks in ((": ", ", ", " · "), (" ",)):
-        cuts = [(i, m) for m in marks for i in range(width // 3, width + 1) if title.startswith(m, i)]
+    total = columns(title)
+
+    def inside_markup(i: int) -> bool:
+        head = title[:i]
+        return head.rfind("<") > head.rfind(">") or head.rfind("&") > head.rfind(";")
+
+    for marks in ((": ", ", ", " · ", "：", "，", "、"), (" ",), None):
+        cuts = []  # (columns of the first line, where it ends, where the second starts)
+        for i in range(1, len(title)):
+            if marks is None:
+                found = (_wide(title[i - 1]) or _wide(title[i])) and not inside_markup(i)
+                end, start = i, i
+            else:
+                m = next((m for m in marks if title.startswith(m, i)), None)
+                if m is None and marks[0] == ": " and title[i] in ":," and i + 1 < len(title) and _wide(title[i + 1]):
+                    m = title[i]  # "自注意力:每个头…": a Latin colon or comma before Chinese text
+                found = m is not None
+                end, start = (i + len(m.rstrip()), i + len(m)) if found else (i, i)
+            if found and width // 3 <= columns(title[:i]) <= width and columns(title[:end]) <= width:
+                cuts.append((columns(title[:i]), end, start))
         if cuts:
-            i, m = min(cuts, key=lambda c: abs(c[0] - len(title) / 2))
-            return title[: i + len(m.rstrip())] + "<br>" + title[i + len(m):]
+            _, end, start = min(cuts, key=lambda c: abs(c[0] - total / 2))
+            return title[:end] + "<br>" + title[start:]
     return title
 
 
