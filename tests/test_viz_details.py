@@ -104,3 +104,10 @@ def test_legends_sit_under_the_axis_not_over_the_title():
                                    {"token": "b", "stages": {"raw": 0.4, "temperature": 0.3}}])
     for fig in (cache, funnel):
         assert fig.layout.legend.yanchor == "top" and fig.layout.legend.y < -0.15, fig.layout.legend
+
+
+def test_on_a_phone_the_toolbar_leaves_the_title_alone():
+    css = PAGE_CSS.read_text(encoding="utf-8")
+    phone = css[css.index("@media (max-width: 700px)"):]
+    rule = re.search(r"\.js-plotly-plot \.modebar-container\s*\{([^}]*)\}", phone).group(1)
+    assert "bottom: 0 !important" in rule and "top: auto !important" in rule
