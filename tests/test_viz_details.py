@@ -111,3 +111,5 @@ def test_on_a_phone_the_toolbar_leaves_the_title_alone():
     phone = css[css.index("@media (max-width: 700px)"):]
     rule = re.search(r"\.js-plotly-plot \.modebar-container\s*\{([^}]*)\}", phone).group(1)
     assert "bottom: 0 !important" in rule and "top: auto !important" in rule
+    bar = re.search(r"\.modebar-container \.modebar\s*\{([^}]*)\}", phone).group(1)  # the bar itself, inside it
+    assert "bottom: 2px !important" in bar and "top: auto !important" in bar
