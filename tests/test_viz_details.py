@@ -81,18 +81,19 @@ def _live_function(*names: str) -> str:
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node runs the live screen's functions")
 def test_the_live_screen_reads_tiny_probabilities_and_ids_as_a_person_should():
-    code = _live_function("pct", "idClass") + (
+    code = _live_function("pct", "idClass", "idsOnly") + (
         "\nconsole.log(JSON.stringify([pct(0), pct(0.0004), pct(0.0049), pct(0.005), pct(0.123), pct(0.999), pct(1),"
-        " idClass('123', 123), idClass(' Paris', 3), idClass('7', 8)]));")
+        " idClass('123', 123), idClass(' Paris', 3), idClass('7', 8),"
+        " idsOnly({prompt: [['12', 12], ['333', 333]]}), idsOnly({prompt: [['12', 12], [' Paris', 7]]}), idsOnly({})]));")
     out = subprocess.run(["node", "-e", code], capture_output=True, text=True, timeout=60, check=True).stdout
-    assert json.loads(out) == ["0%", "<0.5%", "<0.5%", "0.5%", "12.3%", "100%", "100%", " id", "", ""]
+    assert json.loads(out) == ["0%", "<0.5%", "<0.5%", "0.5%", "12.3%", "100%", "100%", " id", "", "", True, False, False]
 
 
 def test_the_page_keeps_tokens_whole_and_candidate_headers_uncut():
     css = PAGE_CSS.read_text(encoding="utf-8")
     rule = lambda selector: re.search(re.escape(selector) + r"\s*\{([^}]*)\}", css).group(1)  # noqa: E731
     assert "white-space: pre" in rule("#token-stream .tok")  # never " P|aris" across two lines
-    assert "margin-right" in rule("#token-stream .tok.id")
+    assert "margin-right" in rule("#token-stream .tok.id") and "margin-right" in rule(".achip.id")
     header = rule(".pg-ctable th")
     assert "ellipsis" not in header and "white-space: normal" in header  # "raw softmax" wraps, never "softm…"
 

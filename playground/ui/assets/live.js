@@ -39,6 +39,10 @@ function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%",
 function idClass(text, id) {  // a model without a tokenizer shows each token as its id: keep them apart
   return text === String(id) ? " id" : "";
 }
+function idsOnly(v) {  // the run's prompt is all ids shown as themselves: a model without a tokenizer
+  const prompt = v.prompt || [];
+  return prompt.length > 0 && prompt.every(([text, id]) => text === String(id));
+}
 function probColour(p) {  // light → strong blue, as the legend shows
   p = Math.max(0, Math.min(1, p));
   const lo = [239, 243, 255], hi = [8, 81, 156];
@@ -286,6 +290,7 @@ function drawAttention(v, step) {
 
 function attentionChips(v, step, row, view) {
   const labels = keyLabels(v, step, view.kind);
+  const ids = idsOnly(v);
   const n = Math.min(labels.length, row.length);
   const from = view.sink && n > 1 ? 1 : 0;
   let top = 0, low = Infinity;
@@ -299,7 +304,7 @@ function attentionChips(v, step, row, view) {
       a = view.scale === "log" ? (w > 0 ? (Math.log10(w) - logLo) / Math.max(logHi - logLo, 1e-9) : 0) : w / top;
     }
     a = Math.max(0, Math.min(1, a));
-    const cls = "achip" + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    const cls = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
     parts.push(`<span class="${cls}" title="${esc("#" + i + " " + labels[i] + " · " + w.toFixed(4))}" style="background:rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)});color:${a > 0.55 ? "#fff" : "#111"}">${label(labels[i])}</span>`);
   }
   return parts.join("");
