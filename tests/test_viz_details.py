@@ -114,3 +114,4 @@ def test_on_a_phone_the_toolbar_leaves_the_title_alone():
     assert "bottom: 0 !important" in rule and "top: auto !important" in rule
     bar = re.search(r"\.modebar-container \.modebar\s*\{([^}]*)\}", phone).group(1)  # the bar itself, inside it
     assert "bottom: 2px !important" in bar and "top: auto !important" in bar
+    assert re.search(r'\.modebar-btn\[data-attr="dragmode"\][^{]*\{\s*display: none', phone)  # save buttons only
