@@ -492,7 +492,7 @@ def test_the_chinese_switch_covers_labels_hints_and_the_live_screen(page, server
     assert "温度" in page.evaluate("() => document.body.innerText") or "解码方式" in page.inner_text("#decoding")
     generate_and_wait(page)
     assert "完成" in page.inner_text("#gen-status")
-    assert "候选词" in page.inner_text("#step-panels") and "KV Cache" in page.inner_text("#step-panels")
+    assert "候选词" in page.inner_text("#step-panels") and "KV 缓存" in page.inner_text("#step-panels")
     assert_fits(page)
     shot(page, "live-zh", readme=True)
 

@@ -17,7 +17,7 @@ def test_every_string_has_both_languages_with_the_same_placeholders():
 
 def test_chinese_uses_the_seeds_terms():
     for key, term in (("kind_cross", "交叉注意力"), ("tab_positional", "位置编码"), ("mode_beam", "束搜索"),
-                      ("mode_greedy", "贪心"), ("temperature", "温度"), ("kv_title", "KV Cache")):
+                      ("mode_greedy", "贪心"), ("temperature", "温度"), ("kv_title", "KV 缓存")):
         assert term in t(key, "zh"), key
 
 
@@ -123,3 +123,14 @@ def test_the_model_card_structure_reads_in_chinese(tmp_path):
         for key, value in describe.model_card_rows(info, "m", "zh"):
             assert not re.search(r"\b(full|sliding|rotary|sinusoidal|gated|plain|pre-norm|post-norm|base)\b", value), \
                 (key, value)
+
+
+@pytest.mark.parametrize("header, lang", [
+    ("zh-CN,zh;q=0.9,en;q=0.8", "zh"), ("zh-TW", "zh"), ("en-US,en;q=0.9,zh-CN;q=0.8", "en"),
+    ("fr-FR,fr;q=0.9,zh;q=0.5,en;q=0.4", "zh"), ("fr-FR,de;q=0.5", "en"), ("en;q=0.2,zh;q=0.7", "zh"),
+    ("zh;q=0", "en"), ("zh;q=abc,en", "en"), ("", "en"), (None, "en"),
+])
+def test_the_browser_s_language_picks_the_page_s_when_the_link_names_none(header, lang):
+    from playground.app.words import browser_language
+
+    assert browser_language(header) == lang

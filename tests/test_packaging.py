@@ -30,6 +30,7 @@ def test_installed_package_imports_and_runs_from_anywhere(tmp_path):
     tools = [p for p in packages if p.startswith("playground/tools")]
     assert tools and not any((site / p).exists() for p in tools)  # run from a checkout only
     assert all((site / p / "__init__.py").exists() for p in packages if p not in tools), packages
+    assert all((site / "playground" / "locales" / f"{lang}.json").is_file() for lang in ("en", "zh"))  # the words
     deploy = subprocess.run([str(site / "bin" / "playground"), "deploy-space", "me/x", "--dry-run"], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)
     assert deploy.returncode == 2 and "from a checkout" in deploy.stderr and deploy.stderr.count("\n") == 1

@@ -444,6 +444,8 @@ def test_the_language_switch_relabels_every_component(app, h):
     every_choice = [str(c) for u in zh if isinstance(u, dict) for c in u.get("choices") or []]
     assert any("逐层预测" in c for c in every_choice)  # the lesson picker's choices, not only its label
     assert not any("Logit lens" in c for c in every_choice)
+    scale = zh[outputs.index(page.component("att_scale"))]  # the colour scale's choices: 线性 / 对数, not linear / log
+    assert [label for label, _ in scale["choices"]] == ["线性", "对数"]
     assert h.sessions.get("lang").lang == "zh"
     assert h.stream.current_value("zh", request("lang"))["lang"] == "zh"
 

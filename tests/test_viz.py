@@ -577,3 +577,16 @@ def test_rope_score_curve_starts_at_head_dim_and_decays():
     assert s.shape == (512,)
     assert s[0] == pytest.approx(64.0)
     assert np.abs(s[256:]).mean() < s[0] / 2 and s[1:].max() < s[0]
+
+
+def test_a_chinese_title_breaks_by_its_drawn_width():
+    """A Chinese character is drawn two columns wide: 25 of them run past a 400-px phone as surely as 50 letters."""
+    from playground.viz._common import columns
+
+    assert columns("第 6 步") == 7 and columns("KV") == 2  # two characters, two spaces, a digit
+    title = "自注意力:每个头的注意力熵和平均距离(全部层与全部头)"
+    lines = wrap_title(title).split("<br>")
+    assert len(lines) == 2 and "".join(lines) == title and all(columns(line) <= TITLE_CHARS for line in lines)
+    assert wrap_title("为什么是 ␣Paris:每个部分在它的 logit 中所占的份额与方向") == (
+        "为什么是 ␣Paris:<br>每个部分在它的 logit 中所占的份额与方向")
+    assert wrap_title("第 6 步:候选词经过采样流程") == "第 6 步:候选词经过采样流程"

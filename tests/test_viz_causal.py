@@ -16,7 +16,7 @@ def test_attribution_heat_map_and_bars_show_every_part():
     heat, bars = fig.data
     np.testing.assert_array_equal(np.array(heat.z), np.array(data["heads"]))
     assert heat.zmid == 0 and heat.zmin == -heat.zmax  # signed scale centred at zero
-    assert heat.zmax == pytest.approx(max(np.abs(data["heads"]).max(), np.abs(data["mlps"]).max(), 0.7))
+    assert heat.zmax == pytest.approx(np.abs(data["heads"]).max())  # the heads' own scale, not the MLPs' (issue 29)
     assert list(bars.y[:3]) == ["MLP 0", "MLP 1", "MLP 2"] and list(bars.x[:3]) == data["mlps"]
     assert "token embedding" in bars.y and "steering vector" in bars.y
     assert sum(bars.x) + np.sum(heat.z) == pytest.approx(data["total"])

@@ -243,7 +243,9 @@ def run_lesson(lm: LoadedModel, result: GenerationResult, step: int) -> dict[str
     source = len(result.prompt_ids) if lm.kind == "seq2seq" else 0
     size = lm.model.embed.weight.element_size()
     return {
-        "costs": kv_step_costs(lm.config, prefix, max(2, len(result.token_ids)), element_size=size, source_len=source),
+        # "selected": the step the captions read, so the costs and the shapes name the same step and T + 1
+        "costs": {**kv_step_costs(lm.config, prefix, max(2, len(result.token_ids)), element_size=size,
+                                  source_len=source), "selected": int(step)},
         "shapes": prefill_decode_shapes(lm.config, prefix, int(step), source_len=source),
         "cache": result.steps[int(step)].cache if int(step) < len(result.steps) else None,
     }

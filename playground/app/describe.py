@@ -16,6 +16,7 @@ from playground.app.words import t
 from playground.config import ModelConfig
 from playground.generation import StepEvent, TokenStep
 from playground.loaded import block_kind
+from playground.steps import step_number
 from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
@@ -227,7 +228,7 @@ def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
 
 def step_caption(step: TokenStep, lang: str = "en") -> str:
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step.step + 1, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step_number(step.step), token=token, id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]
@@ -259,13 +260,14 @@ def beam_steps(events: Sequence[StepEvent]) -> list[list[dict[str, Any]]]:
 
 
 def growth_series(events: Sequence[StepEvent]) -> tuple[list[int], list[int], list[int], list[int]]:
-    """(tokens in cache, bytes used, bytes allocated, MHA-equivalent bytes) per step."""
-    rows = [e.cache for e in events if e.cache]
+    """(step number, bytes used, bytes allocated, MHA-equivalent bytes) per step, the step numbered as on the
+    live screen (`playground.steps`: step 1 is the first new token), not by the cache's length."""
+    rows = [(e.step, e.cache) for e in events if e.cache]
     return (
-        [int(c.get("tokens", 0)) for c in rows],
-        [int(c.get("bytes", 0)) for c in rows],
-        [int(c.get("allocated_bytes", 0)) for c in rows],
-        [int(c.get("mha_equivalent_bytes", c.get("bytes", 0))) for c in rows],
+        [step_number(step) for step, _ in rows],
+        [int(c.get("bytes", 0)) for _, c in rows],
+        [int(c.get("allocated_bytes", 0)) for _, c in rows],
+        [int(c.get("mha_equivalent_bytes", c.get("bytes", 0))) for _, c in rows],
     )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from playground.app.notes import note
 from playground.notes import Note
+from playground.steps import step_number
 
 # sqrt of float32's largest value (3.4e38): a norm over values beyond it overflows, even in a model
 # that computes norms in float32 from bfloat16 activations.
@@ -37,7 +38,7 @@ def numbers_note(event: Any, vocab_size: int, deterministic: bool) -> Note | Non
     token equally likely (the top candidates all at 1/vocabulary, or without candidates, a deterministic
     step that chose a token of probability 1/vocabulary: the largest probability is then the smallest).
     """
-    step = int(getattr(event, "step", 0)) + 1
+    step = step_number(getattr(event, "step", 0))
     residual = _flat(getattr(event, "residual", None))
     candidates = list(getattr(event, "candidates", None) or [])
     numbers = [float(getattr(c, "logit", 0.0)) for c in candidates] + [float(getattr(c, "prob_raw", 0.0))

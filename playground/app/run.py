@@ -21,6 +21,7 @@ from playground.generation import GenerationConfig, GenerationResult, Hypothesis
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
 from playground.generation.stepper import full_attention
+from playground.steps import step_number
 
 MAX_CACHED_LAYERS = 2  # whole-run attention maps kept per run: every kind of this many layers
 
@@ -131,6 +132,12 @@ class Run:
         self.compact[keep:] = [frames.compact_step(s, self.events[s.step].cache, stages) for s in path[keep:]]
 
     # --- queries ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def step_number(index: int) -> int:
+        """The step people read for the 0-based `index` into `path` / `events`: step 1 is the first generated
+        token (index 0, the prefill pass that also reads the prompt). The one numbering of every screen."""
+        return step_number(index)
 
     def step(self, selected: int | None) -> int:
         """The step on screen: the selected one, or the newest token; always inside the path."""

@@ -39,6 +39,9 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(label=t(label, lang), choices=what_if_choices(name.split("_")[1], lang)))
         elif name == "model" and models is not None:
             updates.append(gr.update(label=t(label, lang), choices=models))
+        elif name == "att_scale":  # its choices are words too (线性 / 对数)
+            updates.append(gr.update(label=t(label, lang), choices=[(t("scale_linear", lang), "linear"),
+                                                                    (t("scale_log", lang), "log")]))
         elif name == "att_view":
             updates.append(gr.update(label=t(label, lang), choices=view_choices(lang, grouped=grouped)))
         elif info:

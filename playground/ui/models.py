@@ -21,7 +21,7 @@ from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
 from playground.app.settings import FIELDS, UISettings, from_query
 from playground.app.uploads import remove_sources
-from playground.app.words import t
+from playground.app.words import browser_language, t
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
@@ -150,7 +150,10 @@ class Models:
 
     def settings_from_request(self, request: gr.Request | None) -> tuple[UISettings, list[Note]]:
         params = dict(request.query_params) if request is not None else {}
-        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype)
+        # A link that names no language opens in the browser's own (a zh-CN browser gets 中文).
+        headers = getattr(request, "headers", None) or {}  # a script's or a test's request may carry none
+        lang = browser_language(headers.get("accept-language"))
+        base = UISettings(model=self.catalog.default_name() or "", dtype=self.registry.default_dtype, lang=lang)
         settings, notes = from_query(params, base)
         owner = session_key(request)
         if settings.model not in self.catalog.names(owner):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import html
+import json
+import re
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
 # Leaves room for colour bars and long token labels inside a 1280-px page.
 MARGIN = dict(l=70, r=30, t=70, b=60)
@@ -19,30 +22,98 @@ FITS_ANY_WIDTH = 24  # token labels that fit a 400-px-wide phone's axis, each on
 MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover shows them whole)
 
 # The analyses name the residual stream's layers "embedding", "block 0", "block 1", …
-TEXT = {"embedding": "embedding", "block": "block {i}"}
-TEXT_ZH = {"embedding": "嵌入层", "block": "第 {i} 层"}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("_common")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 TITLE_CHARS = 40  # a title longer than this runs past a 400-px phone's figure (plotly never wraps titles)
 
 
+def columns(text: str) -> int:
+    """How wide a text is drawn, in columns of a Latin letter: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in html.unescape(text))
+
+
+def _wide(c: str) -> bool:
+    return unicodedata.east_asian_width(c) in "WF"
+
+
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
-    """A one-line title longer than `width` characters, broken once where the two lines come out most even:
-    at a ": ", ", " or " · " if one keeps the first line within `width`, else at a space. Titles with their
-    own line breaks are kept."""
-    if "<br>" in title or len(html.unescape(title)) <= width:
+    """A one-line title wider than `width` columns (a Chinese character counts two), broken once where the two
+    lines come out most even: at a ": ", ", ", " · " (or "：", "，", "、", or ":" before Chinese) if one keeps the first line within
+    `width`, else at a space, else between two Chinese characters. Titles with their own line breaks are kept."""
+    if "<br>" in title or columns(title) <= width:
         return title
-    for marks in ((": ", ", ", " · "), (" ",)):
-        cuts = [(i, m) for m in marks for i in range(width // 3, width + 1) if title.startswith(m, i)]
+    total = columns(title)
+
+    def inside_markup(i: int) -> bool:
+        head = title[:i]
+        return head.rfind("<") > head.rfind(">") or head.rfind("&") > head.rfind(";")
+
+    for marks in ((": ", ", ", " · ", "：", "，", "、"), (" ",), None):
+        cuts = []  # (columns of the first line, where it ends, where the second starts)
+        for i in range(1, len(title)):
+            if marks is None:
+                found = (_wide(title[i - 1]) or _wide(title[i])) and not inside_markup(i)
+                end, start = i, i
+            else:
+                m = next((m for m in marks if title.startswith(m, i)), None)
+                if m is None and marks[0] == ": " and title[i] in ":," and i + 1 < len(title) and _wide(title[i + 1]):
+                    m = title[i]  # "自注意力:每个头…": a Latin colon or comma before Chinese text
+                found = m is not None
+                end, start = (i + len(m.rstrip()), i + len(m)) if found else (i, i)
+            if found and width // 3 <= columns(title[:i]) <= width and columns(title[:end]) <= width:
+                cuts.append((columns(title[:i]), end, start))
         if cuts:
-            i, m = min(cuts, key=lambda c: abs(c[0] - len(title) / 2))
-            return title[: i + len(m.rstrip())] + "<br>" + title[i + len(m):]
+            _, end, start = min(cuts, key=lambda c: abs(c[0] - total / 2))
+            return title[:end] + "<br>" + title[start:]
     return title
 
 
+EXPORT_WIDTH = 1200  # px of a downloaded PNG: wide enough that no title is cut, whatever the screen's width
+# Plotly's toolbar keeps only what a reader uses (save, zoom, pan, reset): on a 400-px phone a full bar sits over
+# the title's end; it shows on hover (a tap on a phone) only.
+MODEBAR_REMOVE = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
+                  "hoverClosestCartesian", "hoverCompareCartesian"]
+
+
+def export_name(title: str) -> str:
+    """A downloaded figure's file name from its title: "transformer-playground-attention-layer-2-head-3"."""
+    plain = html.unescape(re.sub(r"<sup>.*?</sup>|<[^>]+>", " ", title))
+    words = re.findall(r"\w+", plain.lower())
+    return "-".join(["transformer-playground", *words])[:80].rstrip("-")
+
+
+def plotly_config(fig: go.Figure) -> dict:
+    """The plotly.js config a figure is drawn with (Gradio's Plot reads it from the figure's JSON)."""
+    title = fig.layout.title.text or ""
+    return {"displaylogo": False, "displayModeBar": "hover", "modeBarButtonsToRemove": MODEBAR_REMOVE,
+            "toImageButtonOptions": {"format": "png", "filename": export_name(title), "width": EXPORT_WIDTH,
+                                     "height": int(fig.layout.height or 450), "scale": 2}}
+
+
+class Figure(go.Figure):
+    """A plotly figure whose JSON carries its plotly.js config too (export file name and size, toolbar):
+    `go.Figure.to_json` writes only data and layout, and Gradio's Plot passes a top-level "config" on to
+    Plotly.react."""
+
+    def to_json(self, *args, **kwargs) -> str:
+        text = super().to_json(*args, **kwargs)
+        return text[:-1] + ', "config": ' + json.dumps(plotly_config(self)) + "}" if text.endswith("}") else text
+
+
+def legend_below(height: int, gap_px: int = 80) -> dict:
+    """A horizontal legend under the x axis's title: above the plot it wraps into rows on a 400-px phone and
+    runs over the title. `gap_px` below the plot area of a figure `height` px tall (MARGIN's top and bottom)."""
+    plot = max(int(height) - MARGIN["t"] - MARGIN["b"], 100)
+    return dict(orientation="h", x=0, xanchor="left", y=-gap_px / plot, yanchor="top")
+
+
 def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
-    """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins."""
+    """Apply the common look: title (wrapped to fit a phone), fixed height, page-filling width, margins;
+    the figure comes back as a `Figure` whose JSON names its download after its title."""
+    if type(fig) is go.Figure:
+        fig.__class__ = Figure  # same object, same data: only its JSON gains the config
     fig.update_layout(
         # Anchored to the top of the figure, pushing the plot down when it takes two lines.
         title=dict(text=wrap_title(title), x=0.01, xanchor="left", yref="container", y=1, yanchor="top",

@@ -5,9 +5,9 @@
 
 The choice lives in a `contextvars.ContextVar`, so each thread and each asyncio task has its own:
 two requests drawing in different languages at the same moment never see each other's choice.
-Every module keeps its English strings in `TEXT` and the same keys in 中文 in `TEXT_ZH`;
-`Texts(TEXT, TEXT_ZH)[key]` is the string in the current language. Titles a caller passes in are
-drawn as given.
+Every module's words live in the locale files (`playground/locales/en.json`, `zh.json`, under
+"figures" → the module's name); `texts(module)[key]` is the string in the current language, and the
+module keeps the two tables as `TEXT` and `TEXT_ZH`. Titles a caller passes in are drawn as given.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+
+from playground import locales
 
 LANGUAGES = ("en", "zh")
 _current: ContextVar[str] = ContextVar("playground_viz_language", default="en")
@@ -78,3 +80,9 @@ class Texts(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.tables["en"])
+
+
+def texts(module: str) -> Texts:
+    """The words of one figure module (its name under "figures" in the locale files), in every language."""
+    tables = locales.section("figures")
+    return Texts(tables["en"][module], tables["zh"][module])

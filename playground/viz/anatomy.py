@@ -9,126 +9,17 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.steps import step_number
 from playground.viz._common import display_text, finish, layer_name
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
 BOX = {"embedding": "#c6dbef", "positions": "#e5f5e0", "relative_bias": "#e5f5e0", "embed_norm": "#fdd0a2",
        "attn_norm": "#fdd0a2", "cross_norm": "#fdd0a2", "mlp_norm": "#fdd0a2", "final_norm": "#fdd0a2",
        "attn": "#9ecae1", "cross": "#bcbddc", "mlp": "#a1d99b", "head": "#c6dbef", "final_logits_bias": "#f0f0f0",
        "tokens": "#ffffff", "add": "#ffffff"}
 
-TEXT = {
-    "title": "Anatomy of this model<br><sup>{family}, {params} parameters (counted from its own modules)</sup>",
-    "names": {
-        "embedding": "token embedding", "positions": "positions", "relative_bias": "T5 relative bias",
-        "embed_norm": "embedding norm", "attn_norm": "norm", "attn": "self-attention", "cross_norm": "norm",
-        "cross": "cross-attention", "mlp_norm": "norm", "mlp": "MLP", "final_norm": "final norm",
-        "head": "LM head", "final_logits_bias": "logits bias",
-    },
-    "add": "⊕ add the residual",
-    "shared": " (shared)",
-    "tokens_in": "token ids",
-    "source_in": "source ids",
-    "target_in": "target ids",
-    "logits": "logits (V = {V})",
-    "repeat": "× {n} blocks ({pre})",
-    "pre": "pre-LN",
-    "post": "post-LN",
-    "params": "{n} params",
-    "tied": "tied to the embedding: 0 new params",
-    "no_params": "no parameters",
-    "positions_note": {"rope": "RoPE: rotates q and k in every layer", "sinusoidal": "fixed sin/cos table",
-                       "learned": "learned table", "relative": "bias added to scores", "none": ""},
-    "residual_title": "Residual stream norm per layer<br><sup>‖x‖ at step {step} (red); blue: every step</sup>",
-    "all_max": "max over steps",
-    "all_min": "min over steps",
-    "all_median": "median over steps",
-    "layer_axis": "after",
-    "norm_axis": "‖x‖₂",
-    "caption": (
-        "{wiring_text} The residual stream's norm {trend} from {first:.3g} after the embedding to {last:.3g} after "
-        "the last block at step {step} ({growth:.2g}×). {why}"
-    ),
-    "pre_text": "Blocks are **pre-LN**: {eq}.",
-    "post_text": "Blocks are **post-LN** (as in the 2017 paper): {eq}.",
-    "grows": "grows",
-    "stays": "changes",
-    "why_pre": (
-        "Pre-LN never normalises the stream itself: each block adds its output, so the norm grows with depth, "
-        "while the identity path carries the gradient to every block unchanged. That is why pre-LN models train "
-        "stably without a long warm-up, where post-LN models need one; the final norm rescales the stream before the head."
-    ),
-    "why_post": (
-        "Post-LN normalises the stream after every sub-layer, so its norm stays near √d_model × the norm's gain; "
-        "the gradient has to pass through every norm on its way down, which is why the original Transformer needs "
-        "a learning-rate warm-up."
-    ),
-    "name_note": "{name}: {note}",
-    "name_paren": "{name} ({note})",
-    "each": " ({n} each)",
-    "mlp_kinds": {"gated": "gated", "plain": "plain"},
-    "norm_kinds": {"none": "none"},
-    "hover_max": "%{x}: max %{y:.3f}<extra></extra>",
-    "hover_min": "%{x}: min %{y:.3f}<extra></extra>",
-    "hover_median": "%{x}: median %{y:.3f}<extra></extra>",
-    "step": "step {step}",
-}
-TEXT_ZH = {
-    "title": "本模型的结构<br><sup>{family} · {params} 个参数(按模型自己的模块统计)</sup>",
-    "names": {
-        "embedding": "token 嵌入", "positions": "位置编码", "relative_bias": "T5 相对位置偏置",
-        "embed_norm": "嵌入归一化", "attn_norm": "归一化", "attn": "自注意力", "cross_norm": "归一化",
-        "cross": "交叉注意力", "mlp_norm": "归一化", "mlp": "前馈网络 MLP", "final_norm": "最终归一化",
-        "head": "LM Head", "final_logits_bias": "logits 偏置",
-    },
-    "add": "⊕ 加上残差",
-    "shared": "(共享)",
-    "tokens_in": "token id",
-    "source_in": "源文本 token id",
-    "target_in": "目标 token id",
-    "logits": "logits (V = {V})",
-    "repeat": "× {n} 个块 ({pre})",
-    "pre": "Pre-LN",
-    "post": "Post-LN",
-    "params": "{n} 个参数",
-    "tied": "与嵌入层共享权重:0 个新参数",
-    "no_params": "没有参数",
-    "positions_note": {"rope": "RoPE:在每一层旋转 q 和 k", "sinusoidal": "固定的 sin/cos 表",
-                       "learned": "可学习的表", "relative": "加到分数上的偏置", "none": ""},
-    "residual_title": "每层残差流的范数<br><sup>第 {step} 步的 ‖x‖(红色);蓝色:所有步</sup>",
-    "all_max": "各步的最大值",
-    "all_min": "各步的最小值",
-    "all_median": "各步的中位数",
-    "layer_axis": "在此之后",
-    "norm_axis": "‖x‖₂",
-    "caption": (
-        "{wiring_text}在第 {step} 步,残差流的范数从嵌入层之后的 {first:.3g} {trend}到最后一个块之后的 {last:.3g}"
-        "({growth:.2g}×)。{why}"
-    ),
-    "pre_text": "各块采用 **Pre-LN**:{eq}。",
-    "post_text": "各块采用 **Post-LN**(与 2017 年的论文相同):{eq}。",
-    "grows": "增长",
-    "stays": "变化",
-    "why_pre": (
-        "Pre-LN 从不对残差流本身做归一化:每个块把自己的输出加上去,所以范数随深度增长,而恒等路径把梯度原样"
-        "传给每个块。这就是 Pre-LN 模型不需要很长的预热也能稳定训练的原因,而 Post-LN 模型需要预热;最终归一化层在输出头"
-        "之前重新缩放残差流。"
-    ),
-    "why_post": (
-        "Post-LN 在每个子层之后都对残差流做归一化,所以它的范数保持在 √d_model × 归一化增益附近;梯度在反向传播时"
-        "要穿过每一个归一化层,这就是原始 Transformer 需要学习率预热的原因。"
-    ),
-    "name_note": "{name}:{note}",
-    "name_paren": "{name} ({note})",
-    "each": "(每个 {n})",
-    "mlp_kinds": {"gated": "门控", "plain": "普通"},
-    "norm_kinds": {"none": "无"},
-    "hover_max": "%{x}:最大 %{y:.3f}<extra></extra>",
-    "hover_min": "%{x}:最小 %{y:.3f}<extra></extra>",
-    "hover_median": "%{x}:中位数 %{y:.3f}<extra></extra>",
-    "step": "第 {step} 步",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("anatomy")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def _fmt(n: int) -> str:
@@ -279,11 +170,11 @@ def residual_norm_figure(norms: Mapping[str, Any], step: int, title: str | None 
     if step in norms["steps"]:
         j = list(norms["steps"]).index(step)
         fig.add_trace(go.Scatter(x=names, y=n[:, j], mode="lines+markers", line=dict(color="#d62728", width=3),
-                                 name=_T["step"].format(step=step + 1), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+                                 name=_T["step"].format(step=step_number(step)), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
     fig.update_xaxes(title_text=_T["layer_axis"], tickangle=-45)
     fig.update_yaxes(title_text=_T["norm_axis"], type="log")
     # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
-    return finish(fig, title or _T["residual_title"].format(step=step + 1), height=380, showlegend=False)
+    return finish(fig, title or _T["residual_title"].format(step=step_number(step)), height=380, showlegend=False)
 
 
 def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], step: int) -> str:
@@ -294,5 +185,5 @@ def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], 
     wiring_text = (_T["pre_text"] if dec["pre"] else _T["post_text"]).format(eq=eq)
     growth = float(col[-1] / max(col[0], 1e-30))
     return _T["caption"].format(wiring_text=wiring_text, trend=_T["grows"] if growth > 1.5 else _T["stays"],
-                                first=col[0], last=col[-1], step=step + 1, growth=growth,
+                                first=col[0], last=col[-1], step=step_number(step), growth=growth,
                                 why=_T["why_pre"] if dec["pre"] else _T["why_post"])

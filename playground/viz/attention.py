@@ -20,55 +20,10 @@ from playground.viz._common import (
     pair_text,
     token_axis,
 )
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
-TEXT = {
-    "weight": "weight",
-    "at_least": "≥ {v}",
-    "grid_title": "Attention heads",
-    "head": "head {i}",
-    "kv": "KV {kv}",
-    "key": "key",
-    "query": "query",
-    "heatmap_title": "Attention",
-    "row_title": "Attention of the generated token",
-    "row_hover": "%{customdata} (pos %{x}): %{y:.3f}<extra></extra>",
-    "key_token": "key token",
-    "attention_weight": "attention weight",
-    "summary_title": "Heads at a glance",
-    "entropy_panel": "entropy (nats)",
-    "distance_panel": "mean distance (tokens)",
-    "entropy_hover": "layer %{y}, head %{x}: %{z:.3f} nats<extra></extra>",
-    "distance_hover": "layer %{y}, head %{x}: %{z:.2f} tokens<extra></extra>",
-    "entropy": "entropy",
-    "distance": "mean distance",
-    "head_axis": "head",
-    "layer_axis": "layer",
-}
-TEXT_ZH = {
-    "weight": "权重",
-    "at_least": "≥ {v}",
-    "grid_title": "注意力头",
-    "head": "头 {i}",
-    "kv": "KV {kv}",
-    "key": "键 (key)",
-    "query": "查询 (query)",
-    "heatmap_title": "注意力",
-    "row_title": "新生成 token 的注意力",
-    "row_hover": "%{customdata}(位置 %{x}):%{y:.3f}<extra></extra>",
-    "key_token": "键 token",
-    "attention_weight": "注意力权重",
-    "summary_title": "各注意力头一览",
-    "entropy_panel": "熵 (nats)",
-    "distance_panel": "平均注意力距离 (token)",
-    "entropy_hover": "第 %{y} 层,头 %{x}:%{z:.3f} nats<extra></extra>",
-    "distance_hover": "第 %{y} 层,头 %{x}:%{z:.2f} token<extra></extra>",
-    "entropy": "熵",
-    "distance": "平均距离",
-    "head_axis": "头",
-    "layer_axis": "层",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("attention")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 _MAX_GROUP_COLS = 6  # a KV group wider than this no longer fits one row of a 1280-px page
 LOG_FLOOR = 1e-4  # the log colour scale shows weights from this (relative to the largest) up

@@ -12,68 +12,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.viz._common import finish
-from playground.viz._language import Texts
+from playground.viz._common import finish, legend_below
+from playground.viz._language import texts
 
-TEXT = {
-    "growth_title": "KV-cache memory",
-    "used": "KV cache used",
-    "allocated": "allocated (static buffer)",
-    "mha_equivalent": "MHA equivalent",
-    "hidden_name": "{name}: {size}",
-    "bytes_hover": "{size} ({n:,} bytes)",
-    "growth_hover": "{name}, step %{{x}}: %{{customdata}}<extra></extra>",
-    "smaller": "{ratio:.3g}× smaller than MHA",
-    "step_axis": "step (tokens in cache)",
-    "memory_axis": "memory ({unit})",
-    "timing_title": "With vs without KV cache",
-    "time_panel": "time (ms)",
-    "rate_panel": "throughput (tokens/s)",
-    "prefill": "prefill",
-    "decode": "decode / token",
-    "with": "with KV cache",
-    "without": "without KV cache",
-    "time_hover": "{name}, %{{x}}: %{{y:.2f}} ms<extra></extra>",
-    "rate_hover": "{name}: %{{y:.1f}} tokens/s<extra></extra>",
-    "faster": "{ratio:.2f}× faster decode with cache",
-    "rate_axis": "tokens / s",
-    "formula": "**2 · N_layers · B · h_kv · T · d_head · bytes**",
-    "formula_total": "= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} bytes** ({size})",
-    "formula_mha": (
-        "MHA would store all {q} heads: 2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} bytes ({size}), "
-        "{ratio:g}× more"
-    ),
-}
-TEXT_ZH = {
-    "growth_title": "KV Cache 显存",
-    "used": "已用 KV Cache",
-    "allocated": "已分配(静态缓冲区)",
-    "mha_equivalent": "MHA 等价用量",
-    "hidden_name": "{name}:{size}",
-    "bytes_hover": "{size}({n:,} 字节)",
-    "growth_hover": "{name},第 %{{x}} 步:%{{customdata}}<extra></extra>",
-    "smaller": "比 MHA 小 {ratio:.3g}×",
-    "step_axis": "步(缓存中的 token 数)",
-    "memory_axis": "显存 ({unit})",
-    "timing_title": "使用与不使用 KV Cache 的对比",
-    "time_panel": "时间 (ms)",
-    "rate_panel": "吞吐量 (token/s)",
-    "prefill": "Prefill",
-    "decode": "Decode(每 token)",
-    "with": "使用 KV Cache",
-    "without": "不使用 KV Cache",
-    "time_hover": "{name},%{{x}}:%{{y:.2f}} ms<extra></extra>",
-    "rate_hover": "{name}:%{{y:.1f}} token/s<extra></extra>",
-    "faster": "使用缓存后 Decode 快 {ratio:.2f}×",
-    "rate_axis": "token / s",
-    "formula": "**2 · N_layers · B · h_kv · T · d_head · 字节数**",
-    "formula_total": "= 2 · {L} · {B} · {h} · {T} · {d} · {e} = **{total:,} 字节**({size})",
-    "formula_mha": (
-        "若用 MHA,要存全部 {q} 个头:2 · {L} · {B} · **{q}** · {T} · {d} · {e} = {mha:,} 字节({size}),"
-        "是现在的 {ratio:g}×"
-    ),
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("cache")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 WITH_CACHE_COLOUR = "#3182bd"
@@ -141,8 +84,7 @@ def cache_growth(
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
     fig.update_xaxes(title_text=_T["step_axis"])
     fig.update_yaxes(title_text=_T["memory_axis"].format(unit=unit), rangemode="tozero")
-    return finish(fig, _T["growth_title"] if title is None else title, height=380,
-                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    return finish(fig, _T["growth_title"] if title is None else title, height=420, legend=legend_below(420))
 
 
 def timing_comparison(

@@ -11,91 +11,12 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.steps import step_number
 from playground.viz._common import SIGNED_SCALE, as_array, display_token, finish, short_label
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
-TEXT = {
-    "title": "Why {token}<br><sup>each part's share of its logit ({logit:.3f})</sup>",
-    "title_versus": "Why {token} and not {versus}<br><sup>each part's share of the logit difference ({logit:.3f})</sup>",
-    "self_heads": "attention heads (layer × head)",
-    "cross_heads": "cross-attention heads (layer × head)",
-    "mlps_and_rest": "MLPs and the rest",
-    "head_axis": "head",
-    "layer_axis": "layer",
-    "mlp": "MLP {i}",
-    "share": "logit share",
-    "head_hover": "layer %{y}, head %{x}: %{z:+.4f}<extra></extra>",
-    "bar_hover": "%{y}: %{x:+.4f}<extra></extra>",
-    "other": {
-        "embeddings": "token embedding", "positions": "position embedding", "attention biases": "attention biases",
-        "MLP biases": "MLP biases", "norm biases": "norm biases", "head biases": "output biases",
-        "steering": "steering vector", "patch": "patched value",
-    },
-    "caption": (
-        "The residual stream that chose **{token}** is a sum of parts; each norm, frozen at the scale it had "
-        "at this step, is a straight line, so each part's share of the logit adds up exactly: the parts sum "
-        "to {total:.4f} and the logit is {logit:.4f}. Largest push up: **{top}** ({top_value:+.3f}); largest "
-        "push down: **{bottom}** ({bottom_value:+.3f}). A head's share here is direct only: what it writes "
-        "straight into the stream, not what later layers make of it (ablate it to see that)."
-    ),
-    "head_name": "head {layer}.{head}",
-    "cross_name": "cross-attention head {layer}.{head}",
-    "div_title": "What the edit changed, step by step",
-    "div_kl": "KL(original ‖ edited)",
-    "div_prob": "edited p(original token)",
-    "div_step": "step (original token)",
-    "div_kl_axis": "KL (nats)",
-    "div_prob_axis": "probability",
-    "div_first": "texts part here",
-    "div_hover": "step %{x}: %{customdata[0]}<br>KL %{y:.4f} nats<br>rank %{customdata[1]}<extra></extra>",
-    "div_prob_hover": "step %{x}: p = %{y:.4f}<extra></extra>",
-    "sweep_title": "Ablating each head of layer {layer} alone<br><sup>the fall of log p({token})</sup>",
-    "sweep_axis": "log-probability lost (nats)",
-    "sweep_head": "head {head}",
-    "sweep_hover": "%{y}: %{x:+.4f} nats<extra></extra>",
-    "sweep_pending": "not run",
-}
-TEXT_ZH = {
-    "title": "为什么是 {token}<br><sup>各部分在它的 logit({logit:.3f})中所占的份额</sup>",
-    "title_versus": "为什么是 {token} 而不是 {versus}<br><sup>各部分在 logit 差({logit:.3f})中所占的份额</sup>",
-    "self_heads": "注意力头(层 × 头)",
-    "cross_heads": "交叉注意力头(层 × 头)",
-    "mlps_and_rest": "MLP 与其余部分",
-    "head_axis": "头",
-    "layer_axis": "层",
-    "mlp": "第 {i} 层 MLP",
-    "share": "logit 份额",
-    "head_hover": "第 %{y} 层,第 %{x} 个头:%{z:+.4f}<extra></extra>",
-    "bar_hover": "%{y}:%{x:+.4f}<extra></extra>",
-    "other": {
-        "embeddings": "词元嵌入", "positions": "位置嵌入", "attention biases": "注意力偏置",
-        "MLP biases": "MLP 偏置", "norm biases": "归一化偏置", "head biases": "输出偏置",
-        "steering": "引导向量", "patch": "替换进去的值",
-    },
-    "caption": (
-        "选中 **{token}** 的残差流是若干部分之和;每个归一化层按它在这一步的缩放冻结后就是一条直线,"
-        "所以各部分在 logit 中的份额恰好相加:各部分之和为 {total:.4f},logit 为 {logit:.4f}。"
-        "向上推得最多的是 **{top}**({top_value:+.3f});向下推得最多的是 **{bottom}**({bottom_value:+.3f})。"
-        "这里一个头的份额只算直接作用:它直接写进残差流的部分,不算后面的层对它的再加工(要看那个,就消融它)。"
-    ),
-    "head_name": "第 {layer} 层第 {head} 个头",
-    "cross_name": "第 {layer} 层第 {head} 个交叉注意力头",
-    "div_title": "编辑逐步改变了什么",
-    "div_kl": "KL(原始 ‖ 编辑后)",
-    "div_prob": "编辑后 p(原始 token)",
-    "div_step": "步(原始 token)",
-    "div_kl_axis": "KL(nats)",
-    "div_prob_axis": "概率",
-    "div_first": "文本从这里分开",
-    "div_hover": "第 %{x} 步:%{customdata[0]}<br>KL %{y:.4f} nats<br>排名 %{customdata[1]}<extra></extra>",
-    "div_prob_hover": "第 %{x} 步:p = %{y:.4f}<extra></extra>",
-    "sweep_title": "逐个消融第 {layer} 层的每个头<br><sup>log p({token}) 下降多少</sup>",
-    "sweep_axis": "损失的对数概率(nats)",
-    "sweep_head": "第 {head} 个头",
-    "sweep_hover": "%{y}:%{x:+.4f} nats<extra></extra>",
-    "sweep_pending": "未运行",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("causal")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def _part_names(data: Mapping[str, Any]) -> list[tuple[str, float]]:
@@ -122,12 +43,14 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
     titles = [t for _, t in maps] + [_T["mlps_and_rest"]]
     # One figure per row (heat maps above the bars), so that it reads the same in a phone's width.
     n_bars = len(mlps) + len(data.get("other", {}))
-    rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 0.7, 3)]
+    rows = [max(heads.shape[0], 3)] * len(maps) + [max(n_bars * 1.2, 3)]  # ≥ 16 px a bar: every bar keeps its label
     height = min(max(160 + 14 * sum(rows) + 90 * len(rows), 460), 1800)
     fig = make_subplots(rows=len(rows), cols=1, subplot_titles=titles, vertical_spacing=min(0.3, 100 / height),
                         row_heights=[r / sum(rows) for r in rows])
-    every = [heads] + ([cross] if cross is not None else []) + [mlps, np.array(list(data.get("other", {}).values()))]
-    bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in every) or 1.0
+    # The heads' own scale: one MLP can push ten times harder than any head, and a scale shared with the bars would
+    # leave every head near white. The bars below have their own axis.
+    bound = max(float(np.abs(a).max()) if a.size else 0.0 for a in [heads] + ([cross] if cross is not None else []))
+    bound = bound or 1.0
     for row, (z, _) in enumerate(maps, start=1):
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(z.shape[1])), y=list(range(z.shape[0])), colorscale=SIGNED_SCALE, zmid=0.0,
@@ -145,7 +68,7 @@ def attribution_figure(data: Mapping[str, Any], token: str, versus: str | None =
         x=values, y=names, orientation="h", marker_color=["#c0392b" if v < 0 else "#2471a3" for v in values],
         hovertemplate=_T["bar_hover"], showlegend=False,
     ), row=len(rows), col=1)
-    fig.update_yaxes(autorange="reversed", row=len(rows), col=1)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=names, ticktext=names, row=len(rows), col=1)
     fig.update_xaxes(title_text=_T["share"], zeroline=True, row=len(rows), col=1)
     tok = short_label(display_token(token), 16)
     if versus is None:
@@ -173,7 +96,7 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
     rank = list(data["rank"])
     if len(token_texts) != len(kl) or len(prob) != len(kl) or len(rank) != len(kl):
         raise ValueError(f"kl has {len(kl)} steps; pass as many probabilities, ranks and token texts")
-    steps = list(range(1, len(kl) + 1))  # counted from 1, as the page counts steps
+    steps = [step_number(i) for i in range(len(kl))]  # as the page counts steps
     labels = [display_token(t) for t in token_texts]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=steps, y=kl, name=_T["div_kl"], marker_color="#7d3c98",
@@ -182,8 +105,8 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go
                              hovertemplate=_T["div_prob_hover"]), secondary_y=True)
     first = data.get("first_difference")
     if first is not None:
-        fig.add_vline(x=float(first) + 0.5, line_dash="dash", line_color="grey")
-        fig.add_annotation(x=float(first) + 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
+        fig.add_vline(x=step_number(first) - 0.5, line_dash="dash", line_color="grey")
+        fig.add_annotation(x=step_number(first) - 0.5, y=1.0, yref="paper", text=_T["div_first"], showarrow=False,
                            xanchor="left", font=dict(color="grey"))
     ticks = [short_label(t) for t in labels]
     fig.update_xaxes(title_text=_T["div_step"], tickmode="array", tickvals=steps,

@@ -9,55 +9,12 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from playground.steps import step_number
 from playground.viz._common import PROB_SCALE, display_token, finish, layer_name, short_label, token_ticks
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
-TEXT = {
-    "title": "Logit lens · step {step}<br><sup>what the model would say if it stopped after each layer</sup>",
-    "rank_col": "chosen",
-    "top_col": "#{i}",
-    "layer_axis": "read out after",
-    "cell": "{token}<br>{prob:.0%}",
-    "chosen_cell": "rank {rank}<br>{prob:.1%}",
-    "strip_title": "Chosen token's rank per layer<br><sup>layer × step; 1 = the layer already puts it on top</sup>",
-    "step_axis": "step (chosen token)",
-    "rank_bar": "rank",
-    "not_yet": "not computed yet (move to this step, or nearer)",
-    "caption": (
-        "Each row feeds the residual stream after that layer through the model's own final norm and head "
-        "(`unembed`). The last row is the model's real output at step {step}: it chose **{chosen}** with "
-        "probability {prob:.1%} (before temperature, top-k, top-p). {first}"
-    ),
-    "first_top": "The chosen token first reaches rank 1 after **{layer}**.",
-    "never_top": "No layer but the last puts the chosen token first." ,
-    "never_top_last": "Not even the last layer puts it first: the decoding settings chose a lower-ranked token.",
-    "hover_top": "{token} (id {id}): {prob:.4f}",
-    "hover_chosen": "chosen token: rank {rank}, p = {prob:.4g}",
-    "strip_hover": "step %{customdata[0]}<br>%{y}: rank %{customdata[1]}<extra></extra>",
-}
-TEXT_ZH = {
-    "title": "Logit Lens · 第 {step} 步<br><sup>如果模型在某一层之后就停下,它会输出什么</sup>",
-    "rank_col": "选中",
-    "top_col": "#{i}",
-    "layer_axis": "在此之后读出",
-    "cell": "{token}<br>{prob:.0%}",
-    "chosen_cell": "排名 {rank}<br>{prob:.1%}",
-    "strip_title": "选中的 token 在每层的排名<br><sup>层 × 步;1 = 这一层已经把它排在第一</sup>",
-    "step_axis": "步(选中的 token)",
-    "rank_bar": "排名",
-    "not_yet": "尚未计算(切换到这一步或它附近的步)",
-    "caption": (
-        "每一行把该层之后的残差流送入模型自己的最终归一化层和输出头(`unembed`)。最后一行是模型在第 {step} 步"
-        "的真实输出:它以 {prob:.1%} 的概率选择了 **{chosen}**(在温度、Top-k、Top-p 之前)。{first}"
-    ),
-    "first_top": "选中的 token 在 **{layer}** 之后首次排到第 1。",
-    "never_top": "除了最后一层,没有哪一层把选中的 token 排在第一。",
-    "never_top_last": "连最后一层都没有把它排在第一:是解码设置选择了一个排名更低的 token。",
-    "hover_top": "{token}(id {id}):{prob:.4f}",
-    "hover_chosen": "选中的 token:排名 {rank},p = {prob:.4g}",
-    "strip_hover": "第 %{customdata[0]} 步<br>%{y}:排名 %{customdata[1]}<extra></extra>",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("logit_lens")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: str | None = None) -> go.Figure:
@@ -84,7 +41,7 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
     fig.update_xaxes(side="top", showgrid=False)
     height = int(min(1400, max(300, 150 + 34 * len(entries))))
     # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
-    return finish(fig, title or _T["title"].format(step=step + 1), height=height)
+    return finish(fig, title or _T["title"].format(step=step_number(step)), height=height)
 
 
 def lens_rank_strip(
@@ -130,4 +87,4 @@ def logit_lens_caption(entries: Sequence[Mapping[str, Any]], step: int, chosen_t
         note = _T["never_top"]
     else:
         note = _T["first_top"].format(layer=layer_name(first))
-    return _T["caption"].format(step=step + 1, chosen=display_token(chosen_text), prob=last["prob"], first=note)
+    return _T["caption"].format(step=step_number(step), chosen=display_token(chosen_text), prob=last["prob"], first=note)

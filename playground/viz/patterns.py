@@ -11,80 +11,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import PROB_SCALE, display_token, finish, pair_text, token_ticks
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
 MASK_COLOURS = [[0.0, "#f0f0f0"], [1.0, "#3182bd"]]
 OWN_COLOUR = "#d62728"
 
-TEXT = {
-    "title": "Attention patterns at {T} tokens<br><sup>blue: the key is scored; the share is of full T × T</sup>",
-    "names": {
-        "full": "full", "causal": "causal", "sliding_window": "window {window}", "local_global": "local+global",
-        "strided": "strided {stride}", "dilated": "dilated ×{dilation}", "padding": "padding {real}/{T}",
-    },
-    "panel": "{name}{own} {share:.0%}",
-    "own": " ★",
-    "weights_title": "Real weights under the mask<br><sup>{kind}, layer {layer}, head {head}; grey: hidden (−∞)</sup>",
-    "kinds": {"self": "decoder self-attention", "encoder": "encoder self-attention"},
-    "caption": (
-        "Each panel is a T × T mask (query down, key across). Full attention scores all {full} cells; the causal "
-        "mask {causal} ({causal_share:.0%}); a sliding window of {window} keeps {window_cells} ({window_share:.0%}) "
-        "and grows only linearly with T. FLOPs per layer at this length: {flops}. ★ marks this model's own "
-        "mask{window_note}. Local+global: the window plus the first {g} tokens, which every query sees. "
-        "Strided: the last {stride} tokens, then one token in {stride} before them. Dilated: one token in "
-        "{dilation} within the last {span}. Padding: a {real}-token sequence padded to {T}; the padding is hidden."
-    ),
-    "window_note": " (its window of {window} tokens comes from the config)",
-    "weights_caption": (
-        "The real weights of {kind} over this run's {T} tokens: every row sums to 1 over its visible keys, and the "
-        "hidden cells carry {hidden:.1g}."
-    ),
-    # Each pattern's short name in hover and the caption's FLOPs list (English: the analysis' own keys).
-    "keys": {"full": "full", "causal": "causal", "sliding_window": "sliding_window", "local_global": "local_global",
-             "strided": "strided", "dilated": "dilated", "padding": "padding"},
-    "flops_item": "{name} {mflops:.2f} M",
-    "flops_sep": ", ",
-    "hover_mask": "query %{{y}} → key %{{x}}<extra>{name}</extra>",
-    "weight": "weight",
-    "key": "key",
-    "query": "query",
-    "hover_pair": "%{text}: %{z:.3f}<extra></extra>",
-    "hover_position": "query %{y} → key %{x}: %{z:.3f}<extra></extra>",
-}
-TEXT_ZH = {
-    "title": "{T} 个 token 时的注意力模式<br><sup>蓝色:该键参与计算;百分比是相对完整 T × T 的比例</sup>",
-    "names": {
-        "full": "完整", "causal": "因果", "sliding_window": "滑动窗口 {window}", "local_global": "局部+全局",
-        "strided": "跨步 {stride}", "dilated": "空洞 ×{dilation}", "padding": "填充 {real}/{T}",
-    },
-    "panel": "{name}{own} {share:.0%}",
-    "own": " ★",
-    "weights_title": "掩码下的真实权重<br><sup>{kind},第 {layer} 层,头 {head};灰色:被遮住 (−∞)</sup>",
-    "kinds": {"self": "解码器自注意力", "encoder": "编码器自注意力"},
-    "caption": (
-        "每个面板是一个 T × T 的掩码(查询在纵轴,键在横轴)。完整注意力计算全部 {full} 个格子;因果掩码保留 "
-        "{causal} 个({causal_share:.0%});大小为 {window} 的滑动窗口保留 {window_cells} 个({window_share:.0%}),"
-        "且只随 T 线性增长。在这个长度下每层的 FLOPs:{flops}。★ 标出本模型自己的掩码{window_note}。"
-        "局部+全局:窗口加上前 {g} 个 token,每个查询都能看到它们。跨步:最近 {stride} 个 token,再往前每 {stride} "
-        "个取一个。空洞:在最近 {span} 个 token 内每 {dilation} 个取一个。填充:{real} 个 token 的序列被填充到 "
-        "{T};填充部分被遮住。"
-    ),
-    "window_note": "(窗口大小 {window} 个 token 来自它的配置)",
-    "weights_caption": (
-        "{kind}在本次运行的 {T} 个 token 上的真实权重:每一行在可见的键上之和为 1,被遮住的格子上是 {hidden:.1g}。"
-    ),
-    "keys": {"full": "完整", "causal": "因果", "sliding_window": "滑动窗口", "local_global": "局部+全局",
-             "strided": "跨步", "dilated": "空洞", "padding": "填充"},
-    "flops_item": "{name} {mflops:.2f} M",
-    "flops_sep": ",",
-    "hover_mask": "查询 %{{y}} → 键 %{{x}}<extra>{name}</extra>",
-    "weight": "权重",
-    "key": "键 (key)",
-    "query": "查询 (query)",
-    "hover_pair": "%{text}:%{z:.3f}<extra></extra>",
-    "hover_position": "查询 %{y} → 键 %{x}:%{z:.3f}<extra></extra>",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("patterns")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def _name(p: Mapping[str, Any], gallery: Mapping[str, Any]) -> str:

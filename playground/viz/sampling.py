@@ -13,87 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._common import display_text, display_token, empty_figure, finish
-from playground.viz._language import Texts
+from playground.steps import step_number
+from playground.viz._common import display_text, display_token, empty_figure, finish, legend_below
+from playground.viz._language import texts
 
 # Hugging Face order: repetition penalty, then temperature, top-k, top-p.
 STAGE_ORDER = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
-STAGE_NAMES = {
-    "raw": "raw softmax",
-    "repetition_penalty": "repetition penalty",
-    "temperature": "temperature",
-    "top_k": "top-k",
-    "top_p": "top-p",
-    "min_p": "min p",
-    "forced_bos": "forced bos",
-    "forced_eos": "forced eos",
-}
-TEXT = {
-    "stages": STAGE_NAMES,
-    "funnel_title": "Candidates through the sampling pipeline",
-    "no_candidates": "no candidates yet: run a generation step",
-    "funnel_hover": "%{{customdata}} · {stage}: %{{x:.4f}}<extra></extra>",
-    "chosen": "<b>chosen</b>",
-    "removed_by": "<i>removed by {stage}</i>",
-    "candidate_axis": "candidate token",
-    "probability_axis": "probability",
-    "table_title": "Beam search hypotheses",
-    "no_beams": "no beams yet: run beam search (num_beams > 1)",
-    "step": "step",
-    "rank": "rank",
-    "hypothesis": "hypothesis",
-    "score": "score",
-    "status": "status",
-    "finished": "finished",
-    "open": "open",
-    "tree_title": "Beam search tree",
-    "node_hover": "{text}<br>score {score:.3f}",
-    "node_finished": " · finished",
-    "extends": "extends",
-    "winning": "winning beam",
-    "beams": "beams",
-    "score_bar": "score (nats)",
-    "step_axis": "step",
-    "rank_axis": "beam rank",
-}
-TEXT_ZH = {
-    "stages": {
-        "raw": "原始 softmax",
-        "repetition_penalty": "重复惩罚",
-        "temperature": "温度",
-        "top_k": "Top-k",
-        "top_p": "Top-p",
-        "min_p": "Min-p",
-        "forced_bos": "强制 BOS",
-        "forced_eos": "强制 EOS",
-    },
-    "funnel_title": "候选 token 经过采样流程",
-    "no_candidates": "还没有候选 token:先生成一步",
-    "funnel_hover": "%{{customdata}} · {stage}:%{{x:.4f}}<extra></extra>",
-    "chosen": "<b>选中</b>",
-    "removed_by": "<i>被 {stage} 过滤</i>",
-    "candidate_axis": "候选 token",
-    "probability_axis": "概率",
-    "table_title": "束搜索的候选序列",
-    "no_beams": "还没有束:请用束搜索生成(num_beams > 1)",
-    "step": "步",
-    "rank": "排名",
-    "hypothesis": "候选序列",
-    "score": "得分",
-    "status": "状态",
-    "finished": "已完成",
-    "open": "进行中",
-    "tree_title": "束搜索树",
-    "node_hover": "{text}<br>得分 {score:.3f}",
-    "node_finished": " · 已完成",
-    "extends": "延伸",
-    "winning": "胜出的束",
-    "beams": "束",
-    "score_bar": "得分 (nats)",
-    "step_axis": "步",
-    "rank_axis": "束排名",
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("sampling")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
+STAGE_NAMES = TEXT["stages"]  # the English names of the sampler's stages
 # Sequential blues: later stages darker, so the eye reads the pipeline left to right.
 STAGE_COLOURS = {
     "raw": "#c6dbef",
@@ -166,6 +94,8 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         (float(p) for c in candidates for p in c["stages"].values() if p is not None and np.isfinite(p)),
         default=1.0,
     )
+    # Headroom on the right for the notes, but a probability axis never runs past 1.
+    end = min(1.0, top * 1.35)
     for i, c in enumerate(candidates):
         if c.get("chosen"):
             fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
@@ -176,15 +106,16 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         else:
             continue
         row_max = max((float(p) for p in c["stages"].values() if p is not None), default=0.0)
-        fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="left", xshift=6,
-                           font=dict(color="#616161" if not c.get("chosen") else "#000000", size=11))
+        inside = row_max > 0.7 * end  # no room after the bar: the note goes inside its end
+        colour = "#ffffff" if inside else ("#616161" if not c.get("chosen") else "#000000")
+        fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="right" if inside else "left",
+                           xshift=-6 if inside else 6, font=dict(color=colour, size=11))
     fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
                      autorange="reversed", title_text=_T["candidate_axis"])
-    # Headroom on the right for the annotations.
-    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, top * 1.35], rangemode="tozero")
-    height = int(min(1200, max(300, 130 + n * (9 * len(stages) + 14))))
+    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, end], rangemode="tozero")
+    height = int(min(1240, max(300, 170 + n * (9 * len(stages) + 14))))  # + the legend under the axis
     return finish(fig, title, height=height, barmode="group", bargap=0.25,
-                  legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"))
+                  legend={**legend_below(height), "traceorder": "normal"})
 
 
 def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
@@ -214,7 +145,7 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.
                         align="left", font=dict(size=12)),
             cells=dict(
                 values=[
-                    [t + 1 for t, _, _ in rows],  # steps counted from 1, as the live screen
+                    [step_number(t) for t, _, _ in rows],
                     [r for _, r, _ in rows],
                     [display_text(str(b["tokens"])) for _, _, b in rows],
                     [f"{float(b['score']):.3f}" for _, _, b in rows],
@@ -281,12 +212,12 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
             if p is not None and 0 <= p < len(beams[t - 1]):
                 parent_text = str(beams[t - 1][p]["tokens"])
                 ex, ey = edges[winning and on_path(parent_text)]
-                ex += [t, t + 1, None]  # x: the step counted from 1, as the live screen
+                ex += [step_number(t - 1), step_number(t), None]  # x: the step as people count it
                 ey += [p, r, None]
                 new = text[len(parent_text):] if text.startswith(parent_text) else text
             else:
                 new = text
-            xs.append(t + 1)
+            xs.append(step_number(t))
             ys.append(r)
             label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
             added.append(label if winning or not crowded else "")

@@ -11,74 +11,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import finish
-from playground.viz._language import Texts
+from playground.viz._language import texts
 from playground.viz.cache import format_bytes
 
 SDPA_COLOUR = "#3182bd"
 EXPLICIT_COLOUR = "#fd8d3c"
 
-TEXT = {
-    "title": "SDPA vs explicit softmax<br><sup>this model's heads: {h} query, {hkv} K/V, d_h = {d}, {dtype}</sup>",
-    "time": "time per call (ms, median of {repeats})",
-    "memory": "peak extra memory",
-    "diff": "max |SDPA − explicit| of the outputs",
-    "sdpa": "SDPA (fused, block by block)",
-    "explicit": "explicit softmax(QKᵀ/√d)·V",
-    "analytic": "explicit, by formula: 2 · h · T² · 4 bytes + mask",
-    "length_axis": "sequence length T",
-    "caption": (
-        "Both are this model's own `attend`: the fast path calls `scaled_dot_product_attention`, the explicit path "
-        "materialises the scores and the weights, h × T × T numbers each. At T = {T}: SDPA {s_ms:.2f} ms, explicit "
-        "{e_ms:.2f} ms ({ratio:.1f}×); the explicit path's score tensor alone is {score}. Outputs agree to "
-        "{diff:.1e}. Memory: {method}"
-    ),
-    "measured": (
-        "measured in a child process as the peak rise of resident memory (SDPA {s_mem}, explicit {e_mem}); the "
-        "explicit path grows as T² (O(N²)), SDPA as T (O(N))."
-    ),
-    "measured_cuda": (
-        "measured on {device} by PyTorch's CUDA allocator as the peak rise of allocated memory (SDPA {s_mem}, "
-        "explicit {e_mem}); the explicit path grows as T² (O(N²)), SDPA as T (O(N))."
-    ),
-    "analytic_only": "computed from the shapes (the platform gives no way to measure it here).",
-    "hover_ms": "{name}, T = %{{x}}: %{{y:.2f}} ms<extra></extra>",
-    "hover_bytes": "{name}, T = %{{x}}: %{{customdata}}<extra></extra>",
-    "ms_axis": "ms",
-    "bytes_axis": "bytes",
-    "columns": {"T": "T", "sdpa_ms": "SDPA ms", "explicit_ms": "explicit ms", "sdpa_peak": "SDPA peak",
-                "explicit_peak": "explicit peak", "scores": "scores (formula)", "diff": "max diff"},
-}
-TEXT_ZH = {
-    "title": "SDPA 与显式 softmax 对比<br><sup>本模型的头:{h} 个查询头,{hkv} 个 K/V 头,d_h = {d},{dtype}</sup>",
-    "time": "每次调用的耗时(ms,{repeats} 次的中位数)",
-    "memory": "额外内存峰值",
-    "diff": "输出的最大差值 |SDPA − 显式|",
-    "sdpa": "SDPA(融合计算,逐块进行)",
-    "explicit": "显式 softmax(QKᵀ/√d)·V",
-    "analytic": "显式,按公式:2 · h · T² · 4 字节 + 掩码",
-    "length_axis": "序列长度 T",
-    "caption": (
-        "两者都是本模型自己的 `attend`:快速路径调用 `scaled_dot_product_attention`,显式路径则把分数和权重"
-        "都完整地算出并存下来,各有 h × T × T 个数。在 T = {T} 时:SDPA {s_ms:.2f} ms,显式 {e_ms:.2f} ms({ratio:.1f}×);"
-        "显式路径仅分数张量就占 {score}。两者的输出相差 {diff:.1e}。内存:{method}"
-    ),
-    "measured": (
-        "在子进程中以常驻内存的峰值增量测得(SDPA {s_mem},显式 {e_mem});显式路径按 T² (O(N²)) 增长,"
-        "SDPA 按 T (O(N)) 增长。"
-    ),
-    "measured_cuda": (
-        "在 {device} 上由 PyTorch 的 CUDA 内存分配器以已分配显存的峰值增量测得(SDPA {s_mem},显式 {e_mem});"
-        "显式路径按 T² (O(N²)) 增长,SDPA 按 T (O(N)) 增长。"
-    ),
-    "analytic_only": "由张量形状算出(这个平台无法在此实测)。",
-    "hover_ms": "{name},T = %{{x}}:%{{y:.2f}} ms<extra></extra>",
-    "hover_bytes": "{name},T = %{{x}}:%{{customdata}}<extra></extra>",
-    "ms_axis": "ms",
-    "bytes_axis": "字节",
-    "columns": {"T": "T", "sdpa_ms": "SDPA ms", "explicit_ms": "显式 ms", "sdpa_peak": "SDPA 峰值",
-                "explicit_peak": "显式峰值", "scores": "分数张量(公式)", "diff": "最大差值"},
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("sdpa")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def sdpa_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:

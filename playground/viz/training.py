@@ -11,74 +11,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz._common import empty_figure, finish
-from playground.viz._language import Texts
+from playground.viz._language import texts
 
-TEXT = {
-    "title": "How this checkpoint was trained<br><sup>{task}: {steps} steps, {schedule} schedule</sup>",
-    "lr_panel": "learning rate (the trainer's own schedule)",
-    "loss_panel": "training loss per step",
-    "loss": "loss (label-smoothed)",
-    "nll": "NLL",
-    "eval": "held-out {name}",
-    "step_axis": "optimiser step",
-    "warmup": "warm-up ends ({warmup})",
-    "schedules": {"cosine": "warm-up + cosine", "inverse_sqrt": "warm-up + inverse square root (noam)"},
-    "none_title": "Training view",
-    "no_provenance": (
-        "This checkpoint carries no training recipe: only checkpoints trained here (`python -m playground.train`) "
-        "store one in their metadata. Imported models are described on their own model cards."
-    ),
-    "no_recipe": "This checkpoint's metadata has provenance but no recipe.",
-    "caption": (
-        "Recipe stored in the checkpoint: peak learning rate {lr:g}, {warmup} warm-up steps, {schedule}, label "
-        "smoothing ε = {ls:g} (the loss is (1 − ε)·NLL + ε·mean over the vocabulary of −log p), gradients clipped "
-        "at global norm {clip:g}, {optimizer}, weight decay {wd:g}. {assumed}{curves}"
-    ),
-    "assumed": "Not saved with the checkpoint, so the trainer's defaults are shown: {fields}. ",
-    "no_curves": (
-        "No loss curve was saved with this checkpoint, so only its learning-rate schedule is drawn. A model you "
-        "train here (`python -m playground.train`) saves its loss, NLL, learning rate and gradient norm at every "
-        "step, and they are drawn below the schedule."
-    ),
-    "with_curves": "Loss per step from the metadata; the final training loss was {final:.3f}.",
-    "lr": "lr",
-    "hover_lr": "step %{x}: lr %{y:.3g}<extra></extra>",
-    "task_default": "training",
-    "evals": {"held_out_nll": "held out nll", "validation_loss": "validation loss"},
-}
-TEXT_ZH = {
-    "title": "这个检查点是怎样训练的<br><sup>{task}:{steps} 步,学习率调度:{schedule}</sup>",
-    "lr_panel": "学习率(训练器自己的调度)",
-    "loss_panel": "每步的训练损失",
-    "loss": "损失(含标签平滑)",
-    "nll": "NLL",
-    "eval": "{name}(留出集)",
-    "step_axis": "优化器步数",
-    "warmup": "预热结束 ({warmup})",
-    "schedules": {"cosine": "预热 + 余弦", "inverse_sqrt": "预热 + 平方根倒数 (noam)"},
-    "none_title": "训练配方",
-    "no_provenance": (
-        "这个检查点不带训练配方:只有在这里训练的检查点(`python -m playground.train`)才会把配方存进元数据。"
-        "导入的模型请参阅它们自己的模型卡。"
-    ),
-    "no_recipe": "这个检查点的元数据里有来源信息,但没有训练配方。",
-    "caption": (
-        "检查点中存储的配方:峰值学习率 {lr:g},{warmup} 步预热,学习率调度为{schedule},标签平滑 ε = {ls:g}(损失为 "
-        "(1 − ε)·NLL + ε·(−log p 在整个词表上的平均)),梯度按全局范数 {clip:g} 裁剪,{optimizer},权重衰减 {wd:g}。"
-        "{assumed}{curves}"
-    ),
-    "assumed": "以下字段没有存储,因此显示训练器的默认值:{fields}。",
-    "no_curves": (
-        "这个检查点没有保存损失曲线,所以这里只画出它的学习率调度。在这里训练的模型(`python -m playground.train`)"
-        "会保存每一步的损失、NLL、学习率和梯度范数,并画在调度图下方。"
-    ),
-    "with_curves": "每步损失来自元数据;最终训练损失为 {final:.3f}。",
-    "lr": "学习率",
-    "hover_lr": "第 %{x} 步:学习率 %{y:.3g}<extra></extra>",
-    "task_default": "训练",
-    "evals": {"held_out_nll": "NLL", "validation_loss": "验证损失"},
-}
-_T = Texts(TEXT, TEXT_ZH)
+_T = texts("training")  # this module's words, from playground/locales/
+TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def training_figure(view: Mapping[str, Any], title: str | None = None) -> go.Figure:

@@ -32,7 +32,17 @@ function label(text) {  // a token in a label or a chip: one line
   if (text === "") return "∅";
   return esc(text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 }
-function pct(p) { return (100 * p).toFixed(p >= 0.995 || p < 0.0005 ? 0 : 1) + "%"; }
+function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%", never "0%" (only 0 is 0%)
+  if (p > 0 && p < 0.005) return "<0.5%";
+  return (100 * p).toFixed(p >= 0.995 || p === 0 ? 0 : 1) + "%";
+}
+function idClass(text, id) {  // a model without a tokenizer shows each token as its id: keep them apart
+  return text === String(id) ? " id" : "";
+}
+function idsOnly(v) {  // the run's prompt is all ids shown as themselves: a model without a tokenizer
+  const prompt = v.prompt || [];
+  return prompt.length > 0 && prompt.every(([text, id]) => text === String(id));
+}
 function probColour(p) {  // light → strong blue, as the legend shows
   p = Math.max(0, Math.min(1, p));
   const lo = [239, 243, 255], hi = [8, 81, 156];
@@ -56,10 +66,10 @@ function resetRun(v) {
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
   parts.push(`<span class="pg-part">${esc(who)}</span>`);
   for (const [text, id] of v.prompt || []) {
-    parts.push(`<span class="tok prompt" title="${esc(tr("prompt_label") + " · id " + id)}">${shown(text)}</span>`);
+    parts.push(`<span class="tok prompt${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id)}">${shown(text)}</span>`);
   }
   for (const [text, id, p] of v.inherited || []) {
-    parts.push(`<span class="tok inherited" title="id ${id} · p = ${p.toFixed(3)}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
+    parts.push(`<span class="tok inherited${idClass(text, id)}" title="id ${id} · p = ${p.toFixed(3)}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
   }
   if (v.kind === "seq2seq") parts.push(`<span class="pg-arrow">→</span>`);
   for (const [text, id] of v.forced_tokens || []) {
@@ -71,7 +81,7 @@ function resetRun(v) {
 function tokenSpan(step, entry) {
   const [text, id, p] = entry;
   const span = document.createElement("span");
-  span.className = "tok gen";
+  span.className = "tok gen" + idClass(text, id);
   span.dataset.step = String(step);
   span.dataset.prob = String(p);
   span.tabIndex = 0;
@@ -280,6 +290,7 @@ function drawAttention(v, step) {
 
 function attentionChips(v, step, row, view) {
   const labels = keyLabels(v, step, view.kind);
+  const ids = idsOnly(v);
   const n = Math.min(labels.length, row.length);
   const from = view.sink && n > 1 ? 1 : 0;
   let top = 0, low = Infinity;
@@ -293,7 +304,7 @@ function attentionChips(v, step, row, view) {
       a = view.scale === "log" ? (w > 0 ? (Math.log10(w) - logLo) / Math.max(logHi - logLo, 1e-9) : 0) : w / top;
     }
     a = Math.max(0, Math.min(1, a));
-    const cls = "achip" + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    const cls = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
     parts.push(`<span class="${cls}" title="${esc("#" + i + " " + labels[i] + " · " + w.toFixed(4))}" style="background:rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)});color:${a > 0.55 ? "#fff" : "#111"}">${label(labels[i])}</span>`);
   }
   return parts.join("");

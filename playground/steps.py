@@ -1,0 +1,23 @@
+"""How steps are counted, everywhere a person reads one (live screen, inspector, lessons, beam tree, KV
+chart, lab, links).
+
+The engine counts a run's steps from 0 (`StepEvent.step`, the index into `Run.path`): index 0 is the
+prefill pass, which reads the whole prompt and chooses the first new token; index t ≥ 1 feeds token t
+and chooses token t + 1. People read **step 1 for the first generated token**: step n is the step that
+chose the n-th new token, and the prompt is read inside step 1. `step_number` is the one conversion
+(`playground.app.run.Run.step_number` is the same function); nothing else adds 1.
+"""
+
+from __future__ import annotations
+
+FIRST_STEP = 1  # the number shown for the first generated token
+
+
+def step_number(index: int) -> int:
+    """The step a person reads for the engine's 0-based step `index`: 0 → 1 (the first new token)."""
+    return int(index) + FIRST_STEP
+
+
+def step_index(number: int) -> int:
+    """The engine's 0-based index of the step a person calls `number` (1 → 0)."""
+    return int(number) - FIRST_STEP
