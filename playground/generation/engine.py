@@ -88,7 +88,7 @@ class _Clock:
 
 
 def _new_stepper(p: Plan, batch: int) -> Stepper:
-    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache)
+    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache, policy=p.policy)
 
 
 def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):

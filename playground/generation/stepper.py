@@ -14,7 +14,7 @@ takes an optional `Recorder` for what that forward pass should keep.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
 from playground.models.kv_cache import CacheStats, CrossCacheStats, dtype_name
+from playground.models.kv_policy import KVPolicy
 from playground.models.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -38,8 +39,11 @@ class Stepper:
     prefix_length: ClassVar[int]  # decoder ids before the first generated one (0: the prompt itself)
     kinds: ClassVar[tuple[str, ...]]  # attention kinds a decoding step records
 
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
+    def __init__(
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+    ) -> None:
         self.model, self.config = model, model.config
+        self.policy = policy  # a run's own KV policy (decoder-only; the plan refuses it elsewhere)
         self.batch, self.max_tokens, self.use_cache = batch, max_tokens, use_cache
         weight = model.embed.weight
         self.dtype = weight.dtype
@@ -67,6 +71,11 @@ class Stepper:
         return config.n_layers
 
     # --- running ---------------------------------------------------------------------------------
+
+    def _new_cache(self, batch: int, max_tokens: int) -> Any:
+        if self.policy is None:
+            return self.model.new_cache(batch, max_tokens)
+        return self.model.new_cache(batch, max_tokens, policy=self.policy)
 
     def sequence(self) -> torch.Tensor:
         """(B, length) the decoder stream so far: prompt (or decoder prefix) + generated."""
@@ -125,10 +134,11 @@ class DecoderStepper(Stepper):
         self.length = n
         if not self.use_cache:
             return self.model(prompt[None], None, recorder, last_only=True)[:, -1].float().expand(self.batch, -1)
-        self.cache = self.model.new_cache(self.batch, self.max_tokens)
+        self.cache = self._new_cache(self.batch, self.max_tokens)
         if self.batch == 1:
             return self.model(prompt[None], self.cache, recorder, last_only=True)[:, -1].float()
-        first = self.model.new_cache(1, n)  # prefill once, then copy into every beam's rows
+        # prefill once, then copy into every beam's rows (a policy cache of the same length: same layer kinds)
+        first = self._new_cache(1, n if self.policy is None else self.max_tokens)
         logits = self.model(prompt[None], first, recorder, last_only=True)[:, -1].float()
         self.cache.fill_from(first)
         return logits.expand(self.batch, -1)
@@ -137,7 +147,7 @@ class DecoderStepper(Stepper):
         """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
         self._append(tokens)
         if self.use_cache and self.model.reencodes_at(self.cache.length, 1):
-            self.cache = self.model.new_cache(self.batch, self.max_tokens)
+            self.cache = self._new_cache(self.batch, self.max_tokens)
             return self.model(self.sequence(), self.cache, recorder, last_only=True)[:, -1].float()
         if self.use_cache:
             return self.model(tokens[:, None], self.cache, recorder, last_only=True)[:, -1].float()
@@ -157,8 +167,10 @@ class Seq2SeqStepper(Stepper):
     prefix_length = 1
     kinds = ("self", "cross")
 
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
-        super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache)
+    def __init__(
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+    ) -> None:
+        super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache, policy=policy)
         self.encoder_out: torch.Tensor | None = None
         self.source_length = 0
 
