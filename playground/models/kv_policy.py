@@ -65,6 +65,7 @@ class PolicyStats(CacheStats):
     held: tuple[int, ...] = ()  # positions each layer holds
     held_bytes: tuple[int, ...] = ()  # K/V bytes each layer holds (codes and scales for a quantised one)
     policy: dict[str, Any] = field(default_factory=dict)
+    kept: tuple[tuple[int, ...] | None, ...] = ()  # evicting layers: the positions batch row 0 holds
 
     def kept_tokens(self, layer: int) -> int:
         return self.held[layer]
@@ -80,12 +81,12 @@ class PolicyStats(CacheStats):
     @property
     def plain_bytes(self) -> int:
         """What a plain cache would hold at this length (the model's own sliding windows included)."""
-        return CacheStats.bytes.fget(self)  # type: ignore[attr-defined]
+        return self.bytes_per_token_per_layer * sum(CacheStats.kept_tokens(self, i) for i in range(self.layers))
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
-        for entry, n in zip(data["per_layer"], self.held_bytes):
-            entry["bytes"] = n
+        for entry, n, kind, kept in zip(data["per_layer"], self.held_bytes, self.policy.get("layer_kinds", ()), self.kept):
+            entry.update(bytes=n, policy=kind, positions=None if kept is None else list(kept))
         data.update(policy=self.policy, kept_positions=max(self.held, default=0), plain_bytes=self.plain_bytes,
                     saved_bytes=self.plain_bytes - self.bytes)
         return data
@@ -310,4 +311,5 @@ class PolicyCache:
             element_size=self.element_size, windows=tuple(self.windows), held=held,
             held_bytes=tuple(self.layer_bytes(i) for i in range(self.layers)),
             policy=self.policy.to_dict() | {"layer_kinds": list(self.kinds)},
+            kept=tuple(tuple(self._pos[i][0].tolist()) if k == "evict" else None for i, k in enumerate(self.kinds)),
         )
