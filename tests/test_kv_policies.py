@@ -278,3 +278,32 @@ def test_analysis_sink_mass_bytes_and_divergence(llama, one_thread):
     assert same.first_difference is None and same.kl.max() == 0
     rows = kv_policies.bytes_saved({"plain": plain_run, "window": policy_run})
     assert rows[0]["saved_bytes"] == 0 and rows[1]["saved_bytes"] == plain_run.cache["bytes"] - policy_run.cache["bytes"]
+
+
+def test_final_attention_maps_show_what_each_query_saw(llama, one_thread):
+    _, lm = llama
+    W, S = 4, 2
+    run = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=8, kv_window=W, kv_sink=S, capture_attention=True))
+    maps = run.attention["self"]  # (L, h, T, T)
+    T = maps.shape[-1]
+    q, k = torch.arange(T)[:, None], torch.arange(T)[None]
+    hidden = ~((k <= q) & ((k > q - W) | (k < S)))
+    assert (torch.tensor(maps)[:, :, hidden] == 0).all()
+    torch.testing.assert_close(torch.tensor(maps).sum(-1), torch.ones(maps.shape[:-1]), atol=1e-5, rtol=0)
+    # the last step's row, recorded while decoding, is the map's last row
+    last = run.steps[-1].attention["self"][0]
+    torch.testing.assert_close(torch.tensor(last), torch.tensor(maps[0, :, T - 2, : T - 1]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gemma3-sliding-local-rope", "mistral-sliding"])
+def test_quantised_cache_on_sliding_layers_drops_whole_groups(name, tmp_path_factory, one_thread):
+    _, lm = _load(tmp_path_factory, name)
+    n = 70
+    run = generate_all(lm, PROMPT, GenerationConfig(max_new_tokens=n, kv_dtype="int8"))
+    written = run.cache["tokens"]
+    assert written > 2 * GROUP
+    for layer, kind in zip(run.cache["per_layer"], lm.model.layer_kinds):
+        if kind.window is None:
+            assert layer["tokens"] == written
+        else:  # whole groups of 32 that left the window are gone; the rest is still held (masked)
+            assert layer["tokens"] == written - (written - kind.window) // GROUP * GROUP

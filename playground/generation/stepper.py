@@ -154,10 +154,14 @@ class DecoderStepper(Stepper):
         return self.model(self.sequence(), None, recorder, last_only=True)[:, -1].float()
 
     @staticmethod
-    def run_whole(model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
-        """One pass over prompt + generated, no cache, recording into `recorder`."""
+    def run_whole(
+        model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder, policy: KVPolicy | None = None
+    ) -> None:
+        """One pass over prompt + generated, recording into `recorder`: no cache, or with `policy` a fresh
+        policy cache (each query sees what the run's window and sinks left it, with the run's RoPE table)."""
         ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=model.embed.weight.device)
-        model(ids, None, recorder)
+        cache = None if policy is None else model.new_cache(1, ids.shape[1], policy=policy)
+        model(ids, cache, recorder)
 
 
 class Seq2SeqStepper(Stepper):
@@ -236,7 +240,9 @@ class Seq2SeqStepper(Stepper):
         return dataclasses.replace(stats, cross_attention=cross)
 
     @classmethod
-    def run_whole(cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
+    def run_whole(
+        cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder, policy: None = None
+    ) -> None:
         """Encode the source (`prompt_ids`), decode prefix + generated in one pass, recording."""
         device = model.embed.weight.device
         source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
@@ -251,16 +257,19 @@ def stepper_class(kind: str) -> type[Stepper]:
 
 @torch.inference_mode()
 def full_attention(
-    lm: LoadedModel, prompt_ids: list[int], token_ids: list[int], layers: list[int] | None = None
+    lm: LoadedModel, prompt_ids: list[int], token_ids: list[int], layers: list[int] | None = None,
+    policy: KVPolicy | None = None,
 ) -> dict[str, np.ndarray]:
     """Attention over a whole final sequence in one pass, through the same model code as generation.
 
     Decoder: {"self": (L, h, T, T)} over prompt + generated. Seq2seq: {"encoder": (L_e, h, S, S),
     "self": (L, h, T, T), "cross": (L, h, T, S)} over decoder prefix + generated (prompt_ids is the
-    source). With `layers`, only those layers are computed and stacked, in that order.
+    source). With `layers`, only those layers are computed and stacked, in that order. With a run's KV
+    `policy`, the pass goes through that policy's cache: evicted keys get weight 0 (heavy hitters are
+    chosen step by step, so a whole-sequence pass shows the window and sinks only).
     """
     recorder = Recorder(layers)
-    stepper_class(lm.kind).run_whole(lm.model, prompt_ids, token_ids, recorder)
+    stepper_class(lm.kind).run_whole(lm.model, prompt_ids, token_ids, recorder, policy)
     out = {}
     for kind, by_layer in recorder.attention.items():
         order = sorted(by_layer) if layers is None else [i for i in layers if i in by_layer]

@@ -170,8 +170,7 @@ class PolicyCache:
         causal rule) and the keys' absolute positions (B, S) (None for a plain layer: a contiguous run)."""
         T = k.shape[2]
         end = start + T
-        limit = self.position_limit or self.max_tokens
-        if end > max(limit, self.max_tokens):
+        if end > self.max_tokens:
             raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
         kind = self.kinds[layer]
         if kind == "plain":
@@ -215,7 +214,7 @@ class PolicyCache:
         end = self._written[layer]
         if kind == "quant":
             W = self.params[layer][0]
-            old = int((self._pos[layer][0] <= end - 1 - W).sum()) if self.windows[layer] is not None else 0
+            old = int((self._pos[layer][0] <= end - W).sum()) if self.windows[layer] is not None else 0
             if old >= GROUP:  # whole groups left every later query's window
                 self._quant[layer].drop_groups(old // GROUP)
                 self._pos[layer] = self._pos[layer][:, old // GROUP * GROUP :]
