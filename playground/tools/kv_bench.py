@@ -3,7 +3,7 @@
     python -m playground.tools.kv_bench [--model weights/SmolLM2-135M-Instruct] [--new-tokens 128]
                                         [--threads 1] [--json out.json]
 
-One greedy run per policy from the same prompt (plain; window 64; sink 4 + window 60; heavy hitters:
+One greedy run per policy from the same chat prompt (plain; window 64; sink 4 + window 60; heavy hitters:
 sink 4 + heavy 16 + window 44; int8 cache; int4 cache), each a real run of our model (nothing is
 simulated: evicted positions are gone from memory, quantised ones are stored as codes and scales and
 dequantised on read). Prints a markdown table: KV bytes held at the end, the saving against the plain
@@ -27,12 +27,7 @@ from playground.analysis.divergence import first_difference
 from playground.analysis.kv_policies import sink_mass
 from playground.generation import GenerationConfig, generate_all
 
-PROMPT = (
-    "The history of the printing press begins with Johannes Gutenberg, who around 1440 combined movable metal "
-    "type, oil-based ink and a wooden press adapted from wine making. Within fifty years printers worked in more "
-    "than two hundred European cities. Explain, step by step, how this invention changed science, religion and "
-    "the spread of news, and what it means for how we share knowledge today."
-)
+PROMPT = "Explain step by step how the printing press changed science, religion and the news in Europe."
 POLICIES: dict[str, dict[str, Any]] = {
     "plain": {},
     "window 64": {"kv_window": 64},
@@ -44,9 +39,10 @@ POLICIES: dict[str, dict[str, Any]] = {
 
 
 def run(model: str, new_tokens: int, threads: int) -> dict[str, Any]:
+    started = time.perf_counter()
     torch.set_num_threads(threads)
     lm = playground.load_model(model)
-    base = GenerationConfig(max_new_tokens=new_tokens, top_candidates=0, stop_strings=())
+    base = GenerationConfig(max_new_tokens=new_tokens, top_candidates=0, chat=True)  # a chat answer runs long
     rows, plain_tokens = [], None
     for name, settings in POLICIES.items():
         began = time.perf_counter()
@@ -65,8 +61,9 @@ def run(model: str, new_tokens: int, threads: int) -> dict[str, Any]:
         })
     began = time.perf_counter()
     mass = sink_mass(lm, PROMPT, base.replace(max_new_tokens=16))
-    return {"model": model, "prompt_tokens": len(lm.tokenize(PROMPT)), "new_tokens": new_tokens, "threads": threads,
-            "rows": rows, "sink_mass": mass.tolist(), "sink_seconds": round(time.perf_counter() - began, 2)}
+    return {"model": model, "prompt_tokens": len(lm.tokenize(PROMPT, chat=True)), "new_tokens": new_tokens, "threads": threads,
+            "rows": rows, "sink_mass": mass.tolist(), "sink_seconds": round(time.perf_counter() - began, 2),
+            "total_seconds": round(time.perf_counter() - started, 1)}
 
 
 def _mib(n: int) -> str:
@@ -78,7 +75,8 @@ def table(report: dict[str, Any]) -> str:
         f"KV policies on {report['model']} ({report['prompt_tokens']} prompt tokens, up to {report['new_tokens']} new, "
         f"greedy, {report['threads']} threads)",
         "",
-        "| policy | positions held / written | KV bytes held | saved vs plain | first differing step | tokens/s |",
+        "| policy | positions held / written | KV bytes held | saved vs a plain cache of that length | "
+        "first step differing from plain greedy | decode tokens/s |",
         "|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
@@ -88,7 +86,8 @@ def table(report: dict[str, Any]) -> str:
     mass = np.array(report["sink_mass"])  # (layers, heads)
     lines += ["", f"Attention on the first token over 16 steps: median head {np.median(mass):.2f}, "
               f"{int((mass > 0.5).sum())} of {mass.size} heads above 0.5; per layer (mean over heads): "
-              + " ".join(f"{m:.2f}" for m in mass.mean(axis=1))]
+              + " ".join(f"{m:.2f}" for m in mass.mean(axis=1)),
+              "", f"Whole benchmark: {report['total_seconds']} s (model load included)."]
     return "\n".join(lines)
 
 
