@@ -194,8 +194,8 @@ class SelfAttention(nn.Module):
         keep = recorder is not None and recorder.wants(layer)
         k, v, mask, positions = cache.write_masked(layer, start, k, v)
         need = keep or cache.wants_weights(layer)
-        is_causal = mask is None and T > 1 and k.shape[2] == T  # a first pass that sees all its own keys
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=need)
+        # mask None only for one new token that sees every key held; several new tokens always bring a mask
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=need)
         cache.after_attention(layer, weights if cache.wants_weights(layer) else None)
         if keep:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
             full = weights.new_zeros((B, h, T, start + T))
