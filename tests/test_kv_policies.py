@@ -307,3 +307,18 @@ def test_quantised_cache_on_sliding_layers_drops_whole_groups(name, tmp_path_fac
             assert layer["tokens"] == written
         else:  # whole groups of 32 that left the window are gone; the rest is still held (masked)
             assert layer["tokens"] == written - (written - kind.window) // GROUP * GROUP
+
+
+def test_kv_bench_table_reports_each_policy():
+    from playground.tools.kv_bench import POLICIES, table
+
+    rows = [{"policy": name, "kept_positions": 64, "positions": 175, "bytes": 2_949_120, "saved": 0.634,
+             "first_difference": None if name == "plain" else 24, "tokens_per_s": 8.3} for name in POLICIES]
+    report = {"model": "m", "prompt_tokens": 48, "new_tokens": 128, "threads": 1, "rows": rows,
+              "sink_mass": [[0.1, 0.9], [0.6, 0.7]], "total_seconds": 109.6}
+    text = table(report)
+    assert "| plain | 64 / 175 | 2.81 MiB | 63.4% | same tokens | 8.3 |" in text
+    assert "| int4 cache | 64 / 175 | 2.81 MiB | 63.4% | 24 | 8.3 |" in text
+    assert "3 of 4 heads above 0.5" in text and "0.50 0.65" in text and "109.6 s" in text
+    assert [p for p in POLICIES] == ["plain", "window 64", "sink 4 + window 60", "sink 4 + heavy 16 + window 44",
+                                     "int8 cache", "int4 cache"]
