@@ -116,7 +116,6 @@ class PolicyCache:
         self._v: dict[int, torch.Tensor] = {}
         self._pos: dict[int, torch.Tensor] = {}  # (B, n) absolute positions held, ascending
         self._score: dict[int, torch.Tensor] = {}  # (B, n) accumulated attention (heavy hitters)
-        self._seen: dict[int, torch.Tensor] = {}  # the positions the last pass attended, (B, S)
         self._written = [0] * layers
         for layer, own in enumerate(self.windows):
             self.kinds.append(self._kind(own))
@@ -198,7 +197,6 @@ class PolicyCache:
             self._score[layer] = torch.cat((self._score[layer], self._score[layer].new_zeros((B, T))), dim=1)
         self._written[layer] = end
         pos = self._pos[layer]
-        self._seen[layer] = pos
         q_pos = new[:, :, None]  # (B, T, 1)
         k_pos = pos[:, None, :]  # (B, 1, S)
         visible = (k_pos <= q_pos) & ((k_pos > q_pos - W) | (k_pos < max(S, start - W)))
@@ -228,7 +226,6 @@ class PolicyCache:
         that is about to be added: its window's first position is end − W + 1) and the heavy hitters."""
         W, S, H = self.params[layer]
         pos, score = self._pos[layer], self._score[layer]
-        n = pos.shape[1]
         last = end - W + (1 if keep_before else 0)  # first position of the window kept
         keep = (pos < S) | (pos >= last)
         if H:
@@ -244,7 +241,6 @@ class PolicyCache:
         self._k[layer] = self._k[layer].gather(2, gather)
         self._v[layer] = self._v[layer].gather(2, gather)
         self._pos[layer], self._score[layer] = pos.gather(1, idx), score.gather(1, idx)
-        assert self._pos[layer].shape[1] <= n
 
     def positions(self, layer: int) -> torch.Tensor:
         """(B, n) absolute positions layer `layer` holds now."""
@@ -254,10 +250,6 @@ class PolicyCache:
             first = self._written[layer] - n
             return torch.arange(first, first + n, device=self.device).expand(self.batch, n)
         return self._pos[layer]
-
-    def attended_positions(self, layer: int) -> torch.Tensor:
-        """(B, S) absolute positions of the keys the last pass of a non-plain layer attended."""
-        return self._seen[layer]
 
     def fill_from(self, source: PolicyCache) -> None:
         """Broadcast a batch-1 cache into every row of this one (beam search starts from one prefill)."""
