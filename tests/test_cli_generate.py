@@ -80,3 +80,17 @@ def test_missing_model_is_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_generate_with_a_kv_window_and_rope_scaling(checkpoint, capsys):
+    directory, _ = checkpoint
+    args = ["generate", "--model", str(directory), "--input-ids", "5,9,23,40,7,11", "--max-new-tokens", "10", "--json"]
+    assert main(args + ["--kv-window", "4", "--kv-sink", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cache"]["policy"]["window"] == 4 and out["cache"]["kept_positions"] == 5
+    assert out["cache"]["bytes"] == 2 * 2 * 1 * 2 * 5 * 12 * 4
+    assert main(args + ["--rope-scaling", "yarn:2"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"]["policy"]["rope_scaling"]["attention_factor"] > 1
+    assert main(args + ["--rope-scaling", "sideways:2"]) == 2
+    err = capsys.readouterr().err
+    assert "rope_scaling" in err and err.count("\n") == 1

@@ -16,7 +16,7 @@ from typing import Any
 from playground.app.notes import note
 from playground.generation.config import GenerationConfig, usable_stop_strings
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
-from playground.generation.plan import ContextFit, fit_to_context
+from playground.generation.plan import ContextFit, context_limit, fit_to_context
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
 from playground.notes import Note
@@ -125,7 +125,7 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
         else:
             notes.append(note("empty_prompt_start"))
         prompt_ids_len = 1
-    fit = fit_to_context(stepper, stepper.context_limit(lm.config), prompt_ids_len, c.max_new_tokens,
+    fit = fit_to_context(stepper, context_limit(lm, c), prompt_ids_len, c.max_new_tokens,
                          truncate=c.truncate_prompt, shrink=True, forced=forced_tokens)
     notes += fit.notes
     c.max_new_tokens = fit.max_new_tokens

@@ -57,6 +57,7 @@ from playground.generation.plan import Plan
 from playground.models.edits import edited
 from playground.models.kernels import batch_kernels
 from playground.models.kv_cache import KVCache, Seq2SeqCache
+from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool, bucket
 from playground.models.recorder import Recorder
 from playground.models.rows import Segment
@@ -70,7 +71,9 @@ class _BatchedModel:
 
     A request with interventions (the causal lab's edits) never joins the batch: its edits are hooks on
     the shared model, so each of its passes runs alone in its turn, the hooks installed for that pass
-    only (`applies_own_edits` tells `models.edits.edited` to leave them to us)."""
+    only (`applies_own_edits` tells `models.edits.edited` to leave them to us). A request with a KV
+    policy or its own RoPE table (`models.kv_policy.PolicyCache`) also runs each pass alone in its turn:
+    its cache is not rows of a pool and its table travels with that cache, so nobody else sees it."""
 
     applies_own_edits = True
 
@@ -82,8 +85,11 @@ class _BatchedModel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
-    def new_cache(self, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
-        """The request's cache as rows of the scheduler's pool, so its decoding rows attend beside others'."""
+    def new_cache(self, batch: int, max_tokens: int, policy: KVPolicy | None = None) -> KVCache | Seq2SeqCache | PolicyCache:
+        """The request's cache as rows of the scheduler's pool, so its decoding rows attend beside others'.
+        A run with its own KV policy or RoPE table (`policy`) keeps a cache of its own and takes its own turn."""
+        if policy is not None:
+            return self._model.new_cache(batch, max_tokens, policy=policy)
         ticket = self._ticket
         if ticket is None or ticket.scheduler is None:
             return self._model.new_cache(batch, max_tokens)
@@ -93,7 +99,7 @@ class _BatchedModel:
         self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
         *, last_only: bool = False,
     ) -> torch.Tensor:
-        if self._edits:
+        if self._edits or isinstance(cache, PolicyCache):
             return self._turn(self._model)(input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]

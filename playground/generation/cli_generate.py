@@ -22,6 +22,14 @@ def _early_stopping(value: str) -> bool | str:
     raise argparse.ArgumentTypeError(f"--early-stopping takes true, false or never, got {value!r}")
 
 
+def _rope_scaling(value: str) -> dict[str, object]:
+    kind, _, factor = value.partition(":")
+    try:
+        return {"type": kind, "factor": float(factor)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rope-scaling takes TYPE:FACTOR like yarn:2, got {value!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint folder or .safetensors file")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -46,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--target-lang", help="translation: the target language code (e.g. fr_XX, fra_Latn, fr)")
     target.add_argument("--forced-bos-token-id", type=int, default=None,
                         help="force this token id as the first generated token (a target language code)")
+    kv = parser.add_argument_group("KV-cache lab (decoder-only models)")
+    kv.add_argument("--kv-window", type=int, default=None, help="keep the last N positions of the KV cache")
+    kv.add_argument("--kv-sink", type=int, default=0, help="also keep the first S positions (with --kv-window)")
+    kv.add_argument("--kv-heavy", type=int, default=0, help="also keep H positions with the most attention (with --kv-window)")
+    kv.add_argument("--kv-dtype", choices=["int8", "int4"], default=None, help="store K/V quantised")
+    kv.add_argument("--rope-scaling", type=_rope_scaling, default=None, metavar="TYPE:FACTOR",
+                    help="scale RoPE for this run: linear, ntk or yarn, e.g. yarn:2")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -78,6 +93,8 @@ def _run(args: argparse.Namespace) -> int:
         min_p=args.min_p, repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping, seed=args.seed,
         use_cache=not args.no_cache, top_candidates=0, chat=args.chat, forced_bos_token_id=args.forced_bos_token_id,
+        kv_window=args.kv_window, kv_sink=args.kv_sink, kv_heavy=args.kv_heavy, kv_dtype=args.kv_dtype,
+        rope_scaling=args.rope_scaling,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)

@@ -14,6 +14,7 @@ from typing import Any
 from playground.errors import PlaygroundError
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.interventions import Intervention, InterventionError, as_interventions
+from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 
 
 class SettingsError(PlaygroundError):
@@ -49,11 +50,26 @@ class GenerationConfig:
     # Edits to the model's computation at every forward pass (playground.interventions): Ablate, Steer,
     # Patch, or their dicts (converted by validate). Empty: the model runs unedited, nothing installed.
     interventions: tuple[Intervention, ...] = ()
+    # The KV-cache lab (playground.models.kv_policy); all off: the plain cache. kv_window keeps the last N
+    # positions, kv_sink also the first S (StreamingLLM), kv_heavy also the H others with the largest
+    # accumulated attention (H2O); kv_dtype stores K per channel and V per token in int8 / int4 codes.
+    kv_window: int | None = None
+    kv_sink: int = 0
+    kv_heavy: int = 0
+    kv_dtype: str | None = None  # None | "int8" | "int4"
+    # {"type": "linear" | "ntk" | "yarn", "factor": f}: the run's own RoPE table, reaching f times the
+    # trained length (playground.models.rope_scaling); the loaded model's table is never changed.
+    rope_scaling: dict[str, Any] | None = None
 
     @property
     def records(self) -> bool:
         """Whether any forward pass records something."""
         return self.capture_attention or self.capture_prompt_attention or self.capture_residual
+
+    @property
+    def kv_policy(self) -> bool:
+        """Whether the run asks for its own KV cache (eviction, quantisation) or RoPE scaling."""
+        return self.kv_window is not None or self.kv_dtype is not None or self.rope_scaling is not None
 
     @property
     def do_sample(self) -> bool:
@@ -68,6 +84,8 @@ class GenerationConfig:
         if self.attention_layers is not None:
             data["attention_layers"] = list(self.attention_layers)
         data["interventions"] = [iv.to_dict() for iv in as_interventions(self.interventions)]
+        if self.rope_scaling is not None:
+            data["rope_scaling"] = dict(self.rope_scaling)
         return data
 
     def validate(self) -> GenerationConfig:
@@ -93,8 +111,33 @@ class GenerationConfig:
             self.interventions = as_interventions(self.interventions)
         except InterventionError as error:
             raise SettingsError(str(error)) from None
+        self._validate_kv()
         return self
 
+    def _validate_kv(self) -> None:
+        for knob in KV_KNOBS:
+            _check(knob, getattr(self, knob.name))
+        if (self.kv_sink or self.kv_heavy) and self.kv_window is None:
+            raise SettingsError("kv_sink and kv_heavy add to an eviction window: set kv_window too (e.g. kv_window=64)")
+        if self.kv_dtype not in KV_DTYPES:
+            raise SettingsError(f"kv_dtype is {self.kv_dtype!r}; use 'int8', 'int4' or none for the model's own dtype")
+        if self.kv_dtype is not None and self.kv_window is not None:
+            raise SettingsError("kv_dtype and kv_window do not combine yet; run the quantised cache or the eviction alone")
+        if self.rope_scaling is not None:
+            try:
+                check_rope_scaling(self.rope_scaling)
+            except RopeScalingError as error:
+                raise SettingsError(str(error)) from None
+        if self.kv_policy and not self.use_cache:
+            raise SettingsError("kv_window, kv_dtype and rope_scaling act on the KV cache: set use_cache=True")
+
+
+KV_DTYPES = (None, "int8", "int4")
+KV_KNOBS = (
+    Knob("kv_window", int, None, None, 1, None, "keep at least 1 position, or none for no eviction", optional=True),
+    Knob("kv_sink", int, 0, 0, 0, None, "use 0 for no sink, or the first few positions (e.g. 4)"),
+    Knob("kv_heavy", int, 0, 0, 0, None, "use 0 for no heavy hitters, or how many to keep (e.g. 16)"),
+)
 
 # Not a decoding knob of the page, but checked the same way.
 _FORCED_BOS = Knob("forced_bos_token_id", int, None, None, 0, None, "use the token id of the target language code, or none")

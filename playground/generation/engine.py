@@ -88,7 +88,7 @@ class _Clock:
 
 
 def _new_stepper(p: Plan, batch: int) -> Stepper:
-    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache)
+    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache, policy=p.policy)
 
 
 def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):
@@ -304,7 +304,7 @@ def generate_all(
     attention = None
     if cfg.capture_attention and token_ids:
         with edited(lm.model, cfg.interventions):
-            attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids)
+            attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids, policy=p.policy)
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,

@@ -18,6 +18,8 @@ from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
+from playground.models.kv_policy import KVPolicy
+from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
 
 
@@ -107,6 +109,7 @@ class Plan:
     pipeline: Pipeline
     notes: list[str] = field(default_factory=list)
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
+    policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
 
     @property
     def max_length(self) -> int:
@@ -161,7 +164,7 @@ def plan(
     if not ids:
         ids = stepper.empty_prompt(c)
         notes.append(Note("the prompt was empty: starting from the start token", "plan_empty_prompt"))
-    fit = fit_to_context(stepper, stepper.context_limit(c), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt,
+    fit = fit_to_context(stepper, context_limit(lm, cfg), len(ids), cfg.max_new_tokens, truncate=cfg.truncate_prompt,
                          forced=len(forced))
     return assemble(lm, ids, cfg, forced, fit, notes + list(fit.notes), final_maps=final_maps)
 
@@ -202,7 +205,33 @@ def assemble(
     forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg))
+
+
+def context_limit(lm: LoadedModel, cfg: GenerationConfig) -> int | None:
+    """The positions a run of `cfg` may use: the model's, or factor × the trained length under RoPE scaling
+    (SettingsError where the model cannot take the run's KV settings)."""
+    policy = kv_policy(lm, cfg)
+    if policy is not None and policy.rotary is not None:  # the scaled table reaches factor × the trained length
+        return policy.rotary.max_positions
+    return stepper_class(lm.kind).context_limit(lm.config)
+
+
+def kv_policy(lm: LoadedModel, cfg: GenerationConfig) -> KVPolicy | None:
+    """The run's KV policy (None: the plain cache); SettingsError where the model cannot take it."""
+    if not cfg.kv_policy:
+        return None
+    if lm.kind != "decoder":
+        raise SettingsError(
+            "kv_window, kv_dtype and rope_scaling apply to decoder-only models; leave them off for this seq2seq model"
+        )
+    rotary = None
+    if cfg.rope_scaling is not None:
+        try:
+            rotary = rotary_override(lm.config, cfg.rope_scaling)
+        except RopeScalingError as error:
+            raise SettingsError(str(error)) from None
+    return KVPolicy(window=cfg.kv_window, sink=cfg.kv_sink, heavy=cfg.kv_heavy, dtype=cfg.kv_dtype, rotary=rotary)
 
 
 def _forceable(config: ModelConfig, name: str, notes: list[Note]) -> int | None:

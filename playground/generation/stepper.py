@@ -14,7 +14,7 @@ takes an optional `Recorder` for what that forward pass should keep.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
 from playground.models.kv_cache import CacheStats, CrossCacheStats, dtype_name
+from playground.models.kv_policy import KVPolicy
 from playground.models.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -38,8 +39,11 @@ class Stepper:
     prefix_length: ClassVar[int]  # decoder ids before the first generated one (0: the prompt itself)
     kinds: ClassVar[tuple[str, ...]]  # attention kinds a decoding step records
 
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
+    def __init__(
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+    ) -> None:
         self.model, self.config = model, model.config
+        self.policy = policy  # a run's own KV policy (decoder-only; the plan refuses it elsewhere)
         self.batch, self.max_tokens, self.use_cache = batch, max_tokens, use_cache
         weight = model.embed.weight
         self.dtype = weight.dtype
@@ -67,6 +71,11 @@ class Stepper:
         return config.n_layers
 
     # --- running ---------------------------------------------------------------------------------
+
+    def _new_cache(self, batch: int, max_tokens: int) -> Any:
+        if self.policy is None:
+            return self.model.new_cache(batch, max_tokens)
+        return self.model.new_cache(batch, max_tokens, policy=self.policy)
 
     def sequence(self) -> torch.Tensor:
         """(B, length) the decoder stream so far: prompt (or decoder prefix) + generated."""
@@ -125,10 +134,11 @@ class DecoderStepper(Stepper):
         self.length = n
         if not self.use_cache:
             return self.model(prompt[None], None, recorder, last_only=True)[:, -1].float().expand(self.batch, -1)
-        self.cache = self.model.new_cache(self.batch, self.max_tokens)
+        self.cache = self._new_cache(self.batch, self.max_tokens)
         if self.batch == 1:
             return self.model(prompt[None], self.cache, recorder, last_only=True)[:, -1].float()
-        first = self.model.new_cache(1, n)  # prefill once, then copy into every beam's rows
+        # prefill once, then copy into every beam's rows (a policy cache of the same length: same layer kinds)
+        first = self._new_cache(1, n if self.policy is None else self.max_tokens)
         logits = self.model(prompt[None], first, recorder, last_only=True)[:, -1].float()
         self.cache.fill_from(first)
         return logits.expand(self.batch, -1)
@@ -137,17 +147,21 @@ class DecoderStepper(Stepper):
         """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
         self._append(tokens)
         if self.use_cache and self.model.reencodes_at(self.cache.length, 1):
-            self.cache = self.model.new_cache(self.batch, self.max_tokens)
+            self.cache = self._new_cache(self.batch, self.max_tokens)
             return self.model(self.sequence(), self.cache, recorder, last_only=True)[:, -1].float()
         if self.use_cache:
             return self.model(tokens[:, None], self.cache, recorder, last_only=True)[:, -1].float()
         return self.model(self.sequence(), None, recorder, last_only=True)[:, -1].float()
 
     @staticmethod
-    def run_whole(model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
-        """One pass over prompt + generated, no cache, recording into `recorder`."""
+    def run_whole(
+        model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder, policy: KVPolicy | None = None
+    ) -> None:
+        """One pass over prompt + generated, recording into `recorder`: no cache, or with `policy` a fresh
+        policy cache (each query sees what the run's window and sinks left it, with the run's RoPE table)."""
         ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=model.embed.weight.device)
-        model(ids, None, recorder)
+        cache = None if policy is None else model.new_cache(1, ids.shape[1], policy=policy)
+        model(ids, cache, recorder)
 
 
 class Seq2SeqStepper(Stepper):
@@ -157,8 +171,10 @@ class Seq2SeqStepper(Stepper):
     prefix_length = 1
     kinds = ("self", "cross")
 
-    def __init__(self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool) -> None:
-        super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache)
+    def __init__(
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+    ) -> None:
+        super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache, policy=policy)
         self.encoder_out: torch.Tensor | None = None
         self.source_length = 0
 
@@ -224,7 +240,9 @@ class Seq2SeqStepper(Stepper):
         return dataclasses.replace(stats, cross_attention=cross)
 
     @classmethod
-    def run_whole(cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder) -> None:
+    def run_whole(
+        cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder, policy: None = None
+    ) -> None:
         """Encode the source (`prompt_ids`), decode prefix + generated in one pass, recording."""
         device = model.embed.weight.device
         source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
@@ -239,16 +257,19 @@ def stepper_class(kind: str) -> type[Stepper]:
 
 @torch.inference_mode()
 def full_attention(
-    lm: LoadedModel, prompt_ids: list[int], token_ids: list[int], layers: list[int] | None = None
+    lm: LoadedModel, prompt_ids: list[int], token_ids: list[int], layers: list[int] | None = None,
+    policy: KVPolicy | None = None,
 ) -> dict[str, np.ndarray]:
     """Attention over a whole final sequence in one pass, through the same model code as generation.
 
     Decoder: {"self": (L, h, T, T)} over prompt + generated. Seq2seq: {"encoder": (L_e, h, S, S),
     "self": (L, h, T, T), "cross": (L, h, T, S)} over decoder prefix + generated (prompt_ids is the
-    source). With `layers`, only those layers are computed and stacked, in that order.
+    source). With `layers`, only those layers are computed and stacked, in that order. With a run's KV
+    `policy`, the pass goes through that policy's cache: evicted keys get weight 0 (heavy hitters are
+    chosen step by step, so a whole-sequence pass shows the window and sinks only).
     """
     recorder = Recorder(layers)
-    stepper_class(lm.kind).run_whole(lm.model, prompt_ids, token_ids, recorder)
+    stepper_class(lm.kind).run_whole(lm.model, prompt_ids, token_ids, recorder, policy)
     out = {}
     for kind, by_layer in recorder.attention.items():
         order = sorted(by_layer) if layers is None else [i for i in layers if i in by_layer]

@@ -13,6 +13,7 @@ from torch import nn
 
 from playground.config import LayerKind, ModelConfig
 from playground.models.kv_cache import KVCache
+from playground.models.kv_policy import PolicyCache
 from playground.models.kv_pool import key_width
 from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
@@ -160,6 +161,8 @@ class SelfAttention(nn.Module):
         q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
         if isinstance(cache, Rows):
             return self._attend_rows(layer, q, k, v, cache)
+        if isinstance(cache, PolicyCache) and cache.kinds[layer] != "plain":
+            return self._attend_policy(layer, start, q, k, v, cache, recorder, kind)
         keep = recorder is not None and recorder.wants(layer)
         internals = recorder is not None and recorder.wants_internals(layer)
         if cache is not None:
@@ -177,6 +180,28 @@ class SelfAttention(nn.Module):
             recorder.record_attention(kind, layer, F.pad(weights, (first, 0)) if first else weights)
         out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         if internals:
+            recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
+        return out
+
+    def _attend_policy(
+        self, layer: int, start: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PolicyCache,
+        recorder: Recorder | None, kind: str,
+    ) -> torch.Tensor:
+        """A layer under a run's KV policy (eviction or a quantised cache): the keys it still holds, at
+        their true positions, with the mask of what each new query sees; a heavy-hitter layer computes
+        the explicit softmax so the cache can accumulate each key's attention."""
+        B, h, T, d = q.shape
+        keep = recorder is not None and recorder.wants(layer)
+        k, v, mask, positions = cache.write_masked(layer, start, k, v)
+        need = keep or cache.wants_weights(layer)
+        # mask None only for one new token that sees every key held; several new tokens always bring a mask
+        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=need)
+        cache.after_attention(layer, weights if cache.wants_weights(layer) else None)
+        if keep:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
+            full = weights.new_zeros((B, h, T, start + T))
+            recorder.record_attention(kind, layer, full.scatter_(3, positions[:, None, None].expand(-1, h, T, -1), weights))
+        out = self.out(out.transpose(1, 2).reshape(B, T, h * d))
+        if recorder is not None and recorder.wants_internals(layer):
             recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
         return out
 

@@ -18,6 +18,7 @@ from torch import nn
 from playground.config import LayerKind, ModelConfig
 from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
+from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool
 from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import RotaryEmbedding, absolute_positions
@@ -132,9 +133,18 @@ class DecoderLM(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else Linear(config.embed_dim, config.vocab_size)
         self.tied_head = TiedHead(self.embed)
 
-    def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> KVCache:
-        """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`."""
+    def new_cache(
+        self, batch: int, max_tokens: int, pool: KVPool | None = None, policy: KVPolicy | None = None
+    ) -> KVCache | PolicyCache:
+        """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`;
+        with `policy`, a `PolicyCache` carrying out that run's eviction, quantisation or RoPE scaling."""
         c, p = self.config, self.embed.weight
+        if policy is not None:
+            return PolicyCache(
+                policy, layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+                max_tokens=max_tokens, query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+                windows=[k.window for k in self.layer_kinds],
+            )
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
             query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
@@ -164,10 +174,10 @@ class DecoderLM(nn.Module):
         """
         B, T = input_ids.shape
         start = cache.length if cache is not None else 0
-        if start + T > self.config.max_positions:
-            raise ValueError(
-                f"sequence of {start + T} tokens exceeds the model's {self.config.max_positions} positions"
-            )
+        rotary = cache.rotary if isinstance(cache, PolicyCache) else None  # a run's own rope_scaling
+        limit = rotary.max_positions if rotary is not None else self.config.max_positions
+        if start + T > limit:
+            raise ValueError(f"sequence of {start + T} tokens exceeds the model's {limit} positions")
         x = self.embed(input_ids)  # (B, T, d_embed)
         if self.config.embed_scale != 1.0:
             # The scale rounded to the weights' dtype first, as transformers does for Gemma.
@@ -177,7 +187,7 @@ class DecoderLM(nn.Module):
         if self.positions is not None:
             x = x + self.positions(start, T).to(x.dtype)
         ropes = {
-            "global": self.rope(start, T, x.dtype) if self.rope is not None else None,
+            "global": self.rope(start, T, x.dtype, rotary) if self.rope is not None else None,
             "local": self.local_rope(start, T, x.dtype) if self.local_rope is not None else None,
             None: None,
         }
@@ -196,6 +206,8 @@ class DecoderLM(nn.Module):
         against its own cache: what `forward` computes for each alone, with every token a row of one
         (N, 1, d) batch. Returns each segment's logits as its `logits` asks."""
         for s in segments:
+            if isinstance(s.self_cache, PolicyCache):
+                raise ValueError("a run with its own KV policy or RoPE scaling takes its own turn, not a batched pass")
             if s.start + s.ids.shape[1] > self.config.max_positions:
                 raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's "
                                  f"{self.config.max_positions} positions")

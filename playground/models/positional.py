@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from playground.config import ModelConfig
+from playground.models.rope_scaling import RotaryOverride
 
 
 def rope_inverse_frequencies(config: ModelConfig, *, local: bool = False, seq_len: int | None = None) -> torch.Tensor:
@@ -91,15 +92,21 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq = rope_inverse_frequencies(self.config, local=self.local)
         self.long_inv_freq = self._long()
 
-    def forward(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.inv_freq
-        if self.switch_after is not None and start + length > self.switch_after:
+    def forward(
+        self, start: int, length: int, dtype: torch.dtype, override: RotaryOverride | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (T, r) for positions [start, start + length); `override`: one run's own scaled table
+        (`rope_scaling`), used instead of this module's buffers, which stay as loaded."""
+        inv_freq, attention_factor = self.inv_freq, self.attention_factor
+        if override is not None:
+            inv_freq, attention_factor = override.inv_freq.to(inv_freq.device), override.attention_factor
+        elif self.switch_after is not None and start + length > self.switch_after:
             inv_freq = self.long_inv_freq
         positions = torch.arange(start, start + length, device=inv_freq.device, dtype=torch.float32)
         freqs = torch.outer(positions, inv_freq)  # (T, r/2)
         angles = torch.cat((freqs, freqs), dim=-1)  # (T, r)
-        if self.attention_factor != 1.0:
-            return (angles.cos() * self.attention_factor).to(dtype), (angles.sin() * self.attention_factor).to(dtype)
+        if attention_factor != 1.0:
+            return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
