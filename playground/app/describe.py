@@ -276,6 +276,20 @@ def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
         return kv_formula(cache)
 
 
+def policy_words(policy: Mapping[str, Any], lang: str) -> str:
+    """A cache policy as the engine reports it (window, sink, heavy, dtype), in the visitor's words."""
+    if policy.get("dtype"):
+        return t("kvlab_policy_quant", lang, dtype=policy["dtype"])
+    if not policy.get("window"):
+        return t("kvlab_policy_rope", lang)
+    words = t("kvlab_policy_window", lang, n=policy["window"])
+    if policy.get("sink"):
+        words += t("kvlab_policy_sink", lang, n=policy["sink"])
+    if policy.get("heavy"):
+        words += t("kvlab_policy_heavy", lang, n=policy["heavy"])
+    return words
+
+
 def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
     """The KV tab's summary: tokens, bytes used vs allocated, the formula filled in, per-layer shape."""
     if not cache:
@@ -289,6 +303,11 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
         "",
         t("kv_symbols", lang),
     ]
+    policy = cache.get("policy")
+    if isinstance(policy, Mapping):  # the run's own cache (the KV lab): what it really holds
+        lines += ["", t("cache_policy", lang, policy=policy_words(policy, lang), kept=cache.get("kept_positions", "?"),
+                        tokens=cache.get("tokens"), held=format_bytes(int(cache.get("bytes", 0))),
+                        plain=format_bytes(int(cache.get("plain_bytes", 0))))]
     per_layer = cache.get("per_layer") or []
     windowed = any(p.get("window") for p in per_layer)
     if per_layer and not windowed and all(p.get("k_shape") == per_layer[0].get("k_shape") for p in per_layer):

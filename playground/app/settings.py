@@ -25,6 +25,8 @@ from playground.notes import Note
 log = logging.getLogger("playground.app")
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
+KV_DTYPES = ("", "int8", "int4")
+KV_FIELDS = ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")
 LANGS = ("en", "zh")
 MAX_BRANCHES = 8
 MAX_EDITS = 16  # edits one run carries (each fork in the lab adds one); a link with more is refused
@@ -55,6 +57,11 @@ class UISettings:
     target_lang: str = ""  # translation models: the language code forced as the first token ("": the checkpoint's own)
     branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
     edits: str = ""  # the causal lab's edits of the run (interventions.pack); a link replays the plain run first
+    # The KV-cache lab: the run's own cache (0 / "": the plain cache); a link replays the plain run first.
+    kv_window: int = 0  # keep the last N positions (0: no eviction)
+    kv_sink: int = 0  # and the first S (attention sinks)
+    kv_heavy: int = 0  # and the H others with the most accumulated attention (heavy hitters)
+    kv_dtype: str = ""  # "int8" | "int4": a quantised cache
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -80,6 +87,10 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "dtype":
         if text not in DTYPES:
             raise ValueError(note("expect_one_of", choices=", ".join(DTYPES)))
+        return text
+    if name == "kv_dtype":
+        if text not in KV_DTYPES:
+            raise ValueError(note("expect_one_of", choices=", ".join(c or "none" for c in KV_DTYPES)))
         return text
     if name == "lang":
         if text not in LANGS:
@@ -205,6 +216,7 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
         seed=settings.seed,
         use_cache=True,
         interventions=parse_edits(settings.edits),
+        **kv_kwargs(settings),
     )
     if settings.mode == "sample":
         kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
@@ -214,6 +226,31 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
     else:
         kw.update(temperature=0.0, top_k=0, top_p=1.0, num_beams=1)
     return kw
+
+
+def kv_kwargs(settings: UISettings) -> dict[str, Any]:
+    """GenerationConfig's KV-cache settings (none when the settings keep the plain cache); combinations the
+    engine refuses are moved by the lenient pass (`limits.lenient`), with a note."""
+    kw: dict[str, Any] = {}
+    if settings.kv_window:
+        kw["kv_window"] = settings.kv_window
+    if settings.kv_sink:
+        kw["kv_sink"] = settings.kv_sink
+    if settings.kv_heavy:
+        kw["kv_heavy"] = settings.kv_heavy
+    if settings.kv_dtype:
+        kw["kv_dtype"] = settings.kv_dtype
+    return kw
+
+
+def has_kv_policy(settings: UISettings) -> bool:
+    """Whether the settings ask for a cache of their own (the KV lab's branch), not the plain cache."""
+    return bool(settings.kv_window or settings.kv_dtype)
+
+
+def without_kv(settings: UISettings) -> UISettings:
+    """The same settings with the plain cache."""
+    return dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0, kv_dtype="")
 
 
 def parse_branches(text: str) -> list[tuple[int, list[int]]]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from playground import viz
 from playground.analysis.divergence import HeadSweep
-from playground.app import describe, lab, serving
+from playground.app import describe, kvlab, lab, serving
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
@@ -115,6 +115,28 @@ class Lab:
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
 
+    def fork_kv(self, window: float, sink: float, heavy: float, dtype: str,
+                request: gr.Request | None = None) -> Iterator[tuple]:
+        """The KV-cache lab: the run on screen again under the chosen cache policy, beside it in the live screen."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("kvlab_needs_run", lang), gr.skip()
+            return
+        try:
+            settings = kvlab.fork_settings(session, run, int(window or 0), int(sink or 0), int(heavy or 0),
+                                           str(dtype or ""), lang)
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
+            return
+        session.next_step = session.selected_step  # the branch opens at the step on screen
+        try:
+            yield from self.stream.press(session, settings, parent=None)
+        finally:
+            session.next_step = None
+
     def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
         """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
         session = self.sessions.get(session_key(request))
@@ -204,6 +226,8 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
         p.lab_patch.click(lab_handlers.fork_patch, [p.lab_patch_prompt, p.lab_patch_layer, p.lab_patch_position],
                           [*gen_outputs, p.lab_patch_md], **kw),
     ]
+    kv_policy = [page.component(n) for n in ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")]
+    forks.append(p.kvlab_fork.click(lab_handlers.fork_kv, kv_policy, gen_outputs, **kw))
     # The head picked in the All heads tab is the one the lab ablates.
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)

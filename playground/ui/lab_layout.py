@@ -6,6 +6,7 @@ from typing import Any
 
 import gradio as gr
 
+from playground.app.limits import RANGES
 from playground.app.words import t
 
 # Every plotly figure on the page gets an SVG download beside plotly's own PNG camera: the button is
@@ -93,7 +94,33 @@ def build_tab(c: dict[str, Any], named, lang: str) -> None:
         c["lab_patch_md"] = gr.Markdown("", elem_id="lab-patch-md")
 
 
-INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title")  # the lab's plain Markdown texts
+def build_kv_tab(c: dict[str, Any], named, lang: str) -> None:
+    """The KV-cache lab tab: the cache policy (these are run settings: links carry them) and the fork button;
+    what the lab draws is its View's (`playground.app.views.kv_policy`)."""
+    with gr.Tab(t("tab_kvlab", lang), id="kvlab", elem_id="kvlab-tab") as tab:
+        c["tab_kvlab"] = tab
+        c["kvlab_intro"] = gr.Markdown(t("kvlab_intro", lang), elem_id="kvlab-intro")
+        with gr.Row(elem_id="kvlab-policy"):
+            named("kv_window", gr.Slider(*RANGES["kv_window"], value=0, step=1, label=t("kvlab_window", lang),
+                                         elem_id="kv-window", min_width=200), "kvlab_window")
+            named("kv_sink", gr.Slider(*RANGES["kv_sink"], value=0, step=1, label=t("kvlab_sink", lang),
+                                       elem_id="kv-sink", min_width=200), "kvlab_sink")
+            named("kv_heavy", gr.Slider(*RANGES["kv_heavy"], value=0, step=1, label=t("kvlab_heavy", lang), elem_id="kv-heavy",
+                                        min_width=200), "kvlab_heavy")
+            named("kv_dtype", gr.Radio(kv_dtype_choices(lang), value="", label=t("kvlab_dtype", lang),
+                                       elem_id="kv-dtype", min_width=200), "kvlab_dtype")
+        named("kvlab_fork", gr.Button(t("kvlab_fork", lang), variant="primary", elem_id="kvlab-fork-btn"), "kvlab_fork")
+        c["kvlab_md"] = gr.Markdown(t("kvlab_needs_run", lang), elem_id="kvlab-md")
+        c["kvlab_bytes"] = gr.Plot(elem_id="kvlab-bytes-plot", show_label=False, visible=False)
+        c["kvlab_div"] = gr.Plot(elem_id="kvlab-divergence-plot", show_label=False, visible=False)
+        c["kvlab_sink"] = gr.Plot(elem_id="kvlab-sink-plot", show_label=False, visible=False)
+
+
+def kv_dtype_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("kvlab_dtype_none", lang), ""), ("int8", "int8"), ("int4", "int4")]
+
+
+INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title", "kvlab_intro")  # the lab's plain Markdown texts
 
 
 def patch_title(lang: str) -> str:
@@ -102,4 +129,4 @@ def patch_title(lang: str) -> str:
 
 def intro_updates(lang: str) -> list[str]:
     """The lab's plain Markdown texts in `lang`, in the order of `INTRO_NAMES` (for the language switch)."""
-    return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang)]
+    return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang), t("kvlab_intro", lang)]
