@@ -101,12 +101,10 @@ def build_kv_tab(c: dict[str, Any], named, lang: str) -> None:
         c["tab_kvlab"] = tab
         c["kvlab_intro"] = gr.Markdown(t("kvlab_intro", lang), elem_id="kvlab-intro")
         with gr.Row(elem_id="kvlab-policy"):
-            named("kv_window", gr.Slider(*RANGES["kv_window"], value=0, step=1, label=t("kvlab_window", lang),
-                                         elem_id="kv-window", min_width=200), "kvlab_window")
-            named("kv_sink", gr.Slider(*RANGES["kv_sink"], value=0, step=1, label=t("kvlab_sink", lang),
-                                       elem_id="kv-sink", min_width=200), "kvlab_sink")
-            named("kv_heavy", gr.Slider(*RANGES["kv_heavy"], value=0, step=1, label=t("kvlab_heavy", lang), elem_id="kv-heavy",
-                                        min_width=200), "kvlab_heavy")
+            for name, key, elem in (("kv_window", "kvlab_window", "kv-window"), ("kv_sink", "kvlab_sink", "kv-sink"),
+                                    ("kv_heavy", "kvlab_heavy", "kv-heavy")):
+                named(name, gr.Slider(*RANGES[name], value=0, step=1, label=t(key, lang), info=t(f"{key}_info", lang),
+                                      elem_id=elem, min_width=200), key, f"{key}_info")
             named("kv_dtype", gr.Radio(kv_dtype_choices(lang), value="", label=t("kvlab_dtype", lang),
                                        elem_id="kv-dtype", min_width=200), "kvlab_dtype")
         named("kvlab_fork", gr.Button(t("kvlab_fork", lang), variant="primary", elem_id="kvlab-fork-btn"), "kvlab_fork")

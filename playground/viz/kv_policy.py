@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from playground.viz._common import PROB_SCALE, as_array, finish
+from playground.viz import causal
+from playground.viz._common import PROB_SCALE, as_array, finish, wrap_title
 from playground.viz._language import texts
 
 _T = texts("kv_policy")  # this module's words, from playground/locales/
@@ -44,3 +45,11 @@ def sink_figure(mass: Any) -> go.Figure:
     fig.update_yaxes(title_text=_T["layer"], autorange="reversed", dtick=1 if layers <= 16 else None)
     mean = float(np.mean(m)) if m.size else 0.0
     return finish(fig, _T["sink_title"].format(mean=mean), height=max(280, min(620, 60 + 18 * layers)))
+
+
+def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str]) -> go.Figure:
+    """The causal lab's divergence figure (`Divergence.to_dict()` along the plain run's tokens), its names saying
+    the policy cache where the lab says the edit."""
+    fig = causal.divergence_figure(data, token_texts)
+    fig.data[0].name, fig.data[1].name = _T["div_kl"], _T["div_prob"]
+    return fig.update_layout(title_text=wrap_title(_T["div_title"]))

@@ -12,7 +12,6 @@ from playground.app.describe import format_bytes, inert
 from playground.app.settings import has_kv_policy
 from playground.app.views.base import HIDDEN, Context, Drawn, Selection, View, shown
 from playground.app.words import t
-from playground.viz import causal
 from playground.viz import kv_policy as figures
 
 
@@ -36,7 +35,7 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     if d["policy"]:
         out["kvlab_bytes"] = shown(figures.bytes_figure(d["bytes"], label))
     if d["div"] is not None:
-        out["kvlab_div"] = shown(causal.divergence_figure(d["div"], d["plain_texts"]))
+        out["kvlab_div"] = shown(figures.divergence_figure(d["div"], d["plain_texts"]))
     return out
 
 
