@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -18,6 +19,7 @@ from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
+from playground.models.quantize import variant
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Plan:
     pipeline: Pipeline
     notes: list[str] = field(default_factory=list)
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
+    precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (quantize.Variant.to_dict)
 
     @property
     def max_length(self) -> int:
@@ -143,6 +146,10 @@ def plan(
     allocated (`playground.generation.budget`): a BudgetError names the numbers and the knob.
     """
     cfg.validate()
+    precision = None
+    if cfg.weight_precision is not None:  # the run's model is the cached variant; `lm` itself never changes
+        chosen = variant(lm, cfg.weight_precision)
+        lm, precision = chosen.lm, chosen.to_dict()
     c = lm.config
     stepper = stepper_class(lm.kind)
     ids = as_ids(lm, prompt, cfg)
@@ -179,7 +186,7 @@ def plan(
     forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, precision)
 
 
 def _forceable(config: ModelConfig, name: str, notes: list[str]) -> int | None:
