@@ -5,12 +5,13 @@ embedding matrix, which is also the LM head of a tied model. Norms, biases, posi
 relative-position biases keep the model's own dtype (they are small and added, not multiplied).
 
 - int8: per-output-channel symmetric, scale = max|w| / 127 over each output channel's inputs,
-  q = round(w / scale) in [-127, 127]; error per element <= scale / 2.
+  q = round(w / scale) in [-127, 127]; error per element <= scale / 2 (plus float32's rounding of
+  q * scale: two ulps of |w|, `error_bound`).
 - int4: group-wise symmetric along the input dimension, groups of `INT4_GROUP` (32) inputs of one
   output channel, scale = max|w_g| / 7, q in [-7, 7] (15 levels); error per element <= scale_g / 2.
   Both are simulated: quantize, dequantize to the compute dtype, then our exact float kernels.
-- bfloat16 / float16: real casts of those weights; relative rounding error <= 2^-8 / 2^-11 (normal
-  numbers). Where oneDNN has a native kernel on this CPU (AVX-512 BF16 / AMX, AVX-512 FP16), the
+- bfloat16 / float16: real casts of those weights; relative rounding error <= 2^-8 / 2^-11 (float16
+  below 2^-14 is subnormal: absolute error <= 2^-25 there). Where oneDNN has a native kernel on this CPU (AVX-512 BF16 / AMX, AVX-512 FP16), the
   weight products run in that dtype for real (activations cast to it at each product, float32
   accumulation; norms, attention and the residual stream stay float32). Otherwise the weights are
   rounded and the products run in float32: simulated.
@@ -68,9 +69,10 @@ def int4_groupwise(w: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tens
     return q.reshape(out, -1)[:, :n].to(torch.int8), scale[..., 0]
 
 
-def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """q (out, in) times its scales (out, 1) or (out, groups) -> (out, in) in `dtype`."""
-    group = -(-q.shape[1] // scale.shape[1])
+def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, group: int | None = None) -> torch.Tensor:
+    """q (out, in) times its scales -> (out, in) in `dtype`: one scale per channel (out, 1), or per `group`
+    inputs (out, ceil(in / group))."""
+    group = q.shape[1] if group is None else group
     return (q.float() * scale.repeat_interleave(group, dim=1)[:, : q.shape[1]]).to(dtype)
 
 
@@ -81,19 +83,21 @@ def rounded(w: torch.Tensor, precision: str) -> torch.Tensor:
     if precision == "int8":
         return dequantize(*int8_per_channel(w), w.dtype)
     if precision == "int4":
-        return dequantize(*int4_groupwise(w), w.dtype)
+        return dequantize(*int4_groupwise(w), w.dtype, INT4_GROUP)
     raise ValueError(f"weight precision {precision!r}: use one of {', '.join(PRECISIONS)}")
 
 
 def error_bound(w: torch.Tensor, precision: str) -> torch.Tensor:
     """The largest |rounded(w) - w| each element (out, in) may have, as stated in the module docstring."""
-    if precision in ROUNDING:
-        return w.float().abs() * ROUNDING[precision]
+    if precision in ROUNDING:  # float16 below 2^-14 is subnormal: a fixed spacing of 2^-24, half of it at most
+        return w.float().abs() * ROUNDING[precision] + (2.0**-25 if precision == "float16" else 0.0)
+    # int8 / int4: half a step, plus float32's own rounding of q * scale (two ulps of |w| at most)
+    ulps = w.float().abs() * 2.0**-22
     if precision == "int8":
-        return (int8_per_channel(w)[1] / 2).expand(w.shape)
+        return int8_per_channel(w)[1] / 2 + ulps
     if precision == "int4":
         scale = int4_groupwise(w)[1]
-        return (scale.repeat_interleave(INT4_GROUP, dim=1)[:, : w.shape[1]] / 2)
+        return scale.repeat_interleave(INT4_GROUP, dim=1)[:, : w.shape[1]] / 2 + ulps
     return torch.zeros(w.shape)
 
 
