@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--target-lang", help="translation: the target language code (e.g. fr_XX, fra_Latn, fr)")
     target.add_argument("--forced-bos-token-id", type=int, default=None,
                         help="force this token id as the first generated token (a target language code)")
+    parser.add_argument("--weight-precision", default=None,
+                        help="run a copy of the model with weight-only float32, bfloat16, float16, int8 or int4 weights")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -78,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         min_p=args.min_p, repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping, seed=args.seed,
         use_cache=not args.no_cache, top_candidates=0, chat=args.chat, forced_bos_token_id=args.forced_bos_token_id,
+        weight_precision=args.weight_precision,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -100,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
             "tokens_per_s": timing.get("tokens_per_s", 0.0),
         },
     }
+    if result.precision is not None:
+        out["precision"] = result.precision
     if args.json:
         print(json.dumps(out))
     else:
