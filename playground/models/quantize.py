@@ -87,6 +87,20 @@ def rounded(w: torch.Tensor, precision: str) -> torch.Tensor:
     raise ValueError(f"weight precision {precision!r}: use one of {', '.join(PRECISIONS)}")
 
 
+ROW_BLOCK = 1024  # output channels quantised at a time: the temporaries stay a few MB, whatever the matrix
+
+
+def rounded_copy(module: nn.Module, transposed: bool, precision: str) -> torch.Tensor:
+    """A module's weight as `precision` stores it, in the module's own layout and dtype, written block by
+    block of output channels: building it holds the new matrix and one block's temporaries, no more."""
+    weight = module.weight.detach()
+    new = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    source, dest = (weight.t(), new.t()) if transposed else (weight, new)  # both (out, in) views
+    for a in range(0, source.shape[0], ROW_BLOCK):
+        dest[a:a + ROW_BLOCK] = rounded(source[a:a + ROW_BLOCK], precision)
+    return new
+
+
 def error_bound(w: torch.Tensor, precision: str) -> torch.Tensor:
     """The largest |rounded(w) - w| each element (out, in) may have, as stated in the module docstring."""
     if precision in ROUNDING:  # float16 below 2^-14 is subnormal: a fixed spacing of 2^-24, half of it at most
@@ -138,11 +152,15 @@ def weight_bytes_per_token(lm: LoadedModel, precision: str | None) -> int:
     model = lm.model
     total = 0.0
     counted: set[int] = set()
-    for _, (module, transposed) in matrices(model).items():
-        w = module.weight
-        counted.add(id(w))
-        out, n = (w.shape[1], w.shape[0]) if transposed else (w.shape[0], w.shape[1])
-        per = float(w.element_size()) if precision is None else bytes_per_weight(precision, n)
+    for module, transposed in matrices(model).values():
+        if isinstance(module, LowPrecisionLinear):  # its weight lives packed: sizes from the module
+            out, n, size = module.out_features, module.in_features, module.matmul.dtype.itemsize
+        else:
+            w = module.weight
+            counted.add(id(w))
+            out, n = (w.shape[1], w.shape[0]) if transposed else (w.shape[0], w.shape[1])
+            size = w.element_size()
+        per = float(size) if precision is None else bytes_per_weight(precision, n)
         if transposed:
             total += per * out * n
         else:  # the embedding: a lookup reads one row; a tied head reads the whole matrix
@@ -204,7 +222,11 @@ class _LowPrecisionMatmul:
 
     def nbytes(self) -> int:
         held = self.packed if self.packed is not None else self.weight
-        return held.numel() * held.element_size() if held.layout == torch.strided else 0
+        return held.numel() * held.element_size()
+
+    def dense(self) -> torch.Tensor:
+        """The weight as held, (in, out) in bf16/fp16 (a copy out of the packed layout on the CPU)."""
+        return self.packed.to_dense().t() if self.packed is not None else self.weight
 
 
 class LowPrecisionLinear(nn.Module):
@@ -213,11 +235,13 @@ class LowPrecisionLinear(nn.Module):
     def __init__(self, linear: Linear, dtype: torch.dtype) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.matmul = _LowPrecisionMatmul(linear.weight, dtype)
-        # The weight as held, (in, out) in bf16/fp16, for what reads weights (error bounds, byte counts);
-        # the products read the prepacked copy.
-        self.register_buffer("weight", linear.weight.detach().to(dtype), persistent=False)
+        self.matmul = _LowPrecisionMatmul(linear.weight, dtype)  # the only copy of the weight it keeps
         self.bias = linear.bias
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight as held, (in, out) in bf16/fp16, for what reads weights (error bounds): a copy each time."""
+        return self.matmul.dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.matmul(x)
@@ -247,11 +271,12 @@ class Variant:
     simulated: bool  # True: rounded/quantised weights, products in the model's own dtype
     compute: str  # the dtype the weight products run in
     added_bytes: int  # memory the variant holds beyond the original
+    weight_bytes: int  # bytes of weights one generated token reads at this precision
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "precision": self.precision, "simulated": self.simulated, "compute": self.compute,
-            "weight_bytes_per_token": weight_bytes_per_token(self.lm, self.precision),
+            "weight_bytes_per_token": self.weight_bytes,
             "description": describe(self.precision, simulated=self.simulated),
         }
 
@@ -277,13 +302,14 @@ def describe(precision: str, *, simulated: bool = True) -> str:
 def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
     dtype = _FLOATS.get(precision)
     own = lm.dtype
+    weight_bytes = weight_bytes_per_token(lm, precision)
     if precision == str(own).removeprefix("torch."):
-        return Variant(lm, precision, False, precision, 0)
+        return Variant(lm, precision, False, precision, 0, weight_bytes)
     if dtype is not None and own != torch.float32:  # e.g. "float32" on a bf16 model: a plain cast of the copy
         model = copy.deepcopy(lm.model).to(dtype)
         new = sum(p.numel() * p.element_size() for p in model.parameters())
         return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + new),
-                       precision, False, precision, new)
+                       precision, False, precision, new, weight_bytes)
     faster = lm.device.type == "cuda" or precision in FASTER_ON_CPU
     use_native = native(precision, lm.device) and (faster if real is None else real)
     found = matrices(lm.model)
@@ -301,12 +327,9 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
         for module, transposed in found.values():
             if use_native and transposed:
                 continue  # replaced by a LowPrecisionLinear below
-            w = module.weight.detach()
-            new = rounded(out_in(module, transposed), precision)  # one matrix at a time: peak + one matrix
-            new = new.t().contiguous() if transposed else new.contiguous()
+            new = rounded_copy(module, transposed, precision)
             memo[id(module.weight)] = nn.Parameter(new, requires_grad=False)
             added += new.numel() * new.element_size()
-            del w
         model = copy.deepcopy(lm.model, memo)
         if use_native:
             for name, (module, transposed) in matrices(model).items():
@@ -314,14 +337,14 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
                     parent, _, leaf = name.rpartition(".")
                     replacement = LowPrecisionLinear(module, dtype)
                     setattr(model.get_submodule(parent) if parent else model, leaf, replacement)
-                    added += replacement.matmul.nbytes() + replacement.weight.numel() * replacement.weight.element_size()
+                    added += replacement.matmul.nbytes()
             if getattr(model, "lm_head", None) is None and hasattr(model, "tied_head"):
                 model.tied_head = LowPrecisionHead(model.embed, dtype)
                 added += model.tied_head.matmul.nbytes()
     model.eval()
     variant_lm = dataclasses.replace(lm, model=model, resident_bytes=lm.resident_bytes + added)
     compute = precision if use_native else str(own).removeprefix("torch.")
-    return Variant(variant_lm, precision, not use_native and precision != "float32", compute, added)
+    return Variant(variant_lm, precision, not use_native and precision != "float32", compute, added, weight_bytes)
 
 
 class _Variants:
