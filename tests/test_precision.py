@@ -51,7 +51,7 @@ def _check_bounds(original, changed, precision: str) -> None:
     for name, (module, transposed) in before.items():
         w = _held(module, transposed)
         v = _held(*after[name])
-        bound = error_bound(w, precision)
+        bound = error_bound(w, precision, module.weight.dtype)
         err = (v - w).abs()
         assert bool((err <= bound * (1 + 1e-6) + 1e-12).all()), (name, precision, float((err - bound).max()))
         moved = moved or bool((err > 0).any())
@@ -217,3 +217,33 @@ def test_served_precision_request_runs_on_its_variant(llama, one_thread):
         t.join(timeout=120)
     assert np.allclose(got[0], alone[0], rtol=0, atol=1e-5) and np.allclose(got[1], alone[1], rtol=0, atol=1e-5)
     assert got[0] != got[1]  # the int4 request did not run on the plain model
+
+
+def test_sampling_and_beams_run_on_the_variant(llama, one_thread):
+    """Sampled (same seed) and beam runs: "float32" is the plain run bitwise; "int8" is the int8 model's own run."""
+    for cfg in (GenerationConfig(max_new_tokens=6, temperature=0.9, top_k=20, seed=3),
+                GenerationConfig(max_new_tokens=5, num_beams=3)):
+        plain = generate_all(llama, [5, 9, 23], cfg)
+        exact = generate_all(llama, [5, 9, 23], cfg.replace(weight_precision="float32"))
+        assert exact.token_ids == plain.token_ids and [e.prob for e in exact.steps] == [e.prob for e in plain.steps]
+        assert [s.score for s in exact.sequences] == [s.score for s in plain.sequences]
+        int8 = generate_all(llama, [5, 9, 23], cfg.replace(weight_precision="int8"))
+        own = generate_all(variant(llama, "int8").lm, [5, 9, 23], cfg)
+        assert int8.token_ids == own.token_ids and [e.prob for e in int8.steps] == [e.prob for e in own.steps]
+        assert [e.prob for e in int8.steps] != [e.prob for e in plain.steps]
+
+
+def test_a_bfloat16_model_runs_each_precision(tmp_path, one_thread):
+    save_decoder(tmp_path, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                               num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    lm = playground.load_model(tmp_path, dtype="bfloat16")
+    plain = generate_all(lm, [5, 9, 23], GenerationConfig(max_new_tokens=4))
+    for precision in PRECISIONS:
+        run = generate_all(lm, [5, 9, 23], GenerationConfig(max_new_tokens=4, weight_precision=precision))
+        assert len(run.token_ids) == 4
+        if precision == "bfloat16":  # the model's own dtype: the model as loaded
+            assert [e.prob for e in run.steps] == [e.prob for e in plain.steps]
+    upcast = variant(lm, "float32")
+    assert upcast.lm.dtype == torch.float32 and next(upcast.lm.model.parameters()).dtype == torch.float32
+    assert next(lm.model.parameters()).dtype == torch.bfloat16
+    _check_bounds(lm.model, variant(lm, "int4").lm.model, "int4")

@@ -5,8 +5,8 @@ embedding matrix, which is also the LM head of a tied model. Norms, biases, posi
 relative-position biases keep the model's own dtype (they are small and added, not multiplied).
 
 - int8: per-output-channel symmetric, scale = max|w| / 127 over each output channel's inputs,
-  q = round(w / scale) in [-127, 127]; error per element <= scale / 2 (plus float32's rounding of
-  q * scale: two ulps of |w|, `error_bound`).
+  q = round(w / scale) in [-127, 127]; error per element <= scale / 2 (plus the rounding of q * scale:
+  two float32 ulps of |w|, one ulp on a bf16/fp16 model: `error_bound`).
 - int4: group-wise symmetric along the input dimension, groups of `INT4_GROUP` (32) inputs of one
   output channel, scale = max|w_g| / 7, q in [-7, 7] (15 levels); error per element <= scale_g / 2.
   Both are simulated: quantize, dequantize to the compute dtype, then our exact float kernels.
@@ -101,12 +101,15 @@ def rounded_copy(module: nn.Module, transposed: bool, precision: str) -> torch.T
     return new
 
 
-def error_bound(w: torch.Tensor, precision: str) -> torch.Tensor:
-    """The largest |rounded(w) - w| each element (out, in) may have, as stated in the module docstring."""
+def error_bound(w: torch.Tensor, precision: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The largest |rounded(w) - w| each element (out, in) may have, as stated in the module docstring,
+    for weights held in `dtype` (default w's): int8 / int4 dequantize to it, so its own rounding adds."""
     if precision in ROUNDING:  # float16 below 2^-14 is subnormal: a fixed spacing of 2^-24, half of it at most
         return w.float().abs() * ROUNDING[precision] + (2.0**-25 if precision == "float16" else 0.0)
-    # int8 / int4: half a step, plus float32's own rounding of q * scale (two ulps of |w| at most)
-    ulps = w.float().abs() * 2.0**-22
+    # int8 / int4: half a step, plus the rounding of q * scale in float32 and in the weights' dtype (two
+    # float32 ulps of |w|, or one ulp of a half-precision dtype)
+    held = dtype or w.dtype
+    ulps = w.float().abs() * max(2.0**-22, torch.finfo(held).eps if held.is_floating_point else 0.0)
     if precision == "int8":
         return int8_per_channel(w)[1] / 2 + ulps
     if precision == "int4":
