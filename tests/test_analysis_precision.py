@@ -112,3 +112,21 @@ def test_bench_table_has_a_row_per_branch(llama, one_thread):
     text = table(rows)
     lines = text.splitlines()
     assert len(lines) == 4 and lines[2].startswith("| float32 | float32 | no |") and "| int4 | float32 | yes |" in lines[3]
+
+
+def test_precision_bench_prints_the_table(tmp_path, capsys, one_thread):
+    from playground.tools.precision_bench import CHOICES, main
+    from tests.conftest import REPO_ROOT
+
+    out = tmp_path / "bench.json"
+    assert main(["--model", str(REPO_ROOT / "weights" / "tiny-lm"), "--new-tokens", "4", "--rounds", "2",
+                 "--json", str(out)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert len(lines) == 2 + len(CHOICES)
+    data = json.loads(out.read_text())
+    rows = {r["label"]: r for r in data["rows"]}
+    assert set(rows) == {"float32", "bfloat16", "bfloat16 (simulated)", "float16", "float16 (native)", "int8", "int4"} \
+        or set(rows) >= {"float32", "bfloat16 (simulated)", "int8", "int4"}  # without native kernels labels merge
+    assert rows["float32"]["ratio"] == 1.0 and rows["int4"]["simulated"] is True
+    assert rows["int4"]["weight_bytes_per_token"] < rows["int8"]["weight_bytes_per_token"] < rows["float32"]["weight_bytes_per_token"]
+    assert data["rounds"] == 2
