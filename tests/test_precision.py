@@ -247,3 +247,14 @@ def test_a_bfloat16_model_runs_each_precision(tmp_path, one_thread):
     assert upcast.lm.dtype == torch.float32 and next(upcast.lm.model.parameters()).dtype == torch.float32
     assert next(lm.model.parameters()).dtype == torch.bfloat16
     _check_bounds(lm.model, variant(lm, "int4").lm.model, "int4")
+
+
+def test_options_say_what_each_precision_would_be_without_building_it(llama):
+    quantize.VARIANTS.clear()
+    listed = quantize.options(llama)
+    assert [o["precision"] for o in listed] == list(PRECISIONS) and not quantize.VARIANTS._items
+    for o in listed:
+        built = variant(llama, o["precision"])
+        assert o["simulated"] == built.simulated and o["description"] == built.to_dict()["description"]
+        assert o["weight_bytes_per_token"] == built.weight_bytes
+    assert "simulated" in listed[4]["description"] and "groups of 32" in listed[4]["description"]

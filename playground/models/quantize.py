@@ -302,6 +302,26 @@ def describe(precision: str, *, simulated: bool = True) -> str:
     return f"{precision} weights on {which}; {how}."
 
 
+def uses_native(lm: LoadedModel, precision: str, real: bool | None = None) -> bool:
+    """Whether `variant(lm, precision, real=real)` runs its weight products in that dtype for real."""
+    if lm.dtype != torch.float32 or not native(precision, lm.device):
+        return False
+    faster = lm.device.type == "cuda" or precision in FASTER_ON_CPU
+    return faster if real is None else real
+
+
+def options(lm: LoadedModel) -> list[dict[str, Any]]:
+    """What each precision would be on `lm`, without building anything: for a page's chooser."""
+    own = str(lm.dtype).removeprefix("torch.")
+    out = []
+    for precision in PRECISIONS:
+        simulated = precision != own and not uses_native(lm, precision) and not (
+            precision in _FLOATS and lm.dtype != torch.float32)
+        out.append({"precision": precision, "simulated": simulated, "description": describe(precision, simulated=simulated),
+                    "weight_bytes_per_token": weight_bytes_per_token(lm, precision)})
+    return out
+
+
 def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
     dtype = _FLOATS.get(precision)
     own = lm.dtype
@@ -313,8 +333,7 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
         new = sum(p.numel() * p.element_size() for p in model.parameters())
         return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + new),
                        precision, False, precision, new, weight_bytes)
-    faster = lm.device.type == "cuda" or precision in FASTER_ON_CPU
-    use_native = native(precision, lm.device) and (faster if real is None else real)
+    use_native = uses_native(lm, precision, real)
     found = matrices(lm.model)
     memo: dict[int, Any] = {}
     for p in list(lm.model.parameters()) + list(lm.model.buffers()):
