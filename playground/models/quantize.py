@@ -322,28 +322,38 @@ def options(lm: LoadedModel) -> list[dict[str, Any]]:
     return out
 
 
+def _shared(model: nn.Module) -> dict[int, Any]:
+    """A deepcopy memo under which a copy of `model` shares every parameter and buffer with it (entries are
+    replaced for what changes) and starts with empty caches of derived copies (tied head, packed weights)."""
+    memo: dict[int, Any] = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, (TiedHead, kernels.PackedWeight)):
+                for name in ("_copy", "_packed"):
+                    if getattr(value, name, None) is not None:
+                        memo[id(getattr(value, name))] = None
+    return memo
+
+
 def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
     dtype = _FLOATS.get(precision)
     own = lm.dtype
     weight_bytes = weight_bytes_per_token(lm, precision)
     if precision == str(own).removeprefix("torch."):
         return Variant(lm, precision, False, precision, 0, weight_bytes)
-    if dtype is not None and own != torch.float32:  # e.g. "float32" on a bf16 model: a plain cast of the copy
-        model = copy.deepcopy(lm.model).to(dtype)
-        new = sum(p.numel() * p.element_size() for p in model.parameters())
-        return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + new),
-                       precision, False, precision, new, weight_bytes)
+    memo = _shared(lm.model)
+    if dtype is not None and own != torch.float32:  # e.g. "float32" on a bf16 model: every tensor cast, once
+        added = 0
+        for t in list(lm.model.parameters()) + list(lm.model.buffers()):
+            if t.is_floating_point():
+                cast = t.detach().to(dtype)
+                memo[id(t)] = nn.Parameter(cast, requires_grad=False) if isinstance(t, nn.Parameter) else cast
+                added += cast.numel() * cast.element_size()
+        model = copy.deepcopy(lm.model, memo).eval()
+        return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + added),
+                       precision, False, precision, added, weight_bytes)
     use_native = uses_native(lm, precision, real)
     found = matrices(lm.model)
-    memo: dict[int, Any] = {}
-    for p in list(lm.model.parameters()) + list(lm.model.buffers()):
-        memo[id(p)] = p  # shared with the original unless replaced below
-    for module in lm.model.modules():  # caches of derived copies are rebuilt, never copied
-        for value in vars(module).values():
-            if isinstance(value, (TiedHead, kernels.PackedWeight)):
-                for field in ("_copy", "_packed"):
-                    if getattr(value, field, None) is not None:
-                        memo[id(getattr(value, field))] = None
     added = 0
     with torch.no_grad():
         for module, transposed in found.values():
