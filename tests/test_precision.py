@@ -19,19 +19,19 @@ from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import Scheduler, run_alone
 from playground.generation.config import SettingsError
 from playground.generation.plan import plan
-from playground.models import quantize
+from playground.models import low_precision, variants
+from playground.models.low_precision import LowPrecisionLinear
 from playground.models.quantize import (
     INT4_GROUP,
     PRECISIONS,
-    LowPrecisionLinear,
     error_bound,
     int4_groupwise,
     int8_per_channel,
     matrices,
     out_in,
     rounded,
-    variant,
 )
+from playground.models.variants import variant
 from tests.hf_tiny import llama_like, save_decoder, save_seq2seq
 from tests.test_batch import _assert_equal_runs
 from tests.test_batch_families import DECODERS, SEQ2SEQ
@@ -144,7 +144,7 @@ def llama(tmp_path_factory):
 
 
 def test_variants_are_built_once_and_kept_in_a_small_lru(llama):
-    quantize.VARIANTS.clear()
+    variants.VARIANTS.clear()
     a = variant(llama, "int8")
     assert variant(llama, "int8") is a and a.lm.model is not llama.model
     variant(llama, "int4")
@@ -157,7 +157,7 @@ def test_variants_are_built_once_and_kept_in_a_small_lru(llama):
 
 
 def test_native_bf16_products_where_this_cpu_has_them(llama):
-    if not quantize.native("bfloat16", torch.device("cpu")):
+    if not low_precision.native("bfloat16", torch.device("cpu")):
         pytest.skip("no oneDNN bf16 kernels on this CPU: bfloat16 is simulated")
     real, simulated = variant(llama, "bfloat16"), variant(llama, "bfloat16", real=False)
     assert not real.simulated and real.compute == "bfloat16" and simulated.simulated
@@ -250,9 +250,9 @@ def test_a_bfloat16_model_runs_each_precision(tmp_path, one_thread):
 
 
 def test_options_say_what_each_precision_would_be_without_building_it(llama):
-    quantize.VARIANTS.clear()
-    listed = quantize.options(llama)
-    assert [o["precision"] for o in listed] == list(PRECISIONS) and not quantize.VARIANTS._items
+    variants.VARIANTS.clear()
+    listed = variants.options(llama)
+    assert [o["precision"] for o in listed] == list(PRECISIONS) and not variants.VARIANTS._items
     for o in listed:
         built = variant(llama, o["precision"])
         assert o["simulated"] == built.simulated and o["description"] == built.to_dict()["description"]

@@ -1,6 +1,7 @@
 """The precision what-if: the same prompt and seed in float32 and at lower weight precisions, aligned.
 
-Per precision (a branch of the float32 run, `playground.models.quantize` says what each does):
+Per precision (a branch of the float32 run; `playground.models.quantize` says what each does to the
+weights, `playground.models.variants` how the run's model is built):
 - free running: its own tokens with the same settings and seed, the first generated token that differs
   from float32's, and its measured decode speed (tokens/s);
 - teacher-forced on float32's tokens, so the steps stay comparable after the texts part: per step
@@ -30,7 +31,8 @@ from playground.generation.config import GenerationConfig
 from playground.generation.engine import generate_all
 from playground.generation.events import GenerationResult
 from playground.loaded import LoadedModel
-from playground.models.quantize import PRECISIONS, Variant, describe, variant, weight_bytes_per_token
+from playground.models.quantize import PRECISIONS, weight_bytes_per_token
+from playground.models.variants import Variant, describe, variant
 
 Choice = str | tuple[str, bool]  # a precision, or (precision, real): real=False forces the simulated variant
 

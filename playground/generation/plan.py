@@ -19,7 +19,7 @@ from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
-from playground.models.quantize import variant
+from playground.models.variants import variant
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class Plan:
     pipeline: Pipeline
     notes: list[str] = field(default_factory=list)
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
-    precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (quantize.Variant.to_dict)
+    precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
 
     @property
     def max_length(self) -> int:
