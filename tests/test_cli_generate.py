@@ -47,6 +47,21 @@ def test_generate_beam_json_has_n_best(checkpoint, capsys):
     assert out["token_ids"] == out["sequences"][0]["token_ids"]
 
 
+def test_generate_with_a_weight_precision(checkpoint, capsys):
+    directory, _ = checkpoint
+    base = ["generate", "--model", str(directory), "--input-ids", "5,9,23,40", "--max-new-tokens", "6", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "precision" not in plain
+    assert main(base + ["--weight-precision", "float32"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert exact["token_ids"] == plain["token_ids"] and exact["sequences"] == plain["sequences"]  # bitwise scores
+    assert main(base + ["--weight-precision", "int4"]) == 0
+    int4 = json.loads(capsys.readouterr().out)
+    assert int4["precision"]["precision"] == "int4" and int4["precision"]["simulated"] is True
+    assert int4["sequences"][0]["score"] != plain["sequences"][0]["score"]
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -57,6 +72,7 @@ def test_generate_beam_json_has_n_best(checkpoint, capsys):
         ["--input-ids", "1,x"],
         ["--input-ids", "5,100000"],
         ["--max-new-tokens", "many"],
+        ["--weight-precision", "fp8"],
     ],
 )
 def test_bad_settings_exit_2_with_one_line(checkpoint, capsys, extra):

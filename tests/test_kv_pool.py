@@ -113,7 +113,7 @@ def test_rows_of_one_pool_with_different_key_widths_take_one_call_each(tmp_path,
     tickets = [scheduler.submit(p) for p in plans]
     while not all(t.first_event for t in tickets):
         scheduler.step()
-    assert list(scheduler.pools) == [("self", 128)]
+    assert list(scheduler.pools) == [("self", 128, id(lm.model))]  # kind, width, the model whose rows they are
     assert _sdpa_calls_in_a_step(scheduler) == 2 * lm.config.n_layers
     while scheduler.busy():
         scheduler.step()
@@ -134,7 +134,7 @@ def test_seq2seq_rows_attend_to_their_targets_and_sources_in_one_call_each(tmp_p
     tickets = [scheduler.submit(p) for p in plans]
     for _ in range(3):  # start, encode each source in its turn and decode the first token, then decode
         scheduler.step()
-    assert sorted(kind for kind, _ in scheduler.pools) == ["cross", "self"]
+    assert sorted(kind for kind, _, _ in scheduler.pools) == ["cross", "self"]
     assert _sdpa_calls_in_a_step(scheduler) == 2 * lm.config.n_layers
     while scheduler.busy():
         scheduler.step()

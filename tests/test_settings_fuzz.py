@@ -15,9 +15,10 @@ import pytest
 import playground
 from playground.app.limits import clamp_settings
 from playground.generation import GenerationConfig, SettingsError, generate_all
+from playground.models.quantize import PRECISIONS
 from tests.hf_tiny import llama_like, save_decoder
 
-CASES = 300
+CASES = 400  # enough for 15 accepted runs with every field of GenerationConfig fuzzed
 ABSURD = [0, -1, 1, 2, 7, 10**9, -(10**9), 0.5, -0.5, 1e-9, 1.5, 1e30, -1e30,
           math.nan, math.inf, -math.inf, None, "3", "", True, False, [1], {}]
 KNOB_NAMES = [f.name for f in dataclasses.fields(GenerationConfig)]
@@ -30,6 +31,8 @@ def _absurd(rng: random.Random, name: str) -> object:
         return rng.choice([("\n",), ["x"], "not a tuple", None])
     if name == "early_stopping":
         return rng.choice(["never", "sometimes", 2, None, True])
+    if name == "weight_precision":
+        return rng.choice(["int4", "int8", "bfloat16", "float16", "float32", None, None, "fp8", "INT8", 8])
     return rng.choice(ABSURD)
 
 
@@ -80,6 +83,10 @@ def test_clamped_random_settings_always_run_and_explain_themselves(lm):
     rng = random.Random("settings-clamp-fuzz")
     for _ in range(CASES // 3):
         cfg = _random_config(rng, [name for name in KNOB_NAMES if name not in KV_LAB])
+        if cfg.weight_precision not in (None, *PRECISIONS):
+            # clamp_settings (the app's) does not handle weight_precision yet: the page slice of issue 30 adds
+            # it. The strict path is fuzzed above.
+            cfg.weight_precision = None
         prompt = rng.choice([[3, 4, 5], list(range(1, 40))])
         clamped, notes = clamp_settings(cfg, lm, len(prompt))
         clamped.validate()

@@ -247,7 +247,8 @@ class Scheduler:
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
         self._lock = threading.Lock()
-        self.pools: dict[tuple[str, int], KVPool] = {}  # the running requests' K/V by kind and width (kv_pool.bucket)
+        # the running requests' K/V by kind, width (kv_pool.bucket) and model (a precision variant's apart)
+        self.pools: dict[tuple[str, int, int], KVPool] = {}
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
@@ -315,15 +316,16 @@ class Scheduler:
 
     def _new_cache(self, ticket: Ticket, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
         """A cache for `ticket` in the pool of its width: one-token rows of a pool attend in one call."""
-        cache = self.lm.model.new_cache(batch, max_tokens, pool=self._pool("self", max_tokens))
+        model = ticket.plan.lm.model  # a precision variant's rows pool apart from the loaded model's
+        cache = model.new_cache(batch, max_tokens, pool=self._pool("self", max_tokens, model))
         if isinstance(cache, Seq2SeqCache):  # the source's K/V join a pool once projected
-            cache.cross_pool = lambda tokens: self._pool("cross", tokens)
+            cache.cross_pool = lambda tokens: self._pool("cross", tokens, model)
         ticket.caches.append(cache)
         return cache
 
-    def _pool(self, kind: str, tokens: int) -> KVPool:
-        """The pool of `kind` ("self" or "cross") whose width covers `tokens` positions."""
-        key = (kind, bucket(tokens))
+    def _pool(self, kind: str, tokens: int, model: torch.nn.Module) -> KVPool:
+        """The pool of `kind` ("self" or "cross") of `model` whose width covers `tokens` positions."""
+        key = (kind, bucket(tokens), id(model))
         if key not in self.pools:
             self.pools[key] = KVPool(key[1])
         return self.pools[key]
@@ -374,10 +376,15 @@ class Scheduler:
             for t in self.running:
                 if t.waiting is None or t.waiting is _TURN:  # newcomers start; seq2seq takes its turn
                     self._resume(t)
-            batch = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
-            if batch:
+            ready = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
+            # A request runs on its plan's model: the scheduler's, or a precision variant of it
+            # (weight_precision). Requests of one model share a pass; another model's get a pass of their own.
+            groups: dict[int, list[Ticket]] = {}
+            for t in ready:
+                groups.setdefault(id(t.plan.lm.model), []).append(t)
+            for batch in groups.values():
                 try:
-                    outs = self._forward([t.waiting for t in batch])
+                    outs = self._forward([t.waiting for t in batch], batch[0].plan.lm.model, alone=len(ready) == 1)
                 except Exception as error:  # e.g. out of memory: every request in this pass fails alike
                     outs = None
                     for t in batch:
@@ -389,9 +396,8 @@ class Scheduler:
             self.running = [t for t in self.running if not t.done]
 
 
-    def _forward(self, segments: list[Segment]) -> list[torch.Tensor | None]:
-        model = self.lm.model
-        if len(segments) == 1 and not self.invariant_alone:
+    def _forward(self, segments: list[Segment], model: torch.nn.Module, *, alone: bool) -> list[torch.Tensor | None]:
+        if alone and not self.invariant_alone:
             # Alone: the model's own forward pass with the single-request kernels (`x @ W`, fastest for one
             # row), so a visitor alone decodes as fast as the command line, with generate_all's numbers.
             s = segments[0]

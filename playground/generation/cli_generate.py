@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kv.add_argument("--kv-dtype", choices=["int8", "int4"], default=None, help="store K/V quantised")
     kv.add_argument("--rope-scaling", type=_rope_scaling, default=None, metavar="TYPE:FACTOR",
                     help="scale RoPE for this run: linear, ntk or yarn, e.g. yarn:2")
+    parser.add_argument("--weight-precision", default=None,
+                        help="run a copy of the model with weight-only float32, bfloat16, float16, int8 or int4 weights")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -95,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache, top_candidates=0, chat=args.chat, forced_bos_token_id=args.forced_bos_token_id,
         kv_window=args.kv_window, kv_sink=args.kv_sink, kv_heavy=args.kv_heavy, kv_dtype=args.kv_dtype,
         rope_scaling=args.rope_scaling,
+        weight_precision=args.weight_precision,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -117,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
             "tokens_per_s": timing.get("tokens_per_s", 0.0),
         },
     }
+    if result.precision is not None:
+        out["precision"] = result.precision
     if args.json:
         print(json.dumps(out))
     else:

@@ -14,6 +14,7 @@ from typing import Any
 from playground.errors import PlaygroundError
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.interventions import Intervention, InterventionError, as_interventions
+from playground.models.quantize import PRECISIONS
 from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 
 
@@ -60,6 +61,9 @@ class GenerationConfig:
     # {"type": "linear" | "ntk" | "yarn", "factor": f}: the run's own RoPE table, reaching f times the
     # trained length (playground.models.rope_scaling); the loaded model's table is never changed.
     rope_scaling: dict[str, Any] | None = None
+    # The weights at another precision (playground.models.quantize: weight-only, "float32" | "bfloat16" |
+    # "float16" | "int8" | "int4"): the run uses a cached copy of the model; None: the model as loaded.
+    weight_precision: str | None = None
 
     @property
     def records(self) -> bool:
@@ -107,6 +111,11 @@ class GenerationConfig:
             isinstance(layers, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)
         ):
             raise SettingsError(f"attention_layers must be a list of layer indices (or none for all), got {layers!r}")
+        if self.weight_precision is not None and self.weight_precision not in PRECISIONS:
+            raise SettingsError(
+                f"weight_precision is {self.weight_precision!r}; use one of {', '.join(PRECISIONS)} (weight-only), "
+                "or none for the model as loaded"
+            )
         try:
             self.interventions = as_interventions(self.interventions)
         except InterventionError as error:

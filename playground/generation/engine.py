@@ -302,13 +302,13 @@ def generate_all(
         sequences = [Hypothesis(token_ids, text, score, bool(last and last.finish_reason == "eos"))]
     reason = last.finish_reason if last is not None and last.finished else "stopped"
     attention = None
-    if cfg.capture_attention and token_ids:
-        with edited(lm.model, cfg.interventions):
-            attention = full_attention(lm, p.prompt_ids, p.forced_ids + token_ids, policy=p.policy)
+    if cfg.capture_attention and token_ids:  # p.lm: the run's own model (a precision variant, if asked)
+        with edited(p.lm.model, cfg.interventions):
+            attention = full_attention(p.lm, p.prompt_ids, p.forced_ids + token_ids, policy=p.policy)
     return GenerationResult(
         token_ids=token_ids, text=text, sequences=sequences, prompt_ids=list(p.prompt_ids),
         cache=last.cache if last else {}, timing=dict(last.timing) if last else {}, finish_reason=reason,
         steps=steps, attention=attention, notes=list(p.notes), path=token_path(lm, steps, final),
         prompt_attention=steps[0].prompt_attention if steps else None, decoder_prefix=list(p.prefix_ids),
-        interventions=[iv.to_dict() for iv in cfg.interventions],
+        interventions=[iv.to_dict() for iv in cfg.interventions], precision=p.precision,
     )

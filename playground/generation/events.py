@@ -178,6 +178,7 @@ class GenerationResult:
     prompt_attention: dict[str, list[np.ndarray | None]] | None = None
     decoder_prefix: list[int] = field(default_factory=list)  # the decoder stream's start: prompt, or start ids
     interventions: list[dict[str, Any]] = field(default_factory=list)  # the run's edits, as Intervention.to_dict()
+    precision: dict[str, Any] | None = None  # with weight_precision: the variant (precision, simulated, bytes/token)
 
     @property
     def captures(self) -> list[StepCapture]:
@@ -192,6 +193,8 @@ class GenerationResult:
             "cache": _jsonable(self.cache), "timing": dict(self.timing), "finish_reason": self.finish_reason,
             "notes": list(self.notes), "interventions": list(self.interventions),
         }
+        if self.precision is not None:
+            data["precision"] = dict(self.precision)
         if steps:
             data["steps"] = [e.to_dict() for e in self.steps]
         if self.attention is not None:

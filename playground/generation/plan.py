@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -20,6 +21,7 @@ from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
+from playground.models.variants import variant
 from playground.notes import Note
 
 
@@ -110,6 +112,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
     policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
+    precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
 
     @property
     def max_length(self) -> int:
@@ -182,6 +185,10 @@ def assemble(
     """The plan of settings already checked and fitted to the context (by `plan`'s strict pass, or by the
     app's lenient one, `playground.app.limits.lenient`): nothing about them is checked again here but
     what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget)."""
+    precision = None
+    if cfg.weight_precision is not None:  # the run's model is the cached variant; `lm` itself never changes
+        chosen = variant(lm, cfg.weight_precision)
+        lm, precision = chosen.lm, chosen.to_dict()
     c = lm.config
     stepper = stepper_class(lm.kind)
     forced = [int(i) for i in forced_prefix]
@@ -205,7 +212,7 @@ def assemble(
     forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg))
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision)
 
 
 def context_limit(lm: LoadedModel, cfg: GenerationConfig) -> int | None:
