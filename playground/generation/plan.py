@@ -15,6 +15,7 @@ from playground.config import ModelConfig
 from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
+from playground.generation.speculative import DraftSpec, resolve_draft
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
@@ -104,6 +105,7 @@ class Plan:
     pipeline: Pipeline
     notes: list[str] = field(default_factory=list)
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
+    draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
 
     @property
     def max_length(self) -> int:
@@ -163,6 +165,9 @@ def plan(
         check(cfg.interventions, c)
     except InterventionError as error:
         raise SettingsError(str(error)) from None
+    draft = resolve_draft(lm, cfg)
+    if cfg.draft is not None and cfg.num_beams > 1:
+        notes.append("the draft is not used with beam search: beams decode without speculation")
     if not ids:
         ids = stepper.empty_prompt(c)
         notes.append("the prompt was empty: starting from the start token")
@@ -179,7 +184,7 @@ def plan(
     forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, draft)
 
 
 def _forceable(config: ModelConfig, name: str, notes: list[str]) -> int | None:
