@@ -106,8 +106,13 @@ class SpeculativeStepper(DecoderStepper):
     def room(self, k: int) -> int:
         """Drafts the next pass may check: fewer when a pass would cross the point where longrope switches to
         its long factors (the model's plain steps re-encode exactly there; the pass then ends at it)."""
-        fed = self.length - (self.cache.length if self.cache is not None else 0)
-        if self.cache is None or self.model.reencodes_at(self.cache.length, fed):
+        if self.cache is None:  # each pass recomputes: its length picks the tables for all its positions
+            long = self.model.reencodes_at(0, self.length)
+            while k > 0 and self.model.reencodes_at(0, self.length + k) != long:
+                k -= 1
+            return k
+        fed = self.length - self.cache.length
+        if self.model.reencodes_at(self.cache.length, fed):
             return k
         while k > 0 and self.model.reencodes_at(self.cache.length, fed + k):
             k -= 1
@@ -123,7 +128,7 @@ class SpeculativeStepper(DecoderStepper):
             return self.model(ids[None], None, None)[0, -n:].float()
         start = self.cache.length
         if self.model.reencodes_at(start, self.length - start):  # longrope switching: everything again
-            self.cache = self.model.new_cache(1, self.max_tokens)
+            self.cache = self._new_cache()
             start = 0
         return self.model(ids[None, start:], self.cache, None)[0, -n:].float()
 

@@ -226,7 +226,7 @@ class KVCache:
     def rewind(self, length: int) -> None:
         """Forget every position from `length` on (drafted tokens the model rejected): a length reset, the
         buffers stay and the next write overwrites them. A sliding layer's ring may already have overwritten
-        the positions before them, so only a cache without rings rewinds (`new_cache(..., rings=False)`)."""
+        the positions before them, so only a cache without rings rewinds (one made with `windows=None`)."""
         if any(self.rings):
             raise ValueError("a KV cache with sliding-window rings cannot rewind; make it without rings")
         if not 0 <= length <= self.length:
