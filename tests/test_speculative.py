@@ -293,3 +293,18 @@ def test_smollm2_greedy_equals_plain_with_each_drafter():
         result = generate_all(lm, prompt, cfg.replace(draft=draft))
         assert result.token_ids == plain.token_ids, draft if isinstance(draft, str) else "model"
         assert result.speculation["accepted"] > 0
+
+
+def test_the_benchmark_compares_with_plain_decoding_in_the_same_run(capsys, tmp_path, one_thread):
+    from playground.tools import bench, speculative_bench
+
+    lm = playground.load_model(REPO / "weights" / "tiny-lm")
+    rows = speculative_bench.run(lm, ["ngram", "layer:2"], new_tokens=12, draft_tokens=3, repeats=1)
+    assert [(r["prompt"], r["drafter"]) for r in rows] == [
+        (name, d) for name in speculative_bench.PROMPTS for d in ("plain", "ngram", "layer:2")
+    ]
+    assert all(r["same_tokens"] and r["tokens_per_s"] > 0 for r in rows)
+    table = speculative_bench.markdown(rows, 3)
+    assert table.count("\n") == len(rows) + 1 and "| copy | plain | 1.00 | – |" in table
+    assert bench.main(["--speculative", "--model", str(tmp_path / "nope")]) == 2
+    assert "no checkpoint folder" in capsys.readouterr().err

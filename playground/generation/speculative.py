@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,11 @@ from playground.generation.events import StepEvent
 from playground.generation.stepper import DecoderStepper
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
+from playground.models.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from playground.generation.engine import _Clock
+    from playground.generation.plan import Plan
 
 RESIDUAL_TOP = 5  # residual entries kept per rejection, to draw max(0, p − q)
 
@@ -89,7 +94,7 @@ class SpeculativeStepper(DecoderStepper):
 
     `length` counts the accepted tokens; the cache holds all but the last (fed with the next pass)."""
 
-    def start(self, source: torch.Tensor, prefix: torch.Tensor, recorder: Any = None) -> torch.Tensor:
+    def start(self, source: torch.Tensor | None, prefix: torch.Tensor, recorder: Any = None) -> torch.Tensor:
         n = prefix.shape[0]
         self.tokens[:, :n] = prefix
         self.length = n
@@ -97,7 +102,7 @@ class SpeculativeStepper(DecoderStepper):
             self.cache = self._new_cache()
         return self.model(prefix[None], self.cache, None, last_only=True)[:, -1].float()
 
-    def _new_cache(self):
+    def _new_cache(self) -> KVCache:
         windows = [k.window for k in self.config.layer_kinds()]
         if any(w is not None and w < self.max_tokens for w in windows):  # a ring could not rewind
             return rewindable_cache(self.model, self.config.n_layers, 1, self.max_tokens)
@@ -185,7 +190,9 @@ def _check_position(
     return token, record
 
 
-def speculate(p: Any, stop: threading.Event | None, clock: Any, finish: Any) -> Iterator[StepEvent]:
+def speculate(
+    p: Plan, stop: threading.Event | None, clock: _Clock, finish: Callable[[Plan, int, int, str], str | None],
+) -> Iterator[StepEvent]:
     """The speculative loop over a plan `p` (greedy or sampled); `clock` and `finish` are the engine's
     timing and end rule, shared with plain decoding."""
     lm, cfg, pipeline = p.lm, p.cfg, p.pipeline
@@ -234,7 +241,7 @@ def speculate(p: Any, stop: threading.Event | None, clock: Any, finish: Any) -> 
                 return
 
 
-def _target(p: Any, forward: Any, *args: Any) -> torch.Tensor:
+def _target(p: Plan, forward: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
     """A pass of the model with the run's edits installed for that pass only (as plain decoding does)."""
     if p.cfg.interventions:
         with edited(p.lm.model, p.cfg.interventions):
@@ -242,7 +249,7 @@ def _target(p: Any, forward: Any, *args: Any) -> torch.Tensor:
     return forward(*args)
 
 
-def _processed(p: Any, prefix: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, list | None]:
+def _processed(p: Plan, prefix: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, list | None]:
     """The run's processors on logits (1, V) after `prefix` (1, T): final scores, and every stage when the
     run shows candidates."""
     if p.cfg.top_candidates > 0:
@@ -251,13 +258,13 @@ def _processed(p: Any, prefix: torch.Tensor, logits: torch.Tensor) -> tuple[torc
     return p.pipeline.run(prefix, logits), None
 
 
-def _candidates(p: Any, stages: list | None, token_id: int) -> list | None:
+def _candidates(p: Plan, stages: list | None, token_id: int) -> list | None:
     if stages is None:
         return None
     return sampling.candidates([(n, s[0]) for n, s in stages], token_id, p.cfg.top_candidates, p.lm.token_text)
 
 
-def _plain_choice(p: Any, prefix: torch.Tensor, logits: torch.Tensor, generator: torch.Generator | None) -> list:
+def _plain_choice(p: Plan, prefix: torch.Tensor, logits: torch.Tensor, generator: torch.Generator | None) -> list:
     """The first token (after the prefill), chosen exactly as plain decoding chooses it."""
     scores, stages = _processed(p, prefix, logits)
     token, prob = sampling.choose(scores, sample=p.pipeline.sampling, generator=generator)
@@ -266,7 +273,7 @@ def _plain_choice(p: Any, prefix: torch.Tensor, logits: torch.Tensor, generator:
     return [(token_id, prob, record)]
 
 
-def _check_pass(p: Any, sequence: torch.Tensor, draft: Draft, logits: torch.Tensor, generator: torch.Generator | None) -> list:
+def _check_pass(p: Plan, sequence: torch.Tensor, draft: Draft, logits: torch.Tensor, generator: torch.Generator | None) -> list:
     """The tokens one pass yields: the kept drafts, then the replacement of the first rejected one or the
     bonus token. Each as (token id, its probability under the processed p, its record)."""
     out = []
