@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from playground.generation.config import GenerationConfig, usable_stop_strings
+from playground.generation.config import DRAFT_TOKENS, GenerationConfig, SettingsError, usable_stop_strings
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
 from playground.generation.plan import fit_to_context
+from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
 
@@ -86,6 +87,15 @@ def clamp_settings(
     except InterventionError as error:
         notes.append(f"interventions {error}: running without them")
         c.interventions = ()
+    tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
+    if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
+        notes.append(f"draft_tokens {c.draft_tokens!r} is not a whole number from 1 to 16: using 4")
+        c.draft_tokens = 4
+    try:  # a draft this model cannot use is dropped: the run decodes plainly (the same tokens, one per pass)
+        check_draft(lm, c)
+    except SettingsError as error:
+        notes.append(f"{error}: decoding without a draft")
+        c.draft = None
     if not usable_stop_strings(c.stop_strings):
         notes.append(f"stop strings {c.stop_strings!r} are not a list of non-empty texts: using none")
         c.stop_strings = ()

@@ -102,7 +102,7 @@ class GenerationConfig:
             self.interventions = as_interventions(self.interventions)
         except InterventionError as error:
             raise SettingsError(str(error)) from None
-        _check(_DRAFT_TOKENS, self.draft_tokens)
+        _check(DRAFT_TOKENS, self.draft_tokens)
         draft_layers(self.draft)  # raises for a draft that is none of the kinds
         return self
 
@@ -111,7 +111,7 @@ class GenerationConfig:
 _FORCED_BOS = Knob("forced_bos_token_id", int, None, None, 0, None, "use the token id of the target language code, or none")
 
 
-_DRAFT_TOKENS = Knob("draft_tokens", int, None, None, 1, 16, "draft between 1 and 16 tokens per pass of the model")
+DRAFT_TOKENS = Knob("draft_tokens", int, None, None, 1, 16, "draft between 1 and 16 tokens per pass of the model")
 _LAYER_DRAFT = re.compile(r"layer:(\d+)")
 
 

@@ -60,32 +60,41 @@ def resolve_draft(lm: LoadedModel, cfg: GenerationConfig) -> DraftSpec | None:
     """The run's drafter, or SettingsError saying why this model and these settings cannot speculate."""
     if cfg.draft is None or cfg.num_beams > 1:  # beam search ignores the draft (the plan says so)
         return None
+    check_draft(lm, cfg)
+    if cfg.draft == "ngram":
+        return DraftSpec("ngram")
+    k = draft_layers(cfg.draft)
+    if k is not None:
+        return DraftSpec(f"layer:{k}", first_layers(lm.model, k), k)
+    return DraftSpec(draft_name(cfg.draft), cfg.draft.model, cfg.draft.config.n_layers)
+
+
+def check_draft(lm: Any, cfg: GenerationConfig) -> None:
+    """SettingsError when `cfg.draft` cannot run on `lm` (which needs `.kind` and `.config` only)."""
+    if cfg.draft is None:
+        return
+    k = draft_layers(cfg.draft)
     if lm.kind != "decoder":
         raise SettingsError("draft (speculative decoding) runs on decoder-only models; set draft to none for this one")
     recorded = [n for n in ("capture_attention", "capture_prompt_attention", "capture_residual") if getattr(cfg, n)]
     if recorded:
         raise SettingsError(f"draft does not record what {recorded[0]} asks for; turn {recorded[0]} off or set draft to none")
-    if cfg.draft == "ngram":
-        return DraftSpec("ngram")
-    k = draft_layers(cfg.draft)
-    if k is not None:
+    if k is not None and k > lm.config.n_layers:
         n = lm.config.n_layers
-        if k > n:
-            raise SettingsError(f"draft 'layer:{k}': this model has {n} layers; use layer:1 to layer:{n}")
-        return DraftSpec(f"layer:{k}", first_layers(lm.model, k), k)
-    other: LoadedModel = cfg.draft
-    if other.kind != "decoder":
-        raise SettingsError("the draft model is an encoder-decoder; draft with a decoder-only model of the same vocabulary")
-    if other.config.vocab_size != lm.config.vocab_size or _vocab(other) != _vocab(lm):
-        raise SettingsError(
-            f"the draft model's vocabulary ({other.config.vocab_size} tokens) differs from this model's "
-            f"({lm.config.vocab_size}); draft with a model of the same tokenizer"
-        )
-    return DraftSpec(draft_name(other), other.model, other.config.n_layers)
+        raise SettingsError(f"draft 'layer:{k}': this model has {n} layers; use layer:1 to layer:{n}")
+    other = cfg.draft
+    if isinstance(other, LoadedModel):
+        if other.kind != "decoder":
+            raise SettingsError("the draft model is an encoder-decoder; draft with a decoder-only model of the same vocabulary")
+        if other.config.vocab_size != lm.config.vocab_size or _vocab(other) != _vocab(lm):
+            raise SettingsError(
+                f"the draft model's vocabulary ({other.config.vocab_size} tokens) differs from this model's "
+                f"({lm.config.vocab_size}); draft with a model of the same tokenizer"
+            )
 
 
-def _vocab(lm: LoadedModel) -> dict[str, int] | None:
-    get = getattr(lm.tokenizer, "get_vocab", None)
+def _vocab(lm: Any) -> dict[str, int] | None:
+    get = getattr(getattr(lm, "tokenizer", None), "get_vocab", None)
     return get() if get is not None else None
 
 
