@@ -1,12 +1,14 @@
 """Benchmark: speculative decoding against plain greedy decoding of the same model, in the same run.
 
     python -m playground.tools.bench --speculative [--model weights/SmolLM2-135M-Instruct] [--new-tokens 48]
-        [--drafts ngram,layer:4,layer:12] [--draft-tokens 4] [--draft-model PATH] [--threads 2] [--json out.json]
+        [--drafts ngram,layer:24,layer:28] [--draft-tokens 4] [--draft-model PATH] [--repeats 3] [--threads 2]
+        [--json out.json]
 
-For each prompt, plain greedy decoding runs first, then each drafter; every row reports tokens per pass of
-the model, the acceptance rate, the decode rate (tokens after the first over the time after the prefill,
-best of `--repeats`) and the speed-up against the plain run of the same prompt in this run, and checks that
-the tokens are the plain run's (greedy speculative decoding must not change them). Prints a markdown table.
+For each prompt, plain greedy decoding and each drafter run in turn, `--repeats` times; every row reports
+tokens per pass of the model, the acceptance rate, the decode rate (tokens after the first over the time
+after the prefill, the best of the repeats) and the speed-up against the plain run of the same prompt in this
+run, and checks that the tokens are the plain run's (greedy speculative decoding must not change them).
+Prints a markdown table.
 A `--draft-model` must share the model's vocabulary. Timings only mean something on a quiet machine.
 """
 
@@ -40,29 +42,28 @@ def decode_rate(result: Any) -> float:
     return (len(result.token_ids) - 1) * 1000.0 / after if after > 0 else 0.0
 
 
-def measure(lm: Any, prompt: str, cfg: GenerationConfig, repeats: int) -> tuple[Any, float]:
-    """The run (its last repeat) and its best decode rate over `repeats`."""
-    best, result = 0.0, None
-    for _ in range(repeats):
-        result = generate_all(lm, prompt, cfg)
-        best = max(best, decode_rate(result))
-    return result, best
-
-
 def run(lm: Any, drafts: list[Any], new_tokens: int, draft_tokens: int, repeats: int) -> list[dict[str, Any]]:
+    """Per prompt: plain greedy decoding and each drafter, interleaved `repeats` times (a burst of load on a
+    shared machine hits every configuration alike); each keeps its best decode rate."""
     base = GenerationConfig(max_new_tokens=new_tokens, chat=lm.chat_template_available, top_candidates=0)
+    configs = [("plain", base)] + [(d, base.replace(draft=d, draft_tokens=draft_tokens)) for d in drafts]
     rows = []
     for name, prompt in PROMPTS.items():
-        plain, plain_rate = measure(lm, prompt, base, repeats)
+        best = [0.0] * len(configs)
+        results: list[Any] = [None] * len(configs)
+        for _ in range(repeats):
+            for i, (_, cfg) in enumerate(configs):
+                results[i] = generate_all(lm, prompt, cfg)
+                best[i] = max(best[i], decode_rate(results[i]))
+        plain = results[0]
         rows.append({"prompt": name, "drafter": "plain", "tokens": len(plain.token_ids), "tokens_per_pass": 1.0,
-                     "acceptance": None, "tokens_per_s": plain_rate, "speedup": 1.0, "same_tokens": True})
-        for draft in drafts:
-            result, rate = measure(lm, prompt, base.replace(draft=draft, draft_tokens=draft_tokens), repeats)
+                     "acceptance": None, "tokens_per_s": best[0], "speedup": 1.0, "same_tokens": True})
+        for result, rate in zip(results[1:], best[1:]):
             s = result.speculation
             rows.append({
                 "prompt": name, "drafter": s["drafter"], "tokens": len(result.token_ids),
                 "tokens_per_pass": s["tokens_per_pass"], "acceptance": s["acceptance_rate"], "tokens_per_s": rate,
-                "speedup": rate / plain_rate if plain_rate else 0.0, "same_tokens": result.token_ids == plain.token_ids,
+                "speedup": rate / best[0] if best[0] else 0.0, "same_tokens": result.token_ids == plain.token_ids,
                 "proposed": s["proposed"], "accepted": s["accepted"], "target_passes": s["target_passes"],
             })
     return rows
@@ -88,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speculative", action="store_true", help="(selects this benchmark)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--drafts", default="ngram,layer:4,layer:12", help="comma-separated: ngram, layer:K")
+    parser.add_argument("--drafts", default="ngram,layer:24,layer:28", help="comma-separated: ngram, layer:K")
     parser.add_argument("--draft-tokens", type=int, default=4)
     parser.add_argument("--draft-model", help="a second checkpoint with the same vocabulary")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration; the best counts")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--json", help="write the rows to this JSON file")
     args = parser.parse_args(argv)
