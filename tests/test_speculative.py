@@ -308,3 +308,23 @@ def test_the_benchmark_compares_with_plain_decoding_in_the_same_run(capsys, tmp_
     assert table.count("\n") == len(rows) + 1 and "| copy | plain | 1.00 | – |" in table
     assert bench.main(["--speculative", "--model", str(tmp_path / "nope")]) == 2
     assert "no checkpoint folder" in capsys.readouterr().err
+
+
+def test_the_command_line_drafts_and_reports_its_speculation(tmp_path, capsys, one_thread):
+    from playground.cli import main
+
+    save_decoder(tmp_path / "a", "llama", llama_like(), init_std=0.1)
+    save_decoder(tmp_path / "b", "llama", llama_like(), seed=5, init_std=0.1)
+    common = ["generate", "--model", str(tmp_path / "a"), "--input-ids", ",".join(map(str, PROMPT)),
+              "--max-new-tokens", "12", "--json"]
+    assert main(common) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "speculation" not in plain
+    for draft in ("ngram", "layer:1", str(tmp_path / "b")):
+        assert main(common + ["--draft", draft, "--draft-tokens", "3"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == plain["token_ids"] and out["speculation"]["target_passes"] >= 1
+    assert main(common + ["--draft", "layer:7"]) == 2
+    assert capsys.readouterr().err.strip() == "error: draft 'layer:7': this model has 2 layers; use layer:1 to layer:2"
+    assert main(common + ["--draft", "ngram", "--draft-tokens", "40"]) == 2
+    assert "draft_tokens is 40" in capsys.readouterr().err

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--target-lang", help="translation: the target language code (e.g. fr_XX, fra_Latn, fr)")
     target.add_argument("--forced-bos-token-id", type=int, default=None,
                         help="force this token id as the first generated token (a target language code)")
+    parser.add_argument("--draft", help="speculative decoding: ngram, layer:K, or a second checkpoint with the same "
+                                        "vocabulary (the tokens stay the model's own)")
+    parser.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per pass of the model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -59,6 +62,14 @@ def _input_ids(text: str) -> list[int]:
     if not ids:
         raise PlaygroundError("--input-ids is empty; give at least one token id, e.g. --input-ids 1,2,3")
     return ids
+
+
+def _draft_setting(value: str | None) -> str | None:
+    """--draft as a GenerationConfig value: ngram and layer:K as they are; anything else names a checkpoint,
+    loaded after the model (None until then)."""
+    if value is None or value == "ngram" or value.startswith("layer:"):
+        return value
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,9 +89,12 @@ def _run(args: argparse.Namespace) -> int:
         min_p=args.min_p, repetition_penalty=args.repetition_penalty, num_beams=args.num_beams,
         length_penalty=args.length_penalty, early_stopping=args.early_stopping, seed=args.seed,
         use_cache=not args.no_cache, top_candidates=0, chat=args.chat, forced_bos_token_id=args.forced_bos_token_id,
+        draft=_draft_setting(args.draft), draft_tokens=args.draft_tokens,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.draft is not None and cfg.draft is None:  # a second checkpoint drafts
+        cfg = cfg.replace(draft=load_model(args.draft, device=args.device, dtype=args.dtype))
     if args.target_lang is not None:
         if lm.tokenizer is None:
             raise PlaygroundError(
@@ -100,6 +114,8 @@ def _run(args: argparse.Namespace) -> int:
             "tokens_per_s": timing.get("tokens_per_s", 0.0),
         },
     }
+    if result.speculation is not None:
+        out["speculation"] = result.speculation
     if args.json:
         print(json.dumps(out))
     else:
