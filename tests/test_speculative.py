@@ -188,11 +188,14 @@ def test_seeded_sampling_repeats_and_records_every_check(drafter_model, tmp_path
 
 
 def test_the_rule_keeps_the_target_distribution_exactly():
-    """P(x) = q(x)·min(1, p(x)/q(x)) + P(reject)·residual(x) = p(x), for any q (here random ones)."""
+    """P(x) = q(x)·min(1, p(x)/q(x)) + P(reject)·residual(x) = p(x), for any q: random ones, and the one-hot q
+    of prompt lookup."""
     g = torch.Generator().manual_seed(0)
-    for _ in range(20):
+    for i in range(20):
         p = torch.softmax(torch.randn(30, generator=g, dtype=torch.float64) * 2, 0)
         q = torch.softmax(torch.randn(30, generator=g, dtype=torch.float64) * 2, 0)
+        if i % 4 == 0:
+            q = torch.nn.functional.one_hot(torch.tensor(i), 30).double()
         kept = torch.tensor([q[x] * speculative.accept_probability(float(p[x]), float(q[x])) for x in range(30)],
                             dtype=torch.float64)
         total = kept + (1 - kept.sum()) * speculative.residual(p, q)
@@ -277,7 +280,9 @@ def test_speculative_runs_in_the_shared_batch(name, drafter_model, tmp_path, one
     assert [e.token_id for e in run_alone(plan(lm, PROMPT, spec))] == expected[0]
     assert _scheduled(lm, [(PROMPT, spec), (PROMPT[:7], GREEDY), (PROMPT[2:], other)]) == expected
     sampled = GenerationConfig(max_new_tokens=10, temperature=0.8, seed=5, draft="ngram")
-    assert _scheduled(lm, [(PROMPT, sampled)]) == [generate_all(lm, PROMPT, sampled).token_ids]
+    uncached = GREEDY.replace(draft="layer:1", use_cache=False)
+    assert _scheduled(lm, [(PROMPT, sampled), (PROMPT[1:], uncached)]) == [
+        generate_all(lm, PROMPT, sampled).token_ids, generate_all(lm, PROMPT[1:], GREEDY).token_ids]
 
 
 @pytest.mark.slow
