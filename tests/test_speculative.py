@@ -285,6 +285,31 @@ def test_speculative_runs_in_the_shared_batch(name, drafter_model, tmp_path, one
         generate_all(lm, PROMPT, sampled).token_ids, generate_all(lm, PROMPT[1:], GREEDY).token_ids]
 
 
+def test_speculative_runs_through_the_server_beside_others(drafter_model, tmp_path):
+    """The served app's path: the server's driver thread steps one shared batch for visitors on their own threads."""
+    import threading
+
+    from playground.app.serving import Server
+
+    lm = drafter_model
+    requests = [(PROMPT, GREEDY.replace(draft="ngram")), (PROMPT[3:], GREEDY),
+                (PROMPT[1:], GREEDY.replace(draft="layer:1", draft_tokens=2)),
+                (PROMPT, GenerationConfig(max_new_tokens=15, temperature=0.9, seed=2, draft="layer:1"))]
+    server = Server(max_rows=4, call=lambda fn: fn())
+    got: dict[int, list[int]] = {}
+
+    def visit(i: int) -> None:
+        prompt, cfg = requests[i]
+        got[i] = [e.token_id for e in server.submit(plan(lm, prompt, cfg)).stream(timeout=60)]
+
+    threads = [threading.Thread(target=visit, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert got == {i: generate_all(lm, prompt, cfg).token_ids for i, (prompt, cfg) in enumerate(requests)}
+
+
 @pytest.mark.slow
 def test_smollm2_greedy_equals_plain_with_each_drafter():
     path = REPO / "weights" / "SmolLM2-135M-Instruct"
