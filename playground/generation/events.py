@@ -122,7 +122,8 @@ class StepEvent:
     # Speculative decoding (GenerationConfig.draft): how this token came: kind ("prefill", "accepted",
     # "rejected": drawn from the residual instead of the draft, "bonus", "plain": a pass without drafts), the
     # draft token, q(x), p(x), accept_prob, coin, accepted, resampled_token and residual_top on rejection,
-    # the pass's drafted tokens and the running totals (proposed, accepted, target_passes).
+    # the pass (pass_index), this token's place in it (position), its drafted tokens and the running totals
+    # (proposed, accepted, target_passes).
     speculation: dict[str, Any] | None = None
 
     @property

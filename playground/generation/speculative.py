@@ -237,8 +237,8 @@ def speculate(
             text = lm.detokenize(generated, skip_special_tokens=True)
             reason = finish(p, token_id, len(generated), text)
             step_ms = clock.record(step, t0 if j == 0 else time.perf_counter())
-            record.update(pass_index=totals["target_passes"] - 1, drafter=p.draft.name, drafted=list(draft.tokens),
-                          totals=dict(totals))
+            record.update(pass_index=totals["target_passes"] - 1, position=j, drafter=p.draft.name,
+                          drafted=list(draft.tokens), totals=dict(totals))
             yield StepEvent(
                 step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
                 text=text, candidates=record.pop("_candidates", None), beams=None, cache=stats,
