@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.app.notes import note
-from playground.generation.config import KV_DTYPES, GenerationConfig, usable_stop_strings
+from playground.generation.config import DRAFT_TOKENS, KV_DTYPES, GenerationConfig, SettingsError, usable_stop_strings
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
 from playground.generation.plan import ContextFit, context_limit, fit_to_context
+from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
 from playground.notes import Note
@@ -107,6 +108,15 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
         notes.append(note("edits_dropped", why=error.args[0] if error.args else str(error)))
         c.interventions = ()
     _lenient_kv(c, lm, notes)
+    tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
+    if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
+        notes.append(f"draft_tokens {c.draft_tokens!r} is not a whole number from 1 to 16: using 4")
+        c.draft_tokens = 4
+    try:  # a draft this model cannot use is dropped: the run decodes plainly (the same tokens, one per pass)
+        check_draft(lm, c)
+    except SettingsError as error:
+        notes.append(f"{error}: decoding without a draft")
+        c.draft = None
     if not usable_stop_strings(c.stop_strings):
         notes.append(note("bad_stop_strings", value=repr(c.stop_strings)))
         c.stop_strings = ()

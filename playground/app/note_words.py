@@ -21,6 +21,8 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
                            "源文本有 {n} 个 token,但编码器最多容纳 {context} 个:丢弃最前面的 {dropped} 个(从左侧截断)"),
     "fit_decoder_new": ("max_new_tokens {new} does not fit the decoder's {context} positions: using {room}",
                         "max_new_tokens {new} 超出解码器的 {context} 个位置:改用 {room}"),
+    "plan_draft_beams": ("the draft is not used with beam search: beams decode without speculation",
+                         "束搜索不使用草稿:各条束不做推测解码"),
     "plan_empty_prompt": ("the prompt was empty: starting from the start token", "提示词为空:从起始 token 开始"),
     "plan_forced_outside": ("the config's {name} {value} lies outside the vocabulary: no token is forced",
                             "配置中的 {name} {value} 超出词表:不强制任何 token"),

@@ -7,7 +7,8 @@
 Modules: config (the knobs), plan (settings + prompt -> a validated plan, context fitting), stepper
 (one model step at a time; what differs between decoder-only and seq2seq), processors (logits
 pipeline), sampling (choosing a token, describing candidates), beam (beam-search bookkeeping),
-captures (what a run records), engine (the two decoding loops), events (what they stream), languages
+captures (what a run records), engine (the decoding loops), speculative (speculative decoding: drafts
+checked in one pass of the model) and drafters (who proposes them), events (what they stream), languages
 (the target-language codes of translation checkpoints), budget (the memory a request needs, checked by
 plan before anything is allocated).
 """

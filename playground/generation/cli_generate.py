@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="scale RoPE for this run: linear, ntk or yarn, e.g. yarn:2")
     parser.add_argument("--weight-precision", default=None,
                         help="run a copy of the model with weight-only float32, bfloat16, float16, int8 or int4 weights")
+    parser.add_argument("--draft", help="speculative decoding: ngram, layer:K, or a second checkpoint with the same "
+                                        "vocabulary (the tokens stay the model's own)")
+    parser.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per pass of the model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -76,6 +79,14 @@ def _input_ids(text: str) -> list[int]:
     if not ids:
         raise PlaygroundError("--input-ids is empty; give at least one token id, e.g. --input-ids 1,2,3")
     return ids
+
+
+def _draft_setting(value: str | None) -> str | None:
+    """--draft as a GenerationConfig value: ngram and layer:K as they are; anything else names a checkpoint,
+    loaded after the model (None until then)."""
+    if value is None or value == "ngram" or value.startswith("layer:"):
+        return value
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,9 +109,12 @@ def _run(args: argparse.Namespace) -> int:
         kv_window=args.kv_window, kv_sink=args.kv_sink, kv_heavy=args.kv_heavy, kv_dtype=args.kv_dtype,
         rope_scaling=args.rope_scaling,
         weight_precision=args.weight_precision,
+        draft=_draft_setting(args.draft), draft_tokens=args.draft_tokens,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.draft is not None and cfg.draft is None:  # a second checkpoint drafts
+        cfg = cfg.replace(draft=load_model(args.draft, device=args.device, dtype=args.dtype))
     if args.target_lang is not None:
         if lm.tokenizer is None:
             raise PlaygroundError(
@@ -122,6 +136,8 @@ def _run(args: argparse.Namespace) -> int:
     }
     if result.precision is not None:
         out["precision"] = result.precision
+    if result.speculation is not None:
+        out["speculation"] = result.speculation
     if args.json:
         print(json.dumps(out))
     else:

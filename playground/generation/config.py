@@ -8,12 +8,14 @@ top-p and min-p, in that order.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from playground.errors import PlaygroundError
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.interventions import Intervention, InterventionError, as_interventions
+from playground.loaded import LoadedModel
 from playground.models.quantize import PRECISIONS
 from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 
@@ -64,6 +66,12 @@ class GenerationConfig:
     # The weights at another precision (playground.models.quantize: weight-only, "float32" | "bfloat16" |
     # "float16" | "int8" | "int4"): the run uses a cached copy of the model; None: the model as loaded.
     weight_precision: str | None = None
+    # Speculative decoding (playground.generation.speculative): who drafts the next tokens that one pass of
+    # the model then checks. None: plain decoding. "ngram": prompt lookup; "layer:K": the model's own first K
+    # layers read through its final norm and head; a LoadedModel with the same vocabulary: a second model.
+    # The tokens are the model's own either way (greedy: the same ids; sampling: the same distribution).
+    draft: str | LoadedModel | None = None
+    draft_tokens: int = 4  # tokens drafted per pass of the model
 
     @property
     def records(self) -> bool:
@@ -83,7 +91,8 @@ class GenerationConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = dataclasses.asdict(dataclasses.replace(self, draft=None))  # asdict would copy a draft model's weights
+        data["draft"] = draft_name(self.draft)
         data["stop_strings"] = list(self.stop_strings)
         if self.attention_layers is not None:
             data["attention_layers"] = list(self.attention_layers)
@@ -121,6 +130,8 @@ class GenerationConfig:
         except InterventionError as error:
             raise SettingsError(str(error)) from None
         self._validate_kv()
+        _check(DRAFT_TOKENS, self.draft_tokens)
+        draft_layers(self.draft)  # raises for a draft that is none of the kinds
         return self
 
     def _validate_kv(self) -> None:
@@ -150,6 +161,30 @@ KV_KNOBS = (
 
 # Not a decoding knob of the page, but checked the same way.
 _FORCED_BOS = Knob("forced_bos_token_id", int, None, None, 0, None, "use the token id of the target language code, or none")
+
+
+DRAFT_TOKENS = Knob("draft_tokens", int, None, None, 1, 16, "draft between 1 and 16 tokens per pass of the model")
+_LAYER_DRAFT = re.compile(r"layer:(\d+)")
+
+
+def draft_layers(draft: Any) -> int | None:
+    """The K of a "layer:K" draft (None for the other kinds); SettingsError for something that is no draft."""
+    if draft is None or draft == "ngram" or isinstance(draft, LoadedModel):
+        return None
+    match = _LAYER_DRAFT.fullmatch(draft) if isinstance(draft, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise SettingsError(
+            f"draft is {draft!r}; use 'ngram', 'layer:K' (K from 1 to the model's layers), a loaded model with the "
+            "same vocabulary, or none"
+        )
+    return int(match.group(1))
+
+
+def draft_name(draft: str | LoadedModel | None) -> str | None:
+    """How a draft is written in settings and links: its string, or "model:<folder name>" for a model."""
+    if isinstance(draft, LoadedModel):
+        return f"model:{draft.path.name}"
+    return draft
 
 
 def _check(knob: Knob, value: Any) -> None:

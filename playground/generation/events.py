@@ -119,6 +119,12 @@ class StepEvent:
     # Beam search with captures: every running beam's rows, (num_beams, ...) per array, so that the
     # final hypothesis' rows can be followed back along its beam path.
     beam_captures: dict[str, Any] | None = None
+    # Speculative decoding (GenerationConfig.draft): how this token came: kind ("prefill", "accepted",
+    # "rejected": drawn from the residual instead of the draft, "bonus", "plain": a pass without drafts), the
+    # draft token, q(x), p(x), accept_prob, coin, accepted, resampled_token and residual_top on rejection,
+    # the pass (pass_index), this token's place in it (position), its drafted tokens and the running totals
+    # (proposed, accepted, target_passes).
+    speculation: dict[str, Any] | None = None
 
     @property
     def capture(self) -> StepCapture:
@@ -134,6 +140,7 @@ class StepEvent:
             "attention": None if self.attention is None else _jsonable(self.attention),
             "residual": None if self.residual is None else _jsonable(self.residual),
             "source_beam": self.source_beam, "finished": self.finished, "finish_reason": self.finish_reason,
+            **({"speculation": _jsonable(self.speculation)} if self.speculation is not None else {}),
         }
 
 
@@ -179,6 +186,8 @@ class GenerationResult:
     decoder_prefix: list[int] = field(default_factory=list)  # the decoder stream's start: prompt, or start ids
     interventions: list[dict[str, Any]] = field(default_factory=list)  # the run's edits, as Intervention.to_dict()
     precision: dict[str, Any] | None = None  # with weight_precision: the variant (precision, simulated, bytes/token)
+    # With a draft: proposed, accepted, target_passes, acceptance_rate, tokens_per_pass (speculative.summary).
+    speculation: dict[str, Any] | None = None
 
     @property
     def captures(self) -> list[StepCapture]:
@@ -195,6 +204,8 @@ class GenerationResult:
         }
         if self.precision is not None:
             data["precision"] = dict(self.precision)
+        if self.speculation is not None:
+            data["speculation"] = dict(self.speculation)
         if steps:
             data["steps"] = [e.to_dict() for e in self.steps]
         if self.attention is not None:

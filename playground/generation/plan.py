@@ -16,6 +16,7 @@ from playground.config import ModelConfig
 from playground.generation.budget import Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
+from playground.generation.speculative import DraftSpec, resolve_draft
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
@@ -113,6 +114,7 @@ class Plan:
     forced_ids: list[int] = field(default_factory=list)  # the end of prefix_ids that was forced (a branch)
     policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
     precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
+    draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
 
     @property
     def max_length(self) -> int:
@@ -193,6 +195,8 @@ def assemble(
     stepper = stepper_class(lm.kind)
     forced = [int(i) for i in forced_prefix]
     notes = list(notes)  # the fit's own notes are the caller's (it said them in its own pass)
+    if cfg.draft is not None and cfg.num_beams > 1:
+        notes.append(Note("the draft is not used with beam search: beams decode without speculation", "plan_draft_beams"))
     bad = [i for i in ids + forced if not 0 <= i < c.vocab_size]
     if bad:
         raise SettingsError(f"token id {bad[0]} is outside the vocabulary (0..{c.vocab_size - 1}); fix the prompt ids")
@@ -212,7 +216,8 @@ def assemble(
     forced_eos = (config_eos, max_length - 1) if config_eos is not None else None
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
-    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision)
+    return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision,
+                resolve_draft(lm, cfg))
 
 
 def context_limit(lm: LoadedModel, cfg: GenerationConfig) -> int | None:

@@ -232,7 +232,7 @@ class SelfAttention(nn.Module):
             S = ks.shape[2]
             mask = s.self_mask  # T5's decoder brings its own: position bias plus causal
             is_causal = mask is None and T == S and (self.window is None or S <= self.window)
-            if mask is None and not is_causal and T > 1:
+            if mask is None and not is_causal:  # one token: a mask only when it holds more keys than its window
                 mask = causal_mask(T, S, window=self.window, device=q.device)
             out, weights = attend(qs, ks, vs, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
             if keep:

@@ -223,6 +223,16 @@ class KVCache:
         self._written[layer] = end
         return start % self.capacity[layer] if self.rings[layer] else start
 
+    def rewind(self, length: int) -> None:
+        """Forget every position from `length` on (drafted tokens the model rejected): a length reset, the
+        buffers stay and the next write overwrites them. A sliding layer's ring may already have overwritten
+        the positions before them, so only a cache without rings rewinds (one made with `windows=None`)."""
+        if any(self.rings):
+            raise ValueError("a KV cache with sliding-window rings cannot rewind; make it without rings")
+        if not 0 <= length <= self.length:
+            raise ValueError(f"KV cache holds {self.length} positions; cannot rewind to {length}")
+        self._written = [length] * self.layers
+
     def held(self, layer: int) -> int:
         """Slots of `layer` that hold keys now (its first positions, or its whole ring once it wrapped)."""
         return min(self._written[layer], self.capacity[layer])

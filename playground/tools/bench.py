@@ -3,6 +3,7 @@
     python -m playground.tools.bench [--model weights/SmolLM2-135M-Instruct] [--quick] [--json out.json] [--chart out.html]
                                [--readme README.md]
     python -m playground.tools.bench --browser   # tokens shown in the page vs the engine (bench_browser)
+    python -m playground.tools.bench --speculative  # speculative decoding vs plain greedy (speculative_bench)
     python -m playground.tools.bench --device cuda [--streams 1,2,4,8,16,32,64] [--dtypes float32,bfloat16]
                                # on a GPU: ours vs transformers eager and static cache + torch.compile (gpu_bench)
 
@@ -387,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         from playground.tools import bench_browser
 
         return bench_browser.main(argv)
+    if "--speculative" in (sys.argv[1:] if argv is None else argv):  # speculative decoding against plain
+        from playground.tools import speculative_bench
+
+        return speculative_bench.main(argv)
     parser = argparse.ArgumentParser(prog="python -m playground.tools.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder (HF layout, for both engines)")
     parser.add_argument("--quick", action="store_true", help="short runs: a smoke test, not a measurement")
