@@ -20,6 +20,7 @@ from playground.generation.plan import ContextFit, context_limit, fit_to_context
 from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
+from playground.models.quantize import PRECISIONS
 from playground.notes import Note
 
 
@@ -108,6 +109,9 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
         notes.append(note("edits_dropped", why=error.args[0] if error.args else str(error)))
         c.interventions = ()
     _lenient_kv(c, lm, notes)
+    if c.weight_precision is not None and c.weight_precision not in PRECISIONS:
+        notes.append(note("precision_bad", value=repr(c.weight_precision)))
+        c.weight_precision = None
     tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
     if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
         notes.append(f"draft_tokens {c.draft_tokens!r} is not a whole number from 1 to 16: using 4")

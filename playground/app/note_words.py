@@ -40,6 +40,8 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
                  "种子 {seed} 不是非负整数:改用随机种子"),
     "bad_forced_bos": ("forced_bos_token_id {value} is not a token id of this model: using the checkpoint's own",
                        "forced_bos_token_id {value} 不是这个模型的 token 编号:改用检查点自己的设置"),
+    "precision_bad": ("weight_precision {value} is none of float32, bfloat16, float16, int8, int4: using the weights "
+                      "as loaded", "weight_precision {value} 不是 float32、bfloat16、float16、int8、int4 之一:使用加载时的权重"),
     "kv_dtype_bad": ("kv_dtype {value} is not int8 or int4: keeping the model's own cache",
                      "kv_dtype {value} 不是 int8 或 int4:使用模型自己的缓存"),
     "kv_range": ("{name} {value} is not a whole number from {low} to {high}: leaving it off",

@@ -21,7 +21,8 @@ from typing import Any
 from playground.app.kvlab import policy_words
 from playground.app.lab import describe_edits
 from playground.app.run import Run
-from playground.app.settings import KV_FIELDS, UISettings, format_branches, to_query
+from playground.app.settings import KV_FIELDS, UISettings, format_branches, has_precision, to_query
+from playground.app.words import t
 
 MAX_RUNS_PER_SESSION = 4  # the current run and the branches it can be compared with
 
@@ -202,12 +203,13 @@ class Session:
 
 def _variant(settings: UISettings) -> tuple[str, ...]:
     """What makes a run of the same request another experiment: the lab's edits and its KV-cache policy."""
-    return (settings.edits, *(str(getattr(settings, name)) for name in KV_FIELDS))
+    return (settings.edits, settings.weight_precision, *(str(getattr(settings, name)) for name in KV_FIELDS))
 
 
 def _edit_words(settings: UISettings, lang: str) -> str:
     """The causal lab's edits and the KV lab's cache policy of a run, in words ('' for a plain run)."""
-    words = [describe_edits(settings.edits, lang) if settings.edits else "", policy_words(settings, lang)]
+    words = [describe_edits(settings.edits, lang) if settings.edits else "", policy_words(settings, lang),
+             t("precision_words", lang, precision=settings.weight_precision) if has_precision(settings) else ""]
     return "; ".join(w for w in words if w)
 
 

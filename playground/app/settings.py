@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from playground.app.limits import CAPS, RANGES, WHOLE
 from playground.app.notes import error_note, note
 from playground.interventions import InterventionError, unpack
+from playground.models.quantize import PRECISIONS
 from playground.notes import Note
 
 log = logging.getLogger("playground.app")
@@ -27,6 +28,7 @@ MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
 KV_DTYPES = ("", "int8", "int4")
 KV_FIELDS = ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")
+WEIGHT_PRECISIONS = ("", *PRECISIONS)  # "": the weights as loaded
 LANGS = ("en", "zh")
 MAX_BRANCHES = 8
 MAX_EDITS = 16  # edits one run carries (each fork in the lab adds one); a link with more is refused
@@ -62,6 +64,8 @@ class UISettings:
     kv_sink: int = 0  # and the first S (attention sinks)
     kv_heavy: int = 0  # and the H others with the most accumulated attention (heavy hitters)
     kv_dtype: str = ""  # "int8" | "int4": a quantised cache
+    # The precision what-if: the run's weights at another precision ("": as loaded); a link replays float32 first.
+    weight_precision: str = ""
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -87,6 +91,10 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "dtype":
         if text not in DTYPES:
             raise ValueError(note("expect_one_of", choices=", ".join(DTYPES)))
+        return text
+    if name == "weight_precision":
+        if text not in WEIGHT_PRECISIONS:
+            raise ValueError(note("expect_one_of", choices=", ".join(PRECISIONS)))
         return text
     if name == "kv_dtype":
         if text not in KV_DTYPES:
@@ -218,6 +226,8 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
         interventions=parse_edits(settings.edits),
         **kv_kwargs(settings),
     )
+    if settings.weight_precision:
+        kw["weight_precision"] = settings.weight_precision
     if settings.mode == "sample":
         kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
     elif settings.mode == "beam":
@@ -251,6 +261,16 @@ def has_kv_policy(settings: UISettings) -> bool:
 def without_kv(settings: UISettings) -> UISettings:
     """The same settings with the plain cache."""
     return dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0, kv_dtype="")
+
+
+def has_precision(settings: UISettings) -> bool:
+    """Whether the settings run the weights at another precision than float32 (the precision lab's branch)."""
+    return settings.weight_precision not in ("", "float32")
+
+
+def plain_variant(settings: UISettings) -> UISettings:
+    """The same request with the plain cache and the weights as loaded: what the labs compare a branch with."""
+    return dataclasses.replace(without_kv(settings), weight_precision="")
 
 
 def parse_branches(text: str) -> list[tuple[int, list[int]]]:

@@ -8,6 +8,7 @@ import gradio as gr
 
 from playground.app.limits import RANGES
 from playground.app.words import t
+from playground.models.quantize import PRECISIONS
 
 # Every plotly figure on the page gets an SVG download beside plotly's own PNG camera: the button is
 # added to each toolbar as it appears (plotly rebuilds toolbars on redraws, so it watches the page).
@@ -114,11 +115,30 @@ def build_kv_tab(c: dict[str, Any], named, lang: str) -> None:
         c["kvlab_sink"] = gr.Plot(elem_id="kvlab-sink-plot", show_label=False, visible=False)
 
 
+def build_precision_tab(c: dict[str, Any], named, lang: str) -> None:
+    """The precision what-if tab: the weight precision (a run setting: links carry it) and the fork button; what
+    the lab draws is its View's (`playground.app.views.precision`)."""
+    with gr.Tab(t("tab_precision", lang), id="precision", elem_id="precision-tab") as tab:
+        c["tab_precision"] = tab
+        c["precision_intro"] = gr.Markdown(t("precision_intro", lang), elem_id="precision-intro")
+        named("weight_precision", gr.Radio(precision_choices(lang), value="", label=t("precision_pick", lang),
+                                           elem_id="weight-precision"), "precision_pick")
+        named("precision_fork", gr.Button(t("precision_fork", lang), variant="primary", elem_id="precision-fork-btn"),
+              "precision_fork")
+        c["precision_md"] = gr.Markdown(t("precision_needs_run", lang), elem_id="precision-md")
+        c["precision_steps"] = gr.Plot(elem_id="precision-steps-plot", show_label=False, visible=False)
+        c["precision_layers"] = gr.Plot(elem_id="precision-layers-plot", show_label=False, visible=False)
+
+
+def precision_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("precision_asloaded", lang), ""), *((p, p) for p in PRECISIONS)]
+
+
 def kv_dtype_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("kvlab_dtype_none", lang), ""), ("int8", "int8"), ("int4", "int4")]
 
 
-INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title", "kvlab_intro")  # the lab's plain Markdown texts
+INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title", "kvlab_intro", "precision_intro")  # the lab's plain Markdown texts
 
 
 def patch_title(lang: str) -> str:
@@ -127,4 +147,5 @@ def patch_title(lang: str) -> str:
 
 def intro_updates(lang: str) -> list[str]:
     """The lab's plain Markdown texts in `lang`, in the order of `INTRO_NAMES` (for the language switch)."""
-    return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang), t("kvlab_intro", lang)]
+    return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang), t("kvlab_intro", lang),
+            t("precision_intro", lang)]
