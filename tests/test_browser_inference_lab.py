@@ -101,3 +101,40 @@ def test_an_int8_cache_branch_in_chinese_and_its_link(desktop, browser, server):
     wait_text(other, "#kvlab-md", "运行 2(int8 缓存)")
     assert other.inner_text("#kvlab-md") == md
     other.context.close()
+
+
+def open_precision(page, lang: str = "en") -> None:
+    open_tab(page, "精度假设实验" if lang == "zh" else "Precision what-if")
+    page.wait_for_selector("#weight-precision")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_precision_comparison_and_its_link(page, browser, server, lang):
+    if lang == "zh" and page.size_name == "phone":
+        pytest.skip("中文 is checked at 1440×900; the phone runs the English page")
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=14, pace_ms=60, lang=lang)
+    open_precision(page, lang)
+    page.locator("#weight-precision label", has_text="int4").click()
+    fork_and_watch(page, "#precision-fork-btn")
+    words = ("int4 权重", "运行 2(int4 权重,模拟", "对比运行 1(float32)") if lang == "zh" else (
+        "int4 weights", "Run 2 (int4 weights, simulated", "against run 1 (float32)")
+    assert words[0] in branch_rows(page)[1]
+    wait_text(page, "#precision-md", words[1])
+    md = page.inner_text("#precision-md")
+    assert words[2] in md and "KL" in md
+    for plot in ("#precision-steps-plot", "#precision-layers-plot"):
+        page.wait_for_selector(f"{plot} .js-plotly-plot", state="visible")
+    assert_fits(page)
+    keep_shot(page, f"precision-int4-{lang}")
+    branch = tokens(page)
+    link = link_of(page)
+    assert dict(parse_qsl(urlparse(link).query))["weight_precision"] == "int4"
+    other = new_page(browser, page.viewport_size)
+    other.size_name = page.size_name
+    other.goto(link)
+    other.wait_for_selector(".pg-branches:not([hidden]) .pg-branchrow.current .pg-edit")
+    wait_state(other, "done")
+    assert tokens(other) == branch and len(branch_rows(other)) == 2
+    open_precision(other, lang)
+    wait_text(other, "#precision-md", words[1])
+    other.context.close()
