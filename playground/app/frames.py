@@ -50,8 +50,9 @@ def stage_names(events: Sequence[StepEvent]) -> list[str]:
     return ["raw"]
 
 
-def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str]) -> list[Any]:
-    """[text, id, prob, candidates, [cached tokens, bytes]] for one token of the displayed sequence.
+def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str], spec: str = "") -> list[Any]:
+    """[text, id, prob, candidates, [cached tokens, bytes]] for one token of the displayed sequence, and for a
+    drafted run's token what speculative decoding made of it ("accepted", "rejected" or "bonus") last.
 
     candidates: [text, id, [prob after each stage], index of the stage that removed it or -1, chosen].
     """
@@ -59,7 +60,8 @@ def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str]) -> l
     for c in step.candidates or []:
         removed = stages.index(c.removed_by) if c.removed_by in stages else -1
         cands.append([c.text, c.token_id, [_r(c.stages.get(s, 0.0)) for s in stages], removed, int(c.chosen)])
-    return [step.token_text, step.token_id, _r(step.prob), cands, [int(cache.get("tokens", 0)), int(cache.get("bytes", 0))]]
+    entry = [step.token_text, step.token_id, _r(step.prob), cands, [int(cache.get("tokens", 0)), int(cache.get("bytes", 0))]]
+    return entry + [spec] if spec else entry
 
 
 def head_choices(heads: int, kv_heads: int) -> list[str]:

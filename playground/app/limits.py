@@ -45,9 +45,10 @@ CAPS = Caps()
 # (low, high) of every numeric setting: the widgets' bounds and what a link may ask for.
 # The KV lab's: a window of 0 keeps every position (no eviction).
 KV_RANGES: dict[str, tuple[float, float]] = {"kv_window": (0, 4096), "kv_sink": (0, 64), "kv_heavy": (0, 256)}
-RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms), **KV_RANGES}
+RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms), **KV_RANGES,
+                                          "draft_tokens": (1, 16)}
 # Link values that must be whole numbers.
-WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms"} | set(KV_RANGES))
+WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms", "draft_tokens"} | set(KV_RANGES))
 
 
 @dataclass(frozen=True)

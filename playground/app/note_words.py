@@ -83,6 +83,11 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
     "link_unreadable": ("it could not be read", "无法读取"),
     "link_prompt_cut": ("the prompt from the link was cut to {n} characters", "链接中的提示词已截断为 {n} 个字符"),
     "expect_bool": ("expected true or false", "应为 true 或 false"),
+    "expect_draft": ("expected ngram, layer:K or model:<name>", "应为 ngram、layer:K 或 model:<name>"),
+    "draft_model_missing": ("the draft model {name} is not available here: decoding without a draft",
+                            "草稿模型 {name} 在此不可用:不使用草稿解码"),
+    "draft_no_captures": ("a drafted run records no attention or residual stream: the panels that read them stay "
+                          "empty for this run", "使用草稿的运行不记录注意力和残差流:读取它们的面板在这次运行中为空"),
     "expect_one_of": ("expected one of {choices}", "应为 {choices} 之一"),
     "expect_lang_code": ("expected a language code such as fr_XX, fra_Latn or fr", "应为语言代码,例如 fr_XX、fra_Latn 或 fr"),
     "expect_number": ("expected a number", "应为数字"),

@@ -22,6 +22,7 @@ from playground.app.kvlab import policy_words
 from playground.app.lab import describe_edits
 from playground.app.run import Run
 from playground.app.settings import KV_FIELDS, UISettings, format_branches, has_precision, to_query
+from playground.app.speculative_lab import drafter_words
 from playground.app.words import t
 
 MAX_RUNS_PER_SESSION = 4  # the current run and the branches it can be compared with
@@ -203,13 +204,15 @@ class Session:
 
 def _variant(settings: UISettings) -> tuple[str, ...]:
     """What makes a run of the same request another experiment: the lab's edits and its KV-cache policy."""
-    return (settings.edits, settings.weight_precision, *(str(getattr(settings, name)) for name in KV_FIELDS))
+    return (settings.edits, settings.weight_precision, settings.draft, str(settings.draft_tokens),
+            *(str(getattr(settings, name)) for name in KV_FIELDS))
 
 
 def _edit_words(settings: UISettings, lang: str) -> str:
     """The causal lab's edits and the KV lab's cache policy of a run, in words ('' for a plain run)."""
     words = [describe_edits(settings.edits, lang) if settings.edits else "", policy_words(settings, lang),
-             t("precision_words", lang, precision=settings.weight_precision) if has_precision(settings) else ""]
+             t("precision_words", lang, precision=settings.weight_precision) if has_precision(settings) else "",
+             t("spec_words", lang, drafter=drafter_words(settings.draft, lang)) if settings.draft else ""]
     return "; ".join(w for w in words if w)
 
 

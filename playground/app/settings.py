@@ -66,6 +66,10 @@ class UISettings:
     kv_dtype: str = ""  # "int8" | "int4": a quantised cache
     # The precision what-if: the run's weights at another precision ("": as loaded); a link replays float32 first.
     weight_precision: str = ""
+    # Speculative decoding: who drafts ("": nobody; "ngram"; "layer:K"; "model:<name>": a loaded model of the same
+    # vocabulary) and how many tokens per pass of the model; a link replays the run without a draft first.
+    draft: str = ""
+    draft_tokens: int = 4
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -91,6 +95,10 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "dtype":
         if text not in DTYPES:
             raise ValueError(note("expect_one_of", choices=", ".join(DTYPES)))
+        return text
+    if name == "draft":
+        if not usable_draft(text):
+            raise ValueError(note("expect_draft"))
         return text
     if name == "weight_precision":
         if text not in WEIGHT_PRECISIONS:
@@ -228,6 +236,8 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
     )
     if settings.weight_precision:
         kw["weight_precision"] = settings.weight_precision
+    if settings.draft and not settings.draft.startswith("model:"):  # a model's draft is resolved by name (play)
+        kw.update(draft=settings.draft, draft_tokens=settings.draft_tokens)
     if settings.mode == "sample":
         kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
     elif settings.mode == "beam":
@@ -269,8 +279,18 @@ def has_precision(settings: UISettings) -> bool:
 
 
 def plain_variant(settings: UISettings) -> UISettings:
-    """The same request with the plain cache and the weights as loaded: what the labs compare a branch with."""
-    return dataclasses.replace(without_kv(settings), weight_precision="")
+    """The same request with the plain cache, the weights as loaded and no draft: what the labs compare a branch
+    with."""
+    return dataclasses.replace(without_kv(settings), weight_precision="", draft="", draft_tokens=DEFAULTS.draft_tokens)
+
+
+def usable_draft(text: str) -> bool:
+    """"", "ngram", "layer:K" (K from 1) or "model:<catalog name>"."""
+    if text in ("", "ngram"):
+        return True
+    if re.fullmatch(r"layer:[1-9][0-9]{0,3}", text):
+        return True
+    return text.startswith("model:") and 0 < len(text) - 6 <= 200 and text.isprintable()
 
 
 def parse_branches(text: str) -> list[tuple[int, list[int]]]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from playground import viz
 from playground.analysis.divergence import HeadSweep
-from playground.app import describe, kvlab, lab, precision_lab, serving
+from playground.app import describe, kvlab, lab, precision_lab, serving, speculative_lab
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
@@ -157,6 +157,26 @@ class Lab:
         finally:
             session.next_step = None
 
+    def fork_draft(self, draft: str, draft_tokens: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        """Speculative decoding: the run on screen again with a drafter, beside it."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("spec_needs_run", lang), gr.skip()
+            return
+        try:
+            settings = speculative_lab.fork_settings(session, run, str(draft or ""), int(draft_tokens or 4), lang)
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
+            return
+        session.next_step = session.selected_step
+        try:
+            yield from self.stream.press(session, settings, parent=None)
+        finally:
+            session.next_step = None
+
     def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
         """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
         session = self.sessions.get(session_key(request))
@@ -248,6 +268,8 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     ]
     kv_policy = [page.component(n) for n in ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")]
     forks.append(p.kvlab_fork.click(lab_handlers.fork_kv, kv_policy, gen_outputs, **kw))
+    forks.append(p.spec_fork.click(lab_handlers.fork_draft, [page.component("draft"), page.component("draft_tokens")],
+                                   gen_outputs, **kw))
     forks.append(p.precision_fork.click(lab_handlers.fork_precision, page.component("weight_precision"), gen_outputs,
                                         **kw))
     # The head picked in the All heads tab is the one the lab ablates.

@@ -130,6 +130,28 @@ def build_precision_tab(c: dict[str, Any], named, lang: str) -> None:
         c["precision_layers"] = gr.Plot(elem_id="precision-layers-plot", show_label=False, visible=False)
 
 
+def build_speculative_tab(c: dict[str, Any], named, lang: str) -> None:
+    """The speculative decoding tab: the drafter and K (run settings: links carry them) and the fork button; what
+    the lab draws is its View's (`playground.app.views.speculative`)."""
+    with gr.Tab(t("tab_speculative", lang), id="speculative", elem_id="spec-tab") as tab:
+        c["tab_speculative"] = tab
+        c["spec_intro"] = gr.Markdown(t("spec_intro", lang), elem_id="spec-intro")
+        with gr.Row():
+            named("draft", gr.Dropdown(draft_choices(lang), value="", allow_custom_value=True, label=t("spec_pick", lang),
+                                       info=t("spec_pick_info", lang), elem_id="draft", min_width=240),
+                  "spec_pick", "spec_pick_info")
+            named("draft_tokens", gr.Slider(*RANGES["draft_tokens"], value=4, step=1, label=t("spec_tokens", lang),
+                                            elem_id="draft-tokens", min_width=240), "spec_tokens")
+        named("spec_fork", gr.Button(t("spec_fork", lang), variant="primary", elem_id="spec-fork-btn"), "spec_fork")
+        c["spec_md"] = gr.Markdown(t("spec_needs_run", lang), elem_id="spec-md")
+        c["spec_checks"] = gr.Plot(elem_id="spec-checks-plot", show_label=False, visible=False)
+        c["spec_residual"] = gr.Plot(elem_id="spec-residual-plot", show_label=False, visible=False)
+
+
+def draft_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("spec_off", lang), ""), ("ngram", "ngram"), *((f"layer:{k}", f"layer:{k}") for k in (1, 2, 4, 8, 12))]
+
+
 def precision_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("precision_asloaded", lang), ""), *((p, p) for p in PRECISIONS)]
 
@@ -138,7 +160,7 @@ def kv_dtype_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("kvlab_dtype_none", lang), ""), ("int8", "int8"), ("int4", "int4")]
 
 
-INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title", "kvlab_intro", "precision_intro")  # the lab's plain Markdown texts
+INTRO_NAMES = ("lab_intro", "lab_steer_title", "lab_patch_title", "kvlab_intro", "precision_intro", "spec_intro")  # the lab's plain Markdown texts
 
 
 def patch_title(lang: str) -> str:
@@ -148,4 +170,4 @@ def patch_title(lang: str) -> str:
 def intro_updates(lang: str) -> list[str]:
     """The lab's plain Markdown texts in `lang`, in the order of `INTRO_NAMES` (for the language switch)."""
     return [t("lab_intro", lang), t("lab_steer_title", lang), patch_title(lang), t("kvlab_intro", lang),
-            t("precision_intro", lang)]
+            t("precision_intro", lang), t("spec_intro", lang)]
