@@ -143,17 +143,17 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     return run, p
 
 
-def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> Any:
-    """The loaded model a "model:<name>" draft names (the visitor's catalog decides, as for the run's own model);
-    None for other drafts, or with a note when it cannot be loaded (the run then decodes without a draft)."""
+def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple[Any, Note | None]:
+    """The loaded model a "model:<name>" draft names (the visitor's catalog decides, as for the run's own model),
+    and None; (None, None) for other drafts; (None, a note) when it cannot be loaded (the run then decodes
+    without a draft)."""
     if not settings.draft.startswith("model:"):
-        return None
+        return None, None
     name = settings.draft[len("model:"):]
     try:
-        return lookup(name, settings.dtype, session.key)
+        return lookup(name, settings.dtype, session.key), None
     except Exception:  # noqa: BLE001 - whatever the name, the run goes on without a draft
-        session.link_notes.append(note("draft_model_missing", name=name))
-        return None
+        return None, note("draft_model_missing", name=name)
 
 
 # --- a press, frame by frame ----------------------------------------------------------------------
@@ -165,8 +165,10 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
     run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
-        run, p = start_run(session, lm, settings, parent, captures=captures,
-                           draft_lm=draft_model(session, lookup, settings))
+        drafter, missing = draft_model(session, lookup, settings)
+        run, p = start_run(session, lm, settings, parent, captures=captures, draft_lm=drafter)
+        if missing is not None:
+            run.notes.insert(0, missing)
     except Exception as exc:  # noqa: BLE001 - one line in the live screen, no badges
         message = error_line(exc, settings.lang, "generate")
         yield Frame(None, session.link_notes + [message], error=message)
