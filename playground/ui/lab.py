@@ -24,6 +24,7 @@ from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
 from playground.ui.jobs import PROGRESS_SECONDS
+from playground.ui.lab_layout import draft_choices
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.streaming import Streaming
 from playground.viz import causal
@@ -177,6 +178,17 @@ class Lab:
         finally:
             session.next_step = None
 
+    def draft_list(self, value: str, request: gr.Request | None = None) -> dict:
+        """The drafter choices for the session's model: ngram, early layers, and "model:<name>" for each loaded
+        model with its vocabulary (the Speculative decoding tab opened)."""
+        session = self.sessions.get(session_key(request))
+        choices = draft_choices(session.lang)
+        run = session.current  # the lab forks the run on screen: drafters for its model
+        name, dtype = (run.settings.model, run.settings.dtype) if run is not None else (session.model, session.dtype)
+        if name:
+            choices += [(f"model:{n}", f"model:{n}") for n in self.models.drafters(session.key, name, dtype)]
+        return gr.update(choices=choices, value=value)
+
     def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
         """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
         session = self.sessions.get(session_key(request))
@@ -270,6 +282,7 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     forks.append(p.kvlab_fork.click(lab_handlers.fork_kv, kv_policy, gen_outputs, **kw))
     forks.append(p.spec_fork.click(lab_handlers.fork_draft, [page.component("draft"), page.component("draft_tokens")],
                                    gen_outputs, **kw))
+    p.tab_speculative.select(lab_handlers.draft_list, page.component("draft"), page.component("draft"), queue=False)
     forks.append(p.precision_fork.click(lab_handlers.fork_precision, page.component("weight_precision"), gen_outputs,
                                         **kw))
     # The head picked in the All heads tab is the one the lab ablates.
