@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from playground.viz import causal
-from playground.viz._common import PROB_SCALE, as_array, finish, wrap_title
+from playground.viz._common import PROB_SCALE, as_array, finish, legend_below, wrap_title
 from playground.viz._language import texts
 
 _T = texts("kv_policy")  # this module's words, from playground/locales/
@@ -32,7 +32,7 @@ def bytes_figure(series: Mapping[str, Sequence[int]], label: str) -> go.Figure:
                              hovertemplate=_T["hover_kept"]))
     fig.update_xaxes(title_text=_T["step"])
     fig.update_yaxes(title_text=_T["kib"], rangemode="tozero")
-    return finish(fig, _T["bytes_title"], height=340, legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return finish(fig, _T["bytes_title"], height=380, legend=legend_below(380))
 
 
 def sink_figure(mass: Any) -> go.Figure:

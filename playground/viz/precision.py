@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from playground.steps import step_number
-from playground.viz._common import display_token, finish, short_label
+from playground.viz._common import display_token, finish, legend_below, short_label
 from playground.viz._language import texts
 
 _T = texts("precision")  # this module's words, from playground/locales/
@@ -33,8 +33,7 @@ def steps_figure(kl: Sequence[float], top1: Sequence[bool], token_texts: Sequenc
     fig.update_xaxes(title_text=_T["step"], tickmode="array", tickvals=steps,
                      ticktext=[f"{i}<br>{short_label(t)}" for i, t in zip(steps, labels)])
     fig.update_yaxes(title_text=_T["kl_axis"], rangemode="tozero")
-    return finish(fig, _T["steps_title"].format(label=label), height=360,
-                  legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return finish(fig, _T["steps_title"].format(label=label), height=400, legend=legend_below(400, 110))
 
 
 def layers_figure(errors: Sequence[float], entry: int | None, step: int, label: str) -> go.Figure:
@@ -48,5 +47,5 @@ def layers_figure(errors: Sequence[float], entry: int | None, step: int, label: 
                                  marker=dict(size=14, color="#e67e22", symbol="diamond")))
     fig.update_xaxes(title_text=_T["layer"])
     fig.update_yaxes(title_text=_T["error_axis"], rangemode="tozero")
-    return finish(fig, _T["layers_title"].format(label=label, step=step_number(step)), height=340,
-                  legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return finish(fig, _T["layers_title"].format(label=label, step=step_number(step)), height=380,
+                  legend=legend_below(380))

@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.steps import step_number
-from playground.viz._common import display_token, finish, short_label
+from playground.viz._common import display_token, finish, legend_below, short_label
 from playground.viz._language import texts
 
 _T = texts("speculative")  # this module's words, from playground/locales/
@@ -37,8 +37,7 @@ def checks_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
                         color=["#27ae60" if r["accepted"] else "#e74c3c" for r in coins])))
     fig.update_xaxes(title_text=_T["step"])
     fig.update_yaxes(title_text=_T["prob"], range=[0, 1.05])
-    return finish(fig, _T["checks_title"], height=380, barmode="group",
-                  legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return finish(fig, _T["checks_title"], height=440, barmode="group", legend=legend_below(440, 110))
 
 
 def residual_figure(row: Mapping[str, Any]) -> go.Figure:
@@ -51,4 +50,4 @@ def residual_figure(row: Mapping[str, Any]) -> go.Figure:
     fig.add_trace(go.Scatter(x=x, y=[r["q"] for r in top], name=_T["q"], mode="markers", marker=dict(color="#95a5a6")))
     fig.update_yaxes(title_text=_T["prob"], rangemode="tozero")
     title = _T["residual_title"].format(step=step_number(row["step"]), draft=display_token(row["draft"]))
-    return finish(fig, title, height=320, legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))
+    return finish(fig, title, height=360, legend=legend_below(360, 50))
