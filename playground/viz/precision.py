@@ -33,7 +33,7 @@ def steps_figure(kl: Sequence[float], top1: Sequence[bool], token_texts: Sequenc
     fig.update_xaxes(title_text=_T["step"], tickmode="array", tickvals=steps,
                      ticktext=[f"{i}<br>{short_label(t)}" for i, t in zip(steps, labels)])
     fig.update_yaxes(title_text=_T["kl_axis"], rangemode="tozero")
-    return finish(fig, _T["steps_title"].format(label=label), height=400, legend=legend_below(400, 110))
+    return finish(fig, _T["steps_title"].format(label=label), height=400, legend=legend_below(400, 140))
 
 
 def layers_figure(errors: Sequence[float], entry: int | None, step: int, label: str) -> go.Figure:

@@ -37,7 +37,7 @@ def checks_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
                         color=["#27ae60" if r["accepted"] else "#e74c3c" for r in coins])))
     fig.update_xaxes(title_text=_T["step"])
     fig.update_yaxes(title_text=_T["prob"], range=[0, 1.05])
-    return finish(fig, _T["checks_title"], height=440, barmode="group", legend=legend_below(440, 110))
+    return finish(fig, _T["checks_title"], height=440, barmode="group", legend=legend_below(440, 140))
 
 
 def residual_figure(row: Mapping[str, Any]) -> go.Figure:
