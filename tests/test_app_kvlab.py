@@ -188,3 +188,16 @@ def test_the_default_settings_ask_for_the_plain_cache():
     kw = generation_kwargs(UISettings(prompt="x"))
     assert not {"kv_window", "kv_sink", "kv_heavy", "kv_dtype"} & set(kw)
     assert not GenerationConfig(**kw).kv_policy
+
+
+@pytest.mark.parametrize("policy", [{"window": 6, "sink": 2}, {"dtype": "int8"}])
+def test_the_live_kv_panel_fills_the_formula_with_what_the_branch_holds(lm, policy):
+    from playground.app import frames
+
+    _, _, fork = forked(lm, **policy)
+    cache = fork.events[-1].cache
+    tokens, used = fork.compact[-1][4]
+    assert tokens == cache["kept_positions"] and used == cache["bytes"]
+    c = frames._cache_summary(cache)
+    formula = 2 * c["layers"] * c["batch"] * c["kv_heads"] * tokens * c["head_dim"] * c["element_size"]
+    assert formula == pytest.approx(used, rel=0.01)  # 2·N_layers·B·h_kv·T·d_head·s, as the live panel writes it
