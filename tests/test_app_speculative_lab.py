@@ -68,6 +68,9 @@ def test_an_early_layer_drafts_the_model_s_own_greedy_text_and_the_lab_shows_eac
                            per_pass=spec["tokens_per_pass"], passes=spec["target_passes"], tokens=len(rows)))
     assert t("spec_rule_greedy", lang) in md and str(plain.number) in md.split(t("spec_rule_greedy", lang))[1]
     assert bool(CJK.search(md)) == (lang == "zh")
+    so_far = drafted.events[step].speculation["totals"]  # the running rate at the selected step, as the engine kept it
+    assert t("spec_so_far", lang, step=step + 1, accepted=so_far["accepted"], proposed=so_far["proposed"],
+             rate=so_far["accepted"] / so_far["proposed"], passes=so_far["target_passes"]) in md
     fig = slots["spec_checks"].value
     assert list(fig.data[0].y) == pytest.approx([r["q"] for r in drafted_rows])  # q(x) per drafted token
     assert list(fig.data[1].y) == pytest.approx([r["p"] for r in drafted_rows])  # p(x)

@@ -63,7 +63,7 @@ def checks(lm: Any, run: Run) -> list[dict[str, Any]]:
     for step, event in enumerate(run.events):
         record = event.speculation or {}
         row = {"step": step, "kind": record.get("kind", "plain"), "pass": record.get("pass_index", step),
-               "token": event.token_text}
+               "token": event.token_text, "so_far": dict(record.get("totals") or {})}
         if record.get("draft_token") is not None:
             row.update(draft=lm.token_text(int(record["draft_token"])), q=float(record["q"]), p=float(record["p"]),
                        accept=float(record["accept_prob"]), coin=record.get("coin"), accepted=bool(record["accepted"]))

@@ -67,6 +67,11 @@ def caption(d: dict[str, Any], lang: str) -> str:
     elif r is not None:
         lines.append(t(f"spec_step_{r['kind']}" if r["kind"] in ("bonus", "prefill") else "spec_step_plain", lang,
                        step=r["step"] + 1))
+    if r is not None and r["so_far"].get("proposed"):  # the running acceptance rate at the selected step
+        so_far = r["so_far"]
+        lines.append(t("spec_so_far", lang, step=r["step"] + 1, accepted=so_far["accepted"],
+                       proposed=so_far["proposed"], rate=so_far["accepted"] / so_far["proposed"],
+                       passes=so_far["target_passes"]))
     return ("" if lang == "zh" else " ").join(lines)
 
 
