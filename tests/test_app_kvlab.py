@@ -46,9 +46,9 @@ def show(lm, session: Session, view=VIEW) -> dict:
 def forked(lm, lang: str = "en", **policy) -> tuple[Session, object, object]:
     session = Session(model="a", lang=lang)
     plain = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
-    args = {"window": 0, "sink": 0, "heavy": 0, "dtype": "", **policy}
+    args = {"window": 0, "sink": 0, "heavy": 0, "dtype": "", "rope": "", **policy}
     fork = play(session, lm, kvlab.fork_settings(session, plain, args["window"], args["sink"], args["heavy"],
-                                                 args["dtype"], lang))
+                                                 args["dtype"], lang, args["rope"]))
     return session, plain, fork
 
 
@@ -201,3 +201,28 @@ def test_the_live_kv_panel_fills_the_formula_with_what_the_branch_holds(lm, poli
     c = frames._cache_summary(cache)
     formula = 2 * c["layers"] * c["batch"] * c["kv_heads"] * tokens * c["head_dim"] * c["element_size"]
     assert formula == pytest.approx(used, rel=0.01)  # 2·N_layers·B·h_kv·T·d_head·s, as the live panel writes it
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_rope_scaling_forks_the_run_with_its_own_table_and_its_perplexity(lm, lang):
+    from playground.app.views.kv_policy import perplexity
+
+    session, plain, fork = forked(lm, lang, rope="ntk:2")
+    assert fork.cfg.rope_scaling == {"type": "ntk", "factor": 2.0}
+    ref = engine(lm, fork)
+    assert ref.token_ids == [s.token_id for s in fork.path]
+    slots = show(lm, session)
+    md = slots["kvlab_md"].value
+    assert "RoPE ntk × 2" in md and kvlab.policy_words(fork.settings, lang) == "RoPE ntk × 2"
+    div = kvlab.measure(lm, fork, plain)["div"]
+    assert t("kvlab_ppl", lang, plain=perplexity(div["original_prob"]), policy=perplexity(div["prob"])) in md
+    assert perplexity(div["original_prob"]) != perplexity(div["prob"])  # another table: other numbers
+    params = dict(parse_qsl(session.link_query(fork.settings).lstrip("?")))
+    assert params["rope_scaling"] == "ntk:2" and from_query(params)[0].rope_scaling == "ntk:2"
+    assert [has_kv_policy(s) for s in lab.link_runs(from_query(params)[0])] == [False, True]
+
+
+@pytest.mark.parametrize("value", ["ntk", "ntk:0.5", "magic:2", "yarn:1e9"])
+def test_an_unusable_rope_scaling_in_a_link_is_a_note(value):
+    settings, notes = from_query({"model": "a", "rope_scaling": value})
+    assert settings.rope_scaling == "" and [n.key for n in notes] == ["link_ignored"]

@@ -32,7 +32,8 @@ def test_the_drafter_list_offers_loaded_models_of_the_same_vocabulary(h):
 
 @pytest.mark.parametrize("press, args, setting", [
     ("fork_draft", ("model:tiny-b", 3), ("draft", "model:tiny-b")),
-    ("fork_kv", (6, 2, 0, ""), ("kv_window", 6)),
+    ("fork_kv", (6, 2, 0, "", ""), ("kv_window", 6)),
+    ("fork_kv", (0, 0, 0, "", "ntk:2"), ("rope_scaling", "ntk:2")),
     ("fork_precision", ("int8",), ("weight_precision", "int8")),
 ])
 def test_each_fork_streams_its_branch_beside_the_run(h, press, args, setting):
@@ -45,6 +46,6 @@ def test_each_fork_streams_its_branch_beside_the_run(h, press, args, setting):
     assert frames[-1][0]["status"]["state"] == "done"
     if press == "fork_draft":
         assert branch.cfg.draft is h.models.model_for("tiny-b", "float32", session)
-    refused = list(getattr(h.lab, press)(*(("", 4) if press == "fork_draft" else (0, 0, 0, "") if press == "fork_kv"
+    refused = list(getattr(h.lab, press)(*(("", 4) if press == "fork_draft" else (0, 0, 0, "", "") if press == "fork_kv"
                                            else ("float32",)), request(session)))
     assert len(refused) == 1 and h.sessions.get(session).current is branch  # one line, no run

@@ -278,16 +278,17 @@ def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
 
 def policy_words(policy: Mapping[str, Any], lang: str) -> str:
     """A cache policy as the engine reports it (window, sink, heavy, dtype), in the visitor's words."""
+    words = []
     if policy.get("dtype"):
-        return t("kvlab_policy_quant", lang, dtype=policy["dtype"])
-    if not policy.get("window"):
-        return t("kvlab_policy_rope", lang)
-    words = t("kvlab_policy_window", lang, n=policy["window"])
-    if policy.get("sink"):
-        words += t("kvlab_policy_sink", lang, n=policy["sink"])
-    if policy.get("heavy"):
-        words += t("kvlab_policy_heavy", lang, n=policy["heavy"])
-    return words
+        words.append(t("kvlab_policy_quant", lang, dtype=policy["dtype"]))
+    if policy.get("window"):
+        words.append(t("kvlab_policy_window", lang, n=policy["window"])
+                     + (t("kvlab_policy_sink", lang, n=policy["sink"]) if policy.get("sink") else "")
+                     + (t("kvlab_policy_heavy", lang, n=policy["heavy"]) if policy.get("heavy") else ""))
+    rope = policy.get("rope_scaling")
+    if isinstance(rope, Mapping):
+        words.append(t("kvlab_policy_scaled", lang, kind=rope.get("type"), factor=f"{rope.get('factor', 1):g}"))
+    return " · ".join(words) or t("kvlab_policy_rope", lang)
 
 
 def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from playground.analysis.kv_policies import divergence_along, sink_mass
 from playground.app.run import Run
-from playground.app.settings import KV_DTYPES, UISettings, has_kv_policy, without_kv
+from playground.app.settings import KV_DTYPES, UISettings, has_kv_policy, rope_dict, without_kv
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.generation.config import GenerationConfig
@@ -39,29 +39,36 @@ class KVLabError(PlaygroundError):
 
 def policy_words(settings: UISettings, lang: str) -> str:
     """The policy of `settings` in the visitor's words ("window 16 + 4 sinks"; '' for the plain cache)."""
+    words = []
     if settings.kv_dtype:
-        return t("kvlab_policy_quant", lang, dtype=settings.kv_dtype)
-    if not settings.kv_window:
-        return ""
-    words = t("kvlab_policy_window", lang, n=settings.kv_window)
-    if settings.kv_sink:
-        words += t("kvlab_policy_sink", lang, n=settings.kv_sink)
-    if settings.kv_heavy:
-        words += t("kvlab_policy_heavy", lang, n=settings.kv_heavy)
-    return words
+        words.append(t("kvlab_policy_quant", lang, dtype=settings.kv_dtype))
+    if settings.kv_window:
+        words.append(t("kvlab_policy_window", lang, n=settings.kv_window)
+                     + (t("kvlab_policy_sink", lang, n=settings.kv_sink) if settings.kv_sink else "")
+                     + (t("kvlab_policy_heavy", lang, n=settings.kv_heavy) if settings.kv_heavy else ""))
+    if settings.rope_scaling:
+        kind, _, factor = settings.rope_scaling.partition(":")
+        words.append(t("kvlab_policy_scaled", lang, kind=kind, factor=factor))
+    return " · ".join(words)
 
 
-def fork_settings(session: Session, run: Run, window: int, sink: int, heavy: int, dtype: str, lang: str) -> UISettings:
-    """The settings of `run` (its seed, no branches) under the chosen cache policy; refused for no policy."""
+def fork_settings(session: Session, run: Run, window: int, sink: int, heavy: int, dtype: str, lang: str,
+                  rope: str = "") -> UISettings:
+    """The settings of `run` (its seed, no branches) under the chosen cache policy and RoPE scaling; refused for
+    neither."""
     window, sink, heavy = (max(0, int(v or 0)) for v in (window, sink, heavy))
     dtype = dtype if dtype in KV_DTYPES else ""
+    try:
+        rope = rope if rope and rope_dict(rope) else ""
+    except ValueError:
+        rope = ""
     if dtype and window:
         raise KVLabError(t("kvlab_both", lang))
-    if not dtype and not window:
+    if not dtype and not window and not rope:
         raise KVLabError(t("kvlab_choose", lang))
     base = session.run_settings(run)
     return dataclasses.replace(base, branches="", lang=lang, kv_window=window, kv_sink=sink if window else 0,
-                               kv_heavy=heavy if window else 0, kv_dtype=dtype)
+                               kv_heavy=heavy if window else 0, kv_dtype=dtype, rope_scaling=rope)
 
 
 def plain_among(runs: Sequence[Run], run: Run) -> Run | None:

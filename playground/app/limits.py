@@ -21,6 +21,7 @@ from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
 from playground.models.quantize import PRECISIONS
+from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
 
 
@@ -174,6 +175,12 @@ def _lenient_kv(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
     if c.kv_dtype is not None and c.kv_window is not None:
         notes.append(note("kv_dtype_window"))
         c.kv_dtype = None
+    if c.rope_scaling is not None and lm.kind == "decoder":
+        try:
+            rotary_override(lm.config, c.rope_scaling)
+        except RopeScalingError as error:
+            notes.append(note("rope_dropped", why=error.args[0] if error.args else str(error)))
+            c.rope_scaling = None
     if c.kv_policy and lm.kind != "decoder":
         notes.append(note("kv_decoder_only"))
         c.kv_window, c.kv_sink, c.kv_heavy, c.kv_dtype, c.rope_scaling = None, 0, 0, None, None

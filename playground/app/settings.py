@@ -21,13 +21,14 @@ from playground.app.limits import CAPS, RANGES, WHOLE
 from playground.app.notes import error_note, note
 from playground.interventions import InterventionError, unpack
 from playground.models.quantize import PRECISIONS
+from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 from playground.notes import Note
 
 log = logging.getLogger("playground.app")
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
 KV_DTYPES = ("", "int8", "int4")
-KV_FIELDS = ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")
+KV_FIELDS = ("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling")
 WEIGHT_PRECISIONS = ("", *PRECISIONS)  # "": the weights as loaded
 LANGS = ("en", "zh")
 MAX_BRANCHES = 8
@@ -64,6 +65,7 @@ class UISettings:
     kv_sink: int = 0  # and the first S (attention sinks)
     kv_heavy: int = 0  # and the H others with the most accumulated attention (heavy hitters)
     kv_dtype: str = ""  # "int8" | "int4": a quantised cache
+    rope_scaling: str = ""  # "linear:2" | "ntk:4" | "yarn:2" …: the run's own RoPE table, past the trained length
     # The precision what-if: the run's weights at another precision ("": as loaded); a link replays float32 first.
     weight_precision: str = ""
     # Speculative decoding: who drafts ("": nobody; "ngram"; "layer:K"; "model:<name>": a loaded model of the same
@@ -103,6 +105,9 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "weight_precision":
         if text not in WEIGHT_PRECISIONS:
             raise ValueError(note("expect_one_of", choices=", ".join(PRECISIONS)))
+        return text
+    if name == "rope_scaling":
+        rope_dict(text)
         return text
     if name == "kv_dtype":
         if text not in KV_DTYPES:
@@ -260,17 +265,37 @@ def kv_kwargs(settings: UISettings) -> dict[str, Any]:
         kw["kv_heavy"] = settings.kv_heavy
     if settings.kv_dtype:
         kw["kv_dtype"] = settings.kv_dtype
+    if settings.rope_scaling:
+        try:
+            kw["rope_scaling"] = rope_dict(settings.rope_scaling)
+        except ValueError:  # widgets bind their values; a text that is none of them asks for nothing
+            pass
     return kw
+
+
+def rope_dict(text: str) -> dict[str, Any] | None:
+    """"ntk:4" -> {"type": "ntk", "factor": 4.0} ("" -> None); ValueError (a Note) for anything else."""
+    if not text:
+        return None
+    kind, sep, factor = text.partition(":")
+    try:
+        value = {"type": kind, "factor": float(factor)}
+        if not sep:
+            raise RopeScalingError(text)
+        check_rope_scaling(value)
+    except (ValueError, RopeScalingError):
+        raise ValueError(note("expect_rope")) from None
+    return value
 
 
 def has_kv_policy(settings: UISettings) -> bool:
     """Whether the settings ask for a cache of their own (the KV lab's branch), not the plain cache."""
-    return bool(settings.kv_window or settings.kv_dtype)
+    return bool(settings.kv_window or settings.kv_dtype or settings.rope_scaling)
 
 
 def without_kv(settings: UISettings) -> UISettings:
     """The same settings with the plain cache."""
-    return dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0, kv_dtype="")
+    return dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0, kv_dtype="", rope_scaling="")
 
 
 def has_precision(settings: UISettings) -> bool:

@@ -116,7 +116,7 @@ class Lab:
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
 
-    def fork_kv(self, window: float, sink: float, heavy: float, dtype: str,
+    def fork_kv(self, window: float, sink: float, heavy: float, dtype: str, rope: str = "",
                 request: gr.Request | None = None) -> Iterator[tuple]:
         """The KV-cache lab: the run on screen again under the chosen cache policy, beside it in the live screen."""
         session = self.sessions.get(session_key(request))
@@ -128,7 +128,7 @@ class Lab:
             return
         try:
             settings = kvlab.fork_settings(session, run, int(window or 0), int(sink or 0), int(heavy or 0),
-                                           str(dtype or ""), lang)
+                                           str(dtype or ""), lang, str(rope or ""))
         except Exception as exc:  # noqa: BLE001 - one line in the notes
             yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
             return
@@ -278,7 +278,7 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
         p.lab_patch.click(lab_handlers.fork_patch, [p.lab_patch_prompt, p.lab_patch_layer, p.lab_patch_position],
                           [*gen_outputs, p.lab_patch_md], **kw),
     ]
-    kv_policy = [page.component(n) for n in ("kv_window", "kv_sink", "kv_heavy", "kv_dtype")]
+    kv_policy = [page.component(n) for n in ("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling")]
     forks.append(p.kvlab_fork.click(lab_handlers.fork_kv, kv_policy, gen_outputs, **kw))
     forks.append(p.spec_fork.click(lab_handlers.fork_draft, [page.component("draft"), page.component("draft_tokens")],
                                    gen_outputs, **kw))

@@ -108,6 +108,8 @@ def build_kv_tab(c: dict[str, Any], named, lang: str) -> None:
                                       elem_id=elem, min_width=200), key, f"{key}_info")
             named("kv_dtype", gr.Radio(kv_dtype_choices(lang), value="", label=t("kvlab_dtype", lang),
                                        elem_id="kv-dtype", min_width=200), "kvlab_dtype")
+            named("rope_scaling", gr.Dropdown(rope_choices(lang), value="", label=t("kvlab_rope", lang),
+                                              elem_id="rope-scaling", min_width=200), "kvlab_rope")
         named("kvlab_fork", gr.Button(t("kvlab_fork", lang), variant="primary", elem_id="kvlab-fork-btn"), "kvlab_fork")
         c["kvlab_md"] = gr.Markdown(t("kvlab_needs_run", lang), elem_id="kvlab-md")
         c["kvlab_bytes"] = gr.Plot(elem_id="kvlab-bytes-plot", show_label=False, visible=False)
@@ -154,6 +156,10 @@ def draft_choices(lang: str) -> list[tuple[str, str]]:
 
 def precision_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("precision_asloaded", lang), ""), *((p, p) for p in PRECISIONS)]
+
+
+def rope_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("kvlab_dtype_none", lang), ""), *((f"{k}:{f}", f"{k}:{f}") for f in (2, 4) for k in ("linear", "ntk", "yarn"))]
 
 
 def kv_dtype_choices(lang: str) -> list[tuple[str, str]]:

@@ -5,6 +5,7 @@ per layer and head. Every result names the runs it reads."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from playground.app import kvlab
@@ -63,7 +64,14 @@ def caption(d: dict[str, Any], lang: str) -> str:
         if d["div"] is not None and d["div"]["kl"]:
             kl = d["div"]["kl"]
             lines.append(t("kvlab_kl", lang, mean=sum(kl) / len(kl), most=max(kl), step=kl.index(max(kl)) + 1))
+            lines.append(t("kvlab_ppl", lang, plain=perplexity(d["div"]["original_prob"]),
+                           policy=perplexity(d["div"]["prob"])))
     return ("" if lang == "zh" else " ").join(lines)
+
+
+def perplexity(probs: list[float]) -> float:
+    """exp of the mean negative log-probability of the plain run's tokens (teacher-forced)."""
+    return math.exp(-sum(math.log(max(p, 1e-300)) for p in probs) / len(probs)) if probs else float("nan")
 
 
 def _quoted(text: str) -> str:
