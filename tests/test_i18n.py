@@ -45,7 +45,9 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 # Latin words a 中文 note may keep: knob and config names, their values, units, names of formats and products.
 KEPT_LATIN = {"max_new_tokens", "top_k", "min-p", "top-k", "top-p", "attention_layers", "forced_bos_token_id",
               "early_stopping", "true", "false", "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors",
-              "Hub", "owner/name", "fr", "fr_XX", "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face"}
+              "Hub", "owner/name", "fr", "fr_XX", "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face",
+              "kv_dtype", "int8", "int4", "KV", "weight_precision", "bfloat16", "float16", "ngram", "layer", "K",
+              "model", "name", "linear", "ntk", "yarn", "RoPE"}
 # The notes whose words predate note_words (in words.STRINGS): walked too.
 OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailable", "prompt_cut", "prompt_tokens_cut",
                    "numbers_nonfinite", "numbers_overflow", "numbers_uniform", "zerogpu_quota", "zerogpu_busy",

@@ -70,7 +70,16 @@ def policy_divergence(
     plain_cfg = plain_cfg or policy_cfg.replace(kv_window=None, kv_sink=0, kv_heavy=0, kv_dtype=None, rope_scaling=None)
     plain_run = generate_all(lm, prompt, plain_cfg)
     policy_run = generate_all(lm, prompt, policy_cfg)
-    tokens = list(plain_run.token_ids)
+    return divergence_along(lm, prompt, plain_cfg, policy_cfg, list(plain_run.token_ids), list(policy_run.token_ids))
+
+
+def divergence_along(
+    lm: LoadedModel, prompt: str | list[int], plain_cfg: GenerationConfig, policy_cfg: GenerationConfig,
+    tokens: Sequence[int], policy_tokens: Sequence[int],
+) -> Divergence:
+    """`policy_divergence` for two runs already made: the plain run's `tokens` read teacher-forced by both
+    caches, and the first step where the policy run's own `policy_tokens` differ."""
+    tokens = [int(t) for t in tokens]
     if not tokens:
         raise ValueError("the plain run has no tokens to compare")
     n = len(tokens)
@@ -81,7 +90,7 @@ def policy_divergence(
     chosen_b = b.gather(1, idx)[:, 0]
     rank = (b > chosen_b[:, None]).sum(-1).numpy()
     return Divergence(kl=kl, rank=rank, prob=chosen_b.exp().numpy(), original_prob=a.gather(1, idx)[:, 0].exp().numpy(),
-                      tokens=tokens, first_difference=first_difference(tokens, policy_run.token_ids))
+                      tokens=tokens, first_difference=first_difference(tokens, list(policy_tokens)))
 
 
 def continuation_nll(

@@ -276,6 +276,21 @@ def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
         return kv_formula(cache)
 
 
+def policy_words(policy: Mapping[str, Any], lang: str) -> str:
+    """A cache policy as the engine reports it (window, sink, heavy, dtype), in the visitor's words."""
+    words = []
+    if policy.get("dtype"):
+        words.append(t("kvlab_policy_quant", lang, dtype=policy["dtype"]))
+    if policy.get("window"):
+        words.append(t("kvlab_policy_window", lang, n=policy["window"])
+                     + (t("kvlab_policy_sink", lang, n=policy["sink"]) if policy.get("sink") else "")
+                     + (t("kvlab_policy_heavy", lang, n=policy["heavy"]) if policy.get("heavy") else ""))
+    rope = policy.get("rope_scaling")
+    if isinstance(rope, Mapping):
+        words.append(t("kvlab_policy_scaled", lang, kind=rope.get("type"), factor=f"{rope.get('factor', 1):g}"))
+    return " · ".join(words) or t("kvlab_policy_rope", lang)
+
+
 def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
     """The KV tab's summary: tokens, bytes used vs allocated, the formula filled in, per-layer shape."""
     if not cache:
@@ -289,6 +304,11 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
         "",
         t("kv_symbols", lang),
     ]
+    policy = cache.get("policy")
+    if isinstance(policy, Mapping):  # the run's own cache (the KV lab): what it really holds
+        lines += ["", t("cache_policy", lang, policy=policy_words(policy, lang), kept=cache.get("kept_positions", "?"),
+                        tokens=cache.get("tokens"), held=format_bytes(int(cache.get("bytes", 0))),
+                        plain=format_bytes(int(cache.get("plain_bytes", 0))))]
     per_layer = cache.get("per_layer") or []
     windowed = any(p.get("window") for p in per_layer)
     if per_layer and not windowed and all(p.get("k_shape") == per_layer[0].get("k_shape") for p in per_layer):

@@ -50,8 +50,9 @@ def stage_names(events: Sequence[StepEvent]) -> list[str]:
     return ["raw"]
 
 
-def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str]) -> list[Any]:
-    """[text, id, prob, candidates, [cached tokens, bytes]] for one token of the displayed sequence.
+def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str], spec: str = "") -> list[Any]:
+    """[text, id, prob, candidates, [cached tokens, bytes]] for one token of the displayed sequence, and for a
+    drafted run's token what speculative decoding made of it ("accepted", "rejected" or "bonus") last.
 
     candidates: [text, id, [prob after each stage], index of the stage that removed it or -1, chosen].
     """
@@ -59,7 +60,9 @@ def compact_step(step: TokenStep, cache: dict[str, Any], stages: list[str]) -> l
     for c in step.candidates or []:
         removed = stages.index(c.removed_by) if c.removed_by in stages else -1
         cands.append([c.text, c.token_id, [_r(c.stages.get(s, 0.0)) for s in stages], removed, int(c.chosen)])
-    return [step.token_text, step.token_id, _r(step.prob), cands, [int(cache.get("tokens", 0)), int(cache.get("bytes", 0))]]
+    held = int(cache.get("kept_positions", cache.get("tokens", 0)))  # a cache that evicts holds fewer than it saw
+    entry = [step.token_text, step.token_id, _r(step.prob), cands, [held, int(cache.get("bytes", 0))]]
+    return entry + [spec] if spec else entry
 
 
 def head_choices(heads: int, kv_heads: int) -> list[str]:
@@ -182,6 +185,10 @@ def _cache_summary(cache: dict[str, Any]) -> dict[str, Any]:
     keys = ("enabled", "layers", "batch", "kv_heads", "query_heads", "head_dim", "tokens", "max_tokens", "dtype",
             "element_size", "bytes", "allocated_bytes", "mha_equivalent_bytes", "bytes_per_token")
     out = {k: cache.get(k) for k in keys}
+    policy = cache.get("policy")
+    if isinstance(policy, dict) and policy.get("dtype"):  # a quantised cache: s is its bytes per number, scales included
+        numbers = 2 * cache["layers"] * cache["batch"] * cache["kv_heads"] * cache["tokens"] * cache["head_dim"]
+        out["element_size"] = round(cache["bytes"] / numbers, 2) if numbers else out["element_size"]
     cross = cache.get("cross_attention")
     if cross:
         out["cross"] = {k: cross.get(k) for k in ("layers", "kv_heads", "head_dim", "tokens", "bytes")}

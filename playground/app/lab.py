@@ -21,7 +21,7 @@ from playground.analysis.kv_lesson import linear_flops_per_token
 from playground.analysis.steering import SteeringVector, contrast_vector, residual_after
 from playground.app.jobs import Progress
 from playground.app.run import Run
-from playground.app.settings import MAX_EDITS, UISettings, parse_edits
+from playground.app.settings import MAX_EDITS, UISettings, parse_edits, plain_variant
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.interventions import Ablate, Intervention, Patch, Steer, pack  # noqa: F401 - pack: for callers
@@ -70,9 +70,10 @@ def reads_words(number: int, edits: str, step: int, lang: str) -> str:
 
 
 def link_runs(settings: UISettings) -> list[UISettings]:
-    """The runs a link replays: the plain run, then (when the link carries edits) the edited one."""
-    plain = dataclasses.replace(settings, edits="")
-    return [plain, settings] if settings.edits else [plain]
+    """The runs a link replays: the plain run, then (when the link carries edits, a KV-cache policy or another
+    weight precision) the edited or variant run, which the labs compare with it."""
+    plain = plain_variant(dataclasses.replace(settings, edits=""))
+    return [plain, settings] if plain != settings else [plain]
 
 
 def fork_settings(session: Session, run: Run, edit: Intervention, lang: str) -> UISettings:

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.app.notes import note
-from playground.generation.config import DRAFT_TOKENS, GenerationConfig, SettingsError, usable_stop_strings
+from playground.generation.config import DRAFT_TOKENS, KV_DTYPES, GenerationConfig, SettingsError, usable_stop_strings
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
 from playground.generation.plan import ContextFit, context_limit, fit_to_context
 from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
 from playground.interventions import InterventionError, as_interventions, check
+from playground.models.quantize import PRECISIONS
+from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
 
 
@@ -42,9 +44,12 @@ class Caps:
 CAPS = Caps()
 
 # (low, high) of every numeric setting: the widgets' bounds and what a link may ask for.
-RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms)}
+# The KV lab's: a window of 0 keeps every position (no eviction).
+KV_RANGES: dict[str, tuple[float, float]] = {"kv_window": (0, 4096), "kv_sink": (0, 64), "kv_heavy": (0, 256)}
+RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms), **KV_RANGES,
+                                          "draft_tokens": (1, 16)}
 # Link values that must be whole numbers.
-WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms"})
+WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms", "draft_tokens"} | set(KV_RANGES))
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,10 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
     except InterventionError as error:
         notes.append(note("edits_dropped", why=error.args[0] if error.args else str(error)))
         c.interventions = ()
+    _lenient_kv(c, lm, notes)
+    if c.weight_precision is not None and c.weight_precision not in PRECISIONS:
+        notes.append(note("precision_bad", value=repr(c.weight_precision)))
+        c.weight_precision = None
     tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
     if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
         notes.append(f"draft_tokens {c.draft_tokens!r} is not a whole number from 1 to 16: using 4")
@@ -142,6 +151,39 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
     if fit.keep < prompt_ids_len:
         c.truncate_prompt = True
     return Lenient(c, notes, fit)
+
+
+def _lenient_kv(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
+    """The KV lab's settings moved to what the engine runs: each in range, the combinations it refuses undone,
+    the plain cache on a model they do not apply to; a note for each change."""
+    if c.kv_dtype not in KV_DTYPES:
+        notes.append(note("kv_dtype_bad", value=repr(c.kv_dtype)))
+        c.kv_dtype = None
+    for name, (low, high) in KV_RANGES.items():
+        value = getattr(c, name)
+        if value is None:
+            continue
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        if not ok or (name == "kv_window" and value < 1):
+            fixed = None if name == "kv_window" else 0
+            notes.append(note("kv_range", name=name, value=repr(value), low=max(low, 1 if name == "kv_window" else low),
+                              high=high))
+            setattr(c, name, fixed)
+    if (c.kv_sink or c.kv_heavy) and c.kv_window is None:
+        notes.append(note("kv_needs_window"))
+        c.kv_sink = c.kv_heavy = 0
+    if c.kv_dtype is not None and c.kv_window is not None:
+        notes.append(note("kv_dtype_window"))
+        c.kv_dtype = None
+    if c.rope_scaling is not None and lm.kind == "decoder":
+        try:
+            rotary_override(lm.config, c.rope_scaling)
+        except RopeScalingError as error:
+            notes.append(note("rope_dropped", why=error.args[0] if error.args else str(error)))
+            c.rope_scaling = None
+    if c.kv_policy and lm.kind != "decoder":
+        notes.append(note("kv_decoder_only"))
+        c.kv_window, c.kv_sink, c.kv_heavy, c.kv_dtype, c.rope_scaling = None, 0, 0, None, None
 
 
 def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[Note]) -> Any:

@@ -90,7 +90,7 @@ def link_defaults(settings: UISettings, named: Any, lm: Any) -> UISettings:
 
 
 def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | None = None, *,
-              captures: bool = True) -> tuple[Run, Plan]:
+              captures: bool = True, draft_lm: Any = None) -> tuple[Run, Plan]:
     """A new run of `session` (numbered, not yet added) and the engine's plan for it: the one validation pass.
 
     parent: (run, step, token ids): continue `run` from `step` with these tokens instead of its own.
@@ -111,6 +111,8 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
             [s.token_text, s.token_id, s.prob] for s in base.path[:step]]
         branch_of = (base.number, step)
     kwargs = decoding(lm, settings)
+    if draft_lm is not None:  # a second model drafts (found by name in `play`)
+        kwargs.update(draft=draft_lm, draft_tokens=settings.draft_tokens)
     if settings.mode == "sample" and settings.seed is None:
         kwargs["seed"] = secrets.randbelow(2**31)
         notes.append(note("seed_drawn", seed=kwargs["seed"]))
@@ -122,6 +124,9 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
     # The live panel's layer, and the residual stream the logit lens and the residual norms read.
     cfg = done.cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
+    if cfg.draft is not None and cfg.num_beams == 1:  # a verify pass checks several tokens at once: nothing recorded
+        cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False)
+        notes.append(note("draft_no_captures"))
     if not captures:
         cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
     if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
@@ -138,6 +143,19 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     return run, p
 
 
+def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple[Any, Note | None]:
+    """The loaded model a "model:<name>" draft names (the visitor's catalog decides, as for the run's own model),
+    and None; (None, None) for other drafts; (None, a note) when it cannot be loaded (the run then decodes
+    without a draft)."""
+    if not settings.draft.startswith("model:"):
+        return None, None
+    name = settings.draft[len("model:"):]
+    try:
+        return lookup(name, settings.dtype, session.key), None
+    except Exception:  # noqa: BLE001 - whatever the name, the run goes on without a draft
+        return None, note("draft_model_missing", name=name)
+
+
 # --- a press, frame by frame ----------------------------------------------------------------------
 
 
@@ -147,7 +165,10 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
     run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
-        run, p = start_run(session, lm, settings, parent, captures=captures)
+        drafter, missing = draft_model(session, lookup, settings)
+        run, p = start_run(session, lm, settings, parent, captures=captures, draft_lm=drafter)
+        if missing is not None:
+            run.notes.insert(0, missing)
     except Exception as exc:  # noqa: BLE001 - one line in the live screen, no badges
         message = error_line(exc, settings.lang, "generate")
         yield Frame(None, session.link_notes + [message], error=message)

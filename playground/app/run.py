@@ -101,7 +101,9 @@ class Run:
         if not self.beam:
             step = token_path(lm, [event], None)[0]
             self.path.append(step)
-            self.compact.append(frames.compact_step(step, event.cache, stages))
+            kind = (event.speculation or {}).get("kind", "")
+            spec = kind if kind in ("accepted", "rejected", "bonus") else ""
+            self.compact.append(frames.compact_step(step, event.cache, stages, spec))
             return
         best = next((b for b in event.beams or [] if b.token_ids == event.token_ids), None)
         if best is not None:

@@ -18,9 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.app.kvlab import policy_words
 from playground.app.lab import describe_edits
 from playground.app.run import Run
-from playground.app.settings import UISettings, format_branches, to_query
+from playground.app.settings import KV_FIELDS, UISettings, format_branches, has_precision, to_query
+from playground.app.speculative_lab import drafter_words
+from playground.app.words import t
 
 MAX_RUNS_PER_SESSION = 4  # the current run and the branches it can be compared with
 
@@ -162,7 +165,7 @@ class Session:
         parents = {r.branch_of[0] for r in family if r.branch_of}
         family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
                   if r is run or r.number in parents or all(  # (an edited run with the same text is not a repeat)
-                      (r.stream_ids, r.settings.edits) != (later.stream_ids, later.settings.edits)
+                      (r.stream_ids, _variant(r.settings)) != (later.stream_ids, _variant(later.settings))
                       for later in family[i + 1:])]
         if len(family) < 2:
             return []
@@ -180,7 +183,7 @@ class Session:
                 "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
                 "rest": "".join(texts[common + 1:]),
-                "edit": _edit_words(r.settings.edits, self.lang),
+                "edit": _edit_words(r.settings, self.lang),
             })
         return out
 
@@ -199,11 +202,18 @@ class Session:
         return to_query(dataclasses.replace(widgets, branches="", edits=""))
 
 
-def _edit_words(edits: str, lang: str) -> str:
-    """The causal lab's edits of a run, in words ('' for a plain run)."""
-    if not edits:
-        return ""
-    return describe_edits(edits, lang)
+def _variant(settings: UISettings) -> tuple[str, ...]:
+    """What makes a run of the same request another experiment: the lab's edits and its KV-cache policy."""
+    return (settings.edits, settings.weight_precision, settings.draft, str(settings.draft_tokens),
+            *(str(getattr(settings, name)) for name in KV_FIELDS))
+
+
+def _edit_words(settings: UISettings, lang: str) -> str:
+    """The causal lab's edits and the KV lab's cache policy of a run, in words ('' for a plain run)."""
+    words = [describe_edits(settings.edits, lang) if settings.edits else "", policy_words(settings, lang),
+             t("precision_words", lang, precision=settings.weight_precision) if has_precision(settings) else "",
+             t("spec_words", lang, drafter=drafter_words(settings.draft, lang)) if settings.draft else ""]
+    return "; ".join(w for w in words if w)
 
 
 # Settings that change what a link shows without changing the tokens (the seed is compared apart).

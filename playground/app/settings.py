@@ -20,11 +20,16 @@ from urllib.parse import urlencode
 from playground.app.limits import CAPS, RANGES, WHOLE
 from playground.app.notes import error_note, note
 from playground.interventions import InterventionError, unpack
+from playground.models.quantize import PRECISIONS
+from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 from playground.notes import Note
 
 log = logging.getLogger("playground.app")
 MODES = ("greedy", "sample", "beam")
 DTYPES = ("float32", "bfloat16", "float16")
+KV_DTYPES = ("", "int8", "int4")
+KV_FIELDS = ("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling")
+WEIGHT_PRECISIONS = ("", *PRECISIONS)  # "": the weights as loaded
 LANGS = ("en", "zh")
 MAX_BRANCHES = 8
 MAX_EDITS = 16  # edits one run carries (each fork in the lab adds one); a link with more is refused
@@ -55,6 +60,18 @@ class UISettings:
     target_lang: str = ""  # translation models: the language code forced as the first token ("": the checkpoint's own)
     branches: str = ""  # "step:token_id,..." branches taken after the run, in order (see parse_branches)
     edits: str = ""  # the causal lab's edits of the run (interventions.pack); a link replays the plain run first
+    # The KV-cache lab: the run's own cache (0 / "": the plain cache); a link replays the plain run first.
+    kv_window: int = 0  # keep the last N positions (0: no eviction)
+    kv_sink: int = 0  # and the first S (attention sinks)
+    kv_heavy: int = 0  # and the H others with the most accumulated attention (heavy hitters)
+    kv_dtype: str = ""  # "int8" | "int4": a quantised cache
+    rope_scaling: str = ""  # "linear:2" | "ntk:4" | "yarn:2" …: the run's own RoPE table, past the trained length
+    # The precision what-if: the run's weights at another precision ("": as loaded); a link replays float32 first.
+    weight_precision: str = ""
+    # Speculative decoding: who drafts ("": nobody; "ngram"; "layer:K"; "model:<name>": a loaded model of the same
+    # vocabulary) and how many tokens per pass of the model; a link replays the run without a draft first.
+    draft: str = ""
+    draft_tokens: int = 4
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -80,6 +97,21 @@ def _parse_value(name: str, text: str) -> Any:
     if name == "dtype":
         if text not in DTYPES:
             raise ValueError(note("expect_one_of", choices=", ".join(DTYPES)))
+        return text
+    if name == "draft":
+        if not usable_draft(text):
+            raise ValueError(note("expect_draft"))
+        return text
+    if name == "weight_precision":
+        if text not in WEIGHT_PRECISIONS:
+            raise ValueError(note("expect_one_of", choices=", ".join(PRECISIONS)))
+        return text
+    if name == "rope_scaling":
+        rope_dict(text)
+        return text
+    if name == "kv_dtype":
+        if text not in KV_DTYPES:
+            raise ValueError(note("expect_one_of", choices=", ".join(c or "none" for c in KV_DTYPES)))
         return text
     if name == "lang":
         if text not in LANGS:
@@ -205,7 +237,12 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
         seed=settings.seed,
         use_cache=True,
         interventions=parse_edits(settings.edits),
+        **kv_kwargs(settings),
     )
+    if settings.weight_precision:
+        kw["weight_precision"] = settings.weight_precision
+    if settings.draft and not settings.draft.startswith("model:"):  # a model's draft is resolved by name (play)
+        kw.update(draft=settings.draft, draft_tokens=settings.draft_tokens)
     if settings.mode == "sample":
         kw.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p, num_beams=1)
     elif settings.mode == "beam":
@@ -214,6 +251,71 @@ def generation_kwargs(settings: UISettings) -> dict[str, Any]:
     else:
         kw.update(temperature=0.0, top_k=0, top_p=1.0, num_beams=1)
     return kw
+
+
+def kv_kwargs(settings: UISettings) -> dict[str, Any]:
+    """GenerationConfig's KV-cache settings (none when the settings keep the plain cache); combinations the
+    engine refuses are moved by the lenient pass (`limits.lenient`), with a note."""
+    kw: dict[str, Any] = {}
+    if settings.kv_window:
+        kw["kv_window"] = settings.kv_window
+    if settings.kv_sink:
+        kw["kv_sink"] = settings.kv_sink
+    if settings.kv_heavy:
+        kw["kv_heavy"] = settings.kv_heavy
+    if settings.kv_dtype:
+        kw["kv_dtype"] = settings.kv_dtype
+    if settings.rope_scaling:
+        try:
+            kw["rope_scaling"] = rope_dict(settings.rope_scaling)
+        except ValueError:  # widgets bind their values; a text that is none of them asks for nothing
+            pass
+    return kw
+
+
+def rope_dict(text: str) -> dict[str, Any] | None:
+    """"ntk:4" -> {"type": "ntk", "factor": 4.0} ("" -> None); ValueError (a Note) for anything else."""
+    if not text:
+        return None
+    kind, sep, factor = text.partition(":")
+    try:
+        value = {"type": kind, "factor": float(factor)}
+        if not sep:
+            raise RopeScalingError(text)
+        check_rope_scaling(value)
+    except (ValueError, RopeScalingError):
+        raise ValueError(note("expect_rope")) from None
+    return value
+
+
+def has_kv_policy(settings: UISettings) -> bool:
+    """Whether the settings ask for a cache of their own (the KV lab's branch), not the plain cache."""
+    return bool(settings.kv_window or settings.kv_dtype or settings.rope_scaling)
+
+
+def without_kv(settings: UISettings) -> UISettings:
+    """The same settings with the plain cache."""
+    return dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0, kv_dtype="", rope_scaling="")
+
+
+def has_precision(settings: UISettings) -> bool:
+    """Whether the settings run the weights at another precision than float32 (the precision lab's branch)."""
+    return settings.weight_precision not in ("", "float32")
+
+
+def plain_variant(settings: UISettings) -> UISettings:
+    """The same request with the plain cache, the weights as loaded and no draft: what the labs compare a branch
+    with."""
+    return dataclasses.replace(without_kv(settings), weight_precision="", draft="", draft_tokens=DEFAULTS.draft_tokens)
+
+
+def usable_draft(text: str) -> bool:
+    """"", "ngram", "layer:K" (K from 1) or "model:<catalog name>"."""
+    if text in ("", "ngram"):
+        return True
+    if re.fullmatch(r"layer:[1-9][0-9]{0,3}", text):
+        return True
+    return text.startswith("model:") and 0 < len(text) - 6 <= 200 and text.isprintable()
 
 
 def parse_branches(text: str) -> list[tuple[int, list[int]]]:

@@ -19,11 +19,12 @@ import numpy as np
 
 from playground import viz
 from playground.analysis.divergence import HeadSweep
-from playground.app import describe, lab, serving
+from playground.app import describe, kvlab, lab, precision_lab, serving, speculative_lab
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.interventions import Ablate, check
 from playground.ui.jobs import PROGRESS_SECONDS
+from playground.ui.lab_layout import draft_choices
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.streaming import Streaming
 from playground.viz import causal
@@ -115,6 +116,79 @@ class Lab:
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
 
+    def fork_kv(self, window: float, sink: float, heavy: float, dtype: str, rope: str = "",
+                request: gr.Request | None = None) -> Iterator[tuple]:
+        """The KV-cache lab: the run on screen again under the chosen cache policy, beside it in the live screen."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("kvlab_needs_run", lang), gr.skip()
+            return
+        try:
+            settings = kvlab.fork_settings(session, run, int(window or 0), int(sink or 0), int(heavy or 0),
+                                           str(dtype or ""), lang, str(rope or ""))
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
+            return
+        session.next_step = session.selected_step  # the branch opens at the step on screen
+        try:
+            yield from self.stream.press(session, settings, parent=None)
+        finally:
+            session.next_step = None
+
+    def fork_precision(self, precision: str, request: gr.Request | None = None) -> Iterator[tuple]:
+        """The precision what-if: the run on screen again with its weights at `precision`, beside it."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("precision_needs_run", lang), gr.skip()
+            return
+        try:
+            settings = precision_lab.fork_settings(session, run, str(precision or ""), lang)
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
+            return
+        session.next_step = session.selected_step
+        try:
+            yield from self.stream.press(session, settings, parent=None)
+        finally:
+            session.next_step = None
+
+    def fork_draft(self, draft: str, draft_tokens: float, request: gr.Request | None = None) -> Iterator[tuple]:
+        """Speculative decoding: the run on screen again with a drafter, beside it."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t("spec_needs_run", lang), gr.skip()
+            return
+        try:
+            settings = speculative_lab.fork_settings(session, run, str(draft or ""), int(draft_tokens or 4), lang)
+        except Exception as exc:  # noqa: BLE001 - one line in the notes
+            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
+            return
+        session.next_step = session.selected_step
+        try:
+            yield from self.stream.press(session, settings, parent=None)
+        finally:
+            session.next_step = None
+
+    def draft_list(self, value: str, request: gr.Request | None = None) -> dict:
+        """The drafter choices for the session's model: ngram, early layers, and "model:<name>" for each loaded
+        model with its vocabulary (the Speculative decoding tab opened)."""
+        session = self.sessions.get(session_key(request))
+        choices = draft_choices(session.lang)
+        run = session.current  # the lab forks the run on screen: drafters for its model
+        name, dtype = (run.settings.model, run.settings.dtype) if run is not None else (session.model, session.dtype)
+        if name:
+            choices += [(f"model:{n}", f"model:{n}") for n in self.models.drafters(session.key, name, dtype)]
+        return gr.update(choices=choices, value=value)
+
     def follow(self, layer: float, head: float, request: gr.Request | None = None) -> tuple:
         """The All heads tab's layer and head, for the lab's sliders (their ranges set for the model)."""
         session = self.sessions.get(session_key(request))
@@ -204,6 +278,13 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
         p.lab_patch.click(lab_handlers.fork_patch, [p.lab_patch_prompt, p.lab_patch_layer, p.lab_patch_position],
                           [*gen_outputs, p.lab_patch_md], **kw),
     ]
+    kv_policy = [page.component(n) for n in ("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling")]
+    forks.append(p.kvlab_fork.click(lab_handlers.fork_kv, kv_policy, gen_outputs, **kw))
+    forks.append(p.spec_fork.click(lab_handlers.fork_draft, [page.component("draft"), page.component("draft_tokens")],
+                                   gen_outputs, **kw))
+    p.tab_speculative.select(lab_handlers.draft_list, page.component("draft"), page.component("draft"), queue=False)
+    forks.append(p.precision_fork.click(lab_handlers.fork_precision, page.component("weight_precision"), gen_outputs,
+                                        **kw))
     # The head picked in the All heads tab is the one the lab ablates.
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)

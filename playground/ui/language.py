@@ -9,7 +9,14 @@ import gradio as gr
 from playground.app import describe
 from playground.app.session import Sessions
 from playground.app.words import t
-from playground.ui.lab_layout import INTRO_NAMES, intro_updates
+from playground.ui.lab_layout import (
+    INTRO_NAMES,
+    draft_choices,
+    intro_updates,
+    kv_dtype_choices,
+    precision_choices,
+    rope_choices,
+)
 from playground.ui.layout import Page, lesson_choices, mode_choices, view_choices, what_if_choices
 from playground.ui.models import session_key
 
@@ -37,6 +44,14 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             updates.append(gr.update(label=t(label, lang), choices=lesson_choices(lang)))
         elif name in ("lesson_attention", "lesson_dtype"):
             updates.append(gr.update(label=t(label, lang), choices=what_if_choices(name.split("_")[1], lang)))
+        elif name == "draft":
+            updates.append(gr.update(label=t(label, lang), info=t(info, lang), choices=draft_choices(lang)))
+        elif name == "weight_precision":
+            updates.append(gr.update(label=t(label, lang), choices=precision_choices(lang)))
+        elif name == "rope_scaling":
+            updates.append(gr.update(label=t(label, lang), choices=rope_choices(lang)))
+        elif name == "kv_dtype":
+            updates.append(gr.update(label=t(label, lang), choices=kv_dtype_choices(lang)))
         elif name == "model" and models is not None:
             updates.append(gr.update(label=t(label, lang), choices=models))
         elif name == "att_scale":  # its choices are words too (线性 / 对数)

@@ -20,7 +20,7 @@ from playground.app.limits import RANGES
 from playground.app.settings import DTYPES, MODES, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
-from playground.ui.lab_layout import EXPORT_JS
+from playground.ui.lab_layout import EXPORT_JS, build_kv_tab, build_precision_tab, build_speculative_tab
 from playground.ui.lab_layout import build_tab as lab_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -242,6 +242,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
                         c["compare_md"] = gr.Markdown("", elem_id="compare-md")
                         c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
+                    build_kv_tab(c, named, lang)
                     with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
                         c["tab_positional"] = tab
                         c["pe_md"] = gr.Markdown("", elem_id="pe-md")
@@ -291,12 +292,16 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
                         c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
                     lab_tab(c, named, lang)
+                    build_speculative_tab(c, named, lang)
+                    build_precision_tab(c, named, lang)
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
                       ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
-                      ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"), ("tab_lab", "tab_lab"),
+                      ("tab_kvlab", "tab_kvlab"), ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"),
+                      ("tab_lab", "tab_lab"), ("tab_speculative", "tab_speculative"),
+                      ("tab_precision", "tab_precision"),
                       ("tab_card", "tab_card")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)

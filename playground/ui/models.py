@@ -25,6 +25,8 @@ from playground.app.words import browser_language, t
 from playground.checkpoints.limits import Limits
 from playground.errors import PlaygroundError
 from playground.generation import language_codes
+from playground.generation.config import GenerationConfig
+from playground.generation.speculative import check_draft
 from playground.loaded import LoadedModel
 from playground.notes import Note
 from playground.ui.layout import empty_live_value, view_choices
@@ -96,6 +98,28 @@ class Models:
         """The model list as (label, name), its words in `lang`."""
         self.registry.drop_under(self.catalog.uploads.sweep())  # uploads past their time-to-live go first
         return [(e.label, e.name) for e in self.catalog.entries(owner, lang)]
+
+    def drafters(self, owner: str | None, name: str, dtype: str) -> list[str]:
+        """The visitor's other models that are loaded now (never loaded here) and share `name`'s vocabulary: the
+        second models that can draft for it (speculative decoding)."""
+        loaded = set(self.registry.loaded_keys())
+        try:
+            lm = self.model_for(name, dtype, owner)
+        except Exception:  # noqa: BLE001 - no model: no drafter
+            return []
+        out = []
+        for entry in self.catalog.entries(owner, "en"):
+            if entry.name == name:
+                continue
+            try:
+                path = self.catalog.resolve(entry.name, owner)
+                if self.registry.key(path, dtype) not in loaded:
+                    continue
+                check_draft(lm, GenerationConfig(draft=self.registry.get(path, dtype)))
+            except Exception:  # noqa: BLE001 - another vocabulary, or gone meanwhile: not a drafter
+                continue
+            out.append(entry.name)
+        return out
 
     def dropdown(self, owner: str | None, value: str | None = None, lang: str = "en") -> dict:
         return gr.update(choices=self.choices(owner, lang),

@@ -14,7 +14,7 @@ from typing import Any
 
 from playground import viz
 from playground.app.session import Session
-from playground.app.views import attention, cache, card, inspector, lab, positional
+from playground.app.views import attention, cache, card, inspector, kv_policy, lab, positional, precision, speculative
 from playground.app.views.base import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
 from playground.app.views.lessons import VIEWS as LESSON_VIEWS
 from playground.app.views.lessons import view_of as lesson_view
@@ -24,9 +24,9 @@ __all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "PANELS", "TABS", "Context", "Drawn
            "Waiting", "all_views", "compute", "context_for", "draw", "open_view", "reads_run", "shown", "show", "slot_names",
            "waiting"]
 
-PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, positional.VIEW, lab.VIEW,
-                                               card.VIEW)}
-TABS = ("inspector", "attention", "cache", "positional", "lessons", "lab", "card")  # the deep views' tabs, in order
+PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, kv_policy.VIEW,
+                                               positional.VIEW, lab.VIEW, speculative.VIEW, precision.VIEW, card.VIEW)}
+TABS = ("inspector", "attention", "cache", "kvlab", "positional", "lessons", "lab", "speculative", "precision", "card")  # the deep views' tabs, in order
 
 
 def all_views() -> list[View]:

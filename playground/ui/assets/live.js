@@ -81,8 +81,9 @@ function resetRun(v) {
 function tokenSpan(step, entry) {
   const [text, id, p] = entry;
   const span = document.createElement("span");
-  span.className = "tok gen" + idClass(text, id);
+  span.className = "tok gen" + idClass(text, id) + (entry[5] ? " spec-" + entry[5] : "");
   span.dataset.step = String(step);
+  if (entry[5]) span.dataset.spec = entry[5];  // speculative decoding: a kept draft, a replaced one, a bonus token
   span.dataset.prob = String(p);
   span.tabIndex = 0;
   span.title = `step ${step + 1} · id ${id} · p = ${p.toFixed(3)}`;  // counted from 1, as the step bar
