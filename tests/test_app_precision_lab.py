@@ -115,3 +115,50 @@ def test_an_unusable_precision_in_a_link_or_a_config_is_a_note(lm):
     assert "weight_precision" not in generation_kwargs(SETTINGS)
     run, _ = start_run(Session(model="a"), lm, dataclasses.replace(SETTINGS, weight_precision="bfloat16"))
     assert run.cfg.weight_precision == "bfloat16"
+
+
+def test_the_comparison_runs_as_slices_of_one_step_or_pass_each_between_other_visitors_work(lm):
+    """The View reruns both precisions: as a job it must not hold the torch thread for the whole comparison
+    (no click holds the server). Its compute is a generator of slices, at least one per decoding step of each
+    rerun, and a served job interleaves them with another visitor's work."""
+    from playground.app.serving import Server
+    session, reference, branch = forked(lm, "int8")
+    precision_lab._MEASURED.clear()
+    ctx = views.context_for(VIEW, session, lambda name, dtype, owner: lm)
+    work = views.slices(VIEW, ctx, Selection(step=session.selected_step))
+    count = 0
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            data = done.value
+            break
+        count += 1
+    steps = len(reference.path)
+    assert count >= 2 * steps  # the float32 and the int8 reruns, one step per slice (and the passes after)
+    precision_lab._MEASURED.clear()
+    assert data["branches"][1]["kl"] == precision_lab.measure(lm, branch)["branches"][1]["kl"]  # the same numbers
+
+    order: list[str] = []
+
+    def other():
+        for _ in range(3):
+            order.append("other")
+            yield None
+
+    def mine():
+        work = views.slices(VIEW, ctx, Selection(step=session.selected_step))
+        while True:
+            try:
+                next(work)
+            except StopIteration:
+                return
+            order.append("view")
+            yield None
+
+    precision_lab._MEASURED.clear()
+    server = Server(call=lambda fn: fn())
+    first = server.submit_job(mine(), owner="me")
+    second = server.submit_job(other(), owner="you")
+    list(first.stream()), list(second.stream())
+    assert "other" in order and order.index("other") < len(order) - 3  # the other visitor ran before the view ended

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import torch
 
 from playground.analysis.divergence import Divergence, first_difference
 from playground.generation.config import GenerationConfig, SettingsError
-from playground.generation.engine import generate, generate_all
+from playground.generation.engine import drain, generate, generate_all
 from playground.generation.plan import Plan, as_ids, plan
 from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
@@ -31,10 +31,17 @@ from playground.models.rope_scaling import RopeScalingError, rotary_override
 def sink_mass(lm: LoadedModel, prompt: str | list[int], cfg: GenerationConfig | None = None) -> np.ndarray:
     """(layers, heads): the attention weight the new token puts on position 0, averaged over every step of
     the run `cfg` describes (greedy, 32 tokens by default). Each layer computes the explicit softmax."""
+    return drain(iter_sink_mass(lm, prompt, cfg))
+
+
+def iter_sink_mass(lm: LoadedModel, prompt: str | list[int], cfg: GenerationConfig | None = None,
+                   ) -> Generator[None, None, np.ndarray]:
+    """`sink_mass` one decoding step per `next()` (for callers sharing the torch thread)."""
     cfg = (cfg or GenerationConfig()).replace(capture_attention=True, attention_layers=None, top_candidates=0)
     per_step = []
     for event in generate(lm, prompt, cfg):
         per_step.append(np.stack([w[:, 0] for w in event.attention["self"]]))  # (L, h)
+        yield
     if not per_step:
         raise ValueError("the run produced no step to measure")
     return np.mean(per_step, axis=0)
@@ -50,15 +57,19 @@ def bytes_saved(runs: Mapping[str, Any], plain: str = "plain") -> list[dict[str,
             for name, c in caches.items()]
 
 
-def _teacher_forced(p: Plan, tokens: Sequence[int]) -> torch.Tensor:
-    """(n, V) float64 next-token log-probabilities of plan `p`'s model and cache along `tokens`."""
+def _teacher_forced(p: Plan, tokens: Sequence[int]) -> Generator[None, None, torch.Tensor]:
+    """(n, V) float64 next-token log-probabilities of plan `p`'s model and cache along `tokens`, one forward pass
+    per `next()` (inference mode within each pass only, as the engine's steps)."""
     lm = p.lm
     stepper = p.stepper(lm.model, batch=1, max_tokens=p.max_length, use_cache=True, policy=p.policy)
     device = lm.device
     with torch.inference_mode():
         rows = [stepper.start(torch.tensor(p.prompt_ids, device=device), torch.tensor(p.prefix_ids, device=device))]
-        for t in tokens[:-1]:
+    yield
+    for t in tokens[:-1]:
+        with torch.inference_mode():
             rows.append(stepper.step(torch.tensor([int(t)], device=device)))
+        yield
     return torch.log_softmax(torch.cat(rows).double(), dim=-1)
 
 
@@ -79,12 +90,20 @@ def divergence_along(
 ) -> Divergence:
     """`policy_divergence` for two runs already made: the plain run's `tokens` read teacher-forced by both
     caches, and the first step where the policy run's own `policy_tokens` differ."""
+    return drain(iter_divergence_along(lm, prompt, plain_cfg, policy_cfg, tokens, policy_tokens))
+
+
+def iter_divergence_along(
+    lm: LoadedModel, prompt: str | list[int], plain_cfg: GenerationConfig, policy_cfg: GenerationConfig,
+    tokens: Sequence[int], policy_tokens: Sequence[int],
+) -> Generator[None, None, Divergence]:
+    """`divergence_along` one forward pass per `next()` (for callers sharing the torch thread)."""
     tokens = [int(t) for t in tokens]
     if not tokens:
         raise ValueError("the plain run has no tokens to compare")
     n = len(tokens)
-    a = _teacher_forced(plan(lm, prompt, plain_cfg.replace(max_new_tokens=n)), tokens)
-    b = _teacher_forced(plan(lm, prompt, policy_cfg.replace(max_new_tokens=n)), tokens)
+    a = yield from _teacher_forced(plan(lm, prompt, plain_cfg.replace(max_new_tokens=n)), tokens)
+    b = yield from _teacher_forced(plan(lm, prompt, policy_cfg.replace(max_new_tokens=n)), tokens)
     kl = (a.exp() * (a - b)).sum(-1).clamp_min(0).numpy()
     idx = torch.tensor(tokens)[:, None]
     chosen_b = b.gather(1, idx)[:, 0]

@@ -19,7 +19,7 @@ runs the passes they need. Everything returned is plain JSON-ready data (`to_dic
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ import torch
 
 from playground.analysis.divergence import first_difference
 from playground.generation.config import GenerationConfig
-from playground.generation.engine import generate_all
+from playground.generation.engine import drain, generate_all, iter_generate_all
 from playground.generation.events import GenerationResult
 from playground.loaded import LoadedModel
 from playground.models.quantize import PRECISIONS, weight_bytes_per_token
@@ -145,11 +145,13 @@ def _residual(lm: LoadedModel, run: GenerationResult, cfg: GenerationConfig, ste
     return np.asarray(out.steps[0].residual)
 
 
-def _timed_run(lm: LoadedModel, prompt: Any, cfg: GenerationConfig, repeats: int) -> tuple[GenerationResult, float]:
-    """The run and its best decode rate over `repeats` runs (a shared machine's noise only slows a run)."""
+def _timed_run(lm: LoadedModel, prompt: Any, cfg: GenerationConfig, repeats: int,
+               ) -> Generator[None, None, tuple[GenerationResult, float]]:
+    """The run and its best decode rate over `repeats` runs (a shared machine's noise only slows a run), one
+    step per slice."""
     best, run = 0.0, None
     for _ in range(max(1, repeats)):
-        run = generate_all(lm, prompt, cfg)
+        run = yield from iter_generate_all(lm, prompt, cfg)
         best = max(best, float(run.timing.get("tokens_per_s", 0.0)))
     return run, best
 
@@ -165,15 +167,29 @@ def compare_precisions(
     """Run `prompt` with `cfg` (same seed) in float32 and in each of `precisions`, and compare them
     (module docstring). A precision may be `(precision, False)` to force its simulated variant.
     `repeats`: free runs per precision, the best decode rate kept."""
+    return drain(iter_compare_precisions(lm, prompt, cfg, precisions, repeats=repeats))
+
+
+def iter_compare_precisions(
+    lm: LoadedModel,
+    prompt: str | list[int],
+    cfg: GenerationConfig | None = None,
+    precisions: Sequence[Choice] = PRECISIONS,
+    *,
+    repeats: int = 1,
+) -> Generator[None, None, PrecisionReport]:
+    """`compare_precisions` in slices: one decoding step, one teacher-forced pass or one residual probe per
+    `next()` (for callers that share the torch thread); returns the report."""
     cfg = (cfg or GenerationConfig()).replace(weight_precision=None)
     reference_variant = variant(lm, "float32")
     reference_lm = reference_variant.lm
-    reference, reference_rate = _timed_run(reference_lm, prompt, cfg, repeats)
+    reference, reference_rate = yield from _timed_run(reference_lm, prompt, cfg, repeats)
     tokens = list(reference.token_ids)
     report = PrecisionReport(list(reference.prompt_ids), list(reference.decoder_prefix), tokens, reference.text)
     if not tokens:
         return report
     ref_logits = _forced_logits(reference_lm, reference, tokens)
+    yield
     residuals: dict[int, np.ndarray] = {}
     for choice in precisions:
         precision, real = (choice, None) if isinstance(choice, str) else choice
@@ -183,8 +199,9 @@ def compare_precisions(
         if chosen.lm is reference_lm:
             run, rate = reference, reference_rate
         else:
-            run, rate = _timed_run(chosen.lm, prompt, cfg, repeats)
+            run, rate = yield from _timed_run(chosen.lm, prompt, cfg, repeats)
         logits = ref_logits if chosen.lm is reference_lm else _forced_logits(chosen.lm, reference, tokens)
+        yield
         kl = kl_per_step(ref_logits, logits)
         diff = first_difference(tokens, list(run.token_ids))
         step, reason = (diff, "first difference") if diff is not None and diff < len(tokens) else (None, "none")
@@ -194,7 +211,9 @@ def compare_precisions(
         if step is not None:
             if step not in residuals:
                 residuals[step] = _residual(reference_lm, reference, cfg, step)
+                yield
             errors = relative_errors(residuals[step], _residual(chosen.lm, reference, cfg, step)).tolist()
+            yield
         report.branches.append(PrecisionBranch(
             precision=precision, label=_label(precision, real, chosen.simulated),
             simulated=chosen.simulated, compute=chosen.compute,

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from playground.analysis.kv_policies import divergence_along, sink_mass
+from playground.analysis.kv_policies import iter_divergence_along, iter_sink_mass, sink_mass
 from playground.app.run import Run
 from playground.app.settings import KV_DTYPES, UISettings, has_kv_policy, rope_dict, without_kv
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.generation.config import GenerationConfig
+from playground.generation.engine import drain
 from playground.steps import step_number
 
 if TYPE_CHECKING:
@@ -104,21 +105,31 @@ def bytes_series(run: Run) -> dict[str, list[int]]:
 def sink_of(lm: Any, run: Run) -> np.ndarray:
     """(layers, heads): the attention weight on the first position, averaged over up to `SINK_STEPS` greedy
     steps of the run's prompt with the plain cache (why evicting the first tokens hurts)."""
-    cfg = GenerationConfig(max_new_tokens=max(1, min(SINK_STEPS, len(run.path))), chat=False, use_cache=True)
-    return sink_mass(lm, list(run.prompt_ids), cfg)
+    return sink_mass(lm, list(run.prompt_ids), sink_config(run))
+
+
+def sink_config(run: Run) -> GenerationConfig:
+    """The greedy steps of `run`'s prompt over which the sink mass is averaged."""
+    return GenerationConfig(max_new_tokens=max(1, min(SINK_STEPS, len(run.path))), chat=False, use_cache=True)
 
 
 def measure(lm: Any, run: Run, plain: Run | None) -> dict[str, Any]:
     """The lab's numbers for `run` (and the plain run it is compared with): bytes per step of each, the divergence
     along the plain run's tokens, and the sink mass; remembered per pair (runs never change once finished)."""
+    return drain(measure_slices(lm, run, plain))
+
+
+def measure_slices(lm: Any, run: Run, plain: Run | None) -> Generator[None, None, dict[str, Any]]:
+    """`measure` one forward pass per `next()`: a job's slices, so that other visitors run in between."""
     key = (run.token, plain.token if plain is not None else "")
     if key in _MEASURED:
         _MEASURED.move_to_end(key)
         return _MEASURED[key]
-    out: dict[str, Any] = {"bytes": bytes_series(run), "sink": sink_of(lm, run).tolist(), "div": None}
+    sink = yield from iter_sink_mass(lm, list(run.prompt_ids), sink_config(run))
+    out: dict[str, Any] = {"bytes": bytes_series(run), "sink": sink.tolist(), "div": None}
     if plain is not None and has_kv_policy(run.settings) and lm.kind == "decoder":
         tokens = [s.token_id for s in plain.path]
-        div = divergence_along(lm, list(run.prompt_ids), _bare(plain.cfg), _bare(run.cfg), tokens,
+        div = yield from iter_divergence_along(lm, list(run.prompt_ids), _bare(plain.cfg), _bare(run.cfg), tokens,
                                [s.token_id for s in run.path])
         out["div"] = div.to_dict()
         out["plain_bytes"] = bytes_series(plain)

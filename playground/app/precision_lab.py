@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from playground.analysis.precision import compare_precisions
+from playground.analysis.precision import iter_compare_precisions
 from playground.app.run import Run
 from playground.app.settings import UISettings, has_precision, plain_variant
 from playground.app.words import t
 from playground.errors import PlaygroundError
+from playground.generation.engine import drain
 from playground.models.quantize import PRECISIONS
 
 if TYPE_CHECKING:
@@ -61,13 +62,19 @@ def measure(lm: Any, run: Run) -> dict[str, Any]:
     """float32 and the run's precision compared on the run's prompt and settings (`compare_precisions`: each
     branch's own tokens and measured speed, teacher-forced KL and top-1 per step, the residual error per layer);
     remembered per run (a finished run never changes)."""
+    return drain(measure_slices(lm, run))
+
+
+def measure_slices(lm: Any, run: Run) -> Generator[None, None, dict[str, Any]]:
+    """`measure` one decoding step or forward pass per `next()`: a job's slices, so that other visitors run in
+    between."""
     key = (run.token, run.settings.weight_precision)
     if key in _MEASURED:
         _MEASURED.move_to_end(key)
         return _MEASURED[key]
     cfg = run.cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0,
                           weight_precision=None)
-    report = compare_precisions(lm, list(run.prompt_ids), cfg, ["float32", run.settings.weight_precision])
+    report = yield from iter_compare_precisions(lm, list(run.prompt_ids), cfg, ["float32", run.settings.weight_precision])
     out = report.to_dict()
     out["texts"] = lm.token_texts(report.reference_ids)
     out["branch_texts"] = [lm.token_texts(b["token_ids"]) for b in out["branches"]]

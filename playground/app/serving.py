@@ -28,14 +28,17 @@ import contextvars
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, TypeVar
 
 from playground.app import torch_thread
 from playground.app.jobs import Job
 from playground.generation.batch import Scheduler, Ticket
+from playground.generation.engine import drain
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
+
+T = TypeVar("T")
 
 WAIT_REPORT_SECONDS = 0.5  # a request admitted within this is never reported as waiting
 
@@ -201,6 +204,31 @@ def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> It
     """What `work` (a generator doing one bounded slice of model work per `next()`) yields, run as a job
     of the process's server between the shared batch's steps; `stop` (or closing this iterator) ends it."""
     return default_server().jobs(work, stop, owner)
+
+
+def call_sliced(work: Generator[Any, None, T], owner: Any = None) -> T:
+    """The return value of `work`, a generator doing one bounded slice of model work per `next()` (a View's
+    `slices`, `iter_generate_all`): each slice takes its own turn between the batch's steps, in a copy of the
+    caller's context; on the torch thread itself, all at once."""
+    if torch_thread.on_torch_thread():
+        return drain(work)
+    context = contextvars.copy_context()
+    result: list[T] = []
+
+    def job() -> Iterator[None]:
+        while True:
+            try:
+                context.run(next, work)
+            except StopIteration as done:
+                result.append(done.value)
+                return
+            yield None
+
+    for _ in run_job(job(), threading.Event(), owner):
+        pass
+    if not result:  # the job was ended before its last slice (the server stopping)
+        raise RuntimeError("the work was stopped before it finished")
+    return result[0]
 
 
 def call_job(fn: Callable[..., Any], *args: Any, owner: Any = None, **kwargs: Any) -> Any:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -29,6 +29,8 @@ from playground.generation.plan import Plan, plan
 from playground.generation.stepper import Stepper, full_attention
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
+
+T = TypeVar("T")
 
 
 def generate(
@@ -288,9 +290,34 @@ def generate_all(
     """Run `generate` to the end and collect a GenerationResult: the n-best list, the final cache,
     timings, the returned sequence's token path (with what was recorded) and, with
     `capture_attention`, the full attention maps of the final sequence."""
+    return drain(iter_generate_all(lm, prompt, cfg, stop=stop, forced_prefix=forced_prefix))
+
+
+def drain(work: Generator[Any, None, T]) -> T:
+    """The return value of a generator of slices (`iter_generate_all` and the sliced analyses), all at once."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
+
+
+def iter_generate_all(
+    lm: LoadedModel,
+    prompt: str | list[int] | torch.Tensor,
+    cfg: GenerationConfig | None = None,
+    *,
+    stop: threading.Event | None = None,
+    forced_prefix: Sequence[int] = (),
+) -> Generator[None, None, GenerationResult]:
+    """`generate_all` one step per `next()` (it yields None after each step and returns the result), so that a
+    caller sharing the torch thread (the app's jobs) can let others run between the steps."""
     cfg = cfg if cfg is not None else GenerationConfig()
     p = plan(lm, prompt, cfg, forced_prefix, final_maps=cfg.capture_attention)
-    steps = list(run_plan(p, stop))
+    steps = []
+    for event in run_plan(p, stop):
+        steps.append(event)
+        yield
     last = steps[-1] if steps else None
     token_ids = list(last.token_ids) if last else []
     text = last.text if last else ""

@@ -46,7 +46,7 @@ class Views:
         selection = Selection.from_controls(values, session.selected_step, query=query)
         try:
             ctx = views.context_for(view, session, self.models.model_for)
-            data = serving.call_job(views.compute, view, ctx, selection, owner=session.key)
+            data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key)
             slots = views.draw(view, data, lang)
         except Exception as exc:  # noqa: BLE001 - one line where the view's caption would be
             slots = {view.caption_slot: Slot(describe.inert(one_line(exc, lang, view.name)))}

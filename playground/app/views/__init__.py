@@ -9,7 +9,8 @@ slots (`draw`). No Gradio here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Generator
 from typing import Any
 
 from playground import viz
@@ -19,9 +20,10 @@ from playground.app.views.base import HIDDEN, KEEP, Context, Drawn, Selection, S
 from playground.app.views.lessons import VIEWS as LESSON_VIEWS
 from playground.app.views.lessons import view_of as lesson_view
 from playground.app.words import t
+from playground.generation.engine import drain
 
 __all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
-           "Waiting", "all_views", "compute", "context_for", "draw", "open_view", "reads_run", "shown", "show", "slot_names",
+           "Waiting", "all_views", "compute", "context_for", "draw", "open_view", "reads_run", "shown", "show", "slices", "slot_names",
            "waiting"]
 
 PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, kv_policy.VIEW,
@@ -82,12 +84,28 @@ def waiting(view: View, ctx: Context) -> Waiting | None:
 
 
 def compute(view: View, ctx: Context, sel: Selection) -> Any:
-    """The view's data (or a `Waiting`): model work, to be called on the torch thread."""
+    """The view's data (or a `Waiting`) all at once: model work, to be called on the torch thread."""
+    return drain(slices(view, ctx, sel))
+
+
+def slices(view: View, ctx: Context, sel: Selection) -> Generator[None, None, Any]:
+    """The view's data as slices of model work: a generator that yields between bounded slices and returns the
+    data (the app runs each slice as its turn between the shared batch's steps). A view's `compute` returns its
+    data, or such a generator itself when its work is longer than one slice (a comparison that reruns a prompt)."""
     why = waiting(view, ctx)
     if why is not None:
         return why
     with viz.language(ctx.lang):
-        return view.compute(ctx, sel)
+        out = view.compute(ctx, sel)
+    if not inspect.isgenerator(out):
+        return out
+    while True:
+        with viz.language(ctx.lang):
+            try:
+                next(out)
+            except StopIteration as done:
+                return done.value
+        yield
 
 
 def draw(view: View, data: Any, lang: str) -> Drawn:

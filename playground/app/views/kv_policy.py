@@ -6,6 +6,7 @@ per layer and head. Every result names the runs it reads."""
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from typing import Any
 
 from playground.app import kvlab
@@ -16,11 +17,12 @@ from playground.app.words import t
 from playground.viz import kv_policy as figures
 
 
-def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
+def compute(ctx: Context, sel: Selection) -> Generator[None, None, dict[str, Any]]:
+    """In slices (one forward pass each): the sink mass and the divergence rerun the prompt."""
     run, lm = ctx.run, ctx.lm
     policy = has_kv_policy(run.settings)
     plain = kvlab.plain_among(ctx.runs, run) if policy else None
-    numbers = kvlab.measure(lm, run, plain)
+    numbers = yield from kvlab.measure_slices(lm, run, plain)
     return {
         "number": run.number, "settings": run.settings, "policy": policy,
         "plain": None if plain is None else plain.number,

@@ -5,6 +5,7 @@ whether the precision is simulated. Every result names the runs it reads."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from playground.app import precision_lab
@@ -15,13 +16,15 @@ from playground.app.words import t
 from playground.viz import precision as figures
 
 
-def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
+def compute(ctx: Context, sel: Selection) -> Generator[None, None, dict[str, Any]]:
+    """In slices (one decoding step or pass each): the comparison reruns both precisions."""
     run = ctx.run
     if not has_precision(run.settings):
         return {"number": run.number, "precision": None}
     reference = precision_lab.reference_among(ctx.runs, run)
+    numbers = yield from precision_lab.measure_slices(ctx.lm, run)
     return {"number": run.number, "precision": run.settings.weight_precision,
-            "reference": None if reference is None else reference.number, **precision_lab.measure(ctx.lm, run)}
+            "reference": None if reference is None else reference.number, **numbers}
 
 
 def draw(d: dict[str, Any], lang: str) -> Drawn:
