@@ -243,6 +243,7 @@ class Scheduler:
         self.history = history if history is not None else StepHistory()
         self._weight_bytes: dict[int, int] = {}  # per model of a pass: its weights' bytes, counted once
         self._passes: list[tuple[list[Ticket], list[Entry], int]] = []  # this step's, recorded at its end
+        self._ending: list[tuple[Ticket, BaseException | None]] = []  # requests done in this step, told at its end
         self.invariant_alone = invariant_alone
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         limits = lm.limits or Limits.default()
@@ -365,19 +366,29 @@ class Scheduler:
             else:
                 t.waiting = t.glet.switch(value)
         except Exception as error:  # the run's own error goes to its consumer, not to the others
-            t.finish(error)
+            self._end(t, error)
             return
         if t.glet.dead:
-            t.finish()
+            self._end(t)
+
+    def _end(self, t: Ticket, error: BaseException | None = None) -> None:
+        """The request is done; its consumer hears the end once the step is recorded (so a reader that sees a
+        run end finds its last step in the history)."""
+        t.done = True
+        self._ending.append((t, error))
 
     def step(self) -> None:
         """Admit who may join, then one forward pass for every running request."""
         began = time.perf_counter()
-        self._passes = []
-        self._step()
-        took = time.perf_counter() - began
-        self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
-        self._record(took)
+        self._passes, self._ending = [], []
+        try:
+            self._step()
+            took = time.perf_counter() - began
+            self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
+            self._record(took)
+        finally:
+            for t, error in self._ending:
+                t.finish(error)
 
     def _note(self, tickets: list[Ticket], entries: list[Entry], model: torch.nn.Module) -> None:
         """One pass of this step, for the history (its entries' joins and leaves are settled at the step's end)."""
@@ -419,7 +430,7 @@ class Scheduler:
                 except Exception as error:  # e.g. out of memory: every request in this pass fails alike
                     outs = None
                     for t in batch:
-                        t.finish(error)
+                        self._end(t, error)
                 if outs is not None:
                     for t, out in zip(batch, outs):
                         self._resume(t, out)
