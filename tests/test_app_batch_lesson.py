@@ -16,6 +16,7 @@ from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import UISettings
 from playground.app.views import Selection
+from playground.app.words import t
 from playground.generation import GenerationConfig
 from playground.generation.batch import CHUNK, Scheduler
 from playground.generation.plan import plan
@@ -24,7 +25,7 @@ from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-VIEW = views.LESSON_VIEWS["batch"]
+VIEW = views.LESSON_VIEWS["serving"]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_a_finished_page_run_finds_its_steps_in_the_server_s_history(lm, lang):
         assert "**第 1 行，共 1 行**" in md and CJK.search(slots["lesson_plot1"].value.layout.title.text)
     else:
         assert "**row 1 of 1**" in md and "point of batching" in md
-    assert md == lessons.show("batch", lm, run, 2, lessons.Inputs(), lang).caption
+    assert md == lessons.show("serving", lm, run, 2, lessons.Inputs(), lang).caption
 
 
 def test_while_the_run_streams_the_lesson_shows_its_newest_step(lm):
@@ -80,8 +81,13 @@ def test_while_the_run_streams_the_lesson_shows_its_newest_step(lm):
             data = batch_lesson.compute(run, None)
             seen.append(data["state"] == "ok" and data["step"] == data["timeline"]["steps"][-1])
             slots = _show(lm, session, None)
-            assert "lesson_after_run" not in slots["lesson_md"].value and slots["lesson_plot1"].visible
+            assert t("lesson_after_run", "en") not in slots["lesson_md"].value and slots["lesson_plot1"].visible
     assert seen and all(seen)
+
+
+def test_the_lesson_is_picked_by_its_own_name_in_both_languages():
+    assert [t(f"lesson_{n}", lang) for n in lessons.LESSONS if n == "serving" for lang in ("en", "zh")] == [
+        "The shared batch", "共享批次"]
 
 
 def test_a_run_the_server_no_longer_keeps_says_so(lm):

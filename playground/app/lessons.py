@@ -209,7 +209,7 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            lambda v, ctx: v_train.training_caption(v)),
     Lesson("lab", False, True, _lab, lambda d: [] if d is None else [v_causal.attribution_figure(d["data"], d["token"])],
            _lab_caption),
-    Lesson("batch", False, True, lambda c, i: batch_lesson.compute(c.run, c.step), batch_lesson.figures, batch_lesson.caption),
+    Lesson("serving", False, True, lambda c, i: batch_lesson.compute(c.run, c.step), batch_lesson.figures, batch_lesson.caption),
 )}
 STEP_FOLLOWING = tuple(name for name, lesson in LESSONS.items() if lesson.follows_step)
 

@@ -156,6 +156,7 @@ class Ticket:
         self.stop = threading.Event()  # the run's own: set by the caller's Event or by `cancel`
         self.rows = max(1, p.cfg.num_beams)
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pending: list[StepEvent] = []  # made in the current step, not yet told
         self.glet: greenlet.greenlet | None = None
         self.waiting: Any = None  # a Segment for the next batch, _TURN, or None (not started)
         self.started = False  # admitted into the batch
@@ -172,7 +173,14 @@ class Ticket:
         for event in run_plan(proxied, self.stop):
             self.first_event = True
             self.produced += 1
-            self.events.put(event)
+            self.pending.append(event)  # told at the step's end, once the step is in the history
+
+    def tell(self) -> None:
+        """Hand the events of the step just ended to the consumer."""
+        if self.pending:
+            for event in self.pending:
+                self.events.put(event)
+            self.pending.clear()
             self.arrived.set()
 
     def cancel(self) -> None:
@@ -372,8 +380,7 @@ class Scheduler:
             self._end(t)
 
     def _end(self, t: Ticket, error: BaseException | None = None) -> None:
-        """The request is done; its consumer hears the end once the step is recorded (so a reader that sees a
-        run end finds its last step in the history)."""
+        """The request is done; its consumer hears the end with the step's events, once the step is recorded."""
         t.done = True
         self._ending.append((t, error))
 
@@ -386,7 +393,9 @@ class Scheduler:
             took = time.perf_counter() - began
             self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
             self._record(took)
-        finally:
+        finally:  # what a consumer sees of a step (its events, a run's end) is in the history first
+            for t in [*self.running, *(t for t, _ in self._ending)]:
+                t.tell()
             for t, error in self._ending:
                 t.finish(error)
 
