@@ -64,10 +64,10 @@ def batch_timeline_figure(timeline: Mapping[str, Any], selected: int | None = No
                                      marker=dict(symbol=symbol, size=7, color="#252525")))
     if selected is not None and selected in steps:
         fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, line=dict(color="#d62728", width=2), fillcolor="rgba(0,0,0,0)")
-    fig.update_xaxes(title_text=_T["step_axis"])
+    # the x axis is the server's step count (the title says so): no axis title, so a phone's wrapped legend fits
     fig.update_yaxes(title_text=_T["row_axis"], autorange="reversed", dtick=1 if height <= 16 else None)
     return finish(fig, title or _T["timeline_title"], height=max(300, min(560, 160 + 22 * height)),
-                  legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+                  legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
 
 
 def step_time_figure(times: Sequence[Sequence[float]], mine: Sequence[Sequence[float]] = (),
@@ -77,7 +77,7 @@ def step_time_figure(times: Sequence[Sequence[float]], mine: Sequence[Sequence[f
     fig = go.Figure()
     if times:
         rows, ms, count = (list(c) for c in zip(*times))
-        fig.add_trace(go.Scatter(x=rows, y=ms, mode="lines+markers", name=_T["median"], line=dict(color="#636363"),
+        fig.add_trace(go.Scatter(x=rows, y=ms, mode="markers", name=_T["median"], marker_color="#636363",
                                  marker=dict(size=[min(16, 5 + 2 * np.log2(1 + c)) for c in count]),
                                  customdata=count, hovertemplate=_T["hover_median"]))
     if mine:
