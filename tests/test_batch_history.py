@@ -4,7 +4,6 @@ of bounded size; the queries the page's lesson reads (a request's seats, step ti
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 
@@ -103,9 +102,8 @@ def test_the_history_is_a_ring_of_its_last_steps(lm, one_thread):
     records = history.records()
     assert len(history) == 8 and [s.number for s in records] == list(range(23, 31))  # 3 runs of 10 steps
     assert [s.passes[0].entries[0].tag for s in records] == [2] * 8
-    # a step costs O(rows) small tuples: no tensor is held
-    assert all(not hasattr(x, "shape") for s in records for p in s.passes for e in p.entries for x in e)
-    assert sys.getsizeof(records[0]) < 200
+    # a step holds plain numbers and the tag, never a tensor
+    assert {type(x) for s in records for p in s.passes for e in p.entries for x in e} <= {int, str, bool}
 
 
 def test_a_run_without_a_tag_is_recorded_under_an_opaque_label(lm, one_thread):
