@@ -433,7 +433,7 @@ def _open_lesson(page, label: str) -> str:
 
 LESSON_WORDS = {  # a phrase each lesson's own text must contain on the tiny decoder's run
     "steps": "softmax", "lens": "layer", "kv": "cache", "memory": "2 ·", "patterns": "mask",
-    "sdpa": "SDPA", "anatomy": "residual", "training": "learning rate", "lab": "ablate",
+    "sdpa": "SDPA", "anatomy": "residual", "training": "learning rate", "lab": "ablate", "serving": "shared batch",
 }
 
 

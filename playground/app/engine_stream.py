@@ -19,13 +19,13 @@ from playground.generation.plan import Plan
 
 
 def run_events(
-    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
 ) -> Iterator[StepEvent | serving.Waiting | zerogpu.Notice]:
     """The engine's events for `plan`; `stop` ends it early. `owner` (a visitor's session) holds at most
     one running request at a time in the batch (a fair share per visitor). With `report_waiting`, a
     `serving.Waiting` while the request waits for a place in the batch, and on ZeroGPU a `zerogpu.Notice`
-    when the GPU was refused and the run went to the CPU."""
+    when the GPU was refused and the run went to the CPU. `tag` labels the request in the batch's step history."""
     gpu = zerogpu.active()
     if gpu is not None:
-        return gpu.run_events(plan, stop, owner, report_waiting=report_waiting)
-    return serving.run_events(plan, stop, owner, report_waiting=report_waiting)
+        return gpu.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
+    return serving.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground import analysis, viz
-from playground.app import lab
+from playground.app import batch_lesson, lab
 from playground.app.run import Run
 from playground.app.words import t
 from playground.viz import anatomy as v_anatomy
@@ -209,6 +209,7 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            lambda v, ctx: v_train.training_caption(v)),
     Lesson("lab", False, True, _lab, lambda d: [] if d is None else [v_causal.attribution_figure(d["data"], d["token"])],
            _lab_caption),
+    Lesson("serving", False, True, lambda c, i: batch_lesson.compute(c.run, c.step), batch_lesson.figures, batch_lesson.caption),
 )}
 STEP_FOLLOWING = tuple(name for name, lesson in LESSONS.items() if lesson.follows_step)
 

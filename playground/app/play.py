@@ -191,7 +191,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
     last_frame = 0.0
     error = None
-    stream = run_events(p, stop, owner=session, report_waiting=True)  # batched with every other visitor's run
+    # batched with every other visitor's run; the run's token labels it in the batch's step history
+    stream = run_events(p, stop, owner=session, report_waiting=True, tag=run.token)
     try:
         yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
         for event in stream:

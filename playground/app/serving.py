@@ -28,12 +28,14 @@ import contextvars
 import dataclasses
 import math
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from playground.app import torch_thread
 from playground.app.jobs import Job
 from playground.generation.batch import Scheduler, Ticket
+from playground.generation.batch_history import StepHistory
 from playground.generation.engine import drain
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
@@ -68,15 +70,18 @@ class Server:
         self._jobs: list[Job] = []  # in order of submission
         self._wake = threading.Condition()
         self._driver: threading.Thread | None = None
+        # each model's last steps (outliving its scheduler, which goes when idle; gone with the model)
+        self._histories: weakref.WeakKeyDictionary[Any, StepHistory] = weakref.WeakKeyDictionary()
 
-    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
+    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None, tag: Any = None) -> Ticket:
         with self._wake:
             scheduler = self._schedulers.get(id(p.lm.model))
             if scheduler is None or scheduler.lm.model is not p.lm.model:
+                history = self._histories.setdefault(p.lm.model, StepHistory())
                 scheduler = Scheduler(p.lm, max_rows=self.max_rows, per_owner=self.per_owner,
-                                      max_prefills=self.max_prefills)
+                                      max_prefills=self.max_prefills, history=history)
                 self._schedulers[id(p.lm.model)] = scheduler
-            ticket = scheduler.submit(p, stop, owner)
+            ticket = scheduler.submit(p, stop, owner, tag)
             self._start_driver()
         return ticket
 
@@ -111,16 +116,23 @@ class Server:
             jobs = sum(not j.done for j in self._jobs)
         return sum(s.active() for s in schedulers) + jobs
 
+    def history_of(self, tag: Any) -> StepHistory | None:
+        """The history of the model whose batch ran the request `tag` (None: no step of it is kept)."""
+        with self._wake:
+            histories = list(self._histories.values())
+        return next((h for h in histories if h.holds(tag)), None)
+
     def queue_position(self, ticket: Ticket) -> int:
         """0 once the request decodes; otherwise its place among those waiting for its model."""
         return ticket.scheduler.queue_position(ticket)
 
     def events(
-        self, p: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+        self, p: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
     ) -> Iterator[StepEvent | Waiting]:
         """The run's StepEvents as they come. With `report_waiting`, while the request waits for a place in
-        the batch (rows or memory taken), a `Waiting` first and whenever its place or wait changes."""
-        ticket = self.submit(p, stop, owner)
+        the batch (rows or memory taken), a `Waiting` first and whenever its place or wait changes. `tag` labels
+        the request in its model's step history (`history_of`)."""
+        ticket = self.submit(p, stop, owner, tag)
         try:
             shown = None
             while report_waiting and not ticket.arrived.wait(WAIT_REPORT_SECONDS):
@@ -192,12 +204,18 @@ def active_requests() -> int:
 
 
 def run_events(
-    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+    plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
 ) -> Iterator[StepEvent | Waiting]:
     """The run's StepEvents as they come, computed in the process's shared batch (with `report_waiting`,
-    `Waiting` while it waits for a place). Setting `stop` (or closing this iterator) ends the run before
-    its next step, as with the engine's own stream."""
-    return default_server().events(plan, stop, owner, report_waiting=report_waiting)
+    `Waiting` while it waits for a place; `tag`: its label in the step history). Setting `stop` (or closing
+    this iterator) ends the run before its next step, as with the engine's own stream."""
+    return default_server().events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
+
+
+def batch_history(tag: Any) -> StepHistory | None:
+    """The step history holding the request `tag` (the page tags a run with its token), or None."""
+    server = _server
+    return None if server is None else server.history_of(tag)
 
 
 def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> Iterator[Any]:

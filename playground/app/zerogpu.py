@@ -194,7 +194,7 @@ class ZeroGPU:
         self.device = device
 
     def run_events(
-        self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False,
+        self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
     ) -> Iterator[StepEvent | Notice | serving.Waiting]:
         """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
         the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
@@ -230,7 +230,7 @@ class ZeroGPU:
                         getattr(refused, "title", None) or type(refused).__name__, str(refused).splitlines()[:1])
         if report_waiting:
             yield Notice(refusal_key(refused) if refused is not None else "zerogpu_failed")
-        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting)
+        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
 
 
 _active: ZeroGPU | None = None  # the process's mode: set once at start (app.main), or by a test

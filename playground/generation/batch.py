@@ -49,6 +49,7 @@ import greenlet
 import torch
 
 from playground.checkpoints.limits import Limits
+from playground.generation.batch_history import DECODE, OWN, PREFILL, Entry, Pass, StepHistory
 from playground.generation.budget import Request, estimate_request, peak_bytes
 from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
@@ -148,11 +149,14 @@ _END = object()
 class Ticket:
     """One request in a scheduler: its events as they come, then the end (or its error)."""
 
-    def __init__(self, p: Plan, stop: threading.Event, owner: Any, memory: int = 0) -> None:
+    def __init__(self, p: Plan, stop: threading.Event, owner: Any, memory: int = 0, tag: Any = None) -> None:
         self.plan, self.outer_stop, self.owner, self.memory = p, stop, owner, memory
+        self.tag = tag if tag is not None else id(self)  # its label in the scheduler's history (opaque)
+        self.seen = False  # recorded in a step already (its first record is its join)
         self.stop = threading.Event()  # the run's own: set by the caller's Event or by `cancel`
         self.rows = max(1, p.cfg.num_beams)
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pending: list[StepEvent] = []  # made in the current step, not yet told
         self.glet: greenlet.greenlet | None = None
         self.waiting: Any = None  # a Segment for the next batch, _TURN, or None (not started)
         self.started = False  # admitted into the batch
@@ -169,7 +173,14 @@ class Ticket:
         for event in run_plan(proxied, self.stop):
             self.first_event = True
             self.produced += 1
-            self.events.put(event)
+            self.pending.append(event)  # told at the step's end, once the step is in the history
+
+    def tell(self) -> None:
+        """Hand the events of the step just ended to the consumer."""
+        if self.pending:
+            for event in self.pending:
+                self.events.put(event)
+            self.pending.clear()
             self.arrived.set()
 
     def cancel(self) -> None:
@@ -233,9 +244,14 @@ class Scheduler:
 
     def __init__(
         self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None,
-        invariant_alone: bool = False,
+        invariant_alone: bool = False, history: StepHistory | None = None,
     ) -> None:
         self.lm = lm
+        # what each step did, for the page's lesson on the shared batch (kept by the caller across schedulers)
+        self.history = history if history is not None else StepHistory()
+        self._weight_bytes: dict[int, int] = {}  # per model of a pass: its weights' bytes, counted once
+        self._passes: list[tuple[list[Ticket], list[Entry], int]] = []  # this step's, recorded at its end
+        self._ending: list[tuple[Ticket, BaseException | None]] = []  # requests done in this step, told at its end
         self.invariant_alone = invariant_alone
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         limits = lm.limits or Limits.default()
@@ -250,13 +266,13 @@ class Scheduler:
         # the running requests' K/V by kind, width (kv_pool.bucket) and model (a precision variant's apart)
         self.pools: dict[tuple[str, int, int], KVPool] = {}
 
-    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None) -> Ticket:
+    def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None, tag: Any = None) -> Ticket:
         request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
         parts = estimate_request(self.lm.config, self.lm.dtype.itemsize, request)
         # a pool's rows round a cache up (a power of two, at least 64 positions): up to twice its K/V
         memory = peak_bytes(parts)[0] + parts.get("kv_cache", 0) + parts.get("cross_cache", 0)
         ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
-                        memory)
+                        memory, tag)
         ticket.scheduler = self
         with self._lock:
             self.waiting.append(ticket)
@@ -358,24 +374,58 @@ class Scheduler:
             else:
                 t.waiting = t.glet.switch(value)
         except Exception as error:  # the run's own error goes to its consumer, not to the others
-            t.finish(error)
+            self._end(t, error)
             return
         if t.glet.dead:
-            t.finish()
+            self._end(t)
+
+    def _end(self, t: Ticket, error: BaseException | None = None) -> None:
+        """The request is done; its consumer hears the end with the step's events, once the step is recorded."""
+        t.done = True
+        self._ending.append((t, error))
 
     def step(self) -> None:
         """Admit who may join, then one forward pass for every running request."""
         began = time.perf_counter()
-        self._step()
-        took = time.perf_counter() - began
-        self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
+        self._passes, self._ending = [], []
+        try:
+            self._step()
+            took = time.perf_counter() - began
+            self.step_seconds = took if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * took
+            self._record(took)
+        finally:  # what a consumer sees of a step (its events, a run's end) is in the history first
+            for t in [*self.running, *(t for t, _ in self._ending)]:
+                t.tell()
+            for t, error in self._ending:
+                t.finish(error)
+
+    def _note(self, tickets: list[Ticket], entries: list[Entry], model: torch.nn.Module) -> None:
+        """One pass of this step, for the history (its entries' joins and leaves are settled at the step's end)."""
+        key = id(model)
+        if key not in self._weight_bytes:
+            self._weight_bytes[key] = _weight_bytes(model)
+        self._passes.append((tickets, entries, self._weight_bytes[key]))
+
+    def _record(self, seconds: float) -> None:
+        passes = []
+        for tickets, entries, weight_bytes in self._passes:
+            settled = []
+            for t, e in zip(tickets, entries):
+                settled.append(e._replace(joined=not t.seen, left=t.done))
+                t.seen = True
+            passes.append(Pass(weight_bytes, tuple(settled)))
+        self._passes = []
+        self.history.record(seconds, tuple(passes))
 
     def _step(self) -> None:
         self._admit()
         with torch.inference_mode():
             for t in self.running:
                 if t.waiting is None or t.waiting is _TURN:  # newcomers start; seq2seq takes its turn
+                    turn = t.waiting is _TURN
                     self._resume(t)
+                    if turn:  # its pass ran alone, inside the resume
+                        self._note([t], [Entry(t.tag, t.rows, 0, OWN, False)], t.plan.lm.model)
             ready = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
             # A request runs on its plan's model: the scheduler's, or a precision variant of it
             # (weight_precision). Requests of one model share a pass; another model's get a pass of their own.
@@ -383,12 +433,13 @@ class Scheduler:
             for t in ready:
                 groups.setdefault(id(t.plan.lm.model), []).append(t)
             for batch in groups.values():
+                self._note(batch, [_entry(t) for t in batch], batch[0].plan.lm.model)
                 try:
                     outs = self._forward([t.waiting for t in batch], batch[0].plan.lm.model, alone=len(ready) == 1)
                 except Exception as error:  # e.g. out of memory: every request in this pass fails alike
                     outs = None
                     for t in batch:
-                        t.finish(error)
+                        self._end(t, error)
                 if outs is not None:
                     for t, out in zip(batch, outs):
                         self._resume(t, out)
@@ -410,6 +461,25 @@ class Scheduler:
             if segments[0].encoder_out is not None:
                 return model.decode_rows(segments)
             return model.forward_rows(segments)
+
+
+def _entry(t: Ticket) -> Entry:
+    """The ticket's share of the coming pass: a prompt chunk (or a first pass) or one decoding token per row."""
+    s: Segment = t.waiting
+    rows, length = s.ids.shape[0], s.ids.shape[1]
+    kind = DECODE if length == 1 and s.start > 0 else PREFILL
+    return Entry(t.tag, rows, rows * length, kind, s.logits != "none")
+
+
+def _weight_bytes(model: torch.nn.Module) -> int:
+    """The bytes of a model's weights (parameters and buffers, each storage once): what one pass reads."""
+    seen, total = set(), 0
+    for tensor in (*model.parameters(), *model.buffers()):
+        key = (tensor.device, tensor.data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def run_alone(p: Plan, stop: threading.Event | None = None, *, invariant: bool = False) -> list[StepEvent]:
