@@ -177,7 +177,8 @@ class Session:
                 common = len(r.inherited)
             out.append({
                 "number": r.number, "parent": r.branch_of[0] if r.branch_of else None,
-                "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
+                # where it leaves its parent, as every screen counts steps: its first forced token's step
+                "step": r.step_number(-len(r.forced)) if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
                 "rest": "".join(texts[common + 1:]),
                 "edit": _edit_words(r.settings.edits, self.lang),
