@@ -244,7 +244,7 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
     run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None):
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
