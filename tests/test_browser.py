@@ -296,6 +296,11 @@ def test_branch_from_a_step_with_another_candidate(page, server):
     assert page.locator("#token-stream .tok.forced").count() == 1
     assert page.locator("#token-stream .tok.inherited").count() == 2  # the first two steps, kept
     assert tokens(page) != first[3:]
+    # one step numbering: the branch left run 1 at step 3 (its forced token), and its own first token is step 4
+    assert "at step 3" in page.inner_text(".pg-branchrow.current")
+    page.click("#token-stream .tok.gen[data-step='0']")
+    wait_text(page, ".pg-stepbar", "Step 4 of")
+    assert page.get_attribute("#token-stream .tok.gen[data-step='0']", "title").startswith("step 4 ")
     page.click("#copy-link-btn")
     page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').includes('branches=')")
     shot(page, "branch", readme=True)
