@@ -4,8 +4,10 @@ chart, lab, links).
 The engine counts a run's steps from 0 (`StepEvent.step`, the index into `Run.path`): index 0 is the
 prefill pass, which reads the whole prompt and chooses the first new token; index t ≥ 1 feeds token t
 and chooses token t + 1. People read **step 1 for the first generated token**: step n is the step that
-chose the n-th new token, and the prompt is read inside step 1. `step_number` is the one conversion
-(`playground.app.run.Run.step_number` is the same function); nothing else adds 1.
+chose the n-th new token, and the prompt is read inside step 1. `step_number` is the one conversion;
+`playground.app.run.Run.step_number` applies it to a run, counting a branch's inherited and forced tokens first
+(a branch from step 6 continues at step 7), and the live screen reads that run's number (`first_step`); nothing
+else adds 1.
 """
 
 from __future__ import annotations

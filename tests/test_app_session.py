@@ -66,7 +66,7 @@ def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
     assert session.lineage(second) == [(3, [t1]), (2, [t2])] and session.lineage(root) == []
     rows = session.branches(second)
     assert [(r["number"], r["parent"], r["step"], r["current"]) for r in rows] == [
-        (1, None, None, False), (2, 1, 3, False), (3, 2, 2, True)]
+        (1, None, None, False), (2, 1, 4, False), (3, 2, 7, True)]  # as people count: 3 + 1, then 4 + 2 + 1
     assert rows[0]["shared"] + rows[0]["diverges"] + rows[0]["rest"] == "".join(root.stream_texts)
     query = session.link_query(settings)
     parsed, notes = from_query(dict(parse_qsl(query[1:])))

@@ -296,6 +296,11 @@ def test_branch_from_a_step_with_another_candidate(page, server):
     assert page.locator("#token-stream .tok.forced").count() == 1
     assert page.locator("#token-stream .tok.inherited").count() == 2  # the first two steps, kept
     assert tokens(page) != first[3:]
+    # one step numbering: the branch left run 1 at step 3 (its forced token), and its own first token is step 4
+    assert "at step 3" in page.inner_text(".pg-branchrow.current")
+    page.click("#token-stream .tok.gen[data-step='0']")
+    wait_text(page, ".pg-stepbar", "Step 4 of")
+    assert page.get_attribute("#token-stream .tok.gen[data-step='0']", "title").startswith("step 4 ")
     page.click("#copy-link-btn")
     page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').includes('branches=')")
     shot(page, "branch", readme=True)
@@ -377,15 +382,22 @@ def test_an_empty_prompt_is_one_message_without_badges(page, server):
 
 
 def test_stop_interrupts_a_long_generation(desktop, server):
+    """Stop ends the run on screen. Waits for states only (a busy machine may be slow at every step): the prompt is
+    typed, not in the link (a link's prompt runs by itself, and its 400 tokens once stood in for this run's first
+    three, so Stop could land before this press had started); Stop is pressed once this run streams; the last
+    frame says "stopped" and how many tokens it kept, which is what the stream shows."""
     page = desktop
-    open_app(page, server, model=decoder_name(), prompt="Hello", max_new_tokens=400, pace_ms=100)
+    open_app(page, server, model=decoder_name(), max_new_tokens=400, pace_ms=100)
+    page.fill("#prompt textarea", "Hello")
+    page.evaluate("() => { window.__before = document.querySelector('#token-stream').firstChild; }")
     page.click("#generate-btn")
-    page.wait_for_function("() => document.querySelectorAll('#token-stream [data-step]').length >= 3")
+    page.wait_for_function("() => document.querySelector('#token-stream').firstChild !== window.__before"
+                           " && document.querySelector('#gen-status').dataset.state === 'running'"
+                           " && document.querySelectorAll('#token-stream [data-step]').length >= 3")
     page.click("#stop-btn")
-    wait_state(page, "stopped")
+    text = wait_state(page, "stopped")
     n = page.locator("#token-stream [data-step]").count()
-    time.sleep(1.0)
-    assert page.locator("#token-stream [data-step]").count() == n < 400
+    assert 3 <= n < 400 and f"Stopped after {n} tokens" in text, (n, text)
     generate_and_wait(page)  # the app still works afterwards
 
 

@@ -43,11 +43,10 @@ def test_formatting():
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Latin words a 中文 note may keep: knob and config names, their values, units, names of formats and products.
-KEPT_LATIN = {"max_new_tokens", "top_k", "min-p", "top-k", "top-p", "attention_layers", "forced_bos_token_id",
-              "early_stopping", "true", "false", "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors",
-              "Hub", "owner/name", "fr", "fr_XX", "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face",
-              "kv_dtype", "int8", "int4", "KV", "weight_precision", "bfloat16", "float16", "ngram", "layer", "K",
-              "model", "name", "linear", "ntk", "yarn", "RoPE"}
+KEPT_LATIN = {"min-p", "top-k", "top-p", "Min-p", "Top-k", "Top-p", "KV", "forced_bos_token_id", "true", "false",
+              "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors", "Hub", "owner/name", "fr", "fr_XX",
+              "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face", "int8", "int4", "bfloat16", "float16",
+              "ngram", "layer", "K", "model", "name", "linear", "ntk", "yarn", "RoPE"}
 # The notes whose words predate note_words (in words.STRINGS): walked too.
 OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailable", "prompt_cut", "prompt_tokens_cut",
                    "numbers_nonfinite", "numbers_overflow", "numbers_uniform", "zerogpu_quota", "zerogpu_busy",
@@ -64,6 +63,44 @@ def test_every_note_key_reads_in_chinese_with_the_same_values():
         assert CJK.search(words) or key.startswith("bounds_"), key
         latin = set(re.findall(r"[A-Za-z][A-Za-z0-9_/\-]*", words.replace(".safetensors", " safetensors")))
         assert latin <= KEPT_LATIN, (key, sorted(latin - KEPT_LATIN))
+
+
+# The library's identifiers of the knobs and flags ("temperature" and "seed" are English words as well): a page
+# note names the control instead ("Top-k", "束宽").
+KNOB_ID = re.compile(r"\b(max_new_tokens|top_k|top_p|min_p|num_beams|repetition_penalty|length_penalty|"
+                     r"top_candidates|early_stopping|use_cache|capture_\w+|attention_layers|truncate_prompt)\b")
+LINK_PAIR = re.compile(r"\b\w+=\S*")  # a link's own `name=value`, quoted as the visitor's link has it
+
+
+def test_a_page_note_names_each_knob_as_its_control_does():
+    """Every note that can name a knob, with every knob, in both languages: the control's name (as the page's
+    label says it), never the identifier; and the page's other words (figures, messages) never use one either."""
+    from playground.app.note_words import KNOB_NOTES, KNOB_WORDS, NOTE_WORDS
+    from playground.app.notes import note, render
+    from playground.locales import LANGUAGES, load
+
+    for name, (en, zh) in KNOB_WORDS.items():
+        if name in STRINGS:  # the knob has a control on the page: its note word is the label's beginning
+            assert t(name, "en").startswith(en.split(" α")[0]) and t(name, "zh").startswith(zh.split(" α")[0]), name
+        for key in KNOB_NOTES:
+            values = {v: 1 for v in re.findall(r"\{(\w+)", NOTE_WORDS[key][0])} | {"name": name}
+            for lang in ("en", "zh"):
+                shown = render(note(key, **values), lang)
+                assert (en if lang == "en" else zh) in shown and not KNOB_ID.search(shown), (key, name, shown)
+    for key, (en, zh) in NOTE_WORDS.items():
+        assert not KNOB_ID.search(en) and not KNOB_ID.search(zh), key
+
+    def texts(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in KNOB_WORDS and not k.startswith("stage_"):  # a control's own label, keyed by its knob
+                    yield from texts(v)
+        elif isinstance(value, str):
+            yield value
+
+    for lang in LANGUAGES:
+        found = [s for s in texts(load(lang)) if KNOB_ID.search(LINK_PAIR.sub(" ", s))]
+        assert not found, (lang, found)
 
 
 def _notes_of_every_kind(tmp_path) -> list:
@@ -110,7 +147,12 @@ def test_every_note_the_app_can_show_is_keyed_and_reads_in_chinese(tmp_path):
         assert isinstance(text, Note) and known(text.key), text
         zh = render(text, "zh")
         assert CJK.search(zh) and zh != text, text
-        assert render(text, "en") == text  # the library's English and the app's English words agree
+        en = render(text, "en")
+        # the app's English is the note's own text; a library note that names a knob by its identifier (for
+        # scripts) reads on the page with the control's name
+        assert en == text or KNOB_ID.search(text), text
+        for shown in (en, zh):
+            assert not KNOB_ID.search(LINK_PAIR.sub(" ", shown)), shown
         assert "could not convert" not in text and "invalid literal" not in text
 
 

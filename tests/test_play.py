@@ -141,3 +141,32 @@ def test_the_notes_box_says_its_notes_again_in_the_new_language(app, h):
     pressed = press(h, UISettings(prompt="Hi", mode="sample", seed=None, max_new_tokens=2), "switch")
     zh = relabel(page, h.sessions, False, "zh", request("switch"))[box]
     assert "未指定种子" in zh and "abc" not in zh and "No seed" in pressed[-1][1]  # the press's own notes now
+
+
+def test_a_stop_pressed_while_a_press_is_starting_ends_that_run(h):
+    """Stop that arrives while the press is still starting (its model being resolved, its plan made: on a busy
+    machine, seconds) ends that run at its first step: before, the run had no stop flag yet and ran to its end."""
+    session = h.sessions.get("stop-starting")
+
+    def lookup(*args):
+        h.stream.stop(0.0, request("stop-starting"))  # the visitor's Stop, while the model is being resolved
+        return h.models.model_for(*args)
+
+    frames = list(play(session, lookup, UISettings(prompt="Hello", max_new_tokens=60)))
+    run = frames[-1].run
+    assert run.finish_reason == "stopped" and len(run.path) <= 1, (run.finish_reason, len(run.path))
+    again = list(play(session, h.models.model_for, UISettings(prompt="Hello", max_new_tokens=6)))[-1].run
+    assert again.finish_reason == "length" and len(again.path) == 6  # the next press runs as ever
+
+
+def test_stop_in_slow_motion_ends_the_run_at_its_next_step_and_says_stopped(h):
+    settings = UISettings(prompt="Hello", max_new_tokens=60, pace_ms=50)
+    shown, stopped_at = [], None
+    for live, _, _ in h.stream.generate(request("stop-pace"), 0.0, *[getattr(settings, f) for f in FIELDS]):
+        shown.append(live)
+        if stopped_at is None and live["status"]["state"] == "running" and live["status"]["n"] >= 3:
+            stopped_at = live["status"]["n"]
+            h.stream.stop(0.0, request("stop-pace"))
+    last = shown[-1]["status"]
+    assert stopped_at is not None and last["state"] == "stopped" and last["reason"] == "stopped"
+    assert last["n"] <= stopped_at + 1 and len(shown[-1]["path"]) == last["n"]

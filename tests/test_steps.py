@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import pytest
 
 from playground import analysis, viz
-from playground.app import describe, lab
-from playground.app.run import Run
-from playground.app.session import Session
-from playground.app.settings import UISettings
+from playground.app import describe, frames, lab
+from playground.app.play import play_link
+from playground.app.session import LiveView, Session
+from playground.app.settings import UISettings, from_query
+from playground.app.views import cache as cache_view
+from playground.app.views import inspector as inspector_view
+from playground.app.views.base import Context, Selection
 from playground.app.words import t
 from playground.steps import FIRST_STEP, step_index, step_number
 from playground.viz import anatomy as v_anatomy
@@ -29,16 +33,18 @@ NEW = 8
 
 def test_the_rule():
     assert FIRST_STEP == 1 and step_number(0) == 1 and step_index(1) == 0
-    assert Run.step_number(SELECTED) == 6 and step_index(Run.step_number(SELECTED)) == SELECTED
     # the words shown once on the page say what step 1 is, in both languages
     assert "step 1 = the first new token" in t("legend_hint", "en") and "第 1 步 = 第一个新 token" in t("legend_hint", "zh")
 
 
 def test_the_live_screen_counts_the_same_way():
+    """live.js reads every step number from the server's count (`first_step`, Run.step_number), never adding 1
+    by itself: a branch's numbers continue its parent's."""
     script = (Path(__file__).resolve().parents[1] / "playground/ui/assets/live.js").read_text(encoding="utf-8")
-    shown = re.findall(r'tr\("(step_of|branch_here|kv_at_step)", \{ step: step \+ (\d)', script)
-    assert sorted(k for k, _ in shown) == ["branch_here", "kv_at_step", "step_of"]
-    assert {int(d) for _, d in shown} == {FIRST_STEP}
+    shown = re.findall(r'tr\("(step_of|branch_here|kv_at_step)", \{ step: stepNo\(v, step\)', script)
+    assert sorted(shown) == ["branch_here", "kv_at_step", "step_of"]
+    assert "step ${stepNo(v, step)}" in script and "step: b.step })" in script
+    assert not re.search(r"step \+ 1|step: b\.step \+", script)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +58,8 @@ def beam(lm):  # noqa: F811
 
 
 def test_inspector_kv_chart_and_lab_name_the_live_screen_s_step(greedy, lm):  # noqa: F811
-    number = Run.step_number(greedy.step(SELECTED))
+    assert greedy.step_number(SELECTED) == 6 and step_index(greedy.step_number(SELECTED)) == SELECTED
+    number = greedy.step_number(greedy.step(SELECTED))
     assert t("step_of", "en", step=number, n=len(greedy.path)) == f"Step 6 of {NEW}"
     assert describe.step_caption(greedy.path[SELECTED], "en").startswith("Step 6:")
     assert lab.reads(greedy, SELECTED, "en").endswith("step 6:")
@@ -97,3 +104,35 @@ def test_why_the_kv_cache_helps_speaks_of_one_step(greedy, lm, selected):  # noq
     assert f"At step {step_number(decode)} " in text
     titles = [a.text for a in v_kv.prefill_decode_figure(lesson["shapes"]).layout.annotations]
     assert any(f"decode step {step_number(decode)}: 1 × {len(greedy.prompt_ids) + decode}" in s for s in titles)
+
+
+def test_a_branch_continues_its_parents_count(greedy, lm):  # noqa: F811
+    """Branch from step 6 (another token there): the branch's first new token is step 7 on the live screen,
+    in the inspector, the KV chart and the lab, and its row in the branch list says it left at step 6; a
+    branch of that branch keeps counting, and a link's replay of the chain counts the same."""
+    session = Session()
+    root = play(session, lm, greedy.settings)
+    other = next(c.token_id for c in root.path[SELECTED].candidates if c.token_id != root.path[SELECTED].token_id)
+    branch = play(session, lm, root.settings, parent=(root, SELECTED, [other]))
+    assert branch.step_number(0) == 7 and branch.step_number(2) == 9
+    meta = {"layers": lm.config.n_layers, "heads": lm.config.n_heads, "kv_heads": lm.config.n_kv_heads,
+            "kind": "decoder", "name": "tiny"}
+    value = frames.live_value(branch, LiveView(), meta, "en", session.branches(branch))
+    assert value["first_step"] == 7 and frames.live_value(root, LiveView(), meta, "en")["first_step"] == 1
+    assert [(r["number"], r["step"]) for r in value["branches"]] == [(root.number, None), (branch.number, 6)]
+    ctx = Context(lm=lm, run=branch, runs=session.runs, lang="en")
+    data = inspector_view.compute(ctx, Selection(step=0))
+    assert inspector_view.caption(data, "en").startswith("Step 7:")
+    assert "7" in inspector_view.draw(data, "en")["funnel"].value.layout.title.text
+    growth = cache_view.compute(ctx, Selection(step=0))["growth"]
+    assert growth[0][0] == 7 and growth[0] == list(range(7, 7 + len(branch.events)))
+    assert lab.reads(branch, 0, "en").endswith("step 7:") and lab.reads(root, SELECTED, "en").endswith("step 6:")
+    again = play(session, lm, branch.settings, parent=(branch, 1, [int(branch.path[1].token_id)]))
+    assert again.step_number(0) == 9  # it left the branch at the branch's step 8
+    assert [r["step"] for r in session.branches(again)][-1] == 8
+    # a link to the chain replays it with the same numbers
+    replay = Session()
+    parsed, _ = from_query(dict(parse_qsl(session.link_query(again.settings)[1:])))
+    runs = [f.run for f in play_link(replay, lambda *a: lm, parsed, pace=False) if f.run is not None]
+    last = runs[-1]
+    assert last.stream_ids == again.stream_ids and last.step_number(0) == 9

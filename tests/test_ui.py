@@ -235,7 +235,7 @@ def test_seeded_sampling_reproduces_and_the_api_matches_the_stream(h):
 def test_settings_are_clamped_with_visible_notes(h):
     frames, _ = run(h, UISettings(prompt="Hello", mode="sample", top_k=500, max_new_tokens=1024, seed=0), "clamp")
     notes = frames[0][1]
-    assert "top_k" in notes and "Note:" in notes
+    assert "Top-k 500" in notes and "Note:" in notes and "top_k" not in notes  # the control's name, not the knob's
     long, _ = run(h, UISettings(prompt="x" * 5000, max_new_tokens=2), "long")
     assert "4000 characters" in long[0][1] and "dropped" in long[0][1]  # 4000 characters are still 4000 tokens
     assert len(h.sessions.get("long").current.prompt_ids) <= CAPS.prompt_tokens

@@ -504,7 +504,7 @@ def test_cache_growth_units_and_series():
     assert [t.name for t in fig.data] == ["KV cache used", "allocated (static buffer)", "MHA equivalent"]
     assert fig.layout.yaxis.title.text == "memory (MiB)"
     np.testing.assert_allclose(fig.data[0].y, [3, 6, 9, 12])
-    assert "3.00 MiB (3,145,728 bytes)" == fig.data[0].customdata[0]
+    assert "3.00 MiB<br>(3,145,728 bytes)" == fig.data[0].customdata[0]  # two short lines (a phone)
     assert fig.layout.annotations[0].text == "3× smaller than MHA"
     assert_page_friendly(fig)
     small = cache_growth([1], [300], [512], [300])  # largest value 512 B stays in bytes

@@ -115,3 +115,27 @@ def test_on_a_phone_the_toolbar_leaves_the_title_alone():
     bar = re.search(r"\.modebar-container \.modebar\s*\{([^}]*)\}", phone).group(1)  # the bar itself, inside it
     assert "bottom: 2px !important" in bar and "top: auto !important" in bar
     assert re.search(r'\.modebar-btn\[data-attr="dragmode"\][^{]*\{\s*display: none', phone)  # save buttons only
+
+
+PHONE_PX = 400  # the phone's figure width (400 × 850)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_kv_chart_s_hover_label_fits_beside_a_point_on_a_phone(lang):
+    """A hover label is drawn beside its point, on whichever side has room: a label wider than half the phone's
+    figure is cut at the edge for a point in the middle. The KV chart's label (the allocated buffer's, the
+    longest name; a long run's step; a size in the millions of bytes) fits in half of 400 px at its font size."""
+    from playground.viz._common import columns
+
+    steps = list(range(1, 1025))
+    with viz.language(lang):
+        fig = viz.cache_growth(steps, [4096 * s for s in steps], [10**9] * len(steps), [16384 * s for s in steps])
+    layout = fig.layout
+    assert layout.hovermode in (None, "closest")  # one point's label, never a unified box of every trace
+    size = layout.hoverlabel.font.size
+    assert size is not None and size <= 12 and layout.hoverlabel.font.family == "monospace"
+    for trace in fig.data:
+        template = re.sub(r"<extra>.*?</extra>", "", trace.hovertemplate)
+        lines = template.replace("%{x}", str(steps[-1])).replace("%{customdata}", trace.customdata[-1]).split("<br>")
+        px = max(columns(line) for line in lines) * 0.6 * size + 16  # a monospace column is 0.6 em; the box's padding
+        assert px <= PHONE_PX / 2, (trace.name, lines, px)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from playground.app.notes import render
@@ -226,9 +226,11 @@ def notes_markdown(notes: Sequence[str], lang: str = "en") -> str:
     return "\n".join(f"- **{t('note', lang)}:** {inert(render(n, lang))}" for n in notes)
 
 
-def step_caption(step: TokenStep, lang: str = "en") -> str:
+def step_caption(step: TokenStep, lang: str = "en", number: int | None = None) -> str:
+    """The inspector's words for one step; `number`: the step as the run counts it (`Run.step_number`, which
+    continues a branch's count), else the engine's own index read as `playground.steps` says."""
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step_number(step.step), token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step_number(step.step) if number is None else number, token=token, id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]
@@ -259,12 +261,14 @@ def beam_steps(events: Sequence[StepEvent]) -> list[list[dict[str, Any]]]:
 # --- KV cache -----------------------------------------------------------------------------------
 
 
-def growth_series(events: Sequence[StepEvent]) -> tuple[list[int], list[int], list[int], list[int]]:
+def growth_series(events: Sequence[StepEvent], number: Callable[[int], int] = step_number,
+                  ) -> tuple[list[int], list[int], list[int], list[int]]:
     """(step number, bytes used, bytes allocated, MHA-equivalent bytes) per step, the step numbered as on the
-    live screen (`playground.steps`: step 1 is the first new token), not by the cache's length."""
+    live screen by `number` (`Run.step_number`, so a branch continues its count; step 1 is a run's first new
+    token), not by the cache's length."""
     rows = [(e.step, e.cache) for e in events if e.cache]
     return (
-        [step_number(step) for step, _ in rows],
+        [number(step) for step, _ in rows],
         [int(c.get("bytes", 0)) for _, c in rows],
         [int(c.get("allocated_bytes", 0)) for _, c in rows],
         [int(c.get("mha_equivalent_bytes", c.get("bytes", 0))) for _, c in rows],

@@ -148,6 +148,7 @@ def live_value(
         "att": None, "beams": None, "branches": branches or [],
         "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
         "selected": selected,
+        "first_step": run.step_number(0),  # the step number of path[0] (a branch continues its parent's count)
     }
     value["inherited"] = run.inherited  # a branch: the tokens taken over, then the ones placed by hand
     value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]

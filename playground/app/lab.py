@@ -25,6 +25,7 @@ from playground.app.settings import MAX_EDITS, UISettings, parse_edits, plain_va
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.interventions import Ablate, Intervention, Patch, Steer, pack  # noqa: F401 - pack: for callers
+from playground.steps import step_number
 
 if TYPE_CHECKING:  # the session module describes a run's edits with this one
     from playground.app.session import Session
@@ -60,13 +61,13 @@ def describe_edits(text: str, lang: str) -> str:
 def reads(run: Run, step: int, lang: str) -> str:
     """Which run and step a lab result reads ("In run 2 (ablate head 23.4), step 6:"): a visitor keeps several
     runs side by side, and an edited run answers differently from its original."""
-    return reads_words(run.number, run.settings.edits, step, lang)
+    return reads_words(run.number, run.settings.edits, run.step_number(step), lang)
 
 
-def reads_words(number: int, edits: str, step: int, lang: str) -> str:
-    """`reads` from the run's number and its `edits` setting."""
+def reads_words(number: int, edits: str, step_no: int, lang: str) -> str:
+    """`reads` from the run's number, its `edits` setting and the step as the run counts it (`Run.step_number`)."""
     edit = describe_edits(edits, lang)
-    return t("lab_reads_edited" if edit else "lab_reads", lang, n=number, edit=edit, step=step + 1)
+    return t("lab_reads_edited" if edit else "lab_reads", lang, n=number, edit=edit, step=step_no)
 
 
 def link_runs(settings: UISettings) -> list[UISettings]:
@@ -115,17 +116,18 @@ def divergence_of(lm: Any, original: Run, edited: Run) -> Divergence:
 
 
 def step_summary(div: Divergence, step: int, token_text: str, lang: str) -> str:
-    """One paragraph: the numbers of `step`, and where the texts part."""
+    """One paragraph: the numbers of `step` (an index into the plain original's path, which is no branch, so
+    `step_number` reads it as every screen does), and where the texts part."""
     lines = []
     if step < len(div.kl):
-        lines.append(t("lab_step", lang, step=step + 1, token=token_text, p0=float(div.original_prob[step]),
+        lines.append(t("lab_step", lang, step=step_number(step), token=token_text, p0=float(div.original_prob[step]),
                        p=float(div.prob[step]), rank=int(div.rank[step]) + 1, kl=float(div.kl[step])))
     else:
-        lines.append(t("lab_step_beyond", lang, step=step + 1))
+        lines.append(t("lab_step_beyond", lang, step=step_number(step)))
     if div.first_difference is None:
         lines.append(t("lab_same_text", lang))
     else:
-        lines.append(t("lab_parted", lang, step=div.first_difference + 1))
+        lines.append(t("lab_parted", lang, step=step_number(div.first_difference)))
     return ("" if lang == "zh" else " ").join(lines)
 
 

@@ -116,12 +116,12 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
         c.weight_precision = None
     tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
     if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
-        notes.append(f"draft_tokens {c.draft_tokens!r} is not a whole number from 1 to 16: using 4")
+        notes.append(note("draft_tokens_bad", value=repr(c.draft_tokens)))
         c.draft_tokens = 4
     try:  # a draft this model cannot use is dropped: the run decodes plainly (the same tokens, one per pass)
         check_draft(lm, c)
     except SettingsError as error:
-        notes.append(f"{error}: decoding without a draft")
+        notes.append(note("draft_dropped", why=str(error)))
         c.draft = None
     if not usable_stop_strings(c.stop_strings):
         notes.append(note("bad_stop_strings", value=repr(c.stop_strings)))

@@ -3,15 +3,17 @@
 A note is made with a key and values (`playground.app.notes.note`) and put into words at the edge, in the
 visitor's language. Keys made below the app (the plan's context fit, a link's edits) carry the library's
 English word for word, so a script and the page say the same. Placeholders are the note's values: names of
-knobs, numbers and what a visitor typed stay as they are in both languages. No Gradio here.
+numbers and what a visitor typed stay as they are in both languages; a knob is named as the page's control
+names it (`KNOB_WORDS`: "Top-k", "Beam width"), never by the library's identifier (`top_k`, `num_beams`): the
+library's own English (a plan's note, a SettingsError) is for scripts and stays as it is. No Gradio here.
 """
 
 from __future__ import annotations
 
 NOTE_WORDS: dict[str, tuple[str, str]] = {
     # --- the context: how the prompt and the new tokens fit (playground.generation.plan) ---
-    "fit_context_new": ("max_new_tokens {new} does not fit the model's remaining context of {room} tokens: using {room}",
-                        "max_new_tokens {new} 超出模型剩余的上下文({room} 个 token):改用 {room}"),
+    "fit_context_new": ("{new} new tokens do not fit the model's remaining context of {room} tokens: using {room}",
+                        "新 token 数 {new} 超出模型剩余的上下文({room} 个 token):改用 {room}"),
     "fit_prompt_dropped": ("the prompt has {n} tokens but the model holds {context}: dropping the first {dropped} tokens "
                            "(truncated on the left) to leave room for {new} new tokens",
                            "提示词有 {n} 个 token,但模型最多容纳 {context} 个:丢弃最前面的 {dropped} 个(从左侧截断),"
@@ -19,8 +21,8 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
     "fit_source_dropped": ("the source has {n} tokens but the encoder holds {context}: dropping the first {dropped} "
                            "tokens (truncated on the left)",
                            "源文本有 {n} 个 token,但编码器最多容纳 {context} 个:丢弃最前面的 {dropped} 个(从左侧截断)"),
-    "fit_decoder_new": ("max_new_tokens {new} does not fit the decoder's {context} positions: using {room}",
-                        "max_new_tokens {new} 超出解码器的 {context} 个位置:改用 {room}"),
+    "fit_decoder_new": ("{new} new tokens do not fit the decoder's {context} positions: using {room}",
+                        "新 token 数 {new} 超出解码器的 {context} 个位置:改用 {room}"),
     "plan_draft_beams": ("the draft is not used with beam search: beams decode without speculation",
                          "束搜索不使用草稿:各条束不做推测解码"),
     "plan_empty_prompt": ("the prompt was empty: starting from the start token", "提示词为空:从起始 token 开始"),
@@ -34,16 +36,20 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
     "edits_too_many": ("this link carries {n} edits; at most {most} are allowed", "链接带有 {n} 个编辑;最多允许 {most} 个"),
     # --- the knobs moved into range (playground.app.limits) ---
     "not_a_flag": ("{name} {value} is not true or false: using {default}", "{name} {value} 不是 true 或 false:改用 {default}"),
-    "bad_attention_layers": ("attention_layers {layers} are not layer indices 0..{last}: recording every layer",
-                             "attention_layers {layers} 不是 0..{last} 的层号:记录每一层"),
+    "bad_attention_layers": ("the recorded layers {layers} are not layer indices 0..{last}: recording every layer",
+                             "要记录的层 {layers} 不是 0..{last} 的层号:记录每一层"),
     "bad_seed": ("seed {seed} is not a non-negative whole number: using a random seed",
                  "种子 {seed} 不是非负整数:改用随机种子"),
     "bad_forced_bos": ("forced_bos_token_id {value} is not a token id of this model: using the checkpoint's own",
                        "forced_bos_token_id {value} 不是这个模型的 token 编号:改用检查点自己的设置"),
-    "precision_bad": ("weight_precision {value} is none of float32, bfloat16, float16, int8, int4: using the weights "
-                      "as loaded", "weight_precision {value} 不是 float32、bfloat16、float16、int8、int4 之一:使用加载时的权重"),
-    "kv_dtype_bad": ("kv_dtype {value} is not int8 or int4: keeping the model's own cache",
-                     "kv_dtype {value} 不是 int8 或 int4:使用模型自己的缓存"),
+    "precision_bad": ("Weight precision {value} is none of float32, bfloat16, float16, int8, int4: using the weights "
+                      "as loaded", "权重精度 {value} 不是 float32、bfloat16、float16、int8、int4 之一:使用加载时的权重"),
+    "kv_dtype_bad": ("Quantised cache {value} is not int8 or int4: keeping the model's own cache",
+                     "量化缓存 {value} 不是 int8 或 int4:使用模型自己的缓存"),
+    "draft_tokens_bad": ("Drafted tokens per pass {value} is not a whole number from 1 to 16: using 4",
+                         "每次前向起草的 token 数 {value} 不是 1 到 16 之间的整数:改用 4"),
+    "draft_dropped": ("the drafter cannot run here ({why}): decoding without a draft",
+                      "草稿器无法在这里运行({why}):不使用草稿解码"),
     "kv_range": ("{name} {value} is not a whole number from {low} to {high}: leaving it off",
                  "{name} {value} 不是 {low} 到 {high} 之间的整数:不使用它"),
     "kv_needs_window": ("attention sinks and heavy hitters are kept beside an eviction window: set a window too; "
@@ -56,12 +62,12 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
     "edits_dropped": ("interventions {why}: running without them", "编辑无法用于这个模型({why}):不带编辑运行"),
     "bad_stop_strings": ("stop strings {value} are not a list of non-empty texts: using none",
                          "停止字符串 {value} 不是非空文本的列表:不使用停止字符串"),
-    "top_k_vocab": ("top_k {k} is more than the vocabulary ({vocab} tokens): using {vocab}",
-                    "top_k {k} 超过词表大小({vocab} 个 token):改用 {vocab}"),
+    "top_k_vocab": ("Top-k {k} is more than the vocabulary ({vocab} tokens): using {vocab}",
+                    "Top-k {k} 超过词表大小({vocab} 个 token):改用 {vocab}"),
     "beam_deterministic": ("beam search is deterministic: temperature, top-k, top-p and min-p are ignored",
                            "束搜索是确定性的:温度、top-k、top-p 和 min-p 不起作用"),
-    "bad_early_stopping": ("early_stopping {value} is not true, false or 'never': using false",
-                           "early_stopping {value} 不是 true、false 或 'never':改用 false"),
+    "bad_early_stopping": ("Early stopping {value} is not true, false or 'never': using false",
+                           "提前停止 {value} 不是 true、false 或 'never':改用 false"),
     "empty_prompt_no_bos": ("the prompt is empty and this model has no BOS token to start from: type a prompt",
                             "提示词为空,且该模型没有可作为起点的 BOS token:请输入提示词"),
     "empty_prompt_start": ("the prompt is empty: generating from the start token alone", "提示词为空:只从起始 token 开始生成"),
@@ -126,3 +132,41 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
                    "use a model under {room} MiB",
                    "服务器的上传空间已被其他访客正在使用的模型占满;请稍后再试,或使用小于 {room} MiB 的模型"),
 }
+
+# The notes whose {name} is a knob or a flag of the run (playground.app.limits): the page says its control's name.
+KNOB_NOTES = frozenset({"not_a_flag", "not_whole", "not_finite", "knob_range", "knob_range_off", "knob_cap", "kv_range"})
+
+# Each knob and flag as the page's controls name it (their labels without the hint in brackets), English and 中文.
+KNOB_WORDS: dict[str, tuple[str, str]] = {
+    "max_new_tokens": ("Max new tokens", "最多生成的 token 数"),
+    "temperature": ("Temperature", "温度"),
+    "top_k": ("Top-k", "Top-k"),
+    "top_p": ("Top-p", "Top-p"),
+    "min_p": ("Min-p", "Min-p"),
+    "repetition_penalty": ("Repetition penalty", "重复惩罚"),
+    "num_beams": ("Beam width", "束宽"),
+    "length_penalty": ("Length penalty α", "长度惩罚 α"),
+    "top_candidates": ("Candidates shown per step", "每步显示的候选数"),
+    "seed": ("Seed", "随机种子"),
+    "early_stopping": ("Early stopping", "提前停止"),
+    "chat": ("Chat", "对话模式"),
+    "use_cache": ("KV cache", "KV 缓存"),
+    "capture_attention": ("Record attention", "记录注意力"),
+    "capture_prompt_attention": ("Record the prompt's attention", "记录提示词的注意力"),
+    "capture_residual": ("Record the residual stream", "记录残差流"),
+    "truncate_prompt": ("Truncate the prompt", "截断提示词"),
+    "kv_window": ("Window N", "窗口 N"),
+    "kv_sink": ("Sinks S", "汇聚点 S"),
+    "kv_heavy": ("Heavy hitters H", "重要 token H"),
+    "kv_dtype": ("Quantised cache", "量化缓存"),
+    "rope_scaling": ("RoPE scaling", "RoPE 缩放"),
+    "weight_precision": ("Weight precision", "权重精度"),
+    "draft": ("Drafter", "草稿器"),
+    "draft_tokens": ("Drafted tokens per pass", "每次前向起草的 token 数"),
+}
+
+
+def knob_word(name: str, lang: str) -> str:
+    """The page's name of the knob or flag `name` in `lang` (a name it does not know, as it is)."""
+    words = KNOB_WORDS.get(name)
+    return name if words is None else words[1 if lang == "zh" else 0]

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from playground.app.note_words import NOTE_WORDS
+from playground.app.note_words import KNOB_NOTES, NOTE_WORDS, knob_word
 from playground.app.words import STRINGS, t
 from playground.errors import PlaygroundError
 from playground.notes import Note
@@ -31,6 +31,8 @@ def known(key: str) -> bool:
 def _words(key: str, lang: str, values: dict[str, Any]) -> str:
     en, zh = NOTE_WORDS[key] if key in NOTE_WORDS else STRINGS[key]
     shown = {name: render(value, lang) if isinstance(value, Note) else value for name, value in values.items()}
+    if key in KNOB_NOTES and isinstance(shown.get("name"), str):  # a knob as the page's control names it
+        shown["name"] = knob_word(shown["name"], lang)
     return (zh if lang == "zh" else en).format(**shown)
 
 

@@ -163,6 +163,7 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
          captures: bool = True, pace: bool = True, on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
     """Frames of one run of `settings` in `session` (a branch when `parent` is given): the first at once (the
     run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
+    stops = session.stops  # a Stop pressed while this press starts (a model loading under load) ends it too
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
         drafter, missing = draft_model(session, lookup, settings)
@@ -173,15 +174,17 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
         message = error_line(exc, settings.lang, "generate")
         yield Frame(None, session.link_notes + [message], error=message)
         return
-    yield from _stream(session, lm, run, p, settings, pace=pace, on_end=on_end)
+    yield from _stream(session, lm, run, p, settings, pace=pace, on_end=on_end, stops=stops)
 
 
 def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
-            on_end: Callable[[], Any] | None) -> Iterator[Frame]:
+            on_end: Callable[[], Any] | None, stops: int) -> Iterator[Frame]:
     stop = threading.Event()
     if session.stop is not None:
         session.stop.set()  # one generation per session: a new run ends the previous one
     session.stop = stop
+    if session.stops != stops:  # Stop was pressed after this press began and before its flag was there
+        stop.set()
     session.add_run(run)
     lineage = session.lineage(run)
 
@@ -208,8 +211,10 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
                 yield frame()
-            if pause and not event.finished and stop.wait(pause):
-                pass  # Stop during the pause: the engine ends before its next step
+            if pause and not event.finished:
+                stop.wait(pause)
+            if stop.is_set():  # Stop (or a newer run): the run ends here, without waiting for the engine's next
+                break  # step (a busy machine may be slow to give it); the engine drops the run when the stream closes
     except Exception as exc:  # noqa: BLE001
         error = error_line(exc, settings.lang, "generate")
     finally:
@@ -261,7 +266,7 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
     run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None):
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)

@@ -135,11 +135,12 @@ class Run:
 
     # --- queries ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def step_number(index: int) -> int:
-        """The step people read for the 0-based `index` into `path` / `events`: step 1 is the first generated
-        token (index 0, the prefill pass that also reads the prompt). The one numbering of every screen."""
-        return step_number(index)
+    def step_number(self, index: int) -> int:
+        """The step people read for the 0-based `index` into `path` / `events`: step 1 is a run's first generated
+        token (index 0, the prefill pass that also reads the prompt). A branch does not restart the count: its
+        inherited and forced tokens come first, so a branch from step 6 continues at step 7. The one
+        numbering of every screen (live screen, inspector, KV chart, lab, a link's branches)."""
+        return step_number(len(self.inherited) + len(self.forced) + int(index))
 
     def step(self, selected: int | None) -> int:
         """The step on screen: the selected one, or the newest token; always inside the path."""

@@ -136,6 +136,8 @@ class Server:
         try:
             shown = None
             while report_waiting and not ticket.arrived.wait(WAIT_REPORT_SECONDS):
+                if stop.is_set():  # stopped while waiting for a place: nothing to wait for
+                    return
                 position = self.queue_position(ticket)
                 expected = ticket.scheduler.expected_wait(ticket)
                 waiting = Waiting(position, None if expected is None else math.ceil(expected))

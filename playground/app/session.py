@@ -55,6 +55,7 @@ class Session:
     view: LiveView = field(default_factory=LiveView)
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
+    stops: int = 0  # how many times Stop was pressed: a press that began before the newest Stop never runs on
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_pending: bool = False  # the link names a prompt whose run has not started yet
@@ -92,10 +93,16 @@ class Session:
             self.job_stop = None
 
     def stop_all(self) -> None:
-        """End the tab's generation and its job before their next step (Stop, a closed or expired tab)."""
+        """End the tab's generation and its job before their next step (a closed or expired tab, a model switch)."""
         for flag in (self.stop, self.job_stop):
             if flag is not None:
                 flag.set()
+
+    def press_stop(self) -> None:
+        """The visitor pressed Stop: `stop_all`, and a press still starting (its model loading, its plan being
+        made: no flag yet) sees the count go up when it registers its flag, and stops there."""
+        self.stops += 1  # counted first: a press that registers its flag after this line sees the new count
+        self.stop_all()
 
     @property
     def busy(self) -> bool:
@@ -180,7 +187,8 @@ class Session:
                 common = len(r.inherited)
             out.append({
                 "number": r.number, "parent": r.branch_of[0] if r.branch_of else None,
-                "step": r.branch_of[1] if r.branch_of else None, "current": r is run,
+                # where it leaves its parent, as every screen counts steps: its first forced token's step
+                "step": r.step_number(-len(r.forced)) if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
                 "rest": "".join(texts[common + 1:]),
                 "edit": _edit_words(r.settings, self.lang),

@@ -235,7 +235,7 @@ class Lab:
         token = run.path[step].token_text
         done = int((~np.isnan(result.logprob_drop)).sum())
         best = result.order[0]
-        md = t("lab_sweep_done", lang, layer=result.layer, step=step + 1, head=best, token=token,
+        md = t("lab_sweep_done", lang, layer=result.layer, step=run.step_number(step), head=best, token=token,
                drop=float(result.logprob_drop[best]))
         if done < len(result.logprob_drop):
             md += " " + t("lab_sweep_stopped", lang, done=done, total=len(result.logprob_drop))

@@ -165,7 +165,7 @@ class Streaming:
             return
         session = self.sessions.get(key)
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
-        session.stop_all()
+        session.press_stop()
 
     # --- what the live screen's script asks for ---------------------------------------------------
 

@@ -26,6 +26,7 @@ _T = texts("_common")  # this module's words, from playground/locales/
 TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
+HOVER_FONT_PX = 12  # hover labels: small enough that a few short lines fit beside a point on a 400-px phone
 TITLE_CHARS = 40  # a title longer than this runs past a 400-px phone's figure (plotly never wraps titles)
 
 
@@ -122,7 +123,7 @@ def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
         autosize=True,  # width follows the container, so it never overflows the page
         margin={**MARGIN, **layout.pop("margin", {})},
         template="plotly_white",
-        hoverlabel=dict(font_family="monospace"),
+        hoverlabel=dict(font_family="monospace", font_size=HOVER_FONT_PX, align="left"),
         **layout,
     )
     return fig

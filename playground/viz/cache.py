@@ -68,6 +68,9 @@ def cache_growth(
     for key, name, line in styles:
         raw = np.asarray(series[key], dtype=np.float64)
         hidden = key == "allocated" and big_buffer
+        # the hover says the short name, the step and the size on three short lines: one long line runs past a
+        # 400-px phone's edge wherever the point is
+        hover = _T["growth_hover"].format(name=name)
         if hidden:
             name = _T["hidden_name"].format(name=name, size=format_bytes(float(raw.max())))
         fig.add_trace(
@@ -75,7 +78,7 @@ def cache_growth(
                 x=list(steps), y=raw / size, mode="lines+markers" if n <= 64 else "lines", name=name, line=line,
                 visible="legendonly" if hidden else True,
                 customdata=[_T["bytes_hover"].format(size=format_bytes(b), n=int(b)) for b in raw],
-                hovertemplate=_T["growth_hover"].format(name=name),
+                hovertemplate=hover,
             )
         )
     if n and float(bytes_used[-1]) > 0 and float(mha_equivalent[-1]) > float(bytes_used[-1]):
@@ -84,7 +87,8 @@ def cache_growth(
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
     fig.update_xaxes(title_text=_T["step_axis"])
     fig.update_yaxes(title_text=_T["memory_axis"].format(unit=unit), rangemode="tozero")
-    return finish(fig, _T["growth_title"] if title is None else title, height=420, legend=legend_below(420))
+    return finish(fig, _T["growth_title"] if title is None else title, height=420, legend=legend_below(420),
+                  hovermode="closest")
 
 
 def timing_comparison(

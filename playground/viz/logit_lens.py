@@ -57,7 +57,7 @@ def lens_rank_strip(
     r = np.asarray(ranks, dtype=np.float64)
     if r.ndim != 2 or r.shape != (len(layer_names), len(steps)):
         raise ValueError(f"ranks must be (layers, steps) = ({len(layer_names)}, {len(steps)}), got {r.shape}")
-    labels = [f"{s + 1}: {display_token(t)}" for s, t in zip(steps, token_texts)]  # steps shown from 1
+    labels = [f"{step_number(s)}: {display_token(t)}" for s, t in zip(steps, token_texts)]  # as the page counts
     custom = np.broadcast_to(np.asarray(labels, dtype=object)[None, :], r.shape)
     shown = np.where(np.isnan(r), _T["not_yet"], np.nan_to_num(r).astype(int).astype(str)).astype(object)
     top = max(1.0, float(np.nanmax(r))) if np.isfinite(r).any() else 10.0

@@ -13,7 +13,7 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run = ctx.run
     step = run.step(sel.step)
     return {"step": step, "cache": dict(run.events[min(step, len(run.events) - 1)].cache),
-            "growth": describe.growth_series(run.events)}
+            "growth": describe.growth_series(run.events, run.step_number)}
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:

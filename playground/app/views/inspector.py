@@ -15,12 +15,12 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     step = run.step(sel.step)
     token = run.path[step]
     beams = describe.beam_steps(run.events[: step + 1]) if run.beam else None
-    return {"step": step, "token": token, "items": describe.funnel_items(token), "beams": beams,
+    return {"step": step, "number": run.step_number(step), "token": token, "items": describe.funnel_items(token), "beams": beams,
             "final": run.final.text if run.final is not None else None}
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
-    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=t("funnel_title", lang, step=data["step"] + 1))),
+    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=t("funnel_title", lang, step=data["number"]))),
                   "beam_tree": HIDDEN, "beam_table": HIDDEN}
     if data["beams"] is not None:
         out["beam_tree"] = shown(viz.beam_tree(data["beams"], final=data["final"]))
@@ -29,7 +29,7 @@ def draw(data: dict[str, Any], lang: str) -> Drawn:
 
 
 def caption(data: dict[str, Any], lang: str) -> str:
-    return describe.step_caption(data["token"], lang)
+    return describe.step_caption(data["token"], lang, data["number"])
 
 
 def idle(lang: str, words: str) -> Drawn:

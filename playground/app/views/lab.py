@@ -22,10 +22,10 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     attribution = lab.why(lm, read, read_step, sel.versus)
     c = lm.config
     return {
-        "step": step, "number": run.number, "edits": run.settings.edits,
+        "step": step, "step_no": run.step_number(step), "number": run.number, "edits": run.settings.edits,
         "original": None if original is None else original.number,
         "div": div, "original_texts": [s.token_text for s in original.path] if original is not None else [],
-        "read": (read.number, read.settings.edits, read_step), "side": "original" if read is original else "shown",
+        "read": (read.number, read.settings.edits, read.step_number(read_step)), "side": "original" if read is original else "shown",
         "attr": attribution.to_dict(), "token": read.path[read_step].token_text,
         "other": lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None,
         "n_layers": c.n_layers, "n_heads": c.n_heads, "prompt_tokens": len(run.prompt_ids),
@@ -59,7 +59,7 @@ def caption(d: dict[str, Any], lang: str) -> str:
     if not d["edits"]:
         return t("lab_plain", lang)
     edit = lab.describe_edits(d["edits"], lang)
-    label = lab.reads_words(d["number"], d["edits"], d["step"], lang)
+    label = lab.reads_words(d["number"], d["edits"], d["step_no"], lang)
     if d["original"] is None:
         return label + " " + t("lab_no_original", lang, edit=edit)
     texts, step = d["original_texts"], d["step"]

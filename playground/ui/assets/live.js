@@ -78,7 +78,13 @@ function resetRun(v) {
   stream.innerHTML = parts.join("");
 }
 
-function tokenSpan(step, entry) {
+// The step a person reads for path index `i`: the server's numbering (Run.step_number), step 1 for a run's
+// first new token; a branch continues its parent's count (first_step). data-step stays the 0-based index.
+function stepNo(v, i) {
+  return (v.first_step ?? 1) + i;
+}
+
+function tokenSpan(v, step, entry) {
   const [text, id, p] = entry;
   const span = document.createElement("span");
   span.className = "tok gen" + idClass(text, id) + (entry[5] ? " spec-" + entry[5] : "");
@@ -86,7 +92,7 @@ function tokenSpan(step, entry) {
   if (entry[5]) span.dataset.spec = entry[5];  // speculative decoding: a kept draft, a replaced one, a bonus token
   span.dataset.prob = String(p);
   span.tabIndex = 0;
-  span.title = `step ${step + 1} · id ${id} · p = ${p.toFixed(3)}`;  // counted from 1, as the step bar
+  span.title = `step ${stepNo(v, step)} · id ${id} · p = ${p.toFixed(3)}`;  // counted as the step bar
   span.style.background = probColour(p);
   span.style.color = p > 0.6 ? "#fff" : "#111";
   span.innerHTML = shown(text);
@@ -105,7 +111,7 @@ function updateStream(v) {
   if (path.length > keep) {
     const frag = document.createDocumentFragment();
     for (let i = keep; i < path.length; i++) {
-      frag.appendChild(tokenSpan(i, path[i]));
+      frag.appendChild(tokenSpan(v, i, path[i]));
       st.rendered.push(path[i][1] + ":" + path[i][2]);
     }
     stream.appendChild(frag);
@@ -182,7 +188,7 @@ function drawStepBar(v, step) {
     ? `<span class="pg-muted">· ${esc(tr("following"))}</span>`
     : `<button class="pg-btn pg-follow" type="button">${esc(tr("back_to_live"))}</button>`;
   bar.innerHTML = `<button class="pg-btn pg-prev" type="button" aria-label="previous step">◀</button>`
-    + `<span class="pg-stepno">${esc(tr("step_of", { step: step + 1, n: n }))}</span>`
+    + `<span class="pg-stepno">${esc(tr("step_of", { step: stepNo(v, step), n: stepNo(v, n - 1) }))}</span>`
     + `<button class="pg-btn pg-next" type="button" aria-label="next step">▶</button>`
     + `<span class="pg-chose">${esc(tr("chose", { token: "“" + text.replace(/\n/g, "↵") + "”", p: p.toFixed(3) }))}</span> ${follow}`;
 }
@@ -207,7 +213,7 @@ function drawCandidates(v, step) {
       html += `<td class="pg-bar${gone ? " gone" : ""}"><span style="width:${Math.max(0, Math.min(100, 100 * p)).toFixed(1)}%"></span><em>${gone ? "–" : pct(p)}</em></td>`;
     });
     const branch = chosen || v.status.state === "running" ? "" :
-      `<button class="pg-branch" type="button" data-id="${id}" title="${esc(tr("branch_here", { step: step + 1, token: "“" + text + "”" }))}">↪</button>`;
+      `<button class="pg-branch" type="button" data-id="${id}" title="${esc(tr("branch_here", { step: stepNo(v, step), token: "“" + text + "”" }))}">↪</button>`;
     html += `<td>${branch}</td></tr>`;
   }
   html += `</tbody></table>`;
@@ -327,7 +333,7 @@ function drawCache(v, step) {
   const mha = c.kv_heads ? Math.round(used * c.query_heads / c.kv_heads) : used;
   html += `<p class="pg-formula">${formula}</p><p class="pg-symbols">${esc(tr("kv_symbols"))}</p>`;
   html += sparkline(v, step, c);
-  html += `<p>${esc(tr("kv_at_step", { step: step + 1, tokens: tokens, bytes: bytes(used) }))} · ${esc(tr("kv_used", { used: bytes(used), allocated: bytes(c.allocated_bytes) }))}`;
+  html += `<p>${esc(tr("kv_at_step", { step: stepNo(v, step), tokens: tokens, bytes: bytes(used) }))} · ${esc(tr("kv_used", { used: bytes(used), allocated: bytes(c.allocated_bytes) }))}`;
   if (c.query_heads !== c.kv_heads) html += ` · ${esc(tr("kv_mha", { mha: bytes(mha) }))}`;
   html += `</p>`;
   if (c.cross) html += `<p>${esc(tr("kv_cross", { bytes: bytes(c.cross.bytes), tokens: c.cross.tokens }))}</p>`;
@@ -363,7 +369,7 @@ function drawBranches(v) {
   if (list.length < 2) { box.innerHTML = ""; box.hidden = true; return; }
   box.hidden = false;
   box.innerHTML = `<h4>${esc(tr("branches_title"))}</h4>` + list.map((b) =>
-    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step + 1 }) : tr("run_label", { n: b.number }))}${b.edit ? ` · <span class="pg-edit">${esc(b.edit)}</span>` : ""}</span>`
+    `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step }) : tr("run_label", { n: b.number }))}${b.edit ? ` · <span class="pg-edit">${esc(b.edit)}</span>` : ""}</span>`
     + `<div class="pg-btext"><span>${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span>${esc(b.rest)}</span></div></div>`).join("");
 }
 
