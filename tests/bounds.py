@@ -1,6 +1,6 @@
 """Time and peak memory of one hostile case that must finish (not raise): fast, without growing the process.
 
-Peak RSS is VmHWM after resetting it through /proc/self/clear_refs (as tests/test_hostile.py does)."""
+Peak RSS is VmHWM after resetting it through /proc/self/clear_refs (as tests/library/test_hostile.py does)."""
 
 from __future__ import annotations
 

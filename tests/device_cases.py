@@ -1,5 +1,5 @@
-"""The computations the page makes, as plain data, for the device tests (tests/test_devices.py on a fake CUDA
-device, tests/test_gpu.py on a real one). No Gradio or plotly here: the GPU machine has neither."""
+"""The computations the page makes, as plain data, for the device tests (tests/library/test_devices.py on a fake CUDA
+device, tests/library/test_gpu.py on a real one). No Gradio or plotly here: the GPU machine has neither."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every public figure builder and caption function of `playground.viz`, called on small synthetic
 inputs shaped like the analyses' output (no model, no torch), and the text a person reads in what
-they return. Shared by tests/test_viz_i18n.py; the builders are looked up when a case runs."""
+they return. Shared by tests/viz/test_viz_i18n.py; the builders are looked up when a case runs."""
 
 from __future__ import annotations
 

@@ -235,7 +235,7 @@ def _build(
         model = build_model(config)
     actual = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if actual != expected:
-        # The arithmetic layout missed part of this model's structure (a bug; tests/test_budget.py checks
+        # The arithmetic layout missed part of this model's structure (a bug; tests/library/test_budget.py checks
         # every family): validate and convert again against the module itself, so loading stays right.
         log.warning("state layout of %s differs from its module (%s); validating against the module",
                     config.family, next(iter(set(actual) ^ set(expected)), "shapes"))

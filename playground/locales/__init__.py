@@ -4,7 +4,7 @@ A translator edits the JSON files only. Each holds two tables with the same keys
 `page` (the page's words, read by `playground.app.words.t`) and `figures` (one table per figure
 module, read through `playground.viz.language`). Strings are `str.format` templates: keep every
 `{placeholder}`, and in figure strings every `%{{plotly field}}` and `<b>`/`<br>` tag, as they are.
-tests/test_locales.py checks that both files have the same keys and placeholders.
+tests/app/test_locales.py checks that both files have the same keys and placeholders.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 - `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
   its front end's `changeLocale` (found in its `core-*.js` asset).
 
-A Gradio upgrade must run tests/test_gradio_internals.py; `GRADIO_VERSION` is the version these
+A Gradio upgrade must run tests/ui/test_gradio_internals.py; `GRADIO_VERSION` is the version these
 were written against (the test checks it equals the installed one and the pin).
 
 Script sessions:

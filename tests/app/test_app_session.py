@@ -1,0 +1,211 @@
+"""The app core's Session without Gradio: one source for the current run, the step, the view, the language
+and the link, whatever order a visitor switches models, branches, opens links and changes language."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from urllib.parse import parse_qsl
+
+import numpy as np
+import pytest
+
+from playground.app.session import MAX_RUNS_PER_SESSION, Session, same_request
+from playground.app.settings import UISettings, from_query, parse_branches
+from playground.checkpoints.loader import load_model
+from tests.app.test_app_run import play
+from tests.ui_fixtures import save_tiny_decoder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("w")
+    return {"a": load_model(save_tiny_decoder(root / "a")), "b": load_model(save_tiny_decoder(root / "b", seed=1))}
+
+
+def other_token(run, step: int) -> int:
+    return next(c.token_id for c in run.path[step].candidates if c.token_id != run.path[step].token_id)
+
+
+def test_selecting_a_step_only_takes_steps_of_the_current_run(models):
+    session = Session()
+    old = play(session, models["a"], UISettings(model="a", prompt="Hi", max_new_tokens=4))
+    run = play(session, models["a"], UISettings(model="a", prompt="Yo", max_new_tokens=4))
+    assert session.step() == 3  # following the newest token
+    assert session.select(run.token, 1) and session.step() == 1 and session.selected_step == 1
+    for token, step in ((old.token, 2), (run.token, 4), (run.token, -1), (run.token, True), (run.token, "2")):
+        assert not session.select(token, step)
+    assert session.step() == 1
+    play(session, models["a"], UISettings(model="a", prompt="Hey", max_new_tokens=3))
+    assert session.selected_step is None and session.step() == 2  # a new run is followed from its end
+
+
+def test_the_view_is_kept_by_the_session_and_used_by_the_next_run(models):
+    session = Session()
+    session.set_view("self", 0, "group:1")
+    run = play(session, models["a"], UISettings(model="a", prompt="Hi", max_new_tokens=2))
+    assert session.view.head == "group:1" and run.live_layer == 0
+    assert run.path[0].capture.attention["self"][0] is not None  # layer 0 recorded, as the view asks
+
+
+def test_a_session_keeps_its_last_runs(models):
+    session = Session()
+    runs = [play(session, models["a"], UISettings(model="a", prompt=f"p{i}", max_new_tokens=1)) for i in range(6)]
+    assert session.runs == runs[-MAX_RUNS_PER_SESSION:] and session.current is runs[-1]
+    assert [r.number for r in runs] == [1, 2, 3, 4, 5, 6] and session.run(1) is None
+
+
+def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
+    session = Session()
+    settings = UISettings(model="a", prompt="Hello", max_new_tokens=8)
+    root = play(session, models["a"], settings)
+    t1 = other_token(root, 3)
+    first = play(session, models["a"], root.settings, parent=(root, 3, [t1]))
+    t2 = other_token(first, 2)
+    second = play(session, models["a"], first.settings, parent=(first, 2, [t2]))
+    assert session.lineage(second) == [(3, [t1]), (2, [t2])] and session.lineage(root) == []
+    rows = session.branches(second)
+    assert [(r["number"], r["parent"], r["step"], r["current"]) for r in rows] == [
+        (1, None, None, False), (2, 1, 4, False), (3, 2, 7, True)]  # as people count: 3 + 1, then 4 + 2 + 1
+    assert rows[0]["shared"] + rows[0]["diverges"] + rows[0]["rest"] == "".join(root.stream_texts)
+    query = session.link_query(settings)
+    parsed, notes = from_query(dict(parse_qsl(query[1:])))
+    assert notes == [] and parse_branches(parsed.branches) == [(3, [t1]), (2, [t2])]
+    assert dataclasses.replace(parsed, branches="") == dataclasses.replace(settings, branches="")
+    # replaying the link's run and branches gives the same tokens
+    replay = Session()
+    run = play(replay, models["a"], parsed)
+    for step, ids in parse_branches(parsed.branches):
+        run = play(replay, models["a"], run.settings, parent=(run, step, ids))
+    assert run.stream_ids == second.stream_ids
+
+    again = play(session, models["a"], settings)  # Generate again: the same tokens as the root
+    assert [r["number"] for r in session.branches(again)] == [1, 2, 3, again.number]  # the root is a parent: kept
+    latest = play(session, models["a"], settings)  # once more: the earlier repeat is not listed again
+    assert [r["number"] for r in session.branches(latest)] == [2, 3, latest.number]  # (the oldest run was let go)
+
+
+def test_a_link_names_the_seed_a_sampling_run_drew(models):
+    session = Session()
+    widgets = UISettings(model="a", prompt="Hello", mode="sample", seed=None, max_new_tokens=6)
+    run = play(session, models["a"], widgets)
+    assert run.cfg.seed is not None and run.settings.seed is None
+    parsed = from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0]
+    assert parsed.seed == run.cfg.seed and parsed.mode == "sample"
+    again = play(Session(), models["a"], parsed)
+    assert again.generated_ids == run.generated_ids
+    # a branch of it samples with the same seed, so the link replays the branch too
+    branch = play(session, models["a"], run.settings, parent=(run, 2, [other_token(run, 2)]))
+    assert branch.cfg.seed == run.cfg.seed
+    replay_settings = from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0]
+    tab = Session()
+    replay = play(tab, models["a"], replay_settings)
+    step, ids = parse_branches(replay_settings.branches)[0]
+    assert play(tab, models["a"], replay.settings, parent=(replay, step, ids)).stream_ids == branch.stream_ids
+    # a new press draws a new seed; a typed seed pins it
+    assert play(session, models["a"], widgets).cfg.seed != run.cfg.seed
+    pinned = dataclasses.replace(widgets, seed=5)
+    assert play(session, models["a"], pinned).cfg.seed == play(session, models["a"], pinned).cfg.seed == 5
+
+
+def test_the_link_follows_the_widgets_once_they_ask_for_another_run(models):
+    session = Session()
+    settings = UISettings(model="a", prompt="Hello", max_new_tokens=6)
+    root = play(session, models["a"], settings)
+    play(session, models["a"], root.settings, parent=(root, 2, [other_token(root, 2)]))
+    changed = dataclasses.replace(settings, prompt="Something else")
+    assert "branches" not in session.link_query(changed) and "Something+else" in session.link_query(changed)
+    assert "branches" in session.link_query(dataclasses.replace(settings, lang="zh", pace_ms=50))
+    assert same_request(settings, dataclasses.replace(settings, seed=None, lang="zh"))
+    assert not same_request(dataclasses.replace(settings, mode="sample", seed=1),
+                            dataclasses.replace(settings, mode="sample", seed=2))
+
+
+def test_a_links_run_is_taken_once(models):
+    session = Session()
+    session.opened_from({"model": "a", "prompt": "Hi"})
+    assert session.link_names("prompt") and not session.link_names("chat")
+    assert session.take_link_run() and not session.take_link_run()
+    session.opened_from({"model": "a", "prompt": "  "})
+    assert not session.take_link_run()
+
+
+STEPS = ("switch", "branch", "link", "language")
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(STEPS)), ids="-".join)
+def test_every_order_of_switch_branch_link_and_language_leaves_one_consistent_state(models, order):
+    """Whatever the order, the session's current run is the newest, the step on screen is one of its steps,
+    branches compare runs of one model and prompt only, and the link reproduces what is on screen."""
+    session = Session()
+    widgets = UISettings(model="a", prompt="Hello", max_new_tokens=6)
+    play(session, models["a"], widgets)
+    for action in order:
+        run = session.current
+        if action == "switch":  # another model: a plain run of it (the widgets follow the model)
+            name = "b" if widgets.model == "a" else "a"
+            widgets = dataclasses.replace(widgets, model=name)
+            play(session, models[name], widgets)
+            assert session.current.branch_of is None and session.branches(session.current) == []
+        elif action == "branch":
+            step = min(2, len(run.path) - 1)
+            session.select(run.token, step)
+            play(session, models[run.settings.model], run.settings, parent=(run, step, [other_token(run, step)]))
+            assert session.current.branch_of == (run.number, step) and session.selected_step is None
+        elif action == "link":  # a new tab from this tab's link replays what it showed
+            query = session.link_query(widgets)
+            tab = Session()
+            tab.opened_from(dict(parse_qsl(query[1:])))
+            assert tab.take_link_run()
+            parsed = from_query(tab.link)[0]
+            replay = play(tab, models[parsed.model], parsed)
+            for step, ids in parse_branches(parsed.branches):
+                replay = play(tab, models[parsed.model], replay.settings, parent=(replay, step, ids))
+            assert replay.stream_ids == run.stream_ids and replay.prompt_ids == run.prompt_ids
+        else:
+            session.lang = "zh" if session.lang == "en" else "en"
+            widgets = dataclasses.replace(widgets, lang=session.lang)
+        current = session.current
+        assert current is session.runs[-1] and session.step() in range(len(current.path))
+        for row in session.branches(current):
+            other = session.run(row["number"])
+            assert other.settings.model == current.settings.model and other.prompt_ids == current.prompt_ids
+        assert from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0].lang == session.lang
+
+
+def test_finished_runs_keep_their_recorded_arrays_within_the_budgets(tmp_path):
+    """Round 4, row 2: two long runs on a many-head upload held +800 MiB until their tab went. The oldest
+    runs' recorded arrays are freed first, per tab and for the server; a row asked for later is computed
+    through the engine and equals the recorded one."""
+    from playground.app.session import Sessions
+
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    sessions = Sessions()
+    first, second = sessions.get("a"), sessions.get("b")
+    settings = UISettings(model="m", prompt="Hello there", max_new_tokens=12)
+    old = play(first, lm, settings)
+    recorded = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)
+    newer = play(second, lm, settings)
+    size = old.capture_bytes()
+    assert size > 0 and newer.capture_bytes() == size
+    assert sessions.enforce_memory(per_session=size, server=2 * size) == 2 * size  # within both: nothing freed
+    assert sessions.enforce_memory(per_session=size, server=2 * size - 1) == size  # the older run's arrays go
+    assert old.captures_dropped and old.capture_bytes() == 0 and not newer.captures_dropped
+    again = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)  # computed through the engine now
+    np.testing.assert_allclose(again, recorded, rtol=0, atol=1e-6)
+    assert old.compact and len(old.path) == 12  # the page's copy of the run stays
+    kept = old.capture_bytes()  # the whole-run map that answered the row
+    assert sessions.enforce_memory(per_session=size - 1, server=10 * size) == kept  # a tab over its own share
+    assert newer.captures_dropped
+
+
+def test_the_newest_selection_wins_when_two_arrive_out_of_order(tmp_path):
+    """Two quick arrow presses are two requests that may arrive in either order; the page counts them."""
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    session = Session()
+    run = play(session, lm, UISettings(model="m", prompt="Hello", max_new_tokens=6))
+    assert session.select(run.token, 2, order=2)
+    assert not session.select(run.token, 3, order=1)  # the older press, arriving late
+    assert session.selected_step == 2
+    assert session.select(run.token, 4)  # a caller without a count is taken as it comes
+    assert session.select(run.token, 1, order=3) and session.selected_step == 1

@@ -1,0 +1,114 @@
+"""The Causal lab's handlers without a browser: a fork streams like every run and lands in the link, the
+tab's panels draw at the selected step, the sweep reports its progress and stops on request."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+import pytest
+
+from playground.app.settings import UISettings
+from playground.interventions import Ablate, unpack
+from tests.ui.test_ui import app, h, open_link, request, run, values, weights  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("h")
+SETTINGS = UISettings(prompt="The Python interpreter", max_new_tokens=10)
+
+
+def lab_panels(h, session: str, side: str = "shown", versus: bool = False) -> dict:  # noqa: F811
+    """The Lab tab opened and drawn: its texts' values and its figures' and sliders' updates, by short name."""
+    h.sessions.get(session).deep_tab = "lab"
+    out = h.views.control("lab", {"lab_versus": versus, "lab_run": side}, request(session))
+    short = {k.removeprefix("lab_"): v for k, v in out.items()}
+    return {k: v["value"] if k in ("md", "attr_md") else v for k, v in short.items()}
+
+
+def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "lab")
+    frames = list(h.lab.fork_head(1, 3, request("lab")))
+    session = h.sessions.get("lab")
+    fork = session.current
+    assert fork is not original and fork.cfg.interventions == (Ablate(1, head=3),) and len(frames) >= 2
+    live, notes, _ = frames[-1]
+    assert [b["edit"] for b in live["branches"]] == ["", "ablate head 1.3"]
+    session.deep_tab = "lab"
+    out = lab_panels(h, "lab")
+    assert "ablate head 1.3" in out["md"] and "KL" in out["md"] and out["div"]["visible"] is True
+    assert "parts sum to" in out["attr_md"] and out["head"]["maximum"] == 3
+    query = h.stream.link(request("lab"), *values(SETTINGS))
+    params = dict(parse_qsl(query[1:]))
+    assert unpack(params["edits"]) == (Ablate(1, head=3),)
+    replay = open_link(h, "lab-replay", **params)
+    again = h.sessions.get("lab-replay")
+    assert [r.settings.edits == "" for r in again.runs] == [True, False] and len(replay) >= 2
+    assert again.current.generated_ids == fork.generated_ids
+    assert again.runs[0].generated_ids == original.generated_ids
+    # A new press of Generate starts clean, whatever the link carried.
+    _, plain = run(h, UISettings(**{**SETTINGS.__dict__, "edits": params["edits"]}), "lab-replay")
+    assert plain.cfg.interventions == () and plain.generated_ids == original.generated_ids
+
+
+def test_the_sweep_reports_progress_then_its_result(h):  # noqa: F811
+    run(h, SETTINGS, "sweep")
+    frames = list(h.lab.sweep(0, request("sweep")))
+    assert frames[0][0] == "head 0 of 4"  # the first pass's progress is shown at once
+    md, plot = frames[-1]
+    assert "loses" in md and plot["visible"] is True and "Stopped" not in md
+
+
+def test_steering_measures_the_vector_then_forks(h):  # noqa: F811
+    run(h, SETTINGS, "steer")
+    frames = list(h.lab.fork_steer("I love this", "I hate this", 1, 4.0, request("steer")))
+    assert "norm" in frames[0][3] and "typically" in frames[0][3]
+    session = h.sessions.get("steer")
+    assert type(session.current.cfg.interventions[0]).__name__ == "Steer"
+    empty = list(h.lab.fork_steer("", "I hate this", 1, 4.0, request("steer")))
+    assert len(empty) == 1 and "Type both prompts" in empty[0][3]
+
+
+def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "keep")
+    h.stream.select_step([original.token, 3])
+    frames = list(h.lab.fork_head(1, 3, request("keep")))
+    session = h.sessions.get("keep")
+    fork = session.current
+    assert fork is not original and session.selected_step == 3 and session.step() == 3
+    assert all(f[0]["selected"] == 3 for f in frames)  # the live screen opens the fork at the step on screen
+    session.deep_tab = "lab"
+    panels = lab_panels(h, "keep")
+    md, attr_md = panels["md"], panels["attr_md"]
+    token = fork.path[3].token_text
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in attr_md and token in attr_md
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in md
+    sweep_md = list(h.lab.sweep_of_run(0, request=request("keep")))[-1][0]
+    assert f"In run {fork.number} (ablate head 1.3), step 4" in sweep_md
+    session.lang = "zh"
+    assert f"第 {fork.number} 次运行(消融第 1 层第 3 个头),第 4 步" in lab_panels(h, "keep")["attr_md"]
+    # a fork from the newest token keeps following the newest token
+    h.stream.select_step([fork.token, len(fork.path) - 1])
+    session.selected_step = None
+    session.lang = "en"
+    frames = list(h.lab.fork_mlp(0, request("keep")))
+    assert session.selected_step is None and frames[-1][0]["selected"] is None
+    label = f"In run {session.current.number} (ablate head 1.3; ablate the MLP of layer 0), step {len(session.current.path)}"
+    assert label in lab_panels(h, "keep")["attr_md"]
+
+
+def test_patching_on_the_page_forks_a_branch_with_its_divergence_and_its_link_replays_it(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "patch")
+    other = "The Python interpretes"  # one character changed: the positions line up
+    frames = list(h.lab.fork_patch(other, 1, -1, request("patch")))  # -1: the last position, where they differ
+    last = len(original.prompt_ids) - 1
+    assert f"position {last}: this run's “r” gets what “s”" in frames[0][3]  # what goes where, before the fork
+    session = h.sessions.get("patch")
+    fork = session.current
+    assert fork is not original and type(fork.cfg.interventions[0]).__name__ == "Patch"
+    live = frames[-1][0]
+    assert [b["edit"] for b in live["branches"]] == ["", f"patch the residual after block 1 at position {last}"]
+    panels = lab_panels(h, "patch")
+    assert f"Compared with run {original.number}" in panels["md"] and panels["div"]["visible"] is True
+    params = dict(parse_qsl(h.stream.link(request("patch"), *values(SETTINGS))[1:]))
+    open_link(h, "patch-replay", **params)
+    assert h.sessions.get("patch-replay").current.generated_ids == fork.generated_ids
+    refused = list(h.lab.fork_patch("Short", 1, -1, request("patch")))
+    assert len(refused) == 1 and "same number of tokens" in refused[0][3] and session.current is fork
