@@ -4,7 +4,6 @@ each reopened from its link. The shipped tiny-lm keeps it fast. Screenshots also
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import parse_qsl, urlparse
 
 import pytest
@@ -26,14 +25,11 @@ from tests.browser.test_browser_lab import branch_rows, fork_and_watch, link_of,
 pytestmark = pytest.mark.browser
 server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
 PROMPT = "The Python interpreter"
-SHOTS = Path("/tmp/labpage-shots")
 
 
 def keep_shot(page, name: str) -> None:
-    """The test's screenshot (test-artifacts/) and a copy to look at."""
-    shot(page, name)
-    SHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}-{page.size_name}.png"), full_page=True)
+    """The test's screenshot (test-artifacts/; with PLAYGROUND_UPDATE_SCREENSHOTS=1 the README's too)."""
+    shot(page, name, readme=True)
 
 
 def open_kvlab(page, lang: str = "en") -> None:
