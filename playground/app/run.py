@@ -21,7 +21,7 @@ from playground.generation import GenerationConfig, GenerationResult, Hypothesis
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
 from playground.generation.stepper import full_attention
-from playground.steps import step_number
+from playground.steps import counting_after, step_number
 
 MAX_CACHED_LAYERS = 2  # whole-run attention maps kept per run: every kind of this many layers
 
@@ -140,7 +140,13 @@ class Run:
         token (index 0, the prefill pass that also reads the prompt). A branch does not restart the count: its
         inherited and forced tokens come first, so a branch from step 6 continues at step 7. The one
         numbering of every screen (live screen, inspector, KV chart, lab, a link's branches)."""
-        return step_number(len(self.inherited) + len(self.forced) + int(index))
+        with counting_after(0):  # the run's own count, whatever block it is asked in
+            return step_number(self.steps_before + int(index))
+
+    @property
+    def steps_before(self) -> int:
+        """Tokens this run continues after: a branch's inherited and forced ones (0 for a plain run)."""
+        return len(self.inherited) + len(self.forced)
 
     def step(self, selected: int | None) -> int:
         """The step on screen: the selected one, or the newest token; always inside the path."""

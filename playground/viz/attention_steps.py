@@ -145,7 +145,7 @@ def attention_steps_caption(steps: Mapping[str, Any]) -> str:
     elif kind == "encoder":
         text = _T["caption_encoder"].format(keys=S)
     elif steps["phase"] == "prefill" and Tq > 1:
-        text = _T["caption_prefill"].format(n=Tq)
+        text = _T["caption_prefill"].format(n=Tq, step=step_number(steps["step"]))
     else:
         text = _T["caption_decode"].format(step=step_number(steps["step"]), keys=S)
     hidden = int((~np.asarray(steps["mask"])[-1]).sum())

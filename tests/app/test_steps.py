@@ -127,6 +127,14 @@ def test_a_branch_continues_its_parents_count(greedy, lm):  # noqa: F811
     growth = cache_view.compute(ctx, Selection(step=0))["growth"]
     assert growth[0][0] == 7 and growth[0] == list(range(7, 7 + len(branch.events)))
     assert lab.reads(branch, 0, "en").endswith("step 7:") and lab.reads(root, SELECTED, "en").endswith("step 6:")
+    # the lessons count the same way (their figures read the run as a result, inside its count)
+    from playground.app import views
+    from playground.app.views.lessons import view_of
+    for name, words in (("steps", "Prefill (step 7)"), ("lens", "at step 7")):
+        shown = views.show(view_of(name), views.context_for(view_of(name), session, lambda *a: lm), Selection(step=0))
+        assert words in shown["lesson_md"].value, (name, shown["lesson_md"].value[:120])
+        assert "step 7" in shown["lesson_plot1"].value.layout.title.text, name
+    assert step_number(0) == 1  # nothing of the branch's count leaks out of its drawing
     again = play(session, lm, branch.settings, parent=(branch, 1, [int(branch.path[1].token_id)]))
     assert again.step_number(0) == 9  # it left the branch at the branch's step 8
     assert [r["step"] for r in session.branches(again)][-1] == 8
