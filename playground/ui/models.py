@@ -71,6 +71,10 @@ def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     return describe.model_card_html(info, name, lang)
 
 
+# What loading a model updates, by component name (a handler returns only what changes).
+LOAD_SLOTS = ("model", "model_status", "model_about", "prompt", "chat", "target_lang", "att_kind", "att_view", "card",
+              "live")
+
 class Models:
     """Loading and describing models for the sessions of one app."""
 
@@ -204,8 +208,8 @@ class Models:
         return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
-    # Outputs, in order: model dropdown, status, about, prompt, chat, target language, attention kind,
-    # large view, model card, live screen.
+    # Each returns updates by component name (`LOAD_SLOTS`), only of what changes; the wiring keys them by
+    # component.
 
     def load_from_link(self, name: str, dtype: str, lang: str, request: gr.Request):
         """The page's first load: the link's prompt and chat setting are kept; a link that does not name
@@ -229,7 +233,7 @@ class Models:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001 - the message goes to the status line
             return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, gr.skip(), owner, swap_prompt=swap_prompt, set_chat=set_chat)
+        return self._loaded(lm, name, dtype, session, lang, None, owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
         """Store an upload in this visitor's own folder and load it; on failure delete it and say why."""
@@ -253,7 +257,7 @@ class Models:
         out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
         evicted = self.catalog.uploads.evicted_since(owner)
         if evicted:  # say what went, so that nobody wonders where it is
-            out = (out[0], out[1] + " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted))), *out[2:])
+            out["model_status"] += " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted)))
         return out
 
     def load_hub(self, repo_id: str, dtype: str, lang: str, request: gr.Request):
@@ -268,7 +272,7 @@ class Models:
         return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("downloaded", lang))
 
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
-                verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> tuple:
+                verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> dict[str, Any]:
         changed = session.model != name
         if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
             session.stop_all()
@@ -288,15 +292,21 @@ class Models:
         att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
         grouped = lm.config.n_kv_heads < lm.config.n_heads
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
-        card = card_html(lm, name, lang)
-        live = empty_live_value(lang) if changed else gr.skip()
-        return (dropdown, status, self.about(name, lm, lang, owner), prompt, chat, target, att_kind, att_view, card, live)
+        out = {"model_status": status, "model_about": self.about(name, lm, lang, owner), "prompt": prompt, "chat": chat,
+               "target_lang": target, "att_kind": att_kind, "att_view": att_view, "card": card_html(lm, name, lang)}
+        if dropdown is not None:
+            out["model"] = dropdown
+        if changed:  # the previous model's run leaves the live screen
+            out["live"] = empty_live_value(lang)
+        return out
 
-    def _failed(self, what: str, exc: Exception, session, lang: str, owner: str | None) -> tuple:
+    def _failed(self, what: str, exc: Exception, session, lang: str, owner: str | None) -> dict[str, Any]:
         """Status line with the reason; the dropdown goes back to the model still in use."""
         previous = session.model
         keep = t("still_using", lang, name=describe.inert(previous)) if previous else ""
         why = describe.inert(one_line(exc, lang, "load").rstrip("."))
         status = t("load_failed", lang, what=what, why=why, keep=keep)
-        dropdown = self.dropdown(owner, previous, lang) if previous else gr.skip()
-        return (dropdown, status) + (gr.skip(),) * 8
+        out: dict[str, Any] = {"model_status": status}
+        if previous:
+            out["model"] = self.dropdown(owner, previous, lang)
+        return out

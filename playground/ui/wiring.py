@@ -10,7 +10,7 @@ from playground.ui.handlers import Handlers
 from playground.ui.lab import wire_lab
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
-from playground.ui.models import session_key
+from playground.ui.models import LOAD_SLOTS, session_key
 from playground.ui.views import wire_views
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -32,8 +32,13 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     settings_inputs = [s[f] for f in FIELDS]
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
     lang = s["lang"]
-    load_outputs = [s["model"], p.model_status, p.model_about, s["prompt"], s["chat"], s["target_lang"], p.att_kind,
-                    p.att_view, p.card, p.live]
+    load_outputs = [page.component(name) for name in LOAD_SLOTS]
+
+    def keyed(load):
+        """A model-loading handler's updates by component name, keyed by component for Gradio."""
+        def handler(source, dtype: str, code: str, request: gr.Request) -> dict:
+            return {page.component(name): update for name, update in load(source, dtype, code, request).items()}
+        return handler
     load_kw = dict(concurrency_limit=2, concurrency_id="load")
     figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
 
@@ -48,20 +53,20 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
-    loaded = start.then(h.models.load_from_link, [s["model"], s["dtype"], lang], load_outputs, **load_kw)
+    loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
     loaded.then(switch_language, lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
-    redraws.append(s["model"].input(h.models.load, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    redraws.append(s["dtype"].input(h.models.load_dtype, [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    uploaded = p.upload.upload(h.models.upload, [p.upload, s["dtype"], lang], load_outputs, **load_kw)
+    redraws.append(s["model"].input(keyed(h.models.load), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    uploaded = p.upload.upload(keyed(h.models.upload), [p.upload, s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(uploaded)
     # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones
     # it shows, and the next upload would send both (two config.json, refused).
     uploaded.then(empty_file_box, None, p.upload, queue=False)
     for trigger in (p.hub_load.click, p.hub_id.submit):
-        redraws.append(trigger(h.models.load_hub, [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
+        redraws.append(trigger(keyed(h.models.load_hub), [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
     # English / 中文: every label, the live screen, the model's texts.
     switched = lang.input(switch_language, lang, relabel_outputs, queue=False)

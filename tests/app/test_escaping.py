@@ -48,10 +48,10 @@ def test_every_element_shows_checkpoint_text_as_text(hostile, tmp_path):
     h = app.playground_handlers
     request = gr.Request(session_hash="visitor")
     loaded = h.models.upload([str(hostile)], "float32", "en", request)
-    name = loaded[0]["value"]
-    assert name.startswith("upload/"), loaded[1]
-    markup = {"status": loaded[1], "about": loaded[2], "card": loaded[8]}  # rendered as Markdown / HTML
-    assert "&lt;img" in loaded[8] and "&lt;img" in loaded[2]  # shown, as text
+    name = loaded["model"]["value"]
+    assert name.startswith("upload/"), loaded["model_status"]
+    markup = {"status": loaded["model_status"], "about": loaded["model_about"], "card": loaded["card"]}  # Markdown / HTML
+    assert "&lt;img" in loaded["card"] and "&lt;img" in loaded["model_about"]  # shown, as text
     lm = h.models.model_for(name, "float32", "visitor")
     assert set(lm.checkpoint_texts()) >= {"config.family", "config.extra.note"}  # the hostile fields are real
     for lang in ("en", "zh"):

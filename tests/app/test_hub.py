@@ -58,9 +58,9 @@ def test_the_ui_reports_hub_failures_in_the_status_line(monkeypatch, tmp_path):
     h = Handlers(Catalog(tmp_path / "weights", tmp_path / "uploads", tmp_path / "hub"), ModelRegistry())
     h.sessions.get("hub").model = "tiny-lm"
     request = gr.Request(session_hash="hub")
-    dropdown, status, *_ = h.models.load_hub("owner/name", "float32", "en", request)
+    status = h.models.load_hub("owner/name", "float32", "en", request)["model_status"]
     assert status.startswith("**Hub download failed:** no network: ") and "Still using **tiny-lm**" in status
-    assert "not a Hub repo id" in h.models.load_hub("../x", "float32", "en", request)[1]
+    assert "not a Hub repo id" in h.models.load_hub("../x", "float32", "en", request)["model_status"]
     # Names of Hub downloads cannot escape the Hub folder either.
     with pytest.raises(PlaygroundError):
         h.catalog.resolve(HUB_PREFIX + "../../etc")

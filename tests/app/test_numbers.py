@@ -94,7 +94,7 @@ def test_a_model_of_one_position_is_refused_at_upload_with_the_reason(served, tm
     with pytest.raises(PlaygroundError, match="too few positions"):
         playground.load_model(folder)
     handlers = served[0].playground_handlers
-    status = handlers.models.upload(_as_uploaded(folder, tmp_path), "float32", "en", gr.Request(session_hash="one"))[1]
+    status = handlers.models.upload(_as_uploaded(folder, tmp_path), "float32", "en", gr.Request(session_hash="one"))["model_status"]
     print(f"\none position: {status}")
     assert "Upload refused" in status and "too few positions" in status and "max\\_new\\_tokens" not in status
 

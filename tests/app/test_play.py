@@ -51,8 +51,8 @@ def open_link(h, session: str, **query) -> list:
     widgets["model"] = widgets["model"]["value"]
     loaded = h.models.load_from_link(widgets["model"], widgets["dtype"], widgets["lang"], request(session))
     assert out[-1]  # the page load said something about this link
-    if "value" in loaded[4]:
-        widgets["chat"] = loaded[4]["value"]
+    if "value" in loaded["chat"]:
+        widgets["chat"] = loaded["chat"]["value"]
     return [(None, out[-1], None)] + list(h.stream.generate_link(request(session), 0.0, *[widgets[f] for f in FIELDS]))
 
 

@@ -38,14 +38,14 @@ def test_a_stranger_uploading_seven_checkpoints_never_evicts_an_upload_in_use(se
     size = sum(f.stat().st_size for f in folder.iterdir())
     catalog.uploads.quota_bytes = int(6.5 * size)  # the server keeps six such uploads; the was 40 MB
     a = gr.Request(session_hash="visitor-a")
-    a_name = handlers.models.upload(_as_uploaded(folder, tmp_path / "a"), "float32", "en", a)[0]["value"]
+    a_name = handlers.models.upload(_as_uploaded(folder, tmp_path / "a"), "float32", "en", a)["model"]["value"]
     assert a_name.startswith("upload/") and _run(handlers, "visitor-a", a_name)["status"]["state"] == "done"
     b = gr.Request(session_hash="visitor-b")
     b_names, b_statuses = [], []
     for i in range(7):
         out = handlers.models.upload(_as_uploaded(folder, tmp_path / f"b{i}"), "float32", "en", b)
-        b_names.append(out[0]["value"] if isinstance(out[0], dict) else None)
-        b_statuses.append(out[1])
+        b_names.append(out["model"]["value"] if "model" in out else None)
+        b_statuses.append(out["model_status"])
     print(f"\nB's statuses: {b_statuses}")
     assert all(n and n.startswith("upload/") for n in b_names), b_statuses  # each of B's uploads loaded
     after = _run(handlers, "visitor-a", a_name)

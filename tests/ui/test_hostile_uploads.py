@@ -115,8 +115,8 @@ def _upload(served, folder: Path, tmp_path: Path, session: str, case: str):
 def test_a_myt5_upload_naming_server_files_loads_without_its_tokenizer(target, served, client, tmp_path):
     """The server read /dev/zero without end, and told /etc/passwd from /nonexistent by its error; now the
     model loads for token ids, the same line whatever the target, in bounded time and memory."""
-    dropdown, status, about, prompt, chat, *_, card, live = _upload(served, _myt5(tmp_path, target), tmp_path,
-                                                                    f"myt5-{target}", f"MyT5 upload naming {target}")
+    out = _upload(served, _myt5(tmp_path, target), tmp_path, f"myt5-{target}", f"MyT5 upload naming {target}")
+    status, prompt, chat, card = out["model_status"], out["prompt"], out["chat"], out["card"]
     assert "Uploaded and loaded" in status and "token ids" in status and "MyT5Tokenizer" in card
     assert prompt["value"] == "1, 2, 3" and chat["visible"] is False
     for leak in (target, "JSONDecodeError", "Unable to load", "root:"):
@@ -128,7 +128,7 @@ def test_a_myt5_upload_naming_server_files_loads_without_its_tokenizer(target, s
 def test_an_upload_without_config_json_names_no_server_folder(served, client, tmp_path):
     folder = save_tiny_decoder(tmp_path / "lm")
     (folder / "config.json").unlink()
-    status = _upload(served, folder, tmp_path, "no-config", "upload without config.json")[1]
+    status = _upload(served, folder, tmp_path, "no-config", "upload without config.json")["model_status"]
     assert "Upload refused" in status and "no config.json" in status and "\n" not in status
     _no_server_path(status, served)
     _still_serving(client)
@@ -139,7 +139,8 @@ def test_an_auto_map_tokenizer_is_refused_on_the_card_without_the_folder(served,
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     settings["auto_map"] = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    _, status, *_, card, _ = _upload(served, folder, tmp_path, "auto-map", "auto_map tokenizer")
+    out = _upload(served, folder, tmp_path, "auto-map", "auto_map tokenizer")
+    status, card = out["model_status"], out["card"]
     assert "auto_map" in card and "token ids" in status
     _no_server_path(status + card, served)
     _still_serving(client)
@@ -151,7 +152,8 @@ def test_a_transformers_5_folder_with_chat_template_jinja_loads_with_chat(served
     tokenizer.chat_template = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}"
     tokenizer.save_pretrained(folder)
     assert (folder / "chat_template.jinja").exists()
-    dropdown, status, about, prompt, chat, *_ = _upload(served, folder, tmp_path, "chat", "transformers-5 upload")
+    out = _upload(served, folder, tmp_path, "chat", "transformers-5 upload")
+    dropdown, status, chat = out["model"], out["model_status"], out["chat"]
     assert "Uploaded and loaded" in status and chat["visible"] is True and chat["value"] is True
     assert dropdown["value"].startswith("upload/llama-")  # named by what it is, not a bare random id
 
@@ -160,7 +162,8 @@ def test_a_folder_without_tokenizer_says_so_at_upload_and_runs_on_token_ids(serv
     folder = save_tiny_decoder(tmp_path / "lm")
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (folder / f).unlink()
-    dropdown, status, about, prompt, chat, *_ = _upload(served, folder, tmp_path, "ids", "tokenizer-less upload")
+    out = _upload(served, folder, tmp_path, "ids", "tokenizer-less upload")
+    dropdown, status, prompt = out["model"], out["model_status"], out["prompt"]
     assert "Uploaded and loaded" in status and "token ids separated by commas" in status
     handlers = served[0].playground_handlers
     settings = UISettings(model=dropdown["value"], prompt=prompt["value"], max_new_tokens=3)

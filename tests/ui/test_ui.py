@@ -62,8 +62,8 @@ def open_link(h, session: str, **query) -> list:
     settings = dict(zip(FIELDS, out[:-1]))
     settings["model"] = settings["model"]["value"]
     loaded = h.models.load_from_link(settings["model"], settings["dtype"], settings["lang"], request(session))
-    if "value" in loaded[4]:  # the chat box as the model's load left it
-        settings["chat"] = loaded[4]["value"]
+    if "value" in loaded["chat"]:  # the chat box as the model's load left it
+        settings["chat"] = loaded["chat"]["value"]
     return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in FIELDS]))
 
 
@@ -112,7 +112,10 @@ def test_copy_link_encodes_every_widget_including_chat_and_branches():
 
 
 def test_load_shows_the_card_the_description_and_the_example_prompt(h):
-    dropdown, status, about, prompt, chat, target, kind, view, card, live = h.models.load("tiny-lm", "float32", "en", request("load"))
+    out = h.models.load("tiny-lm", "float32", "en", request("load"))
+    status, about, prompt, chat, kind, view, card = (out[n] for n in ("model_status", "model_about", "prompt", "chat",
+                                                                     "att_kind", "att_view", "card"))
+    assert "model" not in out  # the dropdown itself made the choice
     assert "Loaded" in status and "decoder-only" in status
     assert "Parameters" in card and "GQA" in card and "RoPE" in card and "<table" in card
     assert prompt["value"] == "The Python interpreter" and "llama" in about  # generic line: no card in the file
@@ -120,30 +123,32 @@ def test_load_shows_the_card_the_description_and_the_example_prompt(h):
     assert [v for _, v in view["choices"]] == ["head", "mean", "max", "group"]  # GQA: groups mean something
     # Picking the seq2seq swaps its example in and describes it; the live screen is reset.
     out = h.models.load("tiny-seq2seq", "float32", "en", request("load"))
-    assert out[3]["value"] == "March 5, 2021" and "Source text" in out[3]["label"] and out[9]["run"] is None
-    assert [v for _, v in out[7]["choices"]] == ["head", "mean", "max"]  # plain MHA: no KV groups
-    assert out[5]["visible"] is False  # no language codes: no target-language picker
+    prompt = out["prompt"]
+    assert prompt["value"] == "March 5, 2021" and "Source text" in prompt["label"] and out["live"]["run"] is None
+    assert [v for _, v in out["att_view"]["choices"]] == ["head", "mean", "max"]  # plain MHA: no KV groups
+    assert out["target_lang"]["visible"] is False  # no language codes: no target-language picker
     # A bad name: one line in the status (no badge), the previous model stays in use.
     bad = h.models.load("../../etc", "float32", "en", request("load"))
-    assert "Could not load" in bad[1] and "\n" not in bad[1] and "Still using **tiny-seq2seq**" in bad[1]
-    assert re.search("outside|not a checkpoint|no checkpoint", bad[1])
-    assert bad[0]["value"] == "tiny-seq2seq" and all(is_skip(v) for v in bad[2:])
+    status = bad["model_status"]
+    assert "Could not load" in status and "\n" not in status and "Still using **tiny-seq2seq**" in status
+    assert re.search("outside|not a checkpoint|no checkpoint", status)
+    assert bad["model"]["value"] == "tiny-seq2seq" and set(bad) == {"model", "model_status"}  # nothing else changes
 
 
 def test_the_shipped_defaults_describe_themselves_in_both_languages(tmp_path):
     repo_weights = Path(__file__).resolve().parents[2] / "weights"
     h = build_app(repo_weights, tmp_path / "uploads").playground_handlers
-    about_en = h.models.load("tiny-seq2seq", "float32", "en", request("d"))[2]
-    about_zh = h.models.load("tiny-seq2seq", "float32", "zh", request("d2"))[2]
+    about_en = h.models.load("tiny-seq2seq", "float32", "en", request("d"))["model_about"]
+    about_zh = h.models.load("tiny-seq2seq", "float32", "zh", request("d2"))["model_about"]
     assert "ISO 8601" in about_en and "ISO 8601" in about_zh and "日期" in about_zh
 
 
 def test_a_link_keeps_its_prompt_on_the_first_load(h):
     h.models.page_load(request("link", prompt="my own words", model="tiny-lm"))
     kept = h.models.load_from_link("tiny-lm", "float32", "en", request("link"))
-    assert "value" not in kept[3]  # the link's prompt is not overwritten by the model's example
+    assert "value" not in kept["prompt"]  # the link's prompt is not overwritten by the model's example
     fresh = h.models.load_from_link("tiny-lm", "float32", "en", request("nolink"))
-    assert fresh[3]["value"] == "The Python interpreter"
+    assert fresh["prompt"]["value"] == "The Python interpreter"
 
 
 def test_a_links_notes_stay_until_the_visitors_next_action_and_never_show_python(h):
@@ -272,7 +277,7 @@ def test_a_model_switch_stops_the_tabs_running_generation(h):
     other = h.stream.generate(request("bystander"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=30,
                                                                                pace_ms=5)))
     next(other)
-    assert h.models.load("tiny-seq2seq", "float32", "en", request("switch"))[9]["run"] is None  # an empty screen
+    assert h.models.load("tiny-seq2seq", "float32", "en", request("switch"))["live"]["run"] is None  # an empty screen
     frames = list(slow)
     assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] < 100
     assert list(other)[-1][0]["status"]["state"] == "done"  # another tab's run goes on
@@ -456,14 +461,15 @@ def test_corrupt_upload_is_one_clear_line_and_the_app_keeps_working(h, tmp_path)
     bad = tmp_path / "gradio-1" / "model.safetensors"
     bad.write_bytes(b"\xff" * 64)
     before = set(h.catalog.names("up"))
-    dropdown, status, *rest = h.models.upload([str(bad)], "float32", "en", request("up"))
+    out = h.models.upload([str(bad)], "float32", "en", request("up"))
+    status = out["model_status"]
     assert status.startswith("**Upload refused:**") and "\n" not in status and "Traceback" not in status
-    assert dropdown["value"] == "tiny-lm" and all(is_skip(v) for v in rest)
+    assert out["model"]["value"] == "tiny-lm" and set(out) == {"model", "model_status"}
     assert set(h.catalog.names("up")) == before and not bad.exists()  # the upload and Gradio's copy are gone
     (tmp_path / "gradio-2").mkdir()
     (tmp_path / "gradio-2" / "weights.bin").write_bytes(b"x")
     for files in (None, [str(tmp_path / "gradio-2" / "weights.bin")]):
-        status = h.models.upload(files, "float32", "en", request("up"))[1]
+        status = h.models.upload(files, "float32", "en", request("up"))["model_status"]
         assert status.startswith("**") and ("pickle" in status or "choose" in status)
     frames, _ = run(h, UISettings(prompt="still ok", max_new_tokens=3), "up")
     assert frames[-1][0]["status"]["state"] == "done"
@@ -475,13 +481,13 @@ def test_a_valid_upload_is_loaded_and_listed(h, weights):
 
     lm = load_model(weights / "tiny-lm")
     path = save_checkpoint(weights.parent / "own.safetensors", lm.model, lm.config, tokenizer=lm.tokenizer)
-    dropdown, status, about, prompt, chat, target, kind, view, card, live = h.models.upload([str(path)], "float32", "en",
-                                                                                   request("upload"))
+    out = h.models.upload([str(path)], "float32", "en", request("upload"))
+    dropdown, status, card = out["model"], out["model_status"], out["card"]
     assert dropdown["value"].startswith(UPLOAD_PREFIX) and "Uploaded" in status and "Parameters" in card
     assert h.sessions.get("upload").model == dropdown["value"]
     # Visitors are private to each other: another tab neither lists nor loads it, even from a link.
     assert dropdown["value"] not in h.catalog.names("someone-else")
-    other = h.models.load(dropdown["value"], "float32", "en", request("someone-else"))[1]
+    other = h.models.load(dropdown["value"], "float32", "en", request("someone-else"))["model_status"]
     assert "private to the visitor who made it" in other and "own.safetensors" not in other
     notes = h.models.page_load(request("someone-else", model=dropdown["value"]))[-1]
     assert "private to the visitor who made it" in notes
@@ -541,7 +547,7 @@ def chat_app(tmp_path_factory):
 def test_a_model_with_a_chat_template_opens_with_chat_on(chat_app, name):
     h = chat_app
     out = h.models.load(name, "float32", "en", request(name))
-    chat, card = out[4], out[8]
+    chat, card = out["chat"], out["card"]
     assert chat["visible"] is True and chat["value"] is True and "Chat template" in card
     lm = h.models.model_for(name, "float32")
     _, plain = run(h, UISettings(model=name, prompt="Hi", max_new_tokens=3, chat=False), name + "p")
@@ -550,7 +556,7 @@ def test_a_model_with_a_chat_template_opens_with_chat_on(chat_app, name):
     assert lm.detokenize(wrapped.prompt_ids) == "<s>user: Hi</s><s>assistant: "
     assert "chat=true" in to_query(wrapped.settings)  # a copied link keeps the toggle
     # The toggle is hidden again for a checkpoint without a template; a stale chat=true is only a note.
-    assert h.models.load("tiny-lm", "float32", "en", request(name))[4]["visible"] is False
+    assert h.models.load("tiny-lm", "float32", "en", request(name))["chat"]["visible"] is False
     frames, stale = run(h, UISettings(model="tiny-lm", prompt="Hi", max_new_tokens=2, chat=True), name + "s")
     assert stale.prompt_ids == h.models.model_for("tiny-lm", "float32").tokenize("Hi")
     assert "no chat template" in frames[0][1]
