@@ -212,9 +212,7 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
                 last_frame = now
                 yield frame()
             if pause and not event.finished:
-                stop.wait(pause)
-            if stop.is_set():  # Stop (or a newer run): the run ends here, without waiting for the engine's next
-                break  # step (a busy machine may be slow to give it); the engine drops the run when the stream closes
+                stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
     except Exception as exc:  # noqa: BLE001
         error = error_line(exc, settings.lang, "generate")
     finally:

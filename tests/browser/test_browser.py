@@ -164,6 +164,13 @@ def wait_text(page, selector: str, text: str) -> None:
                            arg=[selector, text])
 
 
+def settled_text(page, selector: str) -> str:
+    """The element's text once no event is pending on it (Gradio shows its "processing" line inside it meanwhile)."""
+    page.wait_for_function("(sel) => { const e = document.querySelector(sel); return !!e && !e.closest('.pending')"
+                           " && !e.querySelector('.pending, .eta-bar, .progress-text'); }", arg=selector)
+    return page.inner_text(selector)
+
+
 def wait_state(page, *states: str) -> str:
     page.wait_for_function("(states) => states.includes(document.querySelector('#gen-status')?.dataset.state)",
                            arg=list(states))

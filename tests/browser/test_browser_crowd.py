@@ -53,7 +53,8 @@ def test_visitors_who_find_the_batch_full_see_their_place_in_line_then_their_run
         assert "number 2 in line" in third.inner_text("#gen-status"), third.inner_text("#gen-status")
         shot(third, "crowd-waiting")
         first.click("#stop-btn")  # the row frees: the second starts, the third moves up, then runs
-        assert wait_state(first, "stopped")
+        # (on a slow machine the story may have ended by itself before the Stop: the row frees either way)
+        assert wait_state(first, "stopped", "done")
         third.wait_for_function("() => /number 1 in line/.test(document.querySelector('#gen-status')?.innerText)"
                                 " || ['running', 'done'].includes(document.querySelector('#gen-status')?.dataset.state)",
                                 timeout=300_000)

@@ -15,6 +15,7 @@ from tests.browser.test_browser import (
     new_page,
     open_app,
     open_tab,
+    settled_text,
     shot,
     tokens,
     wait_state,
@@ -48,7 +49,7 @@ def test_a_kv_eviction_branch_with_its_bytes_divergence_and_sinks_and_its_link(p
     rows = branch_rows(page)
     assert len(rows) == 2 and "window 6 + 2 sinks" in rows[1] and "window" not in rows[0]
     wait_text(page, "#kvlab-md", "Run 2 (window 6 + 2 sinks) holds")
-    md = page.inner_text("#kvlab-md")
+    md = settled_text(page, "#kvlab-md")
     assert "saved" in md and "8 positions kept" in md and ("Against run 1" in md or "same as run 1" in md)
     for plot in ("#kvlab-bytes-plot", "#kvlab-divergence-plot", "#kvlab-sink-plot"):
         page.wait_for_selector(f"{plot} .js-plotly-plot", state="visible")
@@ -68,7 +69,7 @@ def test_a_kv_eviction_branch_with_its_bytes_divergence_and_sinks_and_its_link(p
     open_kvlab(other)
     assert other.input_value("#kv-window input[type=number]") == "6"  # the link's policy is on the page
     wait_text(other, "#kvlab-md", "Run 2 (window 6 + 2 sinks) holds")
-    assert other.inner_text("#kvlab-md") == md
+    assert settled_text(other, "#kvlab-md") == md
     other.context.close()
 
 
@@ -95,7 +96,7 @@ def test_an_int8_cache_branch_in_chinese_and_its_link(desktop, browser, server):
     wait_state(other, "done")
     open_kvlab(other, "zh")
     wait_text(other, "#kvlab-md", "运行 2(int8 缓存)")
-    assert other.inner_text("#kvlab-md") == md
+    assert settled_text(other, "#kvlab-md") == md
     other.context.close()
 
 
