@@ -96,17 +96,25 @@ class Lab:
             yield (*out, gr.skip())
 
     def _fork(self, request: gr.Request | None, edit) -> Iterator[tuple]:
+        def settings(session, run, lang: str):
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            check([edit], lm.config)
+            return lab.fork_settings(session, run, edit, lang)
+
+        yield from self._branch(request, "lab_needs_run", settings)
+
+    def _branch(self, request: gr.Request | None, needs_run: str, make_settings) -> Iterator[tuple]:
+        """The run on screen again under `make_settings(session, run, lang)`, streamed beside it as a branch that
+        opens at the step on screen; without a finished run, `needs_run`'s words; a refusal, one line."""
         session = self.sessions.get(session_key(request))
         session.link_notes = []  # the visitor's own action: the link's notes are done
         lang = session.lang
         run = session.current
         if run is None or run.running or not run.path:
-            yield gr.skip(), t("lab_needs_run", lang), gr.skip()
+            yield gr.skip(), t(needs_run, lang), gr.skip()
             return
         try:
-            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            check([edit], lm.config)
-            settings = lab.fork_settings(session, run, edit, lang)
+            settings = make_settings(session, run, lang)
         except Exception as exc:  # noqa: BLE001 - one line in the notes
             yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
             return
@@ -119,64 +127,18 @@ class Lab:
     def fork_kv(self, window: float, sink: float, heavy: float, dtype: str, rope: str = "",
                 request: gr.Request | None = None) -> Iterator[tuple]:
         """The KV-cache lab: the run on screen again under the chosen cache policy, beside it in the live screen."""
-        session = self.sessions.get(session_key(request))
-        session.link_notes = []  # the visitor's own action: the link's notes are done
-        lang = session.lang
-        run = session.current
-        if run is None or run.running or not run.path:
-            yield gr.skip(), t("kvlab_needs_run", lang), gr.skip()
-            return
-        try:
-            settings = kvlab.fork_settings(session, run, int(window or 0), int(sink or 0), int(heavy or 0),
-                                           str(dtype or ""), lang, str(rope or ""))
-        except Exception as exc:  # noqa: BLE001 - one line in the notes
-            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
-            return
-        session.next_step = session.selected_step  # the branch opens at the step on screen
-        try:
-            yield from self.stream.press(session, settings, parent=None)
-        finally:
-            session.next_step = None
+        yield from self._branch(request, "kvlab_needs_run", lambda session, run, lang: kvlab.fork_settings(
+            session, run, int(window or 0), int(sink or 0), int(heavy or 0), str(dtype or ""), lang, str(rope or "")))
 
     def fork_precision(self, precision: str, request: gr.Request | None = None) -> Iterator[tuple]:
         """The precision what-if: the run on screen again with its weights at `precision`, beside it."""
-        session = self.sessions.get(session_key(request))
-        session.link_notes = []  # the visitor's own action: the link's notes are done
-        lang = session.lang
-        run = session.current
-        if run is None or run.running or not run.path:
-            yield gr.skip(), t("precision_needs_run", lang), gr.skip()
-            return
-        try:
-            settings = precision_lab.fork_settings(session, run, str(precision or ""), lang)
-        except Exception as exc:  # noqa: BLE001 - one line in the notes
-            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
-            return
-        session.next_step = session.selected_step
-        try:
-            yield from self.stream.press(session, settings, parent=None)
-        finally:
-            session.next_step = None
+        yield from self._branch(request, "precision_needs_run", lambda session, run, lang: precision_lab.fork_settings(
+            session, run, str(precision or ""), lang))
 
     def fork_draft(self, draft: str, draft_tokens: float, request: gr.Request | None = None) -> Iterator[tuple]:
         """Speculative decoding: the run on screen again with a drafter, beside it."""
-        session = self.sessions.get(session_key(request))
-        session.link_notes = []  # the visitor's own action: the link's notes are done
-        lang = session.lang
-        run = session.current
-        if run is None or run.running or not run.path:
-            yield gr.skip(), t("spec_needs_run", lang), gr.skip()
-            return
-        try:
-            settings = speculative_lab.fork_settings(session, run, str(draft or ""), int(draft_tokens or 4), lang)
-        except Exception as exc:  # noqa: BLE001 - one line in the notes
-            yield gr.skip(), describe.inert(one_line(exc, lang, "fork")), gr.skip()
-            return
-        session.next_step = session.selected_step
-        try:
-            yield from self.stream.press(session, settings, parent=None)
-        finally:
-            session.next_step = None
+        yield from self._branch(request, "spec_needs_run", lambda session, run, lang: speculative_lab.fork_settings(
+            session, run, str(draft or ""), int(draft_tokens or 4), lang))
 
     def draft_list(self, value: str, request: gr.Request | None = None) -> dict:
         """The drafter choices for the session's model: ngram, early layers, and "model:<name>" for each loaded
