@@ -227,8 +227,9 @@ class Lab:
             session.job_stop.set()
 
 
-def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: dict[str, Any]) -> list[Any]:
-    """Bind the lab's events; returns the fork events (streamed runs: the caller chains what follows a run)."""
+def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], jobs_kw: dict[str, Any]) -> list[Any]:
+    """Bind the lab's events (forks stream in `gen_kw`'s lane, the head sweep is a job in `jobs_kw`'s); returns
+    the fork events (streamed runs: the caller chains what follows a run)."""
     p = page
     gen_outputs = [p.live, p.notes, page.component("branches")]
     kw = dict(gen_kw, js=WATCH_JS)
@@ -251,7 +252,7 @@ def wire_lab(page: Any, lab_handlers: Lab, gen_kw: dict[str, Any], figures_kw: d
     p.att_layer.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.att_head.input(lab_handlers.follow, [p.att_layer, p.att_head], [p.lab_layer, p.lab_head], queue=False)
     p.lab_sweep.click(lab_handlers.sweep_of_run, [p.lab_layer, p.lab_run], [p.lab_sweep_md, p.lab_sweep_plot],
-                      concurrency_id="generate", show_progress="minimal")
+                      **jobs_kw)
     for stop in (p.lab_sweep_stop, p.stop):  # the page's Stop ends a sweep too
         stop.click(lab_handlers.stop_sweep, None, None, queue=False)
     return forks

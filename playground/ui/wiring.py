@@ -8,6 +8,7 @@ from playground.app.settings import FIELDS
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
 from playground.ui.lab import wire_lab
+from playground.ui.lanes import FIGURES, GENERATE, JOBS, LOAD, Lanes, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
@@ -29,6 +30,7 @@ def empty_file_box() -> None:
 
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p, s = page, page.settings
+    lanes = Lanes(generate=generate_concurrency)
     settings_inputs = [s[f] for f in FIELDS]
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
     lang = s["lang"]
@@ -39,8 +41,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         def handler(source, dtype: str, code: str, request: gr.Request) -> dict:
             return {page.component(name): update for name, update in load(source, dtype, code, request).items()}
         return handler
-    load_kw = dict(concurrency_limit=2, concurrency_id="load")
-    figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
+    load_kw = lanes.lane(LOAD)
+    figures_kw = dict(lanes.lane(FIGURES), trigger_mode="always_last")
+    jobs_kw = dict(lanes.lane(JOBS), show_progress="minimal")  # jobs write their own progress line
 
     def switch_language(code: str, request: gr.Request) -> list:
         models = h.models.choices(session_key(request), code)
@@ -79,24 +82,20 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     # that Stop also cancels a run still waiting for a slot.
     # A link that names a prompt runs by itself once its model is loaded (then its branches).
     gen_outputs = [p.live, p.notes, s["branches"]]
-    gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
-                  show_progress="minimal")
+    gen_kw = dict(lanes.lane(GENERATE), trigger_mode="once", show_progress="minimal")
     runs = [loaded.then(h.stream.generate_link, [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
     for trigger in (p.generate.click, s["prompt"].submit):
         runs.append(trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
     runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
-    runs += wire_lab(page, h.lab, gen_kw, figures_kw)  # the causal lab's forks stream like every run
+    runs += wire_lab(page, h.lab, gen_kw, jobs_kw)  # the causal lab's forks stream like every run
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.
     then_redraw = wire_views(page, h.views, redraws + runs, figures_kw)
-    # jobs write their own progress line: Gradio's overlay would cover it
-    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate",
-                  show_progress="minimal")
-    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate", show_progress="minimal")
-    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate",
-                                     show_progress="minimal"))
+    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], **jobs_kw)
+    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, **jobs_kw)
+    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, **jobs_kw))
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(h.stream.link, settings_inputs, p.link, queue=False).then(
@@ -104,9 +103,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
     # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.
-    gr.api(h.stream.generate_text, api_name="generate_text", concurrency_limit=generate_concurrency,
-           concurrency_id="generate")
+    gr.api(h.stream.generate_text, api_name="generate_text", **lanes.lane(GENERATE))
     p.demo.unload(h.unload)
     for fn in p.demo.fns.values():  # the page's own events are not an API
         if fn.api_name != "generate_text":
             fn.api_visibility = "private"
+    check(p.demo.fns.values(), lanes.limits())  # no event may lower another lane's limit
