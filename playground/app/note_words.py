@@ -98,6 +98,10 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
                             "草稿模型 {name} 在此不可用:不使用草稿解码"),
     "draft_no_captures": ("a drafted run records no attention or residual stream: the panels that read them stay "
                           "empty for this run", "使用草稿的运行不记录注意力和残差流:读取它们的面板在这次运行中为空"),
+    "live_head_reset": ("this model has no head {head} for the live attention panel: it shows the mean of the heads",
+                        "这个模型没有实时注意力面板所选的头 {head}:改为显示各头的平均"),
+    "live_layer_reset": ("this model has no layer {layer} for the live attention panel: it shows the last layer",
+                         "这个模型没有实时注意力面板所选的第 {layer} 层:改为显示最后一层"),
     "expect_one_of": ("expected one of {choices}", "应为 {choices} 之一"),
     "expect_lang_code": ("expected a language code such as fr_XX, fra_Latn or fr", "应为语言代码,例如 fr_XX、fra_Latn 或 fr"),
     "expect_number": ("expected a number", "应为数字"),

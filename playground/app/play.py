@@ -121,7 +121,13 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     if not prompt_ids:  # a prompt of no tokens starts from the model's start token (the lenient pass said so)
         prompt_ids = stepper_class(lm.kind).empty_prompt(lm.config)
     notes += done.notes
-    live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
+    view = session.view.fitted(lm.config, lm.kind)  # the live panel's choice, for this run's model
+    if view.head != session.view.head:
+        notes.append(note("live_head_reset", head=session.view.head))
+    if view.layer != session.view.layer:
+        notes.append(note("live_layer_reset", layer=session.view.layer))
+    session.view = view
+    live_layer = frames.resolve_layer(view.layer, lm.config.n_layers)
     # The live panel's layer, and the residual stream the logit lens and the residual norms read.
     cfg = done.cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
     if cfg.draft is not None and cfg.num_beams == 1:  # a verify pass checks several tokens at once: nothing recorded

@@ -36,6 +36,16 @@ class LiveView:
     layer: int = -1  # -1: the last layer
     head: str = "mean"  # a head index as text, "mean", "max" or "group:<kv head>"
 
+    def fitted(self, config: Any, kind: str) -> LiveView:
+        """This view as `config`'s model can show it: a head, KV group or layer the model lacks, or cross-attention
+        on a decoder, falls back to the default (a tab that picked head 8 of SmolLM2 then ran tiny-lm's 4 heads)."""
+        from playground.app.frames import head_choices  # frames names this class; imported where it is used
+
+        head = self.head if self.head in head_choices(config.n_heads, config.n_kv_heads) else "mean"
+        layer = self.layer if -1 <= self.layer < config.n_layers else -1
+        view_kind = self.kind if self.kind == "self" or (self.kind == "cross" and kind == "seq2seq") else ""
+        return LiveView(kind=view_kind, layer=layer, head=head)
+
 
 @dataclass
 class Session:

@@ -24,7 +24,7 @@ from playground.app.limits import CAPS
 from playground.app.notes import error_line
 from playground.app.play import Frame, play, play_link, play_script
 from playground.app.run import Run
-from playground.app.session import Session, Sessions
+from playground.app.session import LiveView, Session, Sessions
 from playground.app.settings import FIELDS, LANGS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
@@ -121,10 +121,18 @@ class Streaming:
                          "error": frame.error}
                 yield value, shown[1], gr.skip()
                 continue
-            if meta is None or meta["token"] != run.token:
-                lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-                meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
-            value = self._value(session, run, meta["value"])
+            try:
+                if meta is None or meta["token"] != run.token:
+                    lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+                    meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
+                value = self._value(session, run, meta["value"])
+            except Exception as exc:  # noqa: BLE001 - the run ends with one line; the tab stays usable
+                if run.running and session.stop is not None:
+                    session.stop.set()  # the engine ends the run before its next step
+                message = error_line(exc, lang, "generate")
+                yield {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message},
+                       "error": message}, shown[1], gr.skip()
+                continue
             if frame.waiting is not None:
                 value = frames.waiting_value(value, frame.waiting)
             yield value, shown[1], format_branches(frame.branches)
@@ -212,6 +220,13 @@ class Streaming:
             layer = int(layer)
         except (TypeError, ValueError):
             return {}
+        run = self.sessions.run_by_token(token)
+        if run is None:
+            return {}
+        asked = LiveView(kind=str(kind), layer=layer, head=str(head))
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+        if asked.fitted(lm.config, run.kind) != asked:
+            return {}  # a head or layer the run's model lacks is never taken (it would break the tab's next run)
         for session in self._sessions_of(token):
             session.set_view(kind, layer, head)
         return {}
