@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from playground.app import frames
 from playground.app.numbers import numbers_note
-from playground.app.settings import UISettings
 from playground.generation import GenerationConfig, GenerationResult, Hypothesis, StepEvent, TokenStep, token_path
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
 from playground.generation.stepper import full_attention
 from playground.steps import counting_after, step_number
+
+if TYPE_CHECKING:
+    from playground.app.settings import UISettings
 
 MAX_CACHED_LAYERS = 2  # whole-run attention maps kept per run: every kind of this many layers
 
@@ -44,6 +46,14 @@ class Run:
     events: list[StepEvent] = field(default_factory=list)
     finish_reason: str | None = None  # None while running; "eos", "length", "stop_string", "stopped", "error"
     error: str | None = None
+    # Where it came from, set when it is made and never found again by comparing settings: the run it forked from
+    # (a branch's parent, a lab fork's run on screen, a link's plain run), what made it ("" for a plain run,
+    # "branch", or the experiment's name) and the settings it changed from its origin.
+    origin: int | None = None
+    experiment: str = ""
+    changes: dict[str, Any] = field(default_factory=dict)
+    about: list[str] = field(default_factory=list)  # what it changed from its origin, as keyed notes (its label)
+    results: dict[str, Any] = field(default_factory=dict)  # what was measured on it on request (a head sweep), by name
     branch_of: tuple[int, int] | None = None  # (run number, step) this run continues from
     inherited: list[list[Any]] = field(default_factory=list)  # [text, id, p] taken over from the run branched from
     forced: list[int] = field(default_factory=list)  # tokens placed by hand at the branch point

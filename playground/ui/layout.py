@@ -2,8 +2,10 @@
 
 One screen: the controls on the left (on a phone: above), the live screen on the right — the token
 stream with the current step's panels, all updating while tokens stream — and the deeper views one
-click below it. Every label and hint comes from `playground.app.words` (English and 中文); `LABELS` lists which key
-each component uses so the language switch can relabel the page.
+click below it. Every label and hint comes from `playground.app.words` (English and 中文); `Page.labels`, `Page.choices` and
+`Page.texts` say which words each component shows, so the language switch can say them again. Each experiment's
+tab is built from its own layout (`playground.ui.experiments`). Above the token stream, the badge of what the run
+on screen changes from a plain run; under the live screen, the tab's run history.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from typing import Any
 import gradio as gr
 
 from playground.app import lessons as lesson_registry
-from playground.app.limits import RANGES
-from playground.app.settings import DTYPES, MODES, UISettings
+from playground.app.settings import DTYPES, MODES, RANGES, WIDGETS, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
-from playground.ui.lab_layout import EXPORT_JS, build_kv_tab, build_precision_tab, build_speculative_tab
-from playground.ui.lab_layout import build_tab as lab_tab
+from playground.ui.experiment_tabs import build_tabs
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
+# Every plotly figure's toolbar gets an SVG download beside plotly's own PNG camera.
+EXPORT_JS = (ASSETS / "export.js").read_text(encoding="utf-8")
+HISTORY_JS = (ASSETS / "history.js").read_text(encoding="utf-8")  # a click on a run of the history asks for it
 # Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
 # minute once 5 minutes old (long enough for an upload still waiting in the queue); beyond the uploads' quota,
 # the oldest go sooner (`UploadCache`).
@@ -74,9 +77,11 @@ def lesson_choices(lang: str) -> list[tuple[str, str]]:
 @dataclass
 class Page:
     demo: gr.Blocks
-    settings: dict[str, gr.components.Component]  # keyed by UISettings field name
+    settings: dict[str, gr.components.Component]  # the left column's widgets, keyed by their setting's name
     c: dict[str, Any] = field(default_factory=dict)  # every other component by name
     labels: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (label key, info key)
+    choices: dict[str, Callable[[str], list]] = field(default_factory=dict)  # name -> its choices in a language
+    texts: dict[str, Callable[[str], str]] = field(default_factory=dict)  # a Markdown of words -> them in a language
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -96,6 +101,14 @@ def mode_choices(lang: str) -> list[tuple[str, str]]:
     return [(t(f"mode_{m}", lang), m) for m in MODES]
 
 
+def scale_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")]
+
+
+def header(lang: str) -> str:
+    return f"# {t('title', lang)}\n{t('tagline', lang)}"
+
+
 def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     """All components, in English (`lang`); the page load and the language switch relabel them."""
     d = UISettings()
@@ -103,16 +116,22 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     s: dict[str, Any] = {}
     c: dict[str, Any] = {}
     labels: dict[str, tuple[str, str | None]] = {}
+    choices: dict[str, Callable[[str], list]] = {"mode": mode_choices, "lesson": lesson_choices,
+                                                 "lesson_attention": lambda code: what_if_choices("attention", code),
+                                                 "lesson_dtype": lambda code: what_if_choices("dtype", code),
+                                                 "att_scale": scale_choices}
+    texts: dict[str, Callable[[str], str]] = {"header": header, "inspector_intro": lambda code: t("inspector_intro", code),
+                                              "attention_intro": lambda code: t("attention_intro", code)}
 
     def named(name: str, component: Any, label: str | None = None, info: str | None = None) -> Any:
-        (s if name in d.__dataclass_fields__ else c)[name] = component
+        (s if name in WIDGETS else c)[name] = component
         if label:
             labels[name] = (label, info)
         return component
 
     with gr.Blocks(title=t("title", lang), delete_cache=GRADIO_CACHE_SECONDS) as demo:
         with gr.Row(elem_id="topbar", equal_height=True):
-            c["header"] = gr.Markdown(f"# {t('title', lang)}\n{t('tagline', lang)}", elem_id="header")
+            c["header"] = gr.Markdown(header(lang), elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
                                    elem_id="lang", scale=0, min_width=160))
         with gr.Row(elem_id="main", equal_height=False):
@@ -190,15 +209,18 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                               "hub_load")
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
+                # What the run on screen changes from a plain run (hidden for a plain run), right above its tokens.
+                c["active_settings"] = gr.HTML("", elem_id="active-settings", visible=False, apply_default_css=False)
                 # Server functions go in as a constructor argument: Gradio rebuilds a component from those
                 # when a handler updates it, and functions attached afterwards would be lost (404s).
                 c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
                                     elem_id="token-output", strings=live_strings(), apply_default_css=False,
                                     server_functions=[_plain(fn) for fn in server_functions])
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
+                c["run_history"] = gr.HTML("", js_on_load=HISTORY_JS, elem_id="run-history", apply_default_css=False)
                 c["figure_export"] = gr.HTML("", js_on_load=EXPORT_JS, elem_id="figure-export", apply_default_css=False)
-                named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
-                named("edits", gr.Textbox(value="", visible=False, elem_id="edits"))  # a link's lab edits
+                # the branches that led to the run on screen (what its link replays)
+                c["branches"] = gr.Textbox(value="", visible=False, elem_id="branches")
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
                                          label=t("lessons_pick", lang)), "lessons_pick")
                 with gr.Tabs(elem_id="deep-views") as tabs:
@@ -218,7 +240,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                        label=t("attention_kind", lang), elem_id="att-kind"), "attention_kind")
                             named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
                                                        label=t("large_view", lang), elem_id="att-view"), "large_view")
-                            named("att_scale", gr.Radio([(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")],
+                            named("att_scale", gr.Radio(scale_choices(lang),
                                                         value="linear", label=t("colour_scale", lang),
                                                         elem_id="att-scale"), "colour_scale")
                         with gr.Row():
@@ -242,7 +264,6 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
                         c["compare_md"] = gr.Markdown("", elem_id="compare-md")
                         c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
-                    build_kv_tab(c, named, lang)
                     with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
                         c["tab_positional"] = tab
                         c["pe_md"] = gr.Markdown("", elem_id="pe-md")
@@ -291,20 +312,16 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
                         c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
                         c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
-                    lab_tab(c, named, lang)
-                    build_speculative_tab(c, named, lang)
-                    build_precision_tab(c, named, lang)
+                    build_tabs(c, named, lang, choices, texts)
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
-    for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
-                      ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
-                      ("tab_kvlab", "tab_kvlab"), ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"),
-                      ("tab_lab", "tab_lab"), ("tab_speculative", "tab_speculative"),
-                      ("tab_precision", "tab_precision"),
-                      ("tab_card", "tab_card")):
+    for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own")):
         labels[name] = (key, None)
-    return Page(demo=demo, settings=s, c=c, labels=labels)
+    for name in c:
+        if name.startswith("tab_"):  # every tab's words: tab_<its id>
+            labels[name] = (name, None)
+    return Page(demo=demo, settings=s, c=c, labels=labels, choices=choices, texts=texts)
 
 
 def _plain(fn: Callable) -> Callable:

@@ -19,7 +19,7 @@ from playground.app.frames import head_choices
 from playground.app.notes import error_note, note, render
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
-from playground.app.settings import FIELDS, UISettings, from_query
+from playground.app.settings import WIDGETS, UISettings, from_query
 from playground.app.uploads import remove_sources
 from playground.app.words import browser_language, t
 from playground.checkpoints.limits import Limits
@@ -197,14 +197,16 @@ class Models:
         notes += [note("model_not_offered", name=name, why=why) for name, why in self.catalog.unavailable().items()]
         return settings, notes
 
-    def page_load(self, request: gr.Request):
-        """Every widget from the URL's query parameters (defaults otherwise)."""
+    def page_load(self, request: gr.Request, fields: tuple[str, ...] = ()):
+        """Every widget of the left column from the URL's query parameters (defaults otherwise), then the
+        experiments' widgets that edit the run settings `fields` (a link's experiment is on the page), then the
+        notes."""
         settings, notes = self.settings_from_request(request)
         session = self.sessions.get(session_key(request))
         session.lang = settings.lang
-        session.opened_from(dict(request.query_params) if request is not None else {}, notes)
-        values = [getattr(settings, f) for f in FIELDS]
-        values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
+        session.opened_from(dict(request.query_params) if request is not None else {}, notes, settings)
+        values = [getattr(settings, f) for f in (*WIDGETS, *fields)]
+        values[WIDGETS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
         return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
@@ -276,6 +278,8 @@ class Models:
         changed = session.model != name
         if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
             session.stop_all()
+        if changed:  # nothing of the previous model's runs stays on screen (they stay in the history)
+            session.leave()
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available

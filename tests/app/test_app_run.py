@@ -24,9 +24,9 @@ def s2s(tmp_path_factory):
     return load_model(save_tiny_seq2seq(tmp_path_factory.mktemp("w2") / "tiny.safetensors"))
 
 
-def play(session: Session, lm, settings: UISettings, parent=None, stop_after: int | None = None):
+def play(session: Session, lm, settings: UISettings, parent=None, stop_after: int | None = None, origin=None):
     """A run as the page makes it: started by the core, fed the engine's events, finished."""
-    run, plan = start_run(session, lm, settings, parent)
+    run, plan = start_run(session, lm, settings, parent, origin=origin)
     session.add_run(run)
     stop = threading.Event()
     for event in run_events(plan, stop):

@@ -104,8 +104,9 @@ def test_a_page_note_names_each_knob_as_its_control_does():
 
 
 def _notes_of_every_kind(tmp_path) -> list:
+    from playground.app.fields import MAX_EDITS
     from playground.app.limits import Caps, clamp_settings
-    from playground.app.settings import MAX_EDITS, from_query
+    from playground.app.settings import from_query
     from playground.app.uploads import EVICTED
     from playground.checkpoints.loader import load_model
     from playground.generation import GenerationConfig, plan

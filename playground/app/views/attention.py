@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from playground import viz
-from playground.app.views.base import KEEP, Context, Drawn, Selection, Slot, View
+from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.generation import full_attention

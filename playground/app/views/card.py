@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from playground.app import describe
-from playground.app.views.base import Context, Drawn, Selection, Slot, View
+from playground.app.view import Context, Drawn, Selection, Slot, View
 
 
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:

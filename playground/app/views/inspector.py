@@ -6,7 +6,7 @@ from typing import Any
 
 from playground import viz
 from playground.app import describe
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
 

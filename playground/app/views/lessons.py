@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from playground.app import lessons
 from playground.app.run import Run
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.steps import counting_after
 

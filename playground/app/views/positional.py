@@ -7,7 +7,7 @@ from typing import Any
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.models.positional import positional_layout
 from playground.viz import positional_compare as v_pe
