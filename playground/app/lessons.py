@@ -211,7 +211,6 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            _lab_caption),
     Lesson("serving", False, True, lambda c, i: batch_lesson.compute(c.run, c.step), batch_lesson.figures, batch_lesson.caption),
 )}
-STEP_FOLLOWING = tuple(name for name, lesson in LESSONS.items() if lesson.follows_step)
 
 
 def waiting(name: str, run: Run | None, lang: str) -> str | None:

@@ -66,7 +66,7 @@ def loaded_status(lm: LoadedModel, verb: str, name: str, dtype: str, lang: str) 
 
 def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     """The model card; the checkpoint's place on the server is never part of it."""
-    info = describe.card_info(lm)
+    info = describe.card_info(lm, lang)
     info.pop("path", None)
     return describe.model_card_html(info, name, lang)
 

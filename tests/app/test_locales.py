@@ -74,7 +74,7 @@ def test_both_languages_have_every_key_with_the_same_placeholders():
            for lang in locales.LANGUAGES}
     en, zh = dict(leaves(raw["en"])), dict(leaves(raw["zh"]))
     assert en.keys() == zh.keys(), sorted(en.keys() ^ zh.keys())
-    assert {path[0] for path in en} == {"page", "figures"}
+    assert {path[0] for path in en} == {"page", "figures", "notes", "knobs"}
     for path, english in en.items():
         where = "/".join(path)
         assert isinstance(english, str) and isinstance(zh[path], str), where

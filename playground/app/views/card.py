@@ -9,7 +9,7 @@ from playground.app.view import Context, Drawn, Selection, Slot, View
 
 
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
-    info = describe.card_info(ctx.lm)
+    info = describe.card_info(ctx.lm, ctx.lang)
     info.pop("path", None)
     return {"info": info, "name": ctx.model or ""}
 
