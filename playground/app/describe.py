@@ -17,7 +17,6 @@ from playground.config import ModelConfig
 from playground.generation import StepEvent, TokenStep
 from playground.loaded import block_kind
 from playground.steps import step_number
-from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
 
@@ -190,7 +189,8 @@ def step_caption(step: TokenStep, lang: str = "en", number: int | None = None) -
     """The inspector's words for one step; `number`: the step as the run counts it (`Run.step_number`, which
     continues a branch's count), else the engine's own index read as `playground.steps` says."""
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step_number(step.step) if number is None else number, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step_number(step.step) if number is None else number, token=token,
+                id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]
@@ -236,8 +236,7 @@ def growth_series(events: Sequence[StepEvent], number: Callable[[int], int] = st
 
 
 def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
-    with language(lang):
-        return kv_formula(cache)
+    return kv_formula(cache, lang=lang)
 
 
 def policy_words(policy: Mapping[str, Any], lang: str) -> str:
@@ -262,7 +261,8 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
     lines = [
         t("cache_summary", lang, tokens=cache.get("tokens"), max=cache.get("max_tokens", "?"),
           used=format_bytes(cache.get("bytes", 0)), allocated=format_bytes(cache.get("allocated_bytes", 0)))
-        + (t("cache_mha", lang, mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
+        + (t("cache_mha", lang,
+             mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
         "",
         _kv_formula(cache, lang) if "element_size" in cache else "",
         "",

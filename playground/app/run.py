@@ -20,7 +20,7 @@ from playground.generation import GenerationConfig, GenerationResult, Hypothesis
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
 from playground.generation.stepper import full_attention
-from playground.steps import counting_after, step_number
+from playground.steps import step_number
 
 if TYPE_CHECKING:
     from playground.app.settings import UISettings
@@ -150,8 +150,7 @@ class Run:
         token (index 0, the prefill pass that also reads the prompt). A branch does not restart the count: its
         inherited and forced tokens come first, so a branch from step 6 continues at step 7. The one
         numbering of every screen (live screen, inspector, KV chart, lab, a link's branches)."""
-        with counting_after(0):  # the run's own count, whatever block it is asked in
-            return step_number(self.steps_before + int(index))
+        return step_number(index, self.steps_before)
 
     @property
     def steps_before(self) -> int:

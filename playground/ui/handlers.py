@@ -1,6 +1,7 @@
 """All of the app's handlers, for one app: models, generation, deeper views, language, lifecycle.
 
-Each job has its own module (`models`, `streaming`, `runs`, `views`, `panels`, `lessons`, `experiments`, `language`); this class only holds
+Each job has its own module (`models`, `streaming`, `runs`, `views`, `panels`, `lessons`, `experiments`,
+                             `language`); this class only holds
 them together with the per-tab sessions they share, so wiring and tests have one object to use.
 """
 

@@ -144,12 +144,14 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                label=t("model", lang)), "model")
                     c["model_status"] = gr.Markdown(t("loading", lang), elem_id="model-status")
                     c["model_about"] = gr.Markdown("", elem_id="model-about")
-                    named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)), "prompt")
+                    named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)),
+                          "prompt")
                     named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
                                               info=t("chat_info", lang)), "chat", "chat_info")
                     named("target_lang", gr.Dropdown(choices=[("", "")], value="", visible=False, elem_id="target-lang",
                                                      allow_custom_value=True, label=t("target_lang", lang),
-                                                     info=t("target_lang_info", lang)), "target_lang", "target_lang_info")
+                                                     info=t("target_lang_info",
+                                                            lang)), "target_lang", "target_lang_info")
                     with gr.Row(elem_id="run-buttons"):
                         named("generate", gr.Button(t("generate", lang), variant="primary", elem_id="generate-btn",
                                                     min_width=80, scale=2), "generate")
@@ -159,7 +161,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                      scale=1), "copy_link")
                     named("link", gr.Textbox(label=t("link", lang), interactive=False, elem_id="share-link",
                                              buttons=["copy"], visible=False), "link")
-                with gr.Accordion(t("decoding", lang), open=True, elem_id="decoding", elem_classes=["pg-settings"]) as acc:
+                with gr.Accordion(t("decoding", lang), open=True, elem_id="decoding",
+                                  elem_classes=["pg-settings"]) as acc:
                     c["decoding_acc"] = acc
                     named("mode", gr.Radio(mode_choices(lang), value=d.mode, elem_id="mode", label=t("mode", lang),
                                            info=t("mode_info", lang)), "mode", "mode_info")
@@ -176,7 +179,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                         info=t("early_stopping_info", lang)),
                           "early_stopping", "early_stopping_info")
                     named("repetition_penalty", gr.Slider(*r["repetition_penalty"], value=d.repetition_penalty, step=0.05,
-                                                          elem_id="repetition-penalty", label=t("repetition_penalty", lang),
+                                                          elem_id="repetition-penalty", label=t("repetition_penalty",
+                                                                                                lang),
                                                           info=t("repetition_penalty_info", lang)),
                           "repetition_penalty", "repetition_penalty_info")
                     named("max_new_tokens", gr.Slider(*r["max_new_tokens"], value=d.max_new_tokens, step=1,
@@ -193,13 +197,16 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                       info=t("top_candidates_info", lang)),
                           "top_candidates", "top_candidates_info")
                     named("attention", gr.Checkbox(value=d.attention, elem_id="record-attention",
-                                                   label=t("record_attention", lang), info=t("record_attention_info", lang)),
+                                                   label=t("record_attention", lang), info=t("record_attention_info",
+                                                                                             lang)),
                           "record_attention", "record_attention_info")
                     named("pace_ms", gr.Slider(*r["pace_ms"], value=d.pace_ms, step=10, elem_id="pace",
                                                label=t("pace", lang), info=t("pace_info", lang)), "pace", "pace_info")
-                with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own", elem_classes=["pg-settings"]) as acc:
+                with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own",
+                                  elem_classes=["pg-settings"]) as acc:
                     c["load_acc"] = acc
-                    named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)), "dtype")
+                    named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)),
+                          "dtype")
                     named("upload", gr.File(file_count="multiple", file_types=list(ALLOWED_SUFFIXES),
                                             height=110, elem_id="upload", label=t("upload", lang)), "upload")
                     with gr.Row(equal_height=True):
@@ -237,18 +244,22 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["attention_intro"] = gr.Markdown(t("attention_intro", lang), elem_id="attention-intro")
                         with gr.Row():
                             named("att_kind", gr.Radio([(t("kind_self", lang), "self")], value="self",
-                                                       label=t("attention_kind", lang), elem_id="att-kind"), "attention_kind")
+                                                       label=t("attention_kind",
+                                                               lang), elem_id="att-kind"), "attention_kind")
                             named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
                                                        label=t("large_view", lang), elem_id="att-view"), "large_view")
                             named("att_scale", gr.Radio(scale_choices(lang),
                                                         value="linear", label=t("colour_scale", lang),
                                                         elem_id="att-scale"), "colour_scale")
                         with gr.Row():
-                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang), elem_id="att-layer"),
+                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
+                                                         elem_id="att-layer"),
                                   "layer")
-                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang), elem_id="att-head"),
+                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
+                                                        elem_id="att-head"),
                                   "head")
-                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang), elem_id="att-query"),
+                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang),
+                                                         elem_id="att-query"),
                                   "query")
                             named("att_sink", gr.Checkbox(value=False, label=t("hide_sink", lang), elem_id="att-sink"),
                                   "hide_sink")
@@ -270,7 +281,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         with gr.Row():
                             named("pe_length", gr.Slider(8, 2048, value=64, step=8, label=t("pe_length", lang),
                                                          elem_id="pe-length"), "pe_length")
-                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang), elem_id="pe-base"),
+                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang),
+                                                       elem_id="pe-base"),
                                   "pe_base")
                             named("pe_pair", gr.Slider(0, 31, value=0, step=1, visible=False, label=t("pe_pair", lang),
                                                        elem_id="pe-pair"), "pe_pair")
@@ -302,7 +314,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                            elem_id="lesson-dtype"), "lesson_dtype")
                             named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
                                                             elem_id="lesson-batch", min_width=240), "lesson_batch")
-                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens", lang),
+                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens",
+                                                                                                   lang),
                                                              elem_id="lesson-tokens", min_width=240), "lesson_tokens")
                         with gr.Row():
                             named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,

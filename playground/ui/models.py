@@ -234,7 +234,8 @@ class Models:
         try:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001 - the message goes to the status line
-            return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang, owner)
+            return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang,
+                                owner)
         return self._loaded(lm, name, dtype, session, lang, None, owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
@@ -256,7 +257,8 @@ class Models:
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
-        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded",
+                                                                                                           lang))
         evicted = self.catalog.uploads.evicted_since(owner)
         if evicted:  # say what went, so that nobody wonders where it is
             out["model_status"] += " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted)))
@@ -271,7 +273,8 @@ class Models:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
             return self._failed(t("hub_failed", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("downloaded", lang))
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner,
+                            verb=t("downloaded", lang))
 
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from playground import viz
 from playground.app import cache_rerun
 from playground.app.session import Sessions
 from playground.app.views import cache
@@ -49,6 +48,5 @@ class Panels:
             yield gr.skip(), job.error or t("rerun_stopped", lang)
             return
         run.results["rerun"] = job.result  # the cache tab draws it while this run is on screen
-        with viz.language(lang):
-            slots = cache.rerun_slots(job.result, lang)
+        slots = cache.rerun_slots(job.result, lang)
         yield gr.update(**slots["compare"].changes), slots["compare_md"].value

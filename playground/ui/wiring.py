@@ -69,7 +69,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     redraws.append(s["model"].input(keyed(h.models.load), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs,
+                                    **load_kw))
     uploaded = p.upload.upload(keyed(h.models.upload), [p.upload, s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(uploaded)
     # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones

@@ -54,7 +54,9 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
 
 
 def draw(d: dict[str, Any], lang: str) -> Drawn:
-    return {"toy_plot": shown(figures.probs_figure(d["probs"], d["min_p"]))} if d["min_p"] else {"toy_plot": HIDDEN}
+    if not d["min_p"]:
+        return {"toy_plot": HIDDEN}
+    return {"toy_plot": shown(figures.probs_figure(d["probs"], d["min_p"], lang=lang))}
 
 
 def caption(d: dict[str, Any], lang: str) -> str:
@@ -96,11 +98,12 @@ from playground.viz._language import texts
 _T = texts("toy")
 
 
-def probs_figure(probs: Sequence[float], min_p: float) -> go.Figure:
+def probs_figure(probs: Sequence[float], min_p: float, lang: str = "en") -> go.Figure:
+    words = _T(lang)
     steps = [step_number(i) for i in range(len(probs))]
-    fig = go.Figure(go.Bar(x=steps, y=list(probs), name=_T["chosen"]))
+    fig = go.Figure(go.Bar(x=steps, y=list(probs), name=words["chosen"]))
     fig.add_hline(y=min_p, line_dash="dash")
-    return finish(fig, _T["title"].format(p=min_p), height=320)
+    return finish(fig, words["title"].format(p=min_p), height=320)
 '''
 
 WORDS = {
@@ -158,7 +161,8 @@ drawn = h.views.redraw({}, request)
 assert drawn["toy_md"]["value"] == "Run 2 keeps the tokens above 0.5 × the top probability."
 assert drawn["toy_plot"]["visible"] is True
 session.lang = "zh"
-assert h.views.redraw({}, request)["toy_md"]["value"].startswith("第 2 次运行")
+zh = h.views.redraw({}, request)
+assert zh["toy_md"]["value"].startswith("第 2 次运行") and zh["toy_plot"]["value"].layout.title.text.startswith("选中")
 assert "toy_min_p=0.5" in h.runs.show(request)[2]["value"]  # the link box
 list(h.stream.generate(request, 0.0, *[getattr(plain, f) for f in WIDGETS]))
 assert session.current.cfg.min_p == 0.0 and session.current.settings.toy_min_p == 0.0  # Generate: plain again

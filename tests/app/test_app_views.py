@@ -12,7 +12,6 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from playground import viz
 from playground.analysis import attribute_step
 from playground.app import lab, views
 from playground.app.play import play_link
@@ -207,8 +206,8 @@ def test_a_fork_names_its_run_and_switches_between_the_edited_and_the_original_r
     assert switched["lab_md"].value == md and switched["lab_run"].value == "original"  # the divergence is the pair's
     for run, text in ((original, switched["lab_attr_md"].value), (fork, attr_md)):  # each side's own attribution
         ref = attribute_step(lm, lab.as_result(run), 3).to_dict()
-        with viz.language(lang):
-            assert text == lab.reads(run, 3, lang) + " " + causal.attribution_caption(ref, run.path[3].token_text)
+        assert text == lab.reads(run, 3, lang) + " " + causal.attribution_caption(ref, run.path[3].token_text,
+                                                                                   lang=lang)
     plain = with_run(models, lang)
     assert show(models, view, plain)["lab_run"].visible is False  # no edit: nothing to switch to
 

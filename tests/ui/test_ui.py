@@ -681,8 +681,9 @@ def _english_phrases() -> set[str]:
 
     for info in pkgutil.iter_modules(viz_pkg.__path__):
         module = importlib.import_module(f"playground.viz.{info.name}")
-        if isinstance(getattr(module, "TEXT", None), dict) and isinstance(getattr(module, "TEXT_ZH", None), dict):
-            walk(module.TEXT, module.TEXT_ZH)
+        words = getattr(module, "_T", None)
+        if callable(words):
+            walk(words("en"), words("zh"))
     return phrases
 
 

@@ -167,8 +167,8 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     label = lab.reads_words(number, edits, step, lang)
     top = Slot(maximum=max(1, d["n_layers"] - 1))
     out: Drawn = {
-        "lab_div": HIDDEN, "lab_attr": shown(causal.attribution_figure(d["attr"], d["token"], d["other"])),
-        "lab_attr_md": Slot(label + " " + causal.attribution_caption(d["attr"], d["token"])),
+        "lab_div": HIDDEN, "lab_attr": shown(causal.attribution_figure(d["attr"], d["token"], d["other"], lang=lang)),
+        "lab_attr_md": Slot(label + " " + causal.attribution_caption(d["attr"], d["token"], lang=lang)),
         "lab_layer": top, "lab_steer_layer": top, "lab_patch_layer": top,
         "lab_head": Slot(maximum=max(1, d["n_heads"] - 1)),
         "lab_patch_position": Slot(maximum=max(1, d["prompt_tokens"] - 1)),
@@ -176,7 +176,7 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
         **_results(d["results"], lang),
     }
     if d["div"] is not None:
-        out["lab_div"] = shown(causal.divergence_figure(d["div"].to_dict(), d["original_texts"]))
+        out["lab_div"] = shown(causal.divergence_figure(d["div"].to_dict(), d["original_texts"], lang=lang))
     return out
 
 
@@ -196,7 +196,7 @@ def _results(results: dict[str, Any], lang: str) -> Drawn:
         if found["done"] < total:
             md += " " + t("lab_sweep_stopped", lang, done=found["done"], total=total)
         out["lab_sweep_md"] = Slot(md)
-        out["lab_sweep_plot"] = shown(causal.head_sweep_figure(found["sweep"], found["token"]))
+        out["lab_sweep_plot"] = shown(causal.head_sweep_figure(found["sweep"], found["token"], lang=lang))
     return out
 
 

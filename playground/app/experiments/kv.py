@@ -205,11 +205,12 @@ def _policy(d: dict[str, Any], lang: str) -> str:
 
 
 def draw(d: dict[str, Any], lang: str) -> Drawn:
-    out: Drawn = {"kvlab_bytes": HIDDEN, "kvlab_div": HIDDEN, "kvlab_sink": shown(figures.sink_figure(d["sink"]))}
+    out: Drawn = {"kvlab_bytes": HIDDEN, "kvlab_div": HIDDEN, "kvlab_sink": shown(figures.sink_figure(d["sink"],
+                                                                                                      lang=lang))}
     if d["policy"]:
-        out["kvlab_bytes"] = shown(figures.bytes_figure(d["bytes"], _policy(d, lang)))
+        out["kvlab_bytes"] = shown(figures.bytes_figure(d["bytes"], _policy(d, lang), lang=lang))
     if d["div"] is not None:
-        out["kvlab_div"] = shown(figures.divergence_figure(d["div"], d["plain_texts"]))
+        out["kvlab_div"] = shown(figures.divergence_figure(d["div"], d["plain_texts"], lang=lang))
     return out
 
 

@@ -120,11 +120,12 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     if d["precision"] is None or not d["reference_ids"]:
         return {"precision_steps": HIDDEN, "precision_layers": HIDDEN}
     b = d["branches"][1]
-    out: Drawn = {"precision_steps": shown(figures.steps_figure(b["kl"], b["top1"], d["texts"], b["precision"])),
+    out: Drawn = {"precision_steps": shown(figures.steps_figure(b["kl"], b["top1"], d["texts"], b["precision"],
+                                                                lang=lang)),
                   "precision_layers": HIDDEN}
     if b["residual_error"]:
         out["precision_layers"] = shown(figures.layers_figure(b["residual_error"], b["error_entry"], b["residual_step"],
-                                                              b["precision"]))
+                                                              b["precision"], lang=lang))
     return out
 
 

@@ -135,6 +135,7 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     rejected = [r for r in rows if r.get("accepted") is False]
     picked = next((r for r in rows if r["step"] == step), None)
     return {**out, "draft": run.settings.draft, "k": run.settings.draft_tokens, "rows": rows,
+            "before": run.steps_before,
             "totals": totals(run), "speed": speed(run), "sample": run.mode == "sample",
             "plain": None if plain is None or plain.settings.draft else (plain.number, speed(plain)),
             "picked": picked, "residual": picked if picked in rejected else (rejected[0] if rejected else None)}
@@ -148,9 +149,9 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     if d["draft"] is None:
         return out
     if any("draft" in r for r in d["rows"]):
-        out["spec_checks"] = shown(figures.checks_figure(d["rows"]))
+        out["spec_checks"] = shown(figures.checks_figure(d["rows"], lang=lang, before=d["before"]))
     if d["residual"] is not None and d["residual"].get("residual"):
-        out["spec_residual"] = shown(figures.residual_figure(d["residual"]))
+        out["spec_residual"] = shown(figures.residual_figure(d["residual"], lang=lang, before=d["before"]))
     return out
 
 
@@ -162,7 +163,8 @@ def _step_words(r: dict[str, Any], lang: str) -> str:
     """What the drafter did at the selected step."""
     if "draft" in r:
         coin = t("spec_coin", lang, coin=r["coin"]) if r.get("coin") is not None else t("spec_no_coin", lang)
-        verdict = t("spec_kept", lang) if r["accepted"] else t("spec_rejected", lang, token=_tok(r.get("resampled", "")))
+        verdict = t("spec_kept", lang) if r["accepted"] else t("spec_rejected", lang, token=_tok(r.get("resampled",
+                                                                                                       "")))
         return t("spec_step", lang, step=r["step_no"], draft=_tok(r["draft"]), q=r["q"], p=r["p"], accept=r["accept"],
                  coin=coin, verdict=verdict)
     kind = r["kind"] if r["kind"] in ("bonus", "prefill") else "plain"

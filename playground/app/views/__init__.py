@@ -13,7 +13,6 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
-from playground import viz
 from playground.app import experiments
 from playground.app.session import Session
 from playground.app.view import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
@@ -115,29 +114,21 @@ def slices(view: View, ctx: Context, sel: Selection) -> Generator[None, None, An
     why = waiting(view, ctx)
     if why is not None:
         return why
-    with viz.language(ctx.lang):
-        out = view.compute(ctx, sel)
+    out = view.compute(ctx, sel)
     if not inspect.isgenerator(out):
         return out
-    while True:
-        with viz.language(ctx.lang):
-            try:
-                next(out)
-            except StopIteration as done:
-                return done.value
-        yield
+    return (yield from out)
 
 
 def draw(view: View, data: Any, lang: str) -> Drawn:
     """The view's slots for `data` in `lang`: its figures and controls, and its caption in its first slot."""
-    with viz.language(lang):
-        if isinstance(data, Waiting):
-            slots = view.idle(lang, t(data.words, lang))
-            slots.setdefault(view.caption_slot, Slot(t(data.words, lang)))
-            return slots
-        slots = view.draw(data, lang)
-        slots[view.caption_slot] = Slot(view.caption(data, lang))
+    if isinstance(data, Waiting):
+        slots = view.idle(lang, t(data.words, lang))
+        slots.setdefault(view.caption_slot, Slot(t(data.words, lang)))
         return slots
+    slots = view.draw(data, lang)
+    slots[view.caption_slot] = Slot(view.caption(data, lang))
+    return slots
 
 
 def show(view: View, ctx: Context, sel: Selection) -> Drawn:

@@ -19,7 +19,7 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
-    return {"growth": Slot(viz.cache_growth(*data["growth"])), **rerun_slots(data["rerun"], lang)}
+    return {"growth": Slot(viz.cache_growth(*data["growth"], lang=lang)), **rerun_slots(data["rerun"], lang)}
 
 
 def rerun_slots(result: Any, lang: str) -> Drawn:
@@ -30,7 +30,8 @@ def rerun_slots(result: Any, lang: str) -> Drawn:
     if result.partial:
         note += " " + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
                         tflops=result.full_uncached_flops / 1e12, seconds=result.full_uncached_seconds)
-    return {"compare": shown(viz.timing_comparison(result.cached, result.uncached)), "compare_md": Slot(note)}
+    return {"compare": shown(viz.timing_comparison(result.cached, result.uncached, lang=lang)),
+            "compare_md": Slot(note)}
 
 
 def caption(data: dict[str, Any], lang: str) -> str:
@@ -38,7 +39,7 @@ def caption(data: dict[str, Any], lang: str) -> str:
 
 
 def idle(lang: str, words: str) -> Drawn:
-    return {"growth": Slot(viz.cache_growth([], [], [], [])), **rerun_slots(None, lang)}
+    return {"growth": Slot(viz.cache_growth([], [], [], [], lang=lang)), **rerun_slots(None, lang)}
 
 
 VIEW = View("cache", "cache", frozenset({"run", "step"}), ("kv", "growth", "compare_md", "compare"), compute, draw,
