@@ -6,6 +6,7 @@ Screenshots of the history and the badge go to test-artifacts/ (runs-*)."""
 
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qsl, urlparse
 
 import pytest
@@ -66,6 +67,22 @@ def pick(page, number: int) -> None:
     wait_state(page, "done", "stopped")
 
 
+def shot_runs(page, name: str, readme: bool = False) -> None:
+    """The badge, the live screen and the history, from the badge's top to the history's bottom (test-artifacts/;
+    with PLAYGROUND_UPDATE_SCREENSHOTS=1 the README's too)."""
+    box = page.evaluate("""() => {
+      const top = document.querySelector('#active-settings').getBoundingClientRect().top + window.scrollY;
+      const end = document.querySelector('#run-history').getBoundingClientRect().bottom + window.scrollY;
+      const left = document.querySelector('#workspace').getBoundingClientRect();
+      return {x: left.left, y: top - 6, width: left.width, height: end - top + 12}; }""")
+    targets = [base.ARTIFACTS / f"{name}-{page.size_name}.png"]
+    if readme and os.environ.get("PLAYGROUND_UPDATE_SCREENSHOTS") == "1":
+        targets.append(base.README_SHOTS / f"{name}-{page.size_name}.png")
+    base.ARTIFACTS.mkdir(exist_ok=True)
+    for target in targets:
+        page.screenshot(path=str(target), clip=box, full_page=True)
+
+
 def link_params(page) -> dict[str, str]:
     return dict(parse_qsl(urlparse(link_of(page)).query))
 
@@ -108,7 +125,9 @@ def test_each_fork_names_its_setting_and_generate_after_it_is_a_plain_run(page, 
         assert history(page)[0].startswith(("run " if lang == "en" else "第 ") + str(number)) and words in history(page)[0]
         if experiment in ("kv", "precision"):  # the screen shots of a fork's badge and history
             assert_fits(page)
-            shot(page, f"runs-{experiment}-{lang}", readme=lang == "en" and experiment == "kv")
+            shot(page, f"runs-{experiment}-{lang}")
+            shot_runs(page, f"runs-badge-{experiment}-{lang}",
+                      readme=experiment == "kv" and (lang == "en" or page.size_name == "desktop"))
         fork_link = link_params(page)
         assert any(f in fork_link for f in EXPERIMENT_FIELDS), fork_link
         generate_and_wait(page)  # the left column's plain run, whatever the lab's widgets still hold
