@@ -99,15 +99,19 @@ def _steps(ctx: Context, i: Inputs) -> Any:
     return analysis.attention_steps(ctx.lm, ctx.result, ctx.step, i.layer, i.head, i.kind, cache=ctx.cache)
 
 
-def _lens(ctx: Context, i: Inputs) -> dict[str, Any]:
+def _lens(ctx: Context, i: Inputs) -> dict[str, Any] | None:
     result, step = ctx.result, ctx.step
+    if result.path[step].capture.residual is None:  # a drafted run, or one whose arrays the memory budget freed
+        return None
     entries = analysis.logit_lens(ctx.lm, result, step, cache=ctx.cache)
     strip = analysis.logit_lens_ranks(ctx.lm, result, analysis.strip_steps(len(result.token_ids), step),
                                       cache=ctx.cache, around=step, max_flops=analysis.STRIP_FLOPS)
     return {"entries": entries, "strip": strip, "step": step, "text": result.path[step].token_text}
 
 
-def _lens_figures(d: dict[str, Any], ctx: Context) -> list[Any]:
+def _lens_figures(d: dict[str, Any] | None, ctx: Context) -> list[Any]:
+    if d is None:
+        return []
     s = d["strip"]
     return [v_lens.logit_lens_figure(d["entries"], d["step"], lang=ctx.lang, before=ctx.before),
             v_lens.lens_rank_strip(s["ranks"], s["layer_names"], s["steps"], s["token_texts"], d["step"],
@@ -201,8 +205,8 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            lambda s, ctx: v_steps.attention_steps_caption(s, lang=ctx.lang, before=ctx.before), layer_head=True,
            kind=True),
     Lesson("lens", True, True, _lens, _lens_figures,
-           lambda d, ctx: v_lens.logit_lens_caption(d["entries"], d["step"], d["text"], lang=ctx.lang,
-                                                    before=ctx.before)),
+           lambda d, ctx: t("lesson_lens_no_residual", ctx.lang) if d is None else v_lens.logit_lens_caption(
+               d["entries"], d["step"], d["text"], lang=ctx.lang, before=ctx.before)),
     Lesson("kv", True, True, _kv,
            lambda d, ctx: [v_kv.kv_cost_chart(d["costs"], lang=ctx.lang),
                            v_kv.prefill_decode_figure(d["shapes"], lang=ctx.lang, before=ctx.before)],

@@ -251,16 +251,15 @@ class Run:
         """Free every recorded array over the memory budget: an attention row asked for later is computed
         through the engine (`attention_row`), the lessons' pass is made again; the page's own copy of
         the path (`compact`) stays."""
-        self.forget_big_captures()
+        self.forget_derived()
         for e in self.events:
             e.attention = e.residual = e.prompt_attention = e.beam_captures = None
         for step in self.path:
             step.capture.attention = step.capture.residual = None
         self.captures_dropped = True
 
-    def forget_big_captures(self) -> None:
-        """An older run: keep what the page shows of it, free what only the lessons of the current run read."""
+    def forget_derived(self) -> None:
+        """A run that is not on screen: free what is made again when it is (the lessons' pass, the whole-run maps).
+        What it recorded stays, for the history's pick (the memory budget frees that: `drop_captures`)."""
         self.analysis = None
         self.maps.clear()
-        for step in self.path:
-            step.capture.residual = None

@@ -88,8 +88,8 @@ class Session:
         del self.runs[:-MAX_RUNS_PER_SESSION]
         self.current_number = run.number
         self.selected_step, self.next_step = self.next_step, None
-        for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
-            old.forget_big_captures()
+        for old in self.runs[:-1]:  # the lessons read the run on screen: the others' passes are made again on a pick
+            old.forget_derived()
 
     @property
     def gone(self) -> int:
@@ -102,6 +102,9 @@ class Session:
         run = self.run(number)
         if run is None:
             return None
+        for other in self.runs:
+            if other is not run:
+                other.forget_derived()
         self.current_number = run.number
         self.selected_step = None
         return run

@@ -243,3 +243,24 @@ def test_the_newest_selection_wins_when_two_arrive_out_of_order(tmp_path):
     assert session.selected_step == 2
     assert session.select(run.token, 4)  # a caller without a count is taken as it comes
     assert session.select(run.token, 1, order=3) and session.selected_step == 1
+
+
+def test_a_picked_run_is_read_by_the_lessons_again(models):
+    """A run picked from the history is the lessons' run: what it recorded is still there (only the passes made
+    from it are made again); once the memory budget freed it, the logit lens says so in words, never the library's
+    advice to a script."""
+    from playground.app import lessons
+    from playground.app.words import t
+
+    lm = models["a"]
+    session = Session()
+    first = play(session, lm, UISettings(model="a", prompt="Hello", max_new_tokens=5))
+    play(session, lm, UISettings(model="a", prompt="Hello there", max_new_tokens=5))
+    assert first.analysis is None and not first.maps  # not on screen: its derived passes are let go
+    assert session.pick(first.number) is first
+    lens = lessons.show("lens", lm, session.current, None, lessons.Inputs(), "en")
+    assert "step 5" in lens.caption and len(lens.figures) == 2
+    first.drop_captures()  # the memory budget freed its recorded arrays
+    for lang in ("en", "zh"):
+        gone = lessons.show("lens", lm, first, None, lessons.Inputs(), lang)
+        assert gone.caption == t("lesson_lens_no_residual", lang) and gone.figures == []

@@ -144,7 +144,7 @@ def test_each_fork_names_its_setting_and_generate_after_it_is_a_plain_run(page, 
 
 
 def test_picking_an_earlier_run_moves_the_screen_the_lab_the_link_and_the_lesson(page, server):
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12)
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, pace_ms=40)  # a fork seen streaming
     first = tokens(page)
     set_slider(page, "max-new-tokens", 8)
     generate_and_wait(page)  # run 2: plain, 8 tokens
@@ -165,7 +165,7 @@ def test_picking_an_earlier_run_moves_the_screen_the_lab_the_link_and_the_lesson
     assert tokens(page) == first and badge(page) == ""
     wait_text(page, "#lesson-md", "step 12")
     params = link_params(page)
-    assert params["max_new_tokens"] == "12" and "edits" not in params
+    assert params["max_new_tokens"] == "12" and "edits" not in params and params["pace_ms"] == "40"
     open_tab(page, "Causal lab")  # the lab reads the run picked
     wait_text(page, "#lab-divergence-md", "This run has no edit")
     page.click("#lab-sweep-btn")  # the head sweep runs on the run picked, not on the ablated run
@@ -182,7 +182,7 @@ def test_picking_an_earlier_run_moves_the_screen_the_lab_the_link_and_the_lesson
 
 
 def test_a_language_switch_says_it_all_again_and_a_model_switch_leaves_nothing_of_the_old_run(page, server):
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=10)
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=10, pace_ms=40)
     fork_with(page, "kv", "en")
     wait_text(page, "#kvlab-md", "Run 2 (window 6) holds")
     assert "window 6" in badge(page)
