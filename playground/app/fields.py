@@ -183,7 +183,7 @@ def rope_dict(text: str) -> dict[str, Any] | None:
     return value
 
 
-def check_draft(text: str) -> None:
+def check_draft_name(text: str) -> None:
     """"", "ngram", "layer:K" (K from 1) or "model:<catalog name>"; ValueError (a Note) for anything else."""
     if text in ("", "ngram") or re.fullmatch(r"layer:[1-9][0-9]{0,3}", text):
         return

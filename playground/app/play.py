@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl
 
 from playground.app import experiments, frames, heap, serving, zerogpu
 from playground.app.engine_stream import run_events
-from playground.app.experiments.base import ForkRequest
+from playground.app.experiments.base import Action, Experiment, ForkRequest
 from playground.app.limits import CAPS, lenient
 from playground.app.notes import error_line, note, render_all
 from playground.app.run import Run
@@ -189,7 +189,7 @@ def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple
         return None, note("draft_model_missing", name=name)
 
 
-def fork_of(session: Session, run: Run, lm: Any, experiment: Any, action: Any,
+def fork_of(session: Session, run: Run, lm: Any, experiment: Experiment, action: Action,
             values: Mapping[str, Any]) -> tuple[UISettings, Origin]:
     """The settings and the origin of `action`'s fork of `run` (an experiment's button pressed with the widgets'
     `values`): the run's own settings (its seed, no branches) with what the experiment changes. Some forks measure

@@ -248,8 +248,10 @@ class Session:
         """The query string of a link to what the tab shows: the run on screen (with its seed, its branches and its
         experiments' settings), or with nothing on screen, a plain run of the widgets' settings."""
         run = self.current
-        if run is not None or widgets is None:
-            return to_query(self.run_settings(run)) if run is not None else ""
+        if run is not None:
+            return to_query(self.run_settings(run))
+        if widgets is None:
+            return ""
         return to_query(dataclasses.replace(plain(widgets), branches="", lang=self.lang))
 
 

@@ -34,9 +34,6 @@ WATCH_JS = """(...args) => {
 }"""
 
 
-# --- the handlers -------------------------------------------------------------------------------------------
-
-
 class Experiments:
     """The experiments' buttons for the sessions of one app."""
 
@@ -93,7 +90,7 @@ class Experiments:
         try:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
             work = action.run(JobRequest(run=run, runs=tuple(session.runs), lm=lm, values=dict(values),
-                                         step=session.selected_step, lang=lang, stop=soft))
+                                         step=session.selected_step, stop=soft))
             for item in serving.run_job(work, hard, session.key):
                 if not isinstance(item, Progress):
                     result = item

@@ -136,14 +136,13 @@ class Fork:
 @dataclass(frozen=True)
 class JobRequest:
     """A job on the run on screen: `runs` are the tab's runs (a job may read the run's origin), `step` the selected
-    step, `stop` set when the visitor presses Stop."""
+    step (None: the newest), `stop` set when the visitor presses Stop."""
 
     run: Run
     runs: Sequence[Run]
     lm: Any
     values: Mapping[str, Any]
-    step: int
-    lang: str
+    step: int | None
     stop: threading.Event
 
 

@@ -20,13 +20,13 @@ from playground.app.experiments.base import (
     Words,
     compared_with,
 )
-from playground.app.fields import Field, check_draft
+from playground.app.fields import Field, check_draft_name
 from playground.app.notes import note, render
 from playground.app.run import Run
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.generation.config import DRAFT_TOKENS, GenerationConfig, SettingsError
-from playground.generation.speculative import check_draft as check_drafter
+from playground.generation.speculative import check_draft
 from playground.notes import Note
 from playground.viz import speculative as figures
 
@@ -46,7 +46,7 @@ def lenient(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
         notes.append(note("draft_tokens_bad", value=repr(c.draft_tokens)))
         c.draft_tokens = 4
     try:
-        check_drafter(lm, c)
+        check_draft(lm, c)
     except SettingsError as error:
         notes.append(note("draft_dropped", why=str(error)))
         c.draft = None
@@ -69,7 +69,7 @@ def fork(req: ForkRequest) -> Fork:
     """The run again drafted by the chosen drafter, K tokens per pass."""
     draft = str(req.values.get("draft") or "").strip()
     try:
-        check_draft(draft)
+        check_draft_name(draft)
     except ValueError:
         draft = ""
     if not draft:
@@ -206,7 +206,7 @@ VIEW = View("speculative", "speculative", frozenset({"finished", "step", "drafte
 
 EXPERIMENT = Experiment(
     name="speculative", tab="speculative", elem_id="spec-tab", order=40,
-    fields=(Field("draft", "text", "", check=check_draft, widget=False),  # "", ngram, layer:K, model:<name>
+    fields=(Field("draft", "text", "", check=check_draft_name, widget=False),  # "", ngram, layer:K, model:<name>
             Field("draft_tokens", "whole", 4, DRAFT_TOKENS.low, DRAFT_TOKENS.high, widget=False)),
     layout=(
         Words("spec_intro", ("spec_intro",), "spec-intro"),
