@@ -24,7 +24,7 @@ from tests.browser.test_browser import (
     wait_state,
     wait_text,
 )
-from tests.browser.test_browser_lab import fork_and_watch, link_of, set_slider
+from tests.browser.test_browser_lab import fork_and_watch, link_of, open_lab, set_slider
 
 pytestmark = pytest.mark.browser
 server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
@@ -89,7 +89,10 @@ def link_params(page) -> dict[str, str]:
 
 def fork_with(page, experiment: str, lang: str) -> None:
     """Set the experiment's widget and press its fork button."""
-    open_tab(page, WORDS[lang][experiment][0])
+    if experiment == "lab":
+        open_lab(page, lang)  # drawn: its sliders' ranges are the model's
+    else:
+        open_tab(page, WORDS[lang][experiment][0])
     if experiment == "lab":
         set_slider(page, "lab-layer", 1)
         fork_and_watch(page, "#lab-ablate-head")
@@ -148,7 +151,7 @@ def test_picking_an_earlier_run_moves_the_screen_the_lab_the_link_and_the_lesson
     first = tokens(page)
     set_slider(page, "max-new-tokens", 8)
     generate_and_wait(page)  # run 2: plain, 8 tokens
-    open_tab(page, "Causal lab")
+    open_lab(page)  # drawn: its sliders' ranges are the model's
     set_slider(page, "lab-layer", 1)
     set_slider(page, "lab-head", 2)
     fork_and_watch(page, "#lab-ablate-head")  # run 3: run 2 with head 1.2 ablated
