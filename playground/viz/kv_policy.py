@@ -18,7 +18,7 @@ _T = texts("kv_policy")  # this module's words, from playground/locales/
 
 def bytes_figure(series: Mapping[str, Sequence[int]], label: str, lang: str = "en") -> go.Figure:
     """KV bytes per step: the plain cache's (what the formula gives at that length) and the policy's (what its
-    cache really holds), from `kvlab.bytes_series`; `label` names the policy."""
+    cache really holds), from `playground.app.experiments.kv.bytes_series`; `label` names the policy."""
     steps, held, plain = list(series["steps"]), list(series["held"]), list(series["plain"])
     if not (len(steps) == len(held) == len(plain)):
         raise ValueError(f"{len(steps)} steps need as many held and plain byte counts")

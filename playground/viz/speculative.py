@@ -16,7 +16,7 @@ _T = texts("speculative")  # this module's words, from playground/locales/
 
 
 def checks_figure(rows: Sequence[Mapping[str, Any]], lang: str = "en", before: int = 0) -> go.Figure:
-    """Each drafted token (rows with a draft, from `speculative_lab.checks`): bars q and p, a line for
+    """Each drafted token (rows with a draft, from `playground.app.experiments.speculative.checks`): bars q and p, a line for
     min(1, p/q), the coin as a mark (green kept, red rejected)."""
     drafted = [r for r in rows if "draft" in r]
     x = [f"{step_number(r['step'], before)}<br>{short_label(display_token(r['draft']))}" for r in drafted]
