@@ -126,7 +126,9 @@ class Session:
         """The tab was opened with these query parameters; a link with a prompt runs by itself once. `notes`:
         what the page load said about the link (its runs show them too, until the visitor's next action)."""
         self.link = dict(params)
-        self.link_pending = bool(params.get("prompt", "").strip())
+        # a game link's run is the teacher's, and its players guess it: it is not played on their screens
+        game = str(params.get("game", "")).strip()
+        self.link_pending = bool(params.get("prompt", "").strip()) and not (game.isdigit() and int(game) > 0)
         self.link_notes = list(notes or [])
         self.notes = list(self.link_notes)
 
@@ -209,7 +211,7 @@ class Session:
         """The settings that reproduce `run` exactly: the seed it used and the branches that led to it."""
         seed = run.cfg.seed if run.mode == "sample" else run.settings.seed
         return dataclasses.replace(run.settings, seed=seed, branches=format_branches(self.lineage(run)),
-                                   lang=self.lang)
+                                   lang=self.lang, game=0)
 
     def link_query(self, widgets: UISettings) -> str:
         """The query string of a link to what the tab shows: the current run when the widgets still
@@ -217,7 +219,7 @@ class Session:
         run = self.current
         if run is not None and not run.running and same_request(run.settings, widgets):
             return to_query(dataclasses.replace(self.run_settings(run), lang=widgets.lang))
-        return to_query(dataclasses.replace(widgets, branches="", edits=""))
+        return to_query(dataclasses.replace(widgets, branches="", edits="", game=0))
 
 
 def _variant(settings: UISettings) -> tuple[str, ...]:
@@ -235,7 +237,7 @@ def _edit_words(settings: UISettings, lang: str) -> str:
 
 
 # Settings that change what a link shows without changing the tokens (the seed is compared apart).
-_PRESENTATION = ("lang", "pace_ms", "branches", "seed", "edits")
+_PRESENTATION = ("lang", "pace_ms", "branches", "seed", "edits", "game")
 
 
 def same_request(a: UISettings, b: UISettings) -> bool:

@@ -72,6 +72,8 @@ class UISettings:
     # vocabulary) and how many tokens per pass of the model; a link replays the run without a draft first.
     draft: str = ""
     draft_tokens: int = 4
+    # "Guess the next token": a game link opens the run's game room at this step (0: no game); the page does not run it.
+    game: int = 0
 
 
 FIELDS = [f.name for f in dataclasses.fields(UISettings)]
@@ -129,6 +131,10 @@ def _parse_value(name: str, text: str) -> Any:
         return text
     if name in ("model", "prompt"):
         return text
+    if name == "game":  # a step as the page counts it (1 is the first new token)
+        if not re.fullmatch(r"[0-9]{1,4}", text.strip()) or not 0 <= int(text) <= CAPS.max_new_tokens:
+            raise ValueError(note("expect_range", low=0, high=CAPS.max_new_tokens))
+        return int(text)
     if name == "seed" and text.strip().lower() in ("", "none", "random"):
         return None
     if isinstance(default, bool):
