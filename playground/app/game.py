@@ -128,7 +128,7 @@ class Rooms:
                 if len(self._rooms) >= self.max_rooms:
                     raise PlaygroundError(note("game_full", n=self.max_rooms))
                 room = Room(key, dataclasses.replace(settings, game=0), "".join(run.prompt_texts), list(run.stream_texts),
-                            steps, teacher, _nearest(steps, index))
+                            steps, teacher, nearest(steps, index))
                 self._rooms[key] = room
             elif room.teacher != teacher and self.present(room.teacher):
                 raise PlaygroundError(note("game_has_teacher"))
@@ -141,7 +141,7 @@ class Rooms:
         """The teacher moves the room to a step (the nearest playable one): hidden again, fresh guesses."""
         with self._lock:
             room = self._teachers(key, teacher)
-            room.index, room.revealed = _nearest(room.steps, index), False
+            room.index, room.revealed = nearest(room.steps, index), False
             room.guesses.pop(room.index, None)
             self._changed(room)
             return room
@@ -249,7 +249,8 @@ def _steps(run: Run, key: str) -> dict[int, Step]:
     return out
 
 
-def _nearest(steps: dict[int, Step], index: int) -> int:
+def nearest(steps: dict[int, Step], index: int) -> int:
+    """The playable step closest to path index `index` (the earlier of two as close)."""
     return min(steps, key=lambda i: (abs(i - int(index)), i))
 
 
@@ -323,7 +324,8 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "") -> str:
     else:
         chosen = v["chosen"]
         parts.append(f'<p class="pg-game-answer">{esc(t("game_answer", lang, token=shown(chosen["text"]), p=100 * chosen["prob"]))}</p>')
-        parts.append('<table class="pg-game-probs"><tbody>')
+        parts.append(f'<table class="pg-game-probs"><thead><tr><th>{esc(t("game_col_candidate", lang))}</th>'
+                     f'<th>{esc(t("game_col_prob", lang))}</th><th>{esc(t("game_col_if", lang))}</th></tr></thead><tbody>')
         for o in v["probs"]:
             cls = ' class="chosen"' if o["id"] == chosen["id"] else ""
             parts.append(f'<tr{cls}><td class="pg-ctok">{esc(shown(o["text"]))}</td><td class="pg-bar">'

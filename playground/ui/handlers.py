@@ -18,6 +18,7 @@ from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
 from playground.ui.streaming import Streaming
+from playground.ui.teacher import Teacher
 from playground.ui.views import Views
 
 
@@ -30,6 +31,7 @@ class Handlers:
         self.lessons = Lessons(self.models, self.sessions)
         self.lab = Lab(self.models, self.sessions, self.stream)
         self.views = Views(self.models, self.sessions)
+        self.teacher = Teacher(self.models, self.sessions, self.stream)
 
     @property
     def catalog(self) -> Catalog:

@@ -22,9 +22,10 @@ from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.lab_layout import EXPORT_JS, build_kv_tab, build_precision_tab, build_speculative_tab
 from playground.ui.lab_layout import build_tab as lab_tab
+from playground.ui.teacher_layout import build_prompt_tokens, build_teacher_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
+CSS = (ASSETS / "page.css").read_text(encoding="utf-8") + (ASSETS / "teacher.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
 # Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
 # minute once 5 minutes old (long enough for an upload still waiting in the queue); beyond the uploads' quota,
@@ -126,6 +127,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     c["model_status"] = gr.Markdown(t("loading", lang), elem_id="model-status")
                     c["model_about"] = gr.Markdown("", elem_id="model-about")
                     named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)), "prompt")
+                    build_prompt_tokens(c)
                     named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
                                               info=t("chat_info", lang)), "chat", "chat_info")
                     named("target_lang", gr.Dropdown(choices=[("", "")], value="", visible=False, elem_id="target-lang",
@@ -297,12 +299,13 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
+                    build_teacher_tab(c, named, lang)
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
                       ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
                       ("tab_kvlab", "tab_kvlab"), ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"),
                       ("tab_lab", "tab_lab"), ("tab_speculative", "tab_speculative"),
                       ("tab_precision", "tab_precision"),
-                      ("tab_card", "tab_card")):
+                      ("tab_card", "tab_card"), ("tab_teacher", "tab_teacher")):
         labels[name] = (key, None)
     return Page(demo=demo, settings=s, c=c, labels=labels)
 

@@ -12,6 +12,7 @@ from playground.ui.lanes import FIGURES, GENERATE, JOBS, LOAD, Lanes, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
+from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -89,6 +90,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
     runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
     runs += wire_lab(page, h.lab, gen_kw, jobs_kw)  # the causal lab's forks stream like every run
+    runs += wire_teacher(page, h.teacher, lanes, settings_inputs)  # the tokenizer view, side by side, game, export
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.
