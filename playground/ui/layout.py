@@ -22,7 +22,7 @@ from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.lab_layout import EXPORT_JS, build_kv_tab, build_precision_tab, build_speculative_tab
 from playground.ui.lab_layout import build_tab as lab_tab
-from playground.ui.teacher_layout import build_prompt_tokens, build_teacher_tab
+from playground.ui.teacher_layout import build_prompt_tokens, build_sign_in, build_teacher_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS = (ASSETS / "page.css").read_text(encoding="utf-8") + (ASSETS / "teacher.css").read_text(encoding="utf-8")
@@ -116,6 +116,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
             c["header"] = gr.Markdown(f"# {t('title', lang)}\n{t('tagline', lang)}", elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
                                    elem_id="lang", scale=0, min_width=160))
+        build_sign_in(c, lang)  # on ZeroGPU: the GPU quota and the sign-in
         with gr.Row(elem_id="main", equal_height=False):
             with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
                 with gr.Column(elem_id="sidebar-top"):

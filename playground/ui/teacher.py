@@ -342,4 +342,16 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
     p.game_next.click(step_on, [p.game_state, lang], slots, **quick)
     p.game_guess.click(guess, [p.game_choice, p.game_name, p.game_state, lang], slots, **quick)
     p.game_timer.tick(tick, [p.game_state, lang], slots, **quick)
+    quiet_sign_in(p.demo, page.c.get("sign_in"))
     return [compared]
+
+
+def quiet_sign_in(demo: gr.Blocks, button: Any) -> None:
+    """Gradio's login button checks the visitor's sign-in when the page loads, in an event it queues with no lane;
+    that check only reads the session cookie, so it runs outside the queue (as every lane-less event here does)."""
+    if button is None:
+        return
+    for fn in demo.fns.values():  # attached when the page's Blocks closed
+        if getattr(fn.fn, "__self__", None) is button:
+            fn.queue = False
+    button.load_event_to_attach = None  # once: the Blocks closing again after the wiring would add another

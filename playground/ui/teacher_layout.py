@@ -7,6 +7,8 @@ Each part is one self-contained block (its own elem_id: `#prompt-tokens`, `#temp
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 import gradio as gr
@@ -15,10 +17,36 @@ from playground.app import game
 from playground.app.limits import RANGES
 from playground.app.side_by_side import TEMPERATURES
 from playground.app.words import t
+from playground.hosting import zero_gpu
 
 # Markdown blocks of the tab, relabelled by the language switch (component name -> locale key).
-TEACHER_TEXTS = {"sbs_title_md": "sbs_title", "sbs_intro_md": "sbs_intro", "game_title_md": "game_title",
+TEACHER_TEXTS = {"gpu_md": "zerogpu_signin_md", "gpu_link_md": "zerogpu_signin_link", "sbs_title_md": "sbs_title", "sbs_intro_md": "sbs_intro", "game_title_md": "game_title",
                  "game_intro_md": "game_intro", "export_title_md": "export_title", "export_intro_md": "export_intro"}
+
+
+# Gradio's sign-in needs the Space's OAuth app (`hf_oauth: true` in its card sets these) and its oauth extra.
+OAUTH_VARIABLES = ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES", "OPENID_PROVIDER_URL")
+
+
+def sign_in_ready() -> bool:
+    """Whether Gradio's "Sign in with Hugging Face" can work here: a Space with its OAuth app and the packages."""
+    return all(os.environ.get(v) for v in OAUTH_VARIABLES) and all(
+        importlib.util.find_spec(m) is not None for m in ("authlib", "itsdangerous"))
+
+
+def build_sign_in(c: dict[str, Any], lang: str) -> None:
+    """On ZeroGPU: what the GPU quota is, and the sign-in that gives each visitor a quota of their own (Gradio's
+    login button where the Space has its OAuth app; else a link to sign in on huggingface.co, which the quota
+    follows too). Elsewhere the words are hidden and there is no button."""
+    on = zero_gpu()
+    button = on and sign_in_ready()
+    with gr.Row(elem_id="gpu-quota", visible=on, equal_height=True) as row:
+        c["gpu_row"] = row
+        c["gpu_md"] = gr.Markdown(t("zerogpu_signin_md", lang), elem_id="gpu-quota-md")
+        c["gpu_link_md"] = gr.Markdown(t("zerogpu_signin_link", lang), visible=not button, elem_id="gpu-signin-link")
+        if button:  # its label stays as built: the button's own script compares it to tell signed in from out
+            c["sign_in"] = gr.LoginButton("Sign in with Hugging Face · 登录", logout_value="Sign out ({}) · 退出",
+                                          size="sm", scale=0, min_width=220, elem_id="sign-in")
 
 
 def build_prompt_tokens(c: dict[str, Any]) -> None:

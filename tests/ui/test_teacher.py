@@ -134,3 +134,27 @@ def test_a_game_of_an_upload_is_refused_and_a_link_to_no_room_says_so(h, tmp_pat
     refused = h.teacher.game_start(1, "http://x/", "en", request("uploader"))
     assert "never on an upload" in refused["game_view"] and "game_link" not in refused
     assert run is not None
+
+
+def test_on_zerogpu_the_page_says_what_the_quota_is_and_offers_the_sign_in(weights, tmp_path, monkeypatch):
+    import gradio.routes
+
+    from playground.ui import teacher_layout
+    from playground.ui.lanes import Lanes, check
+
+    off = build_app(weights, tmp_path / "u1").playground_page
+    assert off.c["gpu_row"].visible is False and "sign_in" not in off.c
+    monkeypatch.setenv("SYSTEM", "spaces")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    plain = build_app(weights, tmp_path / "u2").playground_page  # no OAuth app: a link to sign in on huggingface.co
+    assert plain.c["gpu_row"].visible is True and plain.c["gpu_link_md"].visible is True and "sign_in" not in plain.c
+    assert "5 minutes a day" in plain.c["gpu_md"].value and "one school address" in plain.c["gpu_md"].value
+    # With the Space's OAuth app (Gradio's routes for it need its oauth extra, not installed here: left out)
+    monkeypatch.setattr(teacher_layout, "sign_in_ready", lambda: True)
+    monkeypatch.setattr(gradio.routes, "attach_oauth", lambda app: None)
+    demo = build_app(weights, tmp_path / "u3")
+    button = demo.playground_page.c["sign_in"]
+    assert isinstance(button, gr.LoginButton) and demo.playground_page.c["gpu_link_md"].visible is False
+    own = [fn for fn in demo.fns.values() if getattr(fn.fn, "__self__", None) is button]
+    assert len(own) == 1 and own[0].queue is False  # its sign-in check, once, outside the queue's lanes
+    check(demo.fns.values(), Lanes(generate=4).limits())
