@@ -24,6 +24,7 @@ from playground.token_pieces import REPLACEMENT, piece_bytes
 
 MAX_SHOWN = 400  # chips drawn under the prompt box; the count says how many more there are
 MAX_EXPLAINED = 12  # characters explained in words below them
+SHOWN_EXPLAINED = 2  # of which in sight (the rest one click away, so the Generate button stays near the prompt)
 
 
 @dataclass
@@ -224,9 +225,13 @@ def html(view: PromptTokens, lang: str = "en") -> str:
         lines.append(f'<li class="pg-muted">{esc(t("tok_more_chars", lang, n=len(view.chars) - MAX_EXPLAINED))}</li>')
     parts = [f'<div class="pg-ptoks" data-count="{n}"><div class="pg-ptok-head">{esc(head)}</div>',
              f'<div class="pg-ptok-chips">{"".join(chips)}</div>']
-    if view.chars:
-        parts.append(f'<p class="pg-ptok-hint">{esc(t("tok_bytes_hint", lang))}</p>'
-                     f'<ul class="pg-ptok-chars">{"".join(lines)}</ul>')
+    if view.chars:  # the first characters in words at once; the rest, and why, one click away (the buttons stay near)
+        parts.append(f'<ul class="pg-ptok-chars">{"".join(lines[:SHOWN_EXPLAINED])}</ul>')
+        more = t("tok_why_more", lang, n=len(view.chars) - SHOWN_EXPLAINED) if len(view.chars) > SHOWN_EXPLAINED \
+            else t("tok_why", lang)
+        parts.append(f'<details class="pg-ptok-more"><summary>{esc(more)}</summary><p class="pg-ptok-hint">'
+                     f'{esc(t("tok_bytes_hint", lang))}</p><ul class="pg-ptok-chars">{"".join(lines[SHOWN_EXPLAINED:])}'
+                     '</ul></details>')
     for note in view.notes:
         parts.append(f'<p class="pg-muted">{esc(render(note, lang))}</p>')
     parts.append("</div>")
