@@ -14,8 +14,8 @@ sees the text up to the hidden token and the candidates in an order of the room'
 it, every guess of the room is scored in bits: log₂ of the probability the model gave the guessed token (0 is the
 best score; −1 bit means the model gave it one chance in two).
 
-Bounded in size and time: at most `MAX_ROOMS` rooms (idle ones go after `IDLE_SECONDS`), `MAX_PLAYERS` visitors
-each, names of `MAX_NAME` characters. A room holds no private data: only runs of the models the app offers to
+Bounded in size and time: at most `MAX_ROOMS` rooms (idle ones go after `IDLE_SECONDS`; a teacher's tab keeps its
+`MAX_TEACHER_ROOMS` newest), `MAX_PLAYERS` visitors each, names of `MAX_NAME` characters. A room holds no private data: only runs of the models the app offers to
 everyone (never a visitor's upload), the names visitors type, and their guesses.
 """
 
@@ -35,9 +35,12 @@ from typing import Any
 from playground.app.notes import note
 from playground.app.run import Run
 from playground.app.settings import UISettings, to_query
+from playground.app.tokens_view import shown
+from playground.app.words import t
 from playground.errors import PlaygroundError
 
-MAX_ROOMS = 64
+MAX_ROOMS = 200
+MAX_TEACHER_ROOMS = 4  # a tab that opens more games than this closes its oldest (one teacher never fills the server)
 MAX_PLAYERS = 200
 MAX_NAME = 24
 MAX_OPTIONS = 8  # the candidates a visitor picks among (the model's most likely, the chosen token always in)
@@ -125,6 +128,9 @@ class Rooms:
             self._sweep()
             room = self._rooms.get(key)
             if room is None:
+                own = sorted((r for r in self._rooms.values() if r.teacher == teacher), key=lambda r: r.touched)
+                for old in own[: max(0, len(own) - MAX_TEACHER_ROOMS + 1)]:
+                    del self._rooms[old.key]
                 if len(self._rooms) >= self.max_rooms:
                     raise PlaygroundError(note("game_full", n=self.max_rooms))
                 room = Room(key, dataclasses.replace(settings, game=0), "".join(run.prompt_texts), list(run.stream_texts),
@@ -303,9 +309,6 @@ def board(room: Room, player: str) -> list[dict[str, Any]]:
 def html(v: dict[str, Any] | None, lang: str = "en", error: str = "") -> str:
     """The game's panel: the text up to the hidden token; after the reveal the model's probabilities, every guess
     scored and the board. Every text a model or a visitor wrote is escaped."""
-    from playground.app.tokens_view import shown
-    from playground.app.words import t
-
     esc = html_lib.escape
     if v is None:
         return f'<div class="pg-game"><p class="pg-game-note">{esc(error or t("game_idle", lang))}</p></div>'

@@ -27,6 +27,8 @@ import torch
 from playground.app.limits import RANGES
 from playground.app.run import Run
 from playground.app.settings import UISettings, plain_variant
+from playground.app.words import t
+from playground.generation.plan import plan
 
 TEMPERATURES = (0.3, 0.8, 1.5)
 MAX_NEW_TOKENS = 48  # "three short runs": at most this many tokens each (fewer when the slider says fewer)
@@ -61,8 +63,6 @@ def step_entropies(lm: Any, run: Run) -> list[float]:
     """The entropy (bits) of the distribution each token of `run` was drawn from: one pass over the prompt and the
     run's tokens, every step's logits through the run's own pipeline (repetition penalty, forced tokens,
     temperature, top-k, top-p as the engine applies them). Model work: call it on the torch thread."""
-    from playground.generation.plan import plan
-
     if not run.path:
         return []
     p = plan(lm, list(run.prompt_ids), run.cfg, list(run.forced))
@@ -121,8 +121,6 @@ def shade(p: float) -> str:
 
 
 def _token(text: str, p: float, h: float, lang: str) -> str:
-    from playground.app.words import t
-
     shown = text if text else "∅"
     colour = "#fff" if p > 0.6 else "#111"
     return (f'<span class="tok" style="background:{shade(p)};color:{colour}" data-prob="{p:.4g}" '
@@ -131,8 +129,6 @@ def _token(text: str, p: float, h: float, lang: str) -> str:
 
 def html(columns: Sequence[Column], seed: int, model: str, lang: str = "en") -> str:
     """Three columns (stacked on a phone): each temperature's text, tokens shaded by probability, and its numbers."""
-    from playground.app.words import t
-
     esc = html_lib.escape
     if not columns:
         return ""

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground.app.notes import error_line, render
+from playground.app.play import prompt_tokens
 from playground.app.settings import UISettings
+from playground.app.words import t
 from playground.token_pieces import REPLACEMENT, piece_bytes
 
 MAX_SHOWN = 400  # chips drawn under the prompt box; the count says how many more there are
@@ -58,8 +60,6 @@ def read_prompt(lm: Any, text: str, *, chat: bool, lang: str = "en") -> PromptTo
     """What the model reads for the prompt box's `text`, as a run would read it (`play.prompt_tokens`: the app's
     caps, the chat template when on and available). An empty prompt reads nothing; a prompt the model cannot read
     is one line in `error`."""
-    from playground.app.play import prompt_tokens  # play imports the session and the engine: only when used
-
     if not str(text or "").strip():
         return PromptTokens()
     settings = UISettings(prompt=str(text), chat=bool(chat))
@@ -178,8 +178,6 @@ def byte_words(raw: bytes) -> str:
 
 def explain(char: ByteChar, lang: str) -> str:
     """"<0xE5> <0x9B> <0xBD> = 国, 3 UTF-8 bytes (in 2 tokens)" in `lang`."""
-    from playground.app.words import t
-
     if not char.char:
         return t("tok_bytes_cut", lang, bytes=byte_words(char.raw))
     words = t("tok_char_bytes", lang, bytes=byte_words(char.raw), char=char.char, n=len(char.raw))
@@ -198,8 +196,6 @@ def shown(text: str) -> str:
 def html(view: PromptTokens, lang: str = "en") -> str:
     """The tokenizer view: a count, the chips (piece over id; byte tokens marked, each character's tokens
     coloured alike), then each spelled character in words. Every text from the checkpoint is escaped."""
-    from playground.app.words import t
-
     esc = html_lib.escape
     if view.error:
         return f'<div class="pg-ptoks"><p class="pg-ptok-error">{esc(view.error)}</p></div>'

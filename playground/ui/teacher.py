@@ -230,10 +230,10 @@ class Teacher:
         key = (state or {}).get("room")
         if not key:
             return {"game_timer": gr.update(active=False)}
+        self.sessions.get(session_key(request))  # a tab in a game is a tab in use (its teacher's controls stay)
         room = self.rooms.find(key)
         if room is None or (room.version == state.get("version") and lang == state.get("lang")):
             return {}
-        self.sessions.get(session_key(request))  # a tab in a game is a tab in use
         return self._game(room, session_key(request), lang, state=state)
 
     def game_again(self, state: dict | None, lang: str, request: gr.Request | None = None) -> Any:

@@ -170,3 +170,12 @@ def test_the_game_field_of_a_link(finished):
     session = Session(key=TEACHER, runs=[run])
     assert session.run_settings(dataclasses.replace(run, settings=dataclasses.replace(run.settings, game=4))).game == 0
     assert "game=" not in session.link_query(dataclasses.replace(run.settings, game=4, prompt="other"))
+
+
+def test_one_tab_keeps_its_newest_games_only(finished):
+    run, settings = finished
+    rooms = Rooms()
+    opened = [rooms.open(run, dataclasses.replace(settings, seed=s), TEACHER, 0, shared=True).key
+              for s in range(game.MAX_TEACHER_ROOMS + 2)]
+    assert len(rooms) == game.MAX_TEACHER_ROOMS
+    assert [rooms.find(k) is not None for k in opened] == [False, False] + [True] * game.MAX_TEACHER_ROOMS
