@@ -28,7 +28,7 @@ from playground.ui.models import Models, session_key
 from playground.ui.streaming import Streaming
 from playground.ui.teacher_layout import TEACHER_TEXTS
 
-# The tokenizer view waits for a pause in the typing: a keystroke within DEBOUNCE_MS of the next sends nothing
+# The tokenizer view waits for a pause in the typing: a keystroke within 180 ms of the next sends nothing
 # for itself (its text goes as None, answered with no change), so a typist costs one tokenization per pause.
 DEBOUNCE_JS = """(text, chat, lang) => new Promise((resolve) => {
   const ticket = (window.__pgTokens = (window.__pgTokens || 0) + 1);
