@@ -219,7 +219,7 @@ class ZeroGPU:
         started = False
         refused: BaseException | None = None
         ended = False
-        lent: float | None = None  # when the worker had the model: the GPU time counts from the call's start
+        lent: float | None = None  # when the GPU was lent: the first item's arrival less the model's loading in the worker
         try:
             while not stop.is_set():
                 try:
