@@ -247,8 +247,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             if isinstance(event, serving.Waiting):
                 yield frame(event)
                 continue
-            if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
-                run.notes.append(note(event.key))
+            if isinstance(event, zerogpu.Notice):  # ZeroGPU: the GPU refused (the run goes on on the CPU), or its time
+                run.notes.append(note(event.key, **event.values))
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
@@ -320,6 +320,8 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
     last = run.events[-1] if run.events else None
+    # the GPU time a run used is a line for the page: a script's result is the same wherever the run was computed
+    notes = [n for n in run.notes if getattr(n, "key", None) != "zerogpu_used"]
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + run.notes, settings.lang)}
+            "notes": render_all(session.link_notes + notes, settings.lang)}

@@ -774,3 +774,25 @@ def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its
     h.sessions.get("elsewhere").deep_tab = "inspector"  # the All heads controls moved while another tab is open
     out = fn.fn({page.att_sink: True}, request("elsewhere"))
     assert out and all(is_skip(v) for v in out.values()) and set(out) <= set(fn.outputs)  # never an empty dict
+
+
+def test_app_entry_takes_the_default_model_from_the_flag_or_the_space_variable(monkeypatch):
+    import app as entry
+
+    monkeypatch.delenv(entry.DEFAULT_MODEL_VARIABLE, raising=False)
+    assert entry.parse_args([]).default_model is None
+    monkeypatch.setenv(entry.DEFAULT_MODEL_VARIABLE, " gemma-3-270m ")
+    assert entry.parse_args([]).default_model == "gemma-3-270m"
+    assert entry.parse_args(["--default-model", "SmolLM2-135M-Instruct"]).default_model == "SmolLM2-135M-Instruct"
+
+
+def test_every_new_page_opens_on_the_default_model(weights, tmp_path_factory):
+    """`build_app(default_model=...)`: a page without a link, and a link that names no model, open on it; a link
+    that names a model keeps its own."""
+    demo = build_app(weights, tmp_path_factory.mktemp("uploads"), default_model="t5-random")
+    h = demo.playground_handlers
+    for query in ({}, {"prompt": "hello"}):
+        out = h.models.page_load(request("d1", **query))
+        assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "t5-random"
+    out = h.models.page_load(request("d2", model="tiny-lm"))
+    assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "tiny-lm"
