@@ -7,6 +7,9 @@ many steps as fit `RERUN_FLOPS` (counted with attention's T² term, for both mod
 rest is estimated from the FLOP count at the speed it measured. Each mode runs in a scheduler of its own,
 one batch step per slice (a prompt chunk, a decoding step, or a chunk of a cache-less pass), and each
 slice is timed on its own, so the numbers are this request's compute, not the other visitors' turns.
+The two modes are timed `REPEATS` times each, interleaved (with, without; without, with; …): the page shows
+each mode's median and range, and says when the ranges overlap (one measurement of each once showed a prefill
+*with* the cache 2× slower, which was noise).
 """
 
 from __future__ import annotations
@@ -19,20 +22,25 @@ from typing import Any
 import numpy as np
 
 from playground.analysis.kv_lesson import kv_step_costs
+from playground.app import noise
 from playground.app.jobs import Progress
 from playground.generation.batch import Scheduler
 from playground.generation.config import GenerationConfig
 from playground.generation.plan import plan
 
-RERUN_FLOPS = 2e12  # both modes together; SmolLM2-135M: a 150-token prompt + 60 new tokens fits whole
+RERUN_FLOPS = 2e12  # both modes, every repeat; SmolLM2-135M: a 150-token prompt + 20 new tokens fits whole
+REPEATS = noise.REPEATS
 
 
 @dataclasses.dataclass(frozen=True)
 class RerunResult:
-    """Timings of the two modes over the first `steps` of the run's `total_steps` (CLI timing keys)."""
+    """Timings of the two modes over the first `steps` of the run's `total_steps`: the median of the repeats (CLI
+    timing keys), each key's spread over the repeats, and the machine's load when they were taken."""
 
     cached: dict[str, float]
     uncached: dict[str, float]
+    spreads: dict[str, dict[str, dict[str, float]]]  # mode -> timing key -> median, min, max, n
+    load: dict[str, float]
     steps: int
     total_steps: int
     same_tokens: bool
@@ -62,34 +70,40 @@ def rerun_work(
     lm: Any, prompt_ids: list[int], cfg: GenerationConfig, forced: list[int], total_steps: int,
     *, cap: float = RERUN_FLOPS,
 ) -> Iterator[Progress | RerunResult]:
-    """The job: Progress after every slice, then the RerunResult. `total_steps` is the run's length."""
+    """The job: Progress after every slice, then the RerunResult. `total_steps` is the run's length; `cap` covers
+    both modes and every repeat."""
     probe = plan(lm, prompt_ids, cfg.replace(max_new_tokens=1), forced)
     source = len(probe.prompt_ids) if lm.kind == "seq2seq" else 0
     total = max(1, total_steps)
     flops_cached, flops_uncached = step_flops(lm, len(probe.prefix_ids), total, cfg.num_beams, source)
-    steps = min(total, steps_within(flops_cached, flops_uncached, cap))
-    timed: dict[str, dict[str, float]] = {}
-    tokens: dict[str, list[int]] = {}
+    steps = min(total, steps_within(REPEATS * flops_cached, REPEATS * flops_uncached, cap))
+    timed: dict[str, list[dict[str, float]]] = {"cached": [], "uncached": []}
+    tokens: dict[str, list[list[int]]] = {"cached": [], "uncached": []}
     warm = plan(lm, prompt_ids, cfg.replace(max_new_tokens=1), forced)
     for _ in _slices(lm, warm):  # wake the threads and the allocator first (as the CLI's timing would)
         yield Progress("warmup", 0, steps, 0.0)
-    for mode, use_cache in (("cached", True), ("uncached", False)):
-        p = plan(lm, prompt_ids, cfg.replace(max_new_tokens=steps, use_cache=use_cache), forced)
-        per_event: list[float] = []
-        pending = spent = 0.0
-        last = None
-        for took, events in _slices(lm, p):
-            pending, spent = pending + took, spent + took
-            for event in events:
-                per_event.append(pending)
-                pending, last = 0.0, event
-            yield Progress(mode, len(per_event), steps, spent)
-        tokens[mode] = list(last.token_ids) if last is not None else []
-        timed[mode] = _timing(per_event)
-    measured = timed["uncached"]["total_ms"] / 1000.0
+    for r in range(REPEATS):
+        order = (("cached", True), ("uncached", False))
+        for mode, use_cache in order if r % 2 == 0 else order[::-1]:  # alternate so drift hits both alike
+            p = plan(lm, prompt_ids, cfg.replace(max_new_tokens=steps, use_cache=use_cache), forced)
+            per_event: list[float] = []
+            pending = spent = 0.0
+            last = None
+            for took, events in _slices(lm, p):
+                pending, spent = pending + took, spent + took
+                for event in events:
+                    per_event.append(pending)
+                    pending, last = 0.0, event
+                yield Progress(mode, r * steps + len(per_event), REPEATS * steps, spent)
+            tokens[mode].append(list(last.token_ids) if last is not None else [])
+            timed[mode].append(_timing(per_event))
+    spreads = {mode: {key: noise.spread(run[key] for run in runs) for key in runs[0]} for mode, runs in timed.items()}
+    median = {mode: {key: s["median"] for key, s in keys.items()} for mode, keys in spreads.items()}
+    measured = median["uncached"]["total_ms"] / 1000.0
     timed_flops = float(flops_uncached[:steps].sum())
     full_flops = float(flops_uncached.sum())
-    yield RerunResult(timed["cached"], timed["uncached"], steps, total, tokens["cached"] == tokens["uncached"],
+    same = all(ids == tokens["cached"][0] for runs in tokens.values() for ids in runs)
+    yield RerunResult(median["cached"], median["uncached"], spreads, noise.machine_load(), steps, total, same,
                       timed_flops, full_flops, measured * full_flops / timed_flops if timed_flops else measured)
 
 

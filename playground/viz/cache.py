@@ -7,6 +7,7 @@ element_size; `allocated` is the static buffer; `mha_equivalent` what full multi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -91,12 +92,14 @@ def cache_growth(
 
 
 def timing_comparison(
-    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str | None = None, lang: str = "en"
+    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str | None = None, lang: str = "en",
+    spreads: tuple[Mapping[str, Mapping[str, float]], Mapping[str, Mapping[str, float]]] | None = None,
 ) -> go.Figure:
     """Side-by-side bars for two runs. Each dict: prefill_ms, decode_ms_per_token[, tokens_per_s].
 
     Without a cache every decode step recomputes the whole prefix, so its per-token time grows
-    with length; the annotation gives the decode speed-up.
+    with length; the annotation gives the decode speed-up. `spreads` (with, without: timing key -> min, max)
+    draws each bar's range over repeated measurements as a whisker.
     """
     keys = ("prefill_ms", "decode_ms_per_token")
     for name, run in (("with_cache", with_cache), ("without_cache", without_cache)):
@@ -108,30 +111,44 @@ def timing_comparison(
                         subplot_titles=(_T(lang)["time_panel"],
                                         _T(lang)["rate_panel"]) if show_rate else (_T(lang)["time_panel"],))
     labels = [_T(lang)["prefill"], _T(lang)["decode"]]
-    for name, run, colour in ((_T(lang)["with"], with_cache, WITH_CACHE_COLOUR),
-                              (_T(lang)["without"], without_cache, WITHOUT_CACHE_COLOUR)):
+    for i, (name, run, colour) in enumerate(((_T(lang)["with"], with_cache, WITH_CACHE_COLOUR),
+                                             (_T(lang)["without"], without_cache, WITHOUT_CACHE_COLOUR))):
         ms = [float(run[k]) for k in keys]
         fig.add_trace(go.Bar(x=labels, y=ms, name=name, marker_color=colour, legendgroup=name,
                              text=[f"{v:.1f}" for v in ms], textposition="outside",
+                             error_y=_whisker(ms, keys, spreads[i] if spreads else None),
                              hovertemplate=_T(lang)["time_hover"].format(name=name)), row=1, col=1)
         if show_rate:
             rate = float(run["tokens_per_s"])
             fig.add_trace(go.Bar(x=[name], y=[rate], name=name, marker_color=colour, legendgroup=name,
                                  showlegend=False, text=[f"{rate:.1f}"], textposition="outside",
+                                 error_y=_whisker([rate], ("tokens_per_s",), spreads[i] if spreads else None),
                                  hovertemplate=_T(lang)["rate_hover"].format(name=name)), row=1, col=2)
     with_decode, without_decode = float(with_cache["decode_ms_per_token"]), float(without_cache["decode_ms_per_token"])
     if with_decode > 0:
         fig.add_annotation(x=_T(lang)["decode"], y=max(with_decode, without_decode), xref="x", yref="y",
                            text=_T(lang)["faster"].format(ratio=without_decode / with_decode),
                            showarrow=False, yshift=30)
-    # Headroom above the tallest bar so the value labels printed "outside" the bars stay visible.
-    top_ms = max(float(run[k]) for run in (with_cache, without_cache) for k in keys)
+    # Headroom above the tallest bar (or whisker) so the value labels printed "outside" the bars stay visible.
+    top_ms = max([float(run[k]) for run in (with_cache, without_cache) for k in keys]
+                 + [float(s[k]["max"]) for s in spreads or () for k in keys if k in s])
     fig.update_yaxes(title_text="ms", range=[0, 1.3 * top_ms or 1], row=1, col=1)
     if show_rate:
-        top_rate = max(float(with_cache["tokens_per_s"]), float(without_cache["tokens_per_s"]))
+        top_rate = max([float(with_cache["tokens_per_s"]), float(without_cache["tokens_per_s"])]
+                       + [float(s["tokens_per_s"]["max"]) for s in spreads or () if "tokens_per_s" in s])
         fig.update_yaxes(title_text=_T(lang)["rate_axis"], range=[0, 1.2 * top_rate or 1], row=1, col=2)
     return finish(fig, _T(lang)["timing_title"] if title is None else title, height=400, barmode="group",
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
+
+
+def _whisker(values: list[float], keys: tuple[str, ...], spread: Mapping[str, Mapping[str, float]] | None,
+             ) -> dict[str, Any] | None:
+    """A bar's range over repeats (min to max around the median drawn) as Plotly's asymmetric error bar."""
+    if spread is None or any(k not in spread for k in keys):
+        return None
+    return dict(type="data", symmetric=False, thickness=1.5, width=6, color="#333",
+                array=[max(0.0, float(spread[k]["max"]) - v) for k, v in zip(keys, values)],
+                arrayminus=[max(0.0, v - float(spread[k]["min"])) for k, v in zip(keys, values)])
 
 
 def kv_formula(stats: Mapping[str, int], lang: str = "en") -> str:

@@ -77,7 +77,7 @@ def test_rerun_of_a_long_run_times_only_what_its_budget_allows(lm):
     cfg = GenerationConfig(max_new_tokens=300, top_candidates=0)
     prompt = list(range(5, 105))
     cached, uncached = cache_rerun.step_flops(lm, len(prompt), 300, 1, 0)
-    cap = float((cached + uncached)[:10].sum()) + 1.0
+    cap = cache_rerun.REPEATS * float((cached + uncached)[:10].sum()) + 1.0  # every repeat of both modes
     result = run_job(Server(call=lambda fn: fn()), cache_rerun.rerun_work(lm, prompt, cfg, [], 300, cap=cap))[-1]
     assert (result.steps, result.total_steps, result.partial) == (10, 300, True)
     assert result.uncached_flops == pytest.approx(float(uncached[:10].sum()))

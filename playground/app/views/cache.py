@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from playground import viz
-from playground.app import describe
+from playground.app import describe, noise
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
@@ -26,11 +26,21 @@ def rerun_slots(result: Any, lang: str) -> Drawn:
     """The run again with and without the cache (`playground.app.cache_rerun`), when it was measured."""
     if result is None:
         return {"compare": HIDDEN, "compare_md": Slot("")}
-    note = t("rerun_note", lang, verdict=t("same_tokens" if result.same_tokens else "different_tokens", lang))
+    gap = "" if lang == "zh" else " "
+    c, u = result.spreads["cached"], result.spreads["uncached"]
+    note = t("rerun_note", lang, n=int(c["total_ms"]["n"]),
+             verdict=t("same_tokens" if result.same_tokens else "different_tokens", lang))
+    for key, words in (("prefill_ms", "rerun_spread_prefill"), ("decode_ms_per_token", "rerun_spread_decode")):
+        note += gap + t(words, lang, c=c[key]["median"], c_lo=c[key]["min"], c_hi=c[key]["max"], u=u[key]["median"],
+                        u_lo=u[key]["min"], u_hi=u[key]["max"])
+        note += gap + noise.verdict(c[key], u[key], None, lang)
+    if noise.busy(result.load):
+        note += gap + t("noise_busy", lang, load=result.load["load"], cores=int(result.load["cores"]))
     if result.partial:
-        note += " " + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
+        note += gap + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
                         tflops=result.full_uncached_flops / 1e12, seconds=result.full_uncached_seconds)
-    return {"compare": shown(viz.timing_comparison(result.cached, result.uncached, lang=lang)),
+    return {"compare": shown(viz.timing_comparison(result.cached, result.uncached, lang=lang,
+                                                   spreads=(c, u))),
             "compare_md": Slot(note)}
 
 
