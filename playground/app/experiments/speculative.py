@@ -1,12 +1,20 @@
 """Speculative decoding: fork a run with a drafter (prompt lookup, the model's own early layer, a second model of the
 same vocabulary) and read each drafted token's check: q(x), p(x), min(1, p/q), the coin, and on a rejection the
 residual max(0, p − q) it resampled from; the acceptance rate, tokens per pass of the model and the speed against
-the run it forked from (the same request without a draft)."""
+the run it forked from (the same request without a draft), measured again here: the first tokens of both, each
+timed `noise.REPEATS` times interleaved, with their ranges, and what a verify pass of K + 1 positions costs in plain
+decoding steps (why drafts can lose: a pass that yields 1.9 tokens but costs 1.7 steps gains almost nothing)."""
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Generator
 from typing import Any
 
+import torch
+
+from playground.app import noise
 from playground.app.describe import inert
 from playground.app.experiments.base import (
     Action,
@@ -18,7 +26,6 @@ from playground.app.experiments.base import (
     Row,
     Widget,
     Words,
-    compared_with,
 )
 from playground.app.fields import Field, check_draft_name
 from playground.app.notes import note, render
@@ -26,6 +33,9 @@ from playground.app.run import Run
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.generation.config import DRAFT_TOKENS, GenerationConfig, SettingsError
+from playground.generation.drafters import rewindable_cache
+from playground.generation.engine import run_plan
+from playground.generation.plan import plan
 from playground.generation.speculative import check_draft
 from playground.notes import Note
 from playground.viz import speculative as figures
@@ -116,28 +126,112 @@ def totals(run: Run) -> dict[str, Any]:
             "rate": accepted / proposed if proposed else 0.0, "per_pass": len(run.events) / passes if passes else 0.0}
 
 
-def speed(run: Run) -> float:
-    """The run's measured decode rate (tokens/s), as the engine's clock reported it at its end."""
-    return float(run.events[-1].timing.get("tokens_per_s", 0.0)) if run.events else 0.0
+SPEED_TOKENS = 32  # the speed is measured again over the first tokens of the run (each mode, every repeat)
+CALLS = 4  # a verify pass or a plain step is timed as the mean of this many calls (one call is ~a millisecond)
+_MEASURED: OrderedDict[str, dict[str, Any]] = OrderedDict()  # run token -> its measurement (runs never change)
+_KEEP = 32
+
+
+def _bare(cfg: GenerationConfig, tokens: int) -> GenerationConfig:
+    return cfg.replace(max_new_tokens=tokens, capture_attention=False, attention_layers=None, capture_residual=False,
+                       top_candidates=0)
+
+
+def _decode_rate(lm: Any, prompt_ids: list[int], cfg: GenerationConfig) -> Generator[None, None, float]:
+    """Tokens/s of one run of `cfg` after its first token (the prefill), timing only the engine's own work: one
+    `next()` of it per slice."""
+    events = run_plan(plan(lm, prompt_ids, cfg))
+    spent, tokens = 0.0, 0
+    while True:
+        began = time.perf_counter()
+        event = next(events, None)
+        took = time.perf_counter() - began
+        if event is None:
+            break
+        if event.step > 0:  # the first token's time is the prompt's prefill, the same in both modes
+            spent, tokens = spent + took, tokens + 1
+        yield
+    return tokens / spent if spent > 0 else 0.0
+
+
+def _verify_costs(lm: Any, prompt_ids: list[int], k: int, repeats: int) -> Generator[None, None, list[float]]:
+    """What one verify pass over k + 1 positions costs in plain decoding steps (one position), on the prompt's
+    cache: per repeat, the mean time of `CALLS` passes ÷ that of `CALLS` steps, the two interleaved."""
+    model = lm.model
+    device = model.embed.weight.device
+    ids = torch.tensor(prompt_ids, dtype=torch.long, device=device)
+    tail = ids[-(k + 1):].repeat(k + 1)[: k + 1]  # any k + 1 real tokens (a short prompt repeats)
+    with torch.inference_mode():
+        cache = rewindable_cache(model, lm.config.n_layers, 1, len(prompt_ids) + k + 2)
+        model(ids[None], cache, None, last_only=True)
+        base = cache.length
+
+    def passes(n: int) -> Callable[[], float]:
+        def measure() -> float:
+            with torch.inference_mode():
+                began = time.perf_counter()
+                for _ in range(CALLS):
+                    model(tail[None, :n], cache, None)
+                    cache.rewind(base)
+                return (time.perf_counter() - began) / CALLS
+        return measure
+
+    step, verify = passes(1), passes(k + 1)
+    step(), verify()  # warm both shapes first
+    yield
+    costs: list[float] = []
+    for r in range(repeats):
+        pair = (step, verify) if r % 2 == 0 else (verify, step)
+        first = pair[0]()
+        yield
+        second = pair[1]()
+        yield
+        s, v = (first, second) if pair[0] is step else (second, first)
+        costs.append(v / s)
+    return costs
+
+
+def measure_slices(lm: Any, run: Run, repeats: int = noise.REPEATS) -> Generator[None, None, dict[str, Any]]:
+    """The speed with and without the draft over the run's first tokens (`repeats` runs each, interleaved) and a
+    verify pass's cost in steps, one forward pass (or one timed step) per `next()`; remembered per run."""
+    if run.token in _MEASURED:
+        _MEASURED.move_to_end(run.token)
+        return _MEASURED[run.token]
+    tokens = max(2, min(SPEED_TOKENS, len(run.path)))
+    drafted = _bare(run.cfg, tokens)
+    plain = drafted.replace(draft=None)
+    prompt = list(run.prompt_ids)
+    rates: dict[str, list[float]] = {"draft": [], "plain": []}
+    for r in range(repeats):
+        for name in ("draft", "plain") if r % 2 == 0 else ("plain", "draft"):
+            rate = yield from _decode_rate(lm, prompt, drafted if name == "draft" else plain)
+            rates[name].append(rate)
+    costs = yield from _verify_costs(lm, prompt, run.settings.draft_tokens, repeats)
+    out = {"tokens": tokens, "draft": noise.spread(rates["draft"]), "plain": noise.spread(rates["plain"]),
+           "cost": noise.spread(costs), "load": noise.machine_load()}
+    _MEASURED[run.token] = out
+    while len(_MEASURED) > _KEEP:
+        _MEASURED.popitem(last=False)
+    return out
 
 
 # --- its view ---------------------------------------------------------------------------------------------
 
 
-def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
+def compute(ctx: Context, sel: Selection) -> Generator[None, None, dict[str, Any]]:
+    """In slices: the speed and the verify pass's cost are measured again (one forward pass each)."""
     run = ctx.run
     out: dict[str, Any] = {"number": run.number, "draft": None, "drafters": list(ctx.drafters)}
     if not run.settings.draft or run.mode == "beam":
         return out
-    plain = compared_with(run, ctx.runs)
+    measured = yield from measure_slices(ctx.lm, run)
     rows = checks(ctx.lm, run)
     step = run.step(sel.step)
     rejected = [r for r in rows if r.get("accepted") is False]
     picked = next((r for r in rows if r["step"] == step), None)
     return {**out, "draft": run.settings.draft, "k": run.settings.draft_tokens, "rows": rows,
             "before": run.steps_before,
-            "totals": totals(run), "speed": speed(run), "sample": run.mode == "sample",
-            "plain": None if plain is None or plain.settings.draft else (plain.number, speed(plain)),
+            "totals": totals(run), "sample": run.mode == "sample", "measured": measured,
             "picked": picked, "residual": picked if picked in rejected else (rejected[0] if rejected else None)}
 
 
@@ -179,12 +273,7 @@ def caption(d: dict[str, Any], lang: str) -> str:
                accepted=s["accepted"], proposed=s["proposed"], rate=s["rate"], per_pass=s["per_pass"],
                passes=s["passes"], tokens=len(d["rows"])),
              t("spec_rule_sample" if d["sample"] else "spec_rule_greedy", lang)]
-    if d["plain"] is None:
-        lines.append(t("spec_no_plain", lang, tps=d["speed"]))
-    else:
-        number, plain_tps = d["plain"]
-        lines.append(t("spec_speed", lang, tps=d["speed"], plain=plain_tps, m=number,
-                       ratio=d["speed"] / plain_tps if plain_tps else 0.0))
+    lines += _speed_words(d, lang)
     r = d["picked"]
     if r is not None:
         lines.append(_step_words(r, lang))
@@ -194,6 +283,21 @@ def caption(d: dict[str, Any], lang: str) -> str:
                            proposed=so_far["proposed"], rate=so_far["accepted"] / so_far["proposed"],
                            passes=so_far["target_passes"]))
     return ("" if lang == "zh" else " ").join(lines)
+
+
+def _speed_words(d: dict[str, Any], lang: str) -> list[str]:
+    """The speed measured again, with and without the draft, their ranges and whether they differ beyond the
+    noise; then what a verify pass cost in steps, beside the tokens a pass yielded (why drafts can lose)."""
+    m, per_pass = d["measured"], d["totals"]["per_pass"]
+    a, b, cost = m["draft"], m["plain"], m["cost"]
+    lines = [t("spec_speed_repeated", lang, n=int(a["n"]), tokens=m["tokens"], tps=a["median"], lo=a["min"],
+               hi=a["max"], plain=b["median"], plain_lo=b["min"], plain_hi=b["max"],
+               ratio=a["median"] / b["median"] if b["median"] else 0.0),
+             noise.verdict(a, b, m["load"], lang),
+             t("spec_verify_cost", lang, positions=d["k"] + 1, cost=cost["median"], lo=cost["min"], hi=cost["max"],
+               rate=d["totals"]["rate"], per_pass=per_pass,
+               bound=(d["k"] + 1) / cost["median"] if cost["median"] else 0.0)]
+    return lines
 
 
 def idle(lang: str, words: str) -> Drawn:
