@@ -82,21 +82,19 @@ def rerun_work(
     warm = plan(lm, prompt_ids, cfg.replace(max_new_tokens=1), forced)
     for _ in _slices(lm, warm):  # wake the threads and the allocator first (as the CLI's timing would)
         yield Progress("warmup", 0, steps, 0.0)
-    for r in range(REPEATS):
-        order = (("cached", True), ("uncached", False))
-        for mode, use_cache in order if r % 2 == 0 else order[::-1]:  # alternate so drift hits both alike
-            p = plan(lm, prompt_ids, cfg.replace(max_new_tokens=steps, use_cache=use_cache), forced)
-            per_event: list[float] = []
-            pending = spent = 0.0
-            last = None
-            for took, events in _slices(lm, p):
-                pending, spent = pending + took, spent + took
-                for event in events:
-                    per_event.append(pending)
-                    pending, last = 0.0, event
-                yield Progress(mode, r * steps + len(per_event), REPEATS * steps, spent)
-            tokens[mode].append(list(last.token_ids) if last is not None else [])
-            timed[mode].append(_timing(per_event))
+    for r, mode in noise.turns(["cached", "uncached"], REPEATS):
+        p = plan(lm, prompt_ids, cfg.replace(max_new_tokens=steps, use_cache=mode == "cached"), forced)
+        per_event: list[float] = []
+        pending = spent = 0.0
+        last = None
+        for took, events in _slices(lm, p):
+            pending, spent = pending + took, spent + took
+            for event in events:
+                per_event.append(pending)
+                pending, last = 0.0, event
+            yield Progress(mode, r * steps + len(per_event), REPEATS * steps, spent)
+        tokens[mode].append(list(last.token_ids) if last is not None else [])
+        timed[mode].append(_timing(per_event))
     spreads = {mode: {key: noise.spread(run[key] for run in runs) for key in runs[0]} for mode, runs in timed.items()}
     median = {mode: {key: s["median"] for key, s in keys.items()} for mode, keys in spreads.items()}
     measured = median["uncached"]["total_ms"] / 1000.0

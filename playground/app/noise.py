@@ -7,9 +7,13 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import Any
 
 from playground.app.words import t
+from playground.generation.config import GenerationConfig
+from playground.generation.engine import run_plan
+from playground.generation.plan import plan
 
 REPEATS = 3  # each side of a comparison the page times
 
@@ -27,23 +31,37 @@ def overlap(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
     return a["min"] <= b["max"] and b["min"] <= a["max"]
 
 
-def interleaved(sides: Mapping[str, Callable[[], float]], repeats: int = REPEATS) -> dict[str, list[float]]:
-    """Each side's measurement `repeats` times, the order alternating each round (A B, B A, …)."""
-    names = list(sides)
-    out: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
-            out[name].append(float(sides[name]()))
-    return out
+def turns(names: Sequence[str], repeats: int = REPEATS) -> list[tuple[int, str]]:
+    """(repeat, side) in the order to measure them: every side once per repeat, the order alternating each round
+    (A B, B A, …) so a drift of the machine's speed hits every side alike."""
+    return [(r, name) for r in range(repeats) for name in (names if r % 2 == 0 else names[::-1])]
 
 
-def timed(fn: Callable[[], object]) -> Callable[[], float]:
-    """`fn` as a measurement: the seconds one call takes."""
-    def measure() -> float:
+def decode_rate(lm: Any, prompt_ids: list[int], cfg: GenerationConfig) -> Generator[None, None, float]:
+    """Tokens/s of one run of `cfg` after its first token (the prefill), timing only the engine's own work: one
+    `next()` of it per slice (the other visitors' turns in between are not counted)."""
+    events = run_plan(plan(lm, prompt_ids, cfg))
+    spent, tokens = 0.0, 0
+    while True:
         began = time.perf_counter()
-        fn()
-        return time.perf_counter() - began
-    return measure
+        event = next(events, None)
+        took = time.perf_counter() - began
+        if event is None:
+            break
+        if event.step > 0:  # the first token's time is the prompt's prefill
+            spent, tokens = spent + took, tokens + 1
+        yield
+    return tokens / spent if spent > 0 else 0.0
+
+
+def decode_rates(prompt_ids: list[int], sides: Mapping[str, tuple[Any, GenerationConfig]], repeats: int = REPEATS,
+                 ) -> Generator[None, None, dict[str, dict[str, float]]]:
+    """Each side's (model, settings) decode rate `repeats` times, interleaved: name -> spread of tokens/s."""
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for _, name in turns(list(sides), repeats):
+        lm, cfg = sides[name]
+        rates[name].append((yield from decode_rate(lm, prompt_ids, cfg)))
+    return {name: spread(values) for name, values in rates.items()}
 
 
 def machine_load() -> dict[str, float]:

@@ -27,9 +27,8 @@ def lm(tmp_path_factory):
 
 
 def test_repeats_alternate_their_order_so_drift_hits_both_sides():
-    order = []
-    noise.interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=4)
-    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [name for _, name in noise.turns(["a", "b"], 4)] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [r for r, _ in noise.turns(["a", "b"], 3)] == [0, 0, 1, 1, 2, 2]
 
 
 def test_overlapping_ranges_are_called_noise_and_separate_ones_measured():

@@ -34,8 +34,6 @@ from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, s
 from playground.app.words import t
 from playground.generation.config import DRAFT_TOKENS, GenerationConfig, SettingsError
 from playground.generation.drafters import rewindable_cache
-from playground.generation.engine import run_plan
-from playground.generation.plan import plan
 from playground.generation.speculative import check_draft
 from playground.notes import Note
 from playground.viz import speculative as figures
@@ -137,23 +135,6 @@ def _bare(cfg: GenerationConfig, tokens: int) -> GenerationConfig:
                        top_candidates=0)
 
 
-def _decode_rate(lm: Any, prompt_ids: list[int], cfg: GenerationConfig) -> Generator[None, None, float]:
-    """Tokens/s of one run of `cfg` after its first token (the prefill), timing only the engine's own work: one
-    `next()` of it per slice."""
-    events = run_plan(plan(lm, prompt_ids, cfg))
-    spent, tokens = 0.0, 0
-    while True:
-        began = time.perf_counter()
-        event = next(events, None)
-        took = time.perf_counter() - began
-        if event is None:
-            break
-        if event.step > 0:  # the first token's time is the prompt's prefill, the same in both modes
-            spent, tokens = spent + took, tokens + 1
-        yield
-    return tokens / spent if spent > 0 else 0.0
-
-
 def _verify_costs(lm: Any, prompt_ids: list[int], k: int, repeats: int) -> Generator[None, None, list[float]]:
     """What one verify pass over k + 1 positions costs in plain decoding steps (one position), on the prompt's
     cache: per repeat, the mean time of `CALLS` passes ÷ that of `CALLS` steps, the two interleaved."""
@@ -176,18 +157,14 @@ def _verify_costs(lm: Any, prompt_ids: list[int], k: int, repeats: int) -> Gener
                 return (time.perf_counter() - began) / CALLS
         return measure
 
-    step, verify = passes(1), passes(k + 1)
-    step(), verify()  # warm both shapes first
+    sides = {"step": passes(1), "verify": passes(k + 1)}
+    sides["step"](), sides["verify"]()  # warm both shapes first
     yield
-    costs: list[float] = []
-    for r in range(repeats):
-        pair = (step, verify) if r % 2 == 0 else (verify, step)
-        first = pair[0]()
+    took: dict[str, list[float]] = {"step": [], "verify": []}
+    for _, name in noise.turns(list(sides), repeats):
+        took[name].append(sides[name]())
         yield
-        second = pair[1]()
-        yield
-        s, v = (first, second) if pair[0] is step else (second, first)
-        costs.append(v / s)
+    costs = [v / s for v, s in zip(took["verify"], took["step"])]  # each repeat's pair, taken side by side
     return costs
 
 
@@ -199,16 +176,11 @@ def measure_slices(lm: Any, run: Run, repeats: int = noise.REPEATS) -> Generator
         return _MEASURED[run.token]
     tokens = max(2, min(SPEED_TOKENS, len(run.path)))
     drafted = _bare(run.cfg, tokens)
-    plain = drafted.replace(draft=None)
     prompt = list(run.prompt_ids)
-    rates: dict[str, list[float]] = {"draft": [], "plain": []}
-    for r in range(repeats):
-        for name in ("draft", "plain") if r % 2 == 0 else ("plain", "draft"):
-            rate = yield from _decode_rate(lm, prompt, drafted if name == "draft" else plain)
-            rates[name].append(rate)
+    rates = yield from noise.decode_rates(prompt, {"draft": (lm, drafted), "plain": (lm, drafted.replace(draft=None))},
+                                          repeats)
     costs = yield from _verify_costs(lm, prompt, run.settings.draft_tokens, repeats)
-    out = {"tokens": tokens, "draft": noise.spread(rates["draft"]), "plain": noise.spread(rates["plain"]),
-           "cost": noise.spread(costs), "load": noise.machine_load()}
+    out = {"tokens": tokens, **rates, "cost": noise.spread(costs), "load": noise.machine_load()}
     _MEASURED[run.token] = out
     while len(_MEASURED) > _KEEP:
         _MEASURED.popitem(last=False)
