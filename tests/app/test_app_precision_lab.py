@@ -167,3 +167,20 @@ def test_the_comparison_runs_as_slices_of_one_step_or_pass_each_between_other_vi
     second = server.submit_job(other(), owner="you")
     list(first.stream()), list(second.stream())
     assert "other" in order and order.index("other") < len(order) - 3  # the other visitor ran before the view ended
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_speeds_are_measured_again_interleaved_with_their_ranges(lm, lang):
+    """Issue 36 point 4: the speeds were one run of each; now 3 runs of each precision, interleaved, with their
+    ranges, and a sentence on whether the difference is inside the noise."""
+    session, reference, branch = forked(lm, "int8", lang)
+    md = show(lm, session)["precision_md"].value
+    m = precision_lab._MEASURED[(branch.token, "int8")]
+    low, f32 = m["speeds"]["low"], m["speeds"]["float32"]
+    assert m["speed_tokens"] == len(reference.path) == 12
+    for s in (low, f32):
+        assert s["n"] == 3 and 0 < s["min"] <= s["median"] <= s["max"]
+    assert t("precision_speed", lang, n=3, tokens=12, precision="int8", tps=low["median"], lo=low["min"],
+             hi=low["max"], ref_tps=f32["median"], ref_lo=f32["min"], ref_hi=f32["max"]) in md
+    overlap = low["min"] <= f32["max"] and f32["min"] <= low["max"]
+    assert t("noise_overlap" if overlap else "noise_clear", lang, n=3) in md

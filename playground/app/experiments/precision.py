@@ -1,7 +1,8 @@
 """The precision what-if: fork a run with its weights at another precision (bfloat16, float16, int8, int4 weight-only)
 and compare it with float32, aligned token by token (`playground.analysis.precision`, teacher-forced on the float32
 run's tokens): per-step KL and top-1 agreement, the first token that differs, the residual stream's relative error
-per layer at that step, weight bytes per token and measured tokens/s, and whether the precision is simulated."""
+per layer at that step, weight bytes per token and whether the precision is simulated; the speeds are measured
+again over the run's first tokens, `noise.REPEATS` runs of each precision interleaved, with their ranges."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Generator
 from typing import Any
 
 from playground.analysis.precision import iter_compare_precisions
+from playground.app import noise
 from playground.app.describe import format_bytes, inert
 from playground.app.experiments.base import (
     Action,
@@ -32,10 +34,12 @@ from playground.generation.engine import drain
 from playground.models.quantize import PRECISIONS
 from playground.notes import Note
 from playground.steps import step_number
+from playground.variants import variant
 from playground.viz import precision as figures
 
 _MEASURED: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # (run, precision) -> its numbers
 _KEEP = 16
+SPEED_TOKENS = 32  # the speeds are measured again over the run's first tokens (each precision, every repeat)
 
 
 def lowered(settings: Any) -> bool:
@@ -86,6 +90,10 @@ def measure_slices(lm: Any, run: Run) -> Generator[None, None, dict[str, Any]]:
     out = report.to_dict()
     out["texts"] = lm.token_texts(report.reference_ids)
     out["branch_texts"] = [lm.token_texts(b["token_ids"]) for b in out["branches"]]
+    timed = cfg.replace(max_new_tokens=max(2, min(SPEED_TOKENS, len(run.path))))
+    out["speeds"] = yield from noise.decode_rates(list(run.prompt_ids), {
+        "float32": (variant(lm, "float32").lm, timed), "low": (lm, timed.replace(weight_precision=run.settings.weight_precision))})
+    out["speed_tokens"], out["load"] = timed.max_new_tokens, noise.machine_load()
     _MEASURED[key] = out
     while len(_MEASURED) > _KEEP:
         _MEASURED.popitem(last=False)
@@ -158,8 +166,11 @@ def caption(d: dict[str, Any], lang: str) -> str:
         lines.append(t("precision_layers", lang, step=d["residual_no"], where=where, last=b["residual_error"][-1]))
     lines.append(t("precision_cost", lang, bytes=format_bytes(b["weight_bytes_per_token"]),
                    ref_bytes=format_bytes(ref["weight_bytes_per_token"]),
-                   ratio=ref["weight_bytes_per_token"] / max(1, b["weight_bytes_per_token"]),
-                   tps=b["tokens_per_s"], ref_tps=ref["tokens_per_s"]))
+                   ratio=ref["weight_bytes_per_token"] / max(1, b["weight_bytes_per_token"])))
+    low, f32 = d["speeds"]["low"], d["speeds"]["float32"]
+    lines += [t("precision_speed", lang, n=int(low["n"]), tokens=d["speed_tokens"], precision=b["precision"],
+                tps=low["median"], lo=low["min"], hi=low["max"], ref_tps=f32["median"], ref_lo=f32["min"],
+                ref_hi=f32["max"]), noise.verdict(low, f32, d["load"], lang)]
     return ("" if lang == "zh" else " ").join(lines)
 
 
