@@ -78,15 +78,19 @@ def device_sync(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def _median_ms(fn, repeats: int, sync: Callable[[], None]) -> tuple[float, float, float]:
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), min(times), max(times)
+def _interleaved_ms(fns: tuple[Callable[[], Any], ...], repeats: int, sync: Callable[[], None],
+                    ) -> list[tuple[float, float, float]]:
+    """(median, min, max) ms of each of `fns`, timed `repeats` times each in alternating order (A B, B A, …) so a
+    drift of the machine's speed hits both alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(repeats):
+        for i in range(len(fns)) if r % 2 == 0 else reversed(range(len(fns))):
+            sync()
+            t0 = time.perf_counter()
+            fns[i]()
+            sync()
+            times[i].append((time.perf_counter() - t0) * 1000)
+    return [(statistics.median(v), min(v), max(v)) for v in times]
 
 
 def cuda_peak_bytes(fn, device: torch.device) -> int:
@@ -135,8 +139,7 @@ def sdpa_vs_explicit(
             return attend(q, k, v, scale=c.scale, is_causal=True, need_weights=True)[0]
 
         diff = float((fast().float() - explicit().float()).abs().max())  # also the warm-up of both
-        s_med, s_min, s_max = _median_ms(fast, repeats, sync)
-        e_med, e_min, e_max = _median_ms(explicit, repeats, sync)
+        (s_med, s_min, s_max), (e_med, e_min, e_max) = _interleaved_ms((fast, explicit), repeats, sync)
         if memory and device.type == "cuda":
             cuda_peaks[T] = {"sdpa": cuda_peak_bytes(fast, device), "explicit": cuda_peak_bytes(explicit, device)}
         score_bytes = h * T * T * 4

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground import analysis
-from playground.app import batch_lesson, lab
+from playground.app import batch_lesson, lab, noise
 from playground.app.run import Run
 from playground.app.words import t
 from playground.viz import anatomy as v_anatomy
@@ -126,8 +126,27 @@ def _kv_caption(d: dict[str, Any], ctx: Context) -> str:
     caption = (v_kv.kv_cost_caption(d["costs"], lang=ctx.lang, before=ctx.before) + "\n\n"
                + v_kv.prefill_decode_caption(d["shapes"], lang=ctx.lang))
     if d["timing"] is not None:
-        caption += "\n\n" + v_kv.cache_timing_caption(d["timing"], lang=ctx.lang)
+        caption += "\n\n" + cache_timing_words(d["timing"], ctx.lang)
     return caption
+
+
+def cache_timing_words(timing: dict[str, Any], lang: str) -> str:
+    """The KV lesson's timing in words, then whether its decode times differ beyond the noise of its repeats and
+    whether the machine was busy."""
+    c, u = timing["cached"]["decode_ms"], timing["uncached"]["decode_ms"]
+    return (v_kv.cache_timing_caption(timing, lang=lang) + ("" if lang == "zh" else " ")
+            + noise.verdict(c, u, timing.get("load"), lang))
+
+
+def sdpa_words(data: dict[str, Any], lang: str) -> str:
+    """The SDPA measurement in words, then the lengths where the two paths' ranges overlap (inside the noise) and
+    whether the machine was busy."""
+    n = int(data["repeats"])
+    within = [str(r["length"]) for r in data["rows"]
+              if noise.overlap({"min": r["sdpa_ms_min"], "max": r["sdpa_ms_max"]},
+                               {"min": r["explicit_ms_min"], "max": r["explicit_ms_max"]})]
+    words = t("sdpa_noise_overlap", lang, n=n, lengths=", ".join(within)) if within else t("noise_clear", lang, n=n)
+    return v_sdpa.sdpa_caption(data, lang=lang) + "\n\n" + words + noise.busy_words(data.get("load"), lang)
 
 
 def _memory(ctx: Context, i: Inputs) -> dict[str, Any]:
@@ -220,7 +239,7 @@ LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
            lambda d, ctx: v_patterns.pattern_gallery_caption(d["gallery"], lang=ctx.lang) + "\n\n"
            + v_patterns.own_weights_caption(d["own"], lang=ctx.lang), layer_head=True),
     Lesson("sdpa", False, False, _sdpa, lambda d, ctx: [] if d is None else [v_sdpa.sdpa_figure(d, lang=ctx.lang)],
-           lambda d, ctx: t("lesson_sdpa_press", ctx.lang) if d is None else v_sdpa.sdpa_caption(d, lang=ctx.lang)),
+           lambda d, ctx: t("lesson_sdpa_press", ctx.lang) if d is None else sdpa_words(d, ctx.lang)),
     Lesson("anatomy", True, True, _anatomy, _anatomy_figures, _anatomy_caption),
     Lesson("training", False, False, lambda ctx, i: analysis.training_view(ctx.lm),
            lambda v, ctx: [v_train.training_figure(v, lang=ctx.lang)] if v.get("available") else [],

@@ -16,6 +16,7 @@ from typing import Any
 
 from playground.analysis.kv_lesson import iter_time_cache, kv_step_costs
 from playground.analysis.sdpa import DEFAULT_LENGTHS, peak_memory, sdpa_vs_explicit
+from playground.app import noise
 from playground.app.jobs import Progress
 
 SDPA_BYTES = 256 * 1024**2  # the explicit path's peak at the longest length measured (SmolLM2 at 1024: 75 MB)
@@ -59,7 +60,7 @@ def sdpa_work(lm: Any, lengths: tuple[int, ...], *, memory: bool = True) -> Iter
             peaks = (measured or {}).get(row["length"], {})
             row["sdpa_peak_bytes"], row["explicit_peak_bytes"] = peaks.get("sdpa"), peaks.get("explicit")
         data["memory_method"] = "measured" if measured else "analytic"
-    yield {**data, "rows": rows}
+    yield {**data, "rows": rows, "load": noise.machine_load()}
 
 
 TIME_CACHE_FLOPS = 2e12  # the KV lesson's timing, every run of it (SmolLM2: a 150-token prompt, 48 tokens, 5 repeats)
@@ -93,6 +94,7 @@ def _step_flops(lm: Any, prompt_tokens: int, tokens: int) -> tuple[Any, Any]:
 
 def time_cache_work(lm: Any, prompt_ids: list[int], tokens: int, repeats: int,
                     ) -> Iterator[Progress | dict[str, Any]]:
-    """The KV lesson's timing as a job: one whole run (one mode, one repeat) per slice."""
+    """The KV lesson's timing as a job: one whole run (one mode, one repeat) per slice; the machine's load with
+    the result."""
     for item in iter_time_cache(lm, prompt_ids, max_new_tokens=tokens, repeats=repeats):
-        yield Progress("runs", *item) if isinstance(item, tuple) else item
+        yield Progress("runs", *item) if isinstance(item, tuple) else {**item, "load": noise.machine_load()}

@@ -81,7 +81,12 @@ def busy(load: Mapping[str, float]) -> bool:
 def verdict(a: Mapping[str, float], b: Mapping[str, float], load: Mapping[str, float] | None, lang: str) -> str:
     """One or two sentences: whether the difference between two spreads is outside the noise, and whether the
     machine was busy while they were taken."""
-    words = t("noise_overlap" if overlap(a, b) else "noise_clear", lang, n=min(int(a["n"]), int(b["n"])))
-    if load is not None and busy(load):
-        words += ("" if lang == "zh" else " ") + t("noise_busy", lang, load=load["load"], cores=int(load["cores"]))
-    return words
+    return t("noise_overlap" if overlap(a, b) else "noise_clear", lang, n=min(int(a["n"]), int(b["n"]))) + \
+        busy_words(load, lang)
+
+
+def busy_words(load: Mapping[str, float] | None, lang: str) -> str:
+    """A sentence (with its leading space) saying the machine was busy while measuring, or ""."""
+    if load is None or not busy(load):
+        return ""
+    return ("" if lang == "zh" else " ") + t("noise_busy", lang, load=load["load"], cores=int(load["cores"]))

@@ -7,13 +7,12 @@ from collections.abc import Iterator
 
 import gradio as gr
 
+from playground.app import lessons as app_lessons
 from playground.app import measurements
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.ui.jobs import Followed
 from playground.ui.models import Models, session_key
-from playground.viz import kv_lesson as v_kv
-from playground.viz import sdpa as v_sdpa
 
 
 class Lessons:
@@ -44,7 +43,7 @@ class Lessons:
             return
         timing = job.result
         run.cache_timing = timing
-        caption = v_kv.cache_timing_caption(run.cache_timing, lang=lang)
+        caption = app_lessons.cache_timing_words(run.cache_timing, lang)
         yield caption
 
     def measure_sdpa(self, request: gr.Request | None = None) -> Iterator[str]:
@@ -67,5 +66,5 @@ class Lessons:
             return
         data = job.result
         session.sdpa = {**data, "model": session.model}
-        caption = v_sdpa.sdpa_caption(data, lang=lang)
+        caption = app_lessons.sdpa_words(data, lang)
         yield caption

@@ -9,11 +9,14 @@ import threading
 import pytest
 
 import playground
-from playground.app import cache_rerun, noise
+from playground.analysis import sdpa
+from playground.app import cache_rerun, measurements, noise
+from playground.app import lessons as app_lessons
 from playground.app.serving import Server
 from playground.app.views import cache
 from playground.app.words import t
 from playground.generation import GenerationConfig
+from playground.viz import kv_lesson
 from tests.hf_tiny import llama_like, save_decoder
 
 
@@ -80,3 +83,29 @@ def test_the_cache_tab_says_a_prefill_difference_inside_the_noise_and_draws_the_
         pytest.approx([1.0, 0.1])
     busy = cache.rerun_slots(_result([4.0] * 3, [4.0] * 3, [2.0] * 3, [6.0] * 3, load=3.5), "zh")["compare_md"].value
     assert t("noise_busy", "zh", load=3.5, cores=2) in busy
+
+
+def test_sdpa_times_its_two_paths_interleaved():
+    """Both attention paths take turns at each length (A B, B A, A B), not all of one path and then the other."""
+    order = []
+    spans = sdpa._interleaved_ms((lambda: order.append("sdpa"), lambda: order.append("explicit")), 3, lambda: None)
+    assert order == ["sdpa", "explicit", "explicit", "sdpa", "sdpa", "explicit"]
+    assert all(lo <= med <= hi for med, lo, hi in spans)
+
+
+def test_time_the_cache_and_the_sdpa_measure_say_when_they_are_inside_the_noise():
+    lm = playground.load_model("weights/tiny-lm")
+    timing = list(measurements.time_cache_work(lm, [5, 6, 7, 8], 4, 3))[-1]
+    c, u = timing["cached"]["decode_ms"], timing["uncached"]["decode_ms"]
+    assert c["n"] == u["n"] == 3 and set(timing["load"]) == {"load", "cores"}
+    words = app_lessons.cache_timing_words(timing, "en")
+    assert words.startswith(kv_lesson.cache_timing_caption(timing, lang="en"))
+    assert words.endswith(noise.verdict(c, u, timing["load"], "en"))
+    data = list(measurements.sdpa_work(lm, (32, 64), memory=False))[-1]
+    rows = [{**r, "sdpa_ms_min": 1.0, "sdpa_ms_max": 2.0, "explicit_ms_min": 1.5 + 2 * i, "explicit_ms_max": 4.0}
+            for i, r in enumerate(data["rows"])]  # 32 overlaps, 64 does not
+    quiet = {**data, "rows": rows, "load": {"load": 0.5, "cores": 2.0}}
+    assert app_lessons.sdpa_words(quiet, "en").endswith(t("sdpa_noise_overlap", "en", n=3, lengths="32"))
+    apart = [{**r, "explicit_ms_min": 3.0} for r in rows]
+    busy = app_lessons.sdpa_words({**quiet, "rows": apart, "load": {"load": 4.0, "cores": 2.0}}, "zh")
+    assert busy.endswith(t("noise_clear", "zh", n=3) + t("noise_busy", "zh", load=4.0, cores=2))

@@ -34,8 +34,7 @@ def rerun_slots(result: Any, lang: str) -> Drawn:
         note += gap + t(words, lang, c=c[key]["median"], c_lo=c[key]["min"], c_hi=c[key]["max"], u=u[key]["median"],
                         u_lo=u[key]["min"], u_hi=u[key]["max"])
         note += gap + noise.verdict(c[key], u[key], None, lang)
-    if noise.busy(result.load):
-        note += gap + t("noise_busy", lang, load=result.load["load"], cores=int(result.load["cores"]))
+    note += noise.busy_words(result.load, lang)
     if result.partial:
         note += gap + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
                         tflops=result.full_uncached_flops / 1e12, seconds=result.full_uncached_seconds)
