@@ -30,15 +30,19 @@ def compute(run: Any, step: int | None, find: Callable[[Any], StepHistory | None
     if not seats:
         return {"state": "not_kept", **sizes}
     making = [s for s in seats if s.entry.emits]
+    newest = len(run.events) - 1
     if step is None or not making:
-        seat = seats[-1]
+        seat, index = seats[-1], newest
     else:
-        seat = making[min(max(step, 0), len(making) - 1)]
+        index = min(max(step, 0), len(making) - 1)
+        seat = making[index]
     times = history.step_times()
     common = sorted(times.items(), key=lambda kv: -kv[1][1])[:MAX_TIMES]
     shares = [s.weight_bytes / s.produced for s in making if s.produced]
     return {
-        "state": "ok", **sizes, "step": seat.step, "row": seat.row, "rows": seat.rows, "kind": seat.entry.kind,
+        # the server counts its passes for everyone since it started; the run counts its own tokens
+        "state": "ok", **sizes, "step": seat.step, "run_step": run.step_number(min(index, newest)),
+        "run_steps": run.step_number(newest), "row": seat.row, "rows": seat.rows, "kind": seat.entry.kind,
         "chunk": seat.entry.tokens // max(1, seat.entry.rows), "ms": seat.ms, "tokens": seat.tokens,
         "produced": seat.produced, "weight_bytes": seat.weight_bytes,
         "avg_bytes": sum(shares) / len(shares) if shares else float(seat.weight_bytes),

@@ -108,7 +108,7 @@ def shared_batch_caption(d: Mapping[str, Any], lang: str = "en") -> str:
         _T(lang)["made_none"].format(weights=format_bytes(d["weight_bytes"]))
     text = [intro,
             _T(lang)["at_step"].format(step=d["step"], row=d["row"], rows=d["rows"], what=what, ms=d["ms"],
-                                 tokens=d["tokens"]) + " " + made,
+                                 tokens=d["tokens"], run_step=d["run_step"], run_steps=d["run_steps"]) + " " + made,
             _T(lang)["over_run"].format(steps=d["steps_in"], most=d["most_rows"], avg=format_bytes(d["avg_bytes"]),
                                   alone=format_bytes(d["weight_bytes"]))]
     if d["times"]:

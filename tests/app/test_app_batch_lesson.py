@@ -66,8 +66,14 @@ def test_a_finished_page_run_finds_its_steps_in_the_server_s_history(lm, lang):
     assert slots["lesson_plot1"].visible and slots["lesson_plot2"].visible
     if lang == "zh":
         assert "**第 1 行，共 1 行**" in md and CJK.search(slots["lesson_plot1"].value.layout.title.text)
+        # the server's batch step and the run's own step are told apart (issue 36: "step 263 of the batch"
+        # beside "Step 8 of 8")
+        assert f"你的运行的第 3 步（共 6 步）是服务器的第 {data['step']} 个批次步" in md
     else:
         assert "**row 1 of 1**" in md and "point of batching" in md
+        assert f"Your run's step 3 of 6 was the server's batch step {data['step']}," in md
+        assert "your run numbers only its own tokens" in md
+    assert (data["run_step"], data["run_steps"]) == (3, 6)
     assert md == lessons.show("serving", lm, run, 2, lessons.Inputs(), lang).caption
 
 
@@ -116,7 +122,7 @@ def test_beside_others_the_visitor_is_row_r_of_n_and_shares_the_weights(small, o
     scheduler.submit(planned([4, 4], 8), tag="third")
     while scheduler.busy():
         scheduler.step()
-    run = types.SimpleNamespace(token="mine", events=[object()])
+    run = types.SimpleNamespace(token="mine", events=[object()] * 3, step_number=lambda i: i + 1)  # a Run's numbers
     first = batch_lesson.compute(run, 0, find=lambda tag: scheduler.history)
     # its first token came from its prompt's second chunk (2 tokens), at step 3: row 2 of 3
     assert (first["step"], first["row"], first["rows"], first["kind"], first["chunk"]) == (3, 2, 3, "prefill", 2)
@@ -125,6 +131,7 @@ def test_beside_others_the_visitor_is_row_r_of_n_and_shares_the_weights(small, o
     assert first["avg_bytes"] == pytest.approx(weights / 3)  # each of its 3 tokens shared a pass with two others
     text = batch_lesson.caption(first)
     assert "**row 2 of 3**" in text and v_batch.format_bytes(weights / 3) in text
+    assert "Your run's step 1 of 3 was the server's batch step 3," in text
     last = batch_lesson.compute(run, 99, find=lambda tag: scheduler.history)
     assert (last["step"], last["row"], last["rows"], last["kind"]) == (5, 2, 3, "decode")
     figures = batch_lesson.figures(last)
