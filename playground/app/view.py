@@ -96,6 +96,7 @@ class Context:
     sdpa: dict[str, Any] | None = None  # the visitor's SDPA measurement of this model, when taken
     key: str = "anonymous"  # the visitor (the owner of the model work)
     drafters: tuple[str, ...] = ()  # the visitor's loaded models that can draft for the run's (when a view needs them)
+    live_layer: int = -1  # the layer the live attention panel shows (-1: the last)
 
 
 @dataclass(frozen=True)

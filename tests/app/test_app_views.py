@@ -248,3 +248,22 @@ def test_the_selection_reads_the_page_s_controls_whatever_they_hold():
     assert sel.inputs.batch == 1 and sel.pe_base == 1000.0 and sel.pe_length == 64 and sel.kind == "self"
     assert Selection.from_controls({"att_query": 5}, query=True).query == 5
     assert Selection.from_controls({}, query=True).query is None
+
+
+def test_all_heads_opens_at_the_live_panel_s_layer_then_follows_the_last_one_moved(models):
+    """Issue 36 point 4: All heads opened at layer 0 while the live panel showed the last layer."""
+    session = with_run(models)
+    session.key = "all-heads-follows-the-live-panel"
+    last = models["a"].config.n_layers - 1
+    view = views.PANELS["attention"]
+
+    def layer_shown(slider: int, step: int = 1) -> int:
+        slots = show(models, view, session, Selection(step=step, layer=slider))
+        return slots["att_layer"].value if "value" in slots["att_layer"].changes else slider
+
+    assert last > 0 and layer_shown(0) == last  # the page's slider starts at 0; the live panel shows the last layer
+    session.set_view("self", 0, "mean")  # the live panel's layer is moved
+    assert layer_shown(last) == 0
+    assert layer_shown(1) == 1 and layer_shown(1, step=2) == 1  # the tab's own slider, kept when the step moves
+    session.set_view("self", last, "mean")
+    assert layer_shown(1) == last

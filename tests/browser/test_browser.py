@@ -495,7 +495,9 @@ def test_sliders_act_on_enter_and_arrow_keys(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=6)
     generate_and_wait(page)
     open_tab(page, "All heads")
-    wait_text(page, "#att-heat", "layer 0")
+    # it opens where the live panel looks: the last layer
+    page.wait_for_function("() => +document.querySelector('#att-layer input[type=range]')?.max > 1")
+    wait_text(page, "#att-heat", f"layer {page.locator('#att-layer input[type=range]').get_attribute('max')}")
     box = page.locator("#att-layer input[type=number]")
     box.fill("2")
     box.press("Enter")

@@ -86,7 +86,8 @@ def context_for(view: View, session: Session, model_for: Callable[[str, str, str
     found: tuple[str, ...] = ()
     if "drafters" in view.needs and drafters is not None and run is not None:
         found = tuple(drafters(session.key, run.settings.model, run.settings.dtype))
-    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key, found)
+    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key, found,
+                   session.view.layer)
 
 
 def waiting(view: View, ctx: Context) -> Waiting | None:

@@ -4,11 +4,13 @@ or a KV group), the selected query's row, and every layer's heads summarised (en
 from __future__ import annotations
 
 import html
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from playground import viz
+from playground.app.fields import CONTROLS
 from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -17,6 +19,32 @@ from playground.generation.budget import check_full_attention
 
 MAX_MAP_TOKENS = 1200  # whole-run maps beyond this are not drawn (a heatmap of that size is unreadable anyway)
 MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at once up to this length
+# visitor -> (the layer this view last showed, the live panel's layer then): which of the two moved since
+_SHOWN: OrderedDict[str, tuple[int, int]] = OrderedDict()
+_KEEP = 4096
+LAYER = next(c for c in CONTROLS if c.name == "att_layer")  # the page's slider, and where it starts
+
+
+def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
+    """The layer All heads shows (of `n_layers`): the live panel's while this tab's slider is where the page starts
+    it (so the tab opens where the live screen looks), then whichever of the two the visitor moved last: this
+    tab's slider, or the live panel's layer."""
+    live = live if 0 <= live < n_layers else n_layers - 1  # -1: the last
+    before = _SHOWN.get(key)
+    if before is None:
+        layer = live if asked == LAYER.default else asked
+    elif asked != before[0]:
+        layer = asked
+    elif live != before[1]:
+        layer = live
+    else:
+        layer = asked
+    layer = min(max(layer, 0), n_layers - 1)
+    _SHOWN[key] = (layer, live)
+    _SHOWN.move_to_end(key)
+    while len(_SHOWN) > _KEEP:
+        _SHOWN.popitem(last=False)
+    return layer
 
 
 def kinds_of(run: Any) -> tuple[str, ...]:
@@ -46,7 +74,7 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     kinds = kinds_of(run)
     kind = sel.kind if sel.kind in kinds else kinds[0]
     n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
-    layer = int(min(max(sel.layer, 0), n_layers - 1))
+    layer = shown_layer(ctx.key, int(sel.layer), ctx.live_layer, n_layers)
     if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
         return {"too_long": True}
     maps = run.attention_maps(ctx.lm, kind, layer)  # (h, T, S)
