@@ -133,9 +133,13 @@ def test_the_inspector_names_the_selected_token_and_shows_beams_for_beam_search(
     slots = show(models, views.PANELS["inspector"], session, Selection(step=1))
     assert slots["caption"].value.startswith("Step 2") and f"(id {run.path[1].token_id})" in slots["caption"].value
     assert slots["beam_tree"].visible is False and slots["funnel"].value.layout.title.text.startswith("Step 2")
+    assert "sampling pipeline" in slots["funnel"].value.layout.title.text
     beam = with_run(models, mode="beam", num_beams=3)
     slots = show(models, views.PANELS["inspector"], beam, Selection(step=2))
     assert slots["beam_tree"].visible and slots["beam_table"].visible
+    # beams sample nothing: the chart says what its candidates are (issue 36 point 5)
+    assert slots["funnel"].value.layout.title.text.replace("<br>", " ") == t("funnel_title_beam", "en", step=3)
+    assert "sampling pipeline" not in slots["funnel"].value.layout.title.text
 
 
 def test_all_heads_clamp_the_selection_and_follow_the_step_unless_a_query_is_picked(models):

@@ -16,12 +16,12 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     token = run.path[step]
     beams = describe.beam_steps(run.events[: step + 1]) if run.beam else None
     return {"step": step, "number": run.step_number(step), "token": token, "items": describe.funnel_items(token), "beams": beams,
-            "final": run.final.text if run.final is not None else None}
+            "final": run.final.text if run.final is not None else None, "beam": bool(run.beam)}
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
-    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=t("funnel_title", lang,
-                                                                             step=data["number"]), lang=lang)),
+    title = t("funnel_title_beam" if data["beam"] else "funnel_title", lang, step=data["number"])  # no sampling in beams
+    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=title, lang=lang)),
                   "beam_tree": HIDDEN, "beam_table": HIDDEN}
     if data["beams"] is not None:
         out["beam_tree"] = shown(viz.beam_tree(data["beams"], final=data["final"], lang=lang))
