@@ -17,7 +17,7 @@ from playground.ui.runs import ABSOLUTE_LINK_JS
 from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
 
-SAMPLE_ONLY = ("temperature", "top_k", "top_p")
+SAMPLE_ONLY = ("temperature", "top_k", "top_p", "seed")  # a seed matters only when sampling
 BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping")
 
 
