@@ -47,15 +47,28 @@ class Entry:
     label: str  # what the dropdown shows
 
 
+# The task heads a class name ends with: the family is what comes before ("LlamaForCausalLM" -> "Llama").
+HEAD_SUFFIXES = ("ForConditionalGeneration", "ForSeq2SeqLM", "ForCausalLM", "LMHeadModel", "Model")
+
+
+def family(arch: str) -> str:
+    """A model class's family name, short enough for the dropdown: "LlamaForCausalLM" -> "Llama",
+    "Gemma3ForCausalLM" -> "Gemma3", "T5ForConditionalGeneration" -> "T5", "GPT2LMHeadModel" -> "GPT2"."""
+    for suffix in HEAD_SUFFIXES:
+        if arch.endswith(suffix) and len(arch) > len(suffix):
+            return arch[: -len(suffix)]
+    return arch
+
+
 def _describe(path: Path) -> str:
-    """A short kind label from config.json, if any (cheap: no tensor is read)."""
+    """A short kind label from config.json, if any (cheap: no tensor is read): the model's family."""
     config = path / "config.json" if path.is_dir() else None
     if config is not None and config.is_file() and config.stat().st_size < 1_000_000:
         try:
             data = json.loads(config.read_text())
             arch = (data.get("architectures") or [data.get("model_type", "")])[0]
             # Checkpoint text in a label every visitor sees: only a plain class name, never markup.
-            return f" · {arch}" if isinstance(arch, str) and SAFE_NAME.match(arch) else ""
+            return f" · {family(arch)}" if isinstance(arch, str) and SAFE_NAME.match(arch) else ""
         except (OSError, ValueError, IndexError, TypeError, AttributeError):
             return ""
     return ""

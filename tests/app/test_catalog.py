@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 import playground
+from playground.app import catalog as catalog_module
 from playground.app.catalog import Catalog
 from playground.app.names import PRIVATE_HUB, PRIVATE_UPLOAD
 from playground.app.registry import ModelRegistry
 from playground.app.uploads import HUB_PREFIX, UPLOAD_PREFIX, remove_sources
 from playground.errors import PlaygroundError
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import gemma3_like, gpt2_like, llama_like, save_decoder, save_seq2seq, t5_like
 from tests.ui_fixtures import save_tiny_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -355,3 +356,18 @@ def test_the_operator_s_default_model_opens_pages_when_it_is_offered(weights, tm
     for hostile in ("../tiny-lm", "/etc/passwd", UPLOAD_PREFIX + "0" * 32):  # only a catalog name is ever taken
         assert Catalog(weights, tmp_path / "uploads", default_model=hostile).default_name() == "tiny-lm"
     assert Catalog(weights, tmp_path / "uploads").default_offered()  # none asked: nothing to say
+
+
+def test_the_model_list_names_each_model_s_family_not_its_class(tmp_path):
+    """Issue 36 point 5: the dropdown showed "SmolLM2-135M-Instruct · LlamaF…", the class name cut off."""
+    weights = tmp_path / "weights"
+    save_decoder(weights / "SmolLM2-135M-Instruct", "llama", llama_like())  # a LlamaForCausalLM
+    save_decoder(weights / "gemma-3-270m", "gemma3_text", gemma3_like())  # a Gemma3ForCausalLM
+    save_decoder(weights / "gpt2", "gpt2", gpt2_like())  # a GPT2LMHeadModel
+    save_seq2seq(weights / "t5-small", "t5", t5_like())  # a T5ForConditionalGeneration
+    labels = {e.name: e.label for e in Catalog(weights, tmp_path / "uploads").entries(None)}
+    assert labels["SmolLM2-135M-Instruct"] == "SmolLM2-135M-Instruct · Llama"
+    assert labels["gemma-3-270m"] == "gemma-3-270m · Gemma3"
+    assert (labels["t5-small"], labels["gpt2"]) == ("t5-small · T5", "gpt2 · GPT2")
+    family = catalog_module.family
+    assert family("Transformer") == "Transformer" and family("Model") == "Model"  # nothing before the suffix: kept
