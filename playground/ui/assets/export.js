@@ -15,8 +15,11 @@
     a.setAttribute('data-title', document.documentElement.lang === 'zh-CN' ? '下载为 SVG' : 'Download as SVG');
     a.innerHTML = icon;
     a.addEventListener('click', () => {
+      // the name the figure's own PNG download has (made from its title: "transformer-playground-step-4-…"),
+      // else the element's id
+      const own = gd._context && gd._context.toImageButtonOptions && gd._context.toImageButtonOptions.filename;
       const holder = gd.closest('[id]');
-      window.Plotly.downloadImage(gd, { format: 'svg', filename: holder && holder.id ? holder.id : 'figure' });
+      window.Plotly.downloadImage(gd, { format: 'svg', filename: own || (holder && holder.id ? holder.id : 'figure') });
     });
     group.appendChild(a);
     bar.prepend(group);

@@ -1,0 +1,44 @@
+"""Issue 36 point 5, seen on the page in real Chromium: a figure's SVG download is named after what it shows and
+keeps its byte-token labels; the seed box shows only when sampling."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+
+from tests.browser import test_browser as base
+from tests.browser.test_browser import decoder_name, open_app, open_tab, wait_text
+
+pytestmark = pytest.mark.browser
+server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
+
+
+def test_the_candidates_svg_is_named_for_its_step_and_keeps_byte_token_labels(desktop, server):
+    page = desktop
+    # tiny-lm's 4th token after this prompt has a byte-token candidate, " <0xE2><0x80>" (two bytes of a character)
+    open_app(page, server, model=decoder_name(), prompt="中国的首都是", chat="false", max_new_tokens=8,
+             top_candidates=10)
+    page.click("#token-stream [data-step='3']")
+    open_tab(page, "Candidates & beams")
+    wait_text(page, "#funnel-plot", "Step 4")
+    plot = page.locator("#funnel-plot .js-plotly-plot")
+    ticks = plot.locator(".ytick text").evaluate_all("(els) => els.map((e) => e.textContent)")
+    assert any("<0xE2><0x80>" in t for t in ticks), ticks
+    plot.hover()
+    with page.expect_download() as download:
+        plot.locator(".pg-svg-btn").click()
+    saved = download.value
+    assert saved.suggested_filename.startswith("transformer-playground-step-4-") and saved.suggested_filename.endswith(
+        ".svg"), saved.suggested_filename
+    text = html.unescape(open(saved.path(), encoding="utf-8").read())
+    assert all(t in text for t in ticks), [t for t in ticks if t not in text]
+
+
+def test_the_seed_box_shows_only_when_sampling(page, server):
+    open_app(page, server, model=decoder_name())
+    seed = page.locator("#seed")
+    for mode, shown in (("Greedy", False), ("Beam search", False), ("Sampling", True), ("Greedy", False)):
+        page.locator("#mode").get_by_text(mode, exact=True).click()
+        page.wait_for_function("([shown]) => !!document.querySelector('#seed')?.offsetParent === shown", arg=[shown])
+    assert seed.count() <= 1
