@@ -48,8 +48,10 @@ def _stages_present(candidates: Sequence[dict]) -> list[str]:
     return known + [s for s in seen if s not in STAGE_ORDER]
 
 
-def _candidate_label(c: dict) -> str:
+def _candidate_label(c: dict, lang: str = "en") -> str:
     label = f"{display_token(str(c['token']))} #{c.get('id', '?')}"
+    if c.get("bytes"):  # a piece of a character's UTF-8 bytes, not a character
+        label += " · " + _T(lang)["utf8_bytes"]
     if c.get("chosen"):
         return f"<b>▶ {label}</b>"
     if c.get("removed_by"):
@@ -109,7 +111,7 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None, lang:
         colour = "#ffffff" if inside else ("#616161" if not c.get("chosen") else "#000000")
         fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="right" if inside else "left",
                            xshift=-6 if inside else 6, font=dict(color=colour, size=11))
-    fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
+    fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c, lang) for c in candidates],
                      autorange="reversed", title_text=_T(lang)["candidate_axis"])
     fig.update_xaxes(title_text=_T(lang)["probability_axis"], range=[0, end], rangemode="tozero")
     height = int(min(1240, max(300, 170 + n * (9 * len(stages) + 14))))  # + the legend under the axis

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from playground import viz
-from playground.app import describe
+from playground.app import describe, tokens_view
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
@@ -15,8 +15,12 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     step = run.step(sel.step)
     token = run.path[step]
     beams = describe.beam_steps(run.events[: step + 1]) if run.beam else None
-    return {"step": step, "number": run.step_number(step), "token": token, "items": describe.funnel_items(token), "beams": beams,
-            "final": run.final.text if run.final is not None else None, "beam": bool(run.beam)}
+    items = describe.funnel_items(token)
+    for item in items:  # byte tokens are marked as UTF-8 bytes, not characters
+        item["bytes"] = tokens_view.is_byte_token(ctx.lm, int(item["id"]))
+    return {"step": step, "number": run.step_number(step), "token": token, "items": items, "beams": beams,
+            "final": run.final.text if run.final is not None else None, "beam": bool(run.beam),
+            "chars": tokens_view.byte_chars(ctx.lm, [s.token_id for s in run.path], step)}
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
@@ -30,7 +34,8 @@ def draw(data: dict[str, Any], lang: str) -> Drawn:
 
 
 def caption(data: dict[str, Any], lang: str) -> str:
-    return describe.step_caption(data["token"], lang, data["number"])
+    words = tokens_view.token_bytes_words(data["chars"], lang)
+    return describe.step_caption(data["token"], lang, data["number"]) + (" " + words if words else "")
 
 
 def idle(lang: str, words: str) -> Drawn:
