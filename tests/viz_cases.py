@@ -379,7 +379,7 @@ CASES: dict[str, tuple[str, str, tuple, dict]] = {
     "candidate_funnel_empty": _case("sampling", "candidate_funnel", []),
     "candidate_funnel_bytes": _case("sampling", "candidate_funnel", [  # a byte token: UTF-8 bytes, not a character
         {"token": "<0xE4><0xB8>", "id": 161, "stages": {"raw": 0.6}, "bytes": True, "chosen": True},
-        {"token": "the", "id": 3, "stages": {"raw": 0.4}}]),
+        {"token": "的", "id": 3, "stages": {"raw": 0.4}}]),
     "beam_table": _case("sampling", "beam_table", BEAMS),
     "beam_table_empty": _case("sampling", "beam_table", []),
     "beam_tree": _case("sampling", "beam_tree", BEAMS, final="α γ"),

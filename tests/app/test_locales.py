@@ -47,7 +47,7 @@ ALLOWED = {
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*[A-Za-z0-9]|[A-Za-z]{2,}")
 IDENTIFIER = re.compile(r"[_.0-9]")
 BESIDE_CHINESE = re.compile(rf"(?<=[{HANZI}]) ?[(（][^()（）]*[)）]")
-MARKUP = re.compile(r"%\{[^}]*\}|<[^>]+>|`[^`]*`|\*\*")
+MARKUP = re.compile(r"%\{[^}]*\}|<[^>]+>|`[^`]*`|\*\*|&[a-z]+;")  # an entity (&lt;) is no word
 
 
 def leaves(table: Mapping[str, Any], path: tuple = ()) -> Iterator[tuple[tuple, str]]:
