@@ -499,7 +499,9 @@ def _walk(node: Any, out: list[str]) -> None:
                 continue
             if key in TEXT_KEYS:
                 out.extend(_strings(value))
-            if isinstance(value, (dict, list, tuple)):
+            if key == "labelalias" and isinstance(value, dict):  # the tick labels drawn for category coordinates
+                out.extend(str(v) for v in value.values())
+            elif isinstance(value, (dict, list, tuple)):
                 _walk(value, out)
     elif isinstance(node, (list, tuple)):
         for value in node:

@@ -100,21 +100,24 @@ def divergence_figure(data: Mapping[str, Any], token_texts: Sequence[str], lang:
         raise ValueError(f"kl has {len(kl)} steps; pass as many probabilities, ranks and token texts")
     steps = [step_number(i, before) for i in range(len(kl))]  # as the page counts steps
     labels = [display_token(t) for t in token_texts]
+    # Categories, one per step, whose labels plotly thins to what fits the drawn width (a phone shows fewer):
+    # every step's "number<br>token" as a tick overlapped on a phone.
+    x = [str(s) for s in steps]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=steps, y=kl, name=_T(lang)["div_kl"], marker_color="#7d3c98",
+    fig.add_trace(go.Bar(x=x, y=kl, name=_T(lang)["div_kl"], marker_color="#7d3c98",
                          customdata=np.array([labels, rank], dtype=object).T, hovertemplate=_T(lang)["div_hover"]))
-    fig.add_trace(go.Scatter(x=steps, y=prob, name=_T(lang)["div_prob"], mode="lines+markers",
+    fig.add_trace(go.Scatter(x=x, y=prob, name=_T(lang)["div_prob"], mode="lines+markers",
                              line=dict(color="#e67e22"),
                              hovertemplate=_T(lang)["div_prob_hover"]), secondary_y=True)
     first = data.get("first_difference")
     if first is not None:
-        fig.add_vline(x=step_number(first, before) - 0.5, line_dash="dash", line_color="grey")
-        fig.add_annotation(x=step_number(first, before) - 0.5, y=1.0, yref="paper", text=_T(lang)["div_first"],
+        fig.add_vline(x=first - 0.5, line_dash="dash", line_color="grey")  # a category's position is its index
+        fig.add_annotation(x=first - 0.5, y=1.0, yref="paper", text=_T(lang)["div_first"],
                            showarrow=False,
                            xanchor="left", font=dict(color="grey"))
     ticks = [short_label(t) for t in labels]
-    fig.update_xaxes(title_text=_T(lang)["div_step"], tickmode="array", tickvals=steps,
-                     ticktext=[f"{i}<br>{t}" for i, t in zip(steps, ticks)])
+    fig.update_xaxes(title_text=_T(lang)["div_step"], type="category", tickmode="auto",
+                     labelalias={p: f"{i}<br>{t}" for p, i, t in zip(x, steps, ticks)})
     fig.update_yaxes(title_text=_T(lang)["div_kl_axis"], rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text=_T(lang)["div_prob_axis"], range=[0, 1.02], secondary_y=True)
     fig = finish(fig, _T(lang)["div_title"], height=400, legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"))

@@ -16,6 +16,7 @@ import plotly.io as pio
 import pytest
 
 from playground import viz
+from playground.viz import kv_policy
 
 pytestmark = pytest.mark.browser
 
@@ -67,6 +68,10 @@ def figures() -> dict:
         "row": viz.attention_row(layer[0][-1], labels, title="Row of query 270 (' decoder'), layer 14, head 0"),
         "summary": viz.head_summary(entropy, distance,
                                     title="decoder self-attention: entropy and mean distance of every head"),
+        # the KV-cache lab's divergence along a 48-token run (issue 36: its step labels overlapped)
+        "divergence": kv_policy.divergence_figure(
+            {"kl": list(rng.gamma(1.0, 0.2, 48)), "prob": list(rng.uniform(0, 1, 48)), "rank": [1] * 48,
+             "first_difference": 20}, [WORDS[i % len(WORDS)] for i in range(48)]),
     }
 
 
@@ -107,7 +112,7 @@ def _overlap(a: dict, b: dict, slack: float = 1.0) -> bool:
 
 
 @pytest.mark.parametrize("size", list(WIDTHS))
-@pytest.mark.parametrize("name", ["grid", "heatmap", "row", "summary"])
+@pytest.mark.parametrize("name", ["grid", "heatmap", "row", "summary", "divergence"])
 def test_no_label_or_title_overlaps_another(drawn, name, size):
     boxes = drawn[name, size]
     assert boxes, "nothing was drawn"
@@ -143,3 +148,9 @@ def test_long_axes_show_fewer_labels_on_a_phone_than_on_a_desktop(drawn):
         desktop = [b for b in drawn[name, "desktop"] if b["axis"] == "x"]
         assert 4 <= len(phone) < len(desktop) < T, (name, len(phone), len(desktop))
         assert {b["text"] for b in desktop} <= set(WORDS)  # tokens, not positions
+
+
+def test_the_divergence_shows_some_step_labels_on_a_phone_and_all_that_fit_on_a_desktop(drawn):
+    phone = [b for b in drawn["divergence", "phone"] if b["axis"] == "x"]
+    desktop = [b for b in drawn["divergence", "desktop"] if b["axis"] == "x"]
+    assert 4 <= len(phone) < len(desktop) <= 48, (len(phone), len(desktop))
