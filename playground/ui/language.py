@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gradio as gr
@@ -19,9 +20,9 @@ def relabelled(page: Page) -> list[Any]:
 
 
 def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: gr.Request | None,
-            models: list[tuple[str, str]] | None = None) -> list[Any]:
+            models: list[tuple[str, str]] | None = None, kinds: Sequence[str] = ("self",)) -> list[Any]:
     """Updates for `relabelled(page)`; `grouped`: the session's model shares K/V between heads; `models`:
-    the model list's (label, name) in `lang` (its value stays)."""
+    the model list's (label, name) in `lang` (its value stays); `kinds`: the model's attention kinds."""
     session = sessions.get(session_key(request))
     session.lang = lang
     updates = []
@@ -38,6 +39,8 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
             words["choices"] = view_choices(lang, grouped=grouped)
         elif name == "model" and models is not None:
             words["choices"] = models
+        elif name == "att_kind":  # "decoder self-attention" stayed English in 中文
+            words["choices"] = [(t(f"kind_{k}", lang), k) for k in kinds]
         updates.append(gr.update(**words))
     updates += [text(lang) for text in page.texts.values()]
     updates.append(describe.notes_markdown(session.notes, lang))  # keyed notes: said again in the new language

@@ -75,6 +75,11 @@ def card_html(lm: LoadedModel, name: str, lang: str) -> str:
 LOAD_SLOTS = ("model", "model_status", "model_about", "prompt", "chat", "target_lang", "att_kind", "att_view", "card",
               "live")
 
+def attention_kinds(kind: str) -> list[str]:
+    """A model kind's attention kinds, as the All heads tab offers them."""
+    return ["cross", "self", "encoder"] if kind == "seq2seq" else ["self"]
+
+
 class Models:
     """Loading and describing models for the sessions of one app."""
 
@@ -159,6 +164,16 @@ class Models:
         except Exception:  # noqa: BLE001 - a model that no longer loads has no groups to show
             return False
         return c is not None and c.n_kv_heads < c.n_heads
+
+    def attention_kinds(self, request: gr.Request | None) -> list[str]:
+        """The attention kinds the session's model has (the All heads tab's choices), the first shown first."""
+        owner = session_key(request)
+        session = self.sessions.get(owner)
+        try:
+            kind = self.model_for(session.model, session.dtype, owner).kind if session.model else "decoder"
+        except Exception:  # noqa: BLE001 - a model that no longer loads: a decoder's one kind
+            kind = "decoder"
+        return attention_kinds(kind)
 
     def refresh(self, lang: str, request: gr.Request | None):
         """Status, description, prompt label and card of the session's model in `lang`."""
@@ -295,7 +310,7 @@ class Models:
         codes = list(language_codes(lm.tokenizer))
         target = gr.update(visible=bool(codes), choices=[("", "")] + [(c, c) for c in codes],
                            **({"value": ""} if changed and set_chat else {}))
-        kinds = ["cross", "self", "encoder"] if kind == "seq2seq" else ["self"]
+        kinds = attention_kinds(kind)
         att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
         grouped = lm.config.n_kv_heads < lm.config.n_heads
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")

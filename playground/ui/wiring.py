@@ -51,7 +51,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
 
     def switch_language(code: str, request: gr.Request) -> list:
         models = h.models.choices(session_key(request), code)
-        return relabel(page, h.sessions, h.models.grouped(request), code, request, models)
+        return relabel(page, h.sessions, h.models.grouped(request), code, request, models,
+                       h.models.attention_kinds(request))
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 

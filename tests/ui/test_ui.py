@@ -453,6 +453,14 @@ def test_the_language_switch_relabels_every_component(app, h):
     assert not any("Logit lens" in c for c in every_choice)
     scale = zh[outputs.index(page.component("att_scale"))]  # the colour scale's choices: 线性 / 对数, not linear / log
     assert [label for label, _ in scale["choices"]] == ["线性", "对数"]
+    # the All heads kind: "decoder self-attention" stayed English in 中文 (issue 36 point 5)
+    kind = zh[outputs.index(page.component("att_kind"))]
+    assert kind["choices"] == [("解码器自注意力", "self")]
+    h.models.load("tiny-seq2seq", "float32", "zh", request("lang-s2s"))
+    s2s = relabel(page, h.sessions, False, "zh", request("lang-s2s"), None,
+                  h.models.attention_kinds(request("lang-s2s")))[outputs.index(page.component("att_kind"))]
+    assert [k for _, k in s2s["choices"]] == ["cross", "self", "encoder"]
+    assert not any(re.search("[A-Za-z]{4}", label) for label, _ in s2s["choices"]), s2s["choices"]
     assert h.sessions.get("lang").lang == "zh"
     assert h.stream.current_value("zh", request("lang"))["lang"] == "zh"
 
