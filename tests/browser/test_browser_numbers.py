@@ -42,3 +42,23 @@ def test_the_seed_box_shows_only_when_sampling(page, server):
         page.locator("#mode").get_by_text(mode, exact=True).click()
         page.wait_for_function("([shown]) => !!document.querySelector('#seed')?.offsetParent === shown", arg=[shown])
     assert seed.count() <= 1
+
+
+def test_plotly_s_toolbar_speaks_chinese_on_a_chinese_page(desktop, server):
+    page = desktop
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=4)
+    open_tab(page, "Candidates & beams")
+    wait_text(page, "#funnel-plot", "Step 4")
+    plot = page.locator("#funnel-plot .js-plotly-plot")
+    plot.hover()
+    titles = lambda: plot.locator(".modebar-btn[data-title]").evaluate_all(  # noqa: E731
+        "(bs) => bs.map((b) => b.getAttribute('data-title'))")
+    assert "Download plot as a PNG" in titles()
+    page.get_by_text("中文", exact=True).click()
+    wait_text(page, "#generate-btn", "生成")
+    page.wait_for_function("() => [...document.querySelectorAll('#funnel-plot .modebar-btn[data-title]')]"
+                           ".every((b) => !/[A-Za-z]{3}/.test(b.getAttribute('data-title').replace(/SVG|PNG/g, '')))")
+    assert "下载为 PNG 图片" in titles() and "下载为 SVG" in titles()
+    page.get_by_text("English", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('#funnel-plot .modebar-btn')]"
+                           ".some((b) => b.getAttribute('data-title') === 'Download plot as a PNG')")

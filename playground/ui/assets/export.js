@@ -24,9 +24,31 @@
     group.appendChild(a);
     bar.prepend(group);
   };
+  // Plotly's own toolbar tooltips in the page's language (plotly.js ships English only): the English title is
+  // kept on the button, so a switch back to English restores it.
+  const ZH = {
+    'Download plot as a png': '下载为 PNG 图片', 'Download plot as a PNG': '下载为 PNG 图片', 'Zoom': '缩放', 'Pan': '平移', 'Reset axes': '重置坐标轴',
+    'Autoscale': '自动缩放', 'Zoom in': '放大', 'Zoom out': '缩小', 'Box Select': '框选', 'Lasso Select': '套索选择',
+    'Reset view': '重置视图', 'Produced with Plotly.js': '由 Plotly.js 生成',
+  };
+  const translate = (gd) => {
+    const zh = document.documentElement.lang === 'zh-CN';
+    gd.querySelectorAll('.modebar-btn[data-title]').forEach((b) => {
+      if (b.classList.contains('pg-svg-btn')) { b.setAttribute('data-title', zh ? '下载为 SVG' : 'Download as SVG'); return; }
+      const en = b.getAttribute('data-en-title') || b.getAttribute('data-title');
+      if (!b.hasAttribute('data-en-title')) b.setAttribute('data-en-title', en);
+      const want = zh && ZH[en] ? ZH[en] : en;
+      if (b.getAttribute('data-title') !== want) b.setAttribute('data-title', want);
+    });
+  };
   let queued = false;
-  const scan = () => { queued = false; document.querySelectorAll('.js-plotly-plot').forEach(add); };
+  const scan = () => {
+    queued = false;
+    document.querySelectorAll('.js-plotly-plot').forEach((gd) => { add(gd); translate(gd); });
+  };
   new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(scan); } })
     .observe(document.body, { childList: true, subtree: true });
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(scan); } })
+    .observe(document.documentElement, { attributes: true, attributeFilter: ['lang'] });
   scan();
 })();
