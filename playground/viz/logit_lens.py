@@ -16,6 +16,9 @@ from playground.viz._language import texts
 _T = texts("logit_lens")  # this module's words, from playground/locales/
 
 
+CELL_CHARS = 5  # visible characters of a token in a cell
+
+
 def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: str | None = None, lang: str = "en",
                       before: int = 0) -> go.Figure:
     """Layers down, top-k candidates across (shaded by probability), plus the chosen token's rank column."""
@@ -23,7 +26,8 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
         raise ValueError("entries is empty; pass logit_lens(...) of a run with a residual stream")
     k = len(entries[0]["probs"])
     probs = np.array([list(e["probs"]) + [e["prob"]] for e in entries])  # (L + 1, k + 1)
-    text = [[_T(lang)["cell"].format(token=short_label(display_token(t), 10), prob=p)
+    # A cell is ~40 px wide on a 400-px phone: its token is cut to CELL_CHARS (the hover names it whole)
+    text = [[_T(lang)["cell"].format(token=short_label(display_token(t), CELL_CHARS), prob=p)
              for t, p in zip(e["token_texts"], e["probs"])]
             + [_T(lang)["chosen_cell"].format(rank=e["rank"], prob=e["prob"])] for e in entries]
     hover = [[_T(lang)["hover_top"].format(token=display_token(t), id=i, prob=p)
@@ -33,7 +37,7 @@ def logit_lens_figure(entries: Sequence[Mapping[str, Any]], step: int, title: st
     names = [layer_name(e["name"], lang=lang) for e in entries]
     fig = go.Figure(go.Heatmap(
         z=probs, x=columns, y=list(range(len(entries))), text=text, customdata=hover, texttemplate="%{text}",
-        textfont=dict(size=10), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
+        textfont=dict(size=9), colorscale=PROB_SCALE, zmin=0.0, zmax=1.0, xgap=2, ygap=2,
         showscale=False, hovertemplate="%{customdata}<extra></extra>",  # cells print p: no colour bar
     ))
     fig.update_yaxes(title_text=_T(lang)["layer_axis"], autorange="reversed", tickmode="array",

@@ -16,7 +16,7 @@ import plotly.io as pio
 import pytest
 
 from playground import viz
-from playground.viz import kv_policy
+from playground.viz import kv_policy, logit_lens
 
 pytestmark = pytest.mark.browser
 
@@ -28,12 +28,15 @@ T = 271
 WORDS = ["<|im_start|>", "system", "↵", "You", "␣are", "␣a", "␣helpful", "␣assistant", "␣Transformer", "␣language",
          "␣model", "␣tokenizer", "␣embeddings", "␣attention", ",", ".", "␣the", "␣key", "-value", "␣cache"]
 
-# Every text box plotly drew, with its font size and rotation, by role.
+# Every text box plotly drew, with its font size and rotation, by role (a heatmap's cell text: "cell", with the
+# plot area it is clipped to).
 BOXES = """() => [...document.querySelectorAll('.main-svg text')].filter((e) => e.textContent.trim()).map((e) => {
   const r = e.getBoundingClientRect();
+  const area = e.closest('.heatmaplayer') && document.querySelector('.nsewdrag').getBoundingClientRect();
   return {text: e.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
           size: parseFloat(getComputedStyle(e).fontSize), rotated: /rotate/.test(e.getAttribute('transform') || ''),
-          axis: e.closest('.xtick') ? 'x' : e.closest('.ytick') ? 'y' : ''};
+          axis: e.closest('.xtick') ? 'x' : e.closest('.ytick') ? 'y' : area ? 'cell' : '',
+          area: area ? {x: area.x, w: area.width} : null};
 })"""
 
 
@@ -68,6 +71,14 @@ def figures() -> dict:
         "row": viz.attention_row(layer[0][-1], labels, title="Row of query 270 (' decoder'), layer 14, head 0"),
         "summary": viz.head_summary(entropy, distance,
                                     title="decoder self-attention: entropy and mean distance of every head"),
+        # SmolLM2's logit lens: 31 rows, the chosen token's rank in thousands low down (issue 36: its last column
+        # was cut at 400 px)
+        "lens": logit_lens.logit_lens_figure([
+            {"name": "embedding" if i == 0 else f"block {i - 1}", "token_texts": [WORDS[(i + j) % len(WORDS)]
+                                                                                  for j in range(5)],
+             "token_ids": list(range(5)), "probs": [0.31, 0.2, 0.1, 0.05, 0.01], "rank": 12345 if i < 20 else 1,
+             "prob": 0.00004 if i < 20 else 0.987} for i in range(31)], step=11,
+            title="Logit lens · step 12").update_layout(width=336),  # the page's lesson plot on a 400-px phone
         # the KV-cache lab's divergence along a 48-token run (issue 36: its step labels overlapped)
         "divergence": kv_policy.divergence_figure(
             {"kl": list(rng.gamma(1.0, 0.2, 48)), "prob": list(rng.uniform(0, 1, 48)), "rank": [1] * 48,
@@ -154,3 +165,14 @@ def test_the_divergence_shows_some_step_labels_on_a_phone_and_all_that_fit_on_a_
     phone = [b for b in drawn["divergence", "phone"] if b["axis"] == "x"]
     desktop = [b for b in drawn["divergence", "desktop"] if b["axis"] == "x"]
     assert 4 <= len(phone) < len(desktop) <= 48, (len(phone), len(desktop))
+
+
+@pytest.mark.parametrize("size", list(WIDTHS))
+def test_the_logit_lens_cells_keep_their_text_inside_the_plot(drawn, size):
+    """Every cell's text, the chosen token's column last, lies inside the plot area (outside it, plotly clips it),
+    the figure as wide as the page's lesson plot on a 400-px phone (336 px)."""
+    cells = [b for b in drawn["lens", size] if b["axis"] == "cell"]
+    assert len(cells) >= 31 * 6
+    for b in cells:
+        assert b["area"]["x"] - 1 <= b["x"] and b["x"] + b["w"] <= b["area"]["x"] + b["area"]["w"] + 1, \
+            f"{size}: the cell text {b['text']!r} is cut by the plot's edge"
