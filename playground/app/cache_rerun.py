@@ -28,7 +28,7 @@ from playground.generation.batch import Scheduler
 from playground.generation.config import GenerationConfig
 from playground.generation.plan import plan
 
-RERUN_FLOPS = 2e12  # both modes, every repeat; SmolLM2-135M: a 150-token prompt + 20 new tokens fits whole
+RERUN_FLOPS = 2e12  # both modes, every repeat; SmolLM2-135M after a 150-token prompt: its first 17 steps
 REPEATS = noise.REPEATS
 
 
