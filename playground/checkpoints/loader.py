@@ -75,6 +75,7 @@ def load_model(
         raise CheckpointError(os_error_line(error, path)) from None
     (model, estimate), config, tokenizer, tokenizer_error, reader = loaded
     model.to(target).eval()
+    model.prepare()  # layouts inference reads besides the weights (the tied head's copy)
     return LoadedModel(
         model=model,
         config=config,

@@ -56,7 +56,6 @@ from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
 from playground.models.edits import edited
-from playground.models.kernels import batch_kernels
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool, bucket
@@ -457,10 +456,10 @@ class Scheduler:
             else:
                 logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
             return [None if s.logits == "none" else logits]
-        with batch_kernels():
-            if segments[0].encoder_out is not None:
-                return model.decode_rows(segments)
-            return model.forward_rows(segments)
+        model.prepare_invariant()  # the batch-invariant kernels' weight layouts, once per model
+        if segments[0].encoder_out is not None:
+            return model.decode_rows(segments)
+        return model.forward_rows(segments)
 
 
 def _entry(t: Ticket) -> Entry:

@@ -214,6 +214,20 @@ class KVCache:
             return keys[:, :, :end], values[:, :, :end]
         return self._write_ring(layer, start, end, k, v, ordered)
 
+    def write_masked(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        """`write`, in a run's `PolicyCache` interface: the keys held here are always a contiguous run of
+        positions, so there is no mask or position list (the attention's causal rule applies)."""
+        keys, values = self.write(layer, start, k, v, ordered=ordered)
+        return keys, values, None, None
+
+    def wants_weights(self, layer: int) -> bool:
+        return False  # nothing here depends on the attention (a policy's heavy hitters do)
+
+    def after_attention(self, layer: int, weights: torch.Tensor | None) -> None:
+        """Nothing to do once a layer attended (a policy cache evicts here)."""
+
     def advance(self, layer: int, start: int) -> int:
         """One new token per row at position `start`, written by the caller into its pool rows: the slot
         it goes to (the position, or its place in a sliding layer's ring). Returns the slot."""

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from playground.loaded import LoadedModel
-from playground.models import kernels
-from playground.models.layers import TiedHead
+from playground.models.layers import Linear, TiedHead
 from playground.models.low_precision import FASTER_ON_CPU, LowPrecisionHead, LowPrecisionLinear, native
 from playground.models.quantize import (
     FLOAT_DTYPES,
@@ -95,12 +94,13 @@ def options(lm: LoadedModel) -> list[dict[str, Any]]:
 
 def _shared(model: nn.Module) -> dict[int, Any]:
     """A deepcopy memo under which a copy of `model` shares every parameter and buffer with it (entries are
-    replaced for what changes) and starts with empty caches of derived copies (tied head, packed weights)."""
+    replaced for what changes) and starts without the layouts derived from its weights (the tied head's
+    copy, prepacked weights): the copy lays out its own (`model.prepare()`, `prepare_invariant()`)."""
     memo: dict[int, Any] = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
     for module in model.modules():
-        for value in vars(module).values():
-            if isinstance(value, (TiedHead, kernels.PackedWeight)):
-                for name in ("_copy", "_packed"):
+        for value in [module, *vars(module).values()]:
+            if isinstance(value, (TiedHead, Linear)):
+                for name in ("weight_t", "packed"):
                     if getattr(value, name, None) is not None:
                         memo[id(getattr(value, name))] = None
     return memo
@@ -121,6 +121,8 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
                 memo[id(t)] = nn.Parameter(cast, requires_grad=False) if isinstance(t, nn.Parameter) else cast
                 added += cast.numel() * cast.element_size()
         model = copy.deepcopy(lm.model, memo).eval()
+        model.invariant_ready = False  # its prepacked copies were not copied
+        model.prepare()
         return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + added),
                        precision, False, precision, added, weight_bytes)
     use_native = uses_native(lm, precision, real)
@@ -145,6 +147,8 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
                 model.tied_head = LowPrecisionHead(model.embed, dtype)
                 added += model.tied_head.matmul.nbytes()
     model.eval()
+    model.invariant_ready = False  # its prepacked copies were not copied
+    model.prepare()
     variant_lm = dataclasses.replace(lm, model=model, resident_bytes=lm.resident_bytes + added)
     compute = precision if use_native else str(own).removeprefix("torch.")
     return Variant(variant_lm, precision, not use_native and precision != "float32", compute, added, weight_bytes)
