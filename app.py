@@ -1,5 +1,5 @@
 """Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
-[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]`.
+[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--compile]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -49,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
                              "else cpu; on ZeroGPU each run borrows the GPU by itself)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
+    parser.add_argument("--compile", action="store_true",
+                        help="load every model with its captured decode step (playground.load_model(compile=True))")
     args = parser.parse_args(argv)
+    if args.compile:  # read by load_model wherever the app loads (on ZeroGPU: CUDA graphs by hand, never torch.compile)
+        os.environ["PLAYGROUND_COMPILE"] = "cudagraph" if zero_gpu() else "inductor"
     args.device = args.device or default_device()
     return args
 

@@ -76,6 +76,7 @@ class _BatchedModel:
     its cache is not rows of a pool and its table travels with that cache, so nobody else sees it."""
 
     applies_own_edits = True
+    shared_batch = True  # its requests decode together, eagerly (never through a model's captured step)
 
     def __init__(self, model: torch.nn.Module, edits: tuple = (), ticket: Ticket | None = None) -> None:
         self._model = model

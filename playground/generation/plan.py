@@ -6,6 +6,7 @@ the engine applies it strictly (refuse, or truncate when asked), the app lenient
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,7 @@ class Plan:
     policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
     precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
     draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
+    decoding: dict[str, Any] | None = None  # set by the run: captured or eager, and why (GenerationResult.decoding)
 
     @property
     def max_length(self) -> int:
@@ -190,7 +192,8 @@ def assemble(
     precision = None
     if cfg.weight_precision is not None:  # the run's model is the cached variant; `lm` itself never changes
         chosen = variant(lm, cfg.weight_precision)
-        lm, precision = chosen.lm, chosen.to_dict()
+        # (the variant is shared by every loaded copy of the model; the run keeps its own model's captured steps)
+        lm, precision = dataclasses.replace(chosen.lm, captured=lm.captured), chosen.to_dict()
     c = lm.config
     stepper = stepper_class(lm.kind)
     forced = [int(i) for i in forced_prefix]

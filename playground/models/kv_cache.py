@@ -237,6 +237,13 @@ class KVCache:
         self._written[layer] = end
         return start % self.capacity[layer] if self.rings[layer] else start
 
+    def written_to(self, length: int) -> None:
+        """Every layer holds positions [0, length): written by a captured step straight into this cache's
+        pool rows (`models.static`), which this object only describes."""
+        if not 0 <= length <= self.max_tokens:
+            raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot hold {length}")
+        self._written = [length] * self.layers
+
     def rewind(self, length: int) -> None:
         """Forget every position from `length` on (drafted tokens the model rejected): a length reset, the
         buffers stay and the next write overwrites them. A sliding layer's ring may already have overwritten
