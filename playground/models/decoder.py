@@ -142,7 +142,7 @@ class DecoderLM(LaidOut):
     ) -> KVCache | PolicyCache:
         """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`;
         with `policy`, a `PolicyCache` carrying out that run's eviction, quantisation or RoPE scaling."""
-        c, p = self.config, self.embed.weight
+        c, p = self.config, self
         if policy is not None:
             return PolicyCache(
                 policy, layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,

@@ -89,11 +89,11 @@ def edited(model: nn.Module, interventions: Sequence[Intervention] = ()) -> Iter
     if not interventions or getattr(model, "applies_own_edits", False):
         yield
         return
-    weight = model.embed.weight
+    dtype, device = model.dtype, model.device
     handles = []
     try:
         for iv in interventions:
-            handles.append(_install(model, iv, weight.dtype, weight.device))
+            handles.append(_install(model, iv, dtype, device))
         yield
     finally:
         for handle in handles:

@@ -103,12 +103,23 @@ class LaidOut(nn.Module):
     never checked per call, and laid out again when the model moves or changes dtype (`.to()`)."""
 
     tied_head: TiedHead
+    lm_head: nn.Module | None
     invariant_ready = False  # the prepacked copies are laid out (`prepare_invariant`)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (its embedding's, also when the embedding is held as codes)."""
+        return getattr(self.embed, "dtype", None) or self.embed.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return getattr(self.embed, "device", None) or self.embed.weight.device
 
     def prepare(self) -> None:
         """Lay out what inference reads besides the weights: once the weights are in place, and again by
         whoever changes them in place afterwards."""
-        self.tied_head.prepare()
+        if self.lm_head is None:  # an untied model never reads its tied head
+            self.tied_head.prepare()
 
     def prepare_invariant(self) -> None:
         """Lay out the batch-invariant copy of every float32 CPU weight product (the `Linear`s and the tied

@@ -159,9 +159,9 @@ class EncoderDecoderLM(LaidOut):
         """
         B, S = input_ids.shape
         self._check_length(S, "source")
-        mask = padding_bias(attention_mask, self.embed.weight.dtype)
+        mask = padding_bias(attention_mask, self.dtype)
         if self.encoder.relative_bias is not None:
-            mask = _add_bias(self.encoder.relative_bias(S, S).to(self.embed.weight.dtype), mask)
+            mask = _add_bias(self.encoder.relative_bias(S, S).to(self.dtype), mask)
         batch = Rows([Segment(input_ids, None, recorder, 0, "none", self_mask=mask, causal=False, kind="encoder")])
         x = self.encoder.embed_positions(self._embed(input_ids), batch)
         for block in self.encoder.blocks:
@@ -171,7 +171,7 @@ class EncoderDecoderLM(LaidOut):
     # --- decoder
     def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> Seq2SeqCache:
         """The decoder's caches for `batch` rows: self-attention buffers of its own, or rows of `pool`."""
-        c, p = self.config, self.embed.weight
+        c, p = self.config, self
         return Seq2SeqCache(
             KVCache(
                 layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from playground.loaded import LoadedModel
+from playground.models import quantized
 from playground.models.layers import Linear, TiedHead
 from playground.models.low_precision import FASTER_ON_CPU, LowPrecisionHead, LowPrecisionLinear, native
 from playground.models.quantize import (
@@ -28,9 +29,11 @@ from playground.models.quantize import (
     INT4_GROUP,
     PRECISIONS,
     matrices,
+    out_in,
     rounded_copy,
     weight_bytes_per_token,
 )
+from playground.models.quantized import QuantizedEmbedding, QuantizedHead, QuantizedLinear
 
 CACHE_SIZE = 2  # variants kept (each costs its weights)
 
@@ -60,12 +63,14 @@ def describe(precision: str, *, simulated: bool = True) -> str:
              "norms, biases and position tables stay float32")
     if precision == "float32":
         return "float32 weights: the model as loaded, exact."
-    if precision == "int8":
-        return (f"int8 weight-only, per output channel, symmetric (scale = max|w| / 127), on {which}; "
-                "simulated: quantized, dequantized to float32, then the exact float32 kernels.")
-    if precision == "int4":
-        return (f"int4 weight-only, groups of {INT4_GROUP} inputs, symmetric (scale = max|w| / 7 per group), "
-                f"on {which}; simulated: quantized, dequantized to float32, then the exact float32 kernels.")
+    if precision in ("int8", "int4"):
+        scheme = ("int8 weight-only, per output channel, symmetric (scale = max|w| / 127)" if precision == "int8" else
+                  f"int4 weight-only, groups of {INT4_GROUP} inputs, symmetric (scale = max|w| / 7 per group)")
+        if simulated:
+            return f"{scheme}, on {which}; simulated: quantized, dequantized to float32, then the exact float32 kernels."
+        return (f"{scheme}, on {which}; real: held as {precision} codes and scales (no float copy), multiplied by "
+                f"this CPU's {precision} kernel, which reads the activations and scales in "
+                f"{str(quantized.activation_dtype()).removeprefix('torch.')}.")
     how = ("simulated: weights rounded, products computed in float32" if simulated else
            "real: products computed in that dtype by this CPU's native kernels (inputs cast to it, float32 "
            "accumulation); norms, attention and the residual stream stay float32")
@@ -73,7 +78,14 @@ def describe(precision: str, *, simulated: bool = True) -> str:
 
 
 def uses_native(lm: LoadedModel, precision: str, real: bool | None = None) -> bool:
-    """Whether `variant(lm, precision, real=real)` runs its weight products in that dtype for real."""
+    """Whether `variant(lm, precision, real=real)` runs its weight products in that precision for real."""
+    if precision in ("int8", "int4"):
+        if lm.dtype != torch.float32 or not quantized.available(precision, lm.device):
+            return False
+        found = [out_in(m, t).shape for m, t in matrices(lm.model).values()]
+        if not all(quantized.fits(precision, *shape) for shape in found):
+            return False
+        return precision in quantized.FASTER_ON_CPU if real is None else real
     if lm.dtype != torch.float32 or not native(precision, lm.device):
         return False
     faster = lm.device.type == "cuda" or precision in FASTER_ON_CPU
@@ -126,6 +138,8 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
         return Variant(dataclasses.replace(lm, model=model, dtype=dtype, resident_bytes=lm.resident_bytes + added),
                        precision, False, precision, added, weight_bytes)
     use_native = uses_native(lm, precision, real)
+    if use_native and precision in ("int8", "int4"):
+        return _build_quantized(lm, precision, weight_bytes)
     found = matrices(lm.model)
     added = 0
     with torch.no_grad():
@@ -152,6 +166,33 @@ def _build(lm: LoadedModel, precision: str, real: bool | None) -> Variant:
     variant_lm = dataclasses.replace(lm, model=model, resident_bytes=lm.resident_bytes + added)
     compute = precision if use_native else str(own).removeprefix("torch.")
     return Variant(variant_lm, precision, not use_native and precision != "float32", compute, added, weight_bytes)
+
+
+def _build_quantized(lm: LoadedModel, precision: str, weight_bytes: int) -> Variant:
+    """`lm` with its matrices held as int8 / int4 codes and multiplied by the machine's kernels
+    (`models.quantized`): no float copy of them is made, the rest is shared with `lm`."""
+    memo = _shared(lm.model)
+    found = matrices(lm.model)
+    for module, _ in found.values():
+        memo[id(module.weight)] = None  # replaced below: never copied
+    added = 0
+    with torch.no_grad():
+        model = copy.deepcopy(lm.model, memo)
+        for name, (module, transposed) in found.items():
+            if transposed:
+                parent, _, leaf = name.rpartition(".")
+                replacement = QuantizedLinear(module, precision)
+                setattr(model.get_submodule(parent) if parent else model, leaf, replacement)
+                added += replacement.nbytes()
+        model.embed = QuantizedEmbedding(lm.model.embed, precision)
+        added += model.embed.nbytes()
+        model.tied_head = QuantizedHead(model.embed)
+        if model.lm_head is None:
+            added += model.tied_head.nbytes()
+    model.eval()
+    model.invariant_ready = False
+    variant_lm = dataclasses.replace(lm, model=model, resident_bytes=lm.resident_bytes + added)
+    return Variant(variant_lm, precision, False, precision, added, weight_bytes)
 
 
 class _Variants:
