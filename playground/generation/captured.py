@@ -21,6 +21,7 @@ decodes eagerly and says why (`why_eager`, `GenerationResult.decoding`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -45,6 +46,7 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the row counts a batch of captured ste
 # caches together, at most `recompile_limit` of them (8 by default, an error under fullgraph): a server with a
 # few models and shapes needs more.
 RECOMPILE_LIMIT = 256
+MAX_STEPS = 8  # steps a model keeps (each holds its rows' caches: rows × length positions per layer)
 
 
 def row_bucket(rows: int) -> int:
@@ -108,19 +110,17 @@ class DecodeStep(nn.Module):
 
     def __init__(self, model: nn.Module, shape: StepShape) -> None:
         super().__init__()
-        c, weight = model.config, model.embed.weight
+        c, dtype, device = model.config, model.dtype, model.device
         R, L = shape.rows, shape.length
         self.model, self.shape = model, shape
         self.layout = Layout(shape, c.n_heads, c.n_layers, c.d_model)
         windows = [kind.window for kind in model.layer_kinds]
         self.pool = KVPool(L)  # the rows' caches: the eager prefill writes them through KVCache views
-        self.pool.reserve(R, kv_heads=c.n_kv_heads, head_dim=c.head_dim, windows=windows, dtype=weight.dtype,
-                          device=weight.device)
+        self.pool.reserve(R, kv_heads=c.n_kv_heads, head_dim=c.head_dim, windows=windows, dtype=dtype, device=device)
         self.rings = [w is not None and w < L for w in windows]  # those layers keep a ring of `w` slots
         for i, (k, v) in enumerate(zip(self.pool.keys, self.pool.values)):
             self.register_buffer(f"key_{i}", k, persistent=False)
             self.register_buffer(f"value_{i}", v, persistent=False)
-        device = weight.device
         self.register_buffer("tokens", torch.zeros((R, 1), dtype=torch.long, device=device), persistent=False)
         self.register_buffer("positions", torch.zeros(R, dtype=torch.long, device=device), persistent=False)
         self.register_buffer("live", torch.zeros(R, dtype=torch.long, device=device), persistent=False)  # 1: a run's row
@@ -128,7 +128,7 @@ class DecodeStep(nn.Module):
         idle = sampler.RowKnobs().values(c.vocab_size)  # greedy, no stage: what a row no run holds computes
         for name, dtype in sampler.KNOB_DTYPES.items():
             self.register_buffer(f"knob_{name}", torch.full((R,), idle[name], dtype=dtype, device=device), persistent=False)
-        self.edits = Edits(shape.edits, R, c.n_heads, c.head_dim, c.d_model, weight.dtype, device)
+        self.edits = Edits(shape.edits, R, c.n_heads, c.head_dim, c.d_model, dtype, device)
         for name, t in self.edits.buffers.items():
             self.register_buffer(f"edit_{name}", t, persistent=False)
         self.caches: list[KVCache | None] = [None] * R
@@ -263,10 +263,11 @@ class CapturedDecoder:
             backend = "inductor" if compile else "eager"
         if backend not in BACKENDS:
             raise ValueError(f"captured decoding backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        if backend == "cudagraph" and model.embed.weight.device.type != "cuda":
+        if backend == "cudagraph" and model.device.type != "cuda":
             raise ValueError("a CUDA graph needs the model on a CUDA device; use the inductor backend on the CPU")
         self.model, self.backend, self.mode = model, backend, mode
-        self._steps: dict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = {}
+        self._steps: collections.OrderedDict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = \
+            collections.OrderedDict()
         self._busy: set[StepShape] = set()
         self._lock = threading.Lock()
 
@@ -278,7 +279,11 @@ class CapturedDecoder:
             config = torch._dynamo.config
             config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
             config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
-            return step, torch.compile(step, fullgraph=True, dynamic=False, mode=self.mode)
+            # Several rows on the CPU: Inductor's freezing packs the weights for oneDNN, as the eager batch's
+            # invariant kernels do (a copy of the weights per such graph); one row reads them as they are.
+            freeze = shape.rows > 1 and self.model.device.type == "cpu" and self.mode is None
+            options = {"freezing": True} if freeze else None
+            return step, torch.compile(step, fullgraph=True, dynamic=False, mode=self.mode, options=options)
         if self.backend == "cudagraph":
             return step, CudaGraphStep(step)
         return step, step
@@ -294,6 +299,10 @@ class CapturedDecoder:
                 got = self._steps.get(shape)
                 if got is None:
                     got = self._steps[shape] = self.build(shape)
+                    idle = [s for s in self._steps if s not in self._busy]
+                    for old in idle[: max(0, len(self._steps) - MAX_STEPS)]:  # least recently used first
+                        del self._steps[old]  # its cache rows go (its graph stays in dynamo's cache)
+                self._steps.move_to_end(shape)
         try:
             yield got
         finally:
@@ -412,7 +421,7 @@ def _steps(
                     residual = captures.pick_residual(captures.residual_rows(recorder), 0)
             else:
                 out = run(noise)[row]
-            told = out.to("cpu", copy=True).numpy()  # the step's one transfer to the host
+            told = out.cpu().numpy()  # the step's one transfer to the host (read before the next step writes)
         position = prompt_length + i - 1  # the query this step fed (step 0: the prompt's last)
         cache.written_to(prompt_length + i)
         if i > 0 and shape.capture.layers:

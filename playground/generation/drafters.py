@@ -106,8 +106,8 @@ def first_layers(model: nn.Module, k: int) -> nn.Module:
 def rewindable_cache(module: nn.Module, layers: int, batch: int, max_tokens: int) -> KVCache:
     """A KV cache that can rewind: every layer stores all its positions (no sliding-window rings: a ring
     overwrites positions that a rejected draft would need back; attention still applies each layer's window)."""
-    c, weight = module.config, module
+    c = module.config
     return KVCache(
         layers=layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-        query_heads=c.n_heads, dtype=weight.dtype, device=weight.device,
+        query_heads=c.n_heads, dtype=module.dtype, device=module.device,
     )

@@ -142,16 +142,16 @@ class DecoderLM(LaidOut):
     ) -> KVCache | PolicyCache:
         """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`;
         with `policy`, a `PolicyCache` carrying out that run's eviction, quantisation or RoPE scaling."""
-        c, p = self.config, self
+        c = self.config
         if policy is not None:
             return PolicyCache(
                 policy, layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                max_tokens=max_tokens, query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+                max_tokens=max_tokens, query_heads=c.n_heads, dtype=self.dtype, device=self.device,
                 windows=[k.window for k in self.layer_kinds],
             )
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-            query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
+            query_heads=c.n_heads, dtype=self.dtype, device=self.device, windows=[k.window for k in self.layer_kinds],
             pool=pool,
         )
 

@@ -155,12 +155,6 @@ class PolicyCache:
         """Whether the layer's attention probabilities must be computed (heavy hitters accumulate them)."""
         return self.kinds[layer] == "evict" and self.params[layer][2] > 0
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """As `KVCache.write` (the plain layers' interface); other layers go through `write_masked`."""
-        keys, values, _, _ = self.write_masked(layer, start, k, v, ordered=ordered)
-        return keys, values
-
     def write_masked(
         self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:

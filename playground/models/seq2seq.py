@@ -171,11 +171,11 @@ class EncoderDecoderLM(LaidOut):
     # --- decoder
     def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> Seq2SeqCache:
         """The decoder's caches for `batch` rows: self-attention buffers of its own, or rows of `pool`."""
-        c, p = self.config, self
+        c = self.config
         return Seq2SeqCache(
             KVCache(
                 layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-                query_heads=c.n_heads, dtype=p.dtype, device=p.device, pool=pool,
+                query_heads=c.n_heads, dtype=self.dtype, device=self.device, pool=pool,
             )
         )
 

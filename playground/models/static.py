@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from playground.interventions import Ablate, Intervention, Patch, Steer
 from playground.models.attention import attend, attend_padded
@@ -159,9 +158,9 @@ class StaticRows(Batch):
 
     def _by_position(self, weights: torch.Tensor, ring: bool) -> torch.Tensor:
         """(R, h, width) weights by slot -> (R, h, length) by absolute position (0 where nothing is held)."""
+        if not ring:  # slots are positions, `length` of them
+            return weights
         width = weights.shape[-1]
-        if not ring:
-            return F.pad(weights, (0, self.length - width)) if width < self.length else weights
         position = torch.arange(self.length, device=weights.device)
         held = (position[None, :] <= self.positions[:, None]) & (position[None, :] > self.positions[:, None] - width)
         return weights[:, :, position % width] * held[:, None, :].to(weights.dtype)

@@ -216,10 +216,10 @@ class OursCaptured:
         for ids in batch:
             row, cache = step.start(ids, len(ids) + n, RowKnobs())
             told = step.first(row, model(torch.tensor([ids], device=dev), cache, last_only=True)[:, -1].float(), None)
-            tokens[len(rows)].append(int(told.to("cpu", copy=True)[0, 0]))
+            tokens[len(rows)].append(int(told.cpu()[0, 0]))
             rows.append(row)
         for _ in range(n - 1):
-            told = self.fn(None).to("cpu", copy=True)
+            told = self.fn(None).cpu()
             for i, row in enumerate(rows):
                 tokens[i].append(int(told[row, 0]))
         for row in rows:

@@ -304,3 +304,36 @@ def test_a_row_of_a_bucket_decodes_bitwise_alike_whoever_its_neighbours(llama, o
     for i in range(4):
         alone = decode([i])
         assert all(torch.equal(a, b) for a, b in zip(alone[i], together[i])), i
+
+
+def test_a_model_keeps_its_last_eight_step_shapes(llama, one_thread):
+    from playground.generation.captured import MAX_STEPS
+
+    fast = captured(llama)
+    configs = [GenerationConfig(max_new_tokens=2, top_candidates=n) for n in range(MAX_STEPS + 2)]
+    for cfg in configs:
+        assert generate_all(fast, PROMPT, cfg).decoding["captured"]
+    kept = fast.captured.shapes
+    assert len(kept) == MAX_STEPS and [s.candidates for s in kept] == list(range(2, MAX_STEPS + 2))
+    generate_all(fast, PROMPT, configs[2])  # used again: the most recent now
+    assert fast.captured.shapes[-1].candidates == 2 and len(fast.captured.shapes) == MAX_STEPS
+
+
+def test_the_step_keeps_every_tensor_on_the_models_device(tmp_path_factory, one_thread):
+    """On a (fake) CUDA device, which refuses CPU tensors beside CUDA ones as a GPU does: a sampled, edited
+    run with the live capture through the step builds nothing on the wrong device, and decodes as eager."""
+    from tests.fake_cuda import CudaTensor, fake_cuda
+
+    cpu = load(tmp_path_factory, "gemma3-sliding-local-rope")  # rings, local RoPE, sandwich norms
+    c = cpu.config
+    cfg = GenerationConfig(max_new_tokens=8, temperature=0.8, top_k=10, top_p=0.9, repetition_penalty=1.2, seed=3,
+                           capture_attention=True, capture_residual=True,
+                           interventions=(Ablate(0, head=1), Steer(0, vector=[0.1] * c.d_model, scale=1.0),
+                                          Patch(1, position=len(PROMPT) + 1, value=[0.0] * c.d_model)))
+    with fake_cuda():
+        model = playground.load_model(cpu.path).model.to(torch.device("cuda", 0))
+        assert isinstance(model.embed.weight, CudaTensor)
+        lm = dataclasses.replace(cpu, model=model, device=torch.device("cuda", 0))
+        eager, got = generate_all(lm, PROMPT, cfg), generate_all(captured(lm), PROMPT, cfg)
+    assert got.decoding["captured"] and got.token_ids == eager.token_ids
+    assert np.allclose([e.prob for e in got.steps], [e.prob for e in eager.steps], rtol=0, atol=1e-5)

@@ -61,3 +61,20 @@ def test_compiled_runs_break_no_graph_and_compile_once_per_shape(pair, one_threa
     assert _graphs() == 0 and dict(counters["graph_break"]) == {}
     assert len(compiled.captured.shapes) == 2
     assert np.isfinite([e.prob for e in got.steps]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_compiled_decodes_as_eager(tmp_path_factory, one_thread, name):
+    """Every decoder family through torch.compile (half a minute or more each on 2 cores): greedy tokens
+    equal, probabilities within 1e-5, no graph break, one graph."""
+    family, kwargs = FAMILIES[name]
+    directory = tmp_path_factory.mktemp(name)
+    save_decoder(directory, family, kwargs, init_std=0.1)
+    eager, compiled = playground.load_model(directory), playground.load_model(directory, compile=True)
+    prompt = PROMPT[:4] if name == "phi3-longrope" else PROMPT  # before longrope's switch
+    cfg = GenerationConfig(max_new_tokens=10, top_candidates=3)
+    counters.clear()
+    got = generate_all(compiled, prompt, cfg)
+    assert got.decoding["captured"] and dict(counters["graph_break"]) == {} and _graphs() == 1
+    assert_same_run(generate_all(eager, prompt, cfg), got)
