@@ -34,9 +34,6 @@ class Capture:
     layers: tuple[int, ...] = ()
     residual: bool = False
 
-    def __bool__(self) -> bool:
-        return bool(self.layers) or self.residual
-
 
 # One edit of a step: ("heads", layer) or ("mlp", layer) (ablations), ("steer", layer) or ("patch", layer),
 # each the nth of its kind on that layer, in the order a run lists them (the order hooks would apply them).
@@ -99,7 +96,8 @@ class StaticRows(Batch):
     """One token per row (R, 1) at `positions` (R,), against `keys`/`values` per layer (R, h_kv, width, d).
 
     `rings[layer]`: that layer keeps its sliding window in a ring of `width` slots (position p in slot
-    p % width); `buffers`: the step's module, whose tensors (edits) it reads by name."""
+    p % width); `buffers(name)`: the step's edit tensors by name (`Edits`); `long_rope`: longrope's long
+    table (a run past the original context from its prompt on)."""
 
     def __init__(
         self, ids: torch.Tensor, positions: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
