@@ -60,9 +60,10 @@ def load_model(
     can take longer than the weights). `compile=True`: decode steps run captured, through
     `torch.compile(fullgraph=True)` on the model's device (`generation.captured`; each step shape compiles
     on its first run; on CUDA replayed as CUDA graphs), where a run allows it; the rest decodes eagerly and
-    says why. A backend by name: "inductor" (what True means), "cudagraph" (CUDA graphs captured by hand, no
-    compiler: ZeroGPU's way; a model on the CPU then decodes as usual), "eager" (the captured step uncompiled). None: $PLAYGROUND_COMPILE (1 or a
-    backend; unset, empty or 0: off), which `python app.py --compile` sets for every model it loads.
+    says why. A backend by name: "inductor" (what True means), "cudagraph" (CUDA graphs captured by hand,
+    no compiler: ZeroGPU's way; a model on the CPU then decodes as usual), "eager" (the captured step
+    uncompiled). None: $PLAYGROUND_COMPILE (1 or a backend; unset, empty or 0: off), which
+    `python app.py --compile` sets for every model it loads.
     """
     started = time.perf_counter()
     limits = limits or Limits.default()
