@@ -28,6 +28,9 @@ float32 numbers that captures keep):
                      layer's (h, T, T) maps (and (h, T, P) cross, (h, P, P) encoder): in e and float32
     tokens           the token buffers of the stepper and beam search: 4·B·T·8
     runtime          32 MiB of allocator and interpreter slack
+    draft_cache      speculative decoding with a model drafter (a second model, or the target's first K layers):
+                     its own rewindable cache, 2·L_d·h_kv,d·T_d·d_h,d·e_d with T_d = min(T + K, its context)
+    draft_activations that drafter's first pass reads the whole prompt: P·width_d·e_d + 8·V·4
 
 Parts live in phases (`PHASES`: the prefill, the decoding steps, the final maps after the run) and
 the request's peak is its largest phase. The model itself (`LoadedModel.resident_bytes`: weights, position tables, module objects, counted at
@@ -37,7 +40,7 @@ calls `check_request` for every run, so the CLI, `generate`, `generate_all` and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from playground.checkpoints.limits import Limits, human_bytes
 from playground.config import ModelConfig
@@ -49,6 +52,17 @@ F32 = 4
 
 class BudgetError(SettingsError):
     """A request that would not fit the memory budget; the message gives the numbers and the knob."""
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A model drafter's share of a run (speculative decoding): the drafting model's config and element size, the
+    layers it runs (all of a second model's, K of the target's) and the positions its own cache holds."""
+
+    config: ModelConfig
+    element_size: int
+    layers: int
+    positions: int
 
 
 @dataclass(frozen=True)
@@ -67,12 +81,15 @@ class Request:
     capture_residual: bool = False
     final_maps: bool = False  # attention maps over the whole final sequence (generate_all, the panels)
     final_layers: tuple[int, ...] | None = None  # the layers those maps cover (None: every layer)
+    draft: DraftShape | None = field(default=None, compare=False)  # a model drafter's cache and passes
 
     @classmethod
-    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False) -> Request:
+    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False,
+           draft: DraftShape | None = None) -> Request:
         layers = None if cfg.attention_layers is None else tuple(cfg.attention_layers)
         return cls(prompt_tokens, prefix_tokens, cfg.max_new_tokens, cfg.num_beams, 1, cfg.use_cache,
-                   cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps)
+                   cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps,
+                   draft=draft)
 
     @property
     def rows(self) -> int:
@@ -114,9 +131,10 @@ def _recorded(layers: tuple[int, ...] | None, count: int) -> int:
 
 # Phases of a run, and the parts alive in each: the run's peak is the largest phase.
 PHASES: dict[str, tuple[str, ...]] = {
-    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "tokens", "runtime"),
-    "decode": ("kv_cache", "cross_cache", "activations", "prompt_maps", "attention_rows", "residual", "tokens",
-               "runtime"),
+    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "draft_cache", "tokens",
+                "runtime"),
+    "decode": ("kv_cache", "cross_cache", "activations", "prompt_maps", "attention_rows", "residual", "draft_cache",
+               "draft_activations", "tokens", "runtime"),
     "final": ("final_maps", "prompt_maps", "attention_rows", "residual", "tokens", "runtime"),
 }
 RUNTIME_BYTES = 32 * 1024**2  # allocator and interpreter slack, measured at 10-15 MiB on small runs
@@ -180,6 +198,12 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
         maps = nd * h * final * final + ((ne * enc.n_heads * P * P + nd * h * final * P) if seq2seq else 0)
         parts["final_maps"] = maps * (e + F32) + 3 * h * max(final, P) ** 2 * F32
 
+    if r.draft is not None:
+        dc, de = r.draft.config, r.draft.element_size
+        parts["draft_cache"] = 2 * r.draft.layers * dc.n_kv_heads * r.draft.positions * dc.head_dim * de
+        window = dc.sliding_window is not None and P > dc.sliding_window
+        parts["draft_activations"] = P * _width(dc) * de + 8 * dc.vocab_size * F32 + (6 * P * P if window else 0)
+
     parts["tokens"] = 4 * B * T * 8
     return {name: value for name, value in parts.items() if value}
 
@@ -208,6 +232,8 @@ def _knob(part: str, r: Request) -> str:
         "prompt_attention": "turn prompt attention capture off, record fewer layers or use a shorter prompt",
         "final_maps": "turn attention capture off or use a shorter prompt",
         "residual": "turn the residual-stream capture off or ask for fewer new tokens",
+        "draft_cache": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
+        "draft_activations": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
     }.get(part, fewer)
 
 

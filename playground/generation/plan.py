@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from playground.config import ModelConfig
-from playground.generation.budget import Request, check_request
+from playground.generation.budget import DraftShape, Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.speculative import DraftSpec, resolve_draft
@@ -115,10 +115,18 @@ class Plan:
     policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
     precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
     draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
+    request: Request | None = None  # what the run will hold (generation.budget): checked here, admitted by the batch
 
     @property
     def max_length(self) -> int:
         return len(self.prefix_ids) + self.cfg.max_new_tokens
+
+    def memory_request(self) -> Request:
+        """The run's memory shape: the one the plan was checked with (a plan built by hand: from its settings)."""
+        if self.request is not None:
+            return self.request
+        return Request.of(self.cfg, len(self.prompt_ids), len(self.prefix_ids),
+                          draft=draft_shape(self.draft, self.max_length, self.cfg.draft_tokens))
 
 
 def as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> list[int]:
@@ -208,8 +216,11 @@ def assemble(
     ids = list(ids[len(ids) - fit.keep :])
     cfg = cfg.replace(max_new_tokens=fit.max_new_tokens) if fit.max_new_tokens != cfg.max_new_tokens else cfg
     prefix = stepper.decoder_prefix(c, ids) + forced
-    check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
+    draft = resolve_draft(lm, cfg)
+    request = Request.of(cfg, len(ids), len(prefix), final_maps=final_maps,
+                         draft=draft_shape(draft, max_length, cfg.draft_tokens))
+    check_request(lm, request)
     config_bos, config_eos = (_forceable(c, name, notes) for name in ("forced_bos_token_id", "forced_eos_token_id"))
     forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else config_bos
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
@@ -217,7 +228,17 @@ def assemble(
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
     return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision,
-                resolve_draft(lm, cfg))
+                draft, request)
+
+
+def draft_shape(draft: DraftSpec | None, max_length: int, draft_tokens: int) -> DraftShape | None:
+    """What a model drafter holds beside the run (`speculative.ModelDrafter`: its own cache of the run's positions
+    plus one draft, within its context); None for prompt lookup or no draft."""
+    if draft is None or draft.module is None:
+        return None
+    config = draft.module.config
+    element_size = draft.module.embed.weight.element_size()  # its cache's dtype (drafters.rewindable_cache)
+    return DraftShape(config, element_size, draft.layers, min(max_length + draft_tokens, config.max_positions))
 
 
 def context_limit(lm: LoadedModel, cfg: GenerationConfig) -> int | None:
