@@ -28,6 +28,10 @@ float32 numbers that captures keep):
                      layer's (h, T, T) maps (and (h, T, P) cross, (h, P, P) encoder): in e and float32
     tokens           the token buffers of the stepper and beam search: 4·B·T·8
     runtime          32 MiB of allocator and interpreter slack
+    policy_scratch   an evicting KV policy (`kv_window` shorter than the run) masks its prompt pass per query: 4·P²
+                     booleans and SDPA's float copy, 4·P²; with heavy hitters (`kv_heavy`) it computes the explicit
+                     softmax, in query chunks of at most `POLICY_SCRATCH_BYTES` of scores (`models.kv_policy`):
+                     three (h, c, P) float32 blocks (scores, masked, softmax)
     draft_cache      speculative decoding with a model drafter (a second model, or the target's first K layers):
                      its own rewindable cache, 2·L_d·h_kv,d·T_d·d_h,d·e_d with T_d = min(T + K, its context)
     draft_activations that drafter's first pass reads the whole prompt: P·width_d·e_d + 8·V·4
@@ -46,6 +50,7 @@ from playground.checkpoints.limits import Limits, human_bytes
 from playground.config import ModelConfig
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.loaded import LoadedModel
+from playground.models.kv_policy import policy_chunk
 
 F32 = 4
 
@@ -81,6 +86,8 @@ class Request:
     capture_residual: bool = False
     final_maps: bool = False  # attention maps over the whole final sequence (generate_all, the panels)
     final_layers: tuple[int, ...] | None = None  # the layers those maps cover (None: every layer)
+    policy_window: int | None = None  # an evicting KV policy's window (its prompt pass masks every query)
+    policy_heavy: int = 0  # its heavy hitters (the prompt pass scores every key explicitly)
     draft: DraftShape | None = field(default=None, compare=False)  # a model drafter's cache and passes
 
     @classmethod
@@ -89,7 +96,7 @@ class Request:
         layers = None if cfg.attention_layers is None else tuple(cfg.attention_layers)
         return cls(prompt_tokens, prefix_tokens, cfg.max_new_tokens, cfg.num_beams, 1, cfg.use_cache,
                    cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps,
-                   draft=draft)
+                   policy_window=cfg.kv_window, policy_heavy=cfg.kv_heavy or 0, draft=draft)
 
     @property
     def rows(self) -> int:
@@ -131,8 +138,8 @@ def _recorded(layers: tuple[int, ...] | None, count: int) -> int:
 
 # Phases of a run, and the parts alive in each: the run's peak is the largest phase.
 PHASES: dict[str, tuple[str, ...]] = {
-    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "draft_cache", "tokens",
-                "runtime"),
+    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "policy_scratch", "draft_cache",
+                "tokens", "runtime"),
     "decode": ("kv_cache", "cross_cache", "activations", "prompt_maps", "attention_rows", "residual", "draft_cache",
                "draft_activations", "tokens", "runtime"),
     "final": ("final_maps", "prompt_maps", "attention_rows", "residual", "tokens", "runtime"),
@@ -198,6 +205,11 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
         maps = nd * h * final * final + ((ne * enc.n_heads * P * P + nd * h * final * P) if seq2seq else 0)
         parts["final_maps"] = maps * (e + F32) + 3 * h * max(final, P) ** 2 * F32
 
+    if r.policy_window is not None and r.use_cache and not seq2seq and r.policy_window < T:
+        parts["policy_scratch"] = 8 * P * P  # the prompt pass's masks (one row: beam search prefills one)
+        if r.policy_heavy:
+            parts["policy_scratch"] += 3 * h * min(P, policy_chunk(h, P)) * P * F32
+
     if r.draft is not None:
         dc, de = r.draft.config, r.draft.element_size
         parts["draft_cache"] = 2 * r.draft.layers * dc.n_kv_heads * r.draft.positions * dc.head_dim * de
@@ -232,6 +244,7 @@ def _knob(part: str, r: Request) -> str:
         "prompt_attention": "turn prompt attention capture off, record fewer layers or use a shorter prompt",
         "final_maps": "turn attention capture off or use a shorter prompt",
         "residual": "turn the residual-stream capture off or ask for fewer new tokens",
+        "policy_scratch": "use a shorter prompt or a KV window without heavy hitters",
         "draft_cache": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
         "draft_activations": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
     }.get(part, fewer)

@@ -193,10 +193,12 @@ class SelfAttention(nn.Module):
         B, h, T, d = q.shape
         keep = recorder is not None and recorder.wants(layer)
         k, v, mask, positions = cache.write_masked(layer, start, k, v)
-        need = keep or cache.wants_weights(layer)
         # mask None only for one new token that sees every key held; several new tokens always bring a mask
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=need)
-        cache.after_attention(layer, weights if cache.wants_weights(layer) else None)
+        if cache.wants_weights(layer) and not keep:  # heavy hitters: scored in chunks of bounded memory
+            out, weights = cache.attend_scored(layer, q, k, v, mask, self.scale, attend), None
+        else:
+            out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=keep)
+            cache.after_attention(layer, weights if cache.wants_weights(layer) else None)
         if keep:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
             full = weights.new_zeros((B, h, T, start + T))
             recorder.record_attention(kind, layer, full.scatter_(3, positions[:, None, None].expand(-1, h, T, -1), weights))

@@ -14,7 +14,7 @@ import playground
 from playground.checkpoints.limits import Limits
 from playground.config import ModelConfig
 from playground.generation.batch import Scheduler
-from playground.generation.budget import BudgetError, estimate_request, peak_bytes
+from playground.generation.budget import BudgetError, Request, estimate_request, peak_bytes
 from playground.generation.plan import plan
 from tests.library.test_hostile import _random_checkpoint
 
@@ -98,3 +98,61 @@ def test_the_estimate_of_a_drafted_run_bounds_its_real_peak(target_and_wide_draf
     estimate = peak_bytes(estimate_request(target.config, 4, p.memory_request()))[0]
     assert grown <= estimate, (grown / MIB, estimate / MIB)
     assert estimate < 3 * grown, (grown / MIB, estimate / MIB)  # an upper bound, not a wild one
+
+
+# --- row 6: a heavy-hitter policy's attention ------------------------------------------------------------
+
+_PEAK_OF_A_HEAVY_HITTER_RUN = """
+import sys
+import playground
+lm = playground.load_model(sys.argv[1])
+cfg = playground.GenerationConfig(max_new_tokens=4, kv_window=64, kv_heavy=8, top_candidates=0)
+playground.generate_all(lm, [1 + i % 299 for i in range(80)], cfg)  # warm: first-call allocations are not the run's
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+playground.generate_all(lm, [1 + i % 299 for i in range(1500)], cfg)
+print(status("VmHWM") - before)
+"""
+
+
+def test_a_heavy_hitter_runs_prompt_pass_stays_within_its_estimate(tmp_path):
+    """Round 5: kv_window=64&kv_heavy=8 on a 1.3 MB upload of 64 heads over a 2,000-token prompt computed the
+    explicit (h, P, P) softmax, which the estimate counted only when attention was recorded: +1.98 GiB against
+    0.95 GiB (256 heads: about 8 GiB from a 7 MB file). Scaled down: 16 heads, 1,500 tokens, 430 MiB of scores."""
+    path = decoder(tmp_path / "heads.safetensors", d_model=64, n_layers=2, n_heads=16, d_ff=128)
+    out = subprocess.run([sys.executable, "-c", _PEAK_OF_A_HEAVY_HITTER_RUN, str(path)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    grown = int(out.stdout.split()[-1])
+    cfg = playground.GenerationConfig(max_new_tokens=4, kv_window=64, kv_heavy=8, top_candidates=0)
+    parts = estimate_request(playground.load_model(path).config, 4, Request.of(cfg, 1500, 1500))
+    scores = 16 * 1500 * 1500 * 4  # one (h, P, P) float32 block: 137 MiB
+    assert grown <= peak_bytes(parts)[0] < scores, (grown / MIB, peak_bytes(parts)[0] / MIB)
+    assert parts["policy_scratch"] >= 8 * 1500 * 1500  # the prompt pass's masks, and the chunks' scores
+
+
+def test_chunked_heavy_hitters_keep_the_unchunked_numbers(tmp_path, monkeypatch):
+    """Each query's softmax is its own row: in chunks, the same tokens, the same kept positions, probabilities
+    within float32 (the weights' sum runs in another order). Grouped-query heads, sinks and a window."""
+    from playground.models import kv_policy
+
+    path = decoder(tmp_path / "gqa.safetensors", d_model=64, n_layers=2, n_heads=8, n_kv_heads=2, d_ff=128)
+    lm = playground.load_model(path)
+    prompt = [1 + (7 * i) % 299 for i in range(400)]
+    cfg = playground.GenerationConfig(max_new_tokens=12, kv_window=48, kv_sink=4, kv_heavy=16, top_candidates=5)
+    whole = playground.generate_all(lm, prompt, cfg)
+    monkeypatch.setattr(kv_policy, "POLICY_SCRATCH_BYTES", 8 * 400 * 4 * 37)  # chunks of 37 queries
+    assert kv_policy.policy_chunk(8, 400) == 37
+    chunked = playground.generate_all(lm, prompt, cfg)
+    assert chunked.token_ids == whole.token_ids
+    assert chunked.cache["policy"] == whole.cache["policy"]
+    assert [layer.get("positions") for layer in chunked.cache["per_layer"]] == [
+        layer.get("positions") for layer in whole.cache["per_layer"]]
+    for a, b in zip(chunked.steps, whole.steps, strict=True):
+        assert a.prob == pytest.approx(b.prob, abs=1e-5)
+        assert [c.token_id for c in a.candidates] == [c.token_id for c in b.candidates]
+        assert [c.logit for c in a.candidates] == pytest.approx([c.logit for c in b.candidates], abs=1e-4)
