@@ -137,7 +137,9 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
         cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
     if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
         notes.append(note("pace_capped", ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
-    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes)
+    # a precision copy is built as a job, slice by slice on the torch thread (never on this worker)
+    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes,
+                 build=lambda steps: serving.call_sliced(steps, owner=session.key))
     run = Run(
         token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
         prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),

@@ -113,6 +113,8 @@ class RequestEstimate:
     parts: dict[str, int]  # bytes per term (see the module docstring), zero terms left out
     resident: int  # the model itself
     budget: int
+    copy: int = 0  # a copy of the model at another weight precision the run needs (models.variants.copy_bytes)
+    copy_name: str = ""  # that precision
 
     @property
     def request(self) -> int:
@@ -125,7 +127,7 @@ class RequestEstimate:
 
     @property
     def total(self) -> int:
-        return self.resident + self.request
+        return self.resident + self.copy + self.request
 
     @property
     def fits(self) -> bool:
@@ -255,27 +257,35 @@ def _describe(r: Request) -> str:
     return f"beam {r.num_beams} × ({tokens})" if r.num_beams > 1 else f"a {tokens}"
 
 
-def check_request(lm: LoadedModel, request: Request) -> RequestEstimate:
+def check_request(lm: LoadedModel, request: Request, copy: tuple[str, int] | None = None) -> RequestEstimate:
     """Estimate `request` on `lm`; raise BudgetError (one line: the numbers and the knob) if the model
-    plus the request would exceed `lm.limits.memory_budget_bytes`."""
+    plus the request would exceed `lm.limits.memory_budget_bytes`. `copy`: (precision, bytes) of the copy of
+    the model the run decodes with (weight_precision), checked before it is built."""
     limits = lm.limits or Limits.default()
     element_size = lm.dtype.itemsize
+    name, extra = copy if copy is not None else ("", 0)
     estimate = RequestEstimate(estimate_request(lm.config, element_size, request), lm.resident_bytes,
-                               limits.memory_budget_bytes)
+                               limits.memory_budget_bytes, extra, name)
     if estimate.fits:
         return estimate
-    if estimate.resident > estimate.budget:
+    model = f"the model {human_bytes(estimate.resident)}" + (f", its {name} copy {human_bytes(extra)}" if extra else "")
+    if estimate.resident + extra > estimate.budget:
+        if extra:
+            raise BudgetError(
+                f"the model ({human_bytes(estimate.resident)}) and its {name} copy ({human_bytes(extra)}) take "
+                f"{human_bytes(estimate.resident + extra)} but the memory budget is {human_bytes(estimate.budget)}: "
+                f"run it at its own precision, or load a smaller model (or raise PLAYGROUND_MEMORY_BUDGET_BYTES)"
+            )
         raise BudgetError(
             f"the model alone takes {human_bytes(estimate.resident)} but the memory budget is "
             f"{human_bytes(estimate.budget)}: load a smaller model (or raise PLAYGROUND_MEMORY_BUDGET_BYTES)"
         )
     phase = PHASES[estimate.peak_phase]
     ranked = sorted(((k, v) for k, v in estimate.parts.items() if k in phase and k != "runtime"), key=lambda kv: -kv[1])
-    detail = ", ".join(f"{name.replace('_', ' ')} {human_bytes(value)}" for name, value in ranked[:3])
+    detail = ", ".join(f"{part.replace('_', ' ')} {human_bytes(value)}" for part, value in ranked[:3])
     raise BudgetError(
-        f"{_describe(request)} needs {human_bytes(estimate.total)} ({detail}, the model "
-        f"{human_bytes(estimate.resident)}), the budget is {human_bytes(estimate.budget)}: "
-        f"{_knob(ranked[0][0], request)}"
+        f"{_describe(request)} needs {human_bytes(estimate.total)} ({detail}, {model}), the budget is "
+        f"{human_bytes(estimate.budget)}: {_knob(ranked[0][0], request)}"
     )
 
 

@@ -6,6 +6,7 @@ the engine applies it strictly (refuse, or truncate when asked), the app lenient
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
-from playground.models.variants import variant
+from playground.models.variants import VARIANTS, Builder, copy_bytes, run_here, variant
 from playground.notes import Note
 
 
@@ -191,14 +192,15 @@ def assemble(
     notes: Sequence[Note] = (),
     *,
     final_maps: bool = False,
+    build: Builder | None = None,
 ) -> Plan:
     """The plan of settings already checked and fitted to the context (by `plan`'s strict pass, or by the
     app's lenient one, `playground.app.limits.lenient`): nothing about them is checked again here but
-    what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget)."""
-    precision = None
-    if cfg.weight_precision is not None:  # the run's model is the cached variant; `lm` itself never changes
-        chosen = variant(lm, cfg.weight_precision)
-        lm, precision = chosen.lm, chosen.to_dict()
+    what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget).
+
+    With weight_precision the run decodes with a copy of the model at that precision (`models.variants`): the
+    copy's bytes are checked with the run before it is built; `build` runs its building steps (the app: a job
+    on the torch thread between the batch's steps; default: here). `lm` itself never changes."""
     c = lm.config
     stepper = stepper_class(lm.kind)
     forced = [int(i) for i in forced_prefix]
@@ -217,10 +219,28 @@ def assemble(
     cfg = cfg.replace(max_new_tokens=fit.max_new_tokens) if fit.max_new_tokens != cfg.max_new_tokens else cfg
     prefix = stepper.decoder_prefix(c, ids) + forced
     max_length = len(prefix) + cfg.max_new_tokens
+
+    def request_on(model: LoadedModel) -> Request:
+        shape = draft_shape(resolve_draft(model, cfg), max_length, cfg.draft_tokens)
+        return Request.of(cfg, len(ids), len(prefix), final_maps=final_maps, draft=shape)
+
+    precision, base = None, lm
+    if cfg.weight_precision is None:
+        request = request_on(lm)
+        check_request(lm, request)
+    else:
+        copy = (cfg.weight_precision, copy_bytes(lm, cfg.weight_precision))
+        fits = check_request(lm, request_on(lm), copy)  # before any weight is copied
+        room = fits.budget - fits.resident - fits.request  # what the cached copies may hold beside the model and run
+        chosen = variant(lm, cfg.weight_precision, run=build or run_here, room=room)
+        lm, precision = chosen.lm, chosen.to_dict()
+        request = request_on(lm)
+        try:  # the copy's own dtype and drafter, the model's own resident bytes and the copy's
+            check_request(dataclasses.replace(lm, resident_bytes=base.resident_bytes), request, copy)
+        except SettingsError:
+            VARIANTS.discard(base, cfg.weight_precision)  # refused: the copy is not kept for later runs
+            raise
     draft = resolve_draft(lm, cfg)
-    request = Request.of(cfg, len(ids), len(prefix), final_maps=final_maps,
-                         draft=draft_shape(draft, max_length, cfg.draft_tokens))
-    check_request(lm, request)
     config_bos, config_eos = (_forceable(c, name, notes) for name in ("forced_bos_token_id", "forced_eos_token_id"))
     forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else config_bos
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import playground
-from playground.checkpoints.limits import Limits
+from playground.checkpoints.limits import Limits, human_bytes
 from playground.config import ModelConfig
 from playground.generation.batch import Scheduler
 from playground.generation.budget import BudgetError, Request, estimate_request, peak_bytes
@@ -156,3 +156,125 @@ def test_chunked_heavy_hitters_keep_the_unchunked_numbers(tmp_path, monkeypatch)
         assert a.prob == pytest.approx(b.prob, abs=1e-5)
         assert [c.token_id for c in a.candidates] == [c.token_id for c in b.candidates]
         assert [c.logit for c in a.candidates] == pytest.approx([c.logit for c in b.candidates], abs=1e-4)
+
+
+# --- row 5: a precision copy -----------------------------------------------------------------------------
+
+
+def _storages(model) -> dict[int, int]:
+    """Every tensor storage a model holds (parameters, buffers, a tied head's copy, low-precision weights): ptr ->
+    bytes."""
+    from playground.models.layers import TiedHead
+    from playground.models.low_precision import LowPrecisionHead, LowPrecisionLinear
+
+    held = {}
+    tensors = list(model.parameters()) + list(model.buffers())
+    for module in model.modules():
+        if isinstance(module, LowPrecisionLinear):
+            tensors.append(module.matmul.packed if module.matmul.packed is not None else module.matmul.weight)
+        for value in vars(module).values():
+            if isinstance(value, LowPrecisionHead):
+                tensors.append(value.matmul.packed if value.matmul.packed is not None else value.matmul.weight)
+            elif isinstance(value, TiedHead) and value._copy is not None:
+                tensors.append(value._copy)
+    for t in tensors:
+        if t.is_mkldnn:  # oneDNN's packed weight: an opaque tensor, no storage to read
+            held[id(t)] = t.numel() * t.element_size()
+        else:
+            held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return held
+
+
+def _copy_held(lm, precision: str) -> int:
+    """The bytes a built copy holds beyond `lm` after a pass (a tied head makes its copy on the first pass)."""
+    import torch
+
+    from playground.models.variants import variant
+
+    built = variant(lm, precision)
+    with torch.inference_mode():
+        built.lm.model(torch.tensor([[1, 2, 3]]), None, None)
+    base = _storages(lm.model)
+    return sum(n for ptr, n in _storages(built.lm.model).items() if ptr not in base)
+
+
+@pytest.fixture
+def llama(tmp_path):
+    from playground.models import variants
+
+    variants.VARIANTS.clear()
+    yield playground.load_model(decoder(tmp_path / "m.safetensors", d_model=64, n_layers=2, n_heads=4, d_ff=128))
+    variants.VARIANTS.clear()
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4", "float16", "bfloat16"])
+def test_a_precision_copy_is_known_before_it_is_built(llama, precision):
+    """`copy_bytes` from the shapes alone, against what the built copy really holds after a pass."""
+    from playground.models.variants import copy_bytes, variant
+
+    expected = copy_bytes(llama, precision)
+    own = _copy_held(llama, precision)
+    if variant(llama, precision).compute == precision:  # native products: oneDNN's packed layout may pad a little
+        assert expected <= own <= 1.1 * expected, (own, expected)
+    else:
+        assert own == expected
+
+
+def test_a_precision_copy_that_does_not_fit_is_refused_before_it_is_built(llama):
+    """Round 5: forking int8 and int4 of a 545-680 MB upload under a 954 MiB budget built each float32 copy on a
+    Gradio worker before the budget check, refused it and kept it (+1.3-1.5 GiB after two refusals), and the
+    refusal said "the model alone takes 1.0 GiB"."""
+    from playground.models import variants
+
+    copy = _copy_held(llama, "int8")  # what a built copy holds (copy_bytes says it before building: above)
+    variants.VARIANTS.clear()
+    cfg = playground.GenerationConfig(max_new_tokens=4, weight_precision="int8")
+    run = peak_bytes(estimate_request(llama.config, 4, plan(llama, [1, 2, 3], cfg.replace(weight_precision=None))
+                                      .memory_request()))[0]
+
+    def within(budget: int):
+        return llama.__class__(**{**llama.__dict__, "limits": Limits(GIB, budget)})
+
+    tight = within(llama.resident_bytes + run + copy // 2)
+    plan(tight, [1, 2, 3], cfg.replace(weight_precision=None))  # the model and the run fit
+    with pytest.raises(BudgetError) as refused:
+        plan(tight, [1, 2, 3], cfg)
+    assert not variants.VARIANTS._items  # nothing was built, nothing is kept
+    message = str(refused.value)
+    assert f"the model {human_bytes(llama.resident_bytes)}, its int8 copy {human_bytes(copy)}" in message, message
+    small = within(llama.resident_bytes + copy // 2)
+    with pytest.raises(BudgetError, match=f"the model \\({human_bytes(llama.resident_bytes)}\\) and its int8 copy"):
+        plan(small, [1, 2, 3], cfg)
+    assert not variants.VARIANTS._items
+    # Room for the model and one copy: a second precision takes the first one's place.
+    roomy = within(llama.resident_bytes + run + copy + copy // 2)
+    plan(roomy, [1, 2, 3], cfg)
+    assert [k[1] for k in variants.VARIANTS._items] == ["int8"]
+    plan(roomy, [1, 2, 3], cfg.replace(weight_precision="int4"))
+    assert [k[1] for k in variants.VARIANTS._items] == ["int4"]  # evicted under the budget (the count allows 2)
+
+
+def test_the_app_builds_a_precision_copy_on_the_torch_thread_as_a_job(lm, monkeypatch):
+    """The page's run never builds a copy on its Gradio worker: each matrix is one slice of a job of the shared
+    server, on the torch thread, between the batch's steps."""
+    import threading
+
+    from playground.app import play as play_module
+    from playground.app.session import Session
+    from playground.app.settings import UISettings
+    from playground.models import variants
+
+    variants.VARIANTS.clear()
+    threads = []
+    original = variants.rounded_copy
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(variants, "rounded_copy", recorded)
+    settings = UISettings(model="tiny-lm", prompt="ab", max_new_tokens=3, weight_precision="int8")
+    frames = list(play_module.play(Session(key="tab"), lambda name, dtype, owner: lm, settings))
+    assert frames[-1].run is not None and frames[-1].run.finish_reason in ("length", "eos"), frames[-1].error
+    assert threads and all(name.startswith("playground-torch") for name in threads), threads
+    variants.VARIANTS.clear()
