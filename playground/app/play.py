@@ -32,6 +32,7 @@ from playground.app.settings import UISettings, from_query, generation_kwargs, p
 from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, language_token_id
 from playground.generation.plan import Plan, assemble
+from playground.generation.speculative import summary as speculation_summary
 from playground.generation.stepper import stepper_class
 from playground.notes import Note
 
@@ -262,8 +263,9 @@ def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any)
 
 def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str) -> dict[str, Any]:
     """`/generate_text`: the page's press for a link's query (its chat default, caps, clamps, a drawn seed), in a
-    session of its own, read to the end. Returns text, token_ids, finish_reason and the notes in the query's
-    language. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
+    session of its own, read to the end. Returns text, token_ids, finish_reason, the notes in the query's
+    language and, for a drafted run, what speculation did (drafter, proposed, accepted, target passes); None
+    otherwise. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
     params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
     params = {**params, "model": model, "prompt": ""}
     settings, link_notes = from_query(params, UISettings())
@@ -271,7 +273,10 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session = Session(key=owner, lang=settings.lang)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
-    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
+    drafter, missing = draft_model(session, lookup, settings)  # a "model:<name>" draft, as the page finds it
+    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
+    if missing is not None:
+        run.notes.insert(0, missing)
     for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
         pass
     if run.finish_reason == "error":
@@ -279,4 +284,5 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     last = run.events[-1] if run.events else None
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + run.notes, settings.lang)}
+            "notes": render_all(session.link_notes + run.notes, settings.lang),
+            "speculation": speculation_summary(run.events, run.cfg)}
