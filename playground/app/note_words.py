@@ -135,6 +135,13 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
     "quota_full": ("the server's space for uploads is full of models other visitors are using; try again in a while or "
                    "use a model under {room} MiB",
                    "服务器的上传空间已被其他访客正在使用的模型占满;请稍后再试,或使用小于 {room} MiB 的模型"),
+    # --- the queue's places per visitor (playground.app.visitors) ---
+    "queue_client_full": ("{n} calls from your address are already waiting or running: wait for one to finish, then "
+                          "call again", "来自你的地址的 {n} 个调用已在等待或运行:请等其中一个完成后再调用"),
+    "queue_scripts_full": ("the queue's {n} places for scripts are taken (the rest are kept for the page's visitors): "
+                           "try again in a moment", "队列中留给脚本的 {n} 个位置已满(其余留给网页访客):请稍后再试"),
+    "queue_tab_full": ("this tab already has {n} actions waiting: wait for them to finish",
+                       "此标签页已有 {n} 个操作在等待:请等它们完成"),
 }
 
 # The notes whose {name} is a knob or a flag of the run (playground.app.limits): the page says its control's name.

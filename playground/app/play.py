@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from playground.app import frames, heap, lab, serving, zerogpu
+from playground.app import frames, heap, lab, serving, visitors, zerogpu
 from playground.app.engine_stream import run_events
 from playground.app.limits import CAPS, lenient
 from playground.app.notes import error_line, note, render_all
@@ -187,7 +187,7 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
 
 
 def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
-            on_end: Callable[[], Any] | None, stops: int) -> Iterator[Frame]:
+            on_end: Callable[[], Any] | None, stops: int, visitor: str | None = None) -> Iterator[Frame]:
     stop = threading.Event()
     if session.stop is not None:
         session.stop.set()  # one generation per session: a new run ends the previous one
@@ -204,7 +204,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
     last_frame = 0.0
     error = None
     # batched with every other visitor's run; the run's token labels it in the batch's step history
-    stream = run_events(p, stop, owner=session, report_waiting=True, tag=run.token)
+    # (one running generation per visitor: the tab, or a script's client; app.visitors)
+    stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token)
     try:
         yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
         for event in stream:
@@ -261,11 +262,13 @@ def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any)
 # --- the script API -------------------------------------------------------------------------------
 
 
-def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str) -> dict[str, Any]:
+def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str, visitor: str | None = None,
+                ) -> dict[str, Any]:
     """`/generate_text`: the page's press for a link's query (its chat default, caps, clamps, a drawn seed), in a
     session of its own, read to the end. Returns text, token_ids, finish_reason, the notes in the query's
     language and, for a drafted run, what speculation did (drafter, proposed, accepted, target passes); None
-    otherwise. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
+    otherwise. `visitor`: the caller (`app.visitors.client`: its address), who runs one generation at a time.
+    Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
     params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
     params = {**params, "model": model, "prompt": ""}
     settings, link_notes = from_query(params, UISettings())
@@ -277,7 +280,7 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
     if missing is not None:
         run.notes.insert(0, missing)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops, visitor=visitor):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)

@@ -322,7 +322,7 @@ class Scheduler:
             rows, memory = self.rows(), sum(t.memory for t in self.running)
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
-                mine = sum(r.owner is t.owner for r in self.running)
+                mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
                 fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
                 if mine < self.per_owner and fits and feeding < self.max_prefills:
                     self.waiting.remove(t)

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_server
+from playground.tools.server import AS_BEHIND_A_PROXY, PROMPTS, client_headers, rss_bytes, start_server, stop_server
 
 IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions go 5-10 s after their last use
 MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
@@ -223,8 +223,8 @@ class Visitor:
         # chat named as the page's press has it: a query that does not name it gets the model's default, as a link
         query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
                  "&chat=false")
-        out = Client(self.page.url, verbose=False).predict(self.model, PROMPTS[self.index % len(PROMPTS)], query,
-                                                            api_name="/generate_text")
+        client = Client(self.page.url, verbose=False, headers=client_headers(self.index))  # the visitor's own address
+        out = client.predict(self.model, PROMPTS[self.index % len(PROMPTS)], query, api_name="/generate_text")
         if [int(i) for i in out["token_ids"]] != self.reference:
             self.crosstalk += 1
             self.errors.append(f"visitor {self.index}: generate_text differs from its solo run")
@@ -280,7 +280,7 @@ def small_checkpoint(folder: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    proc, url = start_server(args.weights, args.concurrency)
+    proc, url = start_server(args.weights, args.concurrency, env=AS_BEHIND_A_PROXY)
     try:
         page = Page.read(url)
         visitors = [Visitor(page, i, args.model, args.other_model, args.max_new_tokens) for i in range(args.clients)]

@@ -18,8 +18,9 @@ import gradio as gr
 
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
+from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import UploadCache, slow_queue_polling
+from playground.ui.gradio_internals import UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
@@ -74,9 +75,12 @@ QUEUE_POLL_SECONDS = 0.02
 
 
 def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concurrency_limit: int = 2) -> gr.Blocks:
-    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS."""
-    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit)
+    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS, its places held per visitor
+    (`app.visitors`: a script's client, a page tab), and no way around it (`api_open=False`: a queued event is
+    never run by a direct POST)."""
+    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
+    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), getattr(demo, "playground_is_page", lambda key: False))
     return demo
 
 

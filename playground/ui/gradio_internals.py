@@ -7,6 +7,9 @@
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `VisitorQueue`: the queue's places per visitor (`app/visitors.py`), enforced where an event joins the queue
+  (`Queue.push`), and the one client address a request has (`visitor_of`; uvicorn is told to trust no
+  X-Forwarded-For of its own, below).
 - `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
 - `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
   its front end's `changeLocale` (found in its `core-*.js` asset).
@@ -38,18 +41,21 @@ only when nothing else is left.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
 import gradio.routes
+from gradio import route_utils
 from gradio.state_holder import StateHolder
 
-from playground.app import heap
+from playground.app import heap, visitors
+from playground.app.notes import render
 
 GRADIO_VERSION = "6.31.0"
 
@@ -134,6 +140,83 @@ class PagesLastStateHolder(StateHolder):
 
 # Every app Gradio makes from now on holds its sessions' state in ours (it names the class in its routes).
 gradio.routes.StateHolder = PagesLastStateHolder
+
+# uvicorn (which Gradio's launch starts) rewrites a request's address from X-Forwarded-For when the connection
+# comes from 127.0.0.1: any process on the machine could then name itself anyone. The app decides which proxies
+# it believes (`visitors.trusted_proxies`); an operator who sets FORWARDED_ALLOW_IPS keeps uvicorn's rule.
+os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
+
+
+def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]) -> str:
+    """The visitor an event comes from: the page tab of `session` when a page opened it, else the client's address
+    (the connection's, or the nearest trusted proxy's report of it)."""
+    if session and is_page(session):
+        return visitors.page(session)
+    peer = getattr(getattr(request, "client", None), "host", None)
+    headers = getattr(request, "headers", None)
+    forwarded = headers.getlist("x-forwarded-for") if headers is not None else []
+    return visitors.client(visitors.client_address(peer, forwarded, visitors.trusted_proxies()))
+
+
+class VisitorQueue:
+    """Gradio's queue (`Blocks._queue`), its places held per visitor (`visitors.QueuePlaces`): an event that would
+    take more than its visitor's places is refused where it joins (`Queue.push`, which answers "queue_full" with
+    the reason), before it holds anything."""
+
+    def __init__(self, demo: gr.Blocks, places: visitors.QueuePlaces, is_page: Callable[[str], bool]) -> None:
+        self.queue = demo._queue
+        self.places, self.is_page = places, is_page
+        self._push = self.queue.push
+        self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
+        self.queue.push = self.push
+        self.refused = 0  # events refused so far
+        self.most_held: dict[str, int] = {}  # the most places each visitor held at once (bounded: the busiest 1,000)
+
+    def held(self) -> Iterator[tuple[str, bool]]:
+        """(visitor, waiting) of every event the queue holds: waiting in a lane, or running."""
+        for lane in list(self.queue.event_queue_per_concurrency_id.values()):
+            for event in list(lane.queue):
+                yield self._visitor(event), True
+        for events in list(self.queue.active_jobs):
+            for event in events or ():
+                yield self._visitor(event), False
+
+    def _visitor(self, event: Any) -> str:
+        who = getattr(event, "playground_visitor", None)
+        if who is None:
+            who = event.playground_visitor = visitor_of(event.session_hash, event.request, self.is_page)
+        return who
+
+    def _joining(self, body: Any, request: Any) -> str:
+        """The visitor of an event about to join: a public API call (`/generate_text`) is always its client's."""
+        try:
+            public = route_utils.get_fn(self.queue.blocks, None, body).api_visibility != "private"
+        except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
+            public = True
+        return visitor_of(body.session_hash, request, (lambda key: False) if public else self.is_page)
+
+    async def push(self, body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one join at a time: a visitor's places are counted before its event joins
+            who = self._joining(body, request)
+            held = list(self.held())
+            why = self.places.refusal(who, held)
+            if why is not None:
+                self.refused += 1
+                return False, render(why), "queue_full"
+            ok, event_id, state = await self._push(body=body, request=request, username=username)
+            event = self.queue.event_ids_to_events.get(event_id) if ok else None
+            if event is not None:
+                event.playground_visitor = who
+                self._count(who, 1 + sum(v == who for v, _ in held))
+            return ok, event_id, state
+
+    def _count(self, who: str, places: int) -> None:
+        if places > self.most_held.get(who, 0):
+            self.most_held[who] = places
+            if len(self.most_held) > 1000:
+                del self.most_held[min(self.most_held, key=self.most_held.__getitem__)]
 
 
 class UploadCache:

@@ -28,7 +28,7 @@ from playground.app.session import LiveView, Session, Sessions
 from playground.app.settings import FIELDS, LANGS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
-from playground.ui.gradio_internals import ScriptSessions, event_data
+from playground.ui.gradio_internals import ScriptSessions, event_data, visitor_of
 from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
@@ -246,7 +246,8 @@ class Streaming:
         asked = dict(parse_qsl(str(settings_query).lstrip("?"))).get("lang")
         lang = asked if asked in LANGS else "en"  # the language of a refusal (play_script's notes have their own)
         try:
-            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER)
+            visitor = visitor_of(None, request, lambda key: False)  # the script's client (never a session id)
+            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER, visitor)
         except PlaygroundError as exc:
             raise gr.Error(error_line(exc, lang), print_exception=False) from None
         finally:
