@@ -22,6 +22,7 @@ from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
 from playground.ui.gradio_internals import UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
+from playground.ui.lanes import FIGURES, LOAD
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
 
@@ -80,7 +81,9 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
     never run by a direct POST)."""
     demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
-    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), getattr(demo, "playground_is_page", lambda key: False))
+    is_page = getattr(demo, "playground_is_page", lambda key: False)
+    # a tab's newer redraw or model pick replaces its older one still waiting: only the last selection runs
+    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), is_page, frozenset({FIGURES, LOAD}))
     return demo
 
 

@@ -52,6 +52,7 @@ from typing import Any
 import gradio as gr
 import gradio.routes
 from gradio import route_utils
+from gradio.server_messages import ProcessCompletedMessage
 from gradio.state_holder import StateHolder
 
 from playground.app import heap, visitors
@@ -161,11 +162,15 @@ def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]
 class VisitorQueue:
     """Gradio's queue (`Blocks._queue`), its places held per visitor (`visitors.QueuePlaces`): an event that would
     take more than its visitor's places is refused where it joins (`Queue.push`, which answers "queue_full" with
-    the reason), before it holds anything."""
+    the reason), before it holds anything. In the lanes `latest_only` names (a redraw, a model load), a tab's new
+    event replaces the same event of the tab still waiting there: the older one ends at once, done and changing
+    nothing (as Gradio's own cancel ends it), before any of its work starts."""
 
-    def __init__(self, demo: gr.Blocks, places: visitors.QueuePlaces, is_page: Callable[[str], bool]) -> None:
+    def __init__(self, demo: gr.Blocks, places: visitors.QueuePlaces, is_page: Callable[[str], bool],
+                 latest_only: frozenset[str] = frozenset()) -> None:
         self.queue = demo._queue
-        self.places, self.is_page = places, is_page
+        self.places, self.is_page, self.latest_only = places, is_page, latest_only
+        self.superseded = 0  # waiting events a newer one of the same tab replaced
         self._push = self.queue.push
         self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
         self.queue.push = self.push
@@ -200,6 +205,7 @@ class VisitorQueue:
             self._lock = asyncio.Lock()
         async with self._lock:  # one join at a time: a visitor's places are counted before its event joins
             who = self._joining(body, request)
+            self._supersede(body)
             held = list(self.held())
             why = self.places.refusal(who, held)
             if why is not None:
@@ -211,6 +217,24 @@ class VisitorQueue:
                 event.playground_visitor = who
                 self._count(who, 1 + sum(v == who for v, _ in held))
             return ok, event_id, state
+
+    def _supersede(self, body: Any) -> None:
+        """End the waiting events of `body`'s tab and event in a latest-only lane: the new one replaces them."""
+        try:
+            fn = route_utils.get_fn(self.queue.blocks, None, body)
+        except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
+            return
+        lane = self.queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        if fn.concurrency_id not in self.latest_only or lane is None or not body.session_hash:
+            return
+        older = [e for e in lane.queue if e.session_hash == body.session_hash and e.fn is fn]
+        for event in older:
+            lane.queue.remove(event)
+            self.queue.event_ids_to_events.pop(event._id, None)
+            messages = self.queue.pending_messages_per_session.get(event.session_hash)
+            if messages is not None:
+                messages.put_nowait(ProcessCompletedMessage(output={}, success=True, event_id=event._id))
+            self.superseded += 1
 
     def _count(self, who: str, places: int) -> None:
         if places > self.most_held.get(who, 0):
