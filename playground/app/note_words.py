@@ -140,6 +140,8 @@ NOTE_WORDS: dict[str, tuple[str, str]] = {
                           "call again", "来自你的地址的 {n} 个调用已在等待或运行:请等其中一个完成后再调用"),
     "queue_scripts_full": ("the queue's {n} places for scripts are taken (the rest are kept for the page's visitors): "
                            "try again in a moment", "队列中留给脚本的 {n} 个位置已满(其余留给网页访客):请稍后再试"),
+    "upload_expired": ("this upload was deleted after its time without use (or with its tab, when that closed); "
+                       "upload it again", "这个上传因长时间未使用(或随其标签页关闭)已被删除;请重新上传"),
     "queue_tab_full": ("this tab already has {n} actions waiting: wait for them to finish",
                        "此标签页已有 {n} 个操作在等待:请等它们完成"),
 }

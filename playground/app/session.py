@@ -312,6 +312,15 @@ class Sessions:
                 self.on_expire(key, session)
         return list(idle)
 
+    def touch(self, key: str | None) -> bool:
+        """A sign that `key`'s tab is open (its heartbeat): the session counts as heard from now. Never makes one."""
+        with self._lock:
+            session = self._sessions.get(key or "anonymous")
+            if session is None:
+                return False
+            session.seen = time.monotonic()
+            return True
+
     def has(self, key: str | None) -> bool:
         """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""
         with self._lock:

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import UploadCache, VisitorQueue, slow_queue_polling
+from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.lanes import FIGURES, LOAD
 from playground.ui.layout import CSS, build_page
@@ -89,10 +90,13 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
-    upload route takes: what one visitor may keep (`upload_limit_bytes`)."""
+    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats."""
     kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
+        # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires
+        watch = Middleware(HeartbeatWatch, on_beat=demo.playground_handlers.sessions.touch)
+        kwargs["app_kwargs"] = {"middleware": [watch]}
     return kwargs
 
 

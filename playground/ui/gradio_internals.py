@@ -7,6 +7,8 @@
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `HeartbeatWatch`: each beat of Gradio's heartbeat route (`/heartbeat/{session_hash}`, which an open tab
+  keeps connected) is a sign the tab is open: its session is not idle, whatever it last clicked.
 - `VisitorQueue`: the queue's places per visitor (`app/visitors.py`), enforced where an event joins the queue
   (`Queue.push`), and the one client address a request has (`visitor_of`; uvicorn is told to trust no
   X-Forwarded-For of its own, below).
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 import weakref
@@ -146,6 +149,32 @@ gradio.routes.StateHolder = PagesLastStateHolder
 # comes from 127.0.0.1: any process on the machine could then name itself anyone. The app decides which proxies
 # it believes (`visitors.trusted_proxies`); an operator who sets FORWARDED_ALLOW_IPS keeps uvicorn's rule.
 os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
+
+
+HEARTBEAT_PATH = re.compile(r"/heartbeat/([^/]+)$")
+
+
+class HeartbeatWatch:
+    """ASGI middleware (`launch(app_kwargs={"middleware": [...]})`): every chunk Gradio's heartbeat route sends a
+    tab (at once, then every GRADIO_HEARTBEAT_INTERVAL seconds, 15 by default, for as long as the tab keeps the
+    connection) calls `on_beat(session_hash)`. A closed tab's connection ends (Gradio then runs its unload)."""
+
+    def __init__(self, app: Any, on_beat: Callable[[str], Any]) -> None:
+        self.app, self.on_beat = app, on_beat
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        found = HEARTBEAT_PATH.search(scope.get("path", "")) if scope.get("type") == "http" else None
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        session = found.group(1)
+
+        async def beating(message: dict) -> None:
+            if message.get("type") == "http.response.body" and message.get("body"):
+                self.on_beat(session)
+            await send(message)
+
+        await self.app(scope, receive, beating)
 
 
 def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]) -> str:
