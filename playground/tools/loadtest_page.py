@@ -7,7 +7,9 @@ queued events (Generate, a model switch, an upload), `run/predict` for immediate
 session's `queue/data` event stream for the frames. Event ids come from the page's own config (by
 the buttons' element ids), so the test follows the page as it is. For `--seconds` every visitor loops
 over a mix: a full generation, Stop in the middle of one, Stop while still queued, a switch to the
-other model and back, an upload of a small checkpoint, and a `generate_text` call. Checks and
+other model and back, an upload of a small checkpoint, and a `generate_text` call (`--lab` adds the labs,
+the lessons, forks of the four experiments, dtype switches, drafted runs, selection storms and a script's
+flood: `LAB_MIX`; the script calls name their own client addresses, as a Space's proxy would). Checks and
 numbers: errors, cross-talk (every finished run equals what that visitor got alone), time from the
 visitor's turn (`process_starts`) to the first frame, p50/p95 of whole runs, and the server's memory
 (VmRSS of its process tree from /proc) sampled every half second, before, at the peak and after.
@@ -37,8 +39,13 @@ IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions 
 MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
 # The causal lab and the lessons mixed in (reliability round 4's soak): the cache-less rerun, a head sweep,
 # the KV timing and the SDPA measurement are jobs sliced between the decode steps; a lesson's numbers too.
-LAB_MIX = MIX + ",rerun,sweep,measure,lesson"
+# Round 5 adds a fork of each of the four experiments (an ablated head, a KV policy with heavy hitters, a
+# precision copy, a draft), dtype switches, runs drafted by a second model, a storm of selections from one tab
+# and a flood of script calls from one address (its extra calls refused at once, never an error).
+LAB_MIX = MIX + ",rerun,sweep,measure,lesson,fork,fork,dtype,draft,storm,flood"
 LESSONS = ("steps", "lens", "kv", "memory", "patterns", "anatomy", "lab")
+FORKS = ("head", "kv", "precision", "draft")
+STORM, FLOOD = 20, 6  # selections posted at once by a tab; script calls sent at once from one address
 
 
 @dataclass
@@ -57,6 +64,11 @@ class Page:
     time_cache: int = -1
     sdpa: int = -1
     lesson: int = -1  # picking a lesson (its inputs: the lesson, then the lesson controls)
+    dtype: int = -1  # the dtype radio (a reload of the model in another dtype)
+    forks: dict[str, int] = field(default_factory=dict)  # each experiment's fork button
+    select: int = -1  # a token selected in the live screen (the open view redraws)
+    select_inputs: list[Any] = field(default_factory=list)  # its inputs' values as the page first holds them
+    api: int = -1  # /generate_text
 
     @classmethod
     def read(cls, url: str) -> Page:
@@ -74,10 +86,58 @@ class Page:
 
         opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
                       [list(t) for t in d["targets"]])
+        select = event("token-output", "select")
+        values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}
+        inputs = next(d["inputs"] for i, d in enumerate(config["dependencies"]) if d.get("id", i) == select)
+        api = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "generate_text")
+        forks = {"head": event("lab-ablate-head", "click"), "kv": event("kvlab-fork-btn", "click"),
+                 "precision": event("precision-fork-btn", "click"), "draft": event("spec-fork-btn", "click")}
         return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
                    event("model-select", "input"), event("upload", "upload"), list(FIELDS),
                    event("rerun-btn", "click"), event("lab-sweep-btn", "click"), event("time-cache-btn", "click"),
-                   event("measure-sdpa-btn", "click"), event("lesson-pick", "input"))
+                   event("measure-sdpa-btn", "click"), event("lesson-pick", "input"), event("dtype", "input"), forks,
+                   select, [values.get(c) for c in inputs], api)
+
+
+def follow(client: httpx.Client, url: str, session: str, event_id: str, on_message=None) -> dict[str, Any]:
+    """Read `session`'s event stream until `event_id` completes; timings and the final outputs."""
+    out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False}
+    with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}, timeout=300) as stream:
+        for line in stream.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            msg = json.loads(line[5:])
+            if msg.get("event_id") not in (None, event_id):
+                continue
+            kind = msg.get("msg")
+            now = time.perf_counter()
+            if kind == "process_starts":
+                out["started"] = now
+            elif kind == "process_generating" and out["first"] is None:
+                out["first"] = now
+            if on_message is not None:
+                on_message(kind)
+            if kind == "process_completed":
+                out["done"] = now
+                out["success"] = bool(msg.get("success"))
+                out["output"] = (msg.get("output") or {}).get("data")
+                out["error"] = (msg.get("output") or {}).get("error")
+                return out
+    return out
+
+
+def follow_all(client: httpx.Client, url: str, session: str, event_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Read `session`'s event stream until every one of `event_ids` completes: their completion messages."""
+    ended: dict[str, dict[str, Any]] = {}
+    with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}, timeout=300) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                msg = json.loads(line[5:])
+                if msg.get("msg") == "process_completed" and msg.get("event_id") in event_ids:
+                    ended[msg["event_id"]] = msg
+                    if len(ended) == len(event_ids):
+                        break
+    return ended
 
 
 @dataclass
@@ -91,6 +151,8 @@ class Visitor:
     max_new_tokens: int
     session: str = field(default_factory=lambda: secrets.token_hex(6))
     reference: list[int] | None = None
+    token: str = ""  # the tab's current run (what a selection names)
+    steps: int = 0
     first_token_s: list[float] = field(default_factory=list)
     run_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -120,37 +182,15 @@ class Visitor:
 
     def follow(self, client: httpx.Client, event_id: str, on_message=None) -> dict[str, Any]:
         """Read the session's event stream until `event_id` completes; timings and the final outputs."""
-        out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False}
-        with client.stream("GET", self.page.url + "gradio_api/queue/data", params={"session_hash": self.session},
-                           timeout=300) as stream:
-            for line in stream.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                msg = json.loads(line[5:])
-                if msg.get("event_id") not in (None, event_id):
-                    continue
-                kind = msg.get("msg")
-                now = time.perf_counter()
-                if kind == "process_starts":
-                    out["started"] = now
-                elif kind == "process_generating" and out["first"] is None:
-                    out["first"] = now
-                if on_message is not None:
-                    on_message(kind)
-                if kind == "process_completed":
-                    out["done"] = now
-                    out["success"] = bool(msg.get("success"))
-                    out["output"] = (msg.get("output") or {}).get("data")
-                    out["error"] = (msg.get("output") or {}).get("error")
-                    return out
-        return out
+        return follow(client, self.page.url, self.session, event_id, on_message)
 
     # --- what a visitor does --------------------------------------------------------------------------
 
-    def generate(self, client: httpx.Client, stop: str | None = None) -> list[int] | None:
-        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away."""
+    def generate(self, client: httpx.Client, stop: str | None = None, **settings: Any) -> list[int] | None:
+        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away; `settings`
+        change the visitor's own (the run is then not compared with its solo run)."""
         ticket = time.time() * 1000
-        event = self.join(client, self.page.generate, [ticket, *self.values()])
+        event = self.join(client, self.page.generate, [ticket, *self.values(**settings)])
         if stop == "queued":
             self.predict(client, self.page.stop, [time.time() * 1000])
         pressed = threading.Event()
@@ -165,7 +205,9 @@ class Visitor:
             self.errors.append(f"visitor {self.index}: generate failed: {out.get('error')}")
             return None
         live = (out["output"] or [None])[0]
-        if stop is None:
+        if isinstance(live, dict) and live.get("run"):
+            self.token, self.steps = live["run"], len(live.get("path", []))
+        if stop is None and not settings:
             if out["started"] and out["first"]:
                 self.first_token_s.append(out["first"] - out["started"])
             if out["started"] and out["done"]:
@@ -189,13 +231,93 @@ class Visitor:
         if action == "rerun":
             self.job(client, self.page.rerun, [], "rerun without the cache")
         elif action == "sweep":
-            self.job(client, self.page.sweep, [rng.randrange(2)], "head sweep")
+            self.job(client, self.page.sweep, [rng.randrange(2), "shown"], "head sweep")  # layer, which run
         elif action == "measure":
             fn = rng.choice([self.page.time_cache, self.page.sdpa])
             self.job(client, fn, [], "measurement")
         else:
             lesson = rng.choice(LESSONS)
             self.job(client, self.page.lesson, [lesson, 0, 0, "self", None, None, None, 1, 0], f"lesson {lesson}")
+
+    def streamed(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
+        """A run streamed into the live screen by another button than Generate (a fork): it must end, done or
+        refused with its one line (a setting this model cannot take), never with an error of the server."""
+        out = self.follow(client, self.join(client, fn, data))
+        live = (out.get("output") or [None])[0]
+        state = (live.get("status") or {}).get("state") if isinstance(live, dict) else None
+        if not out["success"] or state not in ("done", "error", None):
+            self.errors.append(f"visitor {self.index}: {what} failed: {out.get('error') or state}")
+
+    def fork(self, client: httpx.Client, rng: random.Random) -> None:
+        """A fork of the tab's run in one of the four experiments."""
+        self.generate(client)
+        kind = rng.choice(FORKS)
+        data = {"head": [0, 0], "kv": [16, 2, 4, "", ""], "precision": [rng.choice(["int8", "int4", "bfloat16"])],
+                "draft": [rng.choice(["ngram", "layer:1", f"model:{self.model}"]), 3]}[kind]
+        self.streamed(client, self.page.forks[kind], data, f"{kind} fork")
+
+    def draft(self, client: httpx.Client) -> None:
+        """A run drafted by a second model (the visitor's own model, its vocabulary by definition)."""
+        ids = self.generate(client, draft=f"model:{self.model}", draft_tokens=3)
+        if ids is None and not self.errors:
+            self.errors.append(f"visitor {self.index}: a drafted run did not finish")
+
+    def dtype(self, client: httpx.Client, rng: random.Random) -> None:
+        """The model in another dtype, then back: each a load the registry may have to do again."""
+        for dtype in (rng.choice(["bfloat16", "float16"]), "float32"):
+            out = self.follow(client, self.join(client, self.page.dtype, [self.model, dtype, "en"]))
+            if not out["success"]:
+                self.errors.append(f"visitor {self.index}: switching to {dtype} failed: {out.get('error')}")
+
+    def storm(self, client: httpx.Client) -> None:
+        """STORM selections posted at once by the tab: each ends (the older ones replaced, changing nothing)."""
+        self.generate(client)
+        if not getattr(self, "steps", 0):
+            return
+        events = []
+        for k in range(STORM):
+            body = {"data": self.page.select_inputs, "event_data": {"run": self.token, "step": k % self.steps},
+                    "fn_index": self.page.select, "trigger_id": self.page.select, "session_hash": self.session}
+            response = client.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+            if response.status_code != 200:
+                self.errors.append(f"visitor {self.index}: a selection was refused: {response.text[:120]}")
+                return
+            events.append(response.json()["event_id"])
+        ended = follow_all(client, self.page.url, self.session, events)  # one stream: the older end first
+        failed = [e for e in events if not ended.get(e, {}).get("success")]
+        if failed:
+            self.errors.append(f"visitor {self.index}: {len(failed)} of {STORM} selections failed")
+
+    def flood(self) -> None:
+        """FLOOD script calls at once from the visitor's address: two places, the rest refused at once."""
+        results: list[tuple[bool, str]] = []
+
+        def call() -> None:
+            query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}"
+                     f"&max_new_tokens={self.max_new_tokens}&chat=false")
+            body = {"data": [self.model, PROMPTS[self.index % len(PROMPTS)], query], "fn_index": self.page.api,
+                    "trigger_id": None, "session_hash": secrets.token_hex(8)}
+            with httpx.Client(headers=client_headers(self.index)) as own:
+                response = own.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+                if response.status_code != 200:
+                    results.append((False, response.json().get("detail", "")))
+                    return
+                out = follow(own, self.page.url, body["session_hash"], response.json()["event_id"])
+                data = (out.get("output") or [None])[0]
+                results.append((bool(out["success"]) and isinstance(data, dict), json.dumps(data)[:200]))
+                if isinstance(data, dict) and [int(i) for i in data["token_ids"]] != self.reference:
+                    self.crosstalk += 1
+                    self.errors.append(f"visitor {self.index}: a flood's call differs from its solo run")
+
+        calls = [threading.Thread(target=call) for _ in range(FLOOD)]
+        for th in calls:
+            th.start()
+        for th in calls:
+            th.join()
+        served = [r for r in results if r[0]]
+        refused = [r for r in results if not r[0]]
+        if not served or any("calls from your address" not in why for _, why in refused):
+            self.errors.append(f"visitor {self.index}: the flood was not served 2 at a time: {refused[:2]}")
 
     def switch_model(self, client: httpx.Client) -> None:
         for name in (self.other_model, self.model):
@@ -257,6 +379,16 @@ class Visitor:
                         self.upload(client, checkpoint)
                     elif action in ("rerun", "sweep", "measure", "lesson"):
                         self.lab_and_lessons(client, action, rng)
+                    elif action == "fork":
+                        self.fork(client, rng)
+                    elif action == "dtype":
+                        self.dtype(client, rng)
+                    elif action == "draft":
+                        self.draft(client)
+                    elif action == "storm":
+                        self.storm(client)
+                    elif action == "flood":
+                        self.flood()
                     else:
                         self.api()
                 except Exception as exc:  # noqa: BLE001 - every failure is counted and reported

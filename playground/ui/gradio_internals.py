@@ -199,12 +199,12 @@ class VisitorQueue:
                  latest_only: frozenset[str] = frozenset()) -> None:
         self.queue = demo._queue
         self.places, self.is_page, self.latest_only = places, is_page, latest_only
+        self.refused = 0  # events refused so far
         self.superseded = 0  # waiting events a newer one of the same tab replaced
+        self.most_held: dict[str, int] = {}  # the most places each visitor held at once (the busiest 1,000)
         self._push = self.queue.push
         self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
         self.queue.push = self.push
-        self.refused = 0  # events refused so far
-        self.most_held: dict[str, int] = {}  # the most places each visitor held at once (bounded: the busiest 1,000)
 
     def held(self) -> Iterator[tuple[str, bool]]:
         """(visitor, waiting) of every event the queue holds: waiting in a lane, or running."""
@@ -221,20 +221,18 @@ class VisitorQueue:
             who = event.playground_visitor = visitor_of(event.session_hash, event.request, self.is_page)
         return who
 
-    def _joining(self, body: Any, request: Any) -> str:
-        """The visitor of an event about to join: a public API call (`/generate_text`) is always its client's."""
-        try:
-            public = route_utils.get_fn(self.queue.blocks, None, body).api_visibility != "private"
-        except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
-            public = True
-        return visitor_of(body.session_hash, request, (lambda key: False) if public else self.is_page)
-
     async def push(self, body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one join at a time: a visitor's places are counted before its event joins
-            who = self._joining(body, request)
-            self._supersede(body)
+            try:
+                fn = route_utils.get_fn(self.queue.blocks, None, body)
+            except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
+                fn = None
+            page_event = fn is not None and fn.api_visibility == "private"  # a public API call is its client's
+            who = visitor_of(body.session_hash, request, self.is_page if page_event else (lambda key: False))
+            if page_event and fn.concurrency_id in self.latest_only and body.session_hash:
+                self._supersede(fn, body.session_hash)
             held = list(self.held())
             why = self.places.refusal(who, held)
             if why is not None:
@@ -247,20 +245,13 @@ class VisitorQueue:
                 self._count(who, 1 + sum(v == who for v, _ in held))
             return ok, event_id, state
 
-    def _supersede(self, body: Any) -> None:
-        """End the waiting events of `body`'s tab and event in a latest-only lane: the new one replaces them."""
-        try:
-            fn = route_utils.get_fn(self.queue.blocks, None, body)
-        except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
-            return
+    def _supersede(self, fn: Any, session: str) -> None:
+        """End `session`'s events of `fn` still waiting: the one joining replaces them."""
         lane = self.queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
-        if fn.concurrency_id not in self.latest_only or lane is None or not body.session_hash:
-            return
-        older = [e for e in lane.queue if e.session_hash == body.session_hash and e.fn is fn]
-        for event in older:
+        for event in [e for e in (lane.queue if lane is not None else ()) if e.session_hash == session and e.fn is fn]:
             lane.queue.remove(event)
             self.queue.event_ids_to_events.pop(event._id, None)
-            messages = self.queue.pending_messages_per_session.get(event.session_hash)
+            messages = self.queue.pending_messages_per_session.get(session)
             if messages is not None:
                 messages.put_nowait(ProcessCompletedMessage(output={}, success=True, event_id=event._id))
             self.superseded += 1

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from playground.tools.loadtest_page import Page, Visitor
+from playground.tools.loadtest_page import Page, Visitor, follow_all
 from tests.ui_fixtures import save_tiny_decoder, served_app
 
 STORM = 40
@@ -55,22 +55,8 @@ def test_a_storm_of_selections_from_one_tab_runs_only_the_last(app):
             response = client.post(url + "gradio_api/queue/join", json=body, timeout=60)
             assert response.status_code == 200, response.text
             events.append(response.json()["event_id"])
-        outcomes = {}
-        done = threading.Event()
-
-        def read() -> None:
-            with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": tab.session},
-                               timeout=120) as stream:
-                for line in stream.iter_lines():
-                    if line.startswith("data:") and '"process_completed"' in line:
-                        msg = httpx.Response(200, content=line[5:]).json()
-                        outcomes[msg["event_id"]] = msg
-                        if len(outcomes) == STORM:
-                            done.set()
-                            return
-
-        read()
-    assert done.is_set()
+        outcomes = follow_all(client, url, tab.session, events)
+    assert len(outcomes) == STORM
     ran = [e for e in events if (outcomes[e].get("output") or {}).get("data") is not None]
     assert all(outcomes[e]["success"] for e in events)
     assert len(ran) <= 3, len(ran)  # those already running when the storm came, and the last one
