@@ -220,27 +220,27 @@ def assemble(
     prefix = stepper.decoder_prefix(c, ids) + forced
     max_length = len(prefix) + cfg.max_new_tokens
 
-    def request_on(model: LoadedModel) -> Request:
-        shape = draft_shape(resolve_draft(model, cfg), max_length, cfg.draft_tokens)
+    def request_for(draft: DraftSpec | None) -> Request:
+        shape = draft_shape(draft, max_length, cfg.draft_tokens)
         return Request.of(cfg, len(ids), len(prefix), final_maps=final_maps, draft=shape)
 
-    precision, base = None, lm
+    precision, base, draft = None, lm, resolve_draft(lm, cfg)
+    request = request_for(draft)
     if cfg.weight_precision is None:
-        request = request_on(lm)
         check_request(lm, request)
     else:
         copy = (cfg.weight_precision, copy_bytes(lm, cfg.weight_precision))
-        fits = check_request(lm, request_on(lm), copy)  # before any weight is copied
+        fits = check_request(lm, request, copy)  # before any weight is copied
         room = fits.budget - fits.resident - fits.request  # what the cached copies may hold beside the model and run
         chosen = variant(lm, cfg.weight_precision, run=build or run_here, room=room)
         lm, precision = chosen.lm, chosen.to_dict()
-        request = request_on(lm)
+        draft = resolve_draft(lm, cfg)  # a "layer:K" draft reads the copy's layers
+        request = request_for(draft)
         try:  # the copy's own dtype and drafter, the model's own resident bytes and the copy's
             check_request(dataclasses.replace(lm, resident_bytes=base.resident_bytes), request, copy)
         except SettingsError:
             VARIANTS.discard(base, cfg.weight_precision)  # refused: the copy is not kept for later runs
             raise
-    draft = resolve_draft(lm, cfg)
     config_bos, config_eos = (_forceable(c, name, notes) for name in ("forced_bos_token_id", "forced_eos_token_id"))
     forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else config_bos
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
