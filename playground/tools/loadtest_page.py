@@ -68,6 +68,8 @@ class Page:
     forks: dict[str, int] = field(default_factory=dict)  # each experiment's fork button
     select: int = -1  # a token selected in the live screen (the open view redraws)
     select_inputs: list[Any] = field(default_factory=list)  # its inputs' values as the page first holds them
+    lesson_inputs: list[Any] = field(default_factory=list)  # a lesson pick's inputs (the lesson at `lesson_at`)
+    lesson_at: int = 0
     api: int = -1  # /generate_text
 
     @classmethod
@@ -86,17 +88,21 @@ class Page:
 
         opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
                       [list(t) for t in d["targets"]])
-        select = event("token-output", "select")
+        select, lesson = event("token-output", "select"), event("lesson-pick", "input")
         values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}
-        inputs = next(d["inputs"] for i, d in enumerate(config["dependencies"]) if d.get("id", i) == select)
+
+        def inputs_of(fn: int) -> list[int]:
+            return next(d["inputs"] for i, d in enumerate(config["dependencies"]) if d.get("id", i) == fn)
         api = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "generate_text")
         forks = {"head": event("lab-ablate-head", "click"), "kv": event("kvlab-fork-btn", "click"),
                  "precision": event("precision-fork-btn", "click"), "draft": event("spec-fork-btn", "click")}
         return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
                    event("model-select", "input"), event("upload", "upload"), list(FIELDS),
                    event("rerun-btn", "click"), event("lab-sweep-btn", "click"), event("time-cache-btn", "click"),
-                   event("measure-sdpa-btn", "click"), event("lesson-pick", "input"), event("dtype", "input"), forks,
-                   select, [values.get(c) for c in inputs], api)
+                   event("measure-sdpa-btn", "click"), lesson, dtype=event("dtype", "input"), forks=forks,
+                   select=select, select_inputs=[values.get(c) for c in inputs_of(select)], api=api,
+                   lesson_inputs=[values.get(c) for c in inputs_of(lesson)],
+                   lesson_at=inputs_of(lesson).index(ids["lesson-pick"]))
 
 
 def follow(client: httpx.Client, url: str, session: str, event_id: str, on_message=None) -> dict[str, Any]:
@@ -237,7 +243,9 @@ class Visitor:
             self.job(client, fn, [], "measurement")
         else:
             lesson = rng.choice(LESSONS)
-            self.job(client, self.page.lesson, [lesson, 0, 0, "self", None, None, None, 1, 0], f"lesson {lesson}")
+            data = list(self.page.lesson_inputs)  # the controls as the page holds them, the lesson picked
+            data[self.page.lesson_at] = lesson
+            self.job(client, self.page.lesson, data, f"lesson {lesson}")
 
     def streamed(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
         """A run streamed into the live screen by another button than Generate (a fork): it must end, done or
