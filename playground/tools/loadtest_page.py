@@ -86,7 +86,8 @@ class Page:
                     return dep.get("id", i)
             raise SystemExit(f"the page has no {kind} event on #{elem}")
 
-        opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
+        root = config.get("layout", {}).get("id", 0)  # the page itself (0 unless the process built other pages)
+        opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [root, "load"] in
                       [list(t) for t in d["targets"]])
         select, lesson = event("token-output", "select"), event("lesson-pick", "input")
         values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}
