@@ -113,7 +113,7 @@ class RequestEstimate:
     parts: dict[str, int]  # bytes per term (see the module docstring), zero terms left out
     resident: int  # the model itself
     budget: int
-    copy: int = 0  # a copy of the model at another weight precision the run needs (models.variants.copy_bytes)
+    copy: int = 0  # a copy of the model at another weight precision the run needs (playground.variants.copy_bytes)
     copy_name: str = ""  # that precision
 
     @property

@@ -23,8 +23,8 @@ from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
-from playground.models.variants import VARIANTS, Builder, copy_bytes, run_here, variant
 from playground.notes import Note
+from playground.variants import VARIANTS, Builder, copy_bytes, run_here, variant
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def assemble(
     app's lenient one, `playground.app.limits.lenient`): nothing about them is checked again here but
     what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget).
 
-    With weight_precision the run decodes with a copy of the model at that precision (`models.variants`): the
+    With weight_precision the run decodes with a copy of the model at that precision (`playground.variants`): the
     copy's bytes are checked with the run before it is built; `build` runs its building steps (the app: a job
     on the torch thread between the batch's steps; default: here). `lm` itself never changes."""
     c = lm.config

@@ -58,14 +58,14 @@ class Page:
     stop: int
     load: int
     upload: int
-    settings: list[str]  # the Generate event's inputs after the ticket, by UISettings field
+    settings: list[str]  # the Generate event's inputs after the ticket (the left column's widgets), by UISettings field
     rerun: int = -1  # the KV tab's "without the cache", the lab's head sweep, the lessons' measurements
     sweep: int = -1
     time_cache: int = -1
     sdpa: int = -1
     lesson: int = -1  # picking a lesson (its inputs: the lesson, then the lesson controls)
     dtype: int = -1  # the dtype radio (a reload of the model in another dtype)
-    forks: dict[str, int] = field(default_factory=dict)  # each experiment's fork button
+    forks: dict[str, tuple[int, list[str]]] = field(default_factory=dict)  # each experiment's fork: event, inputs
     select: int = -1  # a token selected in the live screen (the open view redraws)
     select_inputs: list[Any] = field(default_factory=list)  # its inputs' values as the page first holds them
     lesson_inputs: list[Any] = field(default_factory=list)  # a lesson pick's inputs (the lesson at `lesson_at`)
@@ -74,7 +74,7 @@ class Page:
 
     @classmethod
     def read(cls, url: str) -> Page:
-        from playground.app.settings import FIELDS
+        from playground.app.settings import WIDGETS
 
         config = httpx.get(url + "config", timeout=30).json()
         ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c.get("props", {}).get("elem_id")}
@@ -95,10 +95,12 @@ class Page:
         def inputs_of(fn: int) -> list[int]:
             return next(d["inputs"] for i, d in enumerate(config["dependencies"]) if d.get("id", i) == fn)
         api = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "generate_text")
-        forks = {"head": event("lab-ablate-head", "click"), "kv": event("kvlab-fork-btn", "click"),
-                 "precision": event("precision-fork-btn", "click"), "draft": event("spec-fork-btn", "click")}
+        names = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+        forks = {kind: (fn, [names[c] for c in inputs_of(fn)]) for kind, fn in (
+            ("head", event("lab-ablate-head", "click")), ("kv", event("kvlab-fork-btn", "click")),
+            ("precision", event("precision-fork-btn", "click")), ("draft", event("spec-fork-btn", "click")))}
         return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
-                   event("model-select", "input"), event("upload", "upload"), list(FIELDS),
+                   event("model-select", "input"), event("upload", "upload"), list(WIDGETS),
                    event("rerun-btn", "click"), event("lab-sweep-btn", "click"), event("time-cache-btn", "click"),
                    event("measure-sdpa-btn", "click"), lesson, dtype=event("dtype", "input"), forks=forks,
                    select=select, select_inputs=[values.get(c) for c in inputs_of(select)], api=api,
@@ -193,11 +195,10 @@ class Visitor:
 
     # --- what a visitor does --------------------------------------------------------------------------
 
-    def generate(self, client: httpx.Client, stop: str | None = None, **settings: Any) -> list[int] | None:
-        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away; `settings`
-        change the visitor's own (the run is then not compared with its solo run)."""
+    def generate(self, client: httpx.Client, stop: str | None = None) -> list[int] | None:
+        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away."""
         ticket = time.time() * 1000
-        event = self.join(client, self.page.generate, [ticket, *self.values(**settings)])
+        event = self.join(client, self.page.generate, [ticket, *self.values()])
         if stop == "queued":
             self.predict(client, self.page.stop, [time.time() * 1000])
         pressed = threading.Event()
@@ -214,7 +215,7 @@ class Visitor:
         live = (out["output"] or [None])[0]
         if isinstance(live, dict) and live.get("run"):
             self.token, self.steps = live["run"], len(live.get("path", []))
-        if stop is None and not settings:
+        if stop is None:
             if out["started"] and out["first"]:
                 self.first_token_s.append(out["first"] - out["started"])
             if out["started"] and out["done"]:
@@ -261,15 +262,19 @@ class Visitor:
         """A fork of the tab's run in one of the four experiments."""
         self.generate(client)
         kind = rng.choice(FORKS)
-        data = {"head": [0, 0], "kv": [16, 2, 4, "", ""], "precision": [rng.choice(["int8", "int4", "bfloat16"])],
-                "draft": [rng.choice(["ngram", "layer:1", f"model:{self.model}"]), 3]}[kind]
-        self.streamed(client, self.page.forks[kind], data, f"{kind} fork")
+        values = {"lab-layer": 0, "lab-head": 0, "kv-window": 16, "kv-sink": 2, "kv-heavy": 4, "kv-dtype": "",
+                  "rope-scaling": "", "weight-precision": rng.choice(["int8", "int4", "bfloat16"]),
+                  "draft": rng.choice(["ngram", "layer:1", f"model:{self.model}"]), "draft-tokens": 3}
+        fn, inputs = self.page.forks[kind]  # the fork's widgets, by element id, in the event's order
+        self.streamed(client, fn, [values.get(name) for name in inputs], f"{kind} fork")
 
     def draft(self, client: httpx.Client) -> None:
-        """A run drafted by a second model (the visitor's own model, its vocabulary by definition)."""
-        ids = self.generate(client, draft=f"model:{self.model}", draft_tokens=3)
-        if ids is None and not self.errors:
-            self.errors.append(f"visitor {self.index}: a drafted run did not finish")
+        """A run drafted by a second model (the visitor's own model: its vocabulary by definition), forked from the
+        tab's run (Generate is always plain)."""
+        self.generate(client)
+        fn, inputs = self.page.forks["draft"]
+        values = {"draft": f"model:{self.model}", "draft-tokens": 3}
+        self.streamed(client, fn, [values.get(name) for name in inputs], "model draft")
 
     def dtype(self, client: httpx.Client, rng: random.Random) -> None:
         """The model in another dtype, then back: each a load the registry may have to do again."""

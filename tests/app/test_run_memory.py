@@ -189,7 +189,7 @@ def _copy_held(lm, precision: str) -> int:
     """The bytes a built copy holds beyond `lm` after a pass (a tied head makes its copy on the first pass)."""
     import torch
 
-    from playground.models.variants import variant
+    from playground.variants import variant
 
     built = variant(lm, precision)
     with torch.inference_mode():
@@ -200,7 +200,7 @@ def _copy_held(lm, precision: str) -> int:
 
 @pytest.fixture
 def llama(tmp_path):
-    from playground.models import variants
+    from playground import variants
 
     variants.VARIANTS.clear()
     yield playground.load_model(decoder(tmp_path / "m.safetensors", d_model=64, n_layers=2, n_heads=4, d_ff=128))
@@ -210,7 +210,7 @@ def llama(tmp_path):
 @pytest.mark.parametrize("precision", ["int8", "int4", "float16", "bfloat16"])
 def test_a_precision_copy_is_known_before_it_is_built(llama, precision):
     """`copy_bytes` from the shapes alone, against what the built copy really holds after a pass."""
-    from playground.models.variants import copy_bytes, variant
+    from playground.variants import copy_bytes, variant
 
     expected = copy_bytes(llama, precision)
     own = _copy_held(llama, precision)
@@ -224,7 +224,7 @@ def test_a_precision_copy_that_does_not_fit_is_refused_before_it_is_built(llama)
     """Round 5: forking int8 and int4 of a 545-680 MB upload under a 954 MiB budget built each float32 copy on a
     Gradio worker before the budget check, refused it and kept it (+1.3-1.5 GiB after two refusals), and the
     refusal said "the model alone takes 1.0 GiB"."""
-    from playground.models import variants
+    from playground import variants
 
     copy = _copy_held(llama, "int8")  # what a built copy holds (copy_bytes says it before building: above)
     variants.VARIANTS.clear()
@@ -259,10 +259,10 @@ def test_the_app_builds_a_precision_copy_on_the_torch_thread_as_a_job(lm, monkey
     server, on the torch thread, between the batch's steps."""
     import threading
 
+    from playground import variants
     from playground.app import play as play_module
     from playground.app.session import Session
     from playground.app.settings import UISettings
-    from playground.models import variants
 
     variants.VARIANTS.clear()
     threads = []

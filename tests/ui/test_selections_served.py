@@ -34,10 +34,20 @@ def select_event(url: str) -> tuple[int, list]:
     raise AssertionError("the page has no select event on the live screen")
 
 
+def drew(completed: dict) -> bool:
+    """Whether an ended event drew anything: not replaced in the queue (no output), not stopped (skips only)."""
+    def skip(update) -> bool:
+        return isinstance(update, dict) and all(k == "__type__" or skip(v) for k, v in update.items())
+
+    return not all(skip(u) for u in (completed.get("output") or {}).get("data") or [{}])
+
+
 def test_a_storm_of_selections_from_one_tab_runs_only_the_last(app):
     """Round 5: one tab posted ~80 selections at once; "only the last one" was enforced in the browser only, so all
     ran (the figures' lane, 2 at a time, shared by everyone): another tab's redraw took 4.8 s instead of
     0.1-0.3 s, or its Generate was refused with `Queue is full`."""
+    from playground.app import torch_thread
+
     demo, url = app
     page = Page.read(url)
     tab = Visitor(page, 0, "tiny-lm", "tiny-lm", max_new_tokens=12)
@@ -48,19 +58,26 @@ def test_a_storm_of_selections_from_one_tab_runs_only_the_last(app):
         live = out["output"][0]
         token, steps = live["run"], len(live["path"])
         assert out["success"] and steps > 1
+        # The whole storm arrives while the server is busy (the torch thread held by other work), as it does when
+        # a storm meets a busy class: the figures' two workers take the first two, the rest wait in the queue.
+        held, release = threading.Event(), threading.Event()
+        busy = threading.Thread(target=torch_thread.call, args=(lambda: (held.set(), release.wait(60)),), daemon=True)
+        busy.start()
+        assert held.wait(30)
         events = []
-        for k in range(STORM):  # as fast as one connection posts them
+        for k in range(STORM):
             body = {"data": inputs, "event_data": {"run": token, "step": k % steps}, "fn_index": fn,
                     "trigger_id": fn, "session_hash": tab.session}
             response = client.post(url + "gradio_api/queue/join", json=body, timeout=60)
             assert response.status_code == 200, response.text
             events.append(response.json()["event_id"])
+        release.set()
         outcomes = follow_all(client, url, tab.session, events)
     assert len(outcomes) == STORM
-    ran = [e for e in events if (outcomes[e].get("output") or {}).get("data") is not None]
+    ran = [e for e in events if drew(outcomes[e])]
     assert all(outcomes[e]["success"] for e in events)
-    assert len(ran) <= 3, len(ran)  # those already running when the storm came, and the last one
     assert events[-1] in ran  # the last selection is drawn
+    assert len(ran) <= 2, len(ran)  # and at most one of the two already running (a newer one stops the older)
     assert demo.playground_queue.superseded >= STORM - 3
 
 
