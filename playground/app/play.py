@@ -193,6 +193,7 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
     last_frame = 0.0
+    shown = 0  # the tokens of the frames yielded so far: what the page shows
     error = None
     # batched with every other visitor's run; the run's token labels it in the batch's step history
     stream = run_events(p, stop, owner=session, report_waiting=True, tag=run.token)
@@ -210,6 +211,7 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             if (len(run.events) == 1 or event.finished or pause
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
+                shown = len(run.path)
                 yield frame()
             if pause and not event.finished:
                 stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
@@ -220,10 +222,19 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         if session.stop is stop:
             session.stop = None
         heap.release()
+    if stop.is_set() and error is None and not run.beam:
+        _end_where_shown(run, shown)
     run.finish(lm, error)
     if on_end is not None:
         on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
     yield frame()
+
+
+def _end_where_shown(run: Run, shown: int) -> None:
+    """A stopped run ends at the last token its page was sent. The engine runs up to a frame ahead of the page
+    (~80 ms: dozens of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept,
+    they would appear after the press. One event and one compact entry per token outside beam search."""
+    del run.path[shown:], run.compact[shown:], run.events[shown:]
 
 
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:

@@ -98,7 +98,7 @@ class Press:
                 detail = live.get("status", {}).get("error") if isinstance(live, dict) else None
                 self.error = f"visitor {v.index}: {out.get('error') or detail or state}"
                 return
-            self.ids = [int(p[1]) for p in live.get("path", [])]
+            self.ids = [int(p[1]) for p in out["path"]]
         except Exception as exc:  # noqa: BLE001 - counted and printed
             self.error = f"visitor {v.index}: {type(exc).__name__}: {exc}"
 
