@@ -37,10 +37,11 @@ function shown(text) {  // a token as a person can see it: spaces and newlines m
   if (text === "") return "∅";
   return esc(text).replace(/\n/g, "↵\n");
 }
-function label(text) {  // a token in a label or a chip: one line
+function plain(text) {  // a token in a label or a chip: one line
   if (text === "") return "∅";
-  return esc(text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
+  return text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥");
 }
+function label(text) { return esc(plain(text)); }  // the same, as markup
 function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%", never "0%" (only 0 is 0%)
   if (p > 0 && p < 0.005) return "<0.5%";
   return (100 * p).toFixed(p >= 0.995 || p === 0 ? 0 : 1) + "%";
@@ -127,10 +128,20 @@ function updateStream(v, from, added) {
   stream.appendChild(frag);
 }
 
-function followStream() {  // a read of the layout: after every write of the frame (render)
-  if (st.selected !== null) return;
-  const stream = $("#token-stream");
-  stream.scrollTop = stream.scrollHeight;
+// Following the newest token reads the layout: once per frame the browser draws, after every write (a read
+// between two writes would have it lay the page out twice). The stream scrolls to its end, the attention chips to
+// the newest token's; a selected step keeps both where the visitor left them.
+function follow() {
+  if (st.following) return;
+  st.following = true;
+  requestAnimationFrame(() => {
+    st.following = false;
+    if (st.selected !== null) return;
+    const stream = $("#token-stream"), chips = $(".pg-achips"), query = chips && chips.querySelector(".query");
+    const below = query ? query.getBoundingClientRect().bottom - chips.getBoundingClientRect().bottom : 0;
+    stream.scrollTop = stream.scrollHeight;
+    if (below > 0) chips.scrollTop += below + 4;
+  });
 }
 
 function currentStep(v) {
@@ -277,10 +288,33 @@ function attentionRow(v, step) {
   return undefined;
 }
 
+// The panel's title and controls are drawn when the run, the language or the view changes, never per frame (a
+// layer list left open while the tokens stream stays open); its chips are updated in place: one per key the token
+// looked at, each frame recolouring them and adding the new ones.
 function drawAttention(v, step) {
   const box = $(".pg-att");
-  const m = v.model || {};
   const view = viewOf(v);
+  const frame = JSON.stringify([lang(), v.run, v.kind, (v.model || {}).layers, view]);
+  if (st.attFrame !== frame) {
+    box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p>`
+      + `<div class="pg-acontrols">${attentionControls(v, view)}</div><div class="pg-achips"></div>`;
+    st.attFrame = frame;
+    st.chips = [];
+  }
+  const chips = box.querySelector(".pg-achips");
+  const row = step === null ? null : attentionRow(v, step);
+  let message = "";
+  if (step === null) message = "";
+  else if (row === undefined) message = tr("att_loading");
+  else if (row === null) message = tr("att_off");
+  else if (row.error) message = row.error;
+  else { drawChips(chips, v, step, row, view); return; }
+  chips.innerHTML = message ? `<p class="pg-muted">${esc(message)}</p>` : "";
+  st.chips = [];
+}
+
+function attentionControls(v, view) {
+  const m = v.model || {};
   let controls = "";
   if (v.kind === "seq2seq") {
     controls += `<select class="pg-akind">${["cross", "self"].map((k) => `<option value="${k}"${view.kind === k ? " selected" : ""}>${esc(tr("att_" + k))}</option>`).join("")}</select>`;
@@ -295,21 +329,10 @@ function drawAttention(v, step) {
   controls += `<select class="pg-ahead" aria-label="${esc(tr("att_head"))}">${heads.join("")}</select>`;
   controls += `<select class="pg-ascale" aria-label="${esc(tr("att_scale"))}">${["linear", "log"].map((s) => `<option value="${s}"${view.scale === s ? " selected" : ""}>${esc(tr("att_" + s))}</option>`).join("")}</select>`;
   controls += `<label class="pg-asink"><input type="checkbox" class="pg-asinkbox"${view.sink ? " checked" : ""}> ${esc(tr("att_sink"))}</label>`;
-  let body = "";
-  if (step !== null) {
-    const row = attentionRow(v, step);
-    if (row === undefined) body = `<p class="pg-muted">${esc(tr("att_loading"))}</p>`;
-    else if (row === null) body = `<p class="pg-muted">${esc(tr("att_off"))}</p>`;
-    else if (row.error) body = `<p class="pg-muted">${esc(row.error)}</p>`;
-    else body = attentionChips(v, step, row, view);
-  }
-  box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p><div class="pg-acontrols">${controls}</div><div class="pg-achips">${body}</div>`;
-  const chips = box.querySelector(".pg-achips");
-  const q = chips.querySelector(".query");
-  if (q) chips.scrollTop = Math.max(0, q.offsetTop - chips.clientHeight + 40);
+  return controls;
 }
 
-function attentionChips(v, step, row, view) {
+function drawChips(chips, v, step, row, view) {
   const labels = keyLabels(v, step, view.kind);
   const ids = idsOnly(v);
   const n = Math.min(labels.length, row.length);
@@ -317,7 +340,10 @@ function attentionChips(v, step, row, view) {
   let top = 0, low = Infinity;
   for (let i = from; i < n; i++) { top = Math.max(top, row[i]); if (row[i] > 0) low = Math.min(low, row[i]); }
   const logLo = Math.log10(Math.max(low === Infinity ? 1e-6 : low, top * 1e-4, 1e-9)), logHi = Math.log10(Math.max(top, 1e-9));
-  const parts = [];
+  if (!st.chips.length) chips.textContent = "";  // a message stood there
+  const els = st.chips;
+  while (els.length > n) els.pop().remove();
+  const frag = document.createDocumentFragment();
   for (let i = 0; i < n; i++) {
     const w = row[i];
     let a = 0;
@@ -325,10 +351,15 @@ function attentionChips(v, step, row, view) {
       a = view.scale === "log" ? (w > 0 ? (Math.log10(w) - logLo) / Math.max(logHi - logLo, 1e-9) : 0) : w / top;
     }
     a = Math.max(0, Math.min(1, a));
-    const cls = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
-    parts.push(`<span class="${cls}" title="${esc("#" + i + " " + labels[i] + " · " + w.toFixed(4))}" style="background:rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)});color:${a > 0.55 ? "#fff" : "#111"}">${label(labels[i])}</span>`);
+    let el = els[i];
+    if (!el) { el = els[i] = document.createElement("span"); frag.appendChild(el); }
+    if (el.dataset.key !== labels[i]) { el.dataset.key = labels[i]; el.textContent = plain(labels[i]); }
+    el.className = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    el.title = "#" + i + " " + labels[i] + " · " + w.toFixed(4);
+    el.style.background = `rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)})`;
+    el.style.color = a > 0.55 ? "#fff" : "#111";
   }
-  return parts.join("");
+  chips.appendChild(frag);
 }
 
 // ---------------------------------------------------------------- KV cache
@@ -439,7 +470,7 @@ function absorb(f) {
   markSelected();
   if (v.beams || before.beams) drawBeams(v);
   if ("branches" in f) drawBranches(v);
-  followStream();
+  follow();
   return true;
 }
 
