@@ -15,7 +15,7 @@ import torch
 
 from playground.app import serving, zerogpu
 from playground.app.serving import MAX_ROWS
-from playground.cpu import default_threads, omp_threads
+from playground.cpu import choose_threads
 from playground.errors import PlaygroundError
 from playground.hosting import on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
@@ -41,10 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "takes one per beam); more visitors wait in line and are told their place")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "
-                             "the CPU quota allows, one fewer with --browser-here)")
+                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core the "
+                             "CPU quota allows on a Space, and one fewer elsewhere, left to a browser on the same "
+                             "machine; a server without one passes its core count)")
     parser.add_argument("--browser-here", action="store_true",
-                        help="a browser runs on this machine too: leave it one core")
+                        help="leave a browser one core even on a Space (elsewhere the default)")
     parser.add_argument("--device", default=None,
                         help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
                              "else cpu; on ZeroGPU each run borrows the GPU by itself)")
@@ -99,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: --max-rows must be at least 1, not {args.max_rows}", file=sys.stderr)
         raise SystemExit(2)
     serving.configure(max_rows=args.max_rows)
-    threads = args.threads or omp_threads() or default_threads(browser_here=args.browser_here)
+    threads, why = choose_threads(args.threads, space=on_space() and not args.browser_here)
     torch.set_num_threads(threads)
-    log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",
-             device, args.dtype)
+    log.info("%d torch thread%s (%s%s), models on %s, pages start in %s", threads, "" if threads == 1 else "s", why,
+             "" if why == "--threads" else "; --threads N to change", device, args.dtype)
     demo = build_app(extra_weights=args.weights, generate_concurrency=args.concurrency, device=device, dtype=args.dtype)
     catalog = demo.playground_handlers.catalog
     offered = list(catalog.shared_paths()) + list(catalog.preloaded_paths())  # checked now; problems are logged

@@ -208,7 +208,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
-            if (len(run.events) == 1 or event.finished or pause
+            # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
+            if (len(run.events) == 1 or event.finished
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
                 shown = len(run.path)
@@ -223,7 +224,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             session.stop = None
         heap.release()
     if stop.is_set() and error is None and not run.beam:
-        _end_where_shown(run, shown)
+        seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
+        _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
     run.finish(lm, error)
     if on_end is not None:
         on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
@@ -231,9 +233,10 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
 
 
 def _end_where_shown(run: Run, shown: int) -> None:
-    """A stopped run ends at the last token its page was sent. The engine runs up to a frame ahead of the page
-    (~80 ms: dozens of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept,
-    they would appear after the press. One event and one compact entry per token outside beam search."""
+    """A stopped run ends at the tokens its page showed when Stop was pressed (or, when the page did not say, at
+    the last frame sent). The engine runs a frame and more ahead of the page (~80 ms and the frame's way: dozens
+    of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept, they would
+    appear after the press. One event and one compact entry per token outside beam search."""
     del run.path[shown:], run.compact[shown:], run.events[shown:]
 
 

@@ -56,6 +56,7 @@ class Session:
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
     stops: int = 0  # how many times Stop was pressed: a press that began before the newest Stop never runs on
+    stop_seen: tuple[str, int] | None = None  # Stop's run and how many of its tokens the page showed
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_pending: bool = False  # the link names a prompt whose run has not started yet

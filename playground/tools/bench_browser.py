@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = Path(args.model).resolve()
     if not model.exists():
         raise SystemExit(f"error: no checkpoint at {args.model}; run `python -m playground import-smollm2` or pass --model")
-    # the browser runs here too: without --server-threads the app leaves it a core, as a colocated app should
-    threads = ["--threads", str(args.server_threads)] if args.server_threads else ["--browser-here"]
+    # the browser runs here too: without --server-threads the app leaves it a core (its default off a Space)
+    threads = ["--threads", str(args.server_threads)] if args.server_threads else []
     server, url = start_server(str(model.parent), 4, *threads)
     try:
         query = dict(model=model.name, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
@@ -141,7 +141,7 @@ def format_report(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"First token shown {m['first_token_after_prefill_ms']:.0f} ms after the engine's prefill ended "
                  f"({results['model']}, {results['max_new_tokens']} new tokens, greedy, chat {'on' if results['chat'] else 'off'}, "
-                 f"every live panel on; app torch threads: {results.get('server_threads') or 'cores - 1 (--browser-here)'}, "
+                 f"every live panel on; app torch threads: {results.get('server_threads') or 'cores - 1 (the default)'}, "
                  f"{results.get('cpus')} CPUs shared with the browser).")
     return "\n".join(lines)
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=88)
     parser.add_argument("--runs", type=int, default=3, help="runs per row (--stream: 1 if not given)")
     parser.add_argument("--server-threads", type=int, default=0,
-                        help="the app's torch threads (app.py --threads; 0: app.py --browser-here, cores - 1)")
+                        help="the app's torch threads (app.py --threads; 0: its default, cores - 1)")
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--stream", action="store_true",
                         help="the stream at length: the page's main thread, Stop and rates per model and length")

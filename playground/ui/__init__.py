@@ -49,7 +49,8 @@ def build_app(
                       prefer_preloaded=prefer_preloaded)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step, handlers.stream.live_state])
+                                        handlers.stream.select_step, handlers.stream.live_state,
+                                        handlers.stream.stop_at])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo

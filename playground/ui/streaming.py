@@ -188,6 +188,23 @@ class Streaming:
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
         session.press_stop()
 
+    def stop_at(self, args: list[Any]) -> dict[str, Any]:
+        """[run token, tokens on screen]: Stop as the live screen saw it. Its script calls this as the button is
+        pressed, beside the Stop event (which Gradio would hold back behind the stream were the live screen one
+        of its inputs): the run ends at the tokens the page showed, not at those the engine made meanwhile."""
+        try:
+            token, seen = args
+            seen = int(seen)
+        except (TypeError, ValueError):
+            return {}
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        if run is None or not run.running or not self.sessions.has(run.owner):
+            return {}
+        session = self.sessions.get(run.owner)
+        session.stop_seen = (token, seen)
+        session.press_stop()
+        return {}
+
     # --- what the live screen's script asks for ---------------------------------------------------
 
     def attention_row(self, args: list[Any]) -> dict[str, Any]:

@@ -275,6 +275,25 @@ def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):
     assert list(h.stream.generate(request("stopper"), 2500.0, *values(UISettings(prompt="Hi", max_new_tokens=2))))
 
 
+def test_stop_ends_the_run_at_the_tokens_its_page_showed(h):
+    """The engine runs ahead of the page; the page's script says how many tokens it showed as Stop is pressed
+    (stop_at), and the run ends there: the status, the frames folded as the page folds them, the run itself."""
+    gen = h.stream.generate(request("seen"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=200, pace_ms=20)))
+    path: list = []
+    for live, _, _ in gen:
+        path = fr.fold(path, live)
+        if len(path) >= 5:
+            break
+    run = h.sessions.get("seen").current
+    assert h.stream.stop_at(["no such run", 1]) == {} and h.stream.stop_at([run.token]) == {} and run.running
+    h.stream.stop_at([run.token, len(path) - 2])  # two tokens the page had not drawn yet
+    frames = list(gen)
+    for live, _, _ in frames:
+        path = fr.fold(path, live)
+    assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] == len(path) == len(run.path)
+    assert len(run.path) == len(run.events) == len(run.compact) and len(run.path) <= 3
+
+
 def test_a_new_run_stops_the_previous_one_of_the_same_tab(h):
     slow = h.stream.generate(request("one"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100, pace_ms=20)))
     next(slow)

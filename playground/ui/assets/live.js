@@ -578,6 +578,16 @@ function watchQueue() {
   observer.observe(block, { childList: true, subtree: true, characterData: true });
 }
 
+// Stop, as pressed: the run ends at the tokens on screen (the engine runs a frame and more ahead of the page). Sent
+// as the click reaches the page, beside the button's own event; one listener for the page, whichever copy of this
+// script registered it last.
+if (window.__pgStopListener) document.removeEventListener("click", window.__pgStopListener, true);
+window.__pgStopListener = (e) => {
+  if (!e.target.closest || !e.target.closest("#stop-btn") || !st.v.run || settled(st.v) || !server.stop_at) return;
+  server.stop_at([st.v.run, st.v.path.length]).catch(() => {});
+};
+document.addEventListener("click", window.__pgStopListener, true);
+
 watch("value", render);
 render();
 watchQueue();
