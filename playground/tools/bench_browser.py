@@ -167,7 +167,8 @@ STREAM_PROBE = """() => {
     if (!w.marks.length || w.marks[w.marks.length - 1][1] !== n) w.marks.push([performance.now(), n]);
   }).observe(stream, {childList: true});
   new MutationObserver(() => {
-    if (w.end === null && w.marks.length && ['done', 'stopped', 'error'].includes(status.dataset.state)) w.end = performance.now();
+    if (w.end === null && w.marks.length && ['done', 'stopped', 'error'].includes(status.dataset.state)) {
+      w.end = performance.now(); w.state = status.dataset.state; }
   }).observe(status, {attributes: true, attributeFilter: ['data-state'], childList: true});
   document.querySelector('#stop-btn').addEventListener('click', (e) => {
     if (!w.stop) w.stop = {count: count(), waited: performance.now() - e.timeStamp}; }, true);
@@ -236,8 +237,8 @@ def stream_run(browser: Any, url: str, model: str, tokens: int, stop_at: int | N
     out = {"tokens": last[1], "late_p50": _pct(late, 0.5), "late_p95": _pct(late, 0.95), "late_max": max(late),
            "engine_tokens_per_s": _engine_numbers(rate_text)["tps"], "page_tokens_per_s": shown,
            "kb": received[0] / 1024}
-    if stop_at is not None:
-        stop = w["stop"] or {"count": float("nan"), "waited": float("nan")}
+    if stop_at is not None:  # a run that ended before Stop reached the server (a fast model) has no Stop to show
+        stop = w["stop"] if w["stop"] and w["state"] == "stopped" else {"count": float("nan"), "waited": float("nan")}
         out.update(stop_seen=stop["count"], stop_after=last[1] - stop["count"], stop_waited_ms=stop["waited"])
     return out
 
@@ -283,10 +284,17 @@ def stream_bench(args: argparse.Namespace) -> dict[str, Any]:
             "apps": {k: str(v) for k, v in apps.items()}}
 
 
+def _median(values: list[float]) -> float:
+    """The median of the values measured (a Stop that came after the run's end measured nothing: NaN)."""
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
 def _stream_line(r: dict[str, Any]) -> str:
+    stop = ("the run ended first | – | –" if r["stop_seen"] != r["stop_seen"] else
+            f"{r['stop_seen']:.0f} | +{r['stop_after']:.0f} | {r['stop_waited_ms']:.0f} ms")
     return (f"{r['model']} | {r['length']} | {r['app']} | {r['late_p50']:.0f} / {r['late_p95']:.0f} / "
-            f"{r['late_max']:.0f} ms | {r['stop_seen']:.0f} | +{r['stop_after']:.0f} | {r['stop_waited_ms']:.0f} ms | "
-            f"{r['engine_tokens_per_s']:.1f} | {r['page_tokens_per_s']:.1f} | "
+            f"{r['late_max']:.0f} ms | {stop} | {r['engine_tokens_per_s']:.1f} | {r['page_tokens_per_s']:.1f} | "
             f"{r['page_tokens_per_s'] / r['engine_tokens_per_s']:.2f}× | {r['kb']:.0f} KB")
 
 
@@ -299,7 +307,7 @@ def format_stream(results: dict[str, Any]) -> str:
              "Stop click waited | engine tokens/s | page tokens/s | page / engine | received",
              "--- | --- | --- | --- | --- | --- | --- | --- | --- | --- | ---"]
     for (model, length, app), rows in groups.items():
-        med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], (int, float))}
+        med = {k: _median([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], (int, float))}
         med.update(model=model, length=length, app=app)
         lines.append(_stream_line(med))
     load = results["load"]
@@ -318,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--no-chat", dest="chat", action="store_false", help="send the prompt as plain text")
     parser.add_argument("--max-new-tokens", type=int, default=88)
-    parser.add_argument("--runs", type=int, default=3, help="runs per row (--stream: 1 if not given)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per row (default 3; --stream: 1)")
     parser.add_argument("--server-threads", type=int, default=0,
                         help="the app's torch threads (app.py --threads; 0: its default, cores - 1)")
     parser.add_argument("--json", help="write the results to this JSON file")
@@ -329,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="--stream: new tokens per run, comma-separated")
     parser.add_argument("--before", help="--stream: another checkout whose app is measured too, interleaved")
     args = parser.parse_args(argv)
+    args.runs = args.runs or (1 if args.stream else 3)
     results = stream_bench(args) if args.stream else run(args)
     print(format_stream(results) if args.stream else format_report(results))
     if args.json:

@@ -352,12 +352,19 @@ function drawChips(chips, v, step, row, view) {
     }
     a = Math.max(0, Math.min(1, a));
     let el = els[i];
-    if (!el) { el = els[i] = document.createElement("span"); frag.appendChild(el); }
-    if (el.dataset.key !== labels[i]) { el.dataset.key = labels[i]; el.textContent = plain(labels[i]); }
-    el.className = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    if (!el) { el = els[i] = document.createElement("span"); el.drawn = {}; frag.appendChild(el); }
+    // only what changed is written: most chips keep their class and colour from one frame to the next
+    const d = el.drawn;
+    const cls = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
+    const shade = (0.08 + 0.92 * a).toFixed(3);
+    if (d.key !== labels[i]) { d.key = labels[i]; el.textContent = plain(labels[i]); }
+    if (d.cls !== cls) { d.cls = cls; el.className = cls; }
+    if (d.shade !== shade) {
+      d.shade = shade;
+      el.style.background = `rgba(230,85,13,${shade})`;
+      el.style.color = a > 0.55 ? "#fff" : "#111";
+    }
     el.title = "#" + i + " " + labels[i] + " · " + w.toFixed(4);
-    el.style.background = `rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)})`;
-    el.style.color = a > 0.55 ? "#fff" : "#111";
   }
   chips.appendChild(frag);
 }
@@ -436,23 +443,22 @@ function entries(text) { return typeof text === "string" ? JSON.parse(text) : (t
 function attention(text) { return typeof text === "string" ? JSON.parse(text) : (text || null); }
 function settled(v) { return !!v.status && !["running", "waiting"].includes(v.status.state); }
 
-// Fold one frame into the screen's copy of the run and draw what changed. Returns false when the frame does not
-// follow what the page holds (a frame was lost): the whole value is asked for, and the frame waits for it.
+// Fold one frame into the screen's copy of the run and draw what changed. A frame that does not follow what the
+// page holds (one was lost, or the run's first) waits for the run's whole value, asked for once (`repair`).
 function absorb(f) {
   if (!f.run) {  // no run: an empty screen (a model switch, a start that failed)
     st.v = Object.assign({}, EMPTY, f); st.run = null; st.spans = []; st.marked = null;
     $("#token-stream").innerHTML = "";
     drawStatus(st.v); drawLegend(); drawPanels(st.v); drawBeams(st.v); drawBranches(st.v);
-    return true;
+    return;
   }
   const from = f.from || 0;
-  if (!f.head && (f.run !== st.run || from > st.v.path.length)) { repair(f); return false; }
+  if (!f.head && (f.run !== st.run || from > st.v.path.length)) { repair(f); return; }
   const added = entries(f.path);
   const before = st.v;
-  if (f.head) {
-    const same = f.run === st.run;
+  if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
     st.v = Object.assign({}, f.head, { path: [] });
-    resetRun(Object.assign({}, f.head, f), same);
+    resetRun(Object.assign({}, f.head, f), f.run === st.run);
   }
   const v = st.v;
   for (const k in f) if (!["head", "path", "from", "att"].includes(k)) v[k] = f[k];
@@ -462,16 +468,15 @@ function absorb(f) {
   for (const entry of added) v.path.push(entry);
   updateStream(v, from, added);
   if (!("branches" in f)) growBranches(v, added);
-  // the panels follow the newest step, and redraw for a selected one only when the run ends (its branch buttons)
-  const ended = settled(v) !== settled(before) || v.lang !== st.drawnLang || f.head;
+  // the panels follow the newest step; a selected one's redraw when the run ends (its branch buttons appear)
+  const all = st.selected === null || f.head || settled(v) !== settled(before) || v.lang !== st.drawnLang;
   drawStatus(v);
   if (v.lang !== st.drawnLang) { drawLegend(); st.drawnLang = v.lang; }
-  if (st.selected === null || ended) drawPanels(v); else drawStepBar(v, currentStep(v));
+  if (all) drawPanels(v); else drawStepBar(v, currentStep(v));
   markSelected();
   if (v.beams || before.beams) drawBeams(v);
   if ("branches" in f) drawBranches(v);
   follow();
-  return true;
 }
 
 // A lost frame: the run's whole value, asked once; the newest frame that arrives meanwhile is kept, and applied
