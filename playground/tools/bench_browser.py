@@ -15,8 +15,8 @@ from the press to the first visible token against the engine's prefill time.
 `--stream` measures whether the page keeps up with a long run, for each model and length: how late a
 100 ms timer on the page fires while the tokens stream (the main thread's lateness, p50 / p95 / max),
 the page's tokens/s against the engine's, the kilobytes the page received, and in a second run a real
-mouse click on Stop once the page shows half the tokens: how many tokens came after the click and how
-long the click waited for the main thread. `--before DIR` starts the app of another checkout too (a
+mouse click on Stop once the page shows half the tokens: how many tokens came after the click ("the run
+had ended": the engine was done before Stop reached it) and how long the click waited for the main thread. `--before DIR` starts the app of another checkout too (a
 worktree of the commit to compare with) and measures it the same way, interleaved with this one, with
 the same threads and checkpoints: the machine's load falls on both alike. tiny-lm has 128 positions;
 for longer runs the benchmark writes a copy whose config allows 512 (its weights, RoPE unchanged),
@@ -171,7 +171,7 @@ STREAM_PROBE = """() => {
       w.end = performance.now(); w.state = status.dataset.state; }
   }).observe(status, {attributes: true, attributeFilter: ['data-state'], childList: true});
   document.querySelector('#stop-btn').addEventListener('click', (e) => {
-    if (!w.stop) w.stop = {count: count(), waited: performance.now() - e.timeStamp}; }, true);
+    if (!w.stop) w.stop = {count: count(), waited: performance.now() - e.timeStamp, after_end: w.end !== null}; }, true);
   return performance.now();
 }""".replace("TIMER_MS", str(TIMER_MS))
 
@@ -237,9 +237,10 @@ def stream_run(browser: Any, url: str, model: str, tokens: int, stop_at: int | N
     out = {"tokens": last[1], "late_p50": _pct(late, 0.5), "late_p95": _pct(late, 0.95), "late_max": max(late),
            "engine_tokens_per_s": _engine_numbers(rate_text)["tps"], "page_tokens_per_s": shown,
            "kb": received[0] / 1024}
-    if stop_at is not None:  # a run that ended before Stop reached the server (a fast model) has no Stop to show
-        stop = w["stop"] if w["stop"] and w["state"] == "stopped" else {"count": float("nan"), "waited": float("nan")}
-        out.update(stop_seen=stop["count"], stop_after=last[1] - stop["count"], stop_waited_ms=stop["waited"])
+    if stop_at is not None:  # a click the page handled after showing the run's end measures nothing
+        stop = w["stop"] if w["stop"] and not w["stop"]["after_end"] else {"count": float("nan"), "waited": float("nan")}
+        out.update(stop_seen=stop["count"], stop_after=last[1] - stop["count"], stop_waited_ms=stop["waited"],
+                   stop_missed=float(w["state"] != "stopped"))  # the run ended before Stop reached the server
     return out
 
 
@@ -291,8 +292,9 @@ def _median(values: list[float]) -> float:
 
 
 def _stream_line(r: dict[str, Any]) -> str:
-    stop = ("the run ended first | – | –" if r["stop_seen"] != r["stop_seen"] else
-            f"{r['stop_seen']:.0f} | +{r['stop_after']:.0f} | {r['stop_waited_ms']:.0f} ms")
+    missed = " (the run had ended)" if r.get("stop_missed", 0) >= 0.5 else ""
+    stop = ("after the page showed the end | – | –" if r["stop_seen"] != r["stop_seen"] else
+            f"{r['stop_seen']:.0f} | +{r['stop_after']:.0f}{missed} | {r['stop_waited_ms']:.0f} ms")
     return (f"{r['model']} | {r['length']} | {r['app']} | {r['late_p50']:.0f} / {r['late_p95']:.0f} / "
             f"{r['late_max']:.0f} ms | {stop} | {r['engine_tokens_per_s']:.1f} | {r['page_tokens_per_s']:.1f} | "
             f"{r['page_tokens_per_s'] / r['engine_tokens_per_s']:.2f}× | {r['kb']:.0f} KB")
