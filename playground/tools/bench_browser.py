@@ -234,7 +234,7 @@ def stream_run(browser: Any, url: str, model: str, tokens: int, stop_at: int | N
     first, last = marks[0], marks[-1]
     late = [x for t, x in w["late"] if first[0] <= t <= w["end"]]  # while the tokens stream: first shown → the end
     shown = (last[1] - first[1]) / max((last[0] - first[0]) / 1000.0, 1e-9)
-    out = {"tokens": last[1], "late_p50": _pct(late, 0.5), "late_p95": _pct(late, 0.95), "late_max": max(late),
+    out = {"tokens": last[1], "late_p50": _pct(late, 0.5), "late_p95": _pct(late, 0.95), "late_max": max(late, default=float("nan")),
            "engine_tokens_per_s": _engine_numbers(rate_text)["tps"], "page_tokens_per_s": shown,
            "kb": received[0] / 1024}
     if stop_at is not None:  # a click the page handled after showing the run's end measures nothing
