@@ -1,5 +1,5 @@
 """Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
-[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]`.
+[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--default-model NAME]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -22,6 +22,7 @@ from playground.ui import build_app, enable_queue, launch_kwargs
 
 log = logging.getLogger("playground.app")
 DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_MODEL_VARIABLE = "PLAYGROUND_DEFAULT_MODEL"  # a Space variable does what --default-model does
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
                              "else cpu; on ZeroGPU each run borrows the GPU by itself)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
+    parser.add_argument("--default-model", default=os.environ.get(DEFAULT_MODEL_VARIABLE, "").strip() or None,
+                        metavar="NAME", help=f"the model every new page opens on, a name of the model list (e.g. "
+                                             f"SmolLM2-135M-Instruct; default: ${DEFAULT_MODEL_VARIABLE}, else tiny-lm, "
+                                             "or a Space's preloaded model)")
     args = parser.parse_args(argv)
     args.device = args.device or default_device()
     return args
@@ -104,9 +109,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(threads)
     log.info("%d torch thread%s (%s%s), models on %s, pages start in %s", threads, "" if threads == 1 else "s", why,
              "" if why == "--threads" else "; --threads N to change", device, args.dtype)
-    demo = build_app(extra_weights=args.weights, generate_concurrency=args.concurrency, device=device, dtype=args.dtype)
+    demo = build_app(extra_weights=args.weights, generate_concurrency=args.concurrency, device=device, dtype=args.dtype,
+                     default_model=args.default_model)
     catalog = demo.playground_handlers.catalog
     offered = list(catalog.shared_paths()) + list(catalog.preloaded_paths())  # checked now; problems are logged
+    if not catalog.default_offered():
+        log.warning("--default-model %s is not a model offered here (%s); pages open on %s", args.default_model,
+                    ", ".join(offered) or "none", catalog.default_name())
     log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from playground.app import frames, heap, lab, serving, zerogpu
+from playground.app import experiments, frames, heap, serving, zerogpu
 from playground.app.engine_stream import run_events
+from playground.app.experiments.base import Action, Experiment, ForkRequest
 from playground.app.limits import CAPS, lenient
 from playground.app.notes import error_line, note, render_all
 from playground.app.run import Run
 from playground.app.session import Session, new_token
-from playground.app.settings import UISettings, from_query, generation_kwargs, parse_branches
+from playground.app.settings import UISettings, changed, from_query, generation_kwargs, parse_branches, plain
 from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, language_token_id
 from playground.generation.plan import Plan, assemble
@@ -38,6 +39,16 @@ from playground.notes import Note
 MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
 Lookup = Callable[[str, str, str], Any]  # (catalog name, dtype, owner) -> the loaded model
 Parent = tuple[Run, int, list[int]]  # (run, step, token ids): continue `run` from `step` with these tokens
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a fork comes from: the run it forks, the experiment that makes it (its name; a link's replay names each
+    experiment it asks for, joined by "+") and what the experiment measured on the way (kept on the new run)."""
+
+    run: Run
+    experiment: str
+    results: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,10 +101,11 @@ def link_defaults(settings: UISettings, named: Any, lm: Any) -> UISettings:
 
 
 def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | None = None, *,
-              captures: bool = True, draft_lm: Any = None) -> tuple[Run, Plan]:
+              origin: Origin | None = None, captures: bool = True, draft_lm: Any = None) -> tuple[Run, Plan]:
     """A new run of `session` (numbered, not yet added) and the engine's plan for it: the one validation pass.
 
     parent: (run, step, token ids): continue `run` from `step` with these tokens instead of its own.
+    origin: the run an experiment forks (the new run records it, and what it changed).
     An empty seed in sampling draws one here (the run keeps it, so its link reproduces it).
     captures=False (the script API): no attention, residual or candidates recorded; the same tokens."""
     notes: list[Note] = []
@@ -121,7 +133,13 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     if not prompt_ids:  # a prompt of no tokens starts from the model's start token (the lenient pass said so)
         prompt_ids = stepper_class(lm.kind).empty_prompt(lm.config)
     notes += done.notes
-    live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
+    view = session.view.fitted(lm.config, lm.kind)  # the live panel's choice, for this run's model
+    if view.head != session.view.head:
+        notes.append(note("live_head_reset", head=session.view.head))
+    if view.layer != session.view.layer:
+        notes.append(note("live_layer_reset", layer=session.view.layer))
+    session.view = view
+    live_layer = frames.resolve_layer(view.layer, lm.config.n_layers)
     # The live panel's layer, and the residual stream the logit lens and the residual norms read.
     cfg = done.cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
     if cfg.draft is not None and cfg.num_beams == 1:  # a verify pass checks several tokens at once: nothing recorded
@@ -140,7 +158,22 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
         prefix_texts=lm.token_texts(p.prefix_ids[: len(p.prefix_ids) - len(forced_prefix)]),
     )
     session.next_number += 1
+    _record_origin(run, parent, origin)
     return run, p
+
+
+def _record_origin(run: Run, parent: Parent | None, origin: Origin | None) -> None:
+    """Where `run` came from, set once here: a branch's parent, or the run an experiment forked."""
+    if parent is not None:
+        run.origin, run.experiment = parent[0].number, "branch"
+        run.about = [note("history_branch", step=run.step_number(-len(run.forced)))]
+    elif origin is not None:
+        before = origin.run.settings
+        run.origin, run.experiment = origin.run.number, origin.experiment
+        run.changes = changed(run.settings, before)
+        had = experiments.badge(before)
+        run.about = [words for words in experiments.badge(run.settings) if words not in had]
+        run.results.update(origin.results)
 
 
 def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple[Any, Note | None]:
@@ -156,18 +189,30 @@ def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple
         return None, note("draft_model_missing", name=name)
 
 
+def fork_of(session: Session, run: Run, lm: Any, experiment: Experiment, action: Action,
+            values: Mapping[str, Any]) -> tuple[UISettings, Origin]:
+    """The settings and the origin of `action`'s fork of `run` (an experiment's button pressed with the widgets'
+    `values`): the run's own settings (its seed, no branches) with what the experiment changes. Some forks measure
+    first (a steering vector): call it on the torch thread. Raises PlaygroundError (a keyed note) for a refusal."""
+    base = dataclasses.replace(session.run_settings(run), branches="")
+    forked = action.run(ForkRequest(run=run, settings=base, lm=lm, values=dict(values)))
+    return dataclasses.replace(base, **forked.changes), Origin(run, experiment.name, forked.results)
+
+
 # --- a press, frame by frame ----------------------------------------------------------------------
 
 
 def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent | None = None, *,
-         captures: bool = True, pace: bool = True, on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
-    """Frames of one run of `settings` in `session` (a branch when `parent` is given): the first at once (the
-    run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
+         origin: Origin | None = None, captures: bool = True, pace: bool = True,
+         on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
+    """Frames of one run of `settings` in `session` (a branch when `parent` is given, an experiment's fork when
+    `origin` is): the first at once (the run has started), then at the live screen's pace, the last when the run
+    has ended (or failed)."""
     stops = session.stops  # a Stop pressed while this press starts (a model loading under load) ends it too
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
         drafter, missing = draft_model(session, lookup, settings)
-        run, p = start_run(session, lm, settings, parent, captures=captures, draft_lm=drafter)
+        run, p = start_run(session, lm, settings, parent, origin=origin, captures=captures, draft_lm=drafter)
         if missing is not None:
             run.notes.insert(0, missing)
     except Exception as exc:  # noqa: BLE001 - one line in the live screen, no badges
@@ -203,8 +248,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             if isinstance(event, serving.Waiting):
                 yield frame(event)
                 continue
-            if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
-                run.notes.append(note(event.key))
+            if isinstance(event, zerogpu.Notice):  # ZeroGPU: the GPU refused (the run goes on on the CPU), or its time
+                run.notes.append(note(event.key, **event.values))
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
@@ -241,18 +286,24 @@ def _end_where_shown(run: Run, shown: int) -> None:
 
 
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:
-    """A link's runs: the plain run, the edited one beside it when the link carries the lab's edits, then the
-    link's branches in order (each from the run before it). A branch list that does not parse was already
-    a note of the page load; it is left out here."""
+    """A link's runs: the plain run; then, when the link asks for experiments (an edit, a cache policy, another
+    precision, a drafter), the run with them, forked from the plain one beside it; then the link's branches in order
+    (each from the run before it). A branch list that does not parse was already a note of the page load; it is left
+    out here."""
     try:
         branches = parse_branches(settings.branches)
     except ValueError:
         branches = []
+    base = plain(settings)
     run = None
-    for number, each in enumerate(lab.link_runs(settings)):
-        if number and (run is None or run.finish_reason in ("stopped", "error")):
+    for out in play(session, lookup, base, **kw):
+        run = out.run
+        yield out
+    if base != settings:
+        if run is None or run.finish_reason in ("stopped", "error"):
             return
-        for out in play(session, lookup, each, **kw):
+        forked = Origin(run, "+".join(e.name for e in experiments.active(settings)))
+        for out in play(session, lookup, settings, origin=forked, **kw):
             run = out.run
             yield out
     for step, ids in branches:
@@ -283,6 +334,8 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
     last = run.events[-1] if run.events else None
+    # the GPU time a run used is a line for the page: a script's result is the same wherever the run was computed
+    notes = [n for n in run.notes if getattr(n, "key", None) != "zerogpu_used"]
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + run.notes, settings.lang)}
+            "notes": render_all(session.link_notes + notes, settings.lang)}

@@ -22,8 +22,8 @@ from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
-from playground.models.variants import variant
 from playground.notes import Note
+from playground.variants import variant
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 
 _BATCHED: ContextVar[bool] = ContextVar("playground_batch_kernels", default=False)
-PACK_HINT: int | None = None
 MIN_ROWS = 2  # oneDNN computes one row differently from 2+ for long inputs; 2+ rows all agree
 
 
@@ -58,7 +57,7 @@ class PackedWeight:
     def get(self, weight: torch.Tensor) -> torch.Tensor:
         key = (0 if weight.is_inference() else weight._version, weight.data_ptr())  # inference tensors keep no counter
         if self._packed is None or self._key != key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), PACK_HINT)
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), None)  # no batch-size hint
             self._key = key
         return self._packed
 

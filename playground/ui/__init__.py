@@ -1,12 +1,13 @@
 """The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and theme.
 
-A thin adapter over the app core (`playground.app`: runs, sessions, settings, limits, frames,
-words, describe). Modules: layout (components), wiring (events), handlers (holds the handler groups
-below), models (picking and loading models), streaming (generation, Stop, branches, the script API),
-panels (the deeper views), lessons (the seeds' lessons on the run), language (English / 中文),
-catalog (which checkpoints, safe paths, uploads), registry (one shared copy of each model),
-gradio_internals (every use of Gradio's private parts), settings and torch_thread (re-exports
-from the core).
+A thin adapter over the app core (`playground.app`: runs, sessions, settings, experiments, views, words).
+Modules: layout (components), experiment_tabs (each experiment's tab, built from its layout), wiring (events),
+handlers (holds the handler groups below), models (picking and loading models), streaming (generation, Stop,
+branches, the script API), runs (the run on screen: its badge, the run history and a pick, the link box),
+experiments (one handler for every experiment's fork, job and stop), views (the one renderer of every view),
+panels (the KV cache's timed rerun), lessons (the lessons' measurements), language (English / 中文), jobs
+(following a job's progress), lanes (each event's concurrency), gradio_internals (every use of Gradio's private
+parts), assets/ (the live screen's and the history's scripts, the page's CSS).
 """
 
 from __future__ import annotations
@@ -37,16 +38,18 @@ def build_app(
     prefer_preloaded: bool | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    default_model: str | None = None,
 ) -> gr.Blocks:
     """The playground as a Blocks app (not launched). One registry and catalog per app.
 
     `extra_weights`: more checkpoint folders offered beside `weights_dir` (`app.py --weights DIR`).
     `prefer_preloaded` (default: on a Space) opens pages on the real model the Space preloaded.
+    `default_model`: a catalog name every new page opens on, when offered (`app.py --default-model`).
     """
     if prefer_preloaded is None:
         prefer_preloaded = on_space()
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
-                      prefer_preloaded=prefer_preloaded)
+                      prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
                                         handlers.stream.select_step, handlers.stream.live_state,

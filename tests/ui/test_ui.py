@@ -16,7 +16,7 @@ import pytest
 from playground.app import describe, measurements
 from playground.app import frames as fr
 from playground.app.limits import CAPS
-from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
+from playground.app.settings import FIELDS, WIDGETS, UISettings, from_query, from_widgets, to_query
 from playground.app.uploads import UPLOAD_PREFIX
 from playground.app.words import t
 from playground.generation import full_attention
@@ -45,7 +45,8 @@ def h(app):
 
 
 def values(settings: UISettings) -> list:
-    return [getattr(settings, f) for f in FIELDS]
+    """The left column's widgets (what Generate reads) holding `settings`."""
+    return [getattr(settings, f) for f in WIDGETS]
 
 
 def request(session: str = "s1", **query) -> gr.Request:
@@ -61,12 +62,12 @@ def run(h, settings: UISettings, session: str = "s1", ticket: float = 0.0):
 def open_link(h, session: str, **query) -> list:
     """A tab opened from a link: the page load, the model's load, then the link's own run (its frames)."""
     out = h.models.page_load(request(session, **query))
-    settings = dict(zip(FIELDS, out[:-1]))
+    settings = dict(zip(WIDGETS, out[:-1]))
     settings["model"] = settings["model"]["value"]
     loaded = h.models.load_from_link(settings["model"], settings["dtype"], settings["lang"], request(session))
     if "value" in loaded["chat"]:  # the chat box as the model's load left it
         settings["chat"] = loaded["chat"]["value"]
-    return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in FIELDS]))
+    return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in WIDGETS]))
 
 
 def is_skip(value) -> bool:
@@ -95,17 +96,17 @@ def positional(h, length: int, base: float, pair: int, session: str) -> list:
 def test_page_load_restores_settings_from_the_url(h):
     out = h.models.page_load(request(model="tiny-lm", prompt="abc", mode="beam", num_beams="4", top_p="2",
                                      model_x="1", lang="zh"))
-    got = dict(zip(FIELDS, out[:-1]))
+    got = dict(zip(WIDGETS, out[:-1]))
     assert got["prompt"] == "abc" and got["mode"] == "beam" and got["num_beams"] == 4 and got["lang"] == "zh"
     assert got["model"]["value"] == "tiny-lm"
     assert "top_p" in out[-1] and "model_x" in out[-1]
     missing = h.models.page_load(request(model="../../etc"))
-    assert "not a checkpoint name" in missing[-1] and dict(zip(FIELDS, missing[:-1]))["model"]["value"] == "tiny-lm"
+    assert "not a checkpoint name" in missing[-1] and dict(zip(WIDGETS, missing[:-1]))["model"]["value"] == "tiny-lm"
 
 
 def test_copy_link_encodes_every_widget_including_chat_and_branches():
     s = UISettings(prompt="hi", mode="sample", seed=5, temperature=0.5, chat=False, lang="zh", branches="3:17")
-    q = to_query(from_widgets(dict(zip(FIELDS, values(s)))))
+    q = to_query(from_widgets({f: getattr(s, f) for f in FIELDS}))
     assert "chat=false" in q and "lang=zh" in q and "branches=3%3A17" in q
     assert from_query(dict(parse_qsl(q[1:])))[0] == s
 
@@ -394,6 +395,7 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
     run(h, UISettings(prompt="Hello", max_new_tokens=6), "kv")
     fig, md = each_step_in_its_own_context(h.panels.rerun_without_cache(request("kv")))[-1]
+    fig = fig["value"]  # shown (the cache tab hides it for a run that has none)
     assert {t.name for t in fig.data} >= {"with KV cache", "without KV cache"} and "same tokens" in md
     assert "Generate once first" in list(h.panels.rerun_without_cache(request("nobody")))[-1][1]
 
@@ -714,8 +716,9 @@ def _english_phrases() -> set[str]:
 
     for info in pkgutil.iter_modules(viz_pkg.__path__):
         module = importlib.import_module(f"playground.viz.{info.name}")
-        if isinstance(getattr(module, "TEXT", None), dict) and isinstance(getattr(module, "TEXT_ZH", None), dict):
-            walk(module.TEXT, module.TEXT_ZH)
+        words = getattr(module, "_T", None)
+        if callable(words):
+            walk(words("en"), words("zh"))
     return phrases
 
 
@@ -785,16 +788,18 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
 
     generate = next(f for f in fns if (page.generate._id, "click") in [(b, e) for b, e in f.targets])
     followers = after(generate)
-    assert [f.fn.__name__ for f in followers] == ["redraw"]  # one event redraws whatever view is open
-    redraw = followers[0]
+    assert [f.fn.__name__ for f in followers] == ["show", "redraw"]  # the run on screen's badge, history and link;
+    redraw = followers[1]  # then one event redraws whatever view is open (the others emptied until opened)
+    assert [o._id for o in followers[0].outputs] == [page.component(n)._id for n in ("active_settings", "run_history",
+                                                                                    "link")]
     assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {
         o._id for o in redraw.outputs}
     selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
     tabs = [f for f in fns if (page.tabs._id, "select") in list(f.targets)]
     assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
-    from playground.ui import lab, lessons, panels
+    from playground.ui import experiments, lessons, panels
 
-    assert not any(hasattr(m, n) for m in (lab, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
+    assert not any(hasattr(m, n) for m in (experiments, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
 
 
 def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):
@@ -804,3 +809,25 @@ def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its
     h.sessions.get("elsewhere").deep_tab = "inspector"  # the All heads controls moved while another tab is open
     out = fn.fn({page.att_sink: True}, request("elsewhere"))
     assert out and all(is_skip(v) for v in out.values()) and set(out) <= set(fn.outputs)  # never an empty dict
+
+
+def test_app_entry_takes_the_default_model_from_the_flag_or_the_space_variable(monkeypatch):
+    import app as entry
+
+    monkeypatch.delenv(entry.DEFAULT_MODEL_VARIABLE, raising=False)
+    assert entry.parse_args([]).default_model is None
+    monkeypatch.setenv(entry.DEFAULT_MODEL_VARIABLE, " gemma-3-270m ")
+    assert entry.parse_args([]).default_model == "gemma-3-270m"
+    assert entry.parse_args(["--default-model", "SmolLM2-135M-Instruct"]).default_model == "SmolLM2-135M-Instruct"
+
+
+def test_every_new_page_opens_on_the_default_model(weights, tmp_path_factory):
+    """`build_app(default_model=...)`: a page without a link, and a link that names no model, open on it; a link
+    that names a model keeps its own."""
+    demo = build_app(weights, tmp_path_factory.mktemp("uploads"), default_model="t5-random")
+    h = demo.playground_handlers
+    for query in ({}, {"prompt": "hello"}):
+        out = h.models.page_load(request("d1", **query))
+        assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "t5-random"
+    out = h.models.page_load(request("d2", model="tiny-lm"))
+    assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "tiny-lm"

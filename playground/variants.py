@@ -1,4 +1,5 @@
-"""A loaded model at another weight precision: a separate model object, built once and cached.
+"""A loaded model at another weight precision: a separate model object, built once and cached; and the bytes of
+weights one of its tokens reads. (Above `playground.loaded`, which the models below never import.)
 
 `variant(lm, precision)` rounds or quantizes the weights `playground.models.quantize` names (or, for
 bf16/fp16 where native kernels are faster, runs the products in that dtype: `low_precision`). The copy
@@ -24,16 +25,36 @@ from playground.loaded import LoadedModel
 from playground.models import kernels
 from playground.models.layers import TiedHead
 from playground.models.low_precision import FASTER_ON_CPU, LowPrecisionHead, LowPrecisionLinear, native
-from playground.models.quantize import (
-    FLOAT_DTYPES,
-    INT4_GROUP,
-    PRECISIONS,
-    matrices,
-    rounded_copy,
-    weight_bytes_per_token,
-)
+from playground.models.quantize import FLOAT_DTYPES, INT4_GROUP, PRECISIONS, bytes_per_weight, matrices, rounded_copy
 
 CACHE_SIZE = 2  # variants kept (each costs its weights)
+
+
+def weight_bytes_per_token(lm: LoadedModel, precision: str | None) -> int:
+    """Bytes of weights one generated token reads: every Linear weight, the LM head (the embedding when
+    tied: all of it) and one embedding row, at `precision` (None: the model's own dtype), plus the
+    small tensors (norms, biases) at the model's dtype. Position tables are not counted (one row each)."""
+    model = lm.model
+    total = 0.0
+    counted: set[int] = set()
+    for module, transposed in matrices(model).values():
+        if isinstance(module, LowPrecisionLinear):  # its weight lives packed: sizes from the module
+            out, n, size = module.out_features, module.in_features, module.matmul.dtype.itemsize
+        else:
+            w = module.weight
+            counted.add(id(w))
+            out, n = (w.shape[1], w.shape[0]) if transposed else (w.shape[0], w.shape[1])
+            size = w.element_size()
+        per = float(size) if precision is None else bytes_per_weight(precision, n)
+        if transposed:
+            total += per * out * n
+        else:  # the embedding: a lookup reads one row; a tied head reads the whole matrix
+            tied = getattr(model, "lm_head", None) is None
+            total += per * n * (out + 1 if tied else 1)
+    for name, p in model.named_parameters():
+        if id(p) not in counted and "embed_positions" not in name and p.dim() < 2:
+            total += p.numel() * p.element_size()
+    return int(round(total))
 
 
 @dataclass(frozen=True)
