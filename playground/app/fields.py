@@ -221,6 +221,9 @@ BASE: tuple[Field, ...] = (
     Field("target_lang", "text", "", check=_check_lang_code),
     # "step:token_id,..." branches taken after the run, in order (see parse_branches): links replay them
     Field("branches", "text", "", check=parse_branches, widget=False),
+    # "Guess the next token": a game link opens the run's game room at this step (0: no game); its page does not
+    # play the run (its players guess it), and no run's own link carries it
+    Field("game", "whole", 0, 0, KNOBS["max_new_tokens"].offer[1], widget=False),
 )
 
 

@@ -241,6 +241,7 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
     last_frame = 0.0
+    shown = 0  # the tokens of the frames yielded so far: what the page shows
     error = None
     # batched with every other visitor's run; the run's token labels it in the batch's step history
     # (one running generation per visitor: the tab, or a script's client; app.visitors)
@@ -251,14 +252,16 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             if isinstance(event, serving.Waiting):
                 yield frame(event)
                 continue
-            if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
-                run.notes.append(note(event.key))
+            if isinstance(event, zerogpu.Notice):  # ZeroGPU: the GPU refused (the run goes on on the CPU), or its time
+                run.notes.append(note(event.key, **event.values))
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
-            if (len(run.events) == 1 or event.finished or pause
+            # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
+            if (len(run.events) == 1 or event.finished
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
+                shown = len(run.path)
                 yield frame()
             if pause and not event.finished:
                 stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
@@ -269,10 +272,21 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         if session.stop is stop:
             session.stop = None
         heap.release()
+    if stop.is_set() and error is None and not run.beam:
+        seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
+        _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
     run.finish(lm, error)
     if on_end is not None:
         on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
     yield frame()
+
+
+def _end_where_shown(run: Run, shown: int) -> None:
+    """A stopped run ends at the tokens its page showed when Stop was pressed (or, when the page did not say, at
+    the last frame sent). The engine runs a frame and more ahead of the page (~80 ms and the frame's way: dozens
+    of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept, they would
+    appear after the press. One event and one compact entry per token outside beam search."""
+    del run.path[shown:], run.compact[shown:], run.events[shown:]
 
 
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:
@@ -330,7 +344,9 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str,
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
     last = run.events[-1] if run.events else None
+    # the GPU time a run used is a line for the page: a script's result is the same wherever the run was computed
+    notes = [n for n in run.notes if getattr(n, "key", None) != "zerogpu_used"]
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + run.notes, settings.lang),
+            "notes": render_all(session.link_notes + notes, settings.lang),
             "speculation": speculation_summary(run.events, run.cfg)}

@@ -64,6 +64,7 @@ class Session:
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
     stops: int = 0  # how many times Stop was pressed: a press that began before the newest Stop never runs on
+    stop_seen: tuple[str, int] | None = None  # Stop's run and how many of its tokens the page showed
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_settings: UISettings | None = None  # what they ask for (the run fields a link's own run replays)
@@ -153,7 +154,9 @@ class Session:
         next action)."""
         self.link = dict(params)
         self.link_settings = settings
-        self.link_pending = bool(params.get("prompt", "").strip())
+        # a game link's run is the teacher's, and its players guess it: it is not played on their screens
+        game = str(params.get("game", "")).strip()
+        self.link_pending = bool(params.get("prompt", "").strip()) and not (game.isdigit() and int(game) > 0)
         self.link_notes = list(notes or [])
         self.notes = list(self.link_notes)
 
@@ -242,7 +245,7 @@ class Session:
         """The settings that reproduce `run` exactly: the seed it used and the branches that led to it."""
         seed = run.cfg.seed if run.mode == "sample" else run.settings.seed
         return dataclasses.replace(run.settings, seed=seed, branches=format_branches(self.lineage(run)),
-                                   lang=self.lang)
+                                   lang=self.lang, game=0)
 
     def link_query(self, widgets: UISettings | None = None) -> str:
         """The query string of a link to what the tab shows: the run on screen (with its seed, its branches and its
@@ -252,7 +255,7 @@ class Session:
             return to_query(self.run_settings(run))
         if widgets is None:
             return ""
-        return to_query(dataclasses.replace(plain(widgets), branches="", lang=self.lang))
+        return to_query(dataclasses.replace(plain(widgets), branches="", game=0, lang=self.lang))
 
 
 SESSION_CAPTURE_BYTES = 256 * 1024**2  # a tab's runs' recorded arrays (a 256-head upload's 1,000-token run: 1 GB)

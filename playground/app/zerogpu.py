@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -97,12 +98,14 @@ class Failed:
 
 @dataclass(frozen=True)
 class Notice:
-    """The run went to the CPU; `key` (words.py) says why and what to do."""
+    """A line for the run's notes (words.py): why the run went to the CPU and how to get GPU time, or the GPU time
+    a run used; `values` fill the words' placeholders."""
 
     key: str
+    values: dict[str, Any] = field(default_factory=dict)
 
     def text(self, lang: str = "en") -> str:
-        return t(self.key, lang)
+        return t(self.key, lang, **self.values)
 
 
 def estimate_seconds(request: WorkerRequest) -> int:
@@ -205,6 +208,19 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     yield from run_plan(p)
 
 
+_LEFT = re.compile(r"(\d+(?:\.\d+)?)\s*s\s+left")
+
+
+def refusal(error: BaseException | None) -> Notice:
+    """The notice of a refused GPU: `refusal_key`'s words, and what is left of the visitor's quota where the refusal
+    says it ("You have exceeded your free GPU quota (13s requested vs. 7s left)")."""
+    key = refusal_key(error)
+    left = _LEFT.search(str(error or ""))
+    if key == "zerogpu_quota" and left:
+        return Notice("zerogpu_quota_left", {"left": int(float(left.group(1)))})
+    return Notice(key)
+
+
 def refusal_key(error: BaseException | None) -> str:
     """Which words say why the GPU did not run this: the `spaces` package raises a Gradio error titled
     "ZeroGPU quota exceeded", "ZeroGPU queue timeout", ... (read by attribute: no Gradio import here)."""
@@ -232,21 +248,26 @@ class ZeroGPU:
     ) -> Iterator[StepEvent | Notice | serving.Waiting]:
         """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
         the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
-        stream = self.call(WorkerRequest.of(plan, self.device))
+        request = WorkerRequest.of(plan, self.device)
+        stream = self.call(request)
         started = False
         refused: BaseException | None = None
+        ended = False
+        lent: float | None = None  # when the GPU was lent: the first item's arrival less the model's loading in the worker
         try:
             while not stop.is_set():
                 try:
                     item = next(stream)
                 except StopIteration:
-                    return
+                    ended = True
+                    break
                 except Exception as exc:  # noqa: BLE001 - quota, queue, a dead worker: all end the GPU call
                     if started:
                         raise
                     refused = exc
                     break
                 if isinstance(item, Loaded):
+                    lent = time.monotonic() - item.seconds
                     log.info("ZeroGPU: model %s on %s in worker %d (%.2f s)", "found" if item.cached else "loaded",
                              item.device, item.worker, item.seconds)
                     continue
@@ -255,15 +276,18 @@ class ZeroGPU:
                     break
                 started = True
                 yield item
-            else:
-                return  # Stop
         finally:
             stream.close()
+        if started or ended or stop.is_set():
+            if report_waiting and lent is not None:  # what this run cost the visitor's daily quota, about
+                yield Notice("zerogpu_used", {"seconds": max(0.1, round(time.monotonic() - lent, 1)),
+                                              "asked": estimate_seconds(request)})
+            return
         if refused is not None:
             log.warning("ZeroGPU refused the GPU (%s: %s); the run goes to the CPU",
                         getattr(refused, "title", None) or type(refused).__name__, str(refused).splitlines()[:1])
         if report_waiting:
-            yield Notice(refusal_key(refused) if refused is not None else "zerogpu_failed")
+            yield refusal(refused) if refused is not None else Notice("zerogpu_failed")
         yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
 
 

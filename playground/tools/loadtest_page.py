@@ -109,8 +109,15 @@ class Page:
 
 
 def follow(client: httpx.Client, url: str, session: str, event_id: str, on_message=None) -> dict[str, Any]:
-    """Read `session`'s event stream until `event_id` completes; timings and the final outputs."""
-    out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False}
+    """Read `session`'s event stream until `event_id` completes; timings, the final outputs and, for a
+    generation, the run's path entries as the page holds them ("path": its frames send only what is new)."""
+    from gradio_client.utils import apply_diff
+
+    from playground.app.frames import fold
+
+    out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False,
+                           "path": []}
+    values: list[Any] | None = None  # each output's value: the first frame whole, then Gradio's diffs
     with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}, timeout=300) as stream:
         for line in stream.iter_lines():
             if not line.startswith("data:"):
@@ -122,8 +129,12 @@ def follow(client: httpx.Client, url: str, session: str, event_id: str, on_messa
             now = time.perf_counter()
             if kind == "process_starts":
                 out["started"] = now
-            elif kind == "process_generating" and out["first"] is None:
-                out["first"] = now
+            elif kind == "process_generating":
+                out["first"] = out["first"] or now
+                data = (msg.get("output") or {}).get("data") or []
+                values = data if values is None else [apply_diff(v, d) for v, d in zip(values, data)]
+                if values and isinstance(values[0], dict) and values[0].get("run"):
+                    out["path"] = fold(out["path"], values[0])
             if on_message is not None:
                 on_message(kind)
             if kind == "process_completed":
@@ -190,7 +201,8 @@ class Visitor:
         client.post(self.page.url + "gradio_api/run/predict", json=body, timeout=60).raise_for_status()
 
     def follow(self, client: httpx.Client, event_id: str, on_message=None) -> dict[str, Any]:
-        """Read the session's event stream until `event_id` completes; timings and the final outputs."""
+        """Read the session's event stream until `event_id` completes; timings, the final outputs and, for a
+        generation, the run's path entries as the page holds them ("path": its frames send only what is new)."""
         return follow(client, self.page.url, self.session, event_id, on_message)
 
     # --- what a visitor does --------------------------------------------------------------------------
@@ -226,7 +238,7 @@ class Visitor:
         if state == "error":
             self.errors.append(f"visitor {self.index}: {live['status'].get('error')}")
             return None
-        return [int(p[1]) for p in live.get("path", [])] if state == "done" else None
+        return [int(p[1]) for p in out["path"]] if state == "done" else None
 
     def job(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
         """A lab or lesson button after a run: it must end in success (its own one-line refusal is fine)."""

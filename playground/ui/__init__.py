@@ -41,19 +41,22 @@ def build_app(
     prefer_preloaded: bool | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    default_model: str | None = None,
 ) -> gr.Blocks:
     """The playground as a Blocks app (not launched). One registry and catalog per app.
 
     `extra_weights`: more checkpoint folders offered beside `weights_dir` (`app.py --weights DIR`).
     `prefer_preloaded` (default: on a Space) opens pages on the real model the Space preloaded.
+    `default_model`: a catalog name every new page opens on, when offered (`app.py --default-model`).
     """
     if prefer_preloaded is None:
         prefer_preloaded = on_space()
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
-                      prefer_preloaded=prefer_preloaded)
+                      prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step])
+                                        handlers.stream.select_step, handlers.stream.live_state,
+                                        handlers.stream.stop_at])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo

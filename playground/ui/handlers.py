@@ -20,6 +20,7 @@ from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
 from playground.ui.runs import Runs
 from playground.ui.streaming import Streaming
+from playground.ui.teacher import Teacher
 from playground.ui.views import Views
 
 
@@ -33,6 +34,7 @@ class Handlers:
         self.experiments = Experiments(self.models, self.sessions, self.stream)
         self.runs = Runs(self.sessions, self.stream)
         self.views = Views(self.models, self.sessions)
+        self.teacher = Teacher(self.models, self.sessions, self.stream)
 
     @property
     def catalog(self) -> Catalog:

@@ -22,9 +22,10 @@ from playground.app.settings import DTYPES, MODES, RANGES, WIDGETS, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.experiment_tabs import build_tabs
+from playground.ui.teacher_layout import build_prompt_tokens, build_sign_in, build_teacher_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
+CSS = (ASSETS / "page.css").read_text(encoding="utf-8") + (ASSETS / "teacher.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
 # Every plotly figure's toolbar gets an SVG download beside plotly's own PNG camera.
 EXPORT_JS = (ASSETS / "export.js").read_text(encoding="utf-8")
@@ -134,6 +135,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
             c["header"] = gr.Markdown(header(lang), elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
                                    elem_id="lang", scale=0, min_width=160))
+        build_sign_in(c, lang)  # on ZeroGPU: the GPU quota and the sign-in
         with gr.Row(elem_id="main", equal_height=False):
             with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
                 with gr.Column(elem_id="sidebar-top"):
@@ -146,6 +148,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     c["model_about"] = gr.Markdown("", elem_id="model-about")
                     named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)),
                           "prompt")
+                    build_prompt_tokens(c)
                     named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
                                               info=t("chat_info", lang)), "chat", "chat_info")
                     named("target_lang", gr.Dropdown(choices=[("", "")], value="", visible=False, elem_id="target-lang",
@@ -217,7 +220,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
                 # What the run on screen changes from a plain run (hidden for a plain run), right above its tokens.
-                c["active_settings"] = gr.HTML("", elem_id="active-settings", visible=False, apply_default_css=False)
+                c["active_settings"] = gr.HTML("", elem_id="active-settings", apply_default_css=False)  # empty: hidden
                 # Server functions go in as a constructor argument: Gradio rebuilds a component from those
                 # when a handler updates it, and functions attached afterwards would be lost (404s).
                 c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
@@ -329,6 +332,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
+                    build_teacher_tab(c, named, lang)
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own")):
         labels[name] = (key, None)
     for name in c:

@@ -27,6 +27,7 @@ from playground.ui.streaming import Streaming
 
 # The link box holds a query string from the server: the page's own address goes before it (inside a Space the
 # server already wrote the Space's address).
+RUN_SLOTS = 3  # a streamed frame's first outputs: the live screen, the notes, the branches (then the badge, the history)
 ABSOLUTE_LINK_JS = """
 (query) => (!query || /^https?:[/][/]/.test(query)) ? query : window.location.origin + window.location.pathname + query
 """
@@ -64,12 +65,13 @@ class Runs:
         self.sessions = sessions
         self.stream = stream
 
-    def panels(self, session: Session) -> tuple[dict, dict]:
-        """(badge, history) updates for the run on screen."""
-        words = badge_html(session)
-        return gr.update(value=words, visible=bool(words)), gr.update(value=history_html(session))
+    def panels(self, session: Session) -> tuple[str, str]:
+        """(badge, history) of the run on screen, as plain values: a stream resends them with every frame, and Gradio's
+        streamed diffs stall on update dicts resent beside another output's values (a plain value that did not
+        change costs an empty diff); an empty badge hides itself (page.css)."""
+        return badge_html(session), history_html(session)
 
-    def show(self, request: gr.Request | None = None) -> tuple[dict, dict, dict]:
+    def show(self, request: gr.Request | None = None) -> tuple[str, str, dict]:
         """(badge, history, link box) of the run on screen: the link box holds its link (hidden with nothing on
         screen)."""
         session = self.sessions.get(session_key(request))
@@ -96,17 +98,18 @@ class Runs:
 
     def streamed(self, handler: Callable[..., Iterator[tuple]]) -> Callable[..., Iterator[tuple]]:
         """`handler` (a streaming handler whose first argument or keyword is the request) with the badge and the
-        history after each of its frames; a frame of a run that is no longer on screen (the visitor picked another)
-        leaves the screen as it is."""
+        history after the run's slots of each of its frames (live screen, notes, branches: a handler's own outputs
+        follow them); a frame of a run that is no longer on screen (the visitor picked another) leaves the screen as
+        it is."""
         @functools.wraps(handler)
         def frames(*args: Any, **kwargs: Any) -> Iterator[tuple]:
             request = next((a for a in (*args, *kwargs.values()) if isinstance(a, gr.Request)), None)
             session = self.sessions.get(session_key(request))
             for frame in handler(*args, **kwargs):
-                live = frame[0]
+                live, rest = frame[0], frame[RUN_SLOTS:]
                 current = session.current
                 if isinstance(live, dict) and live.get("run") and (current is None or live["run"] != current.token):
-                    yield (*(gr.skip() for _ in frame), gr.skip(), self.panels(session)[1])
+                    yield (*(gr.skip(),) * RUN_SLOTS, gr.skip(), history_html(session), *(gr.skip() for _ in rest))
                     continue
-                yield (*frame, *self.panels(session))
+                yield (*frame[:RUN_SLOTS], *self.panels(session), *rest)
         return frames

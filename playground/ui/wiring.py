@@ -14,6 +14,7 @@ from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
 from playground.ui.runs import ABSOLUTE_LINK_JS
+from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -101,6 +102,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     forks, jobs = wire_experiments(page, h.experiments, gen_outputs, gen_kw, jobs_kw, streamed)
     runs += forks  # every experiment's fork streams like every run
     runs.append(p.run_history.click(h.runs.pick, None, gen_outputs, **lanes.lane(FIGURES)))  # a run picked
+    # the tokenizer view, temperature side by side (three streamed runs), the class game, export
+    runs += wire_teacher(page, h.teacher, lanes, settings_inputs, gen_outputs, streamed)
 
     # What follows the run on screen: its badge, the history and the link box, after every run, pick, model load
     # and language switch.

@@ -154,8 +154,8 @@ toy = BY_NAME["toy"]
 frames = list(h.runs.streamed(h.experiments.fork)(toy, toy.actions()[0], {"toy_min_p": 0.5}, request))
 fork = session.current
 assert fork.origin == first.number and fork.experiment == "toy" and fork.cfg.min_p == 0.5
-assert frames[-1][3]["visible"] and "min-p 0.5" in frames[-1][3]["value"]  # the badge
-assert "min-p 0.5 · from run 1" in frames[-1][4]["value"]  # the history
+assert "pg-active" in frames[-1][3] and "min-p 0.5" in frames[-1][3]  # the badge (shown: it has an active setting)
+assert "min-p 0.5 · from run 1" in frames[-1][4]  # the history
 session.deep_tab = "toy"
 drawn = h.views.redraw({}, request)
 assert drawn["toy_md"]["value"] == "Run 2 keeps the tokens above 0.5 × the top probability."

@@ -205,7 +205,7 @@ def test_the_lab_lessons_numbers_are_what_smollm2_does(smollm2_dir, one_thread):
     assert sweep.order[0] == 4 and round(float(sweep.logprob_drop[4]), 2) == 0.41
     assert np.delete(sweep.logprob_drop, 4).max() < 0.01
     nine = play(session, lm, dataclasses.replace(
-        settings, edits=lab.pack(tuple(Ablate(23, head=h) for h in range(9)))))
+        settings, edits=pack(tuple(Ablate(23, head=h) for h in range(9)))))
     assert nine.as_result().text.startswith("The capital of France is Tokyo, also known as the City")
     vector = lab.contrast(lm, "I love you", "I hate you", 10)
     assert (round(vector.norm, 1), round(vector.typical_norm)) == (24.6, 143)
