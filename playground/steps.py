@@ -7,37 +7,20 @@ and chooses token t + 1. People read **step 1 for the first generated token**: s
 chose the n-th new token, and the prompt is read inside step 1. `step_number` is the one conversion;
 `playground.app.run.Run.step_number` applies it to a run, counting a branch's inherited and forced tokens first
 (a branch from step 6 continues at step 7), and the live screen reads that run's number (`first_step`); nothing
-else adds 1. Code that numbers a run's steps without the run at hand (the lessons' figures and captions, which
-read the run as a `GenerationResult`) runs inside `counting_after(run's earlier tokens)`, as figures run inside
-their visitor's language.
+else adds 1. A figure or caption that numbers a run's steps without the run at hand (the lessons', which read
+the run as a `GenerationResult`) takes those earlier tokens as its `before` argument, as it takes its language.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-
 FIRST_STEP = 1  # the number shown for the first generated token
 
-_BEFORE: ContextVar[int] = ContextVar("steps_before", default=0)  # tokens a branch continues after
 
-
-def step_number(index: int) -> int:
-    """The step a person reads for the engine's 0-based step `index`: 0 → 1 (the first new token), counted
-    after the tokens `counting_after` names (none outside it)."""
-    return int(index) + FIRST_STEP + _BEFORE.get()
-
-
-@contextmanager
-def counting_after(tokens: int) -> Iterator[None]:
-    """Within the block, `step_number` counts after `tokens` earlier tokens (a branch's inherited and forced
-    ones): a branch from step 6 reads its first token as step 7 in every figure and caption drawn inside."""
-    mark = _BEFORE.set(int(tokens))
-    try:
-        yield
-    finally:
-        _BEFORE.reset(mark)
+def step_number(index: int, before: int = 0) -> int:
+    """The step a person reads for the engine's 0-based step `index`: 0 → 1 (the first new token), counted after
+    `before` earlier tokens (a branch's inherited and forced ones: a branch from step 6 reads its first token as
+    step 7)."""
+    return int(index) + FIRST_STEP + int(before)
 
 
 def step_index(number: int) -> int:

@@ -5,6 +5,7 @@ they return. Shared by tests/viz/test_viz_i18n.py; the builders are looked up wh
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -462,9 +463,13 @@ CASES: dict[str, tuple[str, str, tuple, dict]] = {
 }
 
 
-def run_case(name: str) -> Any:
+def run_case(name: str, lang: str = "en") -> Any:
+    """The case drawn in `lang` (a builder that draws no words takes none)."""
     module, function, args, kwargs = CASES[name]
-    return _viz(module, function)(*args, **kwargs)
+    builder = _viz(module, function)
+    if "lang" in inspect.signature(builder).parameters:
+        kwargs = {**kwargs, "lang": lang}
+    return builder(*args, **kwargs)
 
 
 # --- the text a person reads -------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Pure functions over a recorded run and the loaded model: what the seeds teach, computed for real.
 
 Each analysis returns plain data (numpy arrays, dicts); its figure builders and captions live in
-`playground.viz` (one module per analysis, strings in that module's TEXT). Keep one `RunCache` per
-run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
+`playground.viz` (one module per analysis, its words in the locale files, drawn in the language it is asked).
+Keep one `RunCache` per run and pass it as `cache=` so a step change reuses the one whole-sequence pass.
 
     attention_steps(lm, result, step, layer, head, kind="self")   Q·Kᵀ → scale → mask → softmax → ·V → W_O
     logit_lens(lm, result, step, top_k=5), logit_lens_ranks(...)   every layer's next-token guess

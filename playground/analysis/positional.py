@@ -32,8 +32,6 @@ from playground.models.positional import (
 )
 from playground.models.relative_bias import RelativePositionBias, relative_position_bucket
 
-SCHEMES = ("sinusoidal", "learned", "rope", "relative", "alibi")
-
 
 def _position_embedding(model: nn.Module) -> nn.Embedding | None:
     for name, module in model.named_modules():

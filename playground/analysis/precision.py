@@ -1,7 +1,7 @@
 """The precision what-if: the same prompt and seed in float32 and at lower weight precisions, aligned.
 
 Per precision (a branch of the float32 run; `playground.models.quantize` says what each does to the
-weights, `playground.models.variants` how the run's model is built):
+weights, `playground.variants` how the run's model is built):
 - free running: its own tokens with the same settings and seed, the first generated token that differs
   from float32's, and its measured decode speed (tokens/s);
 - teacher-forced on float32's tokens, so the steps stay comparable after the texts part: per step
@@ -10,7 +10,7 @@ weights, `playground.models.variants` how the run's model is built):
 - at the first differing step (or, without one, the step of the largest KL): the relative error
   ‖h_prec − h_fp32‖ / ‖h_fp32‖ of the residual stream after the embedding and after each block, both
   models reading the same prefix — the layer where it jumps is where the error gets in;
-- the bytes of weights one generated token reads at that precision (`quantize.weight_bytes_per_token`).
+- the bytes of weights one generated token reads at that precision (`playground.variants.weight_bytes_per_token`).
 
 `kl_per_step`, `top1_agreement`, `relative_errors` and `first_difference` are pure; `compare_precisions`
 runs the passes they need. Everything returned is plain JSON-ready data (`to_dict`).
@@ -31,8 +31,8 @@ from playground.generation.config import GenerationConfig
 from playground.generation.engine import drain, generate_all, iter_generate_all
 from playground.generation.events import GenerationResult
 from playground.loaded import LoadedModel
-from playground.models.quantize import PRECISIONS, weight_bytes_per_token
-from playground.models.variants import Variant, describe, variant
+from playground.models.quantize import PRECISIONS
+from playground.variants import Variant, describe, variant, weight_bytes_per_token
 
 Choice = str | tuple[str, bool]  # a precision, or (precision, real): real=False forces the simulated variant
 

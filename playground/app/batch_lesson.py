@@ -48,12 +48,12 @@ def compute(run: Any, step: int | None, find: Callable[[Any], StepHistory | None
     }
 
 
-def figures(d: dict[str, Any]) -> list[Any]:
+def figures(d: dict[str, Any], lang: str = "en") -> list[Any]:
     if d.get("state") != "ok":
         return []
-    return [v_batch.batch_timeline_figure(d["timeline"], d["step"]),
-            v_batch.step_time_figure(d["times"], d["mine"], (d["tokens"], d["ms"]))]
+    return [v_batch.batch_timeline_figure(d["timeline"], d["step"], lang=lang),
+            v_batch.step_time_figure(d["times"], d["mine"], (d["tokens"], d["ms"]), lang=lang)]
 
 
-def caption(d: dict[str, Any], ctx: Any = None) -> str:
-    return v_batch.shared_batch_caption(d)
+def caption(d: dict[str, Any], lang: str = "en") -> str:
+    return v_batch.shared_batch_caption(d, lang=lang)

@@ -81,12 +81,14 @@ class Catalog:
         clock: Callable[[], float] = time.time,
         extra_weights_dirs: Iterable[Path | str] = (),
         prefer_preloaded: bool = False,
+        default_model: str | None = None,
     ) -> None:
         self.weights_dir = Path(weights_dir).resolve()
         # The shipped folder first, then the operator's own (`python app.py --weights DIR`): a name
         # found in an earlier folder wins.
         self.weights_dirs = list(dict.fromkeys([self.weights_dir] + [Path(d).resolve() for d in extra_weights_dirs]))
         self.prefer_preloaded = prefer_preloaded  # a Space opens on the real model it preloaded
+        self.default_model = default_model or None  # `app.py --default-model NAME`: pages open on it when offered
         self._checked: dict[str, tuple[tuple, str | None]] = {}  # folder -> (its files' stats, problem or None)
         self._unavailable: dict[str, str] = {}  # name -> why it is not offered (names and reasons only)
         self._logged_no_template: set[str] = set()
@@ -266,11 +268,18 @@ class Catalog:
         return entries
 
     def default_name(self) -> str | None:
-        """The model a page opens on: on a Space the real model it preloaded when it is in the cache,
-        otherwise the shipped default decoder (or the first checkpoint offered)."""
+        """The model a page opens on: the operator's choice (`--default-model`) when it is offered; else on a
+        Space the real model it preloaded when it is in the cache, otherwise the shipped default decoder (or the
+        first checkpoint offered)."""
         return self._default(self.shared_paths(), self.preloaded_paths())
 
+    def default_offered(self) -> bool:
+        """Whether the operator's `--default-model` (if any) is a model this catalog offers everyone."""
+        return self.default_model is None or self.default_model in {**self.shared_paths(), **self.preloaded_paths()}
+
     def _default(self, shared: dict[str, Path], preloaded: dict[str, Path]) -> str | None:
+        if self.default_model is not None and (self.default_model in shared or self.default_model in preloaded):
+            return self.default_model
         if self.prefer_preloaded and preloaded:
             return next(iter(preloaded))
         names = list(shared) + list(preloaded)

@@ -17,7 +17,6 @@ from playground.config import ModelConfig
 from playground.generation import StepEvent, TokenStep
 from playground.loaded import block_kind
 from playground.steps import step_number
-from playground.viz import language
 from playground.viz.cache import format_bytes, kv_formula
 
 
@@ -45,75 +44,64 @@ def inert(value: Any) -> str:
 # --- a model's structure in words (the library returns the data: ModelConfig, LoadedModel.info) -------
 
 
-_BLOCK_LABELS = {
-    "pre": "pre-norm: x + f(norm(x))",
-    "post": "post-norm: norm(x + f(x))",
-    "sandwich": "sandwich norms: x + norm(f(norm(x)))",
-    "output": "output norms: x + norm(f(x))",
-    "parallel": "parallel residual: x + attn(norm(x)) + mlp(norm(x))",
-}
+def _joined(parts: list[str], lang: str) -> str:
+    return ("，" if lang == "zh" else ", ").join(parts)
 
 
-def layer_summary(config: ModelConfig) -> str:
-    """The (decoder) layers grouped by kind, e.g. "15 sliding (window 512, RoPE base 10000) +
-    3 full (RoPE base 1e+06)"; partial rotary and NoPE layers are named too."""
-    groups: dict[str, int] = {}
+def layer_summary(config: ModelConfig, lang: str = "en") -> str:
+    """The (decoder) layers grouped by kind, e.g. "15 sliding (window 512, RoPE base 10000) + 3 full (RoPE base
+    1e+06)"; partial rotary and NoPE layers are named too."""
+    groups: dict[tuple[int | None, str], int] = {}  # (window, details): a sliding layer has its window
     for kind in config.layer_kinds():
-        label = kind.attention if kind.window is None else f"sliding (window {kind.window}"
         details = []
         if kind.rope is not None:
-            details.append(f"RoPE base {kind.rope_theta:g}")
+            details.append(t("card_layer_rope", lang, base=kind.rope_theta))
             if kind.rotary_dims < config.head_dim:
-                details.append(f"{kind.rotary_dims} of {config.head_dim} dims rotate")
+                details.append(t("card_layer_rotate", lang, rotary=kind.rotary_dims, dims=config.head_dim))
         elif config.positional == "rope":
-            details.append("no RoPE")
-        if kind.window is not None:
-            label += "".join(f", {d}" for d in details) + ")"
-        elif details:
-            label += f" ({', '.join(details)})"
-        groups[label] = groups.get(label, 0) + 1
-    return " + ".join(f"{n} {label}" for label, n in groups.items())
+            details.append(t("card_layer_nope", lang))
+        group = (kind.window, _joined(details, lang))
+        groups[group] = groups.get(group, 0) + 1
+    out = []
+    for (window, details), n in groups.items():
+        key = "card_layers_sliding" if window is not None else "card_layers_full"
+        out.append(t(key + ("_details" if details else ""), lang, n=n, window=window, details=details))
+    return " + ".join(out)
 
 
-def block_label(config: ModelConfig) -> str:
+def block_label(config: ModelConfig, lang: str = "en") -> str:
     """How a block wires its norms and residual, as a formula, e.g. "pre-norm: x + f(norm(x))"."""
-    return _BLOCK_LABELS[block_kind(config)]
+    return t(f"card_block_{block_kind(config)}", lang)
 
 
-_SINUSOIDAL_LABELS = {
-    "interleaved": ")",
-    "halves": ", sin half | cos half)",
-    "fairseq": ", fairseq: sin half | cos half, positions from row pad + 1)",
-}
-
-
-def positional_label(config: ModelConfig) -> str:
+def positional_label(config: ModelConfig, lang: str = "en") -> str:
     """A human name for the config's positional scheme (model card, `info` in the terminal)."""
     if config.positional == "rope":
-        parts = [f"base {config.rope_theta:g}"]
+        parts = [t("card_rope_base", lang, base=config.rope_theta)]
         if config.rope_local_theta is not None:
-            parts.append(f"sliding layers base {config.rope_local_theta:g}")
+            parts.append(t("card_rope_local", lang, base=config.rope_local_theta))
         if config.rotary_dims < config.head_dim:
-            parts.append(f"{config.rotary_dims} of {config.head_dim} dims per head")
+            parts.append(t("card_rope_partial", lang, rotary=config.rotary_dims, dims=config.head_dim))
         if config.rope_scaling:
-            parts.append(f"{config.rope_scaling.get('rope_type')} scaling")
+            parts.append(t("card_rope_scaling", lang, kind=config.rope_scaling.get("rope_type")))
         if config.nope_layers:
-            parts.append(f"no positions on {len(config.nope_layers)} of {config.n_layers} layers")
-        return f"RoPE (rotary, {', '.join(parts)})"
-    return {
-        "learned": "learned absolute positions"
-        + (f" (offset {config.learned_position_offset})" if config.learned_position_offset else ""),
-        "sinusoidal": f"sinusoidal (base {config.sinusoidal_base:g}" + _SINUSOIDAL_LABELS[config.sinusoidal_layout],
-        "relative": f"T5 relative position bias ({config.relative_buckets} buckets)",
-        "none": "none",
-    }[config.positional]
+            parts.append(t("card_rope_nope", lang, n=len(config.nope_layers), layers=config.n_layers))
+        return t("card_rope", lang, parts=_joined(parts, lang))
+    if config.positional == "learned":
+        offset = config.learned_position_offset
+        return t("card_learned_offset", lang, n=offset) if offset else t("card_learned", lang)
+    if config.positional == "sinusoidal":
+        return t(f"card_sinusoidal_{config.sinusoidal_layout}", lang, base=config.sinusoidal_base)
+    if config.positional == "relative":
+        return t("card_relative", lang, n=config.relative_buckets)
+    return t("card_positional_none", lang)
 
 
-def card_info(lm: Any) -> dict[str, Any]:
-    """`lm.info()` with the structure in words, as the model card shows it."""
+def card_info(lm: Any, lang: str = "en") -> dict[str, Any]:
+    """`lm.info()` with the structure in words in `lang`, as the model card shows it."""
     c = lm.config
-    return {**lm.info(), "positional_encoding_label": positional_label(c), "block": block_label(c),
-            "layer_summary": layer_summary(c)}
+    return {**lm.info(), "positional_encoding_label": positional_label(c, lang), "block": block_label(c, lang),
+            "layer_summary": layer_summary(c, lang)}
 
 
 # --- model card ---------------------------------------------------------------------------------
@@ -136,9 +124,9 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
         layers = t("card_layers_seq2seq", lang, encoder=c.get("n_encoder_layers"), decoder=c.get("n_layers"))
     elif info.get("layer_summary"):
         layers = f"{layers}: {info['layer_summary']}"
-    mlp = f"{c.get('mlp')} ({c.get('activation')})"
-    if c.get("mlp") == "gated":
-        mlp = f"gated ({'SwiGLU' if c.get('activation') == 'silu' else c.get('activation')})"
+    gated = c.get("mlp") == "gated"
+    activation = "SwiGLU" if gated and c.get("activation") == "silu" else c.get("activation")
+    mlp = t("card_ffn_gated" if gated else "card_ffn_plain", lang, activation=activation)
     yes, no = t("card_yes", lang), t("card_no", lang)
     rows = [
         ("card_checkpoint", name),
@@ -168,36 +156,7 @@ def model_card_rows(info: Mapping[str, Any], name: str, lang: str) -> list[tuple
         rows.append(("card_special_ids", t("card_special_ids_outside", lang, ids=ids)))
     if info.get("tokenizer_error"):
         rows.append(("card_tokenizer", t("card_tokenizer_missing", lang, why=info["tokenizer_error"])))
-    if lang == "zh":  # the checkpoint's own structure, described by the library in English
-        rows = [(key, zh_structure(value) if key in _DESCRIBED_ROWS else value) for key, value in rows]
     return [(t(key, lang), value) for key, value in rows]
-
-
-# Rows whose values are the library's descriptions of a structure (layers, FFN, norm, positions).
-_DESCRIBED_ROWS = ("card_layers", "card_ffn", "card_norm", "card_positional")
-# The structure descriptions above come from a few fixed templates;
-# their words in 中文, longest first so a phrase wins over its parts.
-_ZH_PHRASES = (
-    (r"pre-norm: ", "前置归一化:"), (r"post-norm: ", "后置归一化:"), (r"sandwich norms: ", "三明治归一化:"),
-    (r"output norms: ", "输出归一化:"), (r"parallel residual: ", "并行残差:"),
-    (r"RoPE \(rotary, ", "RoPE(旋转位置编码,"), (r"sliding layers base ", "滑动窗口层基数 "),
-    (r"(\d+) of (\d+) dims per head", r"每个头 \2 维中的 \1 维"), (r"(\d+) of (\d+) dims rotate", r"\2 维中 \1 维旋转"),
-    (r"no positions on (\d+) of (\d+) layers", r"\2 层中 \1 层不用位置"), (r"(\w+) scaling", r"\1 缩放"),
-    (r"learned absolute positions", "可学习的绝对位置"), (r"\(offset (\d+)\)", r"(偏移 \1)"),
-    (r"sinusoidal \(base ", "正弦位置编码(基数 "), (r"sin half \| cos half", "前半 sin | 后半 cos"),
-    (r"positions from row pad \+ 1", "位置从 pad + 1 行开始"),
-    (r"T5 relative position bias \((\d+) buckets\)", r"T5 相对位置偏置(\1 个桶)"),
-    (r"(\d+) sliding \(window (\d+)", r"\1 层滑动窗口(窗口 \2"), (r"(\d+) full\b", r"\1 层全注意力"),
-    (r"RoPE base ", "RoPE 基数 "), (r"no RoPE", "无 RoPE"), (r"\bbase ", "基数 "),
-    (r"\bgated\b", "门控"), (r"\bplain\b", "普通"), (r"^none$", "无"),
-)
-
-
-def zh_structure(text: str) -> str:
-    """A structure description of the library (layers, FFN, norm, positions) in 中文."""
-    for pattern, repl in _ZH_PHRASES:
-        text = re.sub(pattern, repl, text)
-    return text
 
 
 def _stacks(info: Mapping[str, Any], lang: str) -> list[tuple[str, str]]:
@@ -230,7 +189,8 @@ def step_caption(step: TokenStep, lang: str = "en", number: int | None = None) -
     """The inspector's words for one step; `number`: the step as the run counts it (`Run.step_number`, which
     continues a branch's count), else the engine's own index read as `playground.steps` says."""
     token = html.escape(repr(step.token_text), quote=False)
-    caption = t("step_caption", lang, step=step_number(step.step) if number is None else number, token=token, id=step.token_id, p=f"{step.prob:.3f}")
+    caption = t("step_caption", lang, step=step_number(step.step) if number is None else number, token=token,
+                id=step.token_id, p=f"{step.prob:.3f}")
     if step.source_beam is not None:
         caption += t("beam_caption", lang, beam=step.source_beam)
     removed = [c for c in step.candidates or [] if c.removed_by]
@@ -276,8 +236,7 @@ def growth_series(events: Sequence[StepEvent], number: Callable[[int], int] = st
 
 
 def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
-    with language(lang):
-        return kv_formula(cache)
+    return kv_formula(cache, lang=lang)
 
 
 def policy_words(policy: Mapping[str, Any], lang: str) -> str:
@@ -302,7 +261,8 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
     lines = [
         t("cache_summary", lang, tokens=cache.get("tokens"), max=cache.get("max_tokens", "?"),
           used=format_bytes(cache.get("bytes", 0)), allocated=format_bytes(cache.get("allocated_bytes", 0)))
-        + (t("cache_mha", lang, mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
+        + (t("cache_mha", lang,
+             mha=format_bytes(cache["mha_equivalent_bytes"])) if "mha_equivalent_bytes" in cache else ""),
         "",
         _kv_formula(cache, lang) if "element_size" in cache else "",
         "",

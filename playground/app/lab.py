@@ -1,52 +1,47 @@
-"""The causal lab in the app: fork a run with an edit, see what the edit changed, and why a token won.
-
-An edited run is a run of the same prompt and settings whose `edits` setting holds the packed
-interventions (`playground.interventions.pack`): it streams like any run, sits beside the original in
-the live screen's branches, and its link replays the plain run first and then the edited one. This
-module decides the settings of a fork, finds the run an edited run is compared with, and computes
-the lab's numbers (divergence, attribution, the head sweep, a contrast vector). No Gradio, no
-threads: callers run the model work on the torch thread.
+"""The causal lab's numbers and words: what an edit changed against the run it forked from (divergence), why a
+token won (direct logit attribution), the head sweep, a steering vector from a contrast pair and a patch from
+another prompt. The experiment itself (its fork, settings and view) is `playground.app.experiments.causal`; the
+lessons read `why` too. No Gradio, no threads: callers run the model work on the torch thread.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from playground.analysis.attribution import Attribution, attribute_step
 from playground.analysis.divergence import Divergence, HeadSweep, divergence_of_runs, iter_sweep_step, sweep_step
 from playground.analysis.kv_lesson import linear_flops_per_token
 from playground.analysis.steering import SteeringVector, contrast_vector, residual_after
+from playground.app.describe import inert
+from playground.app.fields import parse_edits
 from playground.app.jobs import Progress
+from playground.app.notes import note, render
 from playground.app.run import Run
-from playground.app.settings import MAX_EDITS, UISettings, parse_edits, plain_variant
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.interventions import Ablate, Intervention, Patch, Steer, pack  # noqa: F401 - pack: for callers
+from playground.interventions import Ablate, Intervention, Patch, Steer
+from playground.notes import Note
 from playground.steps import step_number
-
-if TYPE_CHECKING:  # the session module describes a run's edits with this one
-    from playground.app.session import Session
 
 SWEEP_FLOPS = 2e12  # a head sweep's work per request: SmolLM2-135M with a 650-token sequence stays under it
 PASS_FLOPS = 1e11  # one pass the lab runs for a text a visitor typed (a steering text): SmolLM2, 341 tokens
 
 
 class LabError(PlaygroundError):
-    """A lab request the page cannot run; the message (in the visitor's language) says what to do."""
+    """A lab request the page cannot run; its first argument is a keyed note saying what to do."""
 
 
-def describe(iv: Intervention, lang: str) -> str:
-    """One edit in the visitor's words (the library's own `describe()` is English only)."""
+def describe(iv: Intervention) -> Note:
+    """One edit in words (the library's own `describe()` is English only)."""
     if isinstance(iv, Ablate):
-        what = (t("ablate_mlp", lang, layer=iv.layer) if iv.component == "mlp"
-                else t("ablate_head", lang, layer=iv.layer, head=iv.head))
-        return t("ablate_mean", lang, what=what) if iv.mode == "mean" else what
+        what = note("ablate_mlp", layer=iv.layer) if iv.component == "mlp" else note("ablate_head", layer=iv.layer,
+                                                                                     head=iv.head)
+        return note("ablate_mean", what=what) if iv.mode == "mean" else what
     if isinstance(iv, Steer):
-        return t("steer_edit", lang, layer=iv.layer, scale=iv.scale, norm=iv.norm)
-    return t("patch_edit", lang, layer=iv.layer, position=iv.position)
+        return note("steer_edit", layer=iv.layer, scale=iv.scale, norm=iv.norm)
+    return note("patch_edit", layer=iv.layer, position=iv.position)
 
 
 def describe_edits(text: str, lang: str) -> str:
@@ -55,7 +50,7 @@ def describe_edits(text: str, lang: str) -> str:
         edits = parse_edits(text)
     except ValueError:
         return ""
-    return "; ".join(describe(iv, lang) for iv in edits)
+    return "; ".join(render(describe(iv), lang) for iv in edits)
 
 
 def reads(run: Run, step: int, lang: str) -> str:
@@ -68,39 +63,6 @@ def reads_words(number: int, edits: str, step_no: int, lang: str) -> str:
     """`reads` from the run's number, its `edits` setting and the step as the run counts it (`Run.step_number`)."""
     edit = describe_edits(edits, lang)
     return t("lab_reads_edited" if edit else "lab_reads", lang, n=number, edit=edit, step=step_no)
-
-
-def link_runs(settings: UISettings) -> list[UISettings]:
-    """The runs a link replays: the plain run, then (when the link carries edits, a KV-cache policy or another
-    weight precision) the edited or variant run, which the labs compare with it."""
-    plain = plain_variant(dataclasses.replace(settings, edits=""))
-    return [plain, settings] if plain != settings else [plain]
-
-
-def fork_settings(session: Session, run: Run, edit: Intervention, lang: str) -> UISettings:
-    """The settings of `run` (its seed, no branches) with `edit` added to its edits."""
-    edits = parse_edits(run.settings.edits) + (edit,)
-    if len(edits) > MAX_EDITS:
-        raise LabError(t("lab_too_many", lang, n=MAX_EDITS))
-    return dataclasses.replace(session.run_settings(run), branches="", edits=pack(edits), lang=lang)
-
-
-def original_of(session: Session, run: Run) -> Run | None:
-    """The newest finished plain run of the same prompt, model and decoding that `run` is compared with."""
-    return original_among(session.runs, run)
-
-
-def original_among(runs: Sequence[Run], run: Run) -> Run | None:
-    """`original_of` among `runs` (a session's, oldest first)."""
-    plain = dataclasses.replace(run.settings, edits="", branches="", lang="en", pace_ms=0)
-    for other in reversed(runs):
-        if other is run or other.running or not other.path or other.branch_of is not None:
-            continue
-        if other.settings.edits or other.prompt_ids != run.prompt_ids:
-            continue
-        if dataclasses.replace(other.settings, branches="", lang="en", pace_ms=0, seed=plain.seed) == plain:
-            return other
-    return None
 
 
 def as_result(run: Run) -> Any:
@@ -151,19 +113,19 @@ def sweep_cost(lm: Any, run: Run, step: int) -> float:
     return pass_flops(lm, positions) * (lm.config.n_heads + 1)
 
 
-def sweep(lm: Any, run: Run, step: int, layer: int, lang: str,
+def sweep(lm: Any, run: Run, step: int, layer: int,
           progress: Callable[[int, int], bool | None] | None = None, cap: float = SWEEP_FLOPS) -> HeadSweep:
     """Ablate each head of `layer` alone at `step` of `run` (under its edits); refused over `cap`.
     `progress(done, total)` returning False stops it (the heads not reached come last, not run)."""
-    _check_sweep(lm, run, step, lang, cap)
+    _check_sweep(lm, run, step, cap)
     return sweep_step(lm, as_result(run), step, layer, progress=progress)
 
 
-def sweep_work(lm: Any, run: Run, step: int, layer: int, lang: str, stop: threading.Event,
+def sweep_work(lm: Any, run: Run, step: int, layer: int, stop: threading.Event,
                cap: float = SWEEP_FLOPS) -> Iterator[Progress | HeadSweep]:
     """The sweep as a job (`playground.app.jobs`): one pass per slice, Progress after each, then the
     HeadSweep; once `stop` is set, the HeadSweep of the heads done so far (the rest NaN, last)."""
-    _check_sweep(lm, run, step, lang, cap)
+    _check_sweep(lm, run, step, cap)
     passes = iter_sweep_step(lm, as_result(run), step, layer)
     item = next(passes)
     while not isinstance(item, HeadSweep):
@@ -172,10 +134,10 @@ def sweep_work(lm: Any, run: Run, step: int, layer: int, lang: str, stop: thread
     yield item
 
 
-def _check_sweep(lm: Any, run: Run, step: int, lang: str, cap: float) -> None:
+def _check_sweep(lm: Any, run: Run, step: int, cap: float) -> None:
     need = sweep_cost(lm, run, step)
     if need > cap:
-        raise LabError(t("lab_sweep_budget", lang, need=need, cap=cap))
+        raise LabError(note("lab_sweep_budget", need=need, cap=cap))
 
 
 def steer_tokens(lm: Any) -> int:
@@ -187,53 +149,53 @@ def steer_tokens(lm: Any) -> int:
     return low
 
 
-def contrast(lm: Any, positive: str, negative: str, layer: int, lang: str) -> SteeringVector:
+def contrast(lm: Any, positive: str, negative: str, layer: int) -> SteeringVector:
     """The contrast-pair vector after block `layer`: mean residual of `positive` minus that of `negative`.
     Each text is one pass of the model: refused, with the limit, over `steer_tokens` tokens."""
     if not positive.strip() or not negative.strip():
-        raise LabError(t("lab_steer_empty", lang))
+        raise LabError(note("lab_steer_empty"))
     limit = steer_tokens(lm)
     for text in (positive, negative):
         if len(text) > 16 * limit or len(lm.tokenize(text)) > limit:  # a token holds a few characters at most
-            raise LabError(t("lab_steer_long", lang, n=limit))
+            raise LabError(note("lab_steer_long", n=limit))
     return contrast_vector(lm, positive, negative, layer)
 
 
-def vector_summary(vector: SteeringVector, scale: float, lang: str) -> str:
-    return t("lab_vector", lang, layer=vector.layer, norm=vector.norm, typical=vector.typical_norm, scale=scale,
+def vector_summary(vector: SteeringVector, scale: float) -> Note:
+    return note("lab_vector", layer=vector.layer, norm=vector.norm, typical=vector.typical_norm, scale=scale,
              push=abs(scale) * vector.relative)
 
 
-def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int, lang: str) -> Patch:
+def patch_from_prompt(lm: Any, run: Run, other: str, layer: int, position: int) -> Patch:
     """Activation patching: the residual stream after block `layer` at `position` of the `other` prompt
     (tokenized as the run's own, its chat template included), to put in the same place of `run`'s prompt
     (`position` -1: the first position where the two prompts differ, or the last if they do not). The
     two prompts must be the same number of tokens so that their positions line up (e.g. "… of France is" and
     "… of Italy is"). One pass over the other prompt, refused over `steer_tokens` tokens."""
     if lm.kind == "seq2seq":
-        raise LabError(t("lab_patch_seq2seq", lang))
+        raise LabError(note("lab_patch_seq2seq"))
     if not other.strip():
-        raise LabError(t("lab_patch_empty", lang))
+        raise LabError(note("lab_patch_empty"))
     limit = steer_tokens(lm)
     if len(other) > 16 * limit:
-        raise LabError(t("lab_steer_long", lang, n=limit))
+        raise LabError(note("lab_steer_long", n=limit))
     ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
     n = len(run.prompt_ids)
     if len(ids) > limit:
-        raise LabError(t("lab_steer_long", lang, n=limit))
+        raise LabError(note("lab_steer_long", n=limit))
     if len(ids) != n:
-        raise LabError(t("lab_patch_length", lang, run=n, other=len(ids)))
+        raise LabError(note("lab_patch_length", run=n, other=len(ids)))
     if not 0 <= layer < lm.config.n_layers:
-        raise LabError(t("lab_patch_layer_bad", lang, last=lm.config.n_layers - 1))
+        raise LabError(note("lab_patch_layer_bad", last=lm.config.n_layers - 1))
     if position < 0:  # where the prompts first differ (the place that carries the difference), else the last
         position = next((i for i, (a, b) in enumerate(zip(run.prompt_ids, ids)) if a != b), n - 1)
     if position >= n:
-        raise LabError(t("lab_patch_position_bad", lang, last=n - 1))
+        raise LabError(note("lab_patch_position_bad", last=n - 1))
     return Patch(layer, position, residual_after(lm, ids, layer)[position])
 
 
-def patch_summary(lm: Any, run: Run, patch: Patch, other: str, lang: str) -> str:
-    """What the patch puts where, in words (the token of each prompt at the patched position)."""
+def patch_summary(lm: Any, run: Run, patch: Patch, other: str) -> Note:
+    """What the patch puts where, in words (the token of each prompt at the patched position, shown as typed)."""
     ids = lm.tokenize(other, chat=bool(run.settings.chat and lm.chat_template_available))
-    return t("lab_patch_done", lang, layer=patch.layer, position=patch.position,
-             token=lm.token_text(run.prompt_ids[patch.position]), other=lm.token_text(ids[patch.position]))
+    return note("lab_patch_done", layer=patch.layer, position=patch.position,
+                token=inert(lm.token_text(run.prompt_ids[patch.position])), other=inert(lm.token_text(ids[patch.position])))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground import analysis, viz
+from playground import analysis
 from playground.app import batch_lesson, lab
 from playground.app.run import Run
 from playground.app.words import t
@@ -53,6 +53,11 @@ class Context:
     cache: Any = None  # the run's shared whole-sequence pass
     sdpa: dict[str, Any] | None = None  # the session's SDPA measurement of this model, when taken
 
+    @property
+    def before(self) -> int:
+        """The tokens the run continues after (a branch's): its figures and captions count steps after them."""
+        return self.run.steps_before if self.run is not None else 0
+
 
 @dataclass
 class Controls:
@@ -80,7 +85,7 @@ class Lesson:
     needs_run: bool  # a finished run to read
     follows_step: bool  # recomputed when the selected step changes
     compute: Callable[[Context, Inputs], Any]
-    draw: Callable[[Any], list[Any]]
+    draw: Callable[[Any, Context], list[Any]]  # its figures, in ctx.lang, steps counted after ctx.before
     caption: Callable[[Any, Context], str]
     layer_head: bool = False  # offers the layer and head sliders
     kind: bool = False  # offers the attention-kind choice (seq2seq models)
@@ -94,18 +99,23 @@ def _steps(ctx: Context, i: Inputs) -> Any:
     return analysis.attention_steps(ctx.lm, ctx.result, ctx.step, i.layer, i.head, i.kind, cache=ctx.cache)
 
 
-def _lens(ctx: Context, i: Inputs) -> dict[str, Any]:
+def _lens(ctx: Context, i: Inputs) -> dict[str, Any] | None:
     result, step = ctx.result, ctx.step
+    if result.path[step].capture.residual is None:  # a drafted run, or one whose arrays the memory budget freed
+        return None
     entries = analysis.logit_lens(ctx.lm, result, step, cache=ctx.cache)
     strip = analysis.logit_lens_ranks(ctx.lm, result, analysis.strip_steps(len(result.token_ids), step),
                                       cache=ctx.cache, around=step, max_flops=analysis.STRIP_FLOPS)
     return {"entries": entries, "strip": strip, "step": step, "text": result.path[step].token_text}
 
 
-def _lens_figures(d: dict[str, Any]) -> list[Any]:
+def _lens_figures(d: dict[str, Any] | None, ctx: Context) -> list[Any]:
+    if d is None:
+        return []
     s = d["strip"]
-    return [v_lens.logit_lens_figure(d["entries"], d["step"]),
-            v_lens.lens_rank_strip(s["ranks"], s["layer_names"], s["steps"], s["token_texts"], d["step"])]
+    return [v_lens.logit_lens_figure(d["entries"], d["step"], lang=ctx.lang, before=ctx.before),
+            v_lens.lens_rank_strip(s["ranks"], s["layer_names"], s["steps"], s["token_texts"], d["step"],
+                                   lang=ctx.lang, before=ctx.before)]
 
 
 def _kv(ctx: Context, i: Inputs) -> dict[str, Any]:
@@ -113,9 +123,10 @@ def _kv(ctx: Context, i: Inputs) -> dict[str, Any]:
 
 
 def _kv_caption(d: dict[str, Any], ctx: Context) -> str:
-    caption = v_kv.kv_cost_caption(d["costs"]) + "\n\n" + v_kv.prefill_decode_caption(d["shapes"])
+    caption = (v_kv.kv_cost_caption(d["costs"], lang=ctx.lang, before=ctx.before) + "\n\n"
+               + v_kv.prefill_decode_caption(d["shapes"], lang=ctx.lang))
     if d["timing"] is not None:
-        caption += "\n\n" + v_kv.cache_timing_caption(d["timing"])
+        caption += "\n\n" + v_kv.cache_timing_caption(d["timing"], lang=ctx.lang)
     return caption
 
 
@@ -155,17 +166,17 @@ def _anatomy(ctx: Context, i: Inputs) -> dict[str, Any]:
             "step": step}
 
 
-def _anatomy_figures(d: dict[str, Any]) -> list[Any]:
-    figures = [v_anatomy.anatomy_figure(d["parts"])]
+def _anatomy_figures(d: dict[str, Any], ctx: Context) -> list[Any]:
+    figures = [v_anatomy.anatomy_figure(d["parts"], lang=ctx.lang)]
     if d["norms"] is not None:
-        figures.append(v_anatomy.residual_norm_figure(d["norms"], d["step"]))
+        figures.append(v_anatomy.residual_norm_figure(d["norms"], d["step"], lang=ctx.lang, before=ctx.before))
     return figures
 
 
 def _anatomy_caption(d: dict[str, Any], ctx: Context) -> str:
     if d["norms"] is None:
         return t("lesson_anatomy", ctx.lang)
-    return v_anatomy.residual_norm_caption(d["parts"], d["norms"], d["step"])
+    return v_anatomy.residual_norm_caption(d["parts"], d["norms"], d["step"], lang=ctx.lang, before=ctx.before)
 
 
 def _sdpa(ctx: Context, i: Inputs) -> dict[str, Any] | None:
@@ -184,34 +195,42 @@ def _lab_caption(d: dict[str, Any] | None, ctx: Context) -> str:
     text = t("lesson_lab_text", ctx.lang)
     if d is None:
         return text + "\n\n" + t("lab_needs_run", ctx.lang)
-    return text + "\n\n" + v_causal.attribution_caption(d["data"], d["token"])
+    return text + "\n\n" + v_causal.attribution_caption(d["data"], d["token"], lang=ctx.lang)
 
 
 LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("steps", True, True, _steps,
-           lambda s: [v_steps.attention_steps_figure(s), v_steps.heads_concat_figure(s)],
-           lambda s, ctx: v_steps.attention_steps_caption(s), layer_head=True, kind=True),
+           lambda s, ctx: [v_steps.attention_steps_figure(s, lang=ctx.lang, before=ctx.before),
+                           v_steps.heads_concat_figure(s, lang=ctx.lang)],
+           lambda s, ctx: v_steps.attention_steps_caption(s, lang=ctx.lang, before=ctx.before), layer_head=True,
+           kind=True),
     Lesson("lens", True, True, _lens, _lens_figures,
-           lambda d, ctx: v_lens.logit_lens_caption(d["entries"], d["step"], d["text"])),
-    Lesson("kv", True, True, _kv, lambda d: [v_kv.kv_cost_chart(d["costs"]), v_kv.prefill_decode_figure(d["shapes"])],
+           lambda d, ctx: t("lesson_lens_no_residual", ctx.lang) if d is None else v_lens.logit_lens_caption(
+               d["entries"], d["step"], d["text"], lang=ctx.lang, before=ctx.before)),
+    Lesson("kv", True, True, _kv,
+           lambda d, ctx: [v_kv.kv_cost_chart(d["costs"], lang=ctx.lang),
+                           v_kv.prefill_decode_figure(d["shapes"], lang=ctx.lang, before=ctx.before)],
            _kv_caption),
-    Lesson("memory", True, True, _memory, lambda d: [v_kv.kv_memory_chart(d["what_if"], d["label"])],
-           lambda d, ctx: v_kv.kv_memory_caption(d["what_if"])),
+    Lesson("memory", True, True, _memory, lambda d, ctx: [v_kv.kv_memory_chart(d["what_if"], d["label"],
+                                                                               lang=ctx.lang)],
+           lambda d, ctx: v_kv.kv_memory_caption(d["what_if"], lang=ctx.lang)),
     Lesson("patterns", True, False, _patterns,
-           lambda d: [v_patterns.pattern_gallery_figure(d["gallery"]), v_patterns.own_weights_figure(d["own"])],
-           lambda d, ctx: v_patterns.pattern_gallery_caption(d["gallery"]) + "\n\n"
-           + v_patterns.own_weights_caption(d["own"]), layer_head=True),
-    Lesson("sdpa", False, False, _sdpa, lambda d: [] if d is None else [v_sdpa.sdpa_figure(d)],
-           lambda d, ctx: t("lesson_sdpa_press", ctx.lang) if d is None else v_sdpa.sdpa_caption(d)),
+           lambda d, ctx: [v_patterns.pattern_gallery_figure(d["gallery"], lang=ctx.lang),
+                           v_patterns.own_weights_figure(d["own"], lang=ctx.lang)],
+           lambda d, ctx: v_patterns.pattern_gallery_caption(d["gallery"], lang=ctx.lang) + "\n\n"
+           + v_patterns.own_weights_caption(d["own"], lang=ctx.lang), layer_head=True),
+    Lesson("sdpa", False, False, _sdpa, lambda d, ctx: [] if d is None else [v_sdpa.sdpa_figure(d, lang=ctx.lang)],
+           lambda d, ctx: t("lesson_sdpa_press", ctx.lang) if d is None else v_sdpa.sdpa_caption(d, lang=ctx.lang)),
     Lesson("anatomy", True, True, _anatomy, _anatomy_figures, _anatomy_caption),
     Lesson("training", False, False, lambda ctx, i: analysis.training_view(ctx.lm),
-           lambda v: [v_train.training_figure(v)] if v.get("available") else [],
-           lambda v, ctx: v_train.training_caption(v)),
-    Lesson("lab", False, True, _lab, lambda d: [] if d is None else [v_causal.attribution_figure(d["data"], d["token"])],
+           lambda v, ctx: [v_train.training_figure(v, lang=ctx.lang)] if v.get("available") else [],
+           lambda v, ctx: v_train.training_caption(v, lang=ctx.lang)),
+    Lesson("lab", False, True, _lab,
+           lambda d, ctx: [] if d is None else [v_causal.attribution_figure(d["data"], d["token"], lang=ctx.lang)],
            _lab_caption),
-    Lesson("serving", False, True, lambda c, i: batch_lesson.compute(c.run, c.step), batch_lesson.figures, batch_lesson.caption),
+    Lesson("serving", False, True, lambda c, i: batch_lesson.compute(c.run, c.step),
+           lambda d, ctx: batch_lesson.figures(d, ctx.lang), lambda d, ctx: batch_lesson.caption(d, ctx.lang)),
 )}
-STEP_FOLLOWING = tuple(name for name, lesson in LESSONS.items() if lesson.follows_step)
 
 
 def waiting(name: str, run: Run | None, lang: str) -> str | None:
@@ -254,8 +273,7 @@ def compute(name: str, lm: Any, run: Run | None, selected_step: int | None, inpu
     controls = Controls(layer_max=max(1, n_layers - 1), head_max=max(1, heads - 1), layer_head=lesson.layer_head,
                         kinds=kinds, kind_shown=lesson.kind and len(kinds) > 1)
     ctx = Context(lm, lang, run, step, result, cache, sdpa)
-    with viz.language(lang):
-        data = lesson.compute(ctx, inputs)
+    data = lesson.compute(ctx, inputs)
     if lesson.name == "memory":
         controls.presets, controls.preset = data["presets"], data["name"]
     return Computed(lesson, data, ctx, controls)
@@ -263,9 +281,9 @@ def compute(name: str, lm: Any, run: Run | None, selected_step: int | None, inpu
 
 def draw(computed: Computed) -> Shown:
     """The caption, figures and controls of a computed lesson, in its visitor's language."""
-    with viz.language(computed.ctx.lang):  # the figures and captions speak the visitor's language
-        return Shown(computed.lesson.caption(computed.data, computed.ctx), computed.lesson.draw(computed.data),
-                     computed.controls)
+    ctx = computed.ctx
+    return Shown(computed.lesson.caption(computed.data, ctx), computed.lesson.draw(computed.data, ctx),
+                 computed.controls)
 
 
 def show(name: str, lm: Any, run: Run | None, selected_step: int | None, inputs: Inputs, lang: str = "en",

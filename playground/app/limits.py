@@ -1,9 +1,10 @@
-"""The app's limits, in one place: the sliders' ranges, the link parser's bounds and the clamps.
+"""The app's limits and its one lenient pass over a run's config.
 
-The decoding knobs' ranges come from their one table (`playground.generation.knobs`): the engine's
-hard limits and what the app offers (less, so a public server stays responsive). `clamp_settings`
-moves whatever a person (or a link) asked for into these ranges and says what it changed, instead of
-refusing. No Gradio here.
+The decoding knobs' ranges come from their one table (`playground.generation.knobs`): the engine's hard limits and
+what the app offers (less, so a public server stays responsive); the other settings' from their rows
+(`playground.app.fields`, each experiment's). `lenient` moves whatever a person, a link or a script asked for into
+these ranges and says what it changed, instead of refusing: one small rule per concern, then each setting's and
+each experiment's own. No Gradio here.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from playground.app import experiments
+from playground.app.fields import PACE_MS
 from playground.app.notes import note
-from playground.generation.config import DRAFT_TOKENS, KV_DTYPES, GenerationConfig, SettingsError, usable_stop_strings
-from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob, offered_ranges
+from playground.generation.config import GenerationConfig, usable_stop_strings
+from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.generation.plan import ContextFit, context_limit, fit_to_context
-from playground.generation.speculative import check_draft
 from playground.generation.stepper import stepper_class
-from playground.interventions import InterventionError, as_interventions, check
-from playground.models.quantize import PRECISIONS
-from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
 
 
@@ -38,18 +37,10 @@ class Caps:
     top_candidates: int = _offered_high("top_candidates")
     prompt_chars: int = 4000  # in the page, in links and in generate_text alike
     prompt_tokens: int = 2048  # likewise, after tokenizing (a chat template adds tokens of its own)
-    pace_ms: int = 1000
+    pace_ms: int = PACE_MS
 
 
 CAPS = Caps()
-
-# (low, high) of every numeric setting: the widgets' bounds and what a link may ask for.
-# The KV lab's: a window of 0 keeps every position (no eviction).
-KV_RANGES: dict[str, tuple[float, float]] = {"kv_window": (0, 4096), "kv_sink": (0, 64), "kv_heavy": (0, 256)}
-RANGES: dict[str, tuple[float, float]] = {**offered_ranges(), "pace_ms": (0, CAPS.pace_ms), **KV_RANGES,
-                                          "draft_tokens": (1, 16)}
-# Link values that must be whole numbers.
-WHOLE = frozenset({k.name for k in KNOBS.values() if k.kind is int} | {"pace_ms", "draft_tokens"} | set(KV_RANGES))
 
 
 @dataclass(frozen=True)
@@ -78,57 +69,63 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
     """
     notes: list[Note] = []
     c = dataclasses.replace(cfg)
-    vocab = lm.config.vocab_size
+    for rule in (_flags, _attention_layers, _seed, _forced_bos):
+        rule(c, lm, notes)
+    for experiment in experiments.EXPERIMENTS:  # in their order: a drafter is checked against the cache it runs with
+        for row in experiment.fields:
+            if row.lenient is not None:
+                row.lenient(c, lm, notes)
+        if experiment.lenient is not None:
+            experiment.lenient(c, lm, notes)
+    if not usable_stop_strings(c.stop_strings):
+        notes.append(note("bad_stop_strings", value=repr(c.stop_strings)))
+        c.stop_strings = ()
+    _knobs(c, lm, notes, caps)
+    fit = _fit(c, lm, notes, prompt_ids_len, forced_tokens)
+    return Lenient(c, notes, fit)
 
-    def flag(name: str, default: bool) -> None:
+
+def _flags(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
+    for name, default in (("use_cache", True), ("capture_attention", False), ("chat", False), ("truncate_prompt", False),
+                          ("capture_prompt_attention", False), ("capture_residual", False)):
         if not isinstance(getattr(c, name), bool):
             notes.append(note("not_a_flag", name=name, value=repr(getattr(c, name)), default=default))
             setattr(c, name, default)
 
-    for name, default in (("use_cache", True), ("capture_attention", False), ("chat", False), ("truncate_prompt", False),
-                          ("capture_prompt_attention", False), ("capture_residual", False)):
-        flag(name, default)
+
+def _attention_layers(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
     layers = c.attention_layers
-    if layers is not None:
-        count = stepper_class(lm.kind).attention_layer_count(lm.config)
-        valid = isinstance(layers, (list, tuple)) and all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in layers)
-        if not valid:
-            notes.append(note("bad_attention_layers", layers=repr(layers), last=count - 1))
-            c.attention_layers = None
+    if layers is None:
+        return
+    count = stepper_class(lm.kind).attention_layer_count(lm.config)
+    valid = isinstance(layers, (list, tuple)) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in layers)
+    if not valid:
+        notes.append(note("bad_attention_layers", layers=repr(layers), last=count - 1))
+        c.attention_layers = None
+
+
+def _seed(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
     seed = KNOBS["seed"]
     if c.seed is not None and not (seed.typed(c.seed) and seed.in_range(c.seed)):
         notes.append(note("bad_seed", seed=repr(c.seed)))
         c.seed = None
+
+
+def _forced_bos(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
     forced = c.forced_bos_token_id
-    if forced is not None and not (isinstance(forced, int) and not isinstance(forced, bool) and 0 <= forced < vocab):
+    if forced is not None and not (isinstance(forced, int) and not isinstance(forced, bool)
+                                   and 0 <= forced < lm.config.vocab_size):
         notes.append(note("bad_forced_bos", value=repr(forced)))
         c.forced_bos_token_id = None
-    try:  # the run's edits must fit this model; unusable ones are dropped, never half-applied
-        c.interventions = as_interventions(c.interventions)
-        check(c.interventions, lm.config)
-    except InterventionError as error:
-        notes.append(note("edits_dropped", why=error.args[0] if error.args else str(error)))
-        c.interventions = ()
-    _lenient_kv(c, lm, notes)
-    if c.weight_precision is not None and c.weight_precision not in PRECISIONS:
-        notes.append(note("precision_bad", value=repr(c.weight_precision)))
-        c.weight_precision = None
-    tokens = DRAFT_TOKENS  # not a page knob (yet): checked here, not through the KNOBS table
-    if not (tokens.typed(c.draft_tokens) and tokens.in_range(c.draft_tokens)):
-        notes.append(note("draft_tokens_bad", value=repr(c.draft_tokens)))
-        c.draft_tokens = 4
-    try:  # a draft this model cannot use is dropped: the run decodes plainly (the same tokens, one per pass)
-        check_draft(lm, c)
-    except SettingsError as error:
-        notes.append(note("draft_dropped", why=str(error)))
-        c.draft = None
-    if not usable_stop_strings(c.stop_strings):
-        notes.append(note("bad_stop_strings", value=repr(c.stop_strings)))
-        c.stop_strings = ()
+
+
+def _knobs(c: GenerationConfig, lm: Any, notes: list[Note], caps: Caps) -> None:
+    """Every decoding knob in its range and under the app's caps; the combinations that mean nothing said."""
     for knob in KNOBS.values():
         if knob.name != "seed":
             setattr(c, knob.name, _lenient(knob, getattr(c, knob.name), caps, notes))
+    vocab = lm.config.vocab_size
     if c.top_k > vocab:
         notes.append(note("top_k_vocab", k=c.top_k, vocab=vocab))
         c.top_k = vocab
@@ -137,6 +134,10 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
     if c.early_stopping not in EARLY_STOPPING:
         notes.append(note("bad_early_stopping", value=repr(c.early_stopping)))
         c.early_stopping = False
+
+
+def _fit(c: GenerationConfig, lm: Any, notes: list[Note], prompt_ids_len: int, forced_tokens: int) -> ContextFit:
+    """How the prompt and the new tokens fit the model's context (the new tokens moved to fit, once)."""
     stepper = stepper_class(lm.kind)
     if prompt_ids_len <= 0:
         if stepper.decoder_only and lm.config.bos_token_id is None:
@@ -150,40 +151,7 @@ def lenient(cfg: GenerationConfig, lm: Any, prompt_ids_len: int, forced_tokens: 
     c.max_new_tokens = fit.max_new_tokens
     if fit.keep < prompt_ids_len:
         c.truncate_prompt = True
-    return Lenient(c, notes, fit)
-
-
-def _lenient_kv(c: GenerationConfig, lm: Any, notes: list[Note]) -> None:
-    """The KV lab's settings moved to what the engine runs: each in range, the combinations it refuses undone,
-    the plain cache on a model they do not apply to; a note for each change."""
-    if c.kv_dtype not in KV_DTYPES:
-        notes.append(note("kv_dtype_bad", value=repr(c.kv_dtype)))
-        c.kv_dtype = None
-    for name, (low, high) in KV_RANGES.items():
-        value = getattr(c, name)
-        if value is None:
-            continue
-        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-        if not ok or (name == "kv_window" and value < 1):
-            fixed = None if name == "kv_window" else 0
-            notes.append(note("kv_range", name=name, value=repr(value), low=max(low, 1 if name == "kv_window" else low),
-                              high=high))
-            setattr(c, name, fixed)
-    if (c.kv_sink or c.kv_heavy) and c.kv_window is None:
-        notes.append(note("kv_needs_window"))
-        c.kv_sink = c.kv_heavy = 0
-    if c.kv_dtype is not None and c.kv_window is not None:
-        notes.append(note("kv_dtype_window"))
-        c.kv_dtype = None
-    if c.rope_scaling is not None and lm.kind == "decoder":
-        try:
-            rotary_override(lm.config, c.rope_scaling)
-        except RopeScalingError as error:
-            notes.append(note("rope_dropped", why=error.args[0] if error.args else str(error)))
-            c.rope_scaling = None
-    if c.kv_policy and lm.kind != "decoder":
-        notes.append(note("kv_decoder_only"))
-        c.kv_window, c.kv_sink, c.kv_heavy, c.kv_dtype, c.rope_scaling = None, 0, 0, None, None
+    return fit
 
 
 def _lenient(knob: Knob, value: Any, caps: Caps, notes: list[Note]) -> Any:

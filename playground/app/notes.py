@@ -3,9 +3,11 @@
     note("top_k_vocab", k=500, vocab=96)   # a Note: its English text, its key, its values
     render(n, "zh")                         # "top_k 500 超过词表大小(96 个 token):改用 96"
 
-The words are `note_words.NOTE_WORDS` (and, for the older keys, `words.STRINGS`); a value that is itself a
-note (a reason inside a note) is rendered in the same language. A note made by the library (the plan's
-context fit) carries the same kind of key, so nothing is ever translated by matching English text. No Gradio.
+The words are the locale files' "notes" table (and, for the older keys, the page's words, `words.STRINGS`); a
+value that is itself a note (a reason inside a note) is rendered in the same language, and a knob a note names is
+said as the page's control names it (the "knobs" table: "Top-k", "Beam width", never the library's `top_k`). A
+note made by the library (the plan's context fit) carries the same kind of key, so nothing is ever translated by
+matching English text. No Gradio.
 """
 
 from __future__ import annotations
@@ -14,14 +16,25 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from playground.app.note_words import KNOB_NOTES, NOTE_WORDS, knob_word
+from playground import locales
 from playground.app.words import STRINGS, t
 from playground.errors import PlaygroundError
 from playground.notes import Note
 
 log = logging.getLogger("playground.app")
 
-__all__ = ["Note", "error_line", "error_note", "known", "note", "render", "render_all"]
+__all__ = ["Note", "error_line", "error_note", "known", "knob_word", "note", "render", "render_all"]
+
+_NOTES = locales.section("notes")
+NOTE_WORDS: dict[str, tuple[str, str]] = {key: (en, _NOTES["zh"][key]) for key, en in _NOTES["en"].items()}
+_KNOBS = locales.section("knobs")
+# The notes whose {name} is a knob or a flag of the run (playground.app.limits): the page says its control's name.
+KNOB_NOTES = frozenset({"not_a_flag", "not_whole", "not_finite", "knob_range", "knob_range_off", "knob_cap", "kv_range"})
+
+
+def knob_word(name: str, lang: str) -> str:
+    """The page's name of the knob or flag `name` in `lang` (a name it does not know, as it is)."""
+    return _KNOBS["zh" if lang == "zh" else "en"].get(name, name)
 
 
 def known(key: str) -> bool:

@@ -22,22 +22,34 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from playground.app import frames, heap, lab, serving, zerogpu
+from playground.app import experiments, frames, heap, serving, visitors, zerogpu
 from playground.app.engine_stream import run_events
+from playground.app.experiments.base import Action, Experiment, ForkRequest
 from playground.app.limits import CAPS, lenient
 from playground.app.notes import error_line, note, render_all
 from playground.app.run import Run
 from playground.app.session import Session, new_token
-from playground.app.settings import UISettings, from_query, generation_kwargs, parse_branches
+from playground.app.settings import UISettings, changed, from_query, generation_kwargs, parse_branches, plain
 from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, language_token_id
 from playground.generation.plan import Plan, assemble
+from playground.generation.speculative import summary as speculation_summary
 from playground.generation.stepper import stepper_class
 from playground.notes import Note
 
 MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
 Lookup = Callable[[str, str, str], Any]  # (catalog name, dtype, owner) -> the loaded model
 Parent = tuple[Run, int, list[int]]  # (run, step, token ids): continue `run` from `step` with these tokens
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a fork comes from: the run it forks, the experiment that makes it (its name; a link's replay names each
+    experiment it asks for, joined by "+") and what the experiment measured on the way (kept on the new run)."""
+
+    run: Run
+    experiment: str
+    results: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,10 +102,11 @@ def link_defaults(settings: UISettings, named: Any, lm: Any) -> UISettings:
 
 
 def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | None = None, *,
-              captures: bool = True, draft_lm: Any = None) -> tuple[Run, Plan]:
+              origin: Origin | None = None, captures: bool = True, draft_lm: Any = None) -> tuple[Run, Plan]:
     """A new run of `session` (numbered, not yet added) and the engine's plan for it: the one validation pass.
 
     parent: (run, step, token ids): continue `run` from `step` with these tokens instead of its own.
+    origin: the run an experiment forks (the new run records it, and what it changed).
     An empty seed in sampling draws one here (the run keeps it, so its link reproduces it).
     captures=False (the script API): no attention, residual or candidates recorded; the same tokens."""
     notes: list[Note] = []
@@ -121,7 +134,13 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
     if not prompt_ids:  # a prompt of no tokens starts from the model's start token (the lenient pass said so)
         prompt_ids = stepper_class(lm.kind).empty_prompt(lm.config)
     notes += done.notes
-    live_layer = frames.resolve_layer(session.view.layer, lm.config.n_layers)
+    view = session.view.fitted(lm.config, lm.kind)  # the live panel's choice, for this run's model
+    if view.head != session.view.head:
+        notes.append(note("live_head_reset", head=session.view.head))
+    if view.layer != session.view.layer:
+        notes.append(note("live_layer_reset", layer=session.view.layer))
+    session.view = view
+    live_layer = frames.resolve_layer(view.layer, lm.config.n_layers)
     # The live panel's layer, and the residual stream the logit lens and the residual norms read.
     cfg = done.cfg.replace(capture_attention=settings.attention, attention_layers=(live_layer,), capture_residual=True)
     if cfg.draft is not None and cfg.num_beams == 1:  # a verify pass checks several tokens at once: nothing recorded
@@ -131,7 +150,9 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
         cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
     if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
         notes.append(note("pace_capped", ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
-    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes)
+    # a precision copy is built as a job, slice by slice on the torch thread (never on this worker)
+    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes,
+                 build=lambda steps: serving.call_sliced(steps, owner=session.key))
     run = Run(
         token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
         prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),
@@ -140,7 +161,22 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
         prefix_texts=lm.token_texts(p.prefix_ids[: len(p.prefix_ids) - len(forced_prefix)]),
     )
     session.next_number += 1
+    _record_origin(run, parent, origin)
     return run, p
+
+
+def _record_origin(run: Run, parent: Parent | None, origin: Origin | None) -> None:
+    """Where `run` came from, set once here: a branch's parent, or the run an experiment forked."""
+    if parent is not None:
+        run.origin, run.experiment = parent[0].number, "branch"
+        run.about = [note("history_branch", step=run.step_number(-len(run.forced)))]
+    elif origin is not None:
+        before = origin.run.settings
+        run.origin, run.experiment = origin.run.number, origin.experiment
+        run.changes = changed(run.settings, before)
+        had = experiments.badge(before)
+        run.about = [words for words in experiments.badge(run.settings) if words not in had]
+        run.results.update(origin.results)
 
 
 def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple[Any, Note | None]:
@@ -156,18 +192,30 @@ def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple
         return None, note("draft_model_missing", name=name)
 
 
+def fork_of(session: Session, run: Run, lm: Any, experiment: Experiment, action: Action,
+            values: Mapping[str, Any]) -> tuple[UISettings, Origin]:
+    """The settings and the origin of `action`'s fork of `run` (an experiment's button pressed with the widgets'
+    `values`): the run's own settings (its seed, no branches) with what the experiment changes. Some forks measure
+    first (a steering vector): call it on the torch thread. Raises PlaygroundError (a keyed note) for a refusal."""
+    base = dataclasses.replace(session.run_settings(run), branches="")
+    forked = action.run(ForkRequest(run=run, settings=base, lm=lm, values=dict(values)))
+    return dataclasses.replace(base, **forked.changes), Origin(run, experiment.name, forked.results)
+
+
 # --- a press, frame by frame ----------------------------------------------------------------------
 
 
 def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent | None = None, *,
-         captures: bool = True, pace: bool = True, on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
-    """Frames of one run of `settings` in `session` (a branch when `parent` is given): the first at once (the
-    run has started), then at the live screen's pace, the last when the run has ended (or failed)."""
+         origin: Origin | None = None, captures: bool = True, pace: bool = True,
+         on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
+    """Frames of one run of `settings` in `session` (a branch when `parent` is given, an experiment's fork when
+    `origin` is): the first at once (the run has started), then at the live screen's pace, the last when the run
+    has ended (or failed)."""
     stops = session.stops  # a Stop pressed while this press starts (a model loading under load) ends it too
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
         drafter, missing = draft_model(session, lookup, settings)
-        run, p = start_run(session, lm, settings, parent, captures=captures, draft_lm=drafter)
+        run, p = start_run(session, lm, settings, parent, origin=origin, captures=captures, draft_lm=drafter)
         if missing is not None:
             run.notes.insert(0, missing)
     except Exception as exc:  # noqa: BLE001 - one line in the live screen, no badges
@@ -178,7 +226,7 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
 
 
 def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
-            on_end: Callable[[], Any] | None, stops: int) -> Iterator[Frame]:
+            on_end: Callable[[], Any] | None, stops: int, visitor: str | None = None) -> Iterator[Frame]:
     stop = threading.Event()
     if session.stop is not None:
         session.stop.set()  # one generation per session: a new run ends the previous one
@@ -193,23 +241,27 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
     last_frame = 0.0
+    shown = 0  # the tokens of the frames yielded so far: what the page shows
     error = None
     # batched with every other visitor's run; the run's token labels it in the batch's step history
-    stream = run_events(p, stop, owner=session, report_waiting=True, tag=run.token)
+    # (one running generation per visitor: the tab, or a script's client; app.visitors)
+    stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token)
     try:
         yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
         for event in stream:
             if isinstance(event, serving.Waiting):
                 yield frame(event)
                 continue
-            if isinstance(event, zerogpu.Notice):  # ZeroGPU refused the GPU: the run goes on on the CPU
-                run.notes.append(note(event.key))
+            if isinstance(event, zerogpu.Notice):  # ZeroGPU: the GPU refused (the run goes on on the CPU), or its time
+                run.notes.append(note(event.key, **event.values))
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
-            if (len(run.events) == 1 or event.finished or pause
+            # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
+            if (len(run.events) == 1 or event.finished
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
+                shown = len(run.path)
                 yield frame()
             if pause and not event.finished:
                 stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
@@ -220,25 +272,42 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         if session.stop is stop:
             session.stop = None
         heap.release()
+    if stop.is_set() and error is None and not run.beam:
+        seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
+        _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
     run.finish(lm, error)
     if on_end is not None:
         on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
     yield frame()
 
 
+def _end_where_shown(run: Run, shown: int) -> None:
+    """A stopped run ends at the tokens its page showed when Stop was pressed (or, when the page did not say, at
+    the last frame sent). The engine runs a frame and more ahead of the page (~80 ms and the frame's way: dozens
+    of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept, they would
+    appear after the press. One event and one compact entry per token outside beam search."""
+    del run.path[shown:], run.compact[shown:], run.events[shown:]
+
+
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:
-    """A link's runs: the plain run, the edited one beside it when the link carries the lab's edits, then the
-    link's branches in order (each from the run before it). A branch list that does not parse was already
-    a note of the page load; it is left out here."""
+    """A link's runs: the plain run; then, when the link asks for experiments (an edit, a cache policy, another
+    precision, a drafter), the run with them, forked from the plain one beside it; then the link's branches in order
+    (each from the run before it). A branch list that does not parse was already a note of the page load; it is left
+    out here."""
     try:
         branches = parse_branches(settings.branches)
     except ValueError:
         branches = []
+    base = plain(settings)
     run = None
-    for number, each in enumerate(lab.link_runs(settings)):
-        if number and (run is None or run.finish_reason in ("stopped", "error")):
+    for out in play(session, lookup, base, **kw):
+        run = out.run
+        yield out
+    if base != settings:
+        if run is None or run.finish_reason in ("stopped", "error"):
             return
-        for out in play(session, lookup, each, **kw):
+        forked = Origin(run, "+".join(e.name for e in experiments.active(settings)))
+        for out in play(session, lookup, settings, origin=forked, **kw):
             run = out.run
             yield out
     for step, ids in branches:
@@ -252,10 +321,13 @@ def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any)
 # --- the script API -------------------------------------------------------------------------------
 
 
-def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str) -> dict[str, Any]:
+def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str, visitor: str | None = None,
+                ) -> dict[str, Any]:
     """`/generate_text`: the page's press for a link's query (its chat default, caps, clamps, a drawn seed), in a
-    session of its own, read to the end. Returns text, token_ids, finish_reason and the notes in the query's
-    language. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
+    session of its own, read to the end. Returns text, token_ids, finish_reason, the notes in the query's
+    language and, for a drafted run, what speculation did (drafter, proposed, accepted, target passes); None
+    otherwise. `visitor`: the caller (`app.visitors.client`: its address), who runs one generation at a time.
+    Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
     params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
     params = {**params, "model": model, "prompt": ""}
     settings, link_notes = from_query(params, UISettings())
@@ -263,12 +335,18 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session = Session(key=owner, lang=settings.lang)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
-    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
+    drafter, missing = draft_model(session, lookup, settings)  # a "model:<name>" draft, as the page finds it
+    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
+    if missing is not None:
+        run.notes.insert(0, missing)
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops, visitor=visitor):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
     last = run.events[-1] if run.events else None
+    # the GPU time a run used is a line for the page: a script's result is the same wherever the run was computed
+    notes = [n for n in run.notes if getattr(n, "key", None) != "zerogpu_used"]
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + run.notes, settings.lang)}
+            "notes": render_all(session.link_notes + notes, settings.lang),
+            "speculation": speculation_summary(run.events, run.cfg)}

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from playground.app import frames
 from playground.app.numbers import numbers_note
-from playground.app.settings import UISettings
 from playground.generation import GenerationConfig, GenerationResult, Hypothesis, StepEvent, TokenStep, token_path
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
 from playground.generation.stepper import full_attention
-from playground.steps import counting_after, step_number
+from playground.steps import step_number
+
+if TYPE_CHECKING:
+    from playground.app.settings import UISettings
 
 MAX_CACHED_LAYERS = 2  # whole-run attention maps kept per run: every kind of this many layers
 
@@ -44,6 +46,14 @@ class Run:
     events: list[StepEvent] = field(default_factory=list)
     finish_reason: str | None = None  # None while running; "eos", "length", "stop_string", "stopped", "error"
     error: str | None = None
+    # Where it came from, set when it is made and never found again by comparing settings: the run it forked from
+    # (a branch's parent, a lab fork's run on screen, a link's plain run), what made it ("" for a plain run,
+    # "branch", or the experiment's name) and the settings it changed from its origin.
+    origin: int | None = None
+    experiment: str = ""
+    changes: dict[str, Any] = field(default_factory=dict)
+    about: list[str] = field(default_factory=list)  # what it changed from its origin, as keyed notes (its label)
+    results: dict[str, Any] = field(default_factory=dict)  # what was measured on it on request (a head sweep), by name
     branch_of: tuple[int, int] | None = None  # (run number, step) this run continues from
     inherited: list[list[Any]] = field(default_factory=list)  # [text, id, p] taken over from the run branched from
     forced: list[int] = field(default_factory=list)  # tokens placed by hand at the branch point
@@ -140,8 +150,7 @@ class Run:
         token (index 0, the prefill pass that also reads the prompt). A branch does not restart the count: its
         inherited and forced tokens come first, so a branch from step 6 continues at step 7. The one
         numbering of every screen (live screen, inspector, KV chart, lab, a link's branches)."""
-        with counting_after(0):  # the run's own count, whatever block it is asked in
-            return step_number(self.steps_before + int(index))
+        return step_number(index, self.steps_before)
 
     @property
     def steps_before(self) -> int:
@@ -242,16 +251,15 @@ class Run:
         """Free every recorded array over the memory budget: an attention row asked for later is computed
         through the engine (`attention_row`), the lessons' pass is made again; the page's own copy of
         the path (`compact`) stays."""
-        self.forget_big_captures()
+        self.forget_derived()
         for e in self.events:
             e.attention = e.residual = e.prompt_attention = e.beam_captures = None
         for step in self.path:
             step.capture.attention = step.capture.residual = None
         self.captures_dropped = True
 
-    def forget_big_captures(self) -> None:
-        """An older run: keep what the page shows of it, free what only the lessons of the current run read."""
+    def forget_derived(self) -> None:
+        """A run that is not on screen: free what is made again when it is (the lessons' pass, the whole-run maps).
+        What it recorded stays, for the history's pick (the memory budget frees that: `drop_captures`)."""
         self.analysis = None
         self.maps.clear()
-        for step in self.path:
-            step.capture.residual = None

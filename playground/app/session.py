@@ -1,11 +1,12 @@
 """What the app remembers per visitor: the model they use, their language, their runs. No Gradio here.
 
-Each browser tab is a session (Gradio's session hash). The session is the one source of what the
-tab shows: the current run, the selected step, the live attention view and the language; the page's
-script and the panels read them from here. It keeps its last few runs so a branch can be compared
-with the run it came from; everything else about a run lives in its `Run`. Runs are also reachable by an unguessable token, which the page's
-own scripts use to ask for numbers (an attention row of another layer): the token is only ever sent
-to the tab that made the run.
+Each browser tab is a session (Gradio's session hash). The session is the one source of what the tab shows: its
+run history (the last `MAX_RUNS_PER_SESSION` runs, each knowing the run it came from), the current run (the newest,
+or the one the visitor picked from the history), the selected step, the live attention view and the language; the
+page's script and the panels read them from here. Everything else about a run lives in its `Run`. Runs are also
+reachable by an unguessable token, which the page's own scripts use to ask for numbers (an attention row of another
+layer): the token is only ever sent to the tab that made the run. It knows no experiment: what a run changed is its
+own (`Run.origin`, `Run.changes`), put into words elsewhere (`playground.app.history`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground.app.kvlab import policy_words
-from playground.app.lab import describe_edits
 from playground.app.run import Run
-from playground.app.settings import KV_FIELDS, UISettings, format_branches, has_precision, to_query
-from playground.app.speculative_lab import drafter_words
-from playground.app.words import t
+from playground.app.settings import UISettings, format_branches, plain, to_query
 
-MAX_RUNS_PER_SESSION = 4  # the current run and the branches it can be compared with
+MAX_RUNS_PER_SESSION = 10  # the history a tab keeps (older runs leave it, and the history says so)
 
 
 @dataclass
@@ -36,6 +33,16 @@ class LiveView:
     layer: int = -1  # -1: the last layer
     head: str = "mean"  # a head index as text, "mean", "max" or "group:<kv head>"
 
+    def fitted(self, config: Any, kind: str) -> LiveView:
+        """This view as `config`'s model can show it: a head, KV group or layer the model lacks, or cross-attention
+        on a decoder, falls back to the default (a tab that picked head 8 of SmolLM2 then ran tiny-lm's 4 heads)."""
+        from playground.app.frames import head_choices  # frames names this class; imported where it is used
+
+        head = self.head if self.head in head_choices(config.n_heads, config.n_kv_heads) else "mean"
+        layer = self.layer if -1 <= self.layer < config.n_layers else -1
+        view_kind = self.kind if self.kind == "self" or (self.kind == "cross" and kind == "seq2seq") else ""
+        return LiveView(kind=view_kind, layer=layer, head=head)
+
 
 @dataclass
 class Session:
@@ -45,7 +52,8 @@ class Session:
     model: str | None = None
     dtype: str = "float32"
     lang: str = "en"
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # the history, oldest first
+    current_number: int | None = None  # the run on screen: the newest, or the one picked; None after a model switch
     selected_step: int | None = None  # None: follow the newest token
     select_order: int = 0  # the page's count of the newest selection taken (older ones arriving late are ignored)
     next_step: int | None = None  # the step the next run opens at (a fork keeps the step on screen)
@@ -56,8 +64,10 @@ class Session:
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
     stops: int = 0  # how many times Stop was pressed: a press that began before the newest Stop never runs on
+    stop_seen: tuple[str, int] | None = None  # Stop's run and how many of its tokens the page showed
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
+    link_settings: UISettings | None = None  # what they ask for (the run fields a link's own run replays)
     link_pending: bool = False  # the link names a prompt whose run has not started yet
     link_notes: list[str] = field(default_factory=list)  # what the link's load said: shown until the visitor acts
     notes: list[str] = field(default_factory=list)  # the notes box now (keyed): a language switch says them again
@@ -66,18 +76,44 @@ class Session:
 
     @property
     def current(self) -> Run | None:
-        return self.runs[-1] if self.runs else None
+        """The run on screen (None before the first run and after a model switch)."""
+        return self.run(self.current_number) if self.current_number is not None else None
 
-    def run(self, number: int) -> Run | None:
+    def run(self, number: int | None) -> Run | None:
         return next((r for r in self.runs if r.number == number), None)
 
     def add_run(self, run: Run) -> None:
-        """`run` becomes the current run, followed from its newest token (or opened at `next_step`)."""
+        """`run` joins the history and becomes the current run, followed from its newest token (or opened at
+        `next_step`); the oldest runs beyond the history's size leave it."""
         self.runs.append(run)
         del self.runs[:-MAX_RUNS_PER_SESSION]
+        self.current_number = run.number
         self.selected_step, self.next_step = self.next_step, None
-        for old in self.runs[:-1]:  # the lessons read only the current run: free the rest's big captures
-            old.forget_big_captures()
+        for old in self.runs[:-1]:  # the lessons read the run on screen: the others' passes are made again on a pick
+            old.forget_derived()
+
+    @property
+    def gone(self) -> int:
+        """How many runs have left the history (the oldest: its numbers below the first kept)."""
+        return self.runs[0].number - 1 if self.runs else self.next_number - 1
+
+    def pick(self, number: int) -> Run | None:
+        """The visitor picked run `number` from the history: it becomes the run on screen, from its newest token.
+        None when the history no longer holds it."""
+        run = self.run(number)
+        if run is None:
+            return None
+        for other in self.runs:
+            if other is not run:
+                other.forget_derived()
+        self.current_number = run.number
+        self.selected_step = None
+        return run
+
+    def leave(self) -> None:
+        """Nothing on screen (another model was picked: its runs stay in the history)."""
+        self.current_number = None
+        self.selected_step = None
 
     # --- work in progress -----------------------------------------------------------------------
 
@@ -107,16 +143,20 @@ class Session:
     @property
     def busy(self) -> bool:
         """A run is decoding or a job is running for this tab."""
-        run = self.current
-        return (run is not None and run.running) or self.job_stop is not None
+        return any(run.running for run in self.runs) or self.job_stop is not None
 
     # --- what the tab shows ----------------------------------------------------------------------
 
-    def opened_from(self, params: dict[str, str], notes: list[str] | None = None) -> None:
-        """The tab was opened with these query parameters; a link with a prompt runs by itself once. `notes`:
-        what the page load said about the link (its runs show them too, until the visitor's next action)."""
+    def opened_from(self, params: dict[str, str], notes: list[str] | None = None,
+                    settings: UISettings | None = None) -> None:
+        """The tab was opened with these query parameters (asking for `settings`); a link with a prompt runs by
+        itself once. `notes`: what the page load said about the link (its runs show them too, until the visitor's
+        next action)."""
         self.link = dict(params)
-        self.link_pending = bool(params.get("prompt", "").strip())
+        self.link_settings = settings
+        # a game link's run is the teacher's, and its players guess it: it is not played on their screens
+        game = str(params.get("game", "")).strip()
+        self.link_pending = bool(params.get("prompt", "").strip()) and not (game.isdigit() and int(game) > 0)
         self.link_notes = list(notes or [])
         self.notes = list(self.link_notes)
 
@@ -165,15 +205,22 @@ class Session:
             run = self.run(parent_number)
         return list(reversed(chain))
 
-    def branches(self, run: Run) -> list[dict[str, Any]]:
-        """The session's runs of the same prompt and model, each split where it leaves `run`."""
-        family = [r for r in self.runs if r.prompt_ids == run.prompt_ids and r.settings.model == run.settings.model
-                  and r.settings.dtype == run.settings.dtype]
-        parents = {r.branch_of[0] for r in family if r.branch_of}
-        family = [r for i, r in enumerate(family)  # a run repeated by a later one (Generate again) shows once
-                  if r is run or r.number in parents or all(  # (an edited run with the same text is not a repeat)
-                      (r.stream_ids, _variant(r.settings)) != (later.stream_ids, _variant(later.settings))
-                      for later in family[i + 1:])]
+    def family(self, run: Run) -> list[Run]:
+        """The runs of the history joined to `run` by their origins (the runs it came from, and every run that came
+        from those), oldest first; a run pressed again with the same settings is a run of its own, not family."""
+        def root(r: Run) -> int:
+            seen = set()
+            while r.origin is not None and r.origin not in seen and self.run(r.origin) is not None:
+                seen.add(r.number)
+                r = self.run(r.origin)
+            return r.number
+
+        top = root(run)
+        return [r for r in self.runs if root(r) == top]
+
+    def branches(self, run: Run, words: Callable[[Run], str] = lambda r: "") -> list[dict[str, Any]]:
+        """The runs of `run`'s family, each split where it leaves `run`; `words(r)`: what `r` changed, in words."""
+        family = self.family(run)
         if len(family) < 2:
             return []
         here = run.stream_ids
@@ -190,8 +237,7 @@ class Session:
                 # where it leaves its parent, as every screen counts steps: its first forced token's step
                 "step": r.step_number(-len(r.forced)) if r.branch_of else None, "current": r is run,
                 "shared": "".join(texts[:common]), "diverges": "".join(texts[common:common + 1]),
-                "rest": "".join(texts[common + 1:]),
-                "edit": _edit_words(r.settings, self.lang),
+                "rest": "".join(texts[common + 1:]), "edit": words(r),
             })
         return out
 
@@ -199,41 +245,17 @@ class Session:
         """The settings that reproduce `run` exactly: the seed it used and the branches that led to it."""
         seed = run.cfg.seed if run.mode == "sample" else run.settings.seed
         return dataclasses.replace(run.settings, seed=seed, branches=format_branches(self.lineage(run)),
-                                   lang=self.lang)
+                                   lang=self.lang, game=0)
 
-    def link_query(self, widgets: UISettings) -> str:
-        """The query string of a link to what the tab shows: the current run when the widgets still
-        describe it (with its seed and branches), else the widgets' settings (no branches)."""
+    def link_query(self, widgets: UISettings | None = None) -> str:
+        """The query string of a link to what the tab shows: the run on screen (with its seed, its branches and its
+        experiments' settings), or with nothing on screen, a plain run of the widgets' settings."""
         run = self.current
-        if run is not None and not run.running and same_request(run.settings, widgets):
-            return to_query(dataclasses.replace(self.run_settings(run), lang=widgets.lang))
-        return to_query(dataclasses.replace(widgets, branches="", edits=""))
-
-
-def _variant(settings: UISettings) -> tuple[str, ...]:
-    """What makes a run of the same request another experiment: the lab's edits and its KV-cache policy."""
-    return (settings.edits, settings.weight_precision, settings.draft, str(settings.draft_tokens),
-            *(str(getattr(settings, name)) for name in KV_FIELDS))
-
-
-def _edit_words(settings: UISettings, lang: str) -> str:
-    """The causal lab's edits and the KV lab's cache policy of a run, in words ('' for a plain run)."""
-    words = [describe_edits(settings.edits, lang) if settings.edits else "", policy_words(settings, lang),
-             t("precision_words", lang, precision=settings.weight_precision) if has_precision(settings) else "",
-             t("spec_words", lang, drafter=drafter_words(settings.draft, lang)) if settings.draft else ""]
-    return "; ".join(w for w in words if w)
-
-
-# Settings that change what a link shows without changing the tokens (the seed is compared apart).
-_PRESENTATION = ("lang", "pace_ms", "branches", "seed", "edits")
-
-
-def same_request(a: UISettings, b: UISettings) -> bool:
-    """Whether two settings ask for the same run; a blank seed matches any seed (a drawn one)."""
-    for f in dataclasses.fields(UISettings):
-        if f.name not in _PRESENTATION and getattr(a, f.name) != getattr(b, f.name):
-            return False
-    return b.seed is None or a.seed == b.seed or a.mode != "sample"
+        if run is not None:
+            return to_query(self.run_settings(run))
+        if widgets is None:
+            return ""
+        return to_query(dataclasses.replace(plain(widgets), branches="", game=0, lang=self.lang))
 
 
 SESSION_CAPTURE_BYTES = 256 * 1024**2  # a tab's runs' recorded arrays (a 256-head upload's 1,000-token run: 1 GB)
@@ -301,6 +323,15 @@ class Sessions:
             if self.on_expire is not None:
                 self.on_expire(key, session)
         return list(idle)
+
+    def touch(self, key: str | None) -> bool:
+        """A sign that `key`'s tab is open (its heartbeat): the session counts as heard from now. Never makes one."""
+        with self._lock:
+            session = self._sessions.get(key or "anonymous")
+            if session is None:
+                return False
+            session.seen = time.monotonic()
+            return True
 
     def has(self, key: str | None) -> bool:
         """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""

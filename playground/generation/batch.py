@@ -50,7 +50,7 @@ import torch
 
 from playground.checkpoints.limits import Limits
 from playground.generation.batch_history import DECODE, OWN, PREFILL, Entry, Pass, StepHistory
-from playground.generation.budget import Request, estimate_request, peak_bytes
+from playground.generation.budget import estimate_request, peak_bytes
 from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
@@ -267,8 +267,7 @@ class Scheduler:
         self.pools: dict[tuple[str, int, int], KVPool] = {}
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None, tag: Any = None) -> Ticket:
-        request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
-        parts = estimate_request(self.lm.config, self.lm.dtype.itemsize, request)
+        parts = estimate_request(p.lm.config, p.lm.dtype.itemsize, p.memory_request())  # the plan's own estimate
         # a pool's rows round a cache up (a power of two, at least 64 positions): up to twice its K/V
         memory = peak_bytes(parts)[0] + parts.get("kv_cache", 0) + parts.get("cross_cache", 0)
         ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
@@ -323,7 +322,7 @@ class Scheduler:
             rows, memory = self.rows(), sum(t.memory for t in self.running)
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
-                mine = sum(r.owner is t.owner for r in self.running)
+                mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
                 fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
                 if mine < self.per_owner and fits and feeding < self.max_prefills:
                     self.waiting.remove(t)

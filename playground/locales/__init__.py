@@ -1,8 +1,9 @@
 """Every word the app shows, one file per language: `en.json` and `zh.json` beside this module.
 
-A translator edits the JSON files only. Each holds two tables with the same keys in every language:
-`page` (the page's words, read by `playground.app.words.t`) and `figures` (one table per figure
-module, read through `playground.viz.language`). Strings are `str.format` templates: keep every
+A translator edits the JSON files only. Each holds four tables with the same keys in every language:
+`page` (the page's words, read by `playground.app.words.t`), `figures` (one table per figure module, read by
+`playground.viz`), `notes` (the notes and one-line refusals, read by `playground.app.notes`) and `knobs` (each
+knob and flag as the page's controls name it, in notes). Strings are `str.format` templates: keep every
 `{placeholder}`, and in figure strings every `%{{plotly field}}` and `<b>`/`<br>` tag, as they are.
 tests/app/test_locales.py checks that both files have the same keys and placeholders.
 """

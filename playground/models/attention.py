@@ -196,9 +196,12 @@ class SelfAttention(nn.Module):
             if mask is None and s.causal and not is_causal:
                 mask = causal_mask(T, S, window=self.window, device=q.device)
         wants = cache is not None and cache.wants_weights(layer)  # a heavy-hitter layer accumulates attention
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep or wants)
-        if cache is not None:
-            cache.after_attention(layer, weights if wants else None)
+        if wants and not keep:  # heavy hitters: scored in chunks of bounded memory
+            out, weights = cache.attend_scored(layer, q, k, v, mask, self.scale, attend), None
+        else:
+            out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep or wants)
+            if cache is not None:
+                cache.after_attention(layer, weights if wants else None)
         if keep:
             if positions is not None:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
                 full = weights.new_zeros((B, h, T, s.start + T))

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-PACK_HINT: int | None = None
 MIN_ROWS = 2  # oneDNN computes one row differently from 2+ for long inputs; 2+ rows all agree
 
 
@@ -37,7 +36,7 @@ def packable(weight: torch.Tensor) -> bool:
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """A (in, out) weight prepacked for oneDNN's linear (its own layout, a copy)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), PACK_HINT)
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), None)  # no batch-size hint
 
 
 def packed_matmul(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:

@@ -13,7 +13,8 @@ relative-position biases keep the model's own dtype (they are small and added, n
   Both are simulated: quantize, dequantize to the compute dtype, then our exact float kernels.
 - bfloat16 / float16: real casts of those weights; relative rounding error <= 2^-8 / 2^-11 (float16
   below 2^-14 is subnormal: absolute error <= 2^-25 there). Whether the products then run in that dtype
-  for real is `playground.models.low_precision`'s question; `playground.models.variants` builds the models.
+  for real is `playground.models.low_precision`'s question; `playground.variants` builds the models and counts
+the bytes a token reads.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from playground.loaded import LoadedModel
 from playground.models.layers import Linear
 from playground.models.low_precision import LowPrecisionLinear
 
@@ -132,30 +132,3 @@ def bytes_per_weight(precision: str, in_features: int) -> float:
     if precision == "int8":
         return 1.0 + SCALE_BYTES / in_features
     return 0.5 + SCALE_BYTES / INT4_GROUP
-
-
-def weight_bytes_per_token(lm: LoadedModel, precision: str | None) -> int:
-    """Bytes of weights one generated token reads: every Linear weight, the LM head (the embedding when
-    tied: all of it) and one embedding row, at `precision` (None: the model's own dtype), plus the
-    small tensors (norms, biases) at the model's dtype. Position tables are not counted (one row each)."""
-    model = lm.model
-    total = 0.0
-    counted: set[int] = set()
-    for module, transposed in matrices(model).values():
-        if isinstance(module, LowPrecisionLinear):  # its weight lives packed: sizes from the module
-            out, n, size = module.out_features, module.in_features, module.matmul.dtype.itemsize
-        else:
-            w = module.weight
-            counted.add(id(w))
-            out, n = (w.shape[1], w.shape[0]) if transposed else (w.shape[0], w.shape[1])
-            size = w.element_size()
-        per = float(size) if precision is None else bytes_per_weight(precision, n)
-        if transposed:
-            total += per * out * n
-        else:  # the embedding: a lookup reads one row; a tied head reads the whole matrix
-            tied = getattr(model, "lm_head", None) is None
-            total += per * n * (out + 1 if tied else 1)
-    for name, p in model.named_parameters():
-        if id(p) not in counted and "embed_positions" not in name and p.dim() < 2:
-            total += p.numel() * p.element_size()
-    return int(round(total))

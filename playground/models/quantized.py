@@ -47,6 +47,19 @@ def fits(precision: str, out_features: int, in_features: int) -> bool:
     return precision == "int8" or (out_features % INT4_TILE == 0 and in_features % INT4_GROUP == 0)
 
 
+def product_bytes(precision: str, out_features: int, in_features: int) -> int:
+    """The bytes of a `_Product`'s codes and scales for an (out, in) matrix (the scales in `activation_dtype()`)."""
+    act = activation_dtype().itemsize
+    if precision == "int8":
+        return out_features * in_features + out_features * act
+    return out_features * in_features // 2 + -(-in_features // INT4_GROUP) * out_features * 2 * act
+
+
+def embedding_bytes(precision: str, vocab: int, dim: int) -> int:
+    """The bytes of a `QuantizedEmbedding`'s codes (one byte each) and float32 scales."""
+    return vocab * dim + vocab * (1 if precision == "int8" else -(-dim // INT4_GROUP)) * 4
+
+
 def _codes(precision: str, w_out_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes int8 (out, in), scales float32): (out,) per channel for int8, (out, in / 32) for int4."""
     if precision == "int8":

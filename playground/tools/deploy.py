@@ -9,7 +9,10 @@ generated files:
   so the Space downloads SmolLM2-135M-Instruct at build time and the catalog offers it, and `models`
   so the Hub links the Space from the model's page, `tags`, and a `thumbnail` (a screenshot the card shows,
   by its address in the Space); with `--hardware`, `suggested_hardware`, what a duplicator is offered);
-- with `--hardware zerogpu`, requirements.txt with the `spaces` package added (ZeroGPU's decorator);
+- with `--hardware zerogpu`, requirements.txt with Gradio's sign-in packages added (`gradio[oauth]`'s authlib and
+  itsdangerous: the card's `hf_oauth: true` gives the Space its sign-in app, and a signed-in visitor a GPU quota of
+  their own). Not `spaces`: the ZeroGPU runtime installs and pins it (the Spaces ZeroGPU docs list no requirement
+  for it; a pinned copy can break the runtime's own);
 - .gitattributes naming every binary file for LFS (the Hub refuses binary files stored as plain git
   blobs, whatever their size). Binaries are whatever holds a NUL byte or is not UTF-8 text.
 
@@ -52,15 +55,17 @@ THUMBNAIL = "tests/screenshots/live-desktop.png"  # the live screen, as the card
 
 @dataclass(frozen=True)
 class Hardware:
-    """One kind of host: the Hub's name for it and the lines it adds to requirements.txt."""
+    """One kind of host: the Hub's name for it, the lines it adds to requirements.txt and to the card."""
 
     flavor: str  # huggingface_hub.SpaceHardware's value (suggested_hardware, create_repo's space_hardware)
     requirements: tuple[str, ...] = ()
+    card: tuple[tuple[str, Any], ...] = ()
 
 
 HARDWARE = {
-    # ZeroGPU keeps its legacy flavor name, whatever card it lends today.
-    "zerogpu": Hardware("zero-a10g", ("spaces>=0.51  # ZeroGPU: each run borrows the GPU through spaces.GPU",)),
+    # ZeroGPU keeps its legacy flavor name, whatever card it lends today. Its `spaces` package comes with the runtime.
+    "zerogpu": Hardware("zero-a10g", ("authlib  # the sign-in button (gradio[oauth]): a signed-in visitor's GPU quota",
+                                      "itsdangerous  # its session cookie"), (("hf_oauth", True),)),
     "cpu-basic": Hardware("cpu-basic"),
     "cpu-upgrade": Hardware("cpu-upgrade"),
     "t4-small": Hardware("t4-small"),
@@ -112,6 +117,7 @@ def space_config(root: Path = REPO_ROOT, *, repo_id: str | None = None, hardware
         config["thumbnail"] = f"https://huggingface.co/spaces/{repo_id}/resolve/main/{THUMBNAIL}"
     if hardware is not None:
         config["suggested_hardware"] = HARDWARE[hardware].flavor
+        config.update(HARDWARE[hardware].card)
     return config
 
 

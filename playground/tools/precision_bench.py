@@ -55,7 +55,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def run(model: str, new_tokens: int, rounds: int, budget_s: float) -> dict[str, Any]:
     import playground
     from playground.analysis.precision import compare_precisions
-    from playground.models.variants import variant
+    from playground.variants import variant
 
     started = time.perf_counter()
     lm = playground.load_model(model)

@@ -1,12 +1,13 @@
 """The Gradio app: `build_app()` returns the Blocks; `launch_kwargs()` the page's CSS and theme.
 
-A thin adapter over the app core (`playground.app`: runs, sessions, settings, limits, frames,
-words, describe). Modules: layout (components), wiring (events), handlers (holds the handler groups
-below), models (picking and loading models), streaming (generation, Stop, branches, the script API),
-panels (the deeper views), lessons (the seeds' lessons on the run), language (English / 中文),
-catalog (which checkpoints, safe paths, uploads), registry (one shared copy of each model),
-gradio_internals (every use of Gradio's private parts), settings and torch_thread (re-exports
-from the core).
+A thin adapter over the app core (`playground.app`: runs, sessions, settings, experiments, views, words).
+Modules: layout (components), experiment_tabs (each experiment's tab, built from its layout), wiring (events),
+handlers (holds the handler groups below), models (picking and loading models), streaming (generation, Stop,
+branches, the script API), runs (the run on screen: its badge, the run history and a pick, the link box),
+experiments (one handler for every experiment's fork, job and stop), views (the one renderer of every view),
+panels (the KV cache's timed rerun), lessons (the lessons' measurements), language (English / 中文), jobs
+(following a job's progress), lanes (each event's concurrency), gradio_internals (every use of Gradio's private
+parts), assets/ (the live screen's and the history's scripts, the page's CSS).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
+from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import UploadCache, slow_queue_polling
+from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
+from playground.ui.lanes import FIGURES, LOAD
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
 
@@ -37,19 +41,22 @@ def build_app(
     prefer_preloaded: bool | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    default_model: str | None = None,
 ) -> gr.Blocks:
     """The playground as a Blocks app (not launched). One registry and catalog per app.
 
     `extra_weights`: more checkpoint folders offered beside `weights_dir` (`app.py --weights DIR`).
     `prefer_preloaded` (default: on a Space) opens pages on the real model the Space preloaded.
+    `default_model`: a catalog name every new page opens on, when offered (`app.py --default-model`).
     """
     if prefer_preloaded is None:
         prefer_preloaded = on_space()
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
-                      prefer_preloaded=prefer_preloaded)
+                      prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step])
+                                        handlers.stream.select_step, handlers.stream.live_state,
+                                        handlers.stream.stop_at])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
@@ -74,18 +81,26 @@ QUEUE_POLL_SECONDS = 0.02
 
 
 def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concurrency_limit: int = 2) -> gr.Blocks:
-    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS."""
-    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit)
+    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS, its places held per visitor
+    (`app.visitors`: a script's client, a page tab), and no way around it (`api_open=False`: a queued event is
+    never run by a direct POST)."""
+    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
+    is_page = getattr(demo, "playground_is_page", lambda key: False)
+    # a tab's newer redraw or model pick replaces its older one still waiting: only the last selection runs
+    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), is_page, frozenset({FIGURES, LOAD}))
     return demo
 
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
-    upload route takes: what one visitor may keep (`upload_limit_bytes`)."""
+    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats."""
     kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
+        # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires
+        watch = Middleware(HeartbeatWatch, on_beat=demo.playground_handlers.sessions.touch)
+        kwargs["app_kwargs"] = {"middleware": [watch]}
     return kwargs
 
 

@@ -1,6 +1,7 @@
 """All of the app's handlers, for one app: models, generation, deeper views, language, lifecycle.
 
-Each job has its own module (`models`, `streaming`, `views`, `panels`, `lessons`, `lab`, `language`); this class only holds
+Each job has its own module (`models`, `streaming`, `runs`, `views`, `panels`, `lessons`, `experiments`,
+                             `language`); this class only holds
 them together with the per-tab sessions they share, so wiring and tests have one object to use.
 """
 
@@ -13,11 +14,13 @@ from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
 from playground.checkpoints.limits import Limits
-from playground.ui.lab import Lab
+from playground.ui.experiments import Experiments
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
+from playground.ui.runs import Runs
 from playground.ui.streaming import Streaming
+from playground.ui.teacher import Teacher
 from playground.ui.views import Views
 
 
@@ -28,8 +31,10 @@ class Handlers:
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)
-        self.lab = Lab(self.models, self.sessions, self.stream)
+        self.experiments = Experiments(self.models, self.sessions, self.stream)
+        self.runs = Runs(self.sessions, self.stream)
         self.views = Views(self.models, self.sessions)
+        self.teacher = Teacher(self.models, self.sessions, self.stream)
 
     @property
     def catalog(self) -> Catalog:

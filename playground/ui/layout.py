@@ -2,8 +2,10 @@
 
 One screen: the controls on the left (on a phone: above), the live screen on the right — the token
 stream with the current step's panels, all updating while tokens stream — and the deeper views one
-click below it. Every label and hint comes from `playground.app.words` (English and 中文); `LABELS` lists which key
-each component uses so the language switch can relabel the page.
+click below it. Every label and hint comes from `playground.app.words` (English and 中文); `Page.labels`, `Page.choices` and
+`Page.texts` say which words each component shows, so the language switch can say them again. Each experiment's
+tab is built from its own layout (`playground.ui.experiments`). Above the token stream, the badge of what the run
+on screen changes from a plain run; under the live screen, the tab's run history.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from typing import Any
 import gradio as gr
 
 from playground.app import lessons as lesson_registry
-from playground.app.limits import RANGES
-from playground.app.settings import DTYPES, MODES, UISettings
+from playground.app.settings import DTYPES, MODES, RANGES, WIDGETS, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
-from playground.ui.lab_layout import EXPORT_JS, build_kv_tab, build_precision_tab, build_speculative_tab
-from playground.ui.lab_layout import build_tab as lab_tab
+from playground.ui.experiment_tabs import build_tabs
+from playground.ui.teacher_layout import build_prompt_tokens, build_sign_in, build_teacher_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-CSS = (ASSETS / "page.css").read_text(encoding="utf-8")
+CSS = (ASSETS / "page.css").read_text(encoding="utf-8") + (ASSETS / "teacher.css").read_text(encoding="utf-8")
 LIVE_JS = (ASSETS / "live.js").read_text(encoding="utf-8")
+# Every plotly figure's toolbar gets an SVG download beside plotly's own PNG camera.
+EXPORT_JS = (ASSETS / "export.js").read_text(encoding="utf-8")
+HISTORY_JS = (ASSETS / "history.js").read_text(encoding="utf-8")  # a click on a run of the history asks for it
 # Gradio's own copies of uploads (the catalog links them into a visitor's folder) are removed every
 # minute once 5 minutes old (long enough for an upload still waiting in the queue); beyond the uploads' quota,
 # the oldest go sooner (`UploadCache`).
@@ -74,9 +78,11 @@ def lesson_choices(lang: str) -> list[tuple[str, str]]:
 @dataclass
 class Page:
     demo: gr.Blocks
-    settings: dict[str, gr.components.Component]  # keyed by UISettings field name
+    settings: dict[str, gr.components.Component]  # the left column's widgets, keyed by their setting's name
     c: dict[str, Any] = field(default_factory=dict)  # every other component by name
     labels: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (label key, info key)
+    choices: dict[str, Callable[[str], list]] = field(default_factory=dict)  # name -> its choices in a language
+    texts: dict[str, Callable[[str], str]] = field(default_factory=dict)  # a Markdown of words -> them in a language
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -96,6 +102,14 @@ def mode_choices(lang: str) -> list[tuple[str, str]]:
     return [(t(f"mode_{m}", lang), m) for m in MODES]
 
 
+def scale_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")]
+
+
+def header(lang: str) -> str:
+    return f"# {t('title', lang)}\n{t('tagline', lang)}"
+
+
 def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     """All components, in English (`lang`); the page load and the language switch relabel them."""
     d = UISettings()
@@ -103,18 +117,25 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     s: dict[str, Any] = {}
     c: dict[str, Any] = {}
     labels: dict[str, tuple[str, str | None]] = {}
+    choices: dict[str, Callable[[str], list]] = {"mode": mode_choices, "lesson": lesson_choices,
+                                                 "lesson_attention": lambda code: what_if_choices("attention", code),
+                                                 "lesson_dtype": lambda code: what_if_choices("dtype", code),
+                                                 "att_scale": scale_choices}
+    texts: dict[str, Callable[[str], str]] = {"header": header, "inspector_intro": lambda code: t("inspector_intro", code),
+                                              "attention_intro": lambda code: t("attention_intro", code)}
 
     def named(name: str, component: Any, label: str | None = None, info: str | None = None) -> Any:
-        (s if name in d.__dataclass_fields__ else c)[name] = component
+        (s if name in WIDGETS else c)[name] = component
         if label:
             labels[name] = (label, info)
         return component
 
     with gr.Blocks(title=t("title", lang), delete_cache=GRADIO_CACHE_SECONDS) as demo:
         with gr.Row(elem_id="topbar", equal_height=True):
-            c["header"] = gr.Markdown(f"# {t('title', lang)}\n{t('tagline', lang)}", elem_id="header")
+            c["header"] = gr.Markdown(header(lang), elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
                                    elem_id="lang", scale=0, min_width=160))
+        build_sign_in(c, lang)  # on ZeroGPU: the GPU quota and the sign-in
         with gr.Row(elem_id="main", equal_height=False):
             with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
                 with gr.Column(elem_id="sidebar-top"):
@@ -125,12 +146,15 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                label=t("model", lang)), "model")
                     c["model_status"] = gr.Markdown(t("loading", lang), elem_id="model-status")
                     c["model_about"] = gr.Markdown("", elem_id="model-about")
-                    named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)), "prompt")
+                    named("prompt", gr.Textbox(lines=3, max_lines=10, elem_id="prompt", label=t("prompt", lang)),
+                          "prompt")
+                    build_prompt_tokens(c)
                     named("chat", gr.Checkbox(value=d.chat, visible=False, elem_id="chat", label=t("chat", lang),
                                               info=t("chat_info", lang)), "chat", "chat_info")
                     named("target_lang", gr.Dropdown(choices=[("", "")], value="", visible=False, elem_id="target-lang",
                                                      allow_custom_value=True, label=t("target_lang", lang),
-                                                     info=t("target_lang_info", lang)), "target_lang", "target_lang_info")
+                                                     info=t("target_lang_info",
+                                                            lang)), "target_lang", "target_lang_info")
                     with gr.Row(elem_id="run-buttons"):
                         named("generate", gr.Button(t("generate", lang), variant="primary", elem_id="generate-btn",
                                                     min_width=80, scale=2), "generate")
@@ -140,7 +164,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                      scale=1), "copy_link")
                     named("link", gr.Textbox(label=t("link", lang), interactive=False, elem_id="share-link",
                                              buttons=["copy"], visible=False), "link")
-                with gr.Accordion(t("decoding", lang), open=True, elem_id="decoding", elem_classes=["pg-settings"]) as acc:
+                with gr.Accordion(t("decoding", lang), open=True, elem_id="decoding",
+                                  elem_classes=["pg-settings"]) as acc:
                     c["decoding_acc"] = acc
                     named("mode", gr.Radio(mode_choices(lang), value=d.mode, elem_id="mode", label=t("mode", lang),
                                            info=t("mode_info", lang)), "mode", "mode_info")
@@ -157,7 +182,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                         info=t("early_stopping_info", lang)),
                           "early_stopping", "early_stopping_info")
                     named("repetition_penalty", gr.Slider(*r["repetition_penalty"], value=d.repetition_penalty, step=0.05,
-                                                          elem_id="repetition-penalty", label=t("repetition_penalty", lang),
+                                                          elem_id="repetition-penalty", label=t("repetition_penalty",
+                                                                                                lang),
                                                           info=t("repetition_penalty_info", lang)),
                           "repetition_penalty", "repetition_penalty_info")
                     named("max_new_tokens", gr.Slider(*r["max_new_tokens"], value=d.max_new_tokens, step=1,
@@ -174,13 +200,16 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                       info=t("top_candidates_info", lang)),
                           "top_candidates", "top_candidates_info")
                     named("attention", gr.Checkbox(value=d.attention, elem_id="record-attention",
-                                                   label=t("record_attention", lang), info=t("record_attention_info", lang)),
+                                                   label=t("record_attention", lang), info=t("record_attention_info",
+                                                                                             lang)),
                           "record_attention", "record_attention_info")
                     named("pace_ms", gr.Slider(*r["pace_ms"], value=d.pace_ms, step=10, elem_id="pace",
                                                label=t("pace", lang), info=t("pace_info", lang)), "pace", "pace_info")
-                with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own", elem_classes=["pg-settings"]) as acc:
+                with gr.Accordion(t("load_own", lang), open=False, elem_id="load-own",
+                                  elem_classes=["pg-settings"]) as acc:
                     c["load_acc"] = acc
-                    named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)), "dtype")
+                    named("dtype", gr.Radio(list(DTYPES), value=d.dtype, elem_id="dtype", label=t("dtype", lang)),
+                          "dtype")
                     named("upload", gr.File(file_count="multiple", file_types=list(ALLOWED_SUFFIXES),
                                             height=110, elem_id="upload", label=t("upload", lang)), "upload")
                     with gr.Row(equal_height=True):
@@ -190,15 +219,18 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                               "hub_load")
             with gr.Column(scale=3, min_width=320, elem_id="workspace"):
                 c["notes"] = gr.Markdown("", elem_id="notes")
+                # What the run on screen changes from a plain run (hidden for a plain run), right above its tokens.
+                c["active_settings"] = gr.HTML("", elem_id="active-settings", apply_default_css=False)  # empty: hidden
                 # Server functions go in as a constructor argument: Gradio rebuilds a component from those
                 # when a handler updates it, and functions attached afterwards would be lost (404s).
                 c["live"] = gr.HTML(value=empty_live_value(lang), html_template=LIVE_TEMPLATE, js_on_load=LIVE_JS,
                                     elem_id="token-output", strings=live_strings(), apply_default_css=False,
                                     server_functions=[_plain(fn) for fn in server_functions])
                 c["ticket"] = gr.Number(value=0, visible=False, elem_id="ticket")
+                c["run_history"] = gr.HTML("", js_on_load=HISTORY_JS, elem_id="run-history", apply_default_css=False)
                 c["figure_export"] = gr.HTML("", js_on_load=EXPORT_JS, elem_id="figure-export", apply_default_css=False)
-                named("branches", gr.Textbox(value="", visible=False, elem_id="branches"))
-                named("edits", gr.Textbox(value="", visible=False, elem_id="edits"))  # a link's lab edits
+                # the branches that led to the run on screen (what its link replays)
+                c["branches"] = gr.Textbox(value="", visible=False, elem_id="branches")
                 named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
                                          label=t("lessons_pick", lang)), "lessons_pick")
                 with gr.Tabs(elem_id="deep-views") as tabs:
@@ -215,18 +247,22 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["attention_intro"] = gr.Markdown(t("attention_intro", lang), elem_id="attention-intro")
                         with gr.Row():
                             named("att_kind", gr.Radio([(t("kind_self", lang), "self")], value="self",
-                                                       label=t("attention_kind", lang), elem_id="att-kind"), "attention_kind")
+                                                       label=t("attention_kind",
+                                                               lang), elem_id="att-kind"), "attention_kind")
                             named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
                                                        label=t("large_view", lang), elem_id="att-view"), "large_view")
-                            named("att_scale", gr.Radio([(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")],
+                            named("att_scale", gr.Radio(scale_choices(lang),
                                                         value="linear", label=t("colour_scale", lang),
                                                         elem_id="att-scale"), "colour_scale")
                         with gr.Row():
-                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang), elem_id="att-layer"),
+                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
+                                                         elem_id="att-layer"),
                                   "layer")
-                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang), elem_id="att-head"),
+                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
+                                                        elem_id="att-head"),
                                   "head")
-                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang), elem_id="att-query"),
+                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang),
+                                                         elem_id="att-query"),
                                   "query")
                             named("att_sink", gr.Checkbox(value=False, label=t("hide_sink", lang), elem_id="att-sink"),
                                   "hide_sink")
@@ -242,14 +278,14 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
                         c["compare_md"] = gr.Markdown("", elem_id="compare-md")
                         c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
-                    build_kv_tab(c, named, lang)
                     with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
                         c["tab_positional"] = tab
                         c["pe_md"] = gr.Markdown("", elem_id="pe-md")
                         with gr.Row():
                             named("pe_length", gr.Slider(8, 2048, value=64, step=8, label=t("pe_length", lang),
                                                          elem_id="pe-length"), "pe_length")
-                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang), elem_id="pe-base"),
+                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang),
+                                                       elem_id="pe-base"),
                                   "pe_base")
                             named("pe_pair", gr.Slider(0, 31, value=0, step=1, visible=False, label=t("pe_pair", lang),
                                                        elem_id="pe-pair"), "pe_pair")
@@ -281,7 +317,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                            elem_id="lesson-dtype"), "lesson_dtype")
                             named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
                                                             elem_id="lesson-batch", min_width=240), "lesson_batch")
-                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens", lang),
+                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens",
+                                                                                                   lang),
                                                              elem_id="lesson-tokens", min_width=240), "lesson_tokens")
                         with gr.Row():
                             named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
@@ -291,20 +328,17 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                         c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
                         c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
                         c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
-                    lab_tab(c, named, lang)
-                    build_speculative_tab(c, named, lang)
-                    build_precision_tab(c, named, lang)
+                    build_tabs(c, named, lang, choices, texts)
                     with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
                         c["tab_card"] = tab
                         c["card"] = gr.HTML("", elem_id="model-card")
-    for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own"),
-                      ("tab_inspector", "tab_inspector"), ("tab_attention", "tab_attention"), ("tab_cache", "tab_cache"),
-                      ("tab_kvlab", "tab_kvlab"), ("tab_positional", "tab_positional"), ("tab_lessons", "tab_lessons"),
-                      ("tab_lab", "tab_lab"), ("tab_speculative", "tab_speculative"),
-                      ("tab_precision", "tab_precision"),
-                      ("tab_card", "tab_card")):
+                    build_teacher_tab(c, named, lang)
+    for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own")):
         labels[name] = (key, None)
-    return Page(demo=demo, settings=s, c=c, labels=labels)
+    for name in c:
+        if name.startswith("tab_"):  # every tab's words: tab_<its id>
+            labels[name] = (name, None)
+    return Page(demo=demo, settings=s, c=c, labels=labels, choices=choices, texts=texts)
 
 
 def _plain(fn: Callable) -> Callable:

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from playground import viz
 from playground.app import measurements
 from playground.app.session import Sessions
 from playground.app.words import t
@@ -45,8 +44,7 @@ class Lessons:
             return
         timing = job.result
         run.cache_timing = timing
-        with viz.language(lang):  # set and reset within one step of this generator (Gradio may switch contexts)
-            caption = v_kv.cache_timing_caption(run.cache_timing)
+        caption = v_kv.cache_timing_caption(run.cache_timing, lang=lang)
         yield caption
 
     def measure_sdpa(self, request: gr.Request | None = None) -> Iterator[str]:
@@ -69,6 +67,5 @@ class Lessons:
             return
         data = job.result
         session.sdpa = {**data, "model": session.model}
-        with viz.language(lang):
-            caption = v_sdpa.sdpa_caption(data)
+        caption = v_sdpa.sdpa_caption(data, lang=lang)
         yield caption

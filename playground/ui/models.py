@@ -19,7 +19,7 @@ from playground.app.frames import head_choices
 from playground.app.notes import error_note, note, render
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
-from playground.app.settings import FIELDS, UISettings, from_query
+from playground.app.settings import WIDGETS, UISettings, from_query
 from playground.app.uploads import remove_sources
 from playground.app.words import browser_language, t
 from playground.checkpoints.limits import Limits
@@ -66,7 +66,7 @@ def loaded_status(lm: LoadedModel, verb: str, name: str, dtype: str, lang: str) 
 
 def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     """The model card; the checkpoint's place on the server is never part of it."""
-    info = describe.card_info(lm)
+    info = describe.card_info(lm, lang)
     info.pop("path", None)
     return describe.model_card_html(info, name, lang)
 
@@ -96,7 +96,8 @@ class Models:
     # are invisible to every other visitor, links included.
 
     def model_for(self, name: str, dtype: str, owner: str | None = None) -> LoadedModel:
-        return self.registry.get(self.catalog.resolve(name, owner), dtype)
+        """The loaded model `name` is for `owner`; a load it causes is bounded per visitor (`ModelRegistry.get`)."""
+        return self.registry.get(self.catalog.resolve(name, owner), dtype, owner=owner)
 
     def choices(self, owner: str | None, lang: str = "en") -> list[tuple[str, str]]:
         """The model list as (label, name), its words in `lang`."""
@@ -197,14 +198,16 @@ class Models:
         notes += [note("model_not_offered", name=name, why=why) for name, why in self.catalog.unavailable().items()]
         return settings, notes
 
-    def page_load(self, request: gr.Request):
-        """Every widget from the URL's query parameters (defaults otherwise)."""
+    def page_load(self, request: gr.Request, fields: tuple[str, ...] = ()):
+        """Every widget of the left column from the URL's query parameters (defaults otherwise), then the
+        experiments' widgets that edit the run settings `fields` (a link's experiment is on the page), then the
+        notes."""
         settings, notes = self.settings_from_request(request)
         session = self.sessions.get(session_key(request))
         session.lang = settings.lang
-        session.opened_from(dict(request.query_params) if request is not None else {}, notes)
-        values = [getattr(settings, f) for f in FIELDS]
-        values[FIELDS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
+        session.opened_from(dict(request.query_params) if request is not None else {}, notes, settings)
+        values = [getattr(settings, f) for f in (*WIDGETS, *fields)]
+        values[WIDGETS.index("model")] = self.dropdown(session_key(request), settings.model, settings.lang)
         return (*values, describe.notes_markdown(notes, settings.lang))
 
     # --- loading ---------------------------------------------------------------------------------
@@ -232,7 +235,8 @@ class Models:
         try:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001 - the message goes to the status line
-            return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang, owner)
+            return self._failed(t("could_not_load", lang, name=describe.inert(str(name or "?"))), exc, session, lang,
+                                owner)
         return self._loaded(lm, name, dtype, session, lang, None, owner, swap_prompt=swap_prompt, set_chat=set_chat)
 
     def upload(self, files: list[str] | str | None, dtype: str, lang: str, request: gr.Request):
@@ -254,7 +258,8 @@ class Models:
             self.registry.drop_under([p for p in [self.catalog.discard_upload(name, owner)] if p is not None])
             remove_sources(files)
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
-        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded", lang))
+        out = self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("uploaded",
+                                                                                                           lang))
         evicted = self.catalog.uploads.evicted_since(owner)
         if evicted:  # say what went, so that nobody wonders where it is
             out["model_status"] += " " + describe.inert(t("upload_evicted", lang, names=", ".join(evicted)))
@@ -269,13 +274,16 @@ class Models:
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
             return self._failed(t("hub_failed", lang), exc, session, lang, owner)
-        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner, verb=t("downloaded", lang))
+        return self._loaded(lm, name, dtype, session, lang, self.dropdown(owner, name, lang), owner,
+                            verb=t("downloaded", lang))
 
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> dict[str, Any]:
         changed = session.model != name
         if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
             session.stop_all()
+        if changed:  # nothing of the previous model's runs stays on screen (they stay in the history)
+            session.leave()
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available

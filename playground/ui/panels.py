@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from playground import viz
 from playground.app import cache_rerun
 from playground.app.session import Sessions
+from playground.app.views import cache
 from playground.app.words import t
 from playground.ui.jobs import Followed
 from playground.ui.models import Models, session_key
@@ -47,11 +47,6 @@ class Panels:
         if job.error or job.result is None:
             yield gr.skip(), job.error or t("rerun_stopped", lang)
             return
-        result = job.result
-        with viz.language(lang):
-            fig = viz.timing_comparison(result.cached, result.uncached)
-        note = t("rerun_note", lang, verdict=t("same_tokens" if result.same_tokens else "different_tokens", lang))
-        if result.partial:
-            note += " " + t("rerun_partial", lang, steps=result.steps, total=result.total_steps,
-                            tflops=result.full_uncached_flops / 1e12, seconds=result.full_uncached_seconds)
-        yield fig, note
+        run.results["rerun"] = job.result  # the cache tab draws it while this run is on screen
+        slots = cache.rerun_slots(job.result, lang)
+        yield gr.update(**slots["compare"].changes), slots["compare_md"].value

@@ -2,9 +2,9 @@
 
 The engine runs inside Gradio's worker thread; this generator collects its events and yields a
 frame (the live screen's value, see `frames`) at most every `frames.FRAME_SECONDS`, plus one for the first
-token and one at the end. Nothing but that small value travels per frame, so the page keeps up
-with the engine (with many visitors at once, each one's frames are spaced further apart:
-`frames.frame_seconds`). A session runs one generation at a time: a new one stops the previous; Stop
+token and one at the end. A frame carries what is new since the one before, never the run again, so the
+page keeps up with the engine at any length (with many visitors at once, each one's frames are spaced further
+apart: `frames.frame_seconds`). A session runs one generation at a time: a new one stops the previous; Stop
 also refuses runs still waiting in the queue (each press of Generate carries a ticket).
 """
 
@@ -19,16 +19,16 @@ from urllib.parse import parse_qsl
 
 import gradio as gr
 
-from playground.app import describe, frames, heap, serving
+from playground.app import describe, frames, heap, history, serving
 from playground.app.limits import CAPS
 from playground.app.notes import error_line
-from playground.app.play import Frame, play, play_link, play_script
+from playground.app.play import Frame, Origin, play, play_link, play_script
 from playground.app.run import Run
-from playground.app.session import Session, Sessions
-from playground.app.settings import FIELDS, LANGS, UISettings, format_branches, from_widgets
+from playground.app.session import LiveView, Session, Sessions
+from playground.app.settings import LANGS, RUN_FIELDS, WIDGETS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
-from playground.ui.gradio_internals import ScriptSessions, event_data
+from playground.ui.gradio_internals import ScriptSessions, event_data, visitor_of
 from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
@@ -51,13 +51,14 @@ class Streaming:
     # Outputs of all three: live screen, notes, branches (hidden; what the current run's link replays).
 
     def generate(self, request: gr.Request, ticket: float, *args: Any) -> Iterator[tuple]:
-        """Stream a run of the widgets' settings: a new run starts clean (no branches replayed).
+        """Stream a plain run of the left column's widgets (`WIDGETS`): no branch, no experiment, whatever a link
+        or a lab's fork ran before.
 
         `request` comes first because Gradio injects it by position (it identifies the tab)."""
         session = self.sessions.get(session_key(request))
         session.take_link_run()  # the visitor's own press: a link's run (if still pending) is not replayed
         session.link_notes = []  # and the link's notes are done
-        settings = dataclasses.replace(from_widgets(dict(zip(FIELDS, args[: len(FIELDS)]))), edits="")
+        settings = from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
             yield UNCHANGED  # Stop was pressed while this run waited in the queue
             return
@@ -70,7 +71,9 @@ class Streaming:
         if not session.take_link_run():
             yield UNCHANGED  # nothing to run: what the page shows (the link's notes) stays
             return
-        settings = from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))
+        settings = from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))
+        if session.link_settings is not None:  # what only a link sets: its branches and experiments
+            settings = dataclasses.replace(settings, **{f: getattr(session.link_settings, f) for f in RUN_FIELDS})
         session.lang = settings.lang
         yield from self._frames(session, play_link(session, self.models.model_for, settings,
                                                    on_end=self.sessions.enforce_memory))
@@ -100,16 +103,21 @@ class Streaming:
         yield from self.press(session, run.settings, parent=(run, step, ids))
 
     def press(self, session: Session, settings: UISettings, parent: tuple[Run, int, list[int]] | None = None,
-              ) -> Iterator[tuple]:
-        """(live screen, notes, branches) frames of one run of `settings` in `session` (the lab's forks)."""
-        yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent,
+              origin: Origin | None = None) -> Iterator[tuple]:
+        """(live screen, notes, branches) frames of one run of `settings` in `session` (an experiment's fork when
+        `origin` is given)."""
+        yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent, origin=origin,
                                               on_end=self.sessions.enforce_memory))
 
     def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
         """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every
-        frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame)."""
+        frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame).
+
+        The live screen gets a run's whole value once, when the run starts, then only what is new (see `frames`):
+        `sent` holds the path entries the page has been sent, so each frame starts where the page's copy ends."""
         shown: tuple[list[str], str, str] | None = None
         meta: dict[str, Any] | None = None
+        sent: list[Any] = []
         for frame in press:
             lang = session.lang  # the language switch may change it while the run streams
             if shown is None or shown[0] != frame.notes or shown[2] != lang:
@@ -121,10 +129,24 @@ class Streaming:
                          "error": frame.error}
                 yield value, shown[1], gr.skip()
                 continue
-            if meta is None or meta["token"] != run.token:
-                lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-                meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
-            value = self._value(session, run, meta["value"])
+            try:
+                if meta is None or meta["token"] != run.token:  # a run starts: its whole value
+                    lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+                    meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
+                    value = self._value(session, run, meta["value"])
+                else:  # then what is new; the lineage panel's texts grow with the run: they come again at its end
+                    selected = session.selected_step if run is session.current else None
+                    rows = None if run.running else history.branch_rows(session, run, lang)
+                    value = frames.live_frame(run, session.view, meta["value"], lang,
+                                              frames.sent_until(sent, run.compact), rows, selected)
+            except Exception as exc:  # noqa: BLE001 - the run ends with one line; the tab stays usable
+                if run.running and session.stop is not None:
+                    session.stop.set()  # the engine ends the run before its next step
+                message = error_line(exc, lang, "generate")
+                yield {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message},
+                       "error": message}, shown[1], gr.skip()
+                continue
+            sent = list(run.compact)
             if frame.waiting is not None:
                 value = frames.waiting_value(value, frame.waiting)
             yield value, shown[1], format_branches(frame.branches)
@@ -133,7 +155,8 @@ class Streaming:
 
     def _value(self, session: Session, run: Run, meta: dict[str, Any]) -> dict[str, Any]:
         selected = session.selected_step if run is session.current else None
-        return frames.live_value(run, session.view, meta, session.lang, session.branches(run), selected)
+        return frames.live_value(run, session.view, meta, session.lang,
+                                 history.branch_rows(session, run, session.lang), selected)
 
     def current_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         """The live screen's value for the session's current run (in `lang`), or an empty screen."""
@@ -145,13 +168,24 @@ class Streaming:
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         return self._value(session, run, self.models.meta(lm, run.settings.model))
 
+    def live_state(self, args: list[Any]) -> dict[str, Any]:
+        """[run token] -> the run's whole value as it stands now: for a page that missed one of its frames (the
+        frames after it start where the page's copy no longer ends). {"run": None} for an unknown run."""
+        token = args[0] if isinstance(args, list) and args else None
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        sessions = self._sessions_of(token) if run is not None else []
+        if not sessions:
+            return {"run": None}
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+        return self._value(sessions[0], run, self.models.meta(lm, run.settings.model))
+
     # --- sharing ----------------------------------------------------------------------------------
 
     def link(self, request: gr.Request, *args: Any) -> str:
-        """Copy link: the query string that reproduces what the tab shows (see `Session.link_query`); inside a
-        Space, the Space's huggingface.co address before it."""
+        """Copy link: the query string that reproduces the run on screen (see `Session.link_query`); inside a Space,
+        the Space's huggingface.co address before it."""
         session = self.sessions.get(session_key(request))
-        return shared_link(session.link_query(from_widgets(dict(zip(FIELDS, args[: len(FIELDS)])))))
+        return shared_link(session.link_query(from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))))
 
     # --- Stop ------------------------------------------------------------------------------------
 
@@ -166,6 +200,23 @@ class Streaming:
         session = self.sessions.get(key)
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
         session.press_stop()
+
+    def stop_at(self, args: list[Any]) -> dict[str, Any]:
+        """[run token, tokens on screen]: Stop as the live screen saw it. Its script calls this as the button is
+        pressed, beside the Stop event (which Gradio would hold back behind the stream were the live screen one
+        of its inputs): the run ends at the tokens the page showed, not at those the engine made meanwhile."""
+        try:
+            token, seen = args
+            seen = int(seen)
+        except (TypeError, ValueError):
+            return {}
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        if run is None or not run.running or not self.sessions.has(run.owner):
+            return {}
+        session = self.sessions.get(run.owner)
+        session.stop_seen = (token, seen)
+        session.press_stop()
+        return {}
 
     # --- what the live screen's script asks for ---------------------------------------------------
 
@@ -212,6 +263,13 @@ class Streaming:
             layer = int(layer)
         except (TypeError, ValueError):
             return {}
+        run = self.sessions.run_by_token(token)
+        if run is None:
+            return {}
+        asked = LiveView(kind=str(kind), layer=layer, head=str(head))
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+        if asked.fitted(lm.config, run.kind) != asked:
+            return {}  # a head or layer the run's model lacks is never taken (it would break the tab's next run)
         for session in self._sessions_of(token):
             session.set_view(kind, layer, head)
         return {}
@@ -231,7 +289,8 @@ class Streaming:
         asked = dict(parse_qsl(str(settings_query).lstrip("?"))).get("lang")
         lang = asked if asked in LANGS else "en"  # the language of a refusal (play_script's notes have their own)
         try:
-            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER)
+            visitor = visitor_of(None, request, lambda key: False)  # the script's client (never a session id)
+            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER, visitor)
         except PlaygroundError as exc:
             raise gr.Error(error_line(exc, lang), print_exception=False) from None
         finally:

@@ -7,22 +7,25 @@ Handlers here take the page's control values by component name and return update
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
 
 from playground.app import describe, serving, views
+from playground.app.fields import CONTROLS
 from playground.app.session import Session, Sessions
 from playground.app.views import Selection, Slot
 from playground.app.words import t
+from playground.ui.experiment_tabs import view_controls
 from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
 
-# The controls a view reads (its selection), by component name.
-CONTROLS = ("att_kind", "att_view", "att_scale", "att_layer", "att_head", "att_query", "att_sink",
-            "lesson_layer", "lesson_head", "lesson_kind", "lesson_preset", "lesson_attention", "lesson_dtype",
-            "lesson_batch", "lesson_tokens", "pe_length", "pe_base", "pe_pair", "lab_versus", "lab_run")
+# The controls a view reads (its selection), by component name, and the tab whose view reads each.
+TAB_OF: dict[str, str] = {**{row.name: row.tab for row in CONTROLS}, **view_controls()}
+SUBMITTED = frozenset(row.name for row in CONTROLS if row.on == "submit")  # redraw on submit (a box), not each key
+EXTRA = tuple(view_controls())  # the experiments' controls, handed to their views as they are
 SLOTS = tuple(views.slot_names())  # every component a view draws
 
 
@@ -32,31 +35,52 @@ def render(slots: Mapping[str, Slot]) -> dict[str, Any]:
 
 
 class Views:
-    """The redraw handlers for the sessions of one app."""
+    """The redraw handlers for the sessions of one app. A tab's redraw stops the one it still has running before
+    that one's next slice: only the last selection's numbers are computed (the queue drops older ones still
+    waiting, `gradio_internals.VisitorQueue`)."""
 
     def __init__(self, models: Models, sessions: Sessions) -> None:
         self.models = models
         self.sessions = sessions
+        self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
+        self._lock = threading.Lock()
 
     def draw_open(self, session: Session, values: Mapping[str, Any], *, query: bool = False) -> dict[str, Any]:
         """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
-        follows the selected step), as updates by component name."""
+        follows the selected step), as updates by component name; nothing when a newer redraw of the tab took
+        its place."""
         view = views.open_view(session.deep_tab, session.lesson)
         lang = session.lang
-        selection = Selection.from_controls(values, session.selected_step, query=query)
+        selection = Selection.from_controls(values, session.selected_step, query=query, extra=EXTRA)
+        stop = threading.Event()
+        with self._lock:
+            older, self._drawing[session.key] = self._drawing.get(session.key), stop
+        if older is not None:
+            older.set()  # its numbers are for a selection the tab has left
         try:
-            ctx = views.context_for(view, session, self.models.model_for)
-            data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key)
+            ctx = views.context_for(view, session, self.models.model_for, self.models.drafters)
+            data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key, stop=stop)
             slots = views.draw(view, data, lang)
+        except serving.Stopped:
+            return {}
         except Exception as exc:  # noqa: BLE001 - one line where the view's caption would be
             slots = {view.caption_slot: Slot(describe.inert(one_line(exc, lang, view.name)))}
+        finally:
+            with self._lock:
+                if self._drawing.get(session.key) is stop:
+                    del self._drawing[session.key]
         return render(slots)
 
     # --- the events that redraw --------------------------------------------------------------------
 
     def redraw(self, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
-        """A run ended, the language or the model changed: the open view again."""
-        return self.draw_open(self.sessions.get(session_key(request)), values)
+        """The run on screen, the language or the model changed: the open view again, and every other view empty
+        with a word until it is opened (nothing of another run stays on the page)."""
+        session = self.sessions.get(session_key(request))
+        updates: dict[str, Any] = {}
+        for view in views.closed_views(session.deep_tab, session.lesson):
+            updates.update(render(views.pending(view, session.current, session.lang)))
+        return {**updates, **self.draw_open(session, values)}
 
     def select_step(self, evt: gr.EventData | None, values: Mapping[str, Any],
                     request: gr.Request | None = None) -> dict[str, Any]:
@@ -98,7 +122,7 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     """Bind the redraws: after each event of `follows` (runs ending, the language, a model load) the open view
     redraws; so it does on a step selected, a tab opened, a lesson picked and each view's own controls.
     Returns `then_redraw(dependency)` for events bound later."""
-    controls = {page.component(n): n for n in CONTROLS}
+    controls = {page.component(n): n for n in TAB_OF}
     outputs = [page.component(n) for n in SLOTS]
     inputs = set(controls)
 
@@ -136,13 +160,7 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     page.live.select(select_step, inputs, outputs, **figures_kw)
     page.tabs.select(tab_selected, inputs, outputs, **figures_kw)
     page.lesson.input(pick, inputs | {page.lesson}, [page.tabs, *outputs], **figures_kw)
-    groups = {"attention": ("att_kind", "att_view", "att_scale", "att_layer", "att_head", "att_query", "att_sink"),
-              "positional": ("pe_length", "pe_pair"),
-              "lessons": ("lesson_layer", "lesson_head", "lesson_kind", "lesson_preset", "lesson_attention",
-                          "lesson_dtype", "lesson_batch", "lesson_tokens"),
-              "lab": ("lab_versus", "lab_run")}
-    for tab, names in groups.items():
-        for name in names:
-            page.component(name).change(control(tab), inputs, outputs, **figures_kw)
-    page.pe_base.submit(control("positional"), inputs, outputs, **figures_kw)
+    for name, tab in TAB_OF.items():
+        component = page.component(name)
+        (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **figures_kw)
     return then_redraw

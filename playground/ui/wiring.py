@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.app.settings import FIELDS
+from playground.app.settings import WIDGETS
+from playground.ui.experiment_tabs import field_widgets
+from playground.ui.experiments import wire_experiments
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
-from playground.ui.lab import wire_lab
+from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
+from playground.ui.runs import ABSOLUTE_LINK_JS
+from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
 
 SAMPLE_ONLY = ("temperature", "top_k", "top_p")
@@ -29,7 +33,9 @@ def empty_file_box() -> None:
 
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     p, s = page, page.settings
-    settings_inputs = [s[f] for f in FIELDS]
+    lanes = Lanes(generate=generate_concurrency)
+    settings_inputs = [s[f] for f in WIDGETS]  # Generate reads the left column only: a run of it is plain
+    lab_fields = field_widgets()  # the experiments' widgets a link sets (its experiment's settings on the page)
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
     lang = s["lang"]
     load_outputs = [page.component(name) for name in LOAD_SLOTS]
@@ -39,8 +45,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         def handler(source, dtype: str, code: str, request: gr.Request) -> dict:
             return {page.component(name): update for name, update in load(source, dtype, code, request).items()}
         return handler
-    load_kw = dict(concurrency_limit=2, concurrency_id="load")
-    figures_kw = dict(concurrency_limit=2, concurrency_id="figures", trigger_mode="always_last")
+    load_kw = lanes.lane(LOAD)
+    figures_kw = dict(lanes.lane(FIGURES), trigger_mode="always_last")
+    jobs_kw = dict(lanes.lane(JOBS), show_progress="minimal")  # jobs write their own progress line
 
     def switch_language(code: str, request: gr.Request) -> list:
         models = h.models.choices(session_key(request), code)
@@ -48,8 +55,12 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
+    def page_load(request: gr.Request) -> tuple:
+        return h.models.page_load(request, tuple(name for _, name in lab_fields))
+
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
-    start = p.demo.load(h.models.page_load, None, [*settings_inputs, p.notes], queue=False)
+    start = p.demo.load(page_load, None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
+                        queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
@@ -59,7 +70,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     redraws.append(s["model"].input(keyed(h.models.load), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
-    redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
+    redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs,
+                                    **load_kw))
     uploaded = p.upload.upload(keyed(h.models.upload), [p.upload, s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(uploaded)
     # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones
@@ -75,28 +87,36 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     redraws.append(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
                                  queue=False))
 
-    # Generation: streamed into the live screen. Each press carries a ticket (the client's clock) so
-    # that Stop also cancels a run still waiting for a slot.
-    # A link that names a prompt runs by itself once its model is loaded (then its branches).
-    gen_outputs = [p.live, p.notes, s["branches"]]
-    gen_kw = dict(concurrency_limit=generate_concurrency, concurrency_id="generate", trigger_mode="once",
-                  show_progress="minimal")
-    runs = [loaded.then(h.stream.generate_link, [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
+    # Generation: streamed into the live screen, with the badge of the run on screen and the run history. Each
+    # press carries a ticket (the client's clock) so that Stop also cancels a run still waiting for a slot.
+    # A link that names a prompt runs by itself once its model is loaded (then its forks and branches).
+    gen_outputs = [p.live, p.notes, p.branches, p.active_settings, p.run_history]
+    gen_kw = dict(lanes.lane(GENERATE), trigger_mode="once", show_progress="minimal")
+    streamed = h.runs.streamed
+    runs = [loaded.then(streamed(h.stream.generate_link), [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
     for trigger in (p.generate.click, s["prompt"].submit):
-        runs.append(trigger(h.stream.generate, [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS, **gen_kw))
+        runs.append(trigger(streamed(h.stream.generate), [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS,
+                            **gen_kw))
     p.stop.click(h.stream.stop, p.ticket, None, js=STOP_JS, queue=False)
-    runs.append(p.live.submit(h.stream.branch, None, gen_outputs, **gen_kw))
-    runs += wire_lab(page, h.lab, gen_kw, figures_kw)  # the causal lab's forks stream like every run
+    runs.append(p.live.submit(streamed(h.stream.branch), None, gen_outputs, **gen_kw))
+    forks, jobs = wire_experiments(page, h.experiments, gen_outputs, gen_kw, jobs_kw, streamed)
+    runs += forks  # every experiment's fork streams like every run
+    runs.append(p.run_history.click(h.runs.pick, None, gen_outputs, **lanes.lane(FIGURES)))  # a run picked
+    # the tokenizer view, temperature side by side (three streamed runs), the class game, export
+    runs += wire_teacher(page, h.teacher, lanes, settings_inputs, gen_outputs, streamed)
+
+    # What follows the run on screen: its badge, the history and the link box, after every run, pick, model load
+    # and language switch.
+    for dep in redraws + runs:
+        dep.then(h.runs.show, None, [p.active_settings, p.run_history, p.link], queue=False).then(
+            None, p.link, p.link, js=ABSOLUTE_LINK_JS, queue=False)
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.
-    then_redraw = wire_views(page, h.views, redraws + runs, figures_kw)
-    # jobs write their own progress line: Gradio's overlay would cover it
-    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], concurrency_id="generate",
-                  show_progress="minimal")
-    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, concurrency_id="generate", show_progress="minimal")
-    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, concurrency_id="generate",
-                                     show_progress="minimal"))
+    then_redraw = wire_views(page, h.views, redraws + runs + jobs, figures_kw)
+    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], **jobs_kw)
+    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, **jobs_kw)
+    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, **jobs_kw))
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(h.stream.link, settings_inputs, p.link, queue=False).then(
@@ -104,9 +124,9 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
     # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.
-    gr.api(h.stream.generate_text, api_name="generate_text", concurrency_limit=generate_concurrency,
-           concurrency_id="generate")
+    gr.api(h.stream.generate_text, api_name="generate_text", **lanes.lane(API))
     p.demo.unload(h.unload)
     for fn in p.demo.fns.values():  # the page's own events are not an API
         if fn.api_name != "generate_text":
             fn.api_visibility = "private"
+    check(p.demo.fns.values(), lanes.limits())  # no event may lower another lane's limit

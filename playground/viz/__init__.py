@@ -1,12 +1,13 @@
 """Plotly figures and HTML for the playground: pure functions of numpy arrays and plain dicts.
 
 No torch and no Gradio here; callers convert tensors with `.detach().cpu().numpy()`.
-Figures and captions are drawn in English; inside `with language("zh"):` every word a builder
-writes itself (titles, axes, legends, colour bars, hovers, annotations, table headers, captions)
-is drawn in 中文. Titles passed in by the caller are drawn as given.
+Every builder and caption takes the language as an argument (`lang="zh"`; English by default): every word it
+writes itself (titles, axes, legends, colour bars, hovers, annotations, table headers, captions) is drawn in that
+language, from the locale files. A builder that numbers a run's steps takes the tokens a branch continues after as
+`before` (`playground.steps`). Titles passed in by the caller are drawn as given.
 """
 
-from playground.viz._language import LANGUAGES, current_language, language
+from playground.viz._language import LANGUAGES
 from playground.viz.attention import attention_heads_grid, attention_heatmap, attention_row, head_summary
 from playground.viz.attention_stats import (
     aggregate_heads,
@@ -48,13 +49,11 @@ __all__ = [
     "cosine_similarity",
     "cosine_similarity_matrix",
     "divergence_figure",
-    "current_language",
     "format_bytes",
     "group_by_kv_head",
     "head_summary",
     "head_sweep_figure",
     "kv_formula",
-    "language",
     "learned_table_heatmap",
     "mean_attention_distance",
     "pe_base_comparison",

@@ -23,7 +23,6 @@ MAX_TICK_CHARS = 12  # longer token labels are cut with "…" on the axes (hover
 
 # The analyses name the residual stream's layers "embedding", "block 0", "block 1", …
 _T = texts("_common")  # this module's words, from playground/locales/
-TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 HOVER_FONT_PX = 12  # hover labels: small enough that a few short lines fit beside a point on a 400-px phone
@@ -41,7 +40,8 @@ def _wide(c: str) -> bool:
 
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     """A one-line title wider than `width` columns (a Chinese character counts two), broken once where the two
-    lines come out most even: at a ": ", ", ", " · " (or "：", "，", "、", or ":" before Chinese) if one keeps the first line within
+    lines come out most even: at a ": ", ", ", " · " (or "：", "，", "、",
+                                                      or ":" before Chinese) if one keeps the first line within
     `width`, else at a space, else between two Chinese characters. Titles with their own line breaks are kept."""
     if "<br>" in title or columns(title) <= width:
         return title
@@ -129,12 +129,12 @@ def finish(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
     return fig
 
 
-def layer_name(name: str) -> str:
+def layer_name(name: str, lang: str = "en") -> str:
     """An analysis' layer name ("embedding", "block 3") in the current language; other names as given."""
     if name == "embedding":
-        return _T["embedding"]
+        return _T(lang)["embedding"]
     kind, _, index = name.partition(" ")
-    return _T["block"].format(i=int(index)) if kind == "block" and index.isdigit() else name
+    return _T(lang)["block"].format(i=int(index)) if kind == "block" and index.isdigit() else name
 
 
 def display_token(token: str) -> str:

@@ -1,47 +1,23 @@
-"""The language the figure builders write in: English unless the caller asks for another.
+"""The words the figure builders write, in the language each builder is asked for.
 
-    with viz.language("zh"):
-        fig = viz.attention_heatmap(weights, labels, labels)  # axes, hover, colour bar in 中文
+    fig = viz.attention_heatmap(weights, labels, labels, lang="zh")  # axes, hover, colour bar in 中文
 
-The choice lives in a `contextvars.ContextVar`, so each thread and each asyncio task has its own:
-two requests drawing in different languages at the same moment never see each other's choice.
-Every module's words live in the locale files (`playground/locales/en.json`, `zh.json`, under
-"figures" → the module's name); `texts(module)[key]` is the string in the current language, and the
-module keeps the two tables as `TEXT` and `TEXT_ZH`. Titles a caller passes in are drawn as given.
+Every builder and caption takes `lang` ("en" or "zh", English by default) as an argument: nothing about the
+language lives outside the call, so two requests drawing in different languages at once never see each other's.
+Every module's words live in the locale files (`playground/locales/en.json`, `zh.json`, under "figures" → the
+module's name); `texts(module)(lang)[key]` is the string in that language. Titles a caller passes in are drawn as
+given.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import Any
 
 from playground import locales
 
 LANGUAGES = ("en", "zh")
-_current: ContextVar[str] = ContextVar("playground_viz_language", default="en")
-
-
-def current_language() -> str:
-    """The language figures are drawn in here: "en" or "zh"."""
-    return _current.get()
-
-
-@contextmanager
-def language(lang: str) -> Iterator[str]:
-    """Draw every figure and caption built inside the block in `lang` ("en" or "zh").
-
-    Enter and leave it in the same thread or task, around the building only (not across a `yield`
-    of a streaming handler, whose next step may run in another thread)."""
-    if lang not in LANGUAGES:
-        raise ValueError(f"language {lang!r} is not drawn; use one of {', '.join(LANGUAGES)}")
-    token = _current.set(lang)
-    try:
-        yield lang
-    finally:
-        _current.reset(token)
 
 
 def fields(template: str) -> set[tuple[str, str]]:
@@ -62,9 +38,9 @@ def _mismatches(en: Any, zh: Any, path: str = "") -> list[str]:
     return problems
 
 
-class Texts(Mapping[str, Any]):
-    """One module's strings in every language: `texts[key]` is the current language's string (or
-    nested table). Both tables must have the same keys and the same {placeholders}."""
+class Texts:
+    """One module's strings in every language: `texts(lang)[key]` is the string (or nested table) in `lang`. Both
+    tables must have the same keys and the same {placeholders}."""
 
     def __init__(self, en: Mapping[str, Any], zh: Mapping[str, Any]) -> None:
         problems = _mismatches(en, zh)
@@ -72,14 +48,10 @@ class Texts(Mapping[str, Any]):
             raise ValueError("the 中文 strings do not match the English ones: " + "; ".join(sorted(problems)))
         self.tables = {"en": en, "zh": zh}
 
-    def __getitem__(self, key: str) -> Any:
-        return self.tables[_current.get()][key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.tables["en"])
-
-    def __len__(self) -> int:
-        return len(self.tables["en"])
+    def __call__(self, lang: str) -> Mapping[str, Any]:
+        if lang not in self.tables:
+            raise ValueError(f"language {lang!r} is not drawn; use one of {', '.join(LANGUAGES)}")
+        return self.tables[lang]
 
 
 def texts(module: str) -> Texts:

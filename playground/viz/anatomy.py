@@ -19,7 +19,6 @@ BOX = {"embedding": "#c6dbef", "positions": "#e5f5e0", "relative_bias": "#e5f5e0
        "tokens": "#ffffff", "add": "#ffffff"}
 
 _T = texts("anatomy")  # this module's words, from playground/locales/
-TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 
 def _fmt(n: int) -> str:
@@ -32,24 +31,24 @@ def _shapes(part: Mapping[str, Any]) -> str:
     return ", ".join(shown)
 
 
-def _label(part: Mapping[str, Any], positional: str) -> str:
+def _label(part: Mapping[str, Any], positional: str, lang: str = "en") -> str:
     key = part["key"]
-    name = _T["names"].get(key, key)
+    name = _T(lang)["names"].get(key, key)
     if key == "positions":
-        name = _T["name_note"].format(name=name, note=_T["positions_note"].get(part["note"], part["note"]))
+        name = _T(lang)["name_note"].format(name=name, note=_T(lang)["positions_note"].get(part["note"], part["note"]))
     elif key.endswith("norm"):
-        name = _T["name_paren"].format(name=name, note=_T["norm_kinds"].get(part["note"], part["note"]))
+        name = _T(lang)["name_paren"].format(name=name, note=_T(lang)["norm_kinds"].get(part["note"], part["note"]))
     elif key == "mlp":
         kind = part["note"].replace("MLP", "").lower() or "plain"
-        name = _T["name_paren"].format(name=name, note=_T["mlp_kinds"].get(kind, kind))
+        name = _T(lang)["name_paren"].format(name=name, note=_T(lang)["mlp_kinds"].get(kind, kind))
     if key == "head" and part["note"] == "tied":
-        detail = _T["tied"]
+        detail = _T(lang)["tied"]
     elif part["params"] == 0:
-        detail = _T["no_params"]
+        detail = _T(lang)["no_params"]
     else:
-        detail = _T["params"].format(n=_fmt(part["params"]))
+        detail = _T(lang)["params"].format(n=_fmt(part["params"]))
         if part["repeat"] > 1:
-            detail += _T["each"].format(n=_fmt(part["params_each"]))
+            detail += _T(lang)["each"].format(n=_fmt(part["params_each"]))
         shapes = _shapes(part)
         if shapes:
             detail += f"<br>{shapes}"
@@ -89,7 +88,7 @@ def _column(fig: go.Figure, x: float, boxes: list[tuple[str, str]], block: tuple
     return ys
 
 
-def _stack_boxes(stack: Mapping[str, Any], positional: str, offset: int
+def _stack_boxes(stack: Mapping[str, Any], positional: str, offset: int, lang: str = "en"
                  ) -> tuple[list[tuple[str, str]], tuple[int, int], list[tuple[int, int]]]:
     """The stack's boxes in the order the block computes them, with ⊕ boxes where the residual is added:
     pre-LN norm → f → ⊕; post-LN f → ⊕ → norm. Skips index boxes from `offset` (boxes above the stack)."""
@@ -97,51 +96,53 @@ def _stack_boxes(stack: Mapping[str, Any], positional: str, offset: int
     block = [p for p in stack["parts"] if p["repeat"] > 1]
     for part in stack["parts"]:
         if part["repeat"] == 1:
-            boxes.append((part["key"], _label(part, positional)))
+            boxes.append((part["key"], _label(part, positional, lang=lang)))
     first = len(boxes)
     for norm, sub in zip(block[0::2], block[1::2]):  # (attn_norm, attn), [(cross_norm, cross)], (mlp_norm, mlp)
         start = offset + len(boxes)
         if stack["pre"]:
-            boxes += [(norm["key"], _label(norm, positional)), (sub["key"], _label(sub, positional)),
-                      ("add", _T["add"])]
+            boxes += [(norm["key"], _label(norm, positional, lang=lang)), (sub["key"], _label(sub, positional,
+                                                                                              lang=lang)),
+                      ("add", _T(lang)["add"])]
             skips.append((start, offset + len(boxes) - 1))
         else:
-            boxes += [(sub["key"], _label(sub, positional)), ("add", _T["add"])]
+            boxes += [(sub["key"], _label(sub, positional, lang=lang)), ("add", _T(lang)["add"])]
             skips.append((start, offset + len(boxes) - 1))
-            boxes.append((norm["key"], _label(norm, positional)))
+            boxes.append((norm["key"], _label(norm, positional, lang=lang)))
     last = len(boxes) - 1
     if stack["final_norm"] is not None:
-        boxes.append(("final_norm", _label(stack["final_norm"], positional)))
+        boxes.append(("final_norm", _label(stack["final_norm"], positional, lang=lang)))
     return boxes, (first, last), skips
 
 
-def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None) -> go.Figure:
+def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None, lang: str = "en") -> go.Figure:
     """Boxes top to bottom: ids → embedding → [positions] → N × (norm, attention, [cross], norm, MLP) →
     final norm → head → logits; a seq2seq model gets an encoder column beside the decoder column."""
     fig = go.Figure()
-    emb = ("embedding", _label(anatomy["embedding"], anatomy["positional"]))
-    tail = [("head", _label(anatomy["head"], anatomy["positional"]))]
-    tail += [(p["key"], _label(p, anatomy["positional"])) for p in anatomy["extra"]]
-    tail.append(("tokens", _T["logits"].format(V=anatomy["vocab_size"])))
+    emb = ("embedding", _label(anatomy["embedding"], anatomy["positional"], lang=lang))
+    tail = [("head", _label(anatomy["head"], anatomy["positional"], lang=lang))]
+    tail += [(p["key"], _label(p, anatomy["positional"], lang=lang)) for p in anatomy["extra"]]
+    tail.append(("tokens", _T(lang)["logits"].format(V=anatomy["vocab_size"])))
     stacks = {s["name"]: s for s in anatomy["stacks"]}
     rows = 0
     if anatomy["kind"] == "decoder":
         s = stacks["decoder"]
-        boxes, (b0, b1), skips = _stack_boxes(s, anatomy["positional"], 2)
-        column = [("tokens", _T["tokens_in"]), emb] + boxes + tail
-        repeat = _T["repeat"].format(n=s["layers"], pre=_T["pre"] if s["pre"] else _T["post"])
+        boxes, (b0, b1), skips = _stack_boxes(s, anatomy["positional"], 2, lang=lang)
+        column = [("tokens", _T(lang)["tokens_in"]), emb] + boxes + tail
+        repeat = _T(lang)["repeat"].format(n=s["layers"], pre=_T(lang)["pre"] if s["pre"] else _T(lang)["post"])
         _column(fig, 0.0, column, (b0 + 2, b1 + 2), repeat, width=1.6, skips=skips)
         rows, xs = len(column), (-1.05, 0.9)
     else:
         enc, dec = stacks["encoder"], stacks["decoder"]
-        e_boxes, (e0, e1), e_skips = _stack_boxes(enc, anatomy["positional"], 2)
-        d_boxes, (d0, d1), d_skips = _stack_boxes(dec, anatomy["positional"], 2)
-        e_col = [("tokens", _T["source_in"]), emb] + e_boxes
-        shared = ("embedding", _T["names"]["embedding"] + _T["shared"])
-        d_col = [("tokens", _T["target_in"]), shared] + d_boxes + tail
+        e_boxes, (e0, e1), e_skips = _stack_boxes(enc, anatomy["positional"], 2, lang=lang)
+        d_boxes, (d0, d1), d_skips = _stack_boxes(dec, anatomy["positional"], 2, lang=lang)
+        e_col = [("tokens", _T(lang)["source_in"]), emb] + e_boxes
+        shared = ("embedding", _T(lang)["names"]["embedding"] + _T(lang)["shared"])
+        d_col = [("tokens", _T(lang)["target_in"]), shared] + d_boxes + tail
 
         def repeat(stack: Mapping[str, Any]) -> str:
-            return _T["repeat"].format(n=stack["layers"], pre=_T["pre"] if stack["pre"] else _T["post"])
+            return _T(lang)["repeat"].format(n=stack["layers"],
+                                             pre=_T(lang)["pre"] if stack["pre"] else _T(lang)["post"])
 
         e_ys = _column(fig, 0.0, e_col, (e0 + 2, e1 + 2), repeat(enc), width=1.5, skips=e_skips)
         d_ys = _column(fig, 2.0, d_col, (d0 + 2, d1 + 2), repeat(dec), width=1.5, skips=d_skips)
@@ -151,39 +152,45 @@ def anatomy_figure(anatomy: Mapping[str, Any], title: str | None = None) -> go.F
         rows, xs = max(len(e_col), len(d_col)), (-1.0, 2.85)
     fig.update_xaxes(visible=False, range=list(xs))
     fig.update_yaxes(visible=False, range=[-rows + 0.4, 0.6])
-    title = title or _T["title"].format(family=display_text(anatomy["family"]), params=f"{anatomy['parameters']:,}")
+    title = title or _T(lang)["title"].format(family=display_text(anatomy["family"]),
+                                              params=f"{anatomy['parameters']:,}")
     return finish(fig, title, height=int(110 + 58 * rows), showlegend=False)
 
 
-def residual_norm_figure(norms: Mapping[str, Any], step: int, title: str | None = None) -> go.Figure:
+def residual_norm_figure(norms: Mapping[str, Any], step: int, title: str | None = None, lang: str = "en",
+                         before: int = 0) -> go.Figure:
     """‖x‖ per layer: the run's spread over all steps (min–max band and median), the selected step thick."""
     n = np.asarray(norms["norms"])
-    names = [layer_name(n) for n in norms["layer_names"]]
+    names = [layer_name(n, lang=lang) for n in norms["layer_names"]]
     fig = go.Figure()
     band = dict(color="rgba(49,130,189,0.25)", width=0)
-    fig.add_trace(go.Scatter(x=names, y=n.max(axis=1), mode="lines", line=band, name=_T["all_max"],
-                             hovertemplate=_T["hover_max"]))
+    fig.add_trace(go.Scatter(x=names, y=n.max(axis=1), mode="lines", line=band, name=_T(lang)["all_max"],
+                             hovertemplate=_T(lang)["hover_max"]))
     fig.add_trace(go.Scatter(x=names, y=n.min(axis=1), mode="lines", line=band, fill="tonexty",
-                             fillcolor="rgba(49,130,189,0.2)", name=_T["all_min"], hovertemplate=_T["hover_min"]))
+                             fillcolor="rgba(49,130,189,0.2)", name=_T(lang)["all_min"], hovertemplate=_T(lang)["hover_min"]))
     fig.add_trace(go.Scatter(x=names, y=np.median(n, axis=1), mode="lines", line=dict(color="#3182bd", dash="dot"),
-                             name=_T["all_median"], hovertemplate=_T["hover_median"]))
+                             name=_T(lang)["all_median"], hovertemplate=_T(lang)["hover_median"]))
     if step in norms["steps"]:
         j = list(norms["steps"]).index(step)
         fig.add_trace(go.Scatter(x=names, y=n[:, j], mode="lines+markers", line=dict(color="#d62728", width=3),
-                                 name=_T["step"].format(step=step_number(step)), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text=_T["layer_axis"], tickangle=-45)
-    fig.update_yaxes(title_text=_T["norm_axis"], type="log")
+                                 name=_T(lang)["step"].format(step=step_number(step,
+                                                                               before)), hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text=_T(lang)["layer_axis"], tickangle=-45)
+    fig.update_yaxes(title_text=_T(lang)["norm_axis"], type="log")
     # `step` indexes the run's tokens from 0; it is shown counted from 1, as the live screen counts steps
-    return finish(fig, title or _T["residual_title"].format(step=step_number(step)), height=380, showlegend=False)
+    return finish(fig, title or _T(lang)["residual_title"].format(step=step_number(step, before)), height=380,
+                  showlegend=False)
 
 
-def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], step: int) -> str:
+def residual_norm_caption(anatomy: Mapping[str, Any], norms: Mapping[str, Any], step: int, lang: str = "en",
+                          before: int = 0) -> str:
     dec = next(s for s in anatomy["stacks"] if s["name"] == "decoder")
     j = list(norms["steps"]).index(step)
     col = np.asarray(norms["norms"])[:, j]
     eq = "; ".join(dec["wiring"])
-    wiring_text = (_T["pre_text"] if dec["pre"] else _T["post_text"]).format(eq=eq)
+    wiring_text = (_T(lang)["pre_text"] if dec["pre"] else _T(lang)["post_text"]).format(eq=eq)
     growth = float(col[-1] / max(col[0], 1e-30))
-    return _T["caption"].format(wiring_text=wiring_text, trend=_T["grows"] if growth > 1.5 else _T["stays"],
-                                first=col[0], last=col[-1], step=step_number(step), growth=growth,
-                                why=_T["why_pre"] if dec["pre"] else _T["why_post"])
+    return _T(lang)["caption"].format(wiring_text=wiring_text,
+                                      trend=_T(lang)["grows"] if growth > 1.5 else _T(lang)["stays"],
+                                first=col[0], last=col[-1], step=step_number(step, before), growth=growth,
+                                why=_T(lang)["why_pre"] if dec["pre"] else _T(lang)["why_post"])

@@ -23,7 +23,6 @@ from playground.viz._common import (
 from playground.viz._language import texts
 
 _T = texts("attention")  # this module's words, from playground/locales/
-TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 _MAX_GROUP_COLS = 6  # a KV group wider than this no longer fits one row of a 1280-px page
 LOG_FLOOR = 1e-4  # the log colour scale shows weights from this (relative to the largest) up
@@ -48,15 +47,16 @@ def typical_peak(w: np.ndarray) -> float:
     return float(min(1.0, np.median(peaks))) if peaks.size else 1.0
 
 
-def _at_least_bar(cmax: float) -> dict:
+def _at_least_bar(cmax: float, lang: str = "en") -> dict:
     """A colour bar from 0 whose top tick says the colour saturates there: '≥ 0.12'."""
     ticks = [0.0, cmax / 2, cmax]
-    text = ["0", f"{cmax / 2:.2g}", _T["at_least"].format(v=f"{cmax:.2g}")]
+    text = ["0", f"{cmax / 2:.2g}", _T(lang)["at_least"].format(v=f"{cmax:.2g}")]
     # The title along the bar: above it, it would touch the "≥" of the top tick.
-    return dict(title=dict(text=_T["weight"], side="right"), tickvals=ticks, ticktext=text, thickness=14)
+    return dict(title=dict(text=_T(lang)["weight"], side="right"), tickvals=ticks, ticktext=text, thickness=14)
 
 
-def scaled_weights(w: np.ndarray, scale: str = "linear", hide_first: bool = False) -> tuple[np.ndarray, dict]:
+def scaled_weights(w: np.ndarray, scale: str = "linear", hide_first: bool = False,
+                   lang: str = "en") -> tuple[np.ndarray, dict]:
     """Weights as drawn, and the colour-axis settings that go with them.
 
     `scale="linear"` colours weights from 0 to 1, unless the typical row's strongest key
@@ -74,15 +74,17 @@ def scaled_weights(w: np.ndarray, scale: str = "linear", hide_first: bool = Fals
     if scale == "linear":
         cmax = typical_peak(w)
         if cmax < CAP_BELOW and cmax < top:
-            return z, dict(cmin=0.0, cmax=cmax, colorbar=_at_least_bar(cmax))
+            return z, dict(cmin=0.0, cmax=cmax, colorbar=_at_least_bar(cmax, lang=lang))
         # Rows peak high enough: the plain probability scale (with the sink hidden, up to the largest shown).
-        return z, dict(cmin=0.0, cmax=top if hide_first else 1.0, colorbar=dict(title=dict(text=_T["weight"]), thickness=14))
+        return z, dict(cmin=0.0, cmax=top if hide_first else 1.0, colorbar=dict(title=dict(text=_T(lang)["weight"]),
+                                                                                thickness=14))
     if scale == "log":
         floor = top * LOG_FLOOR
         z = np.log10(np.clip(z, floor, None))
         lo, hi = np.log10(floor), np.log10(top)
         ticks = np.arange(np.ceil(lo), np.floor(hi) + 1)
-        bar = dict(title=dict(text=_T["weight"]), tickvals=ticks.tolist(), ticktext=[f"1e{int(v)}" for v in ticks])
+        bar = dict(title=dict(text=_T(lang)["weight"]), tickvals=ticks.tolist(),
+                   ticktext=[f"1e{int(v)}" for v in ticks])
         return z, dict(cmin=float(lo), cmax=float(hi), colorbar=bar)
     raise ValueError(f"scale {scale!r}: use 'linear' or 'log'")
 
@@ -103,7 +105,7 @@ def attention_heads_grid(
     title: str | None = None,
     kv_groups: int = 1,
     scale: str = "linear",
-    hide_first: bool = False,
+    hide_first: bool = False, lang: str = "en",
 ) -> go.Figure:
     """All heads of one layer as small-multiple heatmaps on one shared colour scale (see
     `scaled_weights` for `scale` and `hide_first`); hover names the query and key tokens.
@@ -113,7 +115,7 @@ def attention_heads_grid(
     """
     w = as_array(weights, 3, "weights (h, T, S)")
     raw = w
-    w, axis = scaled_weights(w, scale, hide_first)
+    w, axis = scaled_weights(w, scale, hide_first, lang=lang)
     h, T, S = w.shape
     if kv_groups < 1 or h % kv_groups:
         raise ValueError(f"kv_groups ({kv_groups}) must be a positive divisor of the head count ({h})")
@@ -121,7 +123,7 @@ def attention_heads_grid(
     k = labels_or_index(key_labels, S, "key_labels")
     rows, cols = _grid_shape(h, kv_groups)
     # The KV head on a second line: one line of "head 0 · KV 0" overlaps its neighbour at 400 px.
-    titles = [_T["head"].format(i=i) + ("<br>" + _T["kv"].format(kv=i // kv_groups) if kv_groups > 1 else "")
+    titles = [_T(lang)["head"].format(i=i) + ("<br>" + _T(lang)["kv"].format(kv=i // kv_groups) if kv_groups > 1 else "")
               for i in range(h)]
     fig = make_subplots(
         rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.25 / rows
@@ -143,13 +145,13 @@ def attention_heads_grid(
     # Token labels do not fit small multiples; hover carries them instead.
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    fig.update_xaxes(title_text=_T["key"], row=rows, col=1)
-    fig.update_yaxes(title_text=_T["query"], row=rows, col=1)
+    fig.update_xaxes(title_text=_T(lang)["key"], row=rows, col=1)
+    fig.update_yaxes(title_text=_T(lang)["query"], row=rows, col=1)
     fig.update_annotations(font_size=12)  # the subplot titles
     panel = 190 if cols <= 4 else 160
     return finish(
         fig,
-        _T["grid_title"] if title is None else title,
+        _T(lang)["grid_title"] if title is None else title,
         height=140 + rows * panel,
         coloraxis=dict(colorscale=PROB_SCALE, **axis),
         margin=dict(t=90),  # the first row's two-line subplot titles stay clear of the figure's title
@@ -163,7 +165,7 @@ def attention_heatmap(
     title: str | None = None,
     scale: str = "linear",
     hide_first: bool = False,
-    highlight_row: int | None = None,
+    highlight_row: int | None = None, lang: str = "en",
 ) -> go.Figure:
     """One head in detail: (T, S) heatmap with tokens on both axes, as many as fit the drawn size
     (`token_axis`; hover names every 'query → key: weight'); `scale` and `hide_first` as in
@@ -172,7 +174,7 @@ def attention_heatmap(
     T, S = w.shape
     q = labels_or_index(query_labels, T, "query_labels")
     k = labels_or_index(key_labels, S, "key_labels")
-    z, axis = scaled_weights(w, scale, hide_first)
+    z, axis = scaled_weights(w, scale, hide_first, lang=lang)
     x, x_axis = token_axis(k)
     y, y_axis = token_axis(q)
     fig = go.Figure(
@@ -193,10 +195,11 @@ def attention_heatmap(
         fig.add_shape(type="rect", x0=-0.5, x1=S - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
                       line=dict(color="#e6550d", width=2), fillcolor="rgba(0,0,0,0)")
     font = dict(size=12 if x is None and y is None else 10)
-    fig.update_xaxes(title_text=_T["key"], tickangle=-60, showgrid=False, tickfont=font, **x_axis)
-    fig.update_yaxes(title_text=_T["query"], autorange="reversed", showgrid=False, tickfont=font, **y_axis)
+    fig.update_xaxes(title_text=_T(lang)["key"], tickangle=-60, showgrid=False, tickfont=font, **x_axis)
+    fig.update_yaxes(title_text=_T(lang)["query"], autorange="reversed", showgrid=False, tickfont=font, **y_axis)
     # Square-ish cells for short sequences; long ones grow to fit a screen (labels are thinned, not squeezed).
-    return finish(fig, _T["heatmap_title"] if title is None else title, height=int(min(900, max(380, 200 + 6 * T))))
+    return finish(fig, _T(lang)["heatmap_title"] if title is None else title, height=int(min(900, max(380,
+                                                                                                      200 + 6 * T))))
 
 
 def row_top(w: np.ndarray) -> float:
@@ -213,7 +216,7 @@ def row_top(w: np.ndarray) -> float:
 def attention_row(
     weights: np.ndarray,
     key_labels: Sequence[str] | None = None,
-    title: str | None = None,
+    title: str | None = None, lang: str = "en",
 ) -> go.Figure:
     """One query's attention over all keys as bars. weights: (S,)"""
     w = as_array(weights, 1, "weights (S,)")
@@ -227,18 +230,19 @@ def attention_row(
             customdata=k,
             # Shaded relative to the drawn top, starting from a visible blue (small bars stay legible).
             marker=dict(color=w, colorscale="Blues", cmin=-0.3 * top, cmax=top),
-            hovertemplate=_T["row_hover"],
+            hovertemplate=_T(lang)["row_hover"],
         )
     )
-    fig.update_xaxes(title_text=_T["key_token"], tickangle=-60, **x_axis)
-    fig.update_yaxes(title_text=_T["attention_weight"], range=[0, top * 1.1])
+    fig.update_xaxes(title_text=_T(lang)["key_token"], tickangle=-60, **x_axis)
+    fig.update_yaxes(title_text=_T(lang)["attention_weight"], range=[0, top * 1.1])
     if w.shape[0] > 1 and w[0] > top:  # the first token's sink, clipped: its weight written above the bar
         fig.add_annotation(x=0 if x is None else x[0], y=top * 1.1, text=f"{w[0]:.2f} ↑", showarrow=False,
                            yanchor="bottom", xanchor="left", font=dict(size=11, color="#08519c"))
-    return finish(fig, _T["row_title"] if title is None else title, height=340)
+    return finish(fig, _T(lang)["row_title"] if title is None else title, height=340)
 
 
-def head_summary(entropy: np.ndarray, mean_distance: np.ndarray, title: str | None = None) -> go.Figure:
+def head_summary(entropy: np.ndarray, mean_distance: np.ndarray, title: str | None = None,
+                 lang: str = "en") -> go.Figure:
     """Layers × heads maps of attention entropy (nats) and mean attention distance (tokens).
 
     entropy, mean_distance: (L, h), e.g. from `attention_stats`. Low entropy = focused head;
@@ -258,14 +262,14 @@ def head_summary(entropy: np.ndarray, mean_distance: np.ndarray, title: str | No
         (dist, "Cividis", "distance_panel", "distance_hover", "distance"),
     ), start=1):
         fig.add_trace(
-            go.Heatmap(z=z, colorscale=scale, hovertemplate=_T[hover], name=_T[name],
+            go.Heatmap(z=z, colorscale=scale, hovertemplate=_T(lang)[hover], name=_T(lang)[name],
                        colorbar={**bar, "x": 0.0 if col == 1 else 1.0, "xanchor": "left" if col == 1 else "right",
-                                 "title": dict(text=_T[panel], side="top")}),
+                                 "title": dict(text=_T(lang)[panel], side="top")}),
             row=1, col=col,
         )
-    fig.update_xaxes(title_text=_T["head_axis"], dtick=1 if h <= 32 else None, showgrid=False, side="top")
+    fig.update_xaxes(title_text=_T(lang)["head_axis"], dtick=1 if h <= 32 else None, showgrid=False, side="top")
     fig.update_yaxes(autorange="reversed", dtick=1 if L <= 32 else None, showgrid=False)
-    fig.update_yaxes(title_text=_T["layer_axis"], row=1, col=1)
+    fig.update_yaxes(title_text=_T(lang)["layer_axis"], row=1, col=1)
     # Every layer gets a row at least 14 px tall (30 layers: 620 px), plus the colour bars below.
-    return finish(fig, _T["summary_title"] if title is None else title, height=int(max(340, 200 + 14 * L)),
+    return finish(fig, _T(lang)["summary_title"] if title is None else title, height=int(max(340, 200 + 14 * L)),
                   margin=dict(l=60, r=20, t=100, b=110))

@@ -16,7 +16,6 @@ from playground.viz._common import finish, legend_below
 from playground.viz._language import texts
 
 _T = texts("cache")  # this module's words, from playground/locales/
-TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 WITH_CACHE_COLOUR = "#3182bd"
@@ -42,7 +41,7 @@ def cache_growth(
     bytes_used: Sequence[int],
     allocated: Sequence[int],
     mha_equivalent: Sequence[int],
-    title: str | None = None,
+    title: str | None = None, lang: str = "en",
 ) -> go.Figure:
     """Cache bytes per step: used (grows linearly), allocated (static buffer), MHA equivalent.
 
@@ -56,9 +55,9 @@ def cache_growth(
     largest = max([float(max(v)) for v in series.values() if len(v)] or [0.0])
     fig = go.Figure()
     styles = (
-        ("used", _T["used"], dict(color=WITH_CACHE_COLOUR, width=3)),
-        ("allocated", _T["allocated"], dict(color="#636363", dash="dot")),
-        ("mha_equivalent", _T["mha_equivalent"], dict(color=WITHOUT_CACHE_COLOUR, dash="dash")),
+        ("used", _T(lang)["used"], dict(color=WITH_CACHE_COLOUR, width=3)),
+        ("allocated", _T(lang)["allocated"], dict(color="#636363", dash="dot")),
+        ("mha_equivalent", _T(lang)["mha_equivalent"], dict(color=WITHOUT_CACHE_COLOUR, dash="dash")),
     )
     # A static buffer sized for the whole context dwarfs the early growth: hide it behind its legend
     # entry (one click shows it) and put its size in the name instead.
@@ -70,29 +69,29 @@ def cache_growth(
         hidden = key == "allocated" and big_buffer
         # the hover says the short name, the step and the size on three short lines: one long line runs past a
         # 400-px phone's edge wherever the point is
-        hover = _T["growth_hover"].format(name=name)
+        hover = _T(lang)["growth_hover"].format(name=name)
         if hidden:
-            name = _T["hidden_name"].format(name=name, size=format_bytes(float(raw.max())))
+            name = _T(lang)["hidden_name"].format(name=name, size=format_bytes(float(raw.max())))
         fig.add_trace(
             go.Scatter(
                 x=list(steps), y=raw / size, mode="lines+markers" if n <= 64 else "lines", name=name, line=line,
                 visible="legendonly" if hidden else True,
-                customdata=[_T["bytes_hover"].format(size=format_bytes(b), n=int(b)) for b in raw],
+                customdata=[_T(lang)["bytes_hover"].format(size=format_bytes(b), n=int(b)) for b in raw],
                 hovertemplate=hover,
             )
         )
     if n and float(bytes_used[-1]) > 0 and float(mha_equivalent[-1]) > float(bytes_used[-1]):
         ratio = float(mha_equivalent[-1]) / float(bytes_used[-1])
-        fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=_T["smaller"].format(ratio=ratio),
+        fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=_T(lang)["smaller"].format(ratio=ratio),
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
-    fig.update_xaxes(title_text=_T["step_axis"])
-    fig.update_yaxes(title_text=_T["memory_axis"].format(unit=unit), rangemode="tozero")
-    return finish(fig, _T["growth_title"] if title is None else title, height=420, legend=legend_below(420),
+    fig.update_xaxes(title_text=_T(lang)["step_axis"])
+    fig.update_yaxes(title_text=_T(lang)["memory_axis"].format(unit=unit), rangemode="tozero")
+    return finish(fig, _T(lang)["growth_title"] if title is None else title, height=420, legend=legend_below(420),
                   hovermode="closest")
 
 
 def timing_comparison(
-    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str | None = None
+    with_cache: Mapping[str, float], without_cache: Mapping[str, float], title: str | None = None, lang: str = "en"
 ) -> go.Figure:
     """Side-by-side bars for two runs. Each dict: prefill_ms, decode_ms_per_token[, tokens_per_s].
 
@@ -106,35 +105,36 @@ def timing_comparison(
             raise ValueError(f"{name} is missing {missing}; pass the CLI's timing dict")
     show_rate = "tokens_per_s" in with_cache and "tokens_per_s" in without_cache
     fig = make_subplots(rows=1, cols=2 if show_rate else 1, horizontal_spacing=0.15,
-                        subplot_titles=(_T["time_panel"], _T["rate_panel"]) if show_rate else (_T["time_panel"],))
-    labels = [_T["prefill"], _T["decode"]]
-    for name, run, colour in ((_T["with"], with_cache, WITH_CACHE_COLOUR),
-                              (_T["without"], without_cache, WITHOUT_CACHE_COLOUR)):
+                        subplot_titles=(_T(lang)["time_panel"],
+                                        _T(lang)["rate_panel"]) if show_rate else (_T(lang)["time_panel"],))
+    labels = [_T(lang)["prefill"], _T(lang)["decode"]]
+    for name, run, colour in ((_T(lang)["with"], with_cache, WITH_CACHE_COLOUR),
+                              (_T(lang)["without"], without_cache, WITHOUT_CACHE_COLOUR)):
         ms = [float(run[k]) for k in keys]
         fig.add_trace(go.Bar(x=labels, y=ms, name=name, marker_color=colour, legendgroup=name,
                              text=[f"{v:.1f}" for v in ms], textposition="outside",
-                             hovertemplate=_T["time_hover"].format(name=name)), row=1, col=1)
+                             hovertemplate=_T(lang)["time_hover"].format(name=name)), row=1, col=1)
         if show_rate:
             rate = float(run["tokens_per_s"])
             fig.add_trace(go.Bar(x=[name], y=[rate], name=name, marker_color=colour, legendgroup=name,
                                  showlegend=False, text=[f"{rate:.1f}"], textposition="outside",
-                                 hovertemplate=_T["rate_hover"].format(name=name)), row=1, col=2)
+                                 hovertemplate=_T(lang)["rate_hover"].format(name=name)), row=1, col=2)
     with_decode, without_decode = float(with_cache["decode_ms_per_token"]), float(without_cache["decode_ms_per_token"])
     if with_decode > 0:
-        fig.add_annotation(x=_T["decode"], y=max(with_decode, without_decode), xref="x", yref="y",
-                           text=_T["faster"].format(ratio=without_decode / with_decode),
+        fig.add_annotation(x=_T(lang)["decode"], y=max(with_decode, without_decode), xref="x", yref="y",
+                           text=_T(lang)["faster"].format(ratio=without_decode / with_decode),
                            showarrow=False, yshift=30)
     # Headroom above the tallest bar so the value labels printed "outside" the bars stay visible.
     top_ms = max(float(run[k]) for run in (with_cache, without_cache) for k in keys)
     fig.update_yaxes(title_text="ms", range=[0, 1.3 * top_ms or 1], row=1, col=1)
     if show_rate:
         top_rate = max(float(with_cache["tokens_per_s"]), float(without_cache["tokens_per_s"]))
-        fig.update_yaxes(title_text=_T["rate_axis"], range=[0, 1.2 * top_rate or 1], row=1, col=2)
-    return finish(fig, _T["timing_title"] if title is None else title, height=400, barmode="group",
+        fig.update_yaxes(title_text=_T(lang)["rate_axis"], range=[0, 1.2 * top_rate or 1], row=1, col=2)
+    return finish(fig, _T(lang)["timing_title"] if title is None else title, height=400, barmode="group",
                   legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
 
 
-def kv_formula(stats: Mapping[str, int]) -> str:
+def kv_formula(stats: Mapping[str, int], lang: str = "en") -> str:
     """The KV-cache formula filled with one cache's numbers, as Markdown.
 
     2 · N_layers · B · h_kv · T · d_head · bytes = total; `stats` is a KV-cache stats dict
@@ -147,11 +147,11 @@ def kv_formula(stats: Mapping[str, int]) -> str:
         raise ValueError(f"cache stats are missing {missing}; pass a KVCache.stats() dict")
     L, B, h, T, d, e = (int(stats[k]) for k in keys)
     total = 2 * L * B * h * T * d * e
-    lines = [_T["formula"], _T["formula_total"].format(L=L, B=B, h=h, T=T, d=d, e=e, total=total,
+    lines = [_T(lang)["formula"], _T(lang)["formula_total"].format(L=L, B=B, h=h, T=T, d=d, e=e, total=total,
                                                         size=format_bytes(total))]
     q = int(stats.get("query_heads", h))
     if q != h and h > 0:
         mha = total * q // h
-        lines.append(_T["formula_mha"].format(q=q, L=L, B=B, T=T, d=d, e=e, mha=mha, size=format_bytes(mha),
+        lines.append(_T(lang)["formula_mha"].format(q=q, L=L, B=B, T=T, d=d, e=e, mha=mha, size=format_bytes(mha),
                                               ratio=q / h))
     return "  \n".join(lines)

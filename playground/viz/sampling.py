@@ -20,8 +20,7 @@ from playground.viz._language import texts
 # Hugging Face order: repetition penalty, then temperature, top-k, top-p.
 STAGE_ORDER = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
 _T = texts("sampling")  # this module's words, from playground/locales/
-TEXT, TEXT_ZH = _T.tables["en"], _T.tables["zh"]
-STAGE_NAMES = TEXT["stages"]  # the English names of the sampler's stages
+STAGE_NAMES = _T("en")["stages"]  # the English names of the sampler's stages
 # Sequential blues: later stages darker, so the eye reads the pipeline left to right.
 STAGE_COLOURS = {
     "raw": "#c6dbef",
@@ -34,9 +33,9 @@ REMOVED_COLOUR = "#bdbdbd"
 CHOSEN_FILL = "rgba(255, 196, 0, 0.18)"
 
 
-def stage_name(stage: str) -> str:
+def stage_name(stage: str, lang: str = "en") -> str:
     """Human name of a processor stage key ('top_k' -> 'top-k')."""
-    return _T["stages"].get(stage, stage.replace("_", " "))
+    return _T(lang)["stages"].get(stage, stage.replace("_", " "))
 
 
 def _stages_present(candidates: Sequence[dict]) -> list[str]:
@@ -58,15 +57,15 @@ def _candidate_label(c: dict) -> str:
     return label
 
 
-def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go.Figure:
+def candidate_funnel(candidates: Sequence[dict], title: str | None = None, lang: str = "en") -> go.Figure:
     """Grouped horizontal bars: each candidate token's probability after every processor stage.
 
     Removed tokens are grey and annotated 'removed by <stage>'; the chosen token is bold and
     sits on a highlighted band. Candidates are drawn in the given order, first at the top.
     """
-    title = _T["funnel_title"] if title is None else title
+    title = _T(lang)["funnel_title"] if title is None else title
     if not candidates:
-        return empty_figure(_T["no_candidates"], title)
+        return empty_figure(_T(lang)["no_candidates"], title)
     for c in candidates:
         if "token" not in c or "stages" not in c:
             raise ValueError(f"each candidate needs 'token' and 'stages' keys, got keys {sorted(c)}")
@@ -84,10 +83,10 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
                 x=[np.nan if p is None else float(p) for p in probs],
                 y=y,
                 orientation="h",
-                name=stage_name(s),
+                name=stage_name(s, lang=lang),
                 marker=dict(color=[REMOVED_COLOUR if r else colour for r in removed]),
                 customdata=tokens,
-                hovertemplate=_T["funnel_hover"].format(stage=stage_name(s)),
+                hovertemplate=_T(lang)["funnel_hover"].format(stage=stage_name(s, lang=lang)),
             )
         )
     top = max(
@@ -100,9 +99,9 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         if c.get("chosen"):
             fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
                           fillcolor=CHOSEN_FILL, line=dict(width=0), layer="below")
-            note = _T["chosen"]
+            note = _T(lang)["chosen"]
         elif c.get("removed_by"):
-            note = _T["removed_by"].format(stage=stage_name(str(c["removed_by"])))
+            note = _T(lang)["removed_by"].format(stage=stage_name(str(c["removed_by"]), lang=lang))
         else:
             continue
         row_max = max((float(p) for p in c["stages"].values() if p is not None), default=0.0)
@@ -111,8 +110,8 @@ def candidate_funnel(candidates: Sequence[dict], title: str | None = None) -> go
         fig.add_annotation(x=row_max, y=i, text=note, showarrow=False, xanchor="right" if inside else "left",
                            xshift=-6 if inside else 6, font=dict(color=colour, size=11))
     fig.update_yaxes(tickmode="array", tickvals=list(y), ticktext=[_candidate_label(c) for c in candidates],
-                     autorange="reversed", title_text=_T["candidate_axis"])
-    fig.update_xaxes(title_text=_T["probability_axis"], range=[0, end], rangemode="tozero")
+                     autorange="reversed", title_text=_T(lang)["candidate_axis"])
+    fig.update_xaxes(title_text=_T(lang)["probability_axis"], range=[0, end], rangemode="tozero")
     height = int(min(1240, max(300, 170 + n * (9 * len(stages) + 14))))  # + the legend under the axis
     return finish(fig, title, height=height, barmode="group", bargap=0.25,
                   legend={**legend_below(height), "traceorder": "normal"})
@@ -125,15 +124,16 @@ def _check_beams(beams: Sequence[Sequence[dict]]) -> None:
                 raise ValueError(f"beam at step {t} needs 'tokens' and 'score' keys, got keys {sorted(b)}")
 
 
-def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.Figure:
+def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None, lang: str = "en",
+               before: int = 0) -> go.Figure:
     """One table row per (step, beam): hypothesis text, score (sum log-prob / length penalty), status.
 
     beams[t] lists the beams after step t (shown as step t + 1), best first: {"tokens": str, "score": float,
     "finished": bool}. Finished hypotheses are shaded green.
     """
-    title = _T["table_title"] if title is None else title
+    title = _T(lang)["table_title"] if title is None else title
     if not beams or not any(beams):
-        return empty_figure(_T["no_beams"], title)
+        return empty_figure(_T(lang)["no_beams"], title)
     _check_beams(beams)
     rows = [(t, r, b) for t, step in enumerate(beams) for r, b in enumerate(step)]
     finished = [bool(b.get("finished")) for _, _, b in rows]
@@ -141,15 +141,16 @@ def beam_table(beams: Sequence[Sequence[dict]], title: str | None = None) -> go.
     fig = go.Figure(
         go.Table(
             columnwidth=[50, 50, 420, 80, 80],
-            header=dict(values=[_T[k] for k in ("step", "rank", "hypothesis", "score", "status")], fill_color="#deebf7",
+            header=dict(values=[_T(lang)[k] for k in ("step", "rank", "hypothesis", "score", "status")],
+                        fill_color="#deebf7",
                         align="left", font=dict(size=12)),
             cells=dict(
                 values=[
-                    [step_number(t) for t, _, _ in rows],
+                    [step_number(t, before) for t, _, _ in rows],
                     [r for _, r, _ in rows],
                     [display_text(str(b["tokens"])) for _, _, b in rows],
                     [f"{float(b['score']):.3f}" for _, _, b in rows],
-                    [_T["finished"] if f else _T["open"] for f in finished],
+                    [_T(lang)["finished"] if f else _T(lang)["open"] for f in finished],
                 ],
                 fill_color=[fill] * 5,
                 align="left",
@@ -183,7 +184,8 @@ def _parents(beams: Sequence[Sequence[dict]]) -> list[list[int | None]]:
 LABEL_ALL_STEPS = 12  # beyond this many steps only the winning path is labelled (hover still shows every node)
 
 
-def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: str | None = None) -> go.Figure:
+def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: str | None = None, lang: str = "en",
+              before: int = 0) -> go.Figure:
     """Beams as a tree: x = step, y = rank, an edge from each beam to the beam it extended.
 
     Each node shows the text it added; hover shows the whole hypothesis and its score. Beams may
@@ -192,9 +194,9 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
     winning hypothesis' text, draws its path in orange; past LABEL_ALL_STEPS steps only that path
     keeps its labels, so a long search stays readable.
     """
-    title = _T["tree_title"] if title is None else title
+    title = _T(lang)["tree_title"] if title is None else title
     if not beams or not any(beams):
-        return empty_figure(_T["no_beams"], title)
+        return empty_figure(_T(lang)["no_beams"], title)
     _check_beams(beams)
     parents = _parents(beams)
     crowded = len(beams) > LABEL_ALL_STEPS
@@ -212,38 +214,38 @@ def beam_tree(beams: Sequence[Sequence[dict]], title: str | None = None, final: 
             if p is not None and 0 <= p < len(beams[t - 1]):
                 parent_text = str(beams[t - 1][p]["tokens"])
                 ex, ey = edges[winning and on_path(parent_text)]
-                ex += [step_number(t - 1), step_number(t), None]  # x: the step as people count it
+                ex += [step_number(t - 1, before), step_number(t, before), None]  # x: the step as people count it
                 ey += [p, r, None]
                 new = text[len(parent_text):] if text.startswith(parent_text) else text
             else:
                 new = text
-            xs.append(step_number(t))
+            xs.append(step_number(t, before))
             ys.append(r)
             label = display_token(new[-16:]) if new else "∅"  # short node label; hover has it all
             added.append(label if winning or not crowded else "")
-            hover.append(_T["node_hover"].format(text=display_text(text), score=float(b["score"]))
-                         + (_T["node_finished"] if b.get("finished") else ""))
+            hover.append(_T(lang)["node_hover"].format(text=display_text(text), score=float(b["score"]))
+                         + (_T(lang)["node_finished"] if b.get("finished") else ""))
             scores.append(float(b["score"]))
             symbols.append("star" if b.get("finished") else "circle")
             sizes.append(15 if winning else (13 if not crowded else 9))
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=edges[False][0], y=edges[False][1], mode="lines", line=dict(color="#bdbdbd", width=1.5),
-                             hoverinfo="skip", name=_T["extends"]))
+                             hoverinfo="skip", name=_T(lang)["extends"]))
     if edges[True][0]:
         fig.add_trace(go.Scatter(x=edges[True][0], y=edges[True][1], mode="lines", line=dict(color="#e6550d", width=3),
-                                 hoverinfo="skip", name=_T["winning"]))
+                                 hoverinfo="skip", name=_T(lang)["winning"]))
     fig.add_trace(
         go.Scatter(
-            x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name=_T["beams"],
+            x=xs, y=ys, mode="markers+text", text=added, textposition="top center", name=_T(lang)["beams"],
             textfont=dict(size=11 if not crowded else 10), customdata=hover,
             hovertemplate="%{customdata}<extra></extra>",
             marker=dict(size=sizes, color=scores, colorscale="Viridis", symbol=symbols,
-                        colorbar=dict(title=dict(text=_T["score_bar"])), line=dict(width=1, color="white")),
+                        colorbar=dict(title=dict(text=_T(lang)["score_bar"])), line=dict(width=1, color="white")),
         )
     )
     width = max(len(s) for s in beams)
-    fig.update_xaxes(title_text=_T["step_axis"], dtick=1 if not crowded else max(1, len(beams) // 16))
+    fig.update_xaxes(title_text=_T(lang)["step_axis"], dtick=1 if not crowded else max(1, len(beams) // 16))
     # Explicit padded range (reversed: best beam on top) so node labels above row 0 are not clipped.
-    fig.update_yaxes(title_text=_T["rank_axis"], dtick=1, range=[width - 0.6, -0.6])
+    fig.update_yaxes(title_text=_T(lang)["rank_axis"], dtick=1, range=[width - 0.6, -0.6])
     fig.update_xaxes(range=[0.6, len(beams) + 0.4])
     return finish(fig, title, height=int(min(600, max(300, 160 + 60 * width))), showlegend=False)

@@ -150,15 +150,9 @@ def test_the_timeline_figure_colours_each_row_by_kind_and_owner():
 
 
 def test_the_step_time_figure_draws_the_measured_medians_and_the_visitor_s_steps():
-    with v_batch_language("zh"):
-        fig = v_batch.step_time_figure([[1, 2.0, 5], [4, 3.5, 2]], [[1, 2.1], [4, 3.4]], (4, 3.4))
+    fig = v_batch.step_time_figure([[1, 2.0, 5], [4, 3.5, 2]], [[1, 2.1], [4, 3.4]], (4, 3.4), lang="zh")
     median, yours, this = fig.data
     assert list(median.x) == [1, 4] and list(median.y) == [2.0, 3.5] and list(median.customdata) == [5, 2]
     assert list(yours.x) == [1, 4] and list(this.y) == [3.4]
     assert CJK.search(fig.layout.title.text) and CJK.search(fig.layout.xaxis.title.text)
 
-
-def v_batch_language(lang: str):
-    from playground import viz
-
-    return viz.language(lang)

@@ -13,18 +13,23 @@ import pytest
 
 from playground.analysis.divergence import first_difference
 from playground.analysis.kv_policies import sink_mass
-from playground.app import describe, kvlab, lab, views
+from playground.app import describe, history, views
 from playground.app.describe import format_bytes
-from playground.app.notes import render
-from playground.app.play import start_run
+from playground.app.experiments import kv as kvlab
+from playground.app.experiments.base import ForkError
+from playground.app.experiments.kv import _quoted as quoted
+from playground.app.experiments.kv import has_policy as has_kv_policy
+from playground.app.notes import error_note, render
+from playground.app.play import play_link, start_run
 from playground.app.session import Session
-from playground.app.settings import UISettings, from_query, generation_kwargs, has_kv_policy, to_query
+from playground.app.settings import UISettings, from_query, generation_kwargs, to_query
+from playground.app.settings import plain as plain_of
 from playground.app.views import Selection
-from playground.app.views.kv_policy import _quoted as quoted
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig
-from playground.generation.engine import generate_all
+from playground.generation.engine import drain, generate_all
+from tests.app.forks import press
 from tests.app.test_app_run import play
 from tests.ui_fixtures import save_tiny_decoder, save_tiny_seq2seq
 
@@ -45,11 +50,15 @@ def show(lm, session: Session, view=VIEW) -> dict:
 
 def forked(lm, lang: str = "en", **policy) -> tuple[Session, object, object]:
     session = Session(model="a", lang=lang)
-    plain = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
+    first = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
     args = {"window": 0, "sink": 0, "heavy": 0, "dtype": "", "rope": "", **policy}
-    fork = play(session, lm, kvlab.fork_settings(session, plain, args["window"], args["sink"], args["heavy"],
-                                                 args["dtype"], lang, args["rope"]))
-    return session, plain, fork
+    fork = press(session, lm, "kv", "kvlab_fork", kv_window=args["window"], kv_sink=args["sink"],
+                 kv_heavy=args["heavy"], kv_dtype=args["dtype"], rope_scaling=args["rope"])
+    return session, first, fork
+
+
+def policy_words(settings, lang: str) -> str:
+    return " · ".join(render(words, lang) for words in kvlab.badge(settings))
 
 
 def engine(lm, run) -> object:
@@ -70,7 +79,7 @@ def test_a_window_with_sinks_forks_the_run_and_the_lab_shows_its_bytes_divergenc
     md = slots["kvlab_md"].value
     held, full = ref_fork.cache["bytes"], ref_plain.cache["bytes"]
     assert held < full and ref_fork.cache["kept_positions"] == 8
-    policy = kvlab.policy_words(fork.settings, lang)
+    policy = policy_words(fork.settings, lang)
     assert md.startswith(t("kvlab_saved", lang, n=fork.number, policy=policy, held=format_bytes(held),
                            plain=format_bytes(full), saved=format_bytes(full - held), share=(full - held) / full, kept=8))
     first = first_difference(ref_plain.token_ids, ref_fork.token_ids)
@@ -90,8 +99,9 @@ def test_a_window_with_sinks_forks_the_run_and_the_lab_shows_its_bytes_divergenc
     np.testing.assert_allclose(sink, sink_mass(lm, list(fork.prompt_ids), cfg), atol=1e-6)
     assert sink.shape == (lm.config.n_layers, lm.config.n_heads)
     # the live screen lists the branch with its policy in words
-    rows = session.branches(fork)
+    rows = history.branch_rows(session, fork, lang)
     assert [r["edit"] for r in rows] == ["", policy]
+    assert fork.origin == plain.number and history.badge(fork, lang) == policy
 
 
 def test_a_window_as_long_as_the_run_is_the_plain_run(lm):
@@ -109,10 +119,10 @@ def test_an_int8_cache_holds_fewer_bytes_and_the_live_kv_panel_says_what_it_hold
     slots = show(lm, session)
     assert "int8" in slots["kvlab_md"].value and ref.cache["bytes"] < engine(lm, plain).cache["bytes"]
     kv = show(lm, session, views.PANELS["cache"])["kv"].value
-    assert t("cache_policy", "zh", policy=kvlab.policy_words(fork.settings, "zh"), kept=ref.cache["kept_positions"],
+    assert t("cache_policy", "zh", policy=policy_words(fork.settings, "zh"), kept=ref.cache["kept_positions"],
              tokens=ref.cache["tokens"], held=format_bytes(ref.cache["bytes"]),
              plain=format_bytes(ref.cache["plain_bytes"])) in kv
-    assert describe.policy_words(ref.cache["policy"], "zh") == kvlab.policy_words(fork.settings, "zh")
+    assert describe.policy_words(ref.cache["policy"], "zh") == policy_words(fork.settings, "zh")
 
 
 def test_a_plain_run_shows_its_sinks_and_a_policy_run_alone_says_what_to_compare_with(lm):
@@ -129,28 +139,29 @@ def test_a_plain_run_shows_its_sinks_and_a_policy_run_alone_says_what_to_compare
 
 def test_a_fork_needs_one_policy(lm):
     session = Session(model="a")
-    run = play(session, lm, SETTINGS)
-    with pytest.raises(kvlab.KVLabError, match="Choose a policy"):
-        kvlab.fork_settings(session, run, 0, 4, 0, "", "en")
-    with pytest.raises(kvlab.KVLabError, match="不能同时"):
-        kvlab.fork_settings(session, run, 8, 0, 0, "int4", "zh")
+    play(session, lm, SETTINGS)
+    with pytest.raises(ForkError, match="Choose a policy"):
+        press(session, lm, "kv", "kvlab_fork", kv_window=0, kv_sink=4)
+    with pytest.raises(ForkError) as refused:
+        press(session, lm, "kv", "kvlab_fork", kv_window=8, kv_dtype="int4")
+    assert "不能同时" in render(error_note(refused.value), "zh")
 
 
 def test_the_link_replays_the_plain_run_then_the_policy_run_and_the_lab_reads_the_same(lm):
-    source, plain, fork = forked(lm, window=6, sink=2, heavy=1)
-    query = source.link_query(fork.settings)
+    source, first, fork = forked(lm, window=6, sink=2, heavy=1)
+    query = source.link_query()
     params = dict(parse_qsl(query.lstrip("?")))
     assert {k: params[k] for k in ("kv_window", "kv_sink", "kv_heavy")} == {"kv_window": "6", "kv_sink": "2",
                                                                              "kv_heavy": "1"}
     settings, notes = from_query(params)
     assert notes == [] and has_kv_policy(settings)
     assert (settings.kv_window, settings.kv_sink, settings.kv_heavy, settings.kv_dtype) == (6, 2, 1, "")
-    replays = lab.link_runs(settings)
-    assert [has_kv_policy(s) for s in replays] == [False, True]
+    assert not has_kv_policy(plain_of(settings))
     session = Session(model="a")
-    session.opened_from(params, notes)
-    runs = [play(session, lm, s) for s in replays]
-    assert [[s.token_id for s in r.path] for r in runs] == [[s.token_id for s in r.path] for r in (plain, fork)]
+    session.opened_from(params, notes, settings)
+    runs = [out.run for out in play_link(session, lambda *a: lm, settings, pace=False) if out.run.finish_reason]
+    assert [has_kv_policy(r.settings) for r in runs] == [False, True] and runs[1].origin == runs[0].number
+    assert [[s.token_id for s in r.path] for r in runs] == [[s.token_id for s in r.path] for r in (first, fork)]
     assert show(lm, session)["kvlab_md"].value == show(lm, source)["kvlab_md"].value
     assert from_query(dict(parse_qsl(to_query(dataclasses.replace(settings, kv_window=0, kv_sink=0, kv_heavy=0,
                                                                   kv_dtype="int4")).lstrip("?"))))[0].kv_dtype == "int4"
@@ -205,7 +216,7 @@ def test_the_live_kv_panel_fills_the_formula_with_what_the_branch_holds(lm, poli
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_rope_scaling_forks_the_run_with_its_own_table_and_its_perplexity(lm, lang):
-    from playground.app.views.kv_policy import perplexity
+    from playground.app.experiments.kv import perplexity
 
     session, plain, fork = forked(lm, lang, rope="ntk:2")
     assert fork.cfg.rope_scaling == {"type": "ntk", "factor": 2.0}
@@ -213,13 +224,13 @@ def test_rope_scaling_forks_the_run_with_its_own_table_and_its_perplexity(lm, la
     assert ref.token_ids == [s.token_id for s in fork.path]
     slots = show(lm, session)
     md = slots["kvlab_md"].value
-    assert "RoPE ntk × 2" in md and kvlab.policy_words(fork.settings, lang) == "RoPE ntk × 2"
-    div = kvlab.measure(lm, fork, plain)["div"]
+    assert "RoPE ntk × 2" in md and policy_words(fork.settings, lang) == "RoPE ntk × 2"
+    div = drain(kvlab.measure_slices(lm, fork, plain))["div"]
     assert t("kvlab_ppl", lang, plain=perplexity(div["original_prob"]), policy=perplexity(div["prob"])) in md
     assert perplexity(div["original_prob"]) != perplexity(div["prob"])  # another table: other numbers
-    params = dict(parse_qsl(session.link_query(fork.settings).lstrip("?")))
+    params = dict(parse_qsl(session.link_query().lstrip("?")))
     assert params["rope_scaling"] == "ntk:2" and from_query(params)[0].rope_scaling == "ntk:2"
-    assert [has_kv_policy(s) for s in lab.link_runs(from_query(params)[0])] == [False, True]
+    assert has_kv_policy(from_query(params)[0]) and not has_kv_policy(plain_of(from_query(params)[0]))
 
 
 @pytest.mark.parametrize("value", ["ntk", "ntk:0.5", "magic:2", "yarn:1e9"])

@@ -28,7 +28,7 @@ def test_the_registry_names_every_lesson_once_with_what_it_needs():
     assert list(lessons.LESSONS) == ["steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab",
                                     "serving"]
     assert {n for n, x in lessons.LESSONS.items() if not x.needs_run} == {"sdpa", "training", "lab", "serving"}
-    assert set(lessons.STEP_FOLLOWING) == {"steps", "lens", "kv", "memory", "anatomy", "lab", "serving"}
+    assert {n for n, x in lessons.LESSONS.items() if x.follows_step} == {"steps", "lens", "kv", "memory", "anatomy", "lab", "serving"}
 
 
 def test_the_lab_lesson_tells_its_walk_before_a_run_and_why_the_token_won_after(lm, run):

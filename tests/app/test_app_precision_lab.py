@@ -11,16 +11,20 @@ from urllib.parse import parse_qsl
 import pytest
 
 from playground.analysis.precision import compare_precisions
-from playground.app import lab, precision_lab, views
+from playground.app import history, views
 from playground.app.describe import format_bytes
+from playground.app.experiments import precision as precision_lab
+from playground.app.experiments.base import ForkError
+from playground.app.experiments.precision import lowered as has_precision
 from playground.app.notes import render
-from playground.app.play import start_run
+from playground.app.play import play_link, start_run
 from playground.app.session import Session
-from playground.app.settings import UISettings, from_query, generation_kwargs, has_precision, to_query
+from playground.app.settings import UISettings, from_query, generation_kwargs, plain, to_query
 from playground.app.views import Selection
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig
+from tests.app.forks import press
 from tests.app.test_app_run import play
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -42,7 +46,7 @@ def show(lm, session: Session) -> dict:
 def forked(lm, precision: str, lang: str = "en"):
     session = Session(model="a", lang=lang)
     reference = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
-    branch = play(session, lm, precision_lab.fork_settings(session, reference, precision, lang))
+    branch = press(session, lm, "precision", "precision_fork", weight_precision=precision)
     return session, reference, branch
 
 
@@ -73,31 +77,32 @@ def test_an_int4_branch_is_compared_with_float32_token_by_token(lm, lang):
     assert len(layers.data[0].y) == lm.config.n_layers + 1 and list(layers.data[0].y) == pytest.approx(b["residual_error"])
     if b["first_difference"] is not None:
         assert t("precision_parted", lang, step=b["first_difference"] + 1, token="", reference="")[:6] in md
-    assert [r["edit"] for r in session.branches(branch)] == ["", t("precision_words", lang, precision="int4")]
+    words = t("precision_words", lang, precision="int4")
+    assert [r["edit"] for r in history.branch_rows(session, branch, lang)] == ["", words]
+    assert history.badge(branch, lang) == words and history.badge(reference, lang) == ""
 
 
 def test_a_plain_run_and_float32_are_not_a_comparison(lm):
     session = Session(model="a")
-    run = play(session, lm, SETTINGS)
+    play(session, lm, SETTINGS)
     slots = show(lm, session)
     assert slots["precision_md"].value == t("precision_plain", "en", n=1) and slots["precision_steps"].visible is False
-    with pytest.raises(precision_lab.PrecisionLabError, match="other than float32"):
-        precision_lab.fork_settings(session, run, "float32", "en")
-    with pytest.raises(precision_lab.PrecisionLabError):
-        precision_lab.fork_settings(session, run, "int3", "en")
+    with pytest.raises(ForkError, match="other than float32"):
+        press(session, lm, "precision", "precision_fork", weight_precision="float32")
+    with pytest.raises(ForkError):
+        press(session, lm, "precision", "precision_fork", weight_precision="int3")
 
 
 def test_the_link_replays_float32_then_the_precision_run(lm):
     source, reference, branch = forked(lm, "int8")
-    params = dict(parse_qsl(source.link_query(branch.settings).lstrip("?")))
+    params = dict(parse_qsl(source.link_query().lstrip("?")))
     assert params["weight_precision"] == "int8"
     settings, notes = from_query(params)
-    assert notes == [] and has_precision(settings)
-    replays = lab.link_runs(settings)
-    assert [s.weight_precision for s in replays] == ["", "int8"]
+    assert notes == [] and has_precision(settings) and plain(settings).weight_precision == ""
     session = Session(model="a")
-    session.opened_from(params, notes)
-    runs = [play(session, lm, s) for s in replays]
+    session.opened_from(params, notes, settings)
+    runs = [out.run for out in play_link(session, lambda *a: lm, settings, pace=False) if out.run.finish_reason]
+    assert [r.settings.weight_precision for r in runs] == ["", "int8"] and runs[1].origin == runs[0].number
     assert [[s.token_id for s in r.path] for r in runs] == [[s.token_id for s in r.path] for r in (reference, branch)]
     assert show(lm, session)["precision_md"].value.split(" measured")[0] == \
         show(lm, source)["precision_md"].value.split(" measured")[0]  # the speed is measured again: the rest is the same

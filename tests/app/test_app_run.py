@@ -24,9 +24,9 @@ def s2s(tmp_path_factory):
     return load_model(save_tiny_seq2seq(tmp_path_factory.mktemp("w2") / "tiny.safetensors"))
 
 
-def play(session: Session, lm, settings: UISettings, parent=None, stop_after: int | None = None):
+def play(session: Session, lm, settings: UISettings, parent=None, stop_after: int | None = None, origin=None):
     """A run as the page makes it: started by the core, fed the engine's events, finished."""
-    run, plan = start_run(session, lm, settings, parent)
+    run, plan = start_run(session, lm, settings, parent, origin=origin)
     session.add_run(run)
     stop = threading.Event()
     for event in run_events(plan, stop):
@@ -108,8 +108,8 @@ def test_a_branch_is_a_run_that_continues_its_parent(lm):
     assert child.stream_ids[:4] == parent.generated_ids[:3] + [other]
     direct = generate_all(lm, parent.prompt_ids + parent.generated_ids[:3] + [other], GenerationConfig(max_new_tokens=8))
     assert child.generated_ids == direct.token_ids
-    # the older run frees what only the lessons of the current run read
-    assert parent.analysis is None and all(s.capture.residual is None for s in parent.path)
+    # the run no longer on screen lets go of its derived passes; what it recorded stays for a pick from the history
+    assert parent.analysis is None and not parent.maps and all(s.capture.residual is not None for s in parent.path)
 
 
 def test_the_core_never_imports_gradio():

@@ -10,9 +10,12 @@ from urllib.parse import parse_qsl
 import numpy as np
 import pytest
 
-from playground.app.session import MAX_RUNS_PER_SESSION, Session, same_request
+from playground.app import history
+from playground.app.play import Origin
+from playground.app.session import MAX_RUNS_PER_SESSION, Session
 from playground.app.settings import UISettings, from_query, parse_branches
 from playground.checkpoints.loader import load_model
+from tests.app.forks import press
 from tests.app.test_app_run import play
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -48,11 +51,16 @@ def test_the_view_is_kept_by_the_session_and_used_by_the_next_run(models):
     assert run.path[0].capture.attention["self"][0] is not None  # layer 0 recorded, as the view asks
 
 
-def test_a_session_keeps_its_last_runs(models):
+def test_a_session_keeps_its_last_runs_and_says_which_left(models):
     session = Session()
-    runs = [play(session, models["a"], UISettings(model="a", prompt=f"p{i}", max_new_tokens=1)) for i in range(6)]
+    count = MAX_RUNS_PER_SESSION + 2
+    runs = [play(session, models["a"], UISettings(model="a", prompt=f"p{i}", max_new_tokens=1)) for i in range(count)]
     assert session.runs == runs[-MAX_RUNS_PER_SESSION:] and session.current is runs[-1]
-    assert [r.number for r in runs] == [1, 2, 3, 4, 5, 6] and session.run(1) is None
+    assert [r.number for r in runs] == list(range(1, count + 1)) and session.run(1) is None and session.gone == 2
+    assert history.gone(session, "en") == f"Runs 1–2 left the list: a tab keeps its last {MAX_RUNS_PER_SESSION} runs."
+    assert "第 1–2 次运行已移出列表" in history.gone(session, "zh")
+    assert [e.number for e in history.entries(session, "en")] == [r.number for r in reversed(runs[2:])]
+    assert session.pick(1) is None and session.current is runs[-1]  # gone: nothing changes
 
 
 def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
@@ -68,7 +76,7 @@ def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
     assert [(r["number"], r["parent"], r["step"], r["current"]) for r in rows] == [
         (1, None, None, False), (2, 1, 4, False), (3, 2, 7, True)]  # as people count: 3 + 1, then 4 + 2 + 1
     assert rows[0]["shared"] + rows[0]["diverges"] + rows[0]["rest"] == "".join(root.stream_texts)
-    query = session.link_query(settings)
+    query = session.link_query()
     parsed, notes = from_query(dict(parse_qsl(query[1:])))
     assert notes == [] and parse_branches(parsed.branches) == [(3, [t1]), (2, [t2])]
     assert dataclasses.replace(parsed, branches="") == dataclasses.replace(settings, branches="")
@@ -79,10 +87,11 @@ def test_lineage_branches_and_the_link_of_a_chain_of_branches(models):
         run = play(replay, models["a"], run.settings, parent=(run, step, ids))
     assert run.stream_ids == second.stream_ids
 
-    again = play(session, models["a"], settings)  # Generate again: the same tokens as the root
-    assert [r["number"] for r in session.branches(again)] == [1, 2, 3, again.number]  # the root is a parent: kept
-    latest = play(session, models["a"], settings)  # once more: the earlier repeat is not listed again
-    assert [r["number"] for r in session.branches(latest)] == [2, 3, latest.number]  # (the oldest run was let go)
+    assert [history.label(r, "en") for r in (root, first, second)] == [
+        "run 1", "run 2 · branch at step 4 · from run 1", "run 3 · branch at step 7 · from run 2"]
+    again = play(session, models["a"], settings)  # Generate again: the same tokens as the root, a run of its own
+    assert again.origin is None and session.branches(again) == [] and len(session.branches(second)) == 3
+    assert [e.label for e in history.entries(session, "en")][:2] == ["run 4", "run 3 · branch at step 7 · from run 2"]
 
 
 def test_a_link_names_the_seed_a_sampling_run_drew(models):
@@ -90,14 +99,14 @@ def test_a_link_names_the_seed_a_sampling_run_drew(models):
     widgets = UISettings(model="a", prompt="Hello", mode="sample", seed=None, max_new_tokens=6)
     run = play(session, models["a"], widgets)
     assert run.cfg.seed is not None and run.settings.seed is None
-    parsed = from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0]
+    parsed = from_query(dict(parse_qsl(session.link_query()[1:])))[0]
     assert parsed.seed == run.cfg.seed and parsed.mode == "sample"
     again = play(Session(), models["a"], parsed)
     assert again.generated_ids == run.generated_ids
     # a branch of it samples with the same seed, so the link replays the branch too
     branch = play(session, models["a"], run.settings, parent=(run, 2, [other_token(run, 2)]))
     assert branch.cfg.seed == run.cfg.seed
-    replay_settings = from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0]
+    replay_settings = from_query(dict(parse_qsl(session.link_query()[1:])))[0]
     tab = Session()
     replay = play(tab, models["a"], replay_settings)
     step, ids = parse_branches(replay_settings.branches)[0]
@@ -108,17 +117,42 @@ def test_a_link_names_the_seed_a_sampling_run_drew(models):
     assert play(session, models["a"], pinned).cfg.seed == play(session, models["a"], pinned).cfg.seed == 5
 
 
-def test_the_link_follows_the_widgets_once_they_ask_for_another_run(models):
+def test_the_link_is_always_the_link_of_the_run_on_screen(models):
     session = Session()
     settings = UISettings(model="a", prompt="Hello", max_new_tokens=6)
     root = play(session, models["a"], settings)
-    play(session, models["a"], root.settings, parent=(root, 2, [other_token(root, 2)]))
-    changed = dataclasses.replace(settings, prompt="Something else")
-    assert "branches" not in session.link_query(changed) and "Something+else" in session.link_query(changed)
-    assert "branches" in session.link_query(dataclasses.replace(settings, lang="zh", pace_ms=50))
-    assert same_request(settings, dataclasses.replace(settings, seed=None, lang="zh"))
-    assert not same_request(dataclasses.replace(settings, mode="sample", seed=1),
-                            dataclasses.replace(settings, mode="sample", seed=2))
+    branch = play(session, models["a"], root.settings, parent=(root, 2, [other_token(root, 2)]))
+    assert "branches" in session.link_query()
+    other = play(session, models["a"], dataclasses.replace(settings, prompt="Something else"))
+    assert "branches" not in session.link_query() and "Something+else" in session.link_query()
+    assert session.pick(branch.number) is branch and session.selected_step is None  # picked: from its newest token
+    assert "branches" in session.link_query() and "Something" not in session.link_query()
+    assert session.current is branch and session.runs[-1] is other
+    session.leave()  # another model picked: nothing on screen, the history stays
+    assert session.current is None and len(session.runs) == 3 and session.link_query() == ""
+    widgets = dataclasses.replace(settings, prompt="typed", kv_window=8)
+    assert from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0] == dataclasses.replace(
+        settings, prompt="typed")  # nothing on screen: the widgets' plain run
+
+
+def test_a_fork_knows_its_origin_and_its_family(models):
+    """A fork records the run it came from when it is made; the branch comparison is that family, never runs found
+    again by comparing settings (a repeat of the same request is a run of its own)."""
+    session = Session()
+    settings = UISettings(model="a", prompt="Hello there", max_new_tokens=6)
+    root = play(session, models["a"], settings)
+    windowed = press(session, models["a"], "kv", "kvlab_fork", kv_window=4)
+    assert (windowed.origin, windowed.experiment, windowed.changes) == (root.number, "kv", {"kv_window": 4})
+    repeat = play(session, models["a"], settings)  # the same request again
+    assert repeat.origin is None and session.family(windowed) == [root, windowed] and session.family(repeat) == [repeat]
+    both = press(session, models["a"], "precision", "precision_fork", run=windowed, weight_precision="int8")
+    assert both.origin == windowed.number and both.changes == {"weight_precision": "int8"}
+    assert history.label(both, "en") == "run 4 · int8 weights · from run 2"  # what this fork added
+    assert history.badge(both, "en") == "window 4 · int8 weights"  # everything that is not plain
+    assert history.badge(both, "zh") == "窗口 4 · int8 权重" and history.badge(root, "en") == ""
+    assert [r["number"] for r in session.branches(both)] == [1, 2, 4]
+    again = play(session, models["a"], settings, origin=Origin(root, "causal"))  # a fork that changed nothing
+    assert again.changes == {} and history.label(again, "en") == "run 5 · from run 1"
 
 
 def test_a_links_run_is_taken_once(models):
@@ -153,7 +187,7 @@ def test_every_order_of_switch_branch_link_and_language_leaves_one_consistent_st
             play(session, models[run.settings.model], run.settings, parent=(run, step, [other_token(run, step)]))
             assert session.current.branch_of == (run.number, step) and session.selected_step is None
         elif action == "link":  # a new tab from this tab's link replays what it showed
-            query = session.link_query(widgets)
+            query = session.link_query()
             tab = Session()
             tab.opened_from(dict(parse_qsl(query[1:])))
             assert tab.take_link_run()
@@ -170,7 +204,7 @@ def test_every_order_of_switch_branch_link_and_language_leaves_one_consistent_st
         for row in session.branches(current):
             other = session.run(row["number"])
             assert other.settings.model == current.settings.model and other.prompt_ids == current.prompt_ids
-        assert from_query(dict(parse_qsl(session.link_query(widgets)[1:])))[0].lang == session.lang
+        assert from_query(dict(parse_qsl(session.link_query()[1:])))[0].lang == session.lang
 
 
 def test_finished_runs_keep_their_recorded_arrays_within_the_budgets(tmp_path):
@@ -209,3 +243,24 @@ def test_the_newest_selection_wins_when_two_arrive_out_of_order(tmp_path):
     assert session.selected_step == 2
     assert session.select(run.token, 4)  # a caller without a count is taken as it comes
     assert session.select(run.token, 1, order=3) and session.selected_step == 1
+
+
+def test_a_picked_run_is_read_by_the_lessons_again(models):
+    """A run picked from the history is the lessons' run: what it recorded is still there (only the passes made
+    from it are made again); once the memory budget freed it, the logit lens says so in words, never the library's
+    advice to a script."""
+    from playground.app import lessons
+    from playground.app.words import t
+
+    lm = models["a"]
+    session = Session()
+    first = play(session, lm, UISettings(model="a", prompt="Hello", max_new_tokens=5))
+    play(session, lm, UISettings(model="a", prompt="Hello there", max_new_tokens=5))
+    assert first.analysis is None and not first.maps  # not on screen: its derived passes are let go
+    assert session.pick(first.number) is first
+    lens = lessons.show("lens", lm, session.current, None, lessons.Inputs(), "en")
+    assert "step 5" in lens.caption and len(lens.figures) == 2
+    first.drop_captures()  # the memory budget freed its recorded arrays
+    for lang in ("en", "zh"):
+        gone = lessons.show("lens", lm, first, None, lessons.Inputs(), lang)
+        assert gone.caption == t("lesson_lens_no_residual", lang) and gone.figures == []

@@ -10,16 +10,20 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from playground.app import lab, speculative_lab, views
+from playground.app import history, views
+from playground.app.experiments import speculative as speculative_lab
+from playground.app.experiments.base import ForkError
 from playground.app.notes import render
 from playground.app.play import play as play_press
+from playground.app.play import play_link
 from playground.app.session import Session
-from playground.app.settings import UISettings, from_query, generation_kwargs
+from playground.app.settings import UISettings, from_query, generation_kwargs, plain
 from playground.app.views import Selection
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig
 from playground.generation.engine import generate_all
+from tests.app.forks import press
 from tests.app.test_app_run import play
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -43,10 +47,10 @@ def show(lm, session: Session, step: int | None = None) -> dict:
 def test_an_early_layer_drafts_the_model_s_own_greedy_text_and_the_lab_shows_each_check(models, lang):
     lm = models["a"]
     session = Session(model="a", lang=lang)
-    plain = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
-    drafted = play(session, lm, speculative_lab.fork_settings(session, plain, "layer:1", 3, lang))
-    assert [s.token_id for s in drafted.path] == [s.token_id for s in plain.path]  # greedy: the model's own tokens
-    ref = generate_all(lm, list(plain.prompt_ids), GenerationConfig(**generation_kwargs(drafted.settings)))
+    first = play(session, lm, dataclasses.replace(SETTINGS, lang=lang))
+    drafted = press(session, lm, "speculative", "spec_fork", draft="layer:1", draft_tokens=3)
+    assert [s.token_id for s in drafted.path] == [s.token_id for s in first.path]  # greedy: the model's own tokens
+    ref = generate_all(lm, list(first.prompt_ids), GenerationConfig(**generation_kwargs(drafted.settings)))
     assert ref.token_ids == [s.token_id for s in drafted.path]
     spec = ref.speculation
     rows = speculative_lab.checks(lm, drafted)
@@ -66,7 +70,7 @@ def test_an_early_layer_drafts_the_model_s_own_greedy_text_and_the_lab_shows_eac
     assert md.startswith(t("spec_head", lang, n=drafted.number, drafter=t("spec_layer", lang, k="1"), k=3,
                            accepted=spec["accepted"], proposed=spec["proposed"], rate=spec["acceptance_rate"],
                            per_pass=spec["tokens_per_pass"], passes=spec["target_passes"], tokens=len(rows)))
-    assert t("spec_rule_greedy", lang) in md and str(plain.number) in md.split(t("spec_rule_greedy", lang))[1]
+    assert t("spec_rule_greedy", lang) in md and str(first.number) in md.split(t("spec_rule_greedy", lang))[1]
     assert bool(CJK.search(md)) == (lang == "zh")
     so_far = drafted.events[step].speculation["totals"]  # the running rate at the selected step, as the engine kept it
     assert t("spec_so_far", lang, step=step + 1, accepted=so_far["accepted"], proposed=so_far["proposed"],
@@ -74,7 +78,7 @@ def test_an_early_layer_drafts_the_model_s_own_greedy_text_and_the_lab_shows_eac
     fig = slots["spec_checks"].value
     assert list(fig.data[0].y) == pytest.approx([r["q"] for r in drafted_rows])  # q(x) per drafted token
     assert list(fig.data[1].y) == pytest.approx([r["p"] for r in drafted_rows])  # p(x)
-    assert [session.branches(drafted)[i]["edit"] for i in (0, 1)] == [
+    assert [r["edit"] for r in history.branch_rows(session, drafted, lang)] == [
         "", t("spec_words", lang, drafter=t("spec_layer", lang, k="1"))]
 
 
@@ -82,8 +86,8 @@ def test_sampling_with_an_early_layer_shows_coins_and_the_residual_of_a_rejectio
     lm = models["a"]
     session = Session(model="a")
     base = dataclasses.replace(SETTINGS, mode="sample", seed=5, temperature=1.0, max_new_tokens=24)
-    plain = play(session, lm, base)
-    drafted = play(session, lm, speculative_lab.fork_settings(session, plain, "layer:1", 4, "en"))
+    play(session, lm, base)
+    drafted = press(session, lm, "speculative", "spec_fork", draft="layer:1", draft_tokens=4)
     rows = [r for r in speculative_lab.checks(lm, drafted) if "draft" in r]
     assert rows and all(r["coin"] is not None for r in rows)
     assert all(r["accepted"] == (r["coin"] < r["accept"]) for r in rows)  # kept exactly when the coin falls below
@@ -104,7 +108,7 @@ def test_a_second_model_drafts_by_name_and_a_missing_one_is_a_note(models):
     frames = list(play_press(session, lookup, dataclasses.replace(SETTINGS, draft="model:b"), pace=False))
     run = frames[-1].run
     assert run.cfg.draft is models["b"] and run.finish_reason == "length"
-    assert "model b" in speculative_lab.drafter_words(run.settings.draft, "en")
+    assert "model b" in render(speculative_lab.drafter(run.settings.draft), "en")
     alone = list(play_press(Session(model="a"), lookup, dataclasses.replace(SETTINGS, draft="model:nope"), pace=False))
     assert [n.key for n in alone[-1].run.notes][:1] == ["draft_model_missing"]
     assert "nope" in alone[-1].notes[0] and alone[-1].run.cfg.draft is None
@@ -113,20 +117,21 @@ def test_a_second_model_drafts_by_name_and_a_missing_one_is_a_note(models):
 def test_the_link_replays_the_plain_run_then_the_drafted_one(models):
     lm = models["a"]
     source = Session(model="a")
-    plain = play(source, lm, SETTINGS)
-    drafted = play(source, lm, speculative_lab.fork_settings(source, plain, "ngram", 2, "en"))
-    params = dict(parse_qsl(source.link_query(drafted.settings).lstrip("?")))
+    first = play(source, lm, SETTINGS)
+    drafted = press(source, lm, "speculative", "spec_fork", draft="ngram", draft_tokens=2)
+    params = dict(parse_qsl(source.link_query().lstrip("?")))
     assert (params["draft"], params["draft_tokens"]) == ("ngram", "2")
     settings, notes = from_query(params)
-    assert notes == [] and [s.draft for s in lab.link_runs(settings)] == ["", "ngram"]
+    assert notes == [] and plain(settings).draft == ""
     session = Session(model="a")
-    runs = [play(session, lm, s) for s in lab.link_runs(settings)]
-    assert [[s.token_id for s in r.path] for r in runs] == [[s.token_id for s in r.path] for r in (plain, drafted)]
+    runs = [out.run for out in play_link(session, lambda *a: lm, settings, pace=False) if out.run.finish_reason]
+    assert [r.settings.draft for r in runs] == ["", "ngram"] and runs[1].origin == runs[0].number
+    assert [[s.token_id for s in r.path] for r in runs] == [[s.token_id for s in r.path] for r in (first, drafted)]
     for bad in ("layer:0", "tree", "model:"):
         got, notes = from_query({"model": "a", "draft": bad})
         assert got.draft == "" and [n.key for n in notes] == ["link_ignored"] and CJK.search(render(notes[0], "zh"))
-    with pytest.raises(speculative_lab.SpeculativeLabError):
-        speculative_lab.fork_settings(source, plain, "", 4, "en")
+    with pytest.raises(ForkError):
+        press(source, lm, "speculative", "spec_fork", run=first, draft="", draft_tokens=4)
 
 
 def test_a_run_without_a_draft_says_how_to_start(models):

@@ -12,9 +12,9 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from playground import viz
 from playground.analysis import attribute_step
 from playground.app import lab, views
+from playground.app.play import play_link
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query
 from playground.app.views import Selection, Slot, View
@@ -22,6 +22,7 @@ from playground.app.words import t
 from playground.checkpoints.loader import load_model
 from playground.interventions import Ablate
 from playground.viz import causal
+from tests.app.forks import fork_edit
 from tests.app.test_app_run import play
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -62,8 +63,8 @@ def test_the_views_core_never_imports_gradio():
 
 
 def test_each_view_names_what_it_needs_and_draws_only_its_own_slots():
-    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "cache", "kvlab", "positional", "lab",
-                                                     "speculative", "precision", "card"]
+    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "cache", "positional", "lab", "kvlab",
+                                                     "precision", "speculative", "card"]
     assert [v.name for v in views.LESSON_VIEWS.values()] == [
         f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab", "serving")]
     assert views.open_view("lessons", "memory").name == "lesson:memory" and views.open_view("nope").name == "inspector"
@@ -191,7 +192,7 @@ def test_a_fork_names_its_run_and_switches_between_the_edited_and_the_original_r
     session = with_run(models, lang)
     original = session.current
     session.selected_step = 3
-    fork = play(session, lm, lab.fork_settings(session, original, Ablate(1, head=3), lang))
+    fork = fork_edit(session, lm, Ablate(1, head=3), run=original)
     session.selected_step = 3
     view = views.PANELS["lab"]
     shown = show(models, view, session, Selection(step=3))
@@ -200,25 +201,26 @@ def test_a_fork_names_its_run_and_switches_between_the_edited_and_the_original_r
     assert shown["lab_div"].visible and shown["lab_run"].visible and shown["lab_run"].value == "shown"
     assert [v for _, v in shown["lab_run"].choices] == ["shown", "original"]
     assert [str(n) in label for (label, _), n in zip(shown["lab_run"].choices, (fork.number, original.number))] == [True] * 2
-    switched = show(models, view, session, Selection(step=3, side="original"))
+    switched = show(models, view, session, Selection(step=3, extra={"lab_run": "original"}))
     assert switched["lab_attr_md"].value.startswith(lab.reads(original, 3, lang))  # "In run 1 (no edit), step 4:"
     assert switched["lab_md"].value == md and switched["lab_run"].value == "original"  # the divergence is the pair's
     for run, text in ((original, switched["lab_attr_md"].value), (fork, attr_md)):  # each side's own attribution
         ref = attribute_step(lm, lab.as_result(run), 3).to_dict()
-        with viz.language(lang):
-            assert text == lab.reads(run, 3, lang) + " " + causal.attribution_caption(ref, run.path[3].token_text)
+        assert text == lab.reads(run, 3, lang) + " " + causal.attribution_caption(ref, run.path[3].token_text,
+                                                                                   lang=lang)
     plain = with_run(models, lang)
     assert show(models, view, plain)["lab_run"].visible is False  # no edit: nothing to switch to
 
 
 def test_a_link_with_edits_replays_the_plain_run_then_the_edited_one_and_the_lab_compares_them(models):
     source = with_run(models)
-    play(source, models["a"], lab.fork_settings(source, source.current, Ablate(0, head=1), "en"))
-    params = dict(parse_qsl(source.link_query(SETTINGS).lstrip("?")))
+    fork_edit(source, models["a"], Ablate(0, head=1))
+    params = dict(parse_qsl(source.link_query().lstrip("?")))
     settings, notes = from_query(params)
     session = Session(model="a")
-    session.opened_from(params, notes)
-    runs = [play(session, models["a"], s) for s in lab.link_runs(settings)]
+    session.opened_from(params, notes, settings)
+    runs = [out.run for out in play_link(session, lambda *a: models["a"], settings, pace=False) if out.run.finish_reason]
+    assert [r.number for r in runs] == [1, 2] and runs[1].origin == 1 and runs[1].experiment == "causal"
     md = caption(models, views.PANELS["lab"], session, Selection(step=2))
     assert t("lab_edited", "en", edit=lab.describe_edits(runs[1].settings.edits, "en"), n=runs[0].number) in md
 
@@ -240,8 +242,9 @@ def test_a_lesson_view_is_the_registry_s_lesson(models):
 def test_the_selection_reads_the_page_s_controls_whatever_they_hold():
     sel = Selection.from_controls({"att_layer": 2.0, "att_head": "3", "att_query": 5, "att_sink": True,
                                    "lesson_batch": None, "pe_base": "abc", "pe_length": 0, "lab_run": "original",
-                                   "att_kind": 7}, step=4)
-    assert (sel.step, sel.layer, sel.head, sel.query, sel.sink, sel.side) == (4, 2, 3, None, True, "original")
+                                   "att_kind": 7}, step=4, extra=("lab_run", "lab_versus"))
+    assert (sel.step, sel.layer, sel.head, sel.query, sel.sink) == (4, 2, 3, None, True)
+    assert sel.extra == {"lab_run": "original"}  # an experiment's control, as the page holds it
     assert sel.inputs.batch == 1 and sel.pe_base == 1000.0 and sel.pe_length == 64 and sel.kind == "self"
     assert Selection.from_controls({"att_query": 5}, query=True).query == 5
     assert Selection.from_controls({}, query=True).query is None

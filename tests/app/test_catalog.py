@@ -217,8 +217,10 @@ def test_uploads_expire_after_their_last_use(catalog, tiny):
     clock.now += 300  # 700 s since the last use of both
     removed = catalog.uploads.sweep()
     assert len(removed) == 2 and old not in catalog.names(ALICE) and kept not in catalog.names(BOB)
-    with pytest.raises(PlaygroundError, match=PRIVATE_UPLOAD):
+    with pytest.raises(PlaygroundError, match="deleted after its time without use"):  # its owner is told why
         catalog.resolve(old, ALICE)
+    with pytest.raises(PlaygroundError, match=PRIVATE_UPLOAD):  # anyone else learns nothing
+        catalog.resolve(old, BOB)
 
 
 def test_the_quota_evicts_the_least_recently_used_first(tiny, tmp_path):
@@ -342,3 +344,16 @@ def test_a_preloaded_smollm2_is_offered_from_the_hugging_face_cache_offline(tiny
     # An imported copy in the weights folder wins over the cache.
     shutil.copytree(source, empty / "SmolLM2-135M-Instruct")
     assert catalog.resolve("SmolLM2-135M-Instruct", ALICE) == (empty / "SmolLM2-135M-Instruct").resolve()
+
+
+def test_the_operator_s_default_model_opens_pages_when_it_is_offered(weights, tmp_path):
+    """`app.py --default-model NAME`: pages open on NAME, listed first; a name not offered keeps the usual default
+    (and says so, `default_offered`); the operator's choice wins over a Space's preloaded model."""
+    save_tiny_decoder(tmp_path / "more" / "other-lm", seed=3)
+    chosen = Catalog(weights, tmp_path / "uploads", extra_weights_dirs=[tmp_path / "more"], default_model="other-lm")
+    assert chosen.default_name() == "other-lm" and chosen.names()[0] == "other-lm" and chosen.default_offered()
+    missing = Catalog(weights, tmp_path / "uploads", default_model="no-such-model")
+    assert missing.default_name() == "tiny-lm" and not missing.default_offered()
+    for hostile in ("../tiny-lm", "/etc/passwd", UPLOAD_PREFIX + "0" * 32):  # only a catalog name is ever taken
+        assert Catalog(weights, tmp_path / "uploads", default_model=hostile).default_name() == "tiny-lm"
+    assert Catalog(weights, tmp_path / "uploads").default_offered()  # none asked: nothing to say

@@ -47,7 +47,7 @@ KEPT_LATIN = {"min-p", "top-k", "top-p", "Min-p", "Top-k", "Top-p", "KV", "force
               "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors", "Hub", "owner/name", "fr", "fr_XX",
               "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face", "int8", "int4", "bfloat16", "float16",
               "ngram", "layer", "K", "model", "name", "linear", "ntk", "yarn", "RoPE"}
-# The notes whose words predate note_words (in words.STRINGS): walked too.
+# The notes whose words are the page's (in words.STRINGS): walked too.
 OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailable", "prompt_cut", "prompt_tokens_cut",
                    "numbers_nonfinite", "numbers_overflow", "numbers_uniform", "zerogpu_quota", "zerogpu_busy",
                    "zerogpu_failed")
@@ -55,7 +55,7 @@ OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailabl
 
 def test_every_note_key_reads_in_chinese_with_the_same_values():
     """Each note's 中文 words (the placeholders taken out) hold Chinese and no English but names and units."""
-    from playground.app.note_words import NOTE_WORDS
+    from playground.app.notes import NOTE_WORDS
 
     for key, (en, zh) in {**NOTE_WORDS, **{k: STRINGS[k] for k in OLDER_NOTE_KEYS}}.items():
         assert set(re.findall(r"\{(\w+)", en)) == set(re.findall(r"\{(\w+)", zh)), key
@@ -75,10 +75,11 @@ LINK_PAIR = re.compile(r"\b\w+=\S*")  # a link's own `name=value`, quoted as the
 def test_a_page_note_names_each_knob_as_its_control_does():
     """Every note that can name a knob, with every knob, in both languages: the control's name (as the page's
     label says it), never the identifier; and the page's other words (figures, messages) never use one either."""
-    from playground.app.note_words import KNOB_NOTES, KNOB_WORDS, NOTE_WORDS
-    from playground.app.notes import note, render
-    from playground.locales import LANGUAGES, load
+    from playground.app.notes import KNOB_NOTES, NOTE_WORDS, note, render
+    from playground.locales import LANGUAGES, load, section
 
+    knobs = section("knobs")
+    KNOB_WORDS = {name: (en, knobs["zh"][name]) for name, en in knobs["en"].items()}  # noqa: N806 - a table
     for name, (en, zh) in KNOB_WORDS.items():
         if name in STRINGS:  # the knob has a control on the page: its note word is the label's beginning
             assert t(name, "en").startswith(en.split(" α")[0]) and t(name, "zh").startswith(zh.split(" α")[0]), name
@@ -104,8 +105,9 @@ def test_a_page_note_names_each_knob_as_its_control_does():
 
 
 def _notes_of_every_kind(tmp_path) -> list:
+    from playground.app.fields import MAX_EDITS
     from playground.app.limits import Caps, clamp_settings
-    from playground.app.settings import MAX_EDITS, from_query
+    from playground.app.settings import from_query
     from playground.app.uploads import EVICTED
     from playground.checkpoints.loader import load_model
     from playground.generation import GenerationConfig, plan

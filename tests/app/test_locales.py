@@ -25,7 +25,6 @@ import pytest
 
 from playground import locales
 from playground.app.words import STRINGS, t
-from playground.viz._language import language
 from tests.viz_cases import CASES, readable_text, run_case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +73,7 @@ def test_both_languages_have_every_key_with_the_same_placeholders():
            for lang in locales.LANGUAGES}
     en, zh = dict(leaves(raw["en"])), dict(leaves(raw["zh"]))
     assert en.keys() == zh.keys(), sorted(en.keys() ^ zh.keys())
-    assert {path[0] for path in en} == {"page", "figures"}
+    assert {path[0] for path in en} == {"page", "figures", "notes", "knobs"}
     for path, english in en.items():
         where = "/".join(path)
         assert isinstance(english, str) and isinstance(zh[path], str), where
@@ -89,9 +88,8 @@ def test_the_page_words_and_the_figure_words_come_from_the_files():
     assert t("kv_title", "zh") == "KV 缓存" and t("step_of", "zh", step=3, n=8) == "第 3 步 / 共 8 步"
     from playground.viz import cache
 
-    assert cache.TEXT_ZH is raw["figures"]["cache"]
-    with language("zh"):
-        assert cache._T["growth_title"] == raw["figures"]["cache"]["growth_title"]
+    assert cache._T("zh") == raw["figures"]["cache"]
+    assert cache._T("zh")["growth_title"] == raw["figures"]["cache"]["growth_title"]
     with pytest.raises(ValueError, match="en, zh"):
         locales.load("fr")
 
@@ -113,8 +111,7 @@ def test_the_rule_catches_words_left_in_english():
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_figure_and_caption_in_chinese_keeps_no_english_word(name):
-    with language("zh"):
-        text = readable_text(run_case(name))
+    text = readable_text(run_case(name, "zh"))
     left = sorted({w for s in text for w in untranslated(s)})
     assert not left, f"{name}: English left in 中文: {left}"
 

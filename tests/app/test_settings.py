@@ -6,9 +6,10 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from playground.app.limits import CAPS, RANGES
+from playground.app.limits import CAPS
 from playground.app.settings import (
     FIELDS,
+    RANGES,
     UISettings,
     format_branches,
     from_query,

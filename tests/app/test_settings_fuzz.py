@@ -86,7 +86,7 @@ def test_random_settings_run_or_raise_one_settings_error(lm):
 def _about(n: str, knob: str) -> bool:
     """Whether the note `n` speaks of `knob`: by its values (a keyed note names the knob there, its words name the
     page's control) or, for a note of the library, by the knob's identifier in its English."""
-    from playground.app.note_words import knob_word
+    from playground.app.notes import knob_word
 
     return (getattr(n, "values", {}).get("name") == knob or knob_word(knob, "en") in n or knob in n
             or knob.replace("_", " ") in n)

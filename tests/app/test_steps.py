@@ -16,9 +16,9 @@ from playground.app import describe, frames, lab
 from playground.app.play import play_link
 from playground.app.session import LiveView, Session
 from playground.app.settings import UISettings, from_query
+from playground.app.view import Context, Selection
 from playground.app.views import cache as cache_view
 from playground.app.views import inspector as inspector_view
-from playground.app.views.base import Context, Selection
 from playground.app.words import t
 from playground.steps import FIRST_STEP, step_index, step_number
 from playground.viz import anatomy as v_anatomy

@@ -106,9 +106,12 @@ def test_a_visitors_run_on_zerogpu_equals_the_same_run_served_normally(lm, gpu, 
     zerogpu.install(None)
     ref = served(page_plan(lm, settings))
     assert_same_run(steps(got), steps(ref))
-    assert got == steps(got)  # no notice: the GPU took it
+    used = got[-1]  # no refusal: the GPU took it, and the last line says how much of its time the run used
+    assert got[:-1] == steps(got) and used.key == "zerogpu_used" and used.values["asked"] == zerogpu.estimate_seconds(
+        zerogpu.WorkerRequest.of(p, "cpu"))
+    assert 0 < used.values["seconds"] < 120 and f"about {used.values['seconds']} s of GPU time" in used.text("en")
     came_back = gpu.received[before:]
-    assert isinstance(came_back[0], zerogpu.Loaded) and came_back[1:] == got  # every event crossed the pipe
+    assert isinstance(came_back[0], zerogpu.Loaded) and came_back[1:] == got[:-1]  # every event crossed the pipe
     for event in got:  # plain Python and numpy only: nothing of torch crosses the process boundary
         assert b"torch" not in pickle.dumps(event)
 
@@ -132,7 +135,7 @@ def test_a_branch_crosses_as_its_forced_tokens(lm, zero_gpu):
     session = Session()
     parent_run, p = start_run(session, lm, UISettings(prompt="Hello", max_new_tokens=8))
     session.add_run(parent_run)
-    for event in served(p):
+    for event in steps(served(p)):
         parent_run.add_event(event, lm)
     parent_run.finish(lm)
     other = next(c.token_id for c in parent_run.path[2].candidates if c.token_id != parent_run.path[2].token_id)
@@ -152,7 +155,8 @@ def test_stop_ends_the_run_in_the_worker_and_the_worker_serves_the_next(lm, gpu,
         got.append(event)
         if len(got) == 3:
             stop.set()
-    assert len(got) == 3 and not got[-1].finished
+    assert len(steps(got)) == 3 and not got[2].finished
+    assert got[3:] and got[3].key == "zerogpu_used"  # a stopped run's GPU time counts too, and is said
     assert gpu.closed == closed + 1  # the GPU call was closed, so the worker was told to stop
     stream = engine_stream.run_events(page_plan(lm, UISettings(prompt="Hi", max_new_tokens=40)), threading.Event())
     assert [next(stream).step, next(stream).step] == [0, 1]
@@ -166,11 +170,14 @@ def test_a_refused_gpu_runs_on_the_cpu_with_one_line_saying_why(lm, gpu, zero_gp
     settings = UISettings(prompt="Hello", max_new_tokens=6, attention=True)
     gpu.refuse = quota_exceeded()
     got = served(page_plan(lm, settings))
-    assert got[0] == zerogpu.Notice("zerogpu_quota")
+    assert got[0] == zerogpu.Notice("zerogpu_quota_left", {"left": 12})  # what is left, where the refusal says it
     for lang in ("en", "zh"):
         line = got[0].text(lang)
-        assert "\n" not in line and line == t("zerogpu_quota", lang)
-    assert "Sign in" in got[0].text("en") and "own computer" in got[0].text("en") and "登录" in got[0].text("zh")
+        assert "\n" not in line and line == t("zerogpu_quota_left", lang, left=12)
+    english = got[0].text("en")
+    assert "12 s of ZeroGPU time are left" in english and "12 秒" in got[0].text("zh")
+    assert "sign in" in english and "5 minutes a day" in english and "2 minutes a day per network" in english
+    assert "one school address" in english and "own computer" in english and "登录" in got[0].text("zh")
     zerogpu.install(None)
     ref = served(page_plan(lm, settings))
     assert got[1:] == steps(got)  # then the CPU's events, exactly the run served normally
@@ -193,6 +200,16 @@ def test_each_refusal_the_spaces_package_raises_says_why(title, key):
     import gradio as gr
 
     assert zerogpu.refusal_key(gr.Error("details", title=title)) == key
+    assert zerogpu.refusal(gr.Error("details", title=title)) == zerogpu.Notice(key)  # nothing said of what is left
+
+
+def test_a_quota_refusal_says_what_is_left_in_each_of_the_packages_wordings():
+    import gradio as gr
+
+    for message, left in (("You have exceeded your free GPU quota (13s requested vs. 7s left).", 7),  # spaces 0.3x on
+                          ("You have exceeded your GPU quota (59s left vs. 60s requested). Please retry", 59)):
+        notice = zerogpu.refusal(gr.Error(message, title="ZeroGPU quota exceeded"))
+        assert notice == zerogpu.Notice("zerogpu_quota_left", {"left": left})
 
 
 def test_the_gpu_time_asked_for_follows_the_run(lm, gpu, zero_gpu):

@@ -217,7 +217,14 @@ def shot(page, name: str, readme: bool = False, element: str | None = None) -> N
 
 def assert_fits(page) -> None:
     width = page.evaluate("() => document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], f"the page is {width} px wide in a {page.viewport_size['width']}-px window"
+    window = page.viewport_size["width"]
+    if width > window:  # name the innermost elements that reach past the window's edge
+        wide = page.evaluate("""(w) => Array.from(document.querySelectorAll('body *'))
+            .filter(e => e.getBoundingClientRect().right > w + 1 && e.offsetParent !== null
+                    && ![...e.children].some(c => c.getBoundingClientRect().right > w + 1))
+            .map(e => (e.id ? '#' + e.id : e.tagName.toLowerCase() + '.' + [...e.classList].join('.'))
+                 + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 8)""", window)
+        raise AssertionError(f"the page is {width} px wide in a {window}-px window: {wide}")
 
 
 def in_view(page, selector: str) -> bool:

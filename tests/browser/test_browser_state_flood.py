@@ -31,7 +31,10 @@ def served(tmp_path_factory):
 
 
 def _index(demo, handler) -> int:
-    return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__func__", None) is handler.__func__)
+    """The event bound to `handler`: a bound method itself, or the page's load closure that calls it."""
+    bound = [i for i, fn in demo.fns.items() if getattr(fn.fn, "__func__", None) is handler.__func__]
+    named = [i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", None) == handler.__name__]
+    return (bound or named)[0]
 
 
 def _flood(demo, url: str, n: int, handler, data: list) -> list[int]:

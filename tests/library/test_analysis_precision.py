@@ -18,8 +18,9 @@ from playground.analysis.precision import (
 )
 from playground.generation import GenerationConfig, generate_all
 from playground.models.layers import Linear
-from playground.models.quantize import INT4_GROUP, PRECISIONS, weight_bytes_per_token
+from playground.models.quantize import INT4_GROUP, PRECISIONS
 from playground.tools.precision_bench import table
+from playground.variants import weight_bytes_per_token
 from tests.hf_tiny import llama_like, save_decoder, save_seq2seq, t5_like
 
 transformers.logging.set_verbosity_error()

@@ -25,7 +25,7 @@ from playground.app.session import Session
 from playground.app.settings import UISettings
 from playground.generation import generate_all
 from playground.generation.engine import run_plan
-from playground.interventions import Steer
+from playground.interventions import Steer, pack
 from playground.loaded import LoadedModel
 from tests.device_cases import CFG, PROMPTS, analysis_data, drop_timings, lab_data, load, same
 from tests.fake_cuda import CudaTensor, DeviceMismatch, fake_cuda
@@ -151,10 +151,10 @@ def test_the_labs_app_core_on_the_models_device(one_thread):
     def lab_buttons(lm: LoadedModel) -> list:
         original = play(lm, settings)
         steer = Steer(1, torch.linspace(-2, 2, lm.config.d_model), 2.0)
-        edited = play(lm, dataclasses.replace(settings, edits=lab.pack((steer,))))
+        edited = play(lm, dataclasses.replace(settings, edits=pack((steer,))))
         assert edited.cfg.interventions == (steer,)
         return [lab.divergence_of(lm, original, edited).to_dict(), lab.why(lm, edited, 2, versus=True).to_dict(),
-                lab.sweep(lm, edited, 2, 1, "en").to_dict(), lab.contrast(lm, "good", "bad", 1, "en").to_dict()]
+                lab.sweep(lm, edited, 2, 1).to_dict(), lab.contrast(lm, "good", "bad", 1).to_dict()]
 
     expected = lab_buttons(cpu)
     with fake_cuda():

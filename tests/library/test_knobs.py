@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground.app.limits import CAPS, RANGES, clamp_settings
-from playground.app.settings import from_query
+from playground.app.limits import CAPS, clamp_settings
+from playground.app.settings import RANGES, from_query
 from playground.config import ModelConfig
 from playground.generation import KNOBS, GenerationConfig, SettingsError
 

@@ -14,12 +14,13 @@ import torch
 import transformers
 
 import playground
+from playground import variants
 from playground.app.serving import Server
 from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import Scheduler, run_alone
 from playground.generation.config import SettingsError
 from playground.generation.plan import plan
-from playground.models import low_precision, variants
+from playground.models import low_precision
 from playground.models.low_precision import LowPrecisionLinear
 from playground.models.quantize import (
     INT4_GROUP,
@@ -31,7 +32,7 @@ from playground.models.quantize import (
     out_in,
     rounded,
 )
-from playground.models.variants import variant
+from playground.variants import variant
 from tests.hf_tiny import llama_like, save_decoder, save_seq2seq
 from tests.library.test_batch import _assert_equal_runs
 from tests.library.test_batch_families import DECODERS, SEQ2SEQ

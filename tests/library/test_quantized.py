@@ -11,12 +11,13 @@ import torch
 import transformers
 
 import playground
+from playground import variants
 from playground.generation import GenerationConfig, generate_all
-from playground.models import quantized, variants
+from playground.models import quantized
 from playground.models.layers import Linear
 from playground.models.quantize import matrices, out_in
 from playground.models.quantized import QuantizedEmbedding, QuantizedHead, QuantizedLinear
-from playground.models.variants import variant
+from playground.variants import variant
 from tests.hf_tiny import llama_like, save_decoder
 
 transformers.logging.set_verbosity_error()

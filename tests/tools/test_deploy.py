@@ -165,10 +165,12 @@ def test_each_hardware_writes_what_a_duplicator_is_offered_and_requirements_to_m
     assert split_front_matter(card)[0] == config
     original = (ROOT / "requirements.txt").read_text().splitlines()
     requirements = build(ROOT, hardware=hardware)[1].get("requirements.txt")
-    if hardware == "zerogpu":  # ZeroGPU's decorator, beside everything the checkout pins
-        assert files["requirements.txt"]["source"] == "generated"
+    if hardware == "zerogpu":  # the sign-in's packages beside everything the checkout pins; `spaces` comes with ZeroGPU
+        assert files["requirements.txt"]["source"] == "generated" and config["hf_oauth"] is True
         lines = requirements.decode().splitlines()
-        assert lines[: len(original)] == original and any(line.startswith("spaces>=") for line in lines)
+        assert lines[: len(original)] == original and {"authlib", "itsdangerous"} <= {
+            line.split("#")[0].strip() for line in lines}
+        assert not any(line.startswith("spaces") for line in lines)
         assert files["requirements.txt"]["bytes"] == len(requirements)
     else:  # the checkout's own: torch from PyPI runs on the CPU and on a GPU of the Space's own
         assert requirements is None and files["requirements.txt"]["source"] == "working tree"

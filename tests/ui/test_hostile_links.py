@@ -15,7 +15,8 @@ import zlib
 import gradio as gr
 import pytest
 
-from playground.app.settings import FIELDS, MAX_EDITS, from_query
+from playground.app.fields import MAX_EDITS
+from playground.app.settings import WIDGETS, from_query
 from playground.interventions import Ablate, pack
 from tests.ui_fixtures import save_tiny_decoder, script_client, served_app
 
@@ -68,7 +69,8 @@ def test_a_hostile_edits_link_opens_the_page_with_one_note(case, served, client)
     handlers = served[0].playground_handlers
     request = gr.Request(session_hash=f"tab-{case}", query_params={"prompt": "keep me", "edits": HOSTILE[case]})
     *values, notes = handlers.models.page_load(request)
-    assert values[FIELDS.index("prompt")] == "keep me" and values[FIELDS.index("edits")] == ""
+    assert values[WIDGETS.index("prompt")] == "keep me"
+    assert handlers.sessions.get(f"tab-{case}").link_settings.edits == ""  # what the link's run would replay
     _one_edits_note(notes)
     out = client.predict("tiny-lm", "Hello", "max_new_tokens=2", api_name="/generate_text")  # still serving
     assert len(out["token_ids"]) == 2
@@ -80,12 +82,12 @@ def test_sixteen_edits_are_still_read():
 
 
 def test_any_error_while_reading_a_link_is_a_note(monkeypatch):
-    import playground.app.settings as settings_module
+    import playground.app.fields as fields_module
 
     def broken(text: str) -> tuple:
         raise RuntimeError("something nobody foresaw")
 
-    monkeypatch.setattr(settings_module, "unpack", broken)
+    monkeypatch.setattr(fields_module, "unpack", broken)
     settings, notes = from_query({"edits": "abc", "prompt": "kept"})
     assert settings.prompt == "kept" and settings.edits == ""
     assert len(notes) == 1 and "edits" in notes[0] and "nobody foresaw" not in notes[0], notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import threading
 from pathlib import Path
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 
 from playground.app import describe, measurements
+from playground.app import frames as fr
 from playground.app.limits import CAPS
-from playground.app.settings import FIELDS, UISettings, from_query, from_widgets, to_query
+from playground.app.settings import FIELDS, WIDGETS, UISettings, from_query, from_widgets, to_query
 from playground.app.uploads import UPLOAD_PREFIX
 from playground.app.words import t
 from playground.generation import full_attention
@@ -43,7 +45,8 @@ def h(app):
 
 
 def values(settings: UISettings) -> list:
-    return [getattr(settings, f) for f in FIELDS]
+    """The left column's widgets (what Generate reads) holding `settings`."""
+    return [getattr(settings, f) for f in WIDGETS]
 
 
 def request(session: str = "s1", **query) -> gr.Request:
@@ -59,12 +62,12 @@ def run(h, settings: UISettings, session: str = "s1", ticket: float = 0.0):
 def open_link(h, session: str, **query) -> list:
     """A tab opened from a link: the page load, the model's load, then the link's own run (its frames)."""
     out = h.models.page_load(request(session, **query))
-    settings = dict(zip(FIELDS, out[:-1]))
+    settings = dict(zip(WIDGETS, out[:-1]))
     settings["model"] = settings["model"]["value"]
     loaded = h.models.load_from_link(settings["model"], settings["dtype"], settings["lang"], request(session))
     if "value" in loaded["chat"]:  # the chat box as the model's load left it
         settings["chat"] = loaded["chat"]["value"]
-    return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in FIELDS]))
+    return list(h.stream.generate_link(request(session), 0.0, *[settings[f] for f in WIDGETS]))
 
 
 def is_skip(value) -> bool:
@@ -93,17 +96,17 @@ def positional(h, length: int, base: float, pair: int, session: str) -> list:
 def test_page_load_restores_settings_from_the_url(h):
     out = h.models.page_load(request(model="tiny-lm", prompt="abc", mode="beam", num_beams="4", top_p="2",
                                      model_x="1", lang="zh"))
-    got = dict(zip(FIELDS, out[:-1]))
+    got = dict(zip(WIDGETS, out[:-1]))
     assert got["prompt"] == "abc" and got["mode"] == "beam" and got["num_beams"] == 4 and got["lang"] == "zh"
     assert got["model"]["value"] == "tiny-lm"
     assert "top_p" in out[-1] and "model_x" in out[-1]
     missing = h.models.page_load(request(model="../../etc"))
-    assert "not a checkpoint name" in missing[-1] and dict(zip(FIELDS, missing[:-1]))["model"]["value"] == "tiny-lm"
+    assert "not a checkpoint name" in missing[-1] and dict(zip(WIDGETS, missing[:-1]))["model"]["value"] == "tiny-lm"
 
 
 def test_copy_link_encodes_every_widget_including_chat_and_branches():
     s = UISettings(prompt="hi", mode="sample", seed=5, temperature=0.5, chat=False, lang="zh", branches="3:17")
-    q = to_query(from_widgets(dict(zip(FIELDS, values(s)))))
+    q = to_query(from_widgets({f: getattr(s, f) for f in FIELDS}))
     assert "chat=false" in q and "lang=zh" in q and "branches=3%3A17" in q
     assert from_query(dict(parse_qsl(q[1:])))[0] == s
 
@@ -173,16 +176,27 @@ def test_a_links_notes_stay_until_the_visitors_next_action_and_never_show_python
 
 
 def test_generation_streams_small_frames_into_the_live_screen(h):
-    frames, r = run(h, UISettings(prompt="Hello", max_new_tokens=12, seed=3))
-    assert len(frames) >= 2
+    """The run's first frame holds it whole (its head: the prompt), every later one only the entries the page
+    lacks: each entry travels once, and the frames folded as the page folds them are the run."""
+    frames, r = run(h, UISettings(prompt="Hello", max_new_tokens=12, seed=3, pace_ms=10))
+    assert len(frames) >= 3
     first, last = frames[0][0], frames[-1][0]
-    assert len(first["path"]) < 12 and len(last["path"]) == 12
+    assert "head" in first and first["from"] == 0 and [i for _, i in first["head"]["prompt"]] == r.prompt_ids
+    assert not any("head" in f[0] for f in frames[1:])
+    sent = [len(fr.entries(f[0])) for f in frames]
+    assert sum(sent) == 12 and max(sent) < 12  # each of the 12 entries once, spread over the frames
+    path = []
+    for f in frames:
+        assert f[0]["from"] == len(path)  # each frame starts where the page's copy ends
+        path = fr.fold(path, f[0])
+    assert path == json.loads(json.dumps(r.compact))
     assert last["status"]["state"] == "done" and last["status"]["reason"] == "length"
-    text, token_id, prob, cands, kv = last["path"][5]
+    text, token_id, prob, cands, kv = path[5]
     assert isinstance(text, str) and 0 < prob <= 1 and cands and kv[0] == len(r.prompt_ids) + 5
     assert any(c[4] for c in cands)  # the chosen token is among the candidates
-    assert last["att"]["step"] == 11 and len(last["att"]["row"]) == len(r.prompt_ids) + 11
-    assert abs(sum(last["att"]["row"]) - 1) < 1e-3  # a softmax row
+    att = fr.attention(last)
+    assert att["step"] == 11 and len(att["row"]) == len(r.prompt_ids) + 11
+    assert abs(sum(att["row"]) - 1) < 1e-3  # a softmax row
     # notes and branches: the same plain values every frame (Gradio sends nothing for an unchanged value,
     # where an update such as gr.skip() rebuilds the component on the server for every frame)
     assert len(frames) > 2 and all(f[1] == frames[0][1] and f[2] == frames[0][2] for f in frames[1:])
@@ -198,7 +212,7 @@ def test_the_first_frame_of_a_press_says_the_run_has_started_before_its_first_to
     press = h.stream.generate(request("started"), 0.0, *values(UISettings(prompt="Hi", max_new_tokens=3)))
     live, notes, _ = next(press)
     assert live["run"] != before.token and live["number"] == before.number + 1
-    assert live["path"] == [] and live["status"]["state"] == "running" and live["status"]["n"] == 0
+    assert fr.entries(live) == [] and live["status"]["state"] == "running" and live["status"]["n"] == 0
     rest = list(press)
     assert rest[-1][0]["status"]["state"] == "done" and all(f[1] == notes for f in rest)
     script = (Path(__file__).resolve().parents[2] / "playground/ui/assets/live.js").read_text()
@@ -262,6 +276,25 @@ def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):
     assert list(h.stream.generate(request("stopper"), 2500.0, *values(UISettings(prompt="Hi", max_new_tokens=2))))
 
 
+def test_stop_ends_the_run_at_the_tokens_its_page_showed(h):
+    """The engine runs ahead of the page; the page's script says how many tokens it showed as Stop is pressed
+    (stop_at), and the run ends there: the status, the frames folded as the page folds them, the run itself."""
+    gen = h.stream.generate(request("seen"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=200, pace_ms=20)))
+    path: list = []
+    for live, _, _ in gen:
+        path = fr.fold(path, live)
+        if len(path) >= 5:
+            break
+    run = h.sessions.get("seen").current
+    assert h.stream.stop_at(["no such run", 1]) == {} and h.stream.stop_at([run.token]) == {} and run.running
+    h.stream.stop_at([run.token, len(path) - 2])  # two tokens the page had not drawn yet
+    frames = list(gen)
+    for live, _, _ in frames:
+        path = fr.fold(path, live)
+    assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] == len(path) == len(run.path)
+    assert len(run.path) == len(run.events) == len(run.compact) and len(run.path) <= 3
+
+
 def test_a_new_run_stops_the_previous_one_of_the_same_tab(h):
     slow = h.stream.generate(request("one"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100, pace_ms=20)))
     next(slow)
@@ -295,7 +328,10 @@ def test_beam_search_streams_the_best_beam_as_tokens(h):
     frames, r = run(h, UISettings(prompt="Hello", mode="beam", num_beams=3, max_new_tokens=6), "beam")
     last = frames[-1][0]
     assert last["mode"] == "beam" and last["beams"] and all(len(b) == 3 for b in last["beams"])
-    assert [p[1] for p in last["path"]] == r.final.token_ids  # the winning hypothesis, token by token
+    path = []
+    for f in frames:
+        path = fr.fold(path, f[0])
+    assert [p[1] for p in path] == r.final.token_ids  # the winning hypothesis, token by token
     assert all(p.source_beam is not None for p in r.path) and all(0 < p.prob <= 1 for p in r.path)
     # Every caption is consistent with the final text: the token at step k is the final text's token k.
     for k, step in enumerate(r.path):
@@ -359,6 +395,7 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
     run(h, UISettings(prompt="Hello", max_new_tokens=6), "kv")
     fig, md = each_step_in_its_own_context(h.panels.rerun_without_cache(request("kv")))[-1]
+    fig = fig["value"]  # shown (the cache tab hides it for a run that has none)
     assert {t.name for t in fig.data} >= {"with KV cache", "without KV cache"} and "same tokens" in md
     assert "Generate once first" in list(h.panels.rerun_without_cache(request("nobody")))[-1][1]
 
@@ -392,7 +429,7 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
     assert child is not parent and child.branch_of == (parent.number, 3) and child.forced == [other]
     assert [x[1] for x in child.inherited] == parent.generated_ids[:3]
     live, notes, branches = frames[-1]
-    assert branches == f"3:{other}" and live["forced_tokens"][0][1] == other
+    assert branches == f"3:{other}" and frames[0][0]["head"]["forced_tokens"][0][1] == other
     assert [b["number"] for b in live["branches"]] == [parent.number, child.number]
     # The branch equals a fresh run whose prompt already holds the prefix and the chosen token.
     lm = h.models.model_for("tiny-lm", "float32")
@@ -418,10 +455,10 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
 
 def test_seq2seq_runs_show_cross_attention_and_branch(h):
     frames, r = run(h, UISettings(model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=6), "s2s")
-    last = frames[-1][0]
-    assert last["kind"] == "seq2seq" and last["att"]["kind"] == "cross"
-    assert len(last["att"]["row"]) == len(r.prompt_ids) and last["cache"]["cross"]["tokens"] == len(r.prompt_ids)
-    assert last["decoder_start"]
+    last, att = frames[-1][0], fr.attention(frames[-1][0])
+    assert last["kind"] == "seq2seq" and att["kind"] == "cross"
+    assert len(att["row"]) == len(r.prompt_ids) and last["cache"]["cross"]["tokens"] == len(r.prompt_ids)
+    assert frames[0][0]["head"]["decoder_start"]
     session = h.sessions.get("s2s")
     session.deep_tab = "attention"
     out = h.views.control("attention", heads_controls("cross", "head", "linear", 1, 2, False), request("s2s"))
@@ -645,7 +682,7 @@ def test_a_sliding_window_model_shows_each_layers_own_mask(tmp_path):
     h = build_app(tmp_path / "weights", tmp_path / "uploads").playground_handlers
     h.models.load("windowed", "float32", "en", request("win"))
     frames, r = run(h, UISettings(model="windowed", prompt="abcdefgh", max_new_tokens=6), "win")
-    row = frames[-1][0]["att"]["row"]
+    row = fr.attention(frames[-1][0])["row"]
     assert len(row) == len(r.prompt_ids) + 5 and all(w == 0 for w in row[:-5])  # only the last 5 keys are seen
     assert abs(sum(row[-5:]) - 1) < 1e-3
     h.sessions.get("win").deep_tab = "attention"
@@ -679,8 +716,9 @@ def _english_phrases() -> set[str]:
 
     for info in pkgutil.iter_modules(viz_pkg.__path__):
         module = importlib.import_module(f"playground.viz.{info.name}")
-        if isinstance(getattr(module, "TEXT", None), dict) and isinstance(getattr(module, "TEXT_ZH", None), dict):
-            walk(module.TEXT, module.TEXT_ZH)
+        words = getattr(module, "_T", None)
+        if callable(words):
+            walk(words("en"), words("zh"))
     return phrases
 
 
@@ -750,16 +788,18 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
 
     generate = next(f for f in fns if (page.generate._id, "click") in [(b, e) for b, e in f.targets])
     followers = after(generate)
-    assert [f.fn.__name__ for f in followers] == ["redraw"]  # one event redraws whatever view is open
-    redraw = followers[0]
+    assert [f.fn.__name__ for f in followers] == ["show", "redraw"]  # the run on screen's badge, history and link;
+    redraw = followers[1]  # then one event redraws whatever view is open (the others emptied until opened)
+    assert [o._id for o in followers[0].outputs] == [page.component(n)._id for n in ("active_settings", "run_history",
+                                                                                    "link")]
     assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {
         o._id for o in redraw.outputs}
     selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
     tabs = [f for f in fns if (page.tabs._id, "select") in list(f.targets)]
     assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
-    from playground.ui import lab, lessons, panels
+    from playground.ui import experiments, lessons, panels
 
-    assert not any(hasattr(m, n) for m in (lab, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
+    assert not any(hasattr(m, n) for m in (experiments, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
 
 
 def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):
@@ -769,3 +809,25 @@ def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its
     h.sessions.get("elsewhere").deep_tab = "inspector"  # the All heads controls moved while another tab is open
     out = fn.fn({page.att_sink: True}, request("elsewhere"))
     assert out and all(is_skip(v) for v in out.values()) and set(out) <= set(fn.outputs)  # never an empty dict
+
+
+def test_app_entry_takes_the_default_model_from_the_flag_or_the_space_variable(monkeypatch):
+    import app as entry
+
+    monkeypatch.delenv(entry.DEFAULT_MODEL_VARIABLE, raising=False)
+    assert entry.parse_args([]).default_model is None
+    monkeypatch.setenv(entry.DEFAULT_MODEL_VARIABLE, " gemma-3-270m ")
+    assert entry.parse_args([]).default_model == "gemma-3-270m"
+    assert entry.parse_args(["--default-model", "SmolLM2-135M-Instruct"]).default_model == "SmolLM2-135M-Instruct"
+
+
+def test_every_new_page_opens_on_the_default_model(weights, tmp_path_factory):
+    """`build_app(default_model=...)`: a page without a link, and a link that names no model, open on it; a link
+    that names a model keeps its own."""
+    demo = build_app(weights, tmp_path_factory.mktemp("uploads"), default_model="t5-random")
+    h = demo.playground_handlers
+    for query in ({}, {"prompt": "hello"}):
+        out = h.models.page_load(request("d1", **query))
+        assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "t5-random"
+    out = h.models.page_load(request("d2", model="tiny-lm"))
+    assert dict(zip(FIELDS, out[:-1]))["model"]["value"] == "tiny-lm"

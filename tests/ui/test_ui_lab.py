@@ -7,12 +7,20 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from playground.app.experiments import EXPERIMENTS
 from playground.app.settings import UISettings
 from playground.interventions import Ablate, unpack
 from tests.ui.test_ui import app, h, open_link, request, run, values, weights  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("h")
 SETTINGS = UISettings(prompt="The Python interpreter", max_new_tokens=10)
+
+
+def press(h, action: str, session: str, **widgets) -> list:  # noqa: F811
+    """An experiment's button pressed on the page, its widgets holding `widgets`: every frame it yields."""
+    experiment, button = next((e, a) for e in EXPERIMENTS for a in e.actions() if a.name == action)
+    handler = h.experiments.fork if button.kind == "fork" else h.experiments.job
+    return list(handler(experiment, button, widgets, request(session)))
 
 
 def lab_panels(h, session: str, side: str = "shown", versus: bool = False) -> dict:  # noqa: F811
@@ -25,7 +33,7 @@ def lab_panels(h, session: str, side: str = "shown", versus: bool = False) -> di
 
 def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: F811
     _, original = run(h, SETTINGS, "lab")
-    frames = list(h.lab.fork_head(1, 3, request("lab")))
+    frames = press(h, "lab_ablate_head", "lab", lab_layer=1, lab_head=3)
     session = h.sessions.get("lab")
     fork = session.current
     assert fork is not original and fork.cfg.interventions == (Ablate(1, head=3),) and len(frames) >= 2
@@ -50,26 +58,30 @@ def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: 
 
 def test_the_sweep_reports_progress_then_its_result(h):  # noqa: F811
     run(h, SETTINGS, "sweep")
-    frames = list(h.lab.sweep(0, request("sweep")))
-    assert frames[0][0] == "head 0 of 4"  # the first pass's progress is shown at once
-    md, plot = frames[-1]
+    frames = press(h, "lab_sweep", "sweep", lab_layer=0)
+    assert frames[0] == "head 0 of 4" and frames[-1] == ""  # the first pass's progress at once; then the lab draws it
+    panels = lab_panels(h, "sweep")
+    md, plot = panels["sweep_md"]["value"], panels["sweep_plot"]
     assert "loses" in md and plot["visible"] is True and "Stopped" not in md
 
 
 def test_steering_measures_the_vector_then_forks(h):  # noqa: F811
     run(h, SETTINGS, "steer")
-    frames = list(h.lab.fork_steer("I love this", "I hate this", 1, 4.0, request("steer")))
-    assert "norm" in frames[0][3] and "typically" in frames[0][3]
+    frames = press(h, "lab_steer", "steer", lab_positive="I love this", lab_negative="I hate this", lab_steer_layer=1,
+                   lab_scale=4.0)
     session = h.sessions.get("steer")
-    assert type(session.current.cfg.interventions[0]).__name__ == "Steer"
-    empty = list(h.lab.fork_steer("", "I hate this", 1, 4.0, request("steer")))
+    assert type(session.current.cfg.interventions[0]).__name__ == "Steer" and frames[-1][0]["status"]["state"] == "done"
+    steer_md = lab_panels(h, "steer")["steer_md"]["value"]  # kept on the steered run, shown while it is on screen
+    assert "norm" in steer_md and "typically" in steer_md
+    empty = press(h, "lab_steer", "steer", lab_positive="", lab_negative="I hate this", lab_steer_layer=1,
+                  lab_scale=4.0)
     assert len(empty) == 1 and "Type both prompts" in empty[0][3]
 
 
 def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  # noqa: F811
     _, original = run(h, SETTINGS, "keep")
     h.stream.select_step([original.token, 3])
-    frames = list(h.lab.fork_head(1, 3, request("keep")))
+    frames = press(h, "lab_ablate_head", "keep", lab_layer=1, lab_head=3)
     session = h.sessions.get("keep")
     fork = session.current
     assert fork is not original and session.selected_step == 3 and session.step() == 3
@@ -80,7 +92,8 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
     token = fork.path[3].token_text
     assert f"In run {fork.number} (ablate head 1.3), step 4" in attr_md and token in attr_md
     assert f"In run {fork.number} (ablate head 1.3), step 4" in md
-    sweep_md = list(h.lab.sweep_of_run(0, request=request("keep")))[-1][0]
+    press(h, "lab_sweep", "keep", lab_layer=0)
+    sweep_md = lab_panels(h, "keep")["sweep_md"]["value"]
     assert f"In run {fork.number} (ablate head 1.3), step 4" in sweep_md
     session.lang = "zh"
     assert f"第 {fork.number} 次运行(消融第 1 层第 3 个头),第 4 步" in lab_panels(h, "keep")["attr_md"]
@@ -88,7 +101,7 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
     h.stream.select_step([fork.token, len(fork.path) - 1])
     session.selected_step = None
     session.lang = "en"
-    frames = list(h.lab.fork_mlp(0, request("keep")))
+    frames = press(h, "lab_ablate_mlp", "keep", lab_layer=0)
     assert session.selected_step is None and frames[-1][0]["selected"] is None
     label = f"In run {session.current.number} (ablate head 1.3; ablate the MLP of layer 0), step {len(session.current.path)}"
     assert label in lab_panels(h, "keep")["attr_md"]
@@ -97,7 +110,8 @@ def test_a_fork_keeps_the_selected_step_and_every_lab_result_names_its_run(h):  
 def test_patching_on_the_page_forks_a_branch_with_its_divergence_and_its_link_replays_it(h):  # noqa: F811
     _, original = run(h, SETTINGS, "patch")
     other = "The Python interpretes"  # one character changed: the positions line up
-    frames = list(h.lab.fork_patch(other, 1, -1, request("patch")))  # -1: the last position, where they differ
+    frames = press(h, "lab_patch", "patch", lab_patch_prompt=other, lab_patch_layer=1,
+                   lab_patch_position=-1)  # -1: the last position, where they differ
     last = len(original.prompt_ids) - 1
     assert f"position {last}: this run's “r” gets what “s”" in frames[0][3]  # what goes where, before the fork
     session = h.sessions.get("patch")
@@ -110,5 +124,5 @@ def test_patching_on_the_page_forks_a_branch_with_its_divergence_and_its_link_re
     params = dict(parse_qsl(h.stream.link(request("patch"), *values(SETTINGS))[1:]))
     open_link(h, "patch-replay", **params)
     assert h.sessions.get("patch-replay").current.generated_ids == fork.generated_ids
-    refused = list(h.lab.fork_patch("Short", 1, -1, request("patch")))
+    refused = press(h, "lab_patch", "patch", lab_patch_prompt="Short", lab_patch_layer=1, lab_patch_position=-1)
     assert len(refused) == 1 and "same number of tokens" in refused[0][3] and session.current is fork

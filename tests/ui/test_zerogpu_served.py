@@ -58,7 +58,8 @@ def test_a_script_call_on_zerogpu_equals_the_call_served_normally(served, model,
         refused = call(url, model, prompt, "max_new_tokens=8")
     finally:
         gpu.refuse = None
-    assert refused["token_ids"] == normal["token_ids"] and refused["notes"] == normal["notes"] + [t("zerogpu_quota")]
+    assert refused["token_ids"] == normal["token_ids"]
+    assert refused["notes"] == normal["notes"] + [t("zerogpu_quota_left", left=12)]
 
 
 def test_the_page_shows_why_a_run_went_to_the_cpu(served, one_thread):
@@ -68,14 +69,15 @@ def test_the_page_shows_why_a_run_went_to_the_cpu(served, one_thread):
     settings = UISettings(model="tiny-lm", prompt="Hello", max_new_tokens=6, lang="zh")
     values = [getattr(settings, f) for f in FIELDS]
     frames = list(h.stream.generate(gr.Request(session_hash="zgpu-ok", query_params={}), 0.0, *values))
-    assert t("zerogpu_quota", "zh") not in frames[-1][1] and frames[-1][0]["status"]["state"] == "done"
+    assert "ZeroGPU 时长" not in frames[-1][1] and frames[-1][0]["status"]["state"] == "done"
+    assert "本次运行大约用了" in frames[-1][1]  # the GPU time this run used, on the page
     gpu.refuse = quota_exceeded()
     try:
         frames = list(h.stream.generate(gr.Request(session_hash="zgpu-refused", query_params={}), 0.0, *values))
     finally:
         gpu.refuse = None
     live, notes = frames[-1][0], frames[-1][1]
-    assert t("zerogpu_quota", "zh") in notes and live["status"]["state"] == "done"
+    assert t("zerogpu_quota_left", "zh", left=12) in notes and live["status"]["state"] == "done"
     ok = h.sessions.get("zgpu-ok").current
     refused = h.sessions.get("zgpu-refused").current
     assert refused.generated_ids == ok.generated_ids and len(ok.generated_ids) == 6

@@ -19,8 +19,8 @@ def test_figure_modules_import_neither_torch_nor_gradio():
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_each_module_keeps_its_user_facing_strings_in_text(module):
+def test_each_module_keeps_its_user_facing_strings_in_its_table(module):
     import importlib
 
-    text = importlib.import_module(f"playground.viz.{module}").TEXT
+    text = importlib.import_module(f"playground.viz.{module}")._T("en")
     assert isinstance(text, dict) and text

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from playground import viz
 from playground.viz.causal import attribution_caption, attribution_figure, divergence_figure, head_sweep_figure
 from tests.viz_cases import attribution, divergence, head_sweep
 
@@ -29,8 +28,7 @@ def test_attribution_versus_and_seq2seq_draw_two_maps():
     assert [t.type for t in fig.data] == ["heatmap", "heatmap", "bar"]
     np.testing.assert_array_equal(np.array(fig.data[1].z), np.array(data["cross_heads"]))
     assert "not β" in fig.layout.title.text
-    with viz.language("zh"):
-        assert "而不是 β" in attribution_figure(data, "α", "β").layout.title.text
+    assert "而不是 β" in attribution_figure(data, "α", "β", lang="zh").layout.title.text
 
 
 def test_attribution_caption_names_the_largest_pushes():

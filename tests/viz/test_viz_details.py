@@ -52,8 +52,7 @@ def test_a_downloaded_figure_is_named_after_its_title_and_wide_enough_for_it():
     assert export["filename"] == "transformer-playground-attention-layer-2-head-3" != "newplot"
     assert export["width"] == EXPORT_WIDTH >= 1000 and export["height"] == fig.layout.height
     assert config["displaylogo"] is False and {"lasso2d", "select2d", "zoomIn2d"} <= set(config["modeBarButtonsToRemove"])
-    with viz.language("zh"):
-        zh = viz.attention_heatmap(np.eye(3).tolist())
+    zh = viz.attention_heatmap(np.eye(3).tolist(), lang="zh")
     assert json.loads(zh.to_json())["config"]["toImageButtonOptions"]["filename"] == "transformer-playground-注意力"
     assert export_name("<b>KV-cache memory</b>") == "transformer-playground-kv-cache-memory"
 
@@ -128,8 +127,8 @@ def test_the_kv_chart_s_hover_label_fits_beside_a_point_on_a_phone(lang):
     from playground.viz._common import columns
 
     steps = list(range(1, 1025))
-    with viz.language(lang):
-        fig = viz.cache_growth(steps, [4096 * s for s in steps], [10**9] * len(steps), [16384 * s for s in steps])
+    fig = viz.cache_growth(steps, [4096 * s for s in steps], [10**9] * len(steps), [16384 * s for s in steps],
+                           lang=lang)
     layout = fig.layout
     assert layout.hovermode in (None, "closest")  # one point's label, never a unified box of every trace
     size = layout.hoverlabel.font.size

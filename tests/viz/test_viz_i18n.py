@@ -1,5 +1,5 @@
-"""Figures in the visitor's language: inside `viz.language("zh")` every builder and caption of
-`playground.viz` writes its own words in 中文; outside it the English is exactly what it was.
+"""Figures in the visitor's language: asked for `lang="zh"`, every builder and caption of `playground.viz` writes
+its own words in 中文; asked for nothing, the English is exactly what it was.
 
 Each case of tests/viz_cases.py is built three times (English, 中文, English again). The 中文 build
 must show no English phrase of its module's string table and must show the 中文 of every string it
@@ -22,7 +22,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from playground import viz
-from playground.viz._language import Texts, current_language, fields, language
+from playground.viz._language import Texts, fields
 from tests.viz_cases import CASES, readable_text, run_case
 
 # Every viz module with words of its own (attention_stats computes numbers only).
@@ -80,8 +80,8 @@ def contains_phrase(text: str, phrase: str) -> bool:
 @pytest.mark.parametrize("name", MODULES)
 def test_every_string_has_both_languages_with_the_same_placeholders_and_markup(name):
     m = module(name)
-    assert isinstance(m._T, Texts) and m._T.tables == {"en": m.TEXT, "zh": m.TEXT_ZH}
-    en, zh = dict(leaves(m.TEXT)), dict(leaves(m.TEXT_ZH))
+    assert isinstance(m._T, Texts) and not hasattr(m, "TEXT_ZH")  # one table per language, read by the builders
+    en, zh = dict(leaves(m._T("en"))), dict(leaves(m._T("zh")))
     assert en.keys() == zh.keys()
     md = MarkdownIt("commonmark")
     for path, english in en.items():
@@ -101,8 +101,18 @@ def test_every_string_has_both_languages_with_the_same_placeholders_and_markup(n
 # --- every builder and caption, in both languages -----------------------------------------------------
 
 
+class Recorded:
+    """A module's `_T` that notes every string looked up, in whichever language (nested tables by their path)."""
+
+    def __init__(self, texts: Texts, seen: set, owner: str) -> None:
+        self.texts, self.seen, self.owner = texts, seen, owner
+
+    def __call__(self, lang: str) -> Mapping:
+        return Recording(self.texts(lang), self.seen, self.owner)
+
+
 class Recording(Mapping):
-    """A module's `_T` that notes every string looked up (nested tables by their path)."""
+    """One language's table that notes every string looked up."""
 
     def __init__(self, table: Mapping, seen: set, owner: str, path: tuple = ()) -> None:
         self.table, self.seen, self.owner, self.path = table, seen, owner, path
@@ -123,21 +133,20 @@ class Recording(Mapping):
 
 @pytest.fixture(scope="module")
 def chinese() -> dict[str, tuple[list[str], set]]:
-    """Every case built inside language("zh"): its text and the strings it looked up, by (module, path)."""
+    """Every case built in 中文: its text and the strings it looked up, by (module, path)."""
     out = {}
     texts = {owner: module(owner)._T for owner in MODULES}
     with pytest.MonkeyPatch.context() as patch:
         for name in CASES:
             seen: set = set()
             for owner in MODULES:
-                patch.setattr(module(owner), "_T", Recording(texts[owner], seen, owner))
-            with language("zh"):
-                out[name] = readable_text(run_case(name)), seen
+                patch.setattr(module(owner), "_T", Recorded(texts[owner], seen, owner))
+            out[name] = readable_text(run_case(name, "zh")), seen
     return out
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_builder_draws_chinese_inside_the_context_and_unchanged_english_outside(name, chinese):
+def test_builder_draws_chinese_when_asked_and_unchanged_english_otherwise(name, chinese):
     english = readable_text(run_case(name))
     text, seen = chinese[name]
     again = readable_text(run_case(name))
@@ -148,19 +157,19 @@ def test_builder_draws_chinese_inside_the_context_and_unchanged_english_outside(
     flat = blob.replace("<br>", "").replace(" ", "")
     for owner in owners:
         m = module(owner)
-        kept = "\n".join(s for _, s in leaves(m.TEXT_ZH))  # terms the 中文 keeps (RoPE, KV, token, FLOPs …)
-        for path, english_template in leaves(m.TEXT):
-            if english_template != lookup(m.TEXT_ZH, path) and WORD.search(english_template):
+        kept = "\n".join(s for _, s in leaves(m._T("zh")))  # terms the 中文 keeps (RoPE, KV, token, FLOPs …)
+        for path, english_template in leaves(m._T("en")):
+            if english_template != lookup(m._T("zh"), path) and WORD.search(english_template):
                 assert english_template not in text, f"English {english_template!r} ({owner} {'/'.join(path)})"
             for phrase in literal_parts(english_template):
                 if WORD.search(phrase) and phrase not in kept:
                     assert not contains_phrase(blob, phrase), f"English {phrase!r} ({owner} {'/'.join(path)})"
     shown_in_english = "\n".join(english)
     for owner, path in seen:
-        words = [p for p in literal_parts(lookup(module(owner).TEXT, path)) if WORD.search(p)]
+        words = [p for p in literal_parts(lookup(module(owner)._T("en"), path)) if WORD.search(p)]
         if words and not any(contains_phrase(shown_in_english, p) for p in words):
             continue  # looked up but not drawn for this input (e.g. "hidden by the mask" when nothing is hidden)
-        for phrase in literal_parts(lookup(module(owner).TEXT_ZH, path)):
+        for phrase in literal_parts(lookup(module(owner)._T("zh"), path)):
             if HANZI.search(phrase):  # a long title may be broken once (wrap_title): the phrase reads across it
                 assert phrase in blob or phrase.replace(" ", "") in flat, \
                     f"中文 {phrase!r} ({owner} {'/'.join(path)}) is missing"
@@ -170,34 +179,26 @@ def test_builder_draws_chinese_inside_the_context_and_unchanged_english_outside(
 
 
 def test_every_string_is_drawn_by_some_case(chinese):
-    every = {(name, path) for name in MODULES for path, _ in leaves(module(name).TEXT)}
+    every = {(name, path) for name in MODULES for path, _ in leaves(module(name)._T("en"))}
     seen = set().union(*(s for _, s in chinese.values()))
     assert every - seen - UNUSED == set()
 
 
-# --- the language context -----------------------------------------------------------------------------
+# --- the language argument ----------------------------------------------------------------------------
 
 
-def test_language_is_english_by_default_restored_after_the_block_and_checked():
-    assert current_language() == "en"
-    with viz.language("zh"):
-        assert current_language() == "zh"
-        with viz.language("en"):
-            assert viz.attention_heatmap([[1.0]]).layout.title.text == "Attention"
-        assert viz.attention_heatmap([[1.0]]).layout.title.text == "注意力"
-    with pytest.raises(RuntimeError), viz.language("zh"):
-        raise RuntimeError("drawing failed")
-    assert current_language() == "en"
-    with pytest.raises(ValueError, match="'en', 'zh'|en, zh"):
-        with viz.language("fr"):
-            pass
-    assert viz.LANGUAGES == ("en", "zh")
+def test_a_builder_draws_english_by_default_the_language_it_is_asked_and_refuses_others():
+    assert viz.attention_heatmap([[1.0]]).layout.title.text == "Attention"
+    assert viz.attention_heatmap([[1.0]], lang="zh").layout.title.text == "注意力"
+    assert viz.attention_heatmap([[1.0]], lang="en").layout.title.text == "Attention"
+    with pytest.raises(ValueError, match="en, zh"):
+        viz.attention_heatmap([[1.0]], lang="fr")
+    assert viz.LANGUAGES == ("en", "zh") and not hasattr(viz, "language")  # no language outside the call
 
 
 def test_titles_passed_in_are_drawn_as_given():
-    with viz.language("zh"):
-        fig = viz.attention_heatmap([[1.0]], title="head 3 of layer 2")
-        steps = viz.cache_growth([1], [1], [1], [1], title="KV")
+    fig = viz.attention_heatmap([[1.0]], title="head 3 of layer 2", lang="zh")
+    steps = viz.cache_growth([1], [1], [1], [1], title="KV", lang="zh")
     assert fig.layout.title.text == "head 3 of layer 2" and fig.layout.xaxis.title.text == "键 (key)"
     assert steps.layout.title.text == "KV"
 
@@ -217,13 +218,12 @@ def test_two_threads_drawing_in_different_languages_at_once_each_get_their_own()
 
     def draw(lang: str) -> None:
         try:
-            with viz.language(lang):
-                for _ in range(rounds):
-                    barrier.wait(timeout=10)  # both threads are inside their own block here
-                    fig = viz.head_summary([[0.5, 0.2]], [[1.0, 2.0]])
-                    formula = viz.kv_formula(dict.fromkeys(("layers", "batch", "kv_heads", "tokens", "head_dim",
-                                                            "element_size"), 1))
-                    titles[lang].append(f"{fig.layout.title.text}|{fig.layout.xaxis.title.text}|{formula}")
+            for _ in range(rounds):
+                barrier.wait(timeout=10)  # both threads draw at the same moment
+                fig = viz.head_summary([[0.5, 0.2]], [[1.0, 2.0]], lang=lang)
+                formula = viz.kv_formula(dict.fromkeys(("layers", "batch", "kv_heads", "tokens", "head_dim",
+                                                        "element_size"), 1), lang=lang)
+                titles[lang].append(f"{fig.layout.title.text}|{fig.layout.xaxis.title.text}|{formula}")
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
             barrier.abort()
@@ -238,4 +238,3 @@ def test_two_threads_drawing_in_different_languages_at_once_each_get_their_own()
                             "= 2 · 1 · 1 · 1 · 1 · 1 · 1 = **2 bytes** (2 B)"] * rounds
     assert titles["zh"] == ["各注意力头一览|头|**2 · N_layers · B · h_kv · T · d_head · 字节数**  \n"
                             "= 2 · 1 · 1 · 1 · 1 · 1 · 1 = **2 字节**(2 B)"] * rounds
-    assert current_language() == "en"

@@ -1,5 +1,5 @@
-"""Every deep panel, lesson and the causal lab as a View of the run (see `base`), and the three steps the page
-takes for whichever is open: which view (`open_view`), its numbers (`compute`, on the torch thread) and its
+"""Every deep panel, lesson and experiment as a View of the run (see `playground.app.view`), and the three steps the
+page takes for whichever is open: which view (`open_view`), its numbers (`compute`, on the torch thread) and its
 slots (`draw`). No Gradio here.
 
     view = open_view(session.deep_tab, session.lesson)
@@ -13,22 +13,23 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
-from playground import viz
+from playground.app import experiments
 from playground.app.session import Session
-from playground.app.views import attention, cache, card, inspector, kv_policy, lab, positional, precision, speculative
-from playground.app.views.base import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
+from playground.app.view import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
+from playground.app.views import attention, cache, card, inspector, positional
 from playground.app.views.lessons import VIEWS as LESSON_VIEWS
 from playground.app.views.lessons import view_of as lesson_view
 from playground.app.words import t
 from playground.generation.engine import drain
 
 __all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
-           "Waiting", "all_views", "compute", "context_for", "draw", "open_view", "reads_run", "shown", "show", "slices", "slot_names",
-           "waiting"]
+           "Waiting", "all_views", "closed_views", "compute", "context_for", "draw", "open_view", "pending", "reads_run",
+           "shown", "show", "slices", "slot_names", "waiting"]
 
-PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, kv_policy.VIEW,
-                                               positional.VIEW, lab.VIEW, speculative.VIEW, precision.VIEW, card.VIEW)}
-TABS = ("inspector", "attention", "cache", "kvlab", "positional", "lessons", "lab", "speculative", "precision", "card")  # the deep views' tabs, in order
+PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, positional.VIEW,
+                                               *(e.view for e in experiments.EXPERIMENTS), card.VIEW)}
+# the deep views' tabs, in order: the panels, the lessons, each experiment's, the model card
+TABS = ("inspector", "attention", "cache", "positional", "lessons", *(e.tab for e in experiments.EXPERIMENTS), "card")
 
 
 def all_views() -> list[View]:
@@ -50,15 +51,30 @@ def open_view(tab: str, lesson: str = "steps") -> View:
     return PANELS.get(tab, PANELS["inspector"])
 
 
+def closed_views(tab: str, lesson: str = "steps") -> list[View]:
+    """The views of every tab but the open one (the Lessons tab: the picked lesson's)."""
+    return [open_view(other, lesson) for other in TABS if other != tab]
+
+
+def pending(view: View, run: Any, lang: str) -> Drawn:
+    """A view that is not open, empty with a word until it is: nothing of another run or language stays in it."""
+    words = t("view_pending", lang, n=run.number) if run is not None else t(view.waits, lang)
+    slots = view.idle(lang, words)
+    slots.setdefault(view.caption_slot, Slot(words))
+    return slots
+
+
 def reads_run(view: View) -> bool:
     """Whether the view reads the run with the run's own model (else it reads the visitor's model, and the run
     only when it was made with that model)."""
     return bool(view.needs & {"run", "finished"})
 
 
-def context_for(view: View, session: Session, model_for: Callable[[str, str, str], Any]) -> Context:
+def context_for(view: View, session: Session, model_for: Callable[[str, str, str], Any],
+                drafters: Callable[[str, str, str], list[str]] | None = None) -> Context:
     """What `view` reads for `session`: its current run and the model to read it with (`model_for(name, dtype,
-    owner)` resolves a model by name; no model work)."""
+    owner)` resolves a model by name; no model work); `drafters(owner, name, dtype)`: the loaded models that can
+    draft for a model (asked only by a view that needs them)."""
     run = session.current
     if reads_run(view):
         lm = model_for(run.settings.model, run.settings.dtype, run.owner) if run is not None and run.path else None
@@ -67,7 +83,10 @@ def context_for(view: View, session: Session, model_for: Callable[[str, str, str
         if run is not None and run.settings.model != session.model:
             run = None  # a run of another model says nothing about this one
     sdpa = session.sdpa if session.sdpa is not None and session.sdpa.get("model") == session.model else None
-    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key)
+    found: tuple[str, ...] = ()
+    if "drafters" in view.needs and drafters is not None and run is not None:
+        found = tuple(drafters(session.key, run.settings.model, run.settings.dtype))
+    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key, found)
 
 
 def waiting(view: View, ctx: Context) -> Waiting | None:
@@ -95,29 +114,21 @@ def slices(view: View, ctx: Context, sel: Selection) -> Generator[None, None, An
     why = waiting(view, ctx)
     if why is not None:
         return why
-    with viz.language(ctx.lang):
-        out = view.compute(ctx, sel)
+    out = view.compute(ctx, sel)
     if not inspect.isgenerator(out):
         return out
-    while True:
-        with viz.language(ctx.lang):
-            try:
-                next(out)
-            except StopIteration as done:
-                return done.value
-        yield
+    return (yield from out)
 
 
 def draw(view: View, data: Any, lang: str) -> Drawn:
     """The view's slots for `data` in `lang`: its figures and controls, and its caption in its first slot."""
-    with viz.language(lang):
-        if isinstance(data, Waiting):
-            slots = view.idle(lang, t(data.words, lang))
-            slots.setdefault(view.caption_slot, Slot(t(data.words, lang)))
-            return slots
-        slots = view.draw(data, lang)
-        slots[view.caption_slot] = Slot(view.caption(data, lang))
+    if isinstance(data, Waiting):
+        slots = view.idle(lang, t(data.words, lang))
+        slots.setdefault(view.caption_slot, Slot(t(data.words, lang)))
         return slots
+    slots = view.draw(data, lang)
+    slots[view.caption_slot] = Slot(view.caption(data, lang))
+    return slots
 
 
 def show(view: View, ctx: Context, sel: Selection) -> Drawn:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from playground import viz
-from playground.app.views.base import KEEP, Context, Drawn, Selection, Slot, View
+from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.generation import full_attention
@@ -87,18 +87,20 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     q_labels, k_labels, maps = d["q_labels"], d["k_labels"], d["maps"]
     groups = d["groups"]
     big, what = _large(d, lang)
-    grid = viz.attention_heads_grid(maps, q_labels, k_labels, title=t("heads_grid_title", lang, label=label, layer=layer),
-                                    kv_groups=groups if groups > 1 else 1, scale=scale, hide_first=sink)
-    heat = viz.attention_heatmap(big, q_labels, k_labels, title=t("heat_title", lang, label=label, layer=layer, what=what),
-                                 scale=scale, hide_first=sink, highlight_row=query)
+    grid = viz.attention_heads_grid(maps, q_labels, k_labels, title=t("heads_grid_title", lang, label=label,
+                                                                      layer=layer),
+                                    kv_groups=groups if groups > 1 else 1, scale=scale, hide_first=sink, lang=lang)
+    heat = viz.attention_heatmap(big, q_labels, k_labels, title=t("heat_title", lang, label=label, layer=layer,
+                                                                  what=what),
+                                 scale=scale, hide_first=sink, highlight_row=query, lang=lang)
     row = viz.attention_row(big[query], k_labels, title=t("row_title", lang, q=query,
-                                                          token=html.escape(repr(q_labels[query])), layer=layer, what=what))
+                                                          token=html.escape(repr(q_labels[query])), layer=layer, what=what), lang=lang)
     h, T, _ = maps.shape
     # Sliders get a value back only when it had to change: writing a value the slider already holds could
     # overwrite a newer one typed or arrowed in while this ran.
     asked_layer, asked_head = d["asked"]
     return {"att_grid": Slot(grid), "att_heat": Slot(heat), "att_row": Slot(row),
-            "att_summary": Slot(viz.head_summary(*d["stats"], title=t("summary_title", lang, label=label))),
+            "att_summary": Slot(viz.head_summary(*d["stats"], title=t("summary_title", lang, label=label), lang=lang)),
             "att_layer": Slot(layer if asked_layer != layer else KEEP, maximum=max(1, d["n_layers"] - 1)),
             "att_head": Slot(d["head"] if asked_head != d["head"] else KEEP, maximum=max(1, h - 1)),
             "att_query": Slot(query, maximum=max(1, T - 1))}
@@ -117,7 +119,7 @@ def caption(d: dict[str, Any], lang: str) -> str:
 
 
 def idle(lang: str, words: str) -> Drawn:
-    blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang))
+    blank = viz.attention_heatmap(np.zeros((1, 1)), title=t("nothing_yet", lang), lang=lang)
     return {name: Slot(blank) for name in ("att_grid", "att_heat", "att_row", "att_summary")}
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from playground.app import describe
-from playground.app.views.base import Context, Drawn, Selection, Slot, View
+from playground.app.view import Context, Drawn, Selection, Slot, View
 
 
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
-    info = describe.card_info(ctx.lm)
+    info = describe.card_info(ctx.lm, ctx.lang)
     info.pop("path", None)
     return {"info": info, "name": ctx.model or ""}
 

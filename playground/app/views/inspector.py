@@ -6,7 +6,7 @@ from typing import Any
 
 from playground import viz
 from playground.app import describe
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
 
@@ -20,11 +20,12 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
-    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=t("funnel_title", lang, step=data["number"]))),
+    out: Drawn = {"funnel": Slot(viz.candidate_funnel(data["items"], title=t("funnel_title", lang,
+                                                                             step=data["number"]), lang=lang)),
                   "beam_tree": HIDDEN, "beam_table": HIDDEN}
     if data["beams"] is not None:
-        out["beam_tree"] = shown(viz.beam_tree(data["beams"], final=data["final"]))
-        out["beam_table"] = shown(viz.beam_table(data["beams"]))
+        out["beam_tree"] = shown(viz.beam_tree(data["beams"], final=data["final"], lang=lang))
+        out["beam_table"] = shown(viz.beam_table(data["beams"], lang=lang))
     return out
 
 
@@ -33,7 +34,7 @@ def caption(data: dict[str, Any], lang: str) -> str:
 
 
 def idle(lang: str, words: str) -> Drawn:
-    return {"funnel": Slot(viz.candidate_funnel([])), "beam_tree": HIDDEN, "beam_table": HIDDEN}
+    return {"funnel": Slot(viz.candidate_funnel([], lang=lang)), "beam_tree": HIDDEN, "beam_table": HIDDEN}
 
 
 VIEW = View("inspector", "inspector", frozenset({"run", "step"}), ("caption", "funnel", "beam_tree", "beam_table"),

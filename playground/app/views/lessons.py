@@ -3,11 +3,11 @@ its numbers at the selected step, draws up to two figures and captions them; its
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from playground.app import lessons
-from playground.app.run import Run
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
-from playground.steps import counting_after
 
 SLOTS = ("lesson_md", "lesson_plot1", "lesson_plot2", "lesson_layer", "lesson_head", "lesson_kind", "lesson_preset",
          "memory_row", "time_cache", "measure_sdpa")
@@ -19,20 +19,14 @@ def _buttons(name: str) -> Drawn:
             "measure_sdpa": Slot(visible=name == "sdpa")}
 
 
-def _before(run: Run | None) -> int:
-    return run.steps_before if run is not None else 0
-
-
 def lesson_view(lesson: lessons.Lesson) -> View:
     name = lesson.name
 
     def compute(ctx: Context, sel: Selection) -> lessons.Computed:
-        with counting_after(_before(ctx.run)):
-            return lessons.compute(name, ctx.lm, ctx.run, sel.step, sel.inputs, ctx.lang, ctx.sdpa)
+        return lessons.compute(name, ctx.lm, ctx.run, sel.step, sel.inputs, ctx.lang, ctx.sdpa)
 
     def draw(computed: lessons.Computed, lang: str) -> Drawn:
-        with counting_after(_before(computed.ctx.run)):  # a branch's steps continue its parent's count
-            figures = computed.lesson.draw(computed.data)
+        figures = computed.lesson.draw(computed.data, replace(computed.ctx, lang=lang))
         c = computed.controls
         out: Drawn = {"lesson_plot1": HIDDEN, "lesson_plot2": HIDDEN, **_buttons(name),
                       "lesson_layer": Slot(maximum=c.layer_max, visible=c.layer_head),
@@ -45,8 +39,7 @@ def lesson_view(lesson: lessons.Lesson) -> View:
         return out
 
     def caption(computed: lessons.Computed, lang: str) -> str:
-        with counting_after(_before(computed.ctx.run)):
-            return computed.lesson.caption(computed.data, computed.ctx)
+        return computed.lesson.caption(computed.data, replace(computed.ctx, lang=lang))
 
     def idle(lang: str, words: str) -> Drawn:
         return {"lesson_plot1": HIDDEN, "lesson_plot2": HIDDEN, **_buttons(name)}

@@ -7,7 +7,7 @@ from typing import Any
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
-from playground.app.views.base import HIDDEN, Context, Drawn, Selection, Slot, View, shown
+from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.models.positional import positional_layout
 from playground.viz import positional_compare as v_pe
@@ -33,25 +33,29 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
     data = d["data"]
     scheme = data["scheme"]
     out: Drawn = {f"pe{i}": HIDDEN for i in range(1, 5)}
-    out["pe5"] = shown(v_pe.pe_schemes_figure(d["schemes"]))
+    out["pe5"] = shown(v_pe.pe_schemes_figure(d["schemes"], lang=lang))
     out["pe_pair"] = HIDDEN
     if scheme == "sinusoidal":
         tab, cmp = data["table"], data["compare_table"]
-        out.update(pe1=shown(viz.pe_heatmap(tab)), pe2=shown(viz.pe_waves(tab)), pe3=shown(viz.pe_similarity(tab)),
+        out.update(pe1=shown(viz.pe_heatmap(tab, lang=lang)), pe2=shown(viz.pe_waves(tab, lang=lang)),
+                   pe3=shown(viz.pe_similarity(tab, lang=lang)),
                    pe4=shown(viz.pe_base_comparison(tab, cmp, t("base_label", lang, base=f"{data['base']:g}"),
-                                                    t("base_label", lang, base=f"{data['compare_base']:g}"))))
+                                                    t("base_label", lang,
+                                                      base=f"{data['compare_base']:g}"), lang=lang)))
     elif scheme == "rope":
         f = data["inv_freq"]
-        out.update(pe1=shown(viz.rope_frequencies(f, context_length=data["context"])),
-                   pe2=shown(viz.rope_rotation(f, d["pair"], data["length"])), pe3=shown(v_pe.rope_base_comparison(data)),
+        out.update(pe1=shown(viz.rope_frequencies(f, context_length=data["context"], lang=lang)),
+                   pe2=shown(viz.rope_rotation(f, d["pair"], data["length"],
+                                               lang=lang)), pe3=shown(v_pe.rope_base_comparison(data, lang=lang)),
                    pe_pair=Slot(visible=True, maximum=max(1, len(f) - 1)))
         if d["shift"] is not None and d["shift"].get("available"):
-            out["pe4"] = shown(v_pe.rope_shift_figure(d["shift"]))
+            out["pe4"] = shown(v_pe.rope_shift_figure(d["shift"], lang=lang))
     elif scheme == "learned":
         tab = data["table"]
-        out.update(pe1=shown(viz.learned_table_heatmap(tab)), pe2=shown(viz.cosine_similarity_matrix(tab)))
+        out.update(pe1=shown(viz.learned_table_heatmap(tab, lang=lang)), pe2=shown(viz.cosine_similarity_matrix(tab,
+                                                                                                                lang=lang)))
     elif scheme == "relative":
-        out["pe1"] = shown(viz.relative_bias_plot(data["bias"], data["distances"]))
+        out["pe1"] = shown(viz.relative_bias_plot(data["bias"], data["distances"], lang=lang))
     return out
 
 
@@ -73,15 +77,15 @@ def _rope_layout_text(layout: dict[str, Any], lang: str) -> str:
 def caption(d: dict[str, Any], lang: str) -> str:
     data = d["data"]
     scheme = data["scheme"]
-    schemes = "\n\n" + v_pe.pe_schemes_caption(d["schemes"])
+    schemes = "\n\n" + v_pe.pe_schemes_caption(d["schemes"], lang=lang)
     if scheme == "sinusoidal":
         tab = data["table"]
         md = t("pe_sinusoidal", lang, base=f"{data['base']:g}", d=tab.shape[1], other=f"{data['compare_base']:g}")
     elif scheme == "rope":
         md = t("pe_rope", lang, d=data["head_dim"], pairs=len(data["inv_freq"])) + _rope_layout_text(d["layout"], lang)
-        md += "\n\n" + v_pe.rope_base_caption(data)
+        md += "\n\n" + v_pe.rope_base_caption(data, lang=lang)
         if d["shift"] is not None and d["shift"].get("available"):
-            md += "\n\n" + v_pe.rope_shift_caption(d["shift"])
+            md += "\n\n" + v_pe.rope_shift_caption(d["shift"], lang=lang)
         else:
             md += "\n\n" + t("pe_shift_needs_run", lang)
     elif scheme == "learned":

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from playground.app.fields import CONTROLS
 from playground.app.lessons import Inputs
 from playground.app.run import Run
 
@@ -47,7 +48,8 @@ Drawn = dict[str, Slot]
 
 @dataclass(frozen=True)
 class Selection:
-    """What the visitor picked for the open view: the step (None: the newest), then each view's controls."""
+    """What the visitor picked for the open view: the step (None: the newest), then each view's controls (one
+    row each in `playground.app.fields.CONTROLS`; an experiment's own controls in `extra`, by name)."""
 
     step: int | None = None
     kind: str = "self"  # all heads: attention kind, large view, colour scale, layer, head, query row, sink
@@ -61,39 +63,21 @@ class Selection:
     pe_length: int = 64
     pe_base: float = 1000.0
     pe_pair: int = 0
-    versus: bool = False  # lab: why this token and not the runner-up
-    side: str = "shown"  # lab: "shown" (the run on screen) or "original" (the run an edited run forked from)
+    extra: Mapping[str, Any] = field(default_factory=dict)  # an experiment's controls its view reads, by name
 
     @classmethod
-    def from_controls(cls, values: Mapping[str, Any], step: int | None = None, *, query: bool = False) -> Selection:
+    def from_controls(cls, values: Mapping[str, Any], step: int | None = None, *, query: bool = False,
+                      extra: tuple[str, ...] = ()) -> Selection:
         """The selection from the page's control values by component name (missing ones keep their default);
-        `query`: the query row control counts (it was moved), else the row follows the step."""
-        d = cls()
-
-        def whole(name: str, default: int) -> int:
-            try:
-                return int(float(values.get(name, default) or 0))
-            except (TypeError, ValueError):
-                return default
-
-        def text(name: str, default: str) -> str:
-            value = values.get(name, default)
-            return value if isinstance(value, str) else default
-
-        try:
-            base = float(values.get("pe_base") or d.pe_base)
-        except (TypeError, ValueError):
-            base = d.pe_base
-        inputs = Inputs(whole("lesson_layer", 0), whole("lesson_head", 0), text("lesson_kind", "self"),
-                        text("lesson_preset", ""), text("lesson_attention", ""), text("lesson_dtype", ""),
-                        whole("lesson_batch", 1) or 1, whole("lesson_tokens", 0))
-        return cls(step=step, kind=text("att_kind", d.kind), view=text("att_view", d.view),
-                   scale=text("att_scale", d.scale), layer=whole("att_layer", 0), head=whole("att_head", 0),
-                   query=whole("att_query", 0) if query and values.get("att_query") is not None else None,
-                   sink=bool(values.get("att_sink", False)), inputs=inputs,
-                   pe_length=whole("pe_length", d.pe_length) or d.pe_length, pe_base=base,
-                   pe_pair=whole("pe_pair", 0), versus=bool(values.get("lab_versus", False)),
-                   side="original" if values.get("lab_run") == "original" else "shown")
+        `query`: the query row control counts (it was moved), else the row follows the step; `extra`: the names
+        of the experiments' controls to keep as they are."""
+        own: dict[str, Any] = {}
+        lesson: dict[str, Any] = {}
+        for row in CONTROLS:
+            (lesson if row.tab == "lessons" else own)[row.attr] = row.read(values)
+        if not query or values.get("att_query") is None:
+            own["query"] = None
+        return cls(step=step, inputs=Inputs(**lesson), extra={n: values[n] for n in extra if n in values}, **own)
 
     def at(self, step: int | None) -> Selection:
         return replace(self, step=step)
@@ -111,6 +95,7 @@ class Context:
     model: str | None = None  # the visitor's model name (the positional tab reads the model, not the run)
     sdpa: dict[str, Any] | None = None  # the visitor's SDPA measurement of this model, when taken
     key: str = "anonymous"  # the visitor (the owner of the model work)
+    drafters: tuple[str, ...] = ()  # the visitor's loaded models that can draft for the run's (when a view needs them)
 
 
 @dataclass(frozen=True)
@@ -121,7 +106,8 @@ class Waiting:
 
 
 # What a view may need (`View.needs`): the selection parts it reads, and what must exist first.
-NEEDS = frozenset({"model", "run", "finished", "step", "layer", "head", "query", "edits", "lesson", "controls"})
+NEEDS = frozenset({"model", "run", "finished", "step", "layer", "head", "query", "edits", "lesson", "controls",
+                   "drafters"})
 
 
 @dataclass(frozen=True)

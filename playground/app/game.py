@@ -1,0 +1,359 @@
+"""“Guess the next token”, for a class: rooms on the server, one per run a teacher opens. No Gradio, no model work.
+
+    rooms = Rooms(present=sessions.has)
+    room = rooms.open(run, settings, teacher=key, index=4, shared=True)   # the teacher's run, at step 5
+    rooms.join(room.key, player, "Ada"); rooms.guess(room.key, player, token_id)
+    rooms.reveal(room.key, teacher); rooms.goto(room.key, teacher, 5)
+    view(rooms.find(key), player), html(that view, lang)
+
+A room is the teacher's finished run, kept as what the game shows (the text, and at every step the candidates
+with the model's own probabilities): the visitors who open the game link read it there, so a class of thirty
+costs the server no model work. The link is the run's own link with `game=STEP`; the room is found from the
+run's settings (`room_key`), so everyone who opens the same link shares one room. Before the reveal a visitor
+sees the text up to the hidden token and the candidates in an order of the room's own (never the model's); after
+it, every guess of the room is scored in bits: log₂ of the probability the model gave the guessed token (0 is the
+best score; −1 bit means the model gave it one chance in two).
+
+Bounded in size and time: at most `MAX_ROOMS` rooms (idle ones go after `IDLE_SECONDS`; a teacher's tab keeps its
+`MAX_TEACHER_ROOMS` newest), `MAX_PLAYERS` visitors each, names of `MAX_NAME` characters. A room holds no private data: only runs of the models the app offers to
+everyone (never a visitor's upload), the names visitors type, and their guesses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import html as html_lib
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from playground.app.notes import note
+from playground.app.run import Run
+from playground.app.settings import UISettings, to_query
+from playground.app.tokens_view import shown
+from playground.app.words import t
+from playground.errors import PlaygroundError
+
+MAX_ROOMS = 200
+MAX_TEACHER_ROOMS = 4  # a tab that opens more games than this closes its oldest (one teacher never fills the server)
+MAX_PLAYERS = 200
+MAX_NAME = 24
+MAX_OPTIONS = 8  # the candidates a visitor picks among (the model's most likely, the chosen token always in)
+IDLE_SECONDS = 3 * 3600  # a room nobody touched this long is gone
+MIN_PROB = 1e-12  # a probability that underflowed to 0 still scores a finite number of bits
+
+
+def room_key(settings: UISettings) -> str:
+    """The room of a run's settings: the same for every visitor who opens the same game link (its language, pace
+    and game step aside)."""
+    canonical = to_query(dataclasses.replace(settings, lang="en", pace_ms=0, game=0))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
+
+
+def score_bits(prob: float) -> float:
+    """A guess's score: log₂ of the probability the model gave the guessed token (≤ 0; 0 is a sure thing)."""
+    return math.log2(max(float(prob), MIN_PROB))
+
+
+@dataclass(frozen=True)
+class Option:
+    token_id: int
+    text: str
+    prob: float  # the model's own probability (its softmax, before temperature, top-k and top-p)
+
+
+@dataclass
+class Step:
+    number: int  # as every screen counts it
+    before: int  # how many tokens of the run's text come before it
+    options: list[Option]  # in the room's own order (shuffled per step, the same for everyone)
+    chosen: int  # the token the run chose
+
+
+@dataclass
+class Room:
+    key: str
+    settings: UISettings  # the run's (its link without `game`)
+    prompt: str
+    texts: list[str]  # the run's tokens after the prompt, as the live screen shows them
+    steps: dict[int, Step]  # by path index: the steps that can be played (those with candidates)
+    teacher: str
+    index: int  # the step played now
+    revealed: bool = False
+    guesses: dict[int, dict[str, int]] = field(default_factory=dict)  # path index -> player -> token id
+    names: dict[str, str] = field(default_factory=dict)  # player -> name (join order)
+    version: int = 0  # grows with every change, so a page asks again only when something moved
+    touched: float = 0.0
+
+    def option(self, index: int, token_id: int) -> Option | None:
+        return next((o for o in self.steps[index].options if o.token_id == token_id), None)
+
+    def playable(self) -> list[int]:
+        return sorted(self.steps)
+
+
+class Rooms:
+    """Every room of one app, by key. Thread-safe. `present(session key)`: whether a teacher's tab is still open
+    (a room whose teacher left can be opened again by the next teacher of that run)."""
+
+    def __init__(self, present: Callable[[str], bool] = lambda key: True, *, clock: Callable[[], float] = time.monotonic,
+                 max_rooms: int = MAX_ROOMS, max_players: int = MAX_PLAYERS, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.present = present
+        self.clock = clock
+        self.max_rooms, self.max_players, self.idle_seconds = max_rooms, max_players, idle_seconds
+        self._rooms: dict[str, Room] = {}
+        self._lock = threading.Lock()
+
+    # --- the teacher --------------------------------------------------------------------------------------
+
+    def open(self, run: Run, settings: UISettings, teacher: str, index: int, *, shared: bool) -> Room:
+        """The room of the finished `run` (reproduced by `settings`) with `teacher` at its controls, playing path
+        index `index` (the nearest playable step). An existing room of the same run is kept (its guesses too); its
+        controls pass to `teacher` when its own teacher's tab is gone. Raises PlaygroundError (a keyed note): a run
+        of a visitor's own upload, a run still going, no candidates recorded, or the server's rooms all taken."""
+        if not shared:
+            raise PlaygroundError(note("game_private_model"))
+        if run.running or not run.path:
+            raise PlaygroundError(note("game_needs_run"))
+        steps = _steps(run, room_key(settings))
+        if not steps:
+            raise PlaygroundError(note("game_no_candidates"))
+        key = room_key(settings)
+        with self._lock:
+            self._sweep()
+            room = self._rooms.get(key)
+            if room is None:
+                own = sorted((r for r in self._rooms.values() if r.teacher == teacher), key=lambda r: r.touched)
+                for old in own[: max(0, len(own) - MAX_TEACHER_ROOMS + 1)]:
+                    del self._rooms[old.key]
+                if len(self._rooms) >= self.max_rooms:
+                    raise PlaygroundError(note("game_full", n=self.max_rooms))
+                room = Room(key, dataclasses.replace(settings, game=0), "".join(run.prompt_texts), list(run.stream_texts),
+                            steps, teacher, nearest(steps, index))
+                self._rooms[key] = room
+            elif room.teacher != teacher and self.present(room.teacher):
+                raise PlaygroundError(note("game_has_teacher"))
+            else:
+                room.teacher = teacher
+            self._changed(room)
+            return room
+
+    def goto(self, key: str, teacher: str, index: int) -> Room:
+        """The teacher moves the room to a step (the nearest playable one): hidden again, fresh guesses."""
+        with self._lock:
+            room = self._teachers(key, teacher)
+            room.index, room.revealed = nearest(room.steps, index), False
+            room.guesses.pop(room.index, None)
+            self._changed(room)
+            return room
+
+    def next(self, key: str, teacher: str) -> Room:
+        """The step after the one played (the last one stays)."""
+        with self._lock:
+            room = self._teachers(key, teacher)
+            later = [i for i in room.playable() if i > room.index]
+        return self.goto(key, teacher, later[0] if later else room.index)
+
+    def reveal(self, key: str, teacher: str) -> Room:
+        with self._lock:
+            room = self._teachers(key, teacher)
+            room.revealed = True
+            self._changed(room)
+            return room
+
+    # --- the players --------------------------------------------------------------------------------------
+
+    def find(self, key: str) -> Room | None:
+        with self._lock:
+            self._sweep()
+            room = self._rooms.get(key)
+            if room is not None:
+                room.touched = self.clock()
+            return room
+
+    def join(self, key: str, player: str, name: str = "") -> Room:
+        """`player` (a tab) is in the room under `name` (cleaned; "" keeps the one it has, or "Player N")."""
+        with self._lock:
+            room = self._room(key)
+            self._name(room, player, name)
+            return room
+
+    def guess(self, key: str, player: str, token_id: int, name: str = "") -> Room:
+        """`player` guesses `token_id` at the step played; a new guess replaces theirs until the reveal."""
+        with self._lock:
+            room = self._room(key)
+            if room.revealed:
+                raise PlaygroundError(note("game_revealed"))
+            if room.option(room.index, int(token_id)) is None:
+                raise PlaygroundError(note("game_pick_one"))
+            self._name(room, player, name)
+            room.guesses.setdefault(room.index, {})[player] = int(token_id)
+            self._changed(room)
+            return room
+
+    # --- inside the lock ----------------------------------------------------------------------------------
+
+    def _room(self, key: str) -> Room:
+        self._sweep()
+        room = self._rooms.get(key)
+        if room is None:
+            raise PlaygroundError(note("game_gone"))
+        return room
+
+    def _teachers(self, key: str, teacher: str) -> Room:
+        room = self._room(key)
+        if room.teacher != teacher:
+            raise PlaygroundError(note("game_not_teacher"))
+        return room
+
+    def _name(self, room: Room, player: str, name: str) -> None:
+        if player not in room.names and len(room.names) >= self.max_players:
+            raise PlaygroundError(note("game_room_full", n=self.max_players))
+        cleaned = clean_name(name)
+        if cleaned or player not in room.names:
+            room.names[player] = cleaned or f"#{len(room.names) + 1}"
+            self._changed(room)
+
+    def _changed(self, room: Room) -> None:
+        room.version += 1
+        room.touched = self.clock()
+
+    def _sweep(self) -> None:
+        now = self.clock()
+        for key in [k for k, r in self._rooms.items() if now - r.touched >= self.idle_seconds]:
+            del self._rooms[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rooms)
+
+
+def clean_name(name: Any) -> str:
+    """A name as a visitor typed it: printable, one line, at most MAX_NAME characters."""
+    text = " ".join(str(name or "").split())
+    return "".join(c for c in text if c.isprintable())[:MAX_NAME].strip()
+
+
+def _steps(run: Run, key: str) -> dict[int, Step]:
+    """The run's playable steps: each with its candidates (at least two), the chosen token among them, in an order
+    of the room's own."""
+    out = {}
+    for index, step in enumerate(run.path):
+        cands = sorted(step.candidates or [], key=lambda c: -c.prob_raw)[:MAX_OPTIONS]
+        if step.candidates and not any(c.chosen for c in cands):
+            cands[-1] = next(c for c in step.candidates if c.chosen)
+        if len(cands) < 2:
+            continue
+        options = [Option(int(c.token_id), c.text, float(c.prob_raw)) for c in cands]
+        random.Random(f"{key}:{index}").shuffle(options)  # the same order for everyone, never the model's ranking
+        out[index] = Step(run.step_number(index), run.steps_before + index, options, int(step.token_id))
+    return out
+
+
+def nearest(steps: dict[int, Step], index: int) -> int:
+    """The playable step closest to path index `index` (the earlier of two as close)."""
+    return min(steps, key=lambda i: (abs(i - int(index)), i))
+
+
+# --- what a visitor's page shows ------------------------------------------------------------------------------
+
+
+def view(room: Room, player: str) -> dict[str, Any]:
+    """The room as `player` sees it now (the teacher sees the controls; nobody sees the answer before the reveal)."""
+    step = room.steps[room.index]
+    guesses = room.guesses.get(room.index, {})
+    out: dict[str, Any] = {
+        "key": room.key, "version": room.version, "teacher": player == room.teacher, "number": step.number,
+        "last": max(s.number for s in room.steps.values()), "first": min(s.number for s in room.steps.values()),
+        "prompt": room.prompt, "before": "".join(room.texts[: step.before]), "revealed": room.revealed,
+        "options": [{"id": o.token_id, "text": o.text} for o in step.options],
+        "mine": guesses.get(player), "guessed": len(guesses), "players": len(room.names) - (room.teacher in room.names),
+        "name": room.names.get(player, ""), "model": room.settings.model,
+    }
+    if room.revealed:
+        chosen = room.option(room.index, step.chosen)
+        out["chosen"] = {"id": step.chosen, "text": chosen.text, "prob": chosen.prob}
+        out["probs"] = [{"id": o.token_id, "text": o.text, "prob": o.prob}
+                        for o in sorted(step.options, key=lambda o: -o.prob)]
+        scored = []
+        for who, token_id in guesses.items():
+            option = room.option(room.index, token_id)
+            scored.append({"name": room.names.get(who, "?"), "text": option.text, "prob": option.prob,
+                           "bits": score_bits(option.prob), "you": who == player, "right": token_id == step.chosen})
+        out["guesses"] = sorted(scored, key=lambda g: (-g["bits"], g["name"]))
+        out["board"] = board(room, player)
+    return out
+
+
+def board(room: Room, player: str) -> list[dict[str, Any]]:
+    """Every player's scores over the steps revealed so far: the mean bits per guess (fair to those who joined
+    late), their total and how many steps they guessed; best first."""
+    totals: dict[str, list[float]] = {}
+    for index, guesses in room.guesses.items():
+        if index == room.index and not room.revealed:
+            continue
+        for who, token_id in guesses.items():
+            option = room.option(index, token_id)
+            if option is not None:
+                totals.setdefault(who, []).append(score_bits(option.prob))
+    rows = [{"name": room.names.get(who, "?"), "mean": sum(b) / len(b), "total": sum(b), "steps": len(b),
+             "you": who == player} for who, b in totals.items()]
+    return sorted(rows, key=lambda r: (-r["mean"], r["name"]))
+
+
+def html(v: dict[str, Any] | None, lang: str = "en", error: str = "") -> str:
+    """The game's panel: the text up to the hidden token; after the reveal the model's probabilities, every guess
+    scored and the board. Every text a model or a visitor wrote is escaped."""
+    esc = html_lib.escape
+    if v is None:
+        return f'<div class="pg-game"><p class="pg-game-note">{esc(error or t("game_idle", lang))}</p></div>'
+    parts = ['<div class="pg-game" data-step="{}" data-revealed="{}">'.format(v["number"], str(v["revealed"]).lower())]
+    parts.append(f'<p class="pg-game-head">{esc(t("game_head", lang, step=v["number"], first=v["first"], last=v["last"], model=v["model"]))}'
+                 f' · {esc(t("game_count", lang, guessed=v["guessed"], players=v["players"]))}</p>')
+    hidden = esc(shown(v["chosen"]["text"])) if v["revealed"] else "?"
+    parts.append(f'<div class="pg-game-text"><span class="pg-game-prompt">{esc(v["prompt"])}</span>{esc(v["before"])}'
+                 f'<span class="pg-game-blank{" shown" if v["revealed"] else ""}">{hidden}</span></div>')
+    if error:
+        parts.append(f'<p class="pg-game-error">{esc(error)}</p>')
+    mine = next((o["text"] for o in v["options"] if o["id"] == v["mine"]), None)
+    if not v["revealed"]:
+        key = "game_your_guess" if mine is not None else ("game_teacher_wait" if v["teacher"] else "game_pick")
+        parts.append(f'<p class="pg-game-note">{esc(t(key, lang, token=shown(mine or "")))}</p>')
+    else:
+        chosen = v["chosen"]
+        parts.append(f'<p class="pg-game-answer">{esc(t("game_answer", lang, token=shown(chosen["text"]), p=100 * chosen["prob"]))}</p>')
+        parts.append(f'<table class="pg-game-probs"><thead><tr><th>{esc(t("game_col_candidate", lang))}</th>'
+                     f'<th>{esc(t("game_col_prob", lang))}</th><th>{esc(t("game_col_if", lang))}</th></tr></thead><tbody>')
+        for o in v["probs"]:
+            cls = ' class="chosen"' if o["id"] == chosen["id"] else ""
+            parts.append(f'<tr{cls}><td class="pg-ctok">{esc(shown(o["text"]))}</td><td class="pg-bar">'
+                         f'<span style="width:{100 * o["prob"]:.1f}%"></span><em>{_pct(o["prob"])}</em></td>'
+                         f'<td>{score_bits(o["prob"]):.2f}</td></tr>')
+        parts.append("</tbody></table>")
+        if v["guesses"]:
+            parts.append(f'<h4>{esc(t("game_guesses", lang))}</h4><table class="pg-game-guesses"><thead><tr>'
+                         f'<th>{esc(t("game_col_name", lang))}</th><th>{esc(t("game_col_guess", lang))}</th>'
+                         f'<th>{esc(t("game_col_prob", lang))}</th><th>{esc(t("game_col_bits", lang))}</th></tr></thead><tbody>')
+            for g in v["guesses"]:
+                cls = " ".join(c for c, on in (("you", g["you"]), ("right", g["right"])) if on)
+                parts.append(f'<tr class="{cls}"><td>{esc(g["name"])}</td><td class="pg-ctok">{esc(shown(g["text"]))}</td>'
+                             f'<td>{_pct(g["prob"])}</td><td>{g["bits"]:.2f}</td></tr>')
+            parts.append("</tbody></table>")
+        parts.append(f'<p class="pg-hint">{esc(t("game_score_means", lang))}</p>')
+        if v["board"]:
+            parts.append(f'<h4>{esc(t("game_board", lang))}</h4><ol class="pg-game-board">')
+            for r in v["board"]:
+                you = ' class="you"' if r["you"] else ""
+                parts.append(f'<li{you}>{esc(t("game_board_row", lang, name=r["name"], mean=r["mean"], total=r["total"], n=r["steps"]))}</li>')
+            parts.append("</ol>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _pct(p: float) -> str:
+    return "&lt;0.5%" if 0 < p < 0.005 else f"{100 * p:.1f}%"

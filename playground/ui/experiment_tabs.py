@@ -1,0 +1,75 @@
+"""Every experiment's tab, built from its layout (`playground.app.experiments`): its words, widgets, buttons and the
+outputs its view draws (no events here: `playground.ui.experiments` binds them). Nothing here knows one experiment
+from another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from playground.app.experiments import EXPERIMENTS
+from playground.app.experiments.base import Action, Out, Row, Widget, Words
+from playground.app.words import t
+
+
+def build_tabs(page_parts: dict[str, Any], named: Callable[..., Any], lang: str,
+               choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
+    """Every experiment's tab (inside the deep views' Tabs), in order. `named(name, component, label, info)` keeps a
+    component and its words' keys; `choices` and `texts` collect what the language switch says again."""
+    for experiment in EXPERIMENTS:
+        with gr.Tab(t(f"tab_{experiment.tab}", lang), id=experiment.tab, elem_id=experiment.elem_id) as tab:
+            page_parts[f"tab_{experiment.tab}"] = tab
+            for part in experiment.layout:
+                if isinstance(part, Row):
+                    with gr.Row(elem_id=part.elem_id):
+                        for inner in part.parts:
+                            _build(inner, page_parts, named, lang, choices, texts)
+                else:
+                    _build(part, page_parts, named, lang, choices, texts)
+
+
+def _build(part: Any, c: dict[str, Any], named: Callable[..., Any], lang: str,
+           choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
+    if isinstance(part, Words):
+        texts[part.name] = lambda code, keys=part.keys: "\n\n".join(t(k, code) for k in keys)
+        c[part.name] = gr.Markdown(texts[part.name](lang), elem_id=part.elem_id)
+    elif isinstance(part, Out):
+        c[part.name] = (gr.Markdown(t(part.words, lang) if part.words else "", elem_id=part.elem_id)
+                        if part.kind == "markdown" else gr.Plot(elem_id=part.elem_id, show_label=False, visible=False))
+    elif isinstance(part, Action):
+        variant = "stop" if part.kind == "stop" else ("primary" if part.primary else "secondary")
+        named(part.name, gr.Button(t(part.label, lang), variant=variant, elem_id=part.elem_id,
+                                   min_width=part.min_width), part.label)
+    elif isinstance(part, Widget):
+        if part.choices is not None:
+            choices[part.name] = part.choices
+        named(part.name, _widget(part, lang), part.label, part.info)
+
+
+def _widget(w: Widget, lang: str) -> Any:
+    common = dict(label=t(w.label, lang), elem_id=w.elem_id, visible=w.visible)
+    if w.min_width is not None:
+        common["min_width"] = w.min_width
+    if w.info is not None:
+        common["info"] = t(w.info, lang)
+    if w.kind == "slider":
+        return gr.Slider(w.low, w.high, value=w.default, step=w.step, **common)
+    if w.kind == "radio":
+        return gr.Radio(w.choices(lang), value=w.default, **common)
+    if w.kind == "dropdown":
+        return gr.Dropdown(w.choices(lang), value=w.default, allow_custom_value=w.custom, **common)
+    if w.kind == "checkbox":
+        return gr.Checkbox(value=bool(w.default), **common)
+    return gr.Textbox(value=w.default or "", **common)
+
+
+def field_widgets() -> list[tuple[str, str]]:
+    """(widget, run setting) of every experiment's widget that edits a run setting (a link opens it set)."""
+    return [(w.name, w.field) for e in EXPERIMENTS for w in e.widgets() if w.field is not None]
+
+
+def view_controls() -> dict[str, str]:
+    """Every experiment's widget its view reads, and the tab it is in."""
+    return {name: e.tab for e in EXPERIMENTS for name in e.view_controls()}

@@ -1,0 +1,168 @@
+"""The one handler of every experiment's buttons (their tabs: `playground.ui.experiment_tabs`): a fork streams the run on screen again with the experiment's settings, beside it in the live screen (its origin is
+that run); a job measures the run on screen with its progress under the button and keeps its result on the run
+(the experiment's view draws it); a stop ends the tab's job.
+
+Nothing here knows one experiment from another: a new experiment's module brings its tab, its fork and its view.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import gradio as gr
+
+from playground.app import describe, serving
+from playground.app.experiments import EXPERIMENTS, Experiment
+from playground.app.experiments.base import Action, JobRequest, Widget
+from playground.app.jobs import Progress
+from playground.app.notes import render
+from playground.app.play import fork_of
+from playground.app.session import Sessions
+from playground.app.words import t
+from playground.notes import Note
+from playground.ui.jobs import PROGRESS_SECONDS
+from playground.ui.models import Models, one_line, session_key
+from playground.ui.streaming import Streaming
+
+# A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
+WATCH_JS = """(...args) => {
+  document.querySelector('#token-output')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  return args;
+}"""
+
+
+class Experiments:
+    """The experiments' buttons for the sessions of one app."""
+
+    def __init__(self, models: Models, sessions: Sessions, stream: Streaming) -> None:
+        self.models = models
+        self.sessions = sessions
+        self.stream = stream
+
+    def fork(self, experiment: Experiment, action: Action, values: Mapping[str, Any],
+             request: gr.Request | None = None) -> Iterator[tuple]:
+        """The run on screen again with what `action` asks for, streamed beside it as a fork that opens at the step
+        on screen: (live screen, notes, branches[, the action's words]) frames. Without a finished run on screen,
+        the experiment's words; a refusal, one line."""
+        session = self.sessions.get(session_key(request))
+        session.link_notes = []  # the visitor's own action: the link's notes are done
+        lang = session.lang
+        tail = (gr.skip(),) if action.out else ()
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield gr.skip(), t(experiment.needs_run, lang), gr.skip(), *tail
+            return
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            settings, origin = serving.call_job(fork_of, session, run, lm, experiment, action, values,
+                                                owner=session.key)  # some measure first (a steering vector)
+        except Exception as exc:  # noqa: BLE001 - one line under the button, or in the notes
+            line = describe.inert(one_line(exc, lang, "fork"))
+            yield (gr.skip(), gr.skip(), gr.skip(), line) if action.out else (gr.skip(), line, gr.skip())
+            return
+        if action.out:  # what the fork measured on the way, at once (its view draws it again from the run)
+            said = [render(v, lang) for v in origin.results.values() if isinstance(v, Note)]
+            yield gr.skip(), gr.skip(), gr.skip(), " ".join(said)
+        session.next_step = session.selected_step  # the fork opens at the step on screen
+        try:
+            for frame in self.stream.press(session, settings, origin=origin):
+                yield (*frame, *tail)
+        finally:
+            session.next_step = None  # a fork that never started leaves no step for the next run
+
+    def job(self, experiment: Experiment, action: Action, values: Mapping[str, Any],
+            request: gr.Request | None = None) -> Iterator[str]:
+        """`action`'s job on the run on screen, one slice of model work at a time between the other visitors' steps:
+        its progress lines, then its result kept on that run (the view draws it at the redraw that follows); Stop
+        ends it with what it has so far."""
+        session = self.sessions.get(session_key(request))
+        lang = session.lang
+        run = session.current
+        if run is None or run.running or not run.path:
+            yield t(experiment.needs_run, lang)
+            return
+        soft = session.begin_job()  # Stop: the job ends with what it has so far
+        hard = threading.Event()  # this handler gone: the job ends at once
+        result, shown = None, 0.0
+        try:
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            work = action.run(JobRequest(run=run, runs=tuple(session.runs), lm=lm, values=dict(values),
+                                         step=session.selected_step, stop=soft))
+            for item in serving.run_job(work, hard, session.key):
+                if not isinstance(item, Progress):
+                    result = item
+                elif time.monotonic() - shown >= PROGRESS_SECONDS:
+                    shown = time.monotonic()
+                    yield t(action.progress, lang, done=item.done, total=item.total) if action.progress else ""
+        except Exception as exc:  # noqa: BLE001 - one line under the button
+            yield describe.inert(one_line(exc, lang, action.name))
+            return
+        finally:
+            hard.set()
+            session.end_job(soft)
+        if result is None:
+            yield t("rerun_stopped", lang)
+            return
+        run.results[action.name] = result
+        yield ""
+
+    def stop_job(self, request: gr.Request | None = None) -> None:
+        session = self.sessions.get(session_key(request))
+        if session.job_stop is not None:
+            session.job_stop.set()
+
+    def follow(self, widget: Widget, value: float, request: gr.Request | None = None) -> dict:
+        """A control of another tab moved (the All heads tab's layer): the widget that follows it takes its value,
+        its maximum from the session's model."""
+        session = self.sessions.get(session_key(request))
+        if not session.model:
+            return gr.skip()
+        config = self.models.model_for(session.model, session.dtype, session.key).config
+        high = {"maximum": widget.high_of(config)} if widget.high_of is not None else {}
+        return gr.update(value=int(value or 0), **high)
+
+
+def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: dict[str, Any],
+                     jobs_kw: dict[str, Any], streamed: Callable[[Callable], Callable]) -> tuple[list[Any], list[Any]]:
+    """Bind every experiment's buttons: forks stream in `gen_kw`'s lane into `gen_outputs` (each wrapped by
+    `streamed`, which adds what follows the run on screen), jobs in `jobs_kw`'s. Returns (fork events, job events):
+    the caller chains what follows a run and a measurement."""
+    forks, jobs = [], []
+    for experiment in EXPERIMENTS:
+        for action in experiment.actions():
+            button = page.component(action.name)
+            inputs = {page.component(n) for n in action.inputs}
+            names = {page.component(n): n for n in action.inputs}
+            if action.kind == "fork":
+                out = [page.component(action.out)] if action.out else []
+                handler = streamed(_bound(h.fork, experiment, action, names))
+                forks.append(button.click(handler, inputs or None, [*gen_outputs[:3], *out, *gen_outputs[3:]],
+                                          **dict(gen_kw, js=WATCH_JS)))
+            elif action.kind == "job":
+                jobs.append(button.click(_bound(h.job, experiment, action, names), inputs or None,
+                                         page.component(action.out), **jobs_kw))
+            else:
+                button.click(h.stop_job, None, None, queue=False)
+        for widget in experiment.widgets():
+            if widget.follows is not None:
+                source = page.component(widget.follows)
+                source.input(_following(h, widget), source, page.component(widget.name), queue=False)
+    page.stop.click(h.stop_job, None, None, queue=False)  # the page's Stop ends a job too
+    return forks, jobs
+
+
+def _bound(method: Callable, experiment: Experiment, action: Action, names: dict[Any, str]) -> Callable:
+    """`method(experiment, action, values by widget name, request)` as a Gradio handler of a dict of inputs."""
+    def handler(values: dict | None = None, request: gr.Request = None) -> Iterator[Any]:
+        yield from method(experiment, action, {names[c]: v for c, v in (values or {}).items()}, request)
+    handler.__name__ = f"{action.kind}_{action.name}"  # the event's name in Gradio's list (and the lanes' check)
+    return handler
+
+
+def _following(h: Experiments, widget: Widget) -> Callable:
+    def follow(value: float, request: gr.Request) -> dict:
+        return h.follow(widget, value, request)
+    return follow
