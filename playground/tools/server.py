@@ -61,6 +61,16 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+# The load tests play many visitors from one machine: the server believes one proxy (the test itself, standing
+# in for a Space's), and each virtual client names its own address in X-Forwarded-For (`client_headers`).
+AS_BEHIND_A_PROXY = {"PLAYGROUND_TRUSTED_PROXIES": "1"}
+
+
+def client_headers(index: int) -> dict[str, str]:
+    """What the proxy in front of the server would add for virtual client `index`: its own address."""
+    return {"X-Forwarded-For": f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}"}
+
+
 def start_server(weights: str | None, concurrency: int, *app_args: str, repo: Path = REPO,
                  env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """app.py of `repo` (this checkout, or another one to compare with) on a free port (more `app_args`
