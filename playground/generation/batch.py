@@ -101,7 +101,7 @@ class _BatchedModel:
         *, last_only: bool = False,
     ) -> torch.Tensor:
         if self._edits or isinstance(cache, PolicyCache):
-            return self._turn(self._model)(input_ids, cache, recorder, last_only=last_only)
+            return _in_turns(self._turn(self._model), input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
         if cache is None and recorder is None and last_only and T > CHUNK and not self._model.reencodes_at(0, T):
@@ -143,6 +143,47 @@ class _BatchedModel:
         return greenlet.getcurrent().parent.switch(segment)
 
 
+def _in_turns(
+    own: Callable[..., torch.Tensor], input_ids: torch.Tensor, cache: Any, recorder: Recorder | None, *, last_only: bool,
+) -> torch.Tensor:
+    """A pass that runs alone (`own`: in its turn), its prompt fed in CHUNK-token turns as the batch feeds
+    everyone's: the others step between them, so a long prompt with edits, a KV policy or a drafter's never
+    holds the torch thread for a whole pass. Whole where the chunks would change the numbers: a recorded
+    pass, one whose every logit is read, a heavy-hitter policy (its evictions follow the whole prompt's
+    attention)."""
+    T = input_ids.shape[1]
+    if cache is not None and recorder is None and last_only and not _scores_keys(cache):
+        while T > CHUNK:
+            own(input_ids[:, :CHUNK], cache, None, last_only=True)
+            input_ids, T = input_ids[:, CHUNK:], T - CHUNK
+    return own(input_ids, cache, recorder, last_only=last_only)
+
+
+def _scores_keys(cache: Any) -> bool:
+    """Whether a cache evicts by the attention its keys receive (a heavy-hitter policy)."""
+    return isinstance(cache, PolicyCache) and any(cache.wants_weights(layer) for layer in range(len(cache.kinds)))
+
+
+class _Drafting:
+    """A model drafter as a scheduled request runs it: each of its passes (and each CHUNK of a long feed) in a
+    turn of its own, so drafting 16 tokens is 16 turns between the batch's steps, never 16 passes inside one
+    (the drafter's module otherwise: its config, device, dtype)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def __call__(self, input_ids: torch.Tensor, cache: Any = None, recorder: Recorder | None = None, *,
+                 last_only: bool = False) -> torch.Tensor:
+        return _in_turns(self._turn, input_ids, cache, recorder, last_only=last_only)
+
+    def _turn(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        greenlet.getcurrent().parent.switch(_TURN)
+        return self._module(*args, **kwargs)
+
+
 _END = object()
 
 
@@ -170,6 +211,8 @@ class Ticket:
     def _body(self) -> None:
         model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
         proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
+        if self.plan.draft is not None and self.plan.draft.module is not None:
+            proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
         for event in run_plan(proxied, self.stop):
             self.first_event = True
             self.produced += 1
