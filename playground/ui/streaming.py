@@ -132,8 +132,9 @@ class Streaming:
             try:
                 if meta is None or meta["token"] != run.token:  # a run starts: its whole value
                     lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-                    meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
-                    value = self._value(session, run, meta["value"])
+                    started = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
+                    value = self._value(session, run, started["value"])
+                    meta = started  # only once the page has the run whole: its next frames append to it
                 else:  # then what is new; the lineage panel's texts grow with the run: they come again at its end
                     selected = session.selected_step if run is session.current else None
                     rows = None if run.running else history.branch_rows(session, run, lang)
