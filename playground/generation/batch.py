@@ -49,6 +49,7 @@ import greenlet
 import torch
 
 from playground.checkpoints.limits import Limits
+from playground.generation import captured
 from playground.generation.batch_history import DECODE, OWN, PREFILL, Entry, Pass, StepHistory
 from playground.generation.budget import estimate_request, peak_bytes
 from playground.generation.device_memory import admission_budget
@@ -184,6 +185,16 @@ class _Drafting:
         return self._module(*args, **kwargs)
 
 
+def _a_token_per_turn(events: Iterator[StepEvent]) -> Iterator[StepEvent]:
+    """Each event of a run that decodes on its own (its model's captured step) computed in a turn of its own."""
+    while True:
+        greenlet.getcurrent().parent.switch(_TURN)
+        event = next(events, None)
+        if event is None:
+            return
+        yield event
+
+
 _END = object()
 
 
@@ -209,11 +220,17 @@ class Ticket:
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
 
     def _body(self) -> None:
-        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
-        proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
-        if self.plan.draft is not None and self.plan.draft.module is not None:
-            proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
-        for event in run_plan(proxied, self.stop):
+        if self.plan.lm.captured is not None and captured.why_eager(self.plan) is None:
+            # the model's captured step (load_model(compile=True)) decodes this run: a token per turn, while
+            # the others share the batch's eager pass in between (its static cache is no row of a pool)
+            events = _a_token_per_turn(run_plan(self.plan, self.stop))
+        else:
+            model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
+            proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
+            if self.plan.draft is not None and self.plan.draft.module is not None:
+                proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
+            events = run_plan(proxied, self.stop)
+        for event in events:
             self.first_event = True
             self.produced += 1
             self.pending.append(event)  # told at the step's end, once the step is in the history

@@ -115,3 +115,25 @@ def test_a_heavy_hitter_run_reads_its_prompt_whole(lm, one_thread):
     got, _, steps = _run_beside_a_plain_request(lm, [], cfg, LONG)
     assert max(n for s in steps for n in s) == len(LONG)
     assert got[-1].token_ids == generate_all(lm, LONG, cfg).token_ids
+
+
+def test_a_model_with_captured_steps_decodes_through_them_in_the_scheduler(lm, one_thread):
+    """`load_model(compile=True)`: the server's scheduler runs a run the step takes through the captured step,
+    a token per turn, while a plain eager request shares the batch's passes in between; the tokens are what
+    generate_all gives through the same step, the probabilities to float32 rounding."""
+    import dataclasses
+
+    from playground.generation.captured import CapturedDecoder
+
+    stepped = dataclasses.replace(lm, captured=CapturedDecoder(lm.model, compile=False))  # uncompiled: the same module
+    cfg = GenerationConfig(max_new_tokens=8, temperature=0.8, top_k=20, seed=3, capture_attention=True)
+    scheduler = Scheduler(stepped, max_rows=16, max_prefills=4)
+    plain = scheduler.submit(plan(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=12)))
+    run = scheduler.submit(plan(stepped, [11, 3, 17], cfg))
+    while scheduler.busy():
+        scheduler.step()
+    got, reference = run.drain(), generate_all(stepped, [11, 3, 17], cfg)
+    assert run.plan.decoding == reference.decoding and reference.decoding["captured"] is True
+    assert got[-1].token_ids == reference.token_ids
+    assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-6)
+    assert plain.drain()[-1].token_ids == generate_all(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=12)).token_ids
