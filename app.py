@@ -1,5 +1,6 @@
 """Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
-[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--default-model NAME]`.
+[--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--default-model NAME]
+[--compile]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -15,7 +16,7 @@ import torch
 
 from playground.app import serving, zerogpu
 from playground.app.serving import MAX_ROWS
-from playground.cpu import default_threads, omp_threads
+from playground.cpu import choose_threads
 from playground.errors import PlaygroundError
 from playground.hosting import on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
@@ -42,19 +43,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "takes one per beam); more visitors wait in line and are told their place")
     parser.add_argument("--queue-size", type=int, default=64, help="requests waiting before new ones are refused")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core "
-                             "the CPU quota allows, one fewer with --browser-here)")
+                        help="torch threads for the models (default: $OMP_NUM_THREADS if set, else every core the "
+                             "CPU quota allows on a Space, and one fewer elsewhere, left to a browser on the same "
+                             "machine; a server without one passes its core count)")
     parser.add_argument("--browser-here", action="store_true",
-                        help="a browser runs on this machine too: leave it one core")
+                        help="leave a browser one core even on a Space (elsewhere the default)")
     parser.add_argument("--device", default=None,
                         help="where the models run: cpu or cuda (default: cuda on a Space with a GPU of its own, "
                              "else cpu; on ZeroGPU each run borrows the GPU by itself)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
+    parser.add_argument("--compile", action="store_true",
+                        help="load every model with its captured decode step (playground.load_model(compile=True))")
     parser.add_argument("--default-model", default=os.environ.get(DEFAULT_MODEL_VARIABLE, "").strip() or None,
                         metavar="NAME", help=f"the model every new page opens on, a name of the model list (e.g. "
                                              f"SmolLM2-135M-Instruct; default: ${DEFAULT_MODEL_VARIABLE}, else tiny-lm, "
                                              "or a Space's preloaded model)")
     args = parser.parse_args(argv)
+    if args.compile:  # read by load_model wherever the app loads (on ZeroGPU: CUDA graphs by hand, never torch.compile)
+        os.environ["PLAYGROUND_COMPILE"] = "cudagraph" if zero_gpu() else "inductor"
     args.device = args.device or default_device()
     return args
 
@@ -104,10 +110,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: --max-rows must be at least 1, not {args.max_rows}", file=sys.stderr)
         raise SystemExit(2)
     serving.configure(max_rows=args.max_rows)
-    threads = args.threads or omp_threads() or default_threads(browser_here=args.browser_here)
+    threads, why = choose_threads(args.threads, space=on_space() and not args.browser_here)
     torch.set_num_threads(threads)
-    log.info("%d torch threads%s, models on %s, pages start in %s", threads, " (on a Space)" if on_space() else "",
-             device, args.dtype)
+    log.info("%d torch thread%s (%s%s), models on %s, pages start in %s", threads, "" if threads == 1 else "s", why,
+             "" if why == "--threads" else "; --threads N to change", device, args.dtype)
     demo = build_app(extra_weights=args.weights, generate_concurrency=args.concurrency, device=device, dtype=args.dtype,
                      default_model=args.default_model)
     catalog = demo.playground_handlers.catalog

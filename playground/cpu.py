@@ -97,6 +97,25 @@ def default_threads(browser_here: bool, root: Path = CGROUP_ROOT, proc_cgroup: P
     return max(1, cores - 1) if browser_here else cores
 
 
+def choose_threads(asked: int = 0, *, space: bool, root: Path = CGROUP_ROOT,
+                   proc_cgroup: Path = PROC_CGROUP) -> tuple[int, str]:
+    """The models' torch threads, and why in a few words for the start-up line: `asked` (--threads) when
+    positive, else OMP_NUM_THREADS, else on a Space every core of its quota (the visitors' browsers run
+    elsewhere), else one fewer. Off a Space the page's browser is most often on the same machine, and on
+    2 cores a second torch thread spinning against it made everything slower: SmolLM2's first token 3.9 s
+    instead of 0.6 s and 2.1 tokens/s on the page instead of 8.4. A server without a browser beside it
+    passes --threads."""
+    if asked > 0:
+        return asked, "--threads"
+    omp = omp_threads()
+    if omp:
+        return omp, "OMP_NUM_THREADS"
+    cores = usable_cores(root, proc_cgroup)
+    if space:
+        return cores, f"all {cores} cores of the Space"
+    return default_threads(True, root, proc_cgroup), f"{cores} cores, one left to a browser on this machine"
+
+
 def omp_threads() -> int | None:
     """OMP_NUM_THREADS when it is set to a positive whole number: an explicit choice, like --threads."""
     raw = os.environ.get("OMP_NUM_THREADS", "").strip()

@@ -36,6 +36,8 @@ class LoadedModel:
     # and the bytes the model itself keeps (weights, position tables, module objects).
     limits: Limits | None = None
     resident_bytes: int = 0
+    # With load_model(..., compile=True): the model's captured decode steps (generation.captured.CapturedDecoder)
+    captured: Any | None = None
 
     @property
     def kind(self) -> str:

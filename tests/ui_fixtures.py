@@ -107,13 +107,14 @@ def save_hostile_checkpoint(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def served_app(weights: Path, uploads: Path, **launch: Any) -> Iterator[tuple[Any, str]]:
+def served_app(weights: Path, uploads: Path, *, queue_size: int | None = None, concurrency: int = 4,
+               **launch: Any) -> Iterator[tuple[Any, str]]:
     """The app over `weights`, queued and launched on a free port in this process: (demo, its URL).
-    `launch` adds to or overrides the app's own launch settings."""
+    `queue_size` and `concurrency` as app.py's flags; `launch` adds to or overrides the app's own launch settings."""
     from playground.ui import build_app, enable_queue, launch_kwargs
 
-    demo = build_app(weights, uploads)
-    enable_queue(demo)
+    demo = build_app(weights, uploads, generate_concurrency=concurrency)
+    enable_queue(demo, max_size=queue_size)
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True, **{**launch_kwargs(demo), **launch})
     try:

@@ -115,7 +115,7 @@ def _label(precision: str, real: bool | None, simulated: bool) -> str:
     """The precision, marked when a choice forced its simulated or its native variant."""
     if real is False and precision in ("bfloat16", "float16"):
         return f"{precision} (simulated)"
-    if real is True and not simulated and precision in ("bfloat16", "float16"):
+    if real is True and not simulated:  # a native dtype, or int8 / int4 codes on their own kernels
         return f"{precision} (native)"
     return precision
 

@@ -1,14 +1,32 @@
-"""What the live screen receives: a run turned into one small JSON-ready value per frame. No Gradio.
+"""What the live screen receives: a run turned into small JSON-ready values, one per frame. No Gradio.
 
-The page's own script draws the token stream and the step panels from this value, so a frame
-carries numbers, never HTML or figures: the tokens of the displayed sequence with their
-probabilities, each step's candidates through the sampler stages and the cache size at that step
-(these lists only grow, and Gradio sends only what changed), the newest step's attention row for
-the view on screen, and the run's status. Everything else is asked for when a panel needs it.
+The page's own script draws the token stream and the step panels from these values, so a frame
+carries numbers, never HTML or figures. A frame appends; it never sends the run again:
+
+    live_value(run, view, meta, lang)          # the whole run: its first frame, a language switch, a page
+                                               # that lost a frame (it asks for this value)
+    live_frame(run, view, meta, lang, start)   # the path entries from `start` on, and the latest state
+
+- `head` (in the whole value only): the tokens before the run's own, as long as its prompt and its lineage
+  (the prompt, the tokens a branch took over, the ones placed by hand, a seq2seq decoder's start).
+- `from` and `path`: the page keeps the entries it holds before `from`, drops the others (beam search may
+  rewrite the end of its sequence) and appends `path` (each entry a `compact_step`).
+- the run's latest state, each part small: what it is (number, mode, the model's shape), its status, the
+  cache, the newest step's attention row for the view on screen (`att`), the beams.
+- `branches` (the lineage panel, whose texts grow with the runs): in the whole value and in a run's last
+  frame; in between, the page extends the current run's row with the new tokens itself.
+
+`path` and `att` travel as JSON texts (`entries` and `attention` read them back): Gradio sends a changed
+text whole, where it would compare two lists number by number and send one edit for each. Each entry
+travels once, so neither a frame's size nor the page's work for it grows with the text (Gradio hands the
+component each new value whole, and the browser copied, compared and re-serialised a value that held the
+whole run at every frame). The newest step's attention row is the one part as long as the text: one
+weight per token it looked at. Everything else is asked for when a panel needs it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -116,6 +134,56 @@ def status(run: Run, model_name: str) -> dict[str, Any]:
     }
 
 
+def run_head(run: Run) -> dict[str, Any]:
+    """The tokens the run's own come after, as long as its prompt and lineage: sent once (module docstring)."""
+    head: dict[str, Any] = {
+        "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
+        "inherited": run.inherited,  # a branch: the tokens taken over, then the ones placed by hand
+        "forced_tokens": [[text, i] for text, i in zip(run.forced_texts, run.forced)],
+    }
+    if run.kind == "seq2seq":
+        start = run.prefix_ids[: len(run.prefix_ids) - len(run.inherited) - len(run.forced)]
+        head["decoder_start"] = [[text, i] for text, i in zip(run.prefix_texts, start)]
+    return head
+
+
+def live_frame(
+    run: Run,
+    view: LiveView,
+    meta: dict[str, Any],
+    lang: str,
+    start: int,
+    branches: list[dict[str, Any]] | None = None,
+    selected: int | None = None,
+) -> dict[str, Any]:
+    """The run's path entries from `start` on and its latest state (see the module docstring).
+
+    meta: the model's shape for the panels ({"layers", "heads", "kv_heads", "kind", "name"}).
+    `run.compact` must hold one compact_step entry per token of `run.path` (the caller keeps it up to date,
+    so frames never rebuild old entries). `branches`: the lineage panel, when this frame carries it.
+    selected: the step the screen opens the run at (a fork keeps the step on screen); None: the newest.
+    """
+    last = run.events[-1] if run.events else None
+    frame: dict[str, Any] = {
+        "run": run.token, "number": run.number, "lang": lang, "kind": run.kind, "mode": run.mode,
+        "model": meta, "stages": stage_names(run.events),
+        "prefix": len(run.prefix_ids) - (len(run.prompt_ids) if run.kind == "decoder" else 0),
+        "forced": len(run.forced),
+        "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
+        "selected": selected,
+        "first_step": run.step_number(0),  # the step number of path[0] (a branch continues its parent's count)
+        "from": start, "path": _text(run.compact[start:]),
+        "status": status(run, meta.get("name", "")),
+        "cache": _cache_summary(dict(last.cache) if last else {}),
+        "att": _text(live_attention(run, len(run.path) - 1, view, meta) if run.path else None),
+        "beams": [[b.text, _r(b.score), int(b.finished)] for b in last.beams]
+        if run.beam and last is not None and last.beams else None,
+    }
+    if branches is not None:
+        frame["branches"] = branches
+    return frame
+
+
 def live_value(
     run: Run,
     view: LiveView,
@@ -124,42 +192,40 @@ def live_value(
     branches: list[dict[str, Any]] | None = None,
     selected: int | None = None,
 ) -> dict[str, Any]:
-    """The live component's value for the run as it stands (see the module docstring).
+    """The live component's value for the whole run as it stands: its head and every path entry."""
+    return {**live_frame(run, view, meta, lang, 0, branches or [], selected), "head": run_head(run)}
 
-    selected: the step the screen opens the run at (a fork keeps the step on screen); None: the newest.
 
-    meta: the model's shape for the panels ({"layers", "heads", "kv_heads", "kind", "name"}).
-    `run.compact` must hold one compact_step entry per token of `run.path` (the caller keeps it
-    up to date, so frames never rebuild old entries).
-    """
-    stages = stage_names(run.events)
-    last = run.events[-1] if run.events else None
-    cache = dict(last.cache) if last else {}
-    value: dict[str, Any] = {
-        "run": run.token, "number": run.number, "lang": lang, "kind": run.kind,
-        "mode": run.mode,
-        "model": meta, "stages": stages,
-        "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
-        "prefix": len(run.prefix_ids) - (len(run.prompt_ids) if run.kind == "decoder" else 0),
-        "forced": len(run.forced),
-        "path": list(run.compact),
-        "cache": _cache_summary(cache),
-        "status": status(run, meta.get("name", "")),
-        "att": None, "beams": None, "branches": branches or [],
-        "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
-        "selected": selected,
-        "first_step": run.step_number(0),  # the step number of path[0] (a branch continues its parent's count)
-    }
-    value["inherited"] = run.inherited  # a branch: the tokens taken over, then the ones placed by hand
-    value["forced_tokens"] = [[text, i] for text, i in zip(run.forced_texts, run.forced)]
-    if run.kind == "seq2seq":
-        start = run.prefix_ids[: len(run.prefix_ids) - len(run.inherited) - len(run.forced)]
-        value["decoder_start"] = [[text, i] for text, i in zip(run.prefix_texts, start)]
-    if run.path:
-        value["att"] = live_attention(run, len(run.path) - 1, view, meta)
-    if run.beam and last is not None and last.beams:
-        value["beams"] = [[b.text, _r(b.score), int(b.finished)] for b in last.beams]
-    return value
+def entries(frame: dict[str, Any]) -> list[Any]:
+    """A frame's path entries (see `live_frame`)."""
+    return json.loads(frame["path"]) if isinstance(frame.get("path"), str) else list(frame.get("path") or [])
+
+
+def attention(frame: dict[str, Any]) -> dict[str, Any] | None:
+    """A frame's attention row for the newest step, or None (see `live_frame`)."""
+    return json.loads(frame["att"]) if isinstance(frame.get("att"), str) else frame.get("att")
+
+
+def fold(path: list[Any], value: dict[str, Any]) -> list[Any]:
+    """The page's copy of a run's path entries after `value` (a frame, or the whole value), as the live screen's
+    script keeps it: for scripts and tests that read a stream the way the page does."""
+    return ([] if "head" in value else path[: value.get("from", 0)]) + entries(value)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def sent_until(sent: Sequence[Any], compact: Sequence[Any]) -> int:
+    """How many of `compact`'s entries the page already holds, `sent` being the entries sent so far: the first
+    index where they differ (an entry is rebuilt, a new object, only where beam search rewrote the sequence)."""
+    n = min(len(sent), len(compact))
+    if n and sent[n - 1] is compact[n - 1]:  # beam search rewrites from some step to the end: nothing was rewritten
+        return n
+    for i in range(n):
+        if sent[i] is not compact[i]:
+            return i
+    return n
 
 
 def waiting_value(value: dict[str, Any], waiting: Any) -> dict[str, Any]:

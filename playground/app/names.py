@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from playground.app.notes import note
-from playground.app.uploads import EVICTED, HUB_PREFIX, SAFE_NAME, SAFE_UPLOAD_ID, UPLOAD_PREFIX, Uploads
+from playground.app.uploads import EVICTED, EXPIRED, HUB_PREFIX, SAFE_NAME, SAFE_UPLOAD_ID, UPLOAD_PREFIX, Uploads
 from playground.errors import PlaygroundError
 
 MAX_NAME_CHARS = 272  # longer than any catalog name ("hub/" + two Hub names of at most 128 characters)
@@ -63,8 +63,8 @@ def resolve(name: str, owner: str | None, uploads: Uploads, listed: Callable[[st
         exists = path.exists()
     except OSError:  # a name the file system cannot hold: its message would show the server's folder
         raise PlaygroundError(private) from None
-    if not exists:
-        raise PlaygroundError(EVICTED if uploads.was_evicted(path) else private)
+    if not exists:  # the owner's own folder: saying why it went tells nothing of anyone else's
+        raise PlaygroundError(EVICTED if uploads.was_evicted(path) else EXPIRED if uploads.was_expired(path) else private)
     uploads.touch(path)
     return path
 

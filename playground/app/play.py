@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from playground.app import experiments, frames, heap, serving, zerogpu
+from playground.app import experiments, frames, heap, serving, visitors, zerogpu
 from playground.app.engine_stream import run_events
 from playground.app.experiments.base import Action, Experiment, ForkRequest
 from playground.app.limits import CAPS, lenient
@@ -33,6 +33,7 @@ from playground.app.settings import UISettings, changed, from_query, generation_
 from playground.errors import PlaygroundError
 from playground.generation import GenerationConfig, language_token_id
 from playground.generation.plan import Plan, assemble
+from playground.generation.speculative import summary as speculation_summary
 from playground.generation.stepper import stepper_class
 from playground.notes import Note
 
@@ -149,7 +150,9 @@ def start_run(session: Session, lm: Any, settings: UISettings, parent: Parent | 
         cfg = cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0)
     if settings.pace_ms and settings.pace_ms / 1000.0 * cfg.max_new_tokens > MAX_PACE_SECONDS:
         notes.append(note("pace_capped", ms=int(1000 * MAX_PACE_SECONDS / cfg.max_new_tokens)))
-    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes)
+    # a precision copy is built as a job, slice by slice on the torch thread (never on this worker)
+    p = assemble(lm, prompt_ids, cfg, forced_prefix, done.fit, notes,
+                 build=lambda steps: serving.call_sliced(steps, owner=session.key))
     run = Run(
         token=new_token(), number=session.next_number, owner=session.key, settings=settings, cfg=cfg, kind=lm.kind,
         prompt_ids=list(p.prompt_ids), prompt_texts=lm.token_texts(p.prompt_ids), prefix_ids=list(p.prefix_ids),
@@ -223,7 +226,7 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
 
 
 def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
-            on_end: Callable[[], Any] | None, stops: int) -> Iterator[Frame]:
+            on_end: Callable[[], Any] | None, stops: int, visitor: str | None = None) -> Iterator[Frame]:
     stop = threading.Event()
     if session.stop is not None:
         session.stop.set()  # one generation per session: a new run ends the previous one
@@ -238,9 +241,11 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
     last_frame = 0.0
+    shown = 0  # the tokens of the frames yielded so far: what the page shows
     error = None
     # batched with every other visitor's run; the run's token labels it in the batch's step history
-    stream = run_events(p, stop, owner=session, report_waiting=True, tag=run.token)
+    # (one running generation per visitor: the tab, or a script's client; app.visitors)
+    stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token)
     try:
         yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
         for event in stream:
@@ -252,9 +257,11 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
                 continue
             run.add_event(event, lm)
             now = time.monotonic()
-            if (len(run.events) == 1 or event.finished or pause
+            # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
+            if (len(run.events) == 1 or event.finished
                     or now - last_frame >= frames.frame_seconds(serving.active_requests())):
                 last_frame = now
+                shown = len(run.path)
                 yield frame()
             if pause and not event.finished:
                 stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
@@ -265,10 +272,21 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         if session.stop is stop:
             session.stop = None
         heap.release()
+    if stop.is_set() and error is None and not run.beam:
+        seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
+        _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
     run.finish(lm, error)
     if on_end is not None:
         on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
     yield frame()
+
+
+def _end_where_shown(run: Run, shown: int) -> None:
+    """A stopped run ends at the tokens its page showed when Stop was pressed (or, when the page did not say, at
+    the last frame sent). The engine runs a frame and more ahead of the page (~80 ms and the frame's way: dozens
+    of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept, they would
+    appear after the press. One event and one compact entry per token outside beam search."""
+    del run.path[shown:], run.compact[shown:], run.events[shown:]
 
 
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:
@@ -303,10 +321,13 @@ def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any)
 # --- the script API -------------------------------------------------------------------------------
 
 
-def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str) -> dict[str, Any]:
+def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str, visitor: str | None = None,
+                ) -> dict[str, Any]:
     """`/generate_text`: the page's press for a link's query (its chat default, caps, clamps, a drawn seed), in a
-    session of its own, read to the end. Returns text, token_ids, finish_reason and the notes in the query's
-    language. Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
+    session of its own, read to the end. Returns text, token_ids, finish_reason, the notes in the query's
+    language and, for a drafted run, what speculation did (drafter, proposed, accepted, target passes); None
+    otherwise. `visitor`: the caller (`app.visitors.client`: its address), who runs one generation at a time.
+    Raises PlaygroundError (its first argument keyed when it can be) when the run cannot start."""
     params: Mapping[str, str] = dict(parse_qsl(str(query).lstrip("?"), keep_blank_values=True))
     params = {**params, "model": model, "prompt": ""}
     settings, link_notes = from_query(params, UISettings())
@@ -314,8 +335,11 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     session = Session(key=owner, lang=settings.lang)
     session.link_notes = list(link_notes)
     lm = lookup(settings.model, settings.dtype, owner)
-    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops):
+    drafter, missing = draft_model(session, lookup, settings)  # a "model:<name>" draft, as the page finds it
+    run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
+    if missing is not None:
+        run.notes.insert(0, missing)
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops, visitor=visitor):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)
@@ -324,4 +348,5 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str)
     notes = [n for n in run.notes if getattr(n, "key", None) != "zerogpu_used"]
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
-            "notes": render_all(session.link_notes + notes, settings.lang)}
+            "notes": render_all(session.link_notes + notes, settings.lang),
+            "speculation": speculation_summary(run.events, run.cfg)}

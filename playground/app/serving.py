@@ -226,10 +226,15 @@ def run_job(work: Iterator[Any], stop: threading.Event, owner: Any = None) -> It
     return default_server().jobs(work, stop, owner)
 
 
-def call_sliced(work: Generator[Any, None, T], owner: Any = None) -> T:
+class Stopped(RuntimeError):
+    """`call_sliced`'s work was stopped (its `stop` set, or the server stopping) before it finished."""
+
+
+def call_sliced(work: Generator[Any, None, T], owner: Any = None, stop: threading.Event | None = None) -> T:
     """The return value of `work`, a generator doing one bounded slice of model work per `next()` (a View's
     `slices`, `iter_generate_all`): each slice takes its own turn between the batch's steps, in a copy of the
-    caller's context; on the torch thread itself, all at once."""
+    caller's context; on the torch thread itself, all at once. Setting `stop` ends it before its next slice
+    (`Stopped`)."""
     if torch_thread.on_torch_thread():
         return drain(work)
     context = contextvars.copy_context()
@@ -244,10 +249,10 @@ def call_sliced(work: Generator[Any, None, T], owner: Any = None) -> T:
                 return
             yield None
 
-    for _ in run_job(job(), threading.Event(), owner):
+    for _ in run_job(job(), stop if stop is not None else threading.Event(), owner):
         pass
-    if not result:  # the job was ended before its last slice (the server stopping)
-        raise RuntimeError("the work was stopped before it finished")
+    if not result:  # the job was ended before its last slice (stopped, or the server stopping)
+        raise Stopped("the work was stopped before it finished")
     return result[0]
 
 

@@ -64,6 +64,7 @@ class Session:
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start
     stops: int = 0  # how many times Stop was pressed: a press that began before the newest Stop never runs on
+    stop_seen: tuple[str, int] | None = None  # Stop's run and how many of its tokens the page showed
     next_number: int = 1
     link: dict[str, str] | None = None  # the query parameters the tab was opened with
     link_settings: UISettings | None = None  # what they ask for (the run fields a link's own run replays)
@@ -322,6 +323,15 @@ class Sessions:
             if self.on_expire is not None:
                 self.on_expire(key, session)
         return list(idle)
+
+    def touch(self, key: str | None) -> bool:
+        """A sign that `key`'s tab is open (its heartbeat): the session counts as heard from now. Never makes one."""
+        with self._lock:
+            session = self._sessions.get(key or "anonymous")
+            if session is None:
+                return False
+            session.seen = time.monotonic()
+            return True
 
     def has(self, key: str | None) -> bool:
         """Whether `key` is a page tab's session (a script calling generate_text never makes one)."""

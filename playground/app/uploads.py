@@ -3,11 +3,13 @@
 Uploads live in `upload_dir/@<hash of owner>/<upload id>/`, Hub downloads in
 `hub_dir/@<hash of owner>/<org>/<repo>/` (`owner=None`, the machine's single local user: directly under
 `upload_dir` / `hub_dir`; a store built with `private=True`, the public app, refuses it). They expire
-`ttl_seconds` after their last use and share a disk quota of `quota_bytes`; each owner keeps at most
+`ttl_seconds` after their last use (never while a page has them open) and share a disk quota of `quota_bytes`;
+each owner keeps at most
 `owner_quota_bytes` of it. A new upload first makes room among its owner's own (least recently used
 first), then, if the server is full, among everyone's that are not in use (`in_use`: the folders the pages
 have open), least recently used first; it is refused rather than take a folder in use. An evicted folder's
-owner is told: at their next upload (`evicted_since`) and when they ask for it (`was_evicted`). Defaults from
+owner is told: at their next upload (`evicted_since`) and when they ask for it (`was_evicted`); so is the owner of
+a folder that expired, or went with its owner's session (`was_expired`). Defaults from
 the environment:
 - PLAYGROUND_UPLOAD_TTL_SECONDS (default 3600: an hour after its last use);
 - PLAYGROUND_UPLOAD_QUOTA_BYTES (default 16 GiB, for uploads and Hub downloads together);
@@ -39,6 +41,7 @@ HUB_PREFIX = "hub/"  # "hub/owner/name": a checkpoint downloaded from the Huggin
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".spm", ".jinja")
 MAX_TEXT_FILE_BYTES = 64 * 1024 * 1024  # tokenizer.json of big vocabularies is ~10-20 MB
 EVICTED = note("evicted")
+EXPIRED = note("upload_expired")
 DEFAULT_TTL_SECONDS = 3600
 DEFAULT_QUOTA_BYTES = 16 * 1024**3
 MAX_EVICTED_REMEMBERED = 4096  # evicted folders whose owners are still told why they went
@@ -126,6 +129,7 @@ class Uploads:
         # The folders some page has open now (the app sets it): never evicted for another owner's upload.
         self.in_use: Callable[[], Iterable[Path]] = lambda: ()
         self._evicted: dict[Path, bool] = {}  # evicted folder -> its owner was told at an upload (oldest first)
+        self._expired: dict[Path, None] = {}  # folders (or an owner's whole folder) gone with time or a session
         self.clock = clock
         self._lock = threading.RLock()  # storing, evicting and forgetting do not interleave
 
@@ -189,6 +193,16 @@ class Uploads:
     def was_evicted(self, path: Path) -> bool:
         with self._lock:
             return path in self._evicted
+
+    def was_expired(self, path: Path) -> bool:
+        """Whether `path` went unused past its time to live, or with its owner's session (a tab gone or idle)."""
+        with self._lock:
+            return any(path == gone or path.is_relative_to(gone) for gone in self._expired)
+
+    def _remember_expired(self, folder: Path) -> None:  # with self._lock held
+        self._expired[folder.resolve()] = None
+        while len(self._expired) > MAX_EVICTED_REMEMBERED:
+            del self._expired[next(iter(self._expired))]
 
     # --- storing ---------------------------------------------------------------------------------
 
@@ -282,15 +296,18 @@ class Uploads:
         return out
 
     def sweep(self) -> list[Path]:
-        """Delete uploads and Hub downloads unused for `ttl_seconds`; return the folders removed."""
+        """Delete uploads and Hub downloads unused for `ttl_seconds` that no page has open; return the folders
+        removed (their owners are told they expired)."""
         removed = []
+        in_use = {Path(p).resolve() for p in self.in_use()}
         with self._lock:
             cutoff = self.clock() - self.ttl_seconds
             for folder, _ in self._stored():
                 try:
-                    if folder.stat().st_mtime < cutoff:
+                    if folder.stat().st_mtime < cutoff and folder.resolve() not in in_use:
                         shutil.rmtree(folder, ignore_errors=True)
                         removed.append(folder)
+                        self._remember_expired(folder)
                 except OSError:
                     pass
         return removed
@@ -358,6 +375,7 @@ class Uploads:
                 if root.is_dir():
                     shutil.rmtree(root, ignore_errors=True)
                     removed.append(root)
+                    self._remember_expired(root)  # the tab may come back (a phone waking): it is told why
         return removed
 
 

@@ -4,7 +4,8 @@ On a ZeroGPU Space the GPU exists only inside a function wrapped by `spaces.GPU`
 forked worker process (reused while idle), its arguments and every value it yields are pickled, and
 nothing the worker changes in its own memory comes back. So a run crosses as a `WorkerRequest` that
 names its model (the checkpoint's path on the shared disk, the dtype) and carries the prompt ids and the
-`GenerationConfig`; the worker loads the model on CUDA once and keeps it while it is reused
+`GenerationConfig` (a second model that drafts crosses the same way, by its path: never a model in the
+arguments); the worker loads the models on CUDA once and keeps them while it is reused
 (`WorkerModels`), plans the run again with `generation.plan.plan` and yields the engine's own
 `StepEvent`s, which hold only plain Python and numpy. The page's other model work (lessons, the lab's
 measurements, attention rows) stays on the main process's CPU copy: cheap for the shipped sizes, and it
@@ -32,9 +33,10 @@ from typing import Any
 
 from playground.app import serving
 from playground.app.words import t
-from playground.generation.config import GenerationConfig
+from playground.generation.config import GenerationConfig, draft_layers
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
+from playground.loaded import LoadedModel
 
 log = logging.getLogger("playground.zerogpu")
 
@@ -55,15 +57,26 @@ class WorkerRequest:
     dtype: str  # "float32", "bfloat16" or "float16"
     prompt_ids: tuple[int, ...]  # already fitted to the context by the main process's plan
     forced_ids: tuple[int, ...]  # a branch's forced tokens
-    cfg: GenerationConfig
+    cfg: GenerationConfig  # a second model's draft travels as `draft_path` (cfg.draft is None then)
     parameters: int = 0  # the model's size, for the duration estimate
+    layers: int = 0  # the model's layers (a "layer:K" draft runs K of them)
     device: str | None = None  # None: the worker's GPU (the CPU where it has none)
+    draft_path: str | None = None  # a second model that drafts: its checkpoint, loaded by the worker like the model
+    draft_dtype: str = "float32"
+    draft_parameters: int = 0  # the drafter's size: each drafted token is one pass of it
 
     @classmethod
     def of(cls, plan: Plan, device: str | None = None) -> WorkerRequest:
-        lm = plan.lm
+        lm, cfg = plan.lm, plan.cfg
+        draft: dict[str, Any] = {}
+        if isinstance(cfg.draft, LoadedModel):  # by path, never the model's weights
+            other = cfg.draft
+            draft = dict(draft_path=str(other.path), draft_dtype=str(other.dtype).removeprefix("torch."),
+                         draft_parameters=other.parameter_count)
+            cfg = cfg.replace(draft=None)
         return cls(path=str(lm.path), dtype=str(lm.dtype).removeprefix("torch."), prompt_ids=tuple(plan.prompt_ids),
-                   forced_ids=tuple(plan.forced_ids), cfg=plan.cfg, parameters=lm.parameter_count, device=device)
+                   forced_ids=tuple(plan.forced_ids), cfg=cfg, parameters=lm.parameter_count,
+                   layers=lm.config.n_layers, device=device, **draft)
 
 
 @dataclass(frozen=True)
@@ -97,12 +110,30 @@ class Notice:
 
 def estimate_seconds(request: WorkerRequest) -> int:
     """GPU seconds to ask for: a worker's start, then every step of the run (all beams step together, so
-    beams cost little; captures a little more), scaled by the model's size against the 135M model."""
+    beams cost little; captures a little more), scaled by the model's size against the 135M model. A draft
+    adds its passes: up to `draft_tokens` per pass of the model (a rejected draft leaves one token a pass), each
+    a pass of the drafter (a second model: loaded too; the model's first K layers: K of its layers)."""
     cfg = request.cfg
     size = max(1.0, request.parameters / REFERENCE_PARAMETERS)
     steps = cfg.max_new_tokens + len(request.prompt_ids) / 512  # the prompt is one prefill pass per ~512 tokens
     factor = (1.0 + 0.1 * (cfg.num_beams - 1)) * (1.5 if cfg.records else 1.0) * size
-    return int(min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(START_SECONDS * size + steps * STEP_SECONDS * factor))))
+    seconds = START_SECONDS * size + steps * STEP_SECONDS * factor
+    drafter = _drafter_size(request)
+    if drafter and cfg.num_beams == 1:
+        if request.draft_path is not None:
+            seconds += START_SECONDS * drafter  # the worker reads the drafter too
+        seconds += cfg.max_new_tokens * cfg.draft_tokens * STEP_SECONDS * max(drafter, 0.1)
+    return int(min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(seconds))))
+
+
+def _drafter_size(request: WorkerRequest) -> float:
+    """A drafter's pass against a pass of the 135M model (0: no drafter model)."""
+    if request.draft_path is not None:
+        return max(1.0, request.draft_parameters / REFERENCE_PARAMETERS)  # a small model's pass is launch-bound
+    k = draft_layers(request.cfg.draft)
+    if k is None:  # prompt lookup, or none: no passes of a model
+        return 0.0
+    return max(1.0, request.parameters / REFERENCE_PARAMETERS) * min(1.0, k / max(1, request.layers or k))
 
 
 @dataclass
@@ -165,7 +196,10 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     torch.set_num_threads(1)
     try:
         lm, loaded = WORKER_MODELS.get(request.path, request.dtype, request.device)
-        p = plan(lm, list(request.prompt_ids), request.cfg, request.forced_ids)
+        cfg = request.cfg
+        if request.draft_path is not None:  # the drafter, found as the model is (kept while the worker is reused)
+            cfg = cfg.replace(draft=WORKER_MODELS.get(request.draft_path, request.draft_dtype, request.device)[0])
+        p = plan(lm, list(request.prompt_ids), cfg, request.forced_ids)
     except Exception as exc:  # noqa: BLE001 - the wrapper would keep only the class name; say it in one line
         log.warning("ZeroGPU worker could not start a run: %s", exc, exc_info=True)
         yield Failed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

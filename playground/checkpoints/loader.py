@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,12 +51,19 @@ def load_model(
     *,
     limits: Limits | None = None,
     tokenizer: bool = True,
+    compile: bool | str | None = None,
 ) -> LoadedModel:
     """Load a checkpoint into playground's own model classes (see module docstring).
 
     `limits` (default `Limits.default()`) caps file size and estimated memory before any tensor is read.
     `tokenizer=False` skips the tokenizer files (token-id input only; parsing a large tokenizer.json
-    can take longer than the weights).
+    can take longer than the weights). `compile=True`: decode steps run captured, through
+    `torch.compile(fullgraph=True)` on the model's device (`generation.captured`; each step shape compiles
+    on its first run; on CUDA replayed as CUDA graphs), where a run allows it; the rest decodes eagerly and
+    says why. A backend by name: "inductor" (what True means), "cudagraph" (CUDA graphs captured by hand,
+    no compiler: ZeroGPU's way; a model on the CPU then decodes as usual), "eager" (the captured step
+    uncompiled). None: $PLAYGROUND_COMPILE (1 or a backend; unset, empty or 0: off), which
+    `python app.py --compile` sets for every model it loads.
     """
     started = time.perf_counter()
     limits = limits or Limits.default()
@@ -75,6 +83,19 @@ def load_model(
         raise CheckpointError(os_error_line(error, path)) from None
     (model, estimate), config, tokenizer, tokenizer_error, reader = loaded
     model.to(target).eval()
+    model.prepare()  # layouts inference reads besides the weights (the tied head's copy)
+    backend = _compile_backend(compile)
+    captured = None
+    if backend == "cudagraph" and target.type != "cuda":
+        backend = None  # CUDA graphs need a GPU: a CPU copy (ZeroGPU's page models) decodes eagerly
+    if backend is not None:
+        from playground.generation.captured import CapturedDecoder
+
+        mode = "reduce-overhead" if target.type == "cuda" and backend == "inductor" else None
+        try:
+            captured = CapturedDecoder(model, backend=backend, mode=mode)
+        except ValueError as error:
+            raise CheckpointError(str(error)) from None
     return LoadedModel(
         model=model,
         config=config,
@@ -87,7 +108,18 @@ def load_model(
         load_seconds=time.perf_counter() - started,
         limits=limits,
         resident_bytes=estimate.resident,
+        captured=captured,
     )
+
+
+def _compile_backend(compile: bool | str | None) -> str | None:
+    """The captured decoding backend `compile` asks for (None: none), $PLAYGROUND_COMPILE when None."""
+    if compile is None:
+        compile = os.environ.get("PLAYGROUND_COMPILE", "").strip().lower()
+        compile = False if compile in ("", "0", "false", "no") else compile
+    if compile is True or compile in ("1", "true", "yes"):
+        return "inductor"
+    return compile or None
 
 
 def usable_device(device: str | torch.device) -> torch.device:

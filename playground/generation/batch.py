@@ -49,14 +49,14 @@ import greenlet
 import torch
 
 from playground.checkpoints.limits import Limits
+from playground.generation import captured
 from playground.generation.batch_history import DECODE, OWN, PREFILL, Entry, Pass, StepHistory
-from playground.generation.budget import Request, estimate_request, peak_bytes
+from playground.generation.budget import estimate_request, peak_bytes
 from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
 from playground.models.edits import edited
-from playground.models.kernels import batch_kernels
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool, bucket
@@ -77,6 +77,7 @@ class _BatchedModel:
     its cache is not rows of a pool and its table travels with that cache, so nobody else sees it."""
 
     applies_own_edits = True
+    shared_batch = True  # its requests decode together, eagerly (never through a model's captured step)
 
     def __init__(self, model: torch.nn.Module, edits: tuple = (), ticket: Ticket | None = None) -> None:
         self._model = model
@@ -101,7 +102,7 @@ class _BatchedModel:
         *, last_only: bool = False,
     ) -> torch.Tensor:
         if self._edits or isinstance(cache, PolicyCache):
-            return self._turn(self._model)(input_ids, cache, recorder, last_only=last_only)
+            return _in_turns(self._turn(self._model), input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
         if cache is None and recorder is None and last_only and T > CHUNK and not self._model.reencodes_at(0, T):
@@ -143,6 +144,57 @@ class _BatchedModel:
         return greenlet.getcurrent().parent.switch(segment)
 
 
+def _in_turns(
+    own: Callable[..., torch.Tensor], input_ids: torch.Tensor, cache: Any, recorder: Recorder | None, *, last_only: bool,
+) -> torch.Tensor:
+    """A pass that runs alone (`own`: in its turn), its prompt fed in CHUNK-token turns as the batch feeds
+    everyone's: the others step between them, so a long prompt with edits, a KV policy or a drafter's never
+    holds the torch thread for a whole pass. Whole where the chunks would change the numbers: a recorded
+    pass, one whose every logit is read, a heavy-hitter policy (its evictions follow the whole prompt's
+    attention)."""
+    T = input_ids.shape[1]
+    if cache is not None and recorder is None and last_only and not _scores_keys(cache):
+        while T > CHUNK:
+            own(input_ids[:, :CHUNK], cache, None, last_only=True)
+            input_ids, T = input_ids[:, CHUNK:], T - CHUNK
+    return own(input_ids, cache, recorder, last_only=last_only)
+
+
+def _scores_keys(cache: Any) -> bool:
+    """Whether a cache evicts by the attention its keys receive (a heavy-hitter policy)."""
+    return isinstance(cache, PolicyCache) and any(cache.wants_weights(layer) for layer in range(len(cache.kinds)))
+
+
+class _Drafting:
+    """A model drafter as a scheduled request runs it: each of its passes (and each CHUNK of a long feed) in a
+    turn of its own, so drafting 16 tokens is 16 turns between the batch's steps, never 16 passes inside one
+    (the drafter's module otherwise: its config, device, dtype)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def __call__(self, input_ids: torch.Tensor, cache: Any = None, recorder: Recorder | None = None, *,
+                 last_only: bool = False) -> torch.Tensor:
+        return _in_turns(self._turn, input_ids, cache, recorder, last_only=last_only)
+
+    def _turn(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        greenlet.getcurrent().parent.switch(_TURN)
+        return self._module(*args, **kwargs)
+
+
+def _a_token_per_turn(events: Iterator[StepEvent]) -> Iterator[StepEvent]:
+    """Each event of a run that decodes on its own (its model's captured step) computed in a turn of its own."""
+    while True:
+        greenlet.getcurrent().parent.switch(_TURN)
+        event = next(events, None)
+        if event is None:
+            return
+        yield event
+
+
 _END = object()
 
 
@@ -168,9 +220,17 @@ class Ticket:
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
 
     def _body(self) -> None:
-        model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
-        proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
-        for event in run_plan(proxied, self.stop):
+        if self.plan.lm.captured is not None and captured.why_eager(self.plan) is None:
+            # the model's captured step (load_model(compile=True)) decodes this run: a token per turn, while
+            # the others share the batch's eager pass in between (its static cache is no row of a pool)
+            events = _a_token_per_turn(run_plan(self.plan, self.stop))
+        else:
+            model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
+            proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
+            if self.plan.draft is not None and self.plan.draft.module is not None:
+                proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
+            events = run_plan(proxied, self.stop)
+        for event in events:
             self.first_event = True
             self.produced += 1
             self.pending.append(event)  # told at the step's end, once the step is in the history
@@ -267,8 +327,7 @@ class Scheduler:
         self.pools: dict[tuple[str, int, int], KVPool] = {}
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None, tag: Any = None) -> Ticket:
-        request = Request.of(p.cfg, len(p.prompt_ids), len(p.prefix_ids))
-        parts = estimate_request(self.lm.config, self.lm.dtype.itemsize, request)
+        parts = estimate_request(p.lm.config, p.lm.dtype.itemsize, p.memory_request())  # the plan's own estimate
         # a pool's rows round a cache up (a power of two, at least 64 positions): up to twice its K/V
         memory = peak_bytes(parts)[0] + parts.get("kv_cache", 0) + parts.get("cross_cache", 0)
         ticket = Ticket(p, stop if stop is not None else threading.Event(), owner if owner is not None else object(),
@@ -323,7 +382,7 @@ class Scheduler:
             rows, memory = self.rows(), sum(t.memory for t in self.running)
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
-                mine = sum(r.owner is t.owner for r in self.running)
+                mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
                 fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
                 if mine < self.per_owner and fits and feeding < self.max_prefills:
                     self.waiting.remove(t)
@@ -457,10 +516,10 @@ class Scheduler:
             else:
                 logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
             return [None if s.logits == "none" else logits]
-        with batch_kernels():
-            if segments[0].encoder_out is not None:
-                return model.decode_rows(segments)
-            return model.forward_rows(segments)
+        model.prepare_invariant()  # the batch-invariant kernels' weight layouts, once per model
+        if segments[0].encoder_out is not None:
+            return model.decode_rows(segments)
+        return model.forward_rows(segments)
 
 
 def _entry(t: Ticket) -> Entry:

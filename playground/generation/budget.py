@@ -28,6 +28,13 @@ float32 numbers that captures keep):
                      layer's (h, T, T) maps (and (h, T, P) cross, (h, P, P) encoder): in e and float32
     tokens           the token buffers of the stepper and beam search: 4·B·T·8
     runtime          32 MiB of allocator and interpreter slack
+    policy_scratch   an evicting KV policy (`kv_window` shorter than the run) masks its prompt pass per query: 4·P²
+                     booleans and SDPA's float copy, 4·P²; with heavy hitters (`kv_heavy`) it computes the explicit
+                     softmax, in query chunks of at most `POLICY_SCRATCH_BYTES` of scores (`models.kv_policy`):
+                     three (h, c, P) float32 blocks (scores, masked, softmax)
+    draft_cache      speculative decoding with a model drafter (a second model, or the target's first K layers):
+                     its own rewindable cache, 2·L_d·h_kv,d·T_d·d_h,d·e_d with T_d = min(T + K, its context)
+    draft_activations that drafter's first pass reads the whole prompt: P·width_d·e_d + 8·V·4
 
 Parts live in phases (`PHASES`: the prefill, the decoding steps, the final maps after the run) and
 the request's peak is its largest phase. The model itself (`LoadedModel.resident_bytes`: weights, position tables, module objects, counted at
@@ -37,18 +44,30 @@ calls `check_request` for every run, so the CLI, `generate`, `generate_all` and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from playground.checkpoints.limits import Limits, human_bytes
 from playground.config import ModelConfig
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.loaded import LoadedModel
+from playground.models.kv_policy import policy_chunk
 
 F32 = 4
 
 
 class BudgetError(SettingsError):
     """A request that would not fit the memory budget; the message gives the numbers and the knob."""
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A model drafter's share of a run (speculative decoding): the drafting model's config and element size, the
+    layers it runs (all of a second model's, K of the target's) and the positions its own cache holds."""
+
+    config: ModelConfig
+    element_size: int
+    layers: int
+    positions: int
 
 
 @dataclass(frozen=True)
@@ -67,12 +86,17 @@ class Request:
     capture_residual: bool = False
     final_maps: bool = False  # attention maps over the whole final sequence (generate_all, the panels)
     final_layers: tuple[int, ...] | None = None  # the layers those maps cover (None: every layer)
+    policy_window: int | None = None  # an evicting KV policy's window (its prompt pass masks every query)
+    policy_heavy: int = 0  # its heavy hitters (the prompt pass scores every key explicitly)
+    draft: DraftShape | None = field(default=None, compare=False)  # a model drafter's cache and passes
 
     @classmethod
-    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False) -> Request:
+    def of(cls, cfg: GenerationConfig, prompt_tokens: int, prefix_tokens: int, *, final_maps: bool = False,
+           draft: DraftShape | None = None) -> Request:
         layers = None if cfg.attention_layers is None else tuple(cfg.attention_layers)
         return cls(prompt_tokens, prefix_tokens, cfg.max_new_tokens, cfg.num_beams, 1, cfg.use_cache,
-                   cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps)
+                   cfg.capture_attention, layers, cfg.capture_prompt_attention, cfg.capture_residual, final_maps,
+                   policy_window=cfg.kv_window, policy_heavy=cfg.kv_heavy or 0, draft=draft)
 
     @property
     def rows(self) -> int:
@@ -89,6 +113,8 @@ class RequestEstimate:
     parts: dict[str, int]  # bytes per term (see the module docstring), zero terms left out
     resident: int  # the model itself
     budget: int
+    copy: int = 0  # a copy of the model at another weight precision the run needs (playground.variants.copy_bytes)
+    copy_name: str = ""  # that precision
 
     @property
     def request(self) -> int:
@@ -101,7 +127,7 @@ class RequestEstimate:
 
     @property
     def total(self) -> int:
-        return self.resident + self.request
+        return self.resident + self.copy + self.request
 
     @property
     def fits(self) -> bool:
@@ -114,9 +140,10 @@ def _recorded(layers: tuple[int, ...] | None, count: int) -> int:
 
 # Phases of a run, and the parts alive in each: the run's peak is the largest phase.
 PHASES: dict[str, tuple[str, ...]] = {
-    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "tokens", "runtime"),
-    "decode": ("kv_cache", "cross_cache", "activations", "prompt_maps", "attention_rows", "residual", "tokens",
-               "runtime"),
+    "prefill": ("kv_cache", "cross_cache", "activations", "masks", "prompt_attention", "policy_scratch", "draft_cache",
+                "tokens", "runtime"),
+    "decode": ("kv_cache", "cross_cache", "activations", "prompt_maps", "attention_rows", "residual", "draft_cache",
+               "draft_activations", "tokens", "runtime"),
     "final": ("final_maps", "prompt_maps", "attention_rows", "residual", "tokens", "runtime"),
 }
 RUNTIME_BYTES = 32 * 1024**2  # allocator and interpreter slack, measured at 10-15 MiB on small runs
@@ -180,6 +207,17 @@ def estimate_request(config: ModelConfig, element_size: int, r: Request) -> dict
         maps = nd * h * final * final + ((ne * enc.n_heads * P * P + nd * h * final * P) if seq2seq else 0)
         parts["final_maps"] = maps * (e + F32) + 3 * h * max(final, P) ** 2 * F32
 
+    if r.policy_window is not None and r.use_cache and not seq2seq and r.policy_window < T:
+        parts["policy_scratch"] = 8 * P * P  # the prompt pass's masks (one row: beam search prefills one)
+        if r.policy_heavy:
+            parts["policy_scratch"] += 3 * h * min(P, policy_chunk(h, P)) * P * F32
+
+    if r.draft is not None:
+        dc, de = r.draft.config, r.draft.element_size
+        parts["draft_cache"] = 2 * r.draft.layers * dc.n_kv_heads * r.draft.positions * dc.head_dim * de
+        window = dc.sliding_window is not None and P > dc.sliding_window
+        parts["draft_activations"] = P * _width(dc) * de + 8 * dc.vocab_size * F32 + (6 * P * P if window else 0)
+
     parts["tokens"] = 4 * B * T * 8
     return {name: value for name, value in parts.items() if value}
 
@@ -208,6 +246,9 @@ def _knob(part: str, r: Request) -> str:
         "prompt_attention": "turn prompt attention capture off, record fewer layers or use a shorter prompt",
         "final_maps": "turn attention capture off or use a shorter prompt",
         "residual": "turn the residual-stream capture off or ask for fewer new tokens",
+        "policy_scratch": "use a shorter prompt or a KV window without heavy hitters",
+        "draft_cache": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
+        "draft_activations": "draft with a smaller model (or the model's own first layers), or use a shorter prompt",
     }.get(part, fewer)
 
 
@@ -216,27 +257,35 @@ def _describe(r: Request) -> str:
     return f"beam {r.num_beams} × ({tokens})" if r.num_beams > 1 else f"a {tokens}"
 
 
-def check_request(lm: LoadedModel, request: Request) -> RequestEstimate:
+def check_request(lm: LoadedModel, request: Request, copy: tuple[str, int] | None = None) -> RequestEstimate:
     """Estimate `request` on `lm`; raise BudgetError (one line: the numbers and the knob) if the model
-    plus the request would exceed `lm.limits.memory_budget_bytes`."""
+    plus the request would exceed `lm.limits.memory_budget_bytes`. `copy`: (precision, bytes) of the copy of
+    the model the run decodes with (weight_precision), checked before it is built."""
     limits = lm.limits or Limits.default()
     element_size = lm.dtype.itemsize
+    name, extra = copy if copy is not None else ("", 0)
     estimate = RequestEstimate(estimate_request(lm.config, element_size, request), lm.resident_bytes,
-                               limits.memory_budget_bytes)
+                               limits.memory_budget_bytes, extra, name)
     if estimate.fits:
         return estimate
-    if estimate.resident > estimate.budget:
+    model = f"the model {human_bytes(estimate.resident)}" + (f", its {name} copy {human_bytes(extra)}" if extra else "")
+    if estimate.resident + extra > estimate.budget:
+        if extra:
+            raise BudgetError(
+                f"the model ({human_bytes(estimate.resident)}) and its {name} copy ({human_bytes(extra)}) take "
+                f"{human_bytes(estimate.resident + extra)} but the memory budget is {human_bytes(estimate.budget)}: "
+                f"run it at its own precision, or load a smaller model (or raise PLAYGROUND_MEMORY_BUDGET_BYTES)"
+            )
         raise BudgetError(
             f"the model alone takes {human_bytes(estimate.resident)} but the memory budget is "
             f"{human_bytes(estimate.budget)}: load a smaller model (or raise PLAYGROUND_MEMORY_BUDGET_BYTES)"
         )
     phase = PHASES[estimate.peak_phase]
     ranked = sorted(((k, v) for k, v in estimate.parts.items() if k in phase and k != "runtime"), key=lambda kv: -kv[1])
-    detail = ", ".join(f"{name.replace('_', ' ')} {human_bytes(value)}" for name, value in ranked[:3])
+    detail = ", ".join(f"{part.replace('_', ' ')} {human_bytes(value)}" for part, value in ranked[:3])
     raise BudgetError(
-        f"{_describe(request)} needs {human_bytes(estimate.total)} ({detail}, the model "
-        f"{human_bytes(estimate.resident)}), the budget is {human_bytes(estimate.budget)}: "
-        f"{_knob(ranked[0][0], request)}"
+        f"{_describe(request)} needs {human_bytes(estimate.total)} ({detail}, {model}), the budget is "
+        f"{human_bytes(estimate.budget)}: {_knob(ranked[0][0], request)}"
     )
 
 

@@ -68,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per pass of the model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--compile", nargs="?", const="inductor", default=None, choices=["inductor", "cudagraph", "eager"],
+                        help="decode through the captured step: torch.compile (inductor, the default; CUDA graphs on "
+                             "a GPU), CUDA graphs captured by hand (cudagraph), or the step uncompiled (eager); the "
+                             "first run of each shape compiles. Runs the step cannot take decode as usual, and the "
+                             "JSON's decoding says why")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -112,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         draft=_draft_setting(args.draft), draft_tokens=args.draft_tokens,
     ).validate()  # bad settings fail before the model loads
     prompt = _input_ids(args.input_ids) if args.input_ids is not None else args.prompt
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype, compile=args.compile)
     if args.draft is not None and cfg.draft is None:  # a second checkpoint drafts
         cfg = cfg.replace(draft=load_model(args.draft, device=args.device, dtype=args.dtype))
     if args.target_lang is not None:
@@ -138,6 +143,8 @@ def _run(args: argparse.Namespace) -> int:
         out["precision"] = result.precision
     if result.speculation is not None:
         out["speculation"] = result.speculation
+    if result.decoding is not None:
+        out["decoding"] = result.decoding
     if args.json:
         print(json.dumps(out))
     else:

@@ -72,7 +72,7 @@ class ModelDrafter:
         shared = min(shared, len(ids) - 1)  # the last token is fed again: its logits start the draft
         self.cache.rewind(shared)
         self.fed = ids[:shared]
-        device = self.module.embed.weight.device
+        device = self.module.device
         feed = torch.tensor([ids[shared:]], dtype=torch.long, device=device)
         tokens, dists = [], []
         prefix = sequence
@@ -106,8 +106,8 @@ def first_layers(model: nn.Module, k: int) -> nn.Module:
 def rewindable_cache(module: nn.Module, layers: int, batch: int, max_tokens: int) -> KVCache:
     """A KV cache that can rewind: every layer stores all its positions (no sliding-window rings: a ring
     overwrites positions that a rejected draft would need back; attention still applies each layer's window)."""
-    c, weight = module.config, module.embed.weight
+    c = module.config
     return KVCache(
         layers=layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-        query_heads=c.n_heads, dtype=weight.dtype, device=weight.device,
+        query_heads=c.n_heads, dtype=module.dtype, device=module.device,
     )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from playground.generation import captures, sampling, speculative
+from playground.generation import captured, captures, sampling, speculative
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig
 from playground.generation.events import GenerationResult, Hypothesis, StepCapture, StepEvent, TokenStep
@@ -53,6 +53,11 @@ def generate(
 
 def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent]:
     """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
+    if p.lm.captured is not None:  # loaded with compile=True: the captured step, where the run allows it
+        reason = captured.why_eager(p)
+        p.decoding = {"captured": False, "reason": reason}
+        if reason is None:
+            return captured.decode(p, stop, _Clock(), _finish_reason, _greedy_or_sample)
     if p.draft is not None:
         return speculative.speculate(p, stop, _Clock(), _finish_reason)
     loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample
@@ -340,5 +345,5 @@ def iter_generate_all(
         steps=steps, attention=attention, notes=list(p.notes), path=token_path(lm, steps, final),
         prompt_attention=steps[0].prompt_attention if steps else None, decoder_prefix=list(p.prefix_ids),
         interventions=[iv.to_dict() for iv in cfg.interventions], precision=p.precision,
-        speculation=speculative.summary(steps, cfg),
+        speculation=speculative.summary(steps, cfg), decoding=p.decoding,
     )

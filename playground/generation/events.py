@@ -188,6 +188,9 @@ class GenerationResult:
     precision: dict[str, Any] | None = None  # with weight_precision: the variant (precision, simulated, bytes/token)
     # With a draft: proposed, accepted, target_passes, acceptance_rate, tokens_per_pass (speculative.summary).
     speculation: dict[str, Any] | None = None
+    # With a model loaded with compile=True: {"captured": True, "rows", "length"} (the step's shape), or
+    # {"captured": False, "reason": why this run decoded eagerly} (generation.captured). None otherwise.
+    decoding: dict[str, Any] | None = None
 
     @property
     def captures(self) -> list[StepCapture]:
@@ -206,6 +209,8 @@ class GenerationResult:
             data["precision"] = dict(self.precision)
         if self.speculation is not None:
             data["speculation"] = dict(self.speculation)
+        if self.decoding is not None:
+            data["decoding"] = dict(self.decoding)
         if steps:
             data["steps"] = [e.to_dict() for e in self.steps]
         if self.attention is not None:

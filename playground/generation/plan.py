@@ -6,6 +6,7 @@ the engine applies it strictly (refuse, or truncate when asked), the app lenient
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 
 from playground.config import ModelConfig
-from playground.generation.budget import Request, check_request
+from playground.generation.budget import DraftShape, Request, check_request
 from playground.generation.config import GenerationConfig, SettingsError
 from playground.generation.processors import Pipeline, build_pipeline
 from playground.generation.speculative import DraftSpec, resolve_draft
@@ -23,7 +24,7 @@ from playground.loaded import LoadedModel
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
-from playground.variants import variant
+from playground.variants import VARIANTS, Builder, copy_bytes, run_here, variant
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,19 @@ class Plan:
     policy: KVPolicy | None = None  # the run's own KV cache policy / RoPE table (None: the plain cache)
     precision: dict[str, Any] | None = None  # with weight_precision: what the variant is (variants.Variant.to_dict)
     draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
+    decoding: dict[str, Any] | None = None  # set by the run: captured or eager, and why (GenerationResult.decoding)
+    request: Request | None = None  # what the run will hold (generation.budget): checked here, admitted by the batch
 
     @property
     def max_length(self) -> int:
         return len(self.prefix_ids) + self.cfg.max_new_tokens
+
+    def memory_request(self) -> Request:
+        """The run's memory shape: the one the plan was checked with (a plan built by hand: from its settings)."""
+        if self.request is not None:
+            return self.request
+        return Request.of(self.cfg, len(self.prompt_ids), len(self.prefix_ids),
+                          draft=draft_shape(self.draft, self.max_length, self.cfg.draft_tokens))
 
 
 def as_ids(lm: LoadedModel, prompt: str | list[int] | torch.Tensor, cfg: GenerationConfig) -> list[int]:
@@ -183,14 +193,15 @@ def assemble(
     notes: Sequence[Note] = (),
     *,
     final_maps: bool = False,
+    build: Builder | None = None,
 ) -> Plan:
     """The plan of settings already checked and fitted to the context (by `plan`'s strict pass, or by the
     app's lenient one, `playground.app.limits.lenient`): nothing about them is checked again here but
-    what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget)."""
-    precision = None
-    if cfg.weight_precision is not None:  # the run's model is the cached variant; `lm` itself never changes
-        chosen = variant(lm, cfg.weight_precision)
-        lm, precision = chosen.lm, chosen.to_dict()
+    what only the token ids and the memory can say (ids in the vocabulary, the run's memory budget).
+
+    With weight_precision the run decodes with a copy of the model at that precision (`playground.variants`): the
+    copy's bytes are checked with the run before it is built; `build` runs its building steps (the app: a job
+    on the torch thread between the batch's steps; default: here). `lm` itself never changes."""
     c = lm.config
     stepper = stepper_class(lm.kind)
     forced = [int(i) for i in forced_prefix]
@@ -208,8 +219,30 @@ def assemble(
     ids = list(ids[len(ids) - fit.keep :])
     cfg = cfg.replace(max_new_tokens=fit.max_new_tokens) if fit.max_new_tokens != cfg.max_new_tokens else cfg
     prefix = stepper.decoder_prefix(c, ids) + forced
-    check_request(lm, Request.of(cfg, len(ids), len(prefix), final_maps=final_maps))
     max_length = len(prefix) + cfg.max_new_tokens
+
+    def request_for(draft: DraftSpec | None) -> Request:
+        shape = draft_shape(draft, max_length, cfg.draft_tokens)
+        return Request.of(cfg, len(ids), len(prefix), final_maps=final_maps, draft=shape)
+
+    precision, base, draft = None, lm, resolve_draft(lm, cfg)
+    request = request_for(draft)
+    if cfg.weight_precision is None:
+        check_request(lm, request)
+    else:
+        copy = (cfg.weight_precision, copy_bytes(lm, cfg.weight_precision))
+        fits = check_request(lm, request, copy)  # before any weight is copied
+        room = fits.budget - fits.resident - fits.request  # what the cached copies may hold beside the model and run
+        chosen = variant(lm, cfg.weight_precision, run=build or run_here, room=room)
+        # (the copy is shared by every loaded copy of the model; the run keeps its own model's captured steps)
+        lm, precision = dataclasses.replace(chosen.lm, captured=base.captured), chosen.to_dict()
+        draft = resolve_draft(lm, cfg)  # a "layer:K" draft reads the copy's layers
+        request = request_for(draft)
+        try:  # the copy's own dtype and drafter, the model's own resident bytes and the copy's
+            check_request(dataclasses.replace(lm, resident_bytes=base.resident_bytes), request, copy)
+        except SettingsError:
+            VARIANTS.discard(base, cfg.weight_precision)  # refused: the copy is not kept for later runs
+            raise
     config_bos, config_eos = (_forceable(c, name, notes) for name in ("forced_bos_token_id", "forced_eos_token_id"))
     forced_bos_id = cfg.forced_bos_token_id if cfg.forced_bos_token_id is not None else config_bos
     forced_bos = (forced_bos_id, 1) if forced_bos_id is not None else None  # as transformers: at length 1
@@ -217,7 +250,17 @@ def assemble(
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
     return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision,
-                resolve_draft(lm, cfg))
+                draft, request=request)
+
+
+def draft_shape(draft: DraftSpec | None, max_length: int, draft_tokens: int) -> DraftShape | None:
+    """What a model drafter holds beside the run (`speculative.ModelDrafter`: its own cache of the run's positions
+    plus one draft, within its context); None for prompt lookup or no draft."""
+    if draft is None or draft.module is None:
+        return None
+    config = draft.module.config
+    element_size = draft.module.embed.weight.element_size()  # its cache's dtype (drafters.rewindable_cache)
+    return DraftShape(config, element_size, draft.layers, min(max_length + draft_tokens, config.max_positions))
 
 
 def context_limit(lm: LoadedModel, cfg: GenerationConfig) -> int | None:

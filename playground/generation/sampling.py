@@ -50,11 +50,19 @@ def candidates(
         ids = torch.cat((ids, torch.tensor(extra, dtype=ids.dtype, device=ids.device)))
     scores = torch.stack([s for _, s in stages])[:, ids]  # (stages, n)
     probs = torch.stack([torch.softmax(s, dim=-1)[ids] for _, s in stages]).tolist()
-    finite = torch.isfinite(scores).tolist()
-    raw_logits = scores[0].tolist()
+    return describe(names, ids.tolist(), scores[0].tolist(), probs, torch.isfinite(scores).tolist(), chosen, token_text)
+
+
+def describe(
+    names: Sequence[str], ids: Sequence[int], raw_logits: Sequence[float], probs: Sequence[Sequence[float]],
+    finite: Sequence[Sequence[bool]], chosen: int, token_text: Callable[[int], str],
+) -> list[Candidate]:
+    """Candidates from their numbers: each id's raw logit, its probability after every stage `names`
+    (probs[stage][j]) and whether its score was finite there (the first stage where it is not removed it).
+    What a captured step reads back (`generation.captured`) and the eager path computes meet here."""
     out = []
-    for j, token_id in enumerate(ids.tolist()):
-        stage_probs = {name: probs[i][j] for i, name in enumerate(names)}
+    for j, token_id in enumerate(ids):
+        stage_probs = {name: float(probs[i][j]) for i, name in enumerate(names)}
         removed_by = None
         for i in range(1, len(names)):
             if finite[i - 1][j] and not finite[i][j]:
@@ -63,15 +71,15 @@ def candidates(
         after_penalty = stage_probs.get("repetition_penalty", stage_probs["raw"])
         out.append(
             Candidate(
-                token_id=token_id,
-                text=token_text(token_id),
-                logit=raw_logits[j],
+                token_id=int(token_id),
+                text=token_text(int(token_id)),
+                logit=float(raw_logits[j]),
                 prob_raw=stage_probs["raw"],
                 prob_after_penalty=after_penalty,
                 prob_after_temperature=stage_probs.get("temperature", after_penalty),
-                prob_final=probs[-1][j],
+                prob_final=float(probs[-1][j]),
                 removed_by=removed_by,
-                chosen=token_id == chosen,
+                chosen=int(token_id) == chosen,
                 stages=stage_probs,
             )
         )

@@ -45,9 +45,8 @@ class Stepper:
         self.model, self.config = model, model.config
         self.policy = policy  # a run's own KV policy (decoder-only; the plan refuses it elsewhere)
         self.batch, self.max_tokens, self.use_cache = batch, max_tokens, use_cache
-        weight = model.embed.weight
-        self.dtype = weight.dtype
-        self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=weight.device)
+        self.dtype = model.dtype
+        self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=model.device)
         self.length = 0
         self.cache = None
 
@@ -159,7 +158,7 @@ class DecoderStepper(Stepper):
     ) -> None:
         """One pass over prompt + generated, recording into `recorder`: no cache, or with `policy` a fresh
         policy cache (each query sees what the run's window and sinks left it, with the run's RoPE table)."""
-        ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=model.embed.weight.device)
+        ids = torch.tensor([list(prompt_ids) + list(token_ids)], dtype=torch.long, device=model.device)
         cache = None if policy is None else model.new_cache(1, ids.shape[1], policy=policy)
         model(ids, cache, recorder)
 
@@ -244,7 +243,7 @@ class Seq2SeqStepper(Stepper):
         cls, model: nn.Module, prompt_ids: list[int], token_ids: list[int], recorder: Recorder, policy: None = None
     ) -> None:
         """Encode the source (`prompt_ids`), decode prefix + generated in one pass, recording."""
-        device = model.embed.weight.device
+        device = model.device
         source = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
         target = cls.decoder_prefix(model.config, prompt_ids) + list(token_ids)
         encoded = model.encode(source, None, recorder)

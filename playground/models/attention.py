@@ -13,12 +13,10 @@ from torch import nn
 
 from playground.config import LayerKind, ModelConfig
 from playground.models.kv_cache import KVCache
-from playground.models.kv_policy import PolicyCache
 from playground.models.kv_pool import key_width
 from playground.models.layers import Linear, make_norm
 from playground.models.positional import apply_rope
-from playground.models.recorder import Recorder
-from playground.models.rows import Rows
+from playground.models.rows import Batch, Rows, Segment
 
 
 def causal_mask(
@@ -131,122 +129,87 @@ class SelfAttention(nn.Module):
         self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        layer: int,
-        start: int = 0,
-        causal: bool = True,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: KVCache | Rows | None = None,
-        mask: torch.Tensor | None = None,
-        recorder: Recorder | None = None,
-        kind: str = "self",
+        self, x: torch.Tensor, *, layer: int, batch: Batch, rope: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> torch.Tensor:
-        """x: (B, T, d_model), the tokens at positions [start, start + T). `mask` (additive float or
-        bool) replaces the causal mask when given; the weights go to `recorder` when it wants this layer.
-
-        With `Rows` for a cache, x is (N, 1, d_model): the stacked token rows of several segments, each
-        attending to its own cache at its own positions (`rope` then holds per-row tables, `start`,
-        `mask` and `recorder` come from each segment)."""
-        B, T, _ = x.shape
+        """x: (L0, L1, d_model), the tokens of a pass in its batch's layout; each attends to its own keys
+        as the batch stores them (`Batch.attend`). Returns (L0, L1, d_model)."""
+        L0, L1, _ = x.shape
         h, h_kv = self.n_heads, self.n_kv_heads
-        qkv = self.qkv(x).view(B, T, h + 2 * h_kv, self.head_dim)
+        qkv = self.qkv(x, batch.invariant).view(L0, L1, h + 2 * h_kv, self.head_dim)
         if self.qk_norm is not None:
             qkv = self.qk_norm(qkv)
-        qkv = qkv.transpose(1, 2)  # (B, h + 2·h_kv, T, d)
+        qkv = qkv.transpose(1, 2)  # (L0, h + 2·h_kv, L1, d)
         qk, v = qkv[:, : h + h_kv], qkv[:, h + h_kv :]
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
-        q, k = qk[:, :h], qk[:, h:]  # (B, h, T, d), (B, h_kv, T, d)
-        if isinstance(cache, Rows):
-            return self._attend_rows(layer, q, k, v, cache)
-        if isinstance(cache, PolicyCache) and cache.kinds[layer] != "plain":
-            return self._attend_policy(layer, start, q, k, v, cache, recorder, kind)
-        keep = recorder is not None and recorder.wants(layer)
-        internals = recorder is not None and recorder.wants_internals(layer)
-        if cache is not None:
-            # (B, h_kv, S, d): positions [start + T - S, start + T); a sliding layer's cache returns its
-            # window only, in position order when recording (otherwise one new token may see it unordered)
-            k, v = cache.write(layer, start, k, v, ordered=keep or internals)
-        S = k.shape[2]
-        # A prompt processed from position 0 without a window is the plain causal case SDPA does fastest.
-        is_causal = mask is None and causal and T == S and (self.window is None or S <= self.window)
-        if mask is None and causal and not is_causal:
-            mask = causal_mask(T, S, window=self.window, device=x.device)
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
-        if keep:
-            first = start + T - S  # keys before the window have weight 0: show them as such
-            recorder.record_attention(kind, layer, F.pad(weights, (first, 0)) if first else weights)
-        out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        if internals:
-            recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
+        q, k = qk[:, :h], qk[:, h:]  # (L0, h, L1, d), (L0, h_kv, L1, d)
+        heads = batch.edit_heads(layer, batch.attend(self, layer, q, k, v))  # (L0, L1, h·d)
+        out = self.out(heads, batch.invariant)
+        batch.attended(layer, out)
         return out
 
-    def _attend_policy(
-        self, layer: int, start: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PolicyCache,
-        recorder: Recorder | None, kind: str,
-    ) -> torch.Tensor:
-        """A layer under a run's KV policy (eviction or a quantised cache): the keys it still holds, at
-        their true positions, with the mask of what each new query sees; a heavy-hitter layer computes
-        the explicit softmax so the cache can accumulate each key's attention."""
-        B, h, T, d = q.shape
-        keep = recorder is not None and recorder.wants(layer)
-        k, v, mask, positions = cache.write_masked(layer, start, k, v)
-        need = keep or cache.wants_weights(layer)
-        # mask None only for one new token that sees every key held; several new tokens always bring a mask
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=need)
-        cache.after_attention(layer, weights if cache.wants_weights(layer) else None)
-        if keep:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
-            full = weights.new_zeros((B, h, T, start + T))
-            recorder.record_attention(kind, layer, full.scatter_(3, positions[:, None, None].expand(-1, h, T, -1), weights))
-        out = self.out(out.transpose(1, 2).reshape(B, T, h * d))
-        if recorder is not None and recorder.wants_internals(layer):
-            recorder.record_internals(kind, layer, q=q, k=k, v=v, output=out)
-        return out
-
-    def _attend_rows(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows) -> torch.Tensor:
-        """q (N, h, 1, d), k and v (N, h_kv, 1, d): one token per row -> the layer's output (N, 1, d_model).
-
-        Each segment writes its keys to its own cache and attends as `forward` does for it alone; the
-        one-token rows whose caches share a pool (`KVPool`) attend together, in one call per pool."""
-        h, h_kv, d = self.n_heads, self.n_kv_heads, self.head_dim
+    def attend_rows(self, rows: Rows, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """An eager pass (`Rows`): each segment writes its keys to its own cache and attends through
+        `attend_segment`; in a shared pass the one-token rows whose caches share a pool attend together,
+        in one call per pool."""
         parts: list[torch.Tensor | None] = [None] * len(rows.segments)
-        internals, pooled = [], {}
-        for i, (s, (a, b)) in enumerate(zip(rows.segments, rows.bounds)):
-            B, T = s.ids.shape
+        pooled: dict[int, list[int]] = {}
+        for i, s in enumerate(rows.segments):
             rec, cache = s.recorder, s.self_cache
             keep = rec is not None and rec.wants(layer)
             inner = rec is not None and rec.wants_internals(layer)
-            if T == 1 and cache is not None and cache.pool is not None and not keep and not inner:
+            if rows.poolable(i, cache) and not keep and not inner:
                 pooled.setdefault(id(cache.pool), []).append(i)
                 continue
-            if T == 1:  # one new token per row (decoding): the rows are already (B, h, 1, d)
-                qs, ks, vs = q[a:b], k[a:b], v[a:b]
-            else:
-                qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
-                ks = k[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-                vs = v[a:b].reshape(B, T, h_kv, d).transpose(1, 2)
-            if cache is not None:
-                ks, vs = cache.write(layer, s.start, ks, vs, ordered=keep or inner)
-            S = ks.shape[2]
-            mask = s.self_mask  # T5's decoder brings its own: position bias plus causal
-            is_causal = mask is None and T == S and (self.window is None or S <= self.window)
-            if mask is None and not is_causal:  # one token: a mask only when it holds more keys than its window
-                mask = causal_mask(T, S, window=self.window, device=q.device)
-            out, weights = attend(qs, ks, vs, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep)
-            if keep:
-                first = s.start + T - S
-                rec.record_attention("self", layer, F.pad(weights, (first, 0)) if first else weights)
+            qs, ks, vs = rows.view(i, q), rows.view(i, k), rows.view(i, v)
+            out, ks, vs = self.attend_segment(layer, s, qs, ks, vs, keep=keep, ordered=keep or inner)
             if inner:
-                internals.append((rec, a, b, B, T, qs, ks, vs))
-            parts[i] = out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d)
+                rows.keep_internals(rec, i, s.kind, qs, ks, vs)
+            parts[i] = rows.to_layout(i, out)
         for group in pooled.values():
             self._attend_pooled(layer, q, k, v, rows, group, parts)
-        out = self.out(torch.cat(parts))  # (N, 1, d_model)
-        for rec, a, b, B, T, qs, ks, vs in internals:
-            rec.record_internals("self", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
-        return out
+        return rows.join(parts)
+
+    def attend_segment(
+        self, layer: int, s: Segment, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, keep: bool, ordered: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One segment's attention, whatever its cache: write, mask, attend, record.
+
+        q (B, h, T, d), k and v (B, h_kv, T, d) at positions [start, start + T). Its cache (a `KVCache`, a
+        run's `PolicyCache`, or none) stores the new keys and returns the keys the queries attend to, with
+        the mask and positions of what it holds when they are not a contiguous run (a policy's evictions);
+        otherwise the causal rule applies (the segment's own mask replaces it: T5's bias, an encoder's
+        padding). Returns the output (B, h, T, d) and the keys and values as attended."""
+        B, h, T, d = q.shape
+        cache, mask, positions = s.self_cache, s.self_mask, None
+        if cache is not None:
+            # (B, h_kv, S, d): a sliding layer's cache returns its window only, in position order when
+            # recording (otherwise one new token may see it unordered)
+            k, v, held, positions = cache.write_masked(layer, s.start, k, v, ordered=ordered)
+            if positions is not None:
+                mask = held  # None only for one new token that sees every key the policy left
+        S = k.shape[2]
+        is_causal = False
+        if positions is None:
+            # A prompt processed from position 0 without a window is the plain causal case SDPA does fastest.
+            is_causal = mask is None and s.causal and T == S and (self.window is None or S <= self.window)
+            if mask is None and s.causal and not is_causal:
+                mask = causal_mask(T, S, window=self.window, device=q.device)
+        wants = cache is not None and cache.wants_weights(layer)  # a heavy-hitter layer accumulates attention
+        if wants and not keep:  # heavy hitters: scored in chunks of bounded memory
+            out, weights = cache.attend_scored(layer, q, k, v, mask, self.scale, attend), None
+        else:
+            out, weights = attend(q, k, v, scale=self.scale, mask=mask, is_causal=is_causal, need_weights=keep or wants)
+            if cache is not None:
+                cache.after_attention(layer, weights if wants else None)
+        if keep:
+            if positions is not None:  # spread over absolute positions 0..start+T-1 (evicted keys: weight 0)
+                full = weights.new_zeros((B, h, T, s.start + T))
+                weights = full.scatter_(3, positions[:, None, None].expand(-1, h, T, -1), weights)
+            elif s.start + T - S:  # keys before the window have weight 0: show them as such
+                weights = F.pad(weights, (s.start + T - S, 0))
+            s.recorder.record_attention(s.kind, layer, weights)
+        return out, k, v
 
     def _attend_pooled(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, group: list[int],

@@ -12,8 +12,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import attend, attend_pool
 from playground.models.layers import Linear
-from playground.models.recorder import Recorder
-from playground.models.rows import Rows
+from playground.models.rows import Batch, Rows
 
 
 class CrossAttention(nn.Module):
@@ -27,65 +26,44 @@ class CrossAttention(nn.Module):
         self.kv = Linear(config.d_model, 2 * kv_size, bias=config.attention_bias)
         self.out = Linear(q_size, config.d_model, bias=config.attention_out_bias)
 
-    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_kv(self, memory: torch.Tensor, invariant: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """memory: encoder output (B, S, d_model) -> keys, values (B, h_kv, S, d_head)."""
         B, S, _ = memory.shape
-        k, v = self.kv(memory).split(self.kv_size, dim=-1)
+        k, v = self.kv(memory, invariant).split(self.kv_size, dim=-1)
         k = k.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
         return k, v
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        *,
-        layer: int,
-        mask: torch.Tensor | None = None,
-        recorder: Recorder | None = None,
-    ) -> torch.Tensor:
-        """x: (B, T, d_model); k, v from `project_kv`; mask: additive (B, 1, 1, S) hiding source padding."""
-        B, T, _ = x.shape
-        q = self.q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d)
-        keep = recorder is not None and recorder.wants(layer)
-        out, weights = attend(q, k, v, scale=self.scale, mask=mask, need_weights=keep)
-        if keep:
-            recorder.record_attention("cross", layer, weights)  # (B, h, T, S)
-        out = self.out(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        if recorder is not None and recorder.wants_internals(layer):
-            recorder.record_internals("cross", layer, q=q, k=k, v=v, output=out)
+    def forward(self, x: torch.Tensor, *, layer: int, batch: Batch) -> torch.Tensor:
+        """x: (L0, L1, d_model), the decoder tokens of a pass in its batch's layout; each segment's queries
+        read its own source (`Segment.cross_kv`, `cross_mask` hiding its padding). Returns (L0, L1, d_model)."""
+        L0, L1, _ = x.shape
+        q = self.q(x, batch.invariant).view(L0, L1, self.n_heads, self.head_dim).transpose(1, 2)  # (L0, h, L1, d)
+        out = self.out(batch.cross_attend(self, layer, q), batch.invariant)
+        batch.attended(layer, out)
         return out
 
-    def forward_rows(self, x: torch.Tensor, rows: Rows, layer: int) -> torch.Tensor:
-        """x (N, 1, d_model), the stacked rows of several segments -> (N, 1, d_model): each segment's
-        queries read its own source (the segment's `cross_kv`), as `forward` does for it alone; the
-        one-token rows whose sources are rows of one pool (`Seq2SeqCache.cross`) read them in one call."""
-        h, d = self.n_heads, self.head_dim
-        q = self.q(x)
+    def attend_rows(self, rows: Rows, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q (L0, h, L1, d) -> (L0, L1, h·d). In a shared pass the one-token rows whose sources are rows
+        of one pool (`Seq2SeqCache.cross`) read them in one call."""
         parts: list[torch.Tensor | None] = [None] * len(rows.segments)
-        internals, pooled = [], {}
-        for i, (s, (a, b)) in enumerate(zip(rows.segments, rows.bounds)):
-            B, T = s.ids.shape
+        pooled: dict[int, list[int]] = {}
+        for i, s in enumerate(rows.segments):
             rec, store = s.recorder, getattr(s.cache, "cross", None)
             keep = rec is not None and rec.wants(layer)
             inner = rec is not None and rec.wants_internals(layer)
-            if T == 1 and store is not None and not keep and not inner:
+            if rows.poolable(i, store) and not keep and not inner:
                 pooled.setdefault(id(store.pool), []).append(i)
                 continue
-            qs = q[a:b].reshape(B, T, h, d).transpose(1, 2)  # (B, h, T, d)
+            qs = rows.view(i, q)  # (B, h, T, d)
             ks, vs = s.cross_kv[0][layer], s.cross_kv[1][layer]
-            out, weights = attend(qs, ks, vs, scale=self.scale, mask=None, need_weights=keep)
+            out, weights = attend(qs, ks, vs, scale=self.scale, mask=s.cross_mask, need_weights=keep)
             if keep:
-                rec.record_attention("cross", layer, weights)
+                rec.record_attention("cross", layer, weights)  # (B, h, T, S)
             if inner:
-                internals.append((rec, a, b, B, T, qs, ks, vs))
-            parts[i] = out.transpose(1, 2).reshape(B * T, 1, h * d)
-        heads = q.reshape(-1, h, 1, d)  # one token per row: (N, h, 1, d)
+                rows.keep_internals(rec, i, "cross", qs, ks, vs)
+            parts[i] = rows.to_layout(i, out)
         for group in pooled.values():
             caches = [rows.segments[i].cache.cross for i in group]
-            attend_pool(heads, layer, rows, group, caches, parts, scale=self.scale)
-        out = self.out(torch.cat(parts))
-        for rec, a, b, B, T, qs, ks, vs in internals:
-            rec.record_internals("cross", layer, q=qs, k=ks, v=vs, output=out[a:b].reshape(B, T, -1))
-        return out
+            attend_pool(q, layer, rows, group, caches, parts, scale=self.scale)
+        return rows.join(parts)

@@ -20,17 +20,18 @@ from playground.models.attention import SelfAttention
 from playground.models.kv_cache import KVCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool
-from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
+from playground.models.layers import LaidOut, Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import RotaryEmbedding, absolute_positions
 from playground.models.recorder import Recorder
-from playground.models.rows import Rows, Segment
+from playground.models.rows import Batch, Rows, Segment
 
 Rope = tuple[torch.Tensor, torch.Tensor] | None
-Cache = KVCache | Rows | None  # one request's cache, or the rows of several segments (`forward_rows`)
 
 
 class DecoderBlock(nn.Module):
-    """What every decoder block has: masked self-attention and an MLP. Subclasses place the norms."""
+    """What every decoder block has: masked self-attention and an MLP. Subclasses place the norms.
+
+    x: the pass's hidden states (L0, L1, d) in its batch's layout (`models.rows.Batch`)."""
 
     def __init__(self, config: ModelConfig, kind: LayerKind) -> None:
         super().__init__()
@@ -38,10 +39,13 @@ class DecoderBlock(nn.Module):
         self.attn = SelfAttention(config, kind)
         self.mlp = make_mlp(config)
 
-    def attend(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        return self.attn(x, layer=self.layer, start=start, rope=rope, cache=cache, recorder=recorder)
+    def attend(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        return self.attn(x, layer=self.layer, rope=rope, batch=batch)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
+    def feed(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return batch.edit_mlp(self.layer, self.mlp(x, batch.invariant))
+
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -53,25 +57,25 @@ class CausalBlock(DecoderBlock):
         self.attn_norm = make_norm(config)
         self.mlp_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        x = x + self.attend(self.attn_norm(x), start, rope, cache, recorder)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        x = x + self.attend(self.attn_norm(x), rope, batch)
+        return x + self.feed(self.mlp_norm(x), batch)
 
 
 class ParallelBlock(CausalBlock):
     """GPT-NeoX (Pythia): attention and MLP both read the block's input: x + attn(norm1(x)) + mlp(norm2(x))."""
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        attn = self.attend(self.attn_norm(x), start, rope, cache, recorder)
-        return self.mlp(self.mlp_norm(x)) + attn + x  # transformers' order of the sum
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        attn = self.attend(self.attn_norm(x), rope, batch)
+        return self.feed(self.mlp_norm(x), batch) + attn + x  # transformers' order of the sum
 
 
 class PostNormBlock(CausalBlock):
     """Post-LN (OPT-350m, the original Transformer): x = norm(x + attn(x)); x = norm(x + mlp(x))."""
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        x = self.attn_norm(x + self.attend(x, start, rope, cache, recorder))
-        return self.mlp_norm(x + self.mlp(x))
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        x = self.attn_norm(x + self.attend(x, rope, batch))
+        return self.mlp_norm(x + self.feed(x, batch))
 
 
 class SandwichBlock(CausalBlock):
@@ -82,9 +86,9 @@ class SandwichBlock(CausalBlock):
         self.attn_out_norm = make_norm(config)
         self.mlp_out_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        x = x + self.attn_out_norm(self.attend(self.attn_norm(x), start, rope, cache, recorder))
-        return x + self.mlp_out_norm(self.mlp(self.mlp_norm(x)))
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        x = x + self.attn_out_norm(self.attend(self.attn_norm(x), rope, batch))
+        return x + self.mlp_out_norm(self.feed(self.mlp_norm(x), batch))
 
 
 class OutputNormBlock(DecoderBlock):
@@ -95,9 +99,9 @@ class OutputNormBlock(DecoderBlock):
         self.attn_out_norm = make_norm(config)
         self.mlp_out_norm = make_norm(config)
 
-    def forward(self, x: torch.Tensor, start: int, rope: Rope, cache: Cache, recorder: Recorder | None) -> torch.Tensor:
-        x = x + self.attn_out_norm(self.attend(x, start, rope, cache, recorder))
-        return x + self.mlp_out_norm(self.mlp(x))
+    def forward(self, x: torch.Tensor, rope: Rope, batch: Batch) -> torch.Tensor:
+        x = x + self.attn_out_norm(self.attend(x, rope, batch))
+        return x + self.mlp_out_norm(self.feed(x, batch))
 
 
 def block_class(config: ModelConfig) -> type[DecoderBlock]:
@@ -108,7 +112,7 @@ def block_class(config: ModelConfig) -> type[DecoderBlock]:
     ]
 
 
-class DecoderLM(nn.Module):
+class DecoderLM(LaidOut):
     """Causal language model; `forward` returns logits (B, T, V) for the new tokens."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -138,16 +142,16 @@ class DecoderLM(nn.Module):
     ) -> KVCache | PolicyCache:
         """A KV cache for `batch` rows of `max_tokens` positions: buffers of its own, or rows of `pool`;
         with `policy`, a `PolicyCache` carrying out that run's eviction, quantisation or RoPE scaling."""
-        c, p = self.config, self.embed.weight
+        c = self.config
         if policy is not None:
             return PolicyCache(
                 policy, layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                max_tokens=max_tokens, query_heads=c.n_heads, dtype=p.dtype, device=p.device,
+                max_tokens=max_tokens, query_heads=c.n_heads, dtype=self.dtype, device=self.device,
                 windows=[k.window for k in self.layer_kinds],
             )
         return KVCache(
             layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-            query_heads=c.n_heads, dtype=p.dtype, device=p.device, windows=[k.window for k in self.layer_kinds],
+            query_heads=c.n_heads, dtype=self.dtype, device=self.device, windows=[k.window for k in self.layer_kinds],
             pool=pool,
         )
 
@@ -161,7 +165,7 @@ class DecoderLM(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        cache: KVCache | None = None,
+        cache: KVCache | PolicyCache | None = None,
         recorder: Recorder | None = None,
         *,
         last_only: bool = False,
@@ -170,74 +174,51 @@ class DecoderLM(nn.Module):
 
         Returns logits (B, T, V), or (B, 1, V) for the last position only with `last_only` (what
         generation needs after a prefill). A `recorder` keeps the attention weights of the layers it
-        asks for and, if asked, the residual stream of the last position.
+        asks for and, if asked, the residual stream of the last position. The model's own pass: one
+        segment (`run` of `Rows`), laid out (B, T).
         """
-        B, T = input_ids.shape
         start = cache.length if cache is not None else 0
-        rotary = cache.rotary if isinstance(cache, PolicyCache) else None  # a run's own rope_scaling
-        limit = rotary.max_positions if rotary is not None else self.config.max_positions
-        if start + T > limit:
-            raise ValueError(f"sequence of {start + T} tokens exceeds the model's {limit} positions")
-        x = self.embed(input_ids)  # (B, T, d_embed)
+        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all")
+        return self.forward_rows([segment], shared=False)[0]
+
+    def forward_rows(self, segments: list[Segment], *, shared: bool = True) -> list[torch.Tensor | None]:
+        """One forward pass over several segments' tokens at once, each after its own cached positions,
+        against its own cache: what `forward` computes for each alone, with every token a row of one
+        (N, 1, d) batch through the batch-invariant kernels (`shared`). Returns each segment's logits
+        as its `logits` asks."""
+        for s in segments:
+            rotary = getattr(s.self_cache, "rotary", None)  # a run's own rope_scaling
+            limit = rotary.max_positions if rotary is not None else self.config.max_positions
+            if s.start + s.ids.shape[1] > limit:
+                raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's {limit} positions")
+        return self.run(Rows(segments, shared=shared))
+
+    def run(self, batch: Batch) -> list[torch.Tensor | None]:
+        """The forward pass over a batch (`models.rows`): the only way into the model."""
+        x = self.embed(batch.ids())  # (L0, L1, d_embed)
         if self.config.embed_scale != 1.0:
             # The scale rounded to the weights' dtype first, as transformers does for Gemma.
             x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
         if self.project_in is not None:
-            x = self.project_in(x)  # (B, T, d)
+            x = self.project_in(x, batch.invariant)  # (L0, L1, d)
         if self.positions is not None:
-            x = x + self.positions(start, T).to(x.dtype)
-        ropes = {
-            "global": self.rope(start, T, x.dtype, rotary) if self.rope is not None else None,
-            "local": self.local_rope(start, T, x.dtype) if self.local_rope is not None else None,
-            None: None,
-        }
-        if recorder is not None:
-            recorder.record_residual(x)
-        for block in self.blocks:
-            x = block(x, start, ropes[block.rope_table], cache, recorder)
-            if recorder is not None:
-                recorder.record_residual(x)
-        if last_only:
-            x = x[:, -1:]
-        return self.unembed(x)
-
-    def forward_rows(self, segments: list[Segment]) -> list[torch.Tensor | None]:
-        """One forward pass over several segments' tokens at once, each after its own cached positions,
-        against its own cache: what `forward` computes for each alone, with every token a row of one
-        (N, 1, d) batch. Returns each segment's logits as its `logits` asks."""
-        for s in segments:
-            if isinstance(s.self_cache, PolicyCache):
-                raise ValueError("a run with its own KV policy or RoPE scaling takes its own turn, not a batched pass")
-            if s.start + s.ids.shape[1] > self.config.max_positions:
-                raise ValueError(f"sequence of {s.start + s.ids.shape[1]} tokens exceeds the model's "
-                                 f"{self.config.max_positions} positions")
-        rows = Rows(segments)
-        x = self.embed(rows.ids())  # (N, 1, d_embed)
-        if self.config.embed_scale != 1.0:
-            x = x * torch.tensor(self.config.embed_scale, dtype=x.dtype)
-        if self.project_in is not None:
-            x = self.project_in(x)
-        if self.positions is not None:
-            x = x + rows.per_row([self.positions(s.start, s.ids.shape[1]) for s in segments])[:, None].to(x.dtype)
+            x = x + batch.absolute(self.positions).to(x.dtype)
         ropes: dict[str | None, Rope] = {None: None}
         for name, rope in (("global", self.rope), ("local", self.local_rope)):
             if rope is not None:
-                tables = [rope(s.start, s.ids.shape[1], x.dtype) for s in segments]
-                cos = rows.per_row([c for c, _ in tables])[:, None, None]  # (N, 1, 1, r): one row per token
-                sin = rows.per_row([sn for _, sn in tables])[:, None, None]
-                ropes[name] = (cos, sin)
-        rows.record_residual(x)
+                ropes[name] = batch.rotary(rope, x.dtype)
+        batch.record_residual(x)
         for block in self.blocks:
-            x = block(x, 0, ropes[block.rope_table], rows, None)
-            rows.record_residual(x)
-        return rows.logits(x, self.unembed)
+            x = batch.edit_block(block.layer, block(x, ropes[block.rope_table], batch))
+            batch.record_residual(x)
+        return batch.logits(x, lambda h: self.unembed(h, batch.invariant))
 
-    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+    def unembed(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, softcap, logit scale."""
         x = self.norm(x)
         if self.project_out is not None:
-            x = self.project_out(x)  # (B, T, d_embed)
-        logits = self.lm_head(x) if self.lm_head is not None else self.tied_head(x)
+            x = self.project_out(x, invariant)  # (B, T, d_embed)
+        logits = self.lm_head(x, invariant) if self.lm_head is not None else self.tied_head(x, invariant)
         cap = self.config.final_logit_softcap
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from playground.interventions import Ablate, Intervention, Patch, Steer
+from playground.models.rows import Batch
 
 
 def blocks_of(model: nn.Module, stack: str) -> nn.ModuleList:
@@ -36,11 +37,9 @@ def blocks_of(model: nn.Module, stack: str) -> nn.ModuleList:
     return model.encoder.blocks if stack == "encoder" else model.decoder.blocks
 
 
-def _block_start(module: nn.Module, args: tuple, kwargs: dict) -> int:
-    """The absolute position of a block's first input row (decoder blocks get it as `start`)."""
-    if "start" in kwargs:
-        return int(kwargs["start"])
-    return int(args[1]) if len(args) > 1 and isinstance(args[1], int) else 0
+def _batch_of(args: tuple, kwargs: dict) -> Batch:
+    """The pass a block was called in (its last argument: `models.rows.Batch`)."""
+    return kwargs["batch"] if "batch" in kwargs else args[-1]
 
 
 def _install(model: nn.Module, iv: Intervention, dtype: torch.dtype, device: torch.device):
@@ -75,12 +74,7 @@ def _install(model: nn.Module, iv: Intervention, dtype: torch.dtype, device: tor
         value = torch.tensor(iv.value, dtype=dtype, device=device)
 
         def patch(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
-            row = iv.position - _block_start(module, args, kwargs)
-            if not 0 <= row < output.shape[1]:
-                return output
-            output = output.clone()
-            output[:, row] = value
-            return output
+            return _batch_of(args, kwargs).patch(output, iv.position, value)
 
         return block.register_forward_hook(patch, with_kwargs=True)
     raise TypeError(f"not an intervention: {iv!r}")
@@ -95,11 +89,11 @@ def edited(model: nn.Module, interventions: Sequence[Intervention] = ()) -> Iter
     if not interventions or getattr(model, "applies_own_edits", False):
         yield
         return
-    weight = model.embed.weight
+    dtype, device = model.dtype, model.device
     handles = []
     try:
         for iv in interventions:
-            handles.append(_install(model, iv, weight.dtype, weight.device))
+            handles.append(_install(model, iv, dtype, device))
         yield
     finally:
         for handle in handles:

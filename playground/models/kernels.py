@@ -1,9 +1,10 @@
 """Matrix products for a few rows: the batched decoding path, and the candidates that chose it.
 
-Batched decoding (`playground.generation.batch`) runs every weight product inside `batch_kernels()`:
-`Linear` and the tied head then multiply through oneDNN with the weight prepacked once
-(`packed_matmul`). Measured here (`python -m playground.tools.kernels`, SmolLM2's 49152×576 head,
-2 threads, weights read from memory): 4.1 / 4.6 / 4.8 / 5.5 / 6.9 ms for 1 / 2 / 4 / 8 / 16 rows,
+Batched decoding (`playground.generation.batch`) runs every weight product of a shared pass
+(`models.rows.Rows(shared=True)`) through oneDNN with the weight prepacked once (`prepare_invariant`
+of `models.layers.LaidOut`, when a scheduler first runs the model; `packed_matmul`): the kernel is the
+pass's, never chosen per call. Measured here (`python -m playground.tools.kernels`, SmolLM2's 49152×576
+head, 2 threads, weights read from memory): 4.1 / 4.6 / 4.8 / 5.5 / 6.9 ms for 1 / 2 / 4 / 8 / 16 rows,
 where today's `x @ W` takes 3.4 / 5.6 / 7.7 / 10.6 / 12.1 (MKL repacks the whole weight on every
 call with more than one row) and `F.linear` 4.1 / 4.3 / 8.8 / 14.2 / 9.0.
 
@@ -20,61 +21,33 @@ differ in the memory layout of the weight and the library routine that streams i
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-_BATCHED: ContextVar[bool] = ContextVar("playground_batch_kernels", default=False)
 MIN_ROWS = 2  # oneDNN computes one row differently from 2+ for long inputs; 2+ rows all agree
 
 
-@contextlib.contextmanager
-def batch_kernels() -> Iterator[None]:
-    """Weight products inside use the prepacked, batch-invariant path (float32 on CPU)."""
-    token = _BATCHED.set(True)
-    try:
-        yield
-    finally:
-        _BATCHED.reset(token)
-
-
-def batched() -> bool:
-    return _BATCHED.get()
-
-
-class PackedWeight:
-    """A prepacked oneDNN copy of a (in, out) weight, rebuilt when the weight changes (its version
-    counter moves on every in-place update, its storage on `.to()`). A plain object: never in a state dict."""
-
-    def __init__(self) -> None:
-        self._packed: torch.Tensor | None = None
-        self._key: tuple[int, int] | None = None
-
-    def get(self, weight: torch.Tensor) -> torch.Tensor:
-        key = (0 if weight.is_inference() else weight._version, weight.data_ptr())  # inference tensors keep no counter
-        if self._packed is None or self._key != key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), None)  # no batch-size hint
-            self._key = key
-        return self._packed
-
-
 def packable(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and not torch.is_grad_enabled()
+    return weight.device.type == "cpu" and weight.dtype == torch.float32
 
 
-def packed_matmul(x: torch.Tensor, weight: torch.Tensor, pack: PackedWeight) -> torch.Tensor:
-    """x @ weight (weight (in, out)) through the prepacked weight; x (..., in)."""
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """A (in, out) weight prepacked for oneDNN's linear (its own layout, a copy)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().t().contiguous(), None)  # no batch-size hint
+
+
+def packed_matmul(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """x @ W through W's prepacked copy (`pack`); x (..., in) -> (..., out_features)."""
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1])
     n = rows.shape[0]
     if n < MIN_ROWS:
         rows = torch.cat((rows, rows.new_zeros(MIN_ROWS - n, rows.shape[1])))
-    y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), pack.get(weight), None, "none", [], "")
-    return y[:n].reshape(*lead, weight.shape[1])
+    y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), packed, None, "none", [], "")
+    return y[:n].reshape(*lead, out_features)
 
 
 def _matmul(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:

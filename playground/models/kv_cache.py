@@ -214,6 +214,20 @@ class KVCache:
             return keys[:, :, :end], values[:, :, :end]
         return self._write_ring(layer, start, end, k, v, ordered)
 
+    def write_masked(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        """`write`, in a run's `PolicyCache` interface: the keys held here are always a contiguous run of
+        positions, so there is no mask or position list (the attention's causal rule applies)."""
+        keys, values = self.write(layer, start, k, v, ordered=ordered)
+        return keys, values, None, None
+
+    def wants_weights(self, layer: int) -> bool:
+        return False  # nothing here depends on the attention (a policy's heavy hitters do)
+
+    def after_attention(self, layer: int, weights: torch.Tensor | None) -> None:
+        """Nothing to do once a layer attended (a policy cache evicts here)."""
+
     def advance(self, layer: int, start: int) -> int:
         """One new token per row at position `start`, written by the caller into its pool rows: the slot
         it goes to (the position, or its place in a sliding layer's ring). Returns the slot."""
@@ -222,6 +236,13 @@ class KVCache:
             raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot store {end}")
         self._written[layer] = end
         return start % self.capacity[layer] if self.rings[layer] else start
+
+    def written_to(self, length: int) -> None:
+        """Every layer holds positions [0, length): written by a captured step straight into this cache's
+        pool rows (`models.static`), which this object only describes."""
+        if not 0 <= length <= self.max_tokens:
+            raise ValueError(f"KV cache holds {self.max_tokens} tokens; cannot hold {length}")
+        self._written = [length] * self.layers
 
     def rewind(self, length: int) -> None:
         """Forget every position from `length` on (drafted tokens the model rejected): a length reset, the

@@ -16,10 +16,16 @@ longer than W) is an ordinary `KVCache`: the same buffers, kernels and numbers a
 
 A quantised cache (`kv_dtype`, see `kv_quant`) keeps every position in int8 or int4 codes and reads
 them back dequantised; it does not combine with eviction.
+
+A heavy-hitter layer needs its attention weights, so it attends with the explicit softmax; over a prompt that is
+(h, T, S) scores, 1 GiB for 64 heads and 2,000 tokens. `attend_scored` computes them in chunks of queries whose
+scores stay within `POLICY_SCRATCH_BYTES` (each query's softmax is its own row: the same numbers, the sum of the
+weights in another order), and the run's estimate counts that scratch (`generation.budget`, `policy_scratch`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +34,14 @@ import torch
 from playground.models.kv_cache import CacheStats, KVCache, dtype_name
 from playground.models.kv_quant import GROUP, QuantStore
 from playground.models.rope_scaling import RotaryOverride
+
+POLICY_SCRATCH_BYTES = 8 * 1024**2  # one query chunk's float32 scores in a heavy-hitter layer's prompt pass
+
+
+def policy_chunk(heads: int, keys: int, rows: int = 1) -> int:
+    """Queries per chunk of a heavy-hitter layer's explicit attention over `keys` keys: (rows, heads, chunk, keys)
+    float32 scores within POLICY_SCRATCH_BYTES, at least one query."""
+    return max(1, POLICY_SCRATCH_BYTES // (4 * max(1, rows * heads * keys)))
 
 
 @dataclass(frozen=True)
@@ -155,12 +169,6 @@ class PolicyCache:
         """Whether the layer's attention probabilities must be computed (heavy hitters accumulate them)."""
         return self.kinds[layer] == "evict" and self.params[layer][2] > 0
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """As `KVCache.write` (the plain layers' interface); other layers go through `write_masked`."""
-        keys, values, _, _ = self.write_masked(layer, start, k, v, ordered=ordered)
-        return keys, values
-
     def write_masked(
         self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *, ordered: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -220,6 +228,42 @@ class PolicyCache:
         if weights is not None:
             self._score[layer] += weights.float().sum(dim=(1, 2))
         self._evict(layer, end)
+
+    def attend_scored(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+        attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]],
+    ) -> torch.Tensor:
+        """A heavy-hitter layer's attention (q (B, h, T, d) over the keys and the mask `write_masked` returned):
+        the explicit softmax whose weights the keys' scores accumulate, then `after_attention`'s eviction. A pass
+        of more queries than one chunk (`policy_chunk`) goes chunk by chunk through two score buffers reused by
+        every chunk (the same kernels per query row as `attend`'s explicit path). Returns the output (B, h, T, d)."""
+        B, h, T, d = q.shape
+        h_kv, S = k.shape[1], k.shape[2]
+        chunk = policy_chunk(h, S, B)
+        if T <= chunk:  # one chunk: exactly the unchunked computation
+            out, weights = attend(q, k, v, scale=scale, mask=mask, need_weights=True)
+            self.after_attention(layer, weights)
+            return out
+        g = h // h_kv  # the query heads sharing a KV head attend to it without copies (as `attend` does)
+        qg, kt, vg = q.reshape(B, h_kv, g, T, d), k.unsqueeze(2).transpose(-1, -2), v.unsqueeze(2)
+        scores = q.new_empty(B * h * chunk * S)
+        probs = torch.empty(B * h * chunk * S, dtype=torch.float32, device=q.device)
+        summed = torch.zeros((B, S), dtype=torch.float32, device=q.device)
+        outs = []
+        for a in range(0, T, chunk):
+            n = min(chunk, T - a)
+            shape = (B, h_kv, g, n, S)
+            s, w = scores[: B * h * n * S].view(shape), probs[: B * h * n * S].view(shape)
+            torch.matmul(qg[:, :, :, a : a + n], kt, out=s)
+            s.mul_(scale)
+            if mask is not None:  # (B, 1, T, S): True where the query sees the key
+                s.masked_fill_(~mask[:, :, a : a + n].unsqueeze(1), float("-inf"))
+            torch.ops.aten._softmax.out(s if s.dtype == torch.float32 else s.float(), -1, False, out=w)
+            summed += w.sum(dim=(1, 2, 3))
+            outs.append(w.to(q.dtype) @ vg)  # (B, h_kv, g, n, d)
+        self._score[layer] += summed
+        self._evict(layer, self._written[layer])
+        return torch.cat(outs, dim=3).reshape(B, h, T, d)
 
     def _evict(self, layer: int, end: int, *, keep_before: bool = False) -> None:
         """Keep the sinks, the last W positions before `end` (and, with keep_before, the query at `end`

@@ -49,6 +49,23 @@ class KVPool:
         self.owners: list[KVCache | None] = []  # per row: the cache it belongs to (None: free)
         self.first_row: dict[int, int] = {}  # id(cache) -> its first row
 
+    def reserve(
+        self, rows: int, *, kv_heads: int, head_dim: int, windows: list[int | None], dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        """Allocate `rows` rows of caches of this shape now (a captured step reads the buffers as they are:
+        they must never grow, so it places no more caches than it reserved rows)."""
+        if not self.keys:
+            self._shape(kv_heads, head_dim, windows, dtype, device)
+        if rows > len(self.owners):
+            self._grow(rows)
+
+    def _shape(self, kv_heads: int, head_dim: int, windows: list[int | None], dtype: torch.dtype,
+               device: torch.device) -> None:
+        shapes = [(0, kv_heads, self.width(w), head_dim) for w in windows]
+        self.keys = [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
+        self.values = [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
+
     def width(self, window: int | None) -> int:
         return self.tokens if window is None else min(self.tokens, window)
 
@@ -61,9 +78,7 @@ class KVPool:
         if cache.max_tokens > self.tokens:
             raise ValueError(f"a pool of {self.tokens} positions cannot hold a cache of {cache.max_tokens}")
         if not self.keys:
-            shapes = [(0, cache.kv_heads, self.width(w), cache.head_dim) for w in cache.windows]
-            self.keys = [torch.zeros(s, dtype=cache.dtype, device=cache.device) for s in shapes]
-            self.values = [torch.zeros(s, dtype=cache.dtype, device=cache.device) for s in shapes]
+            self._shape(cache.kv_heads, cache.head_dim, cache.windows, cache.dtype, cache.device)
         B = cache.batch
         run, at = 0, None
         for r, owner in enumerate(self.owners):

@@ -24,11 +24,14 @@ class Linear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(in_features, out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-        self._packed = kernels.PackedWeight()  # batched decoding's copy (see models/kernels.py)
+        # the batch-invariant kernel's prepacked copy, laid out once by `LaidOut.prepare_invariant` (None:
+        # not prepared, or no such kernel for this weight: shared passes then use `x @ W` as well)
+        self.packed: torch.Tensor | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if kernels.batched() and kernels.packable(self.weight):
-            y = kernels.packed_matmul(x, self.weight, self._packed)
+    def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        """x (..., in) -> (..., out); `invariant`: a shared pass's product (see `models/kernels.py`)."""
+        if invariant and self.packed is not None:
+            y = kernels.packed_matmul(x, self.packed, self.out_features)
         else:
             y = x @ self.weight
         return y + self.bias if self.bias is not None else y
@@ -66,27 +69,82 @@ class TiedHead:
     """The output projection of a model whose head is its embedding matrix E (V, d): logits = x · Eᵀ.
 
     For one token, reading Eᵀ streams the embedding at about half the speed of a contiguous (d, V)
-    matrix, so inference keeps such a copy, rebuilt whenever the embedding changes (its version
-    counter moves on every in-place update, its storage on `.to()`). Training goes through the
-    parameter itself. A plain object, not a module: the copy never enters the state dict.
+    matrix, so inference reads such a copy, laid out once by `prepare` (when the model is loaded, and
+    again by whoever changes the embedding afterwards: nothing is checked per call, so a captured step
+    reads it as a constant). Training, and a model never prepared, go through the parameter itself.
+    A plain object, not a module: the copy never enters the state dict.
     """
 
     def __init__(self, embedding: nn.Embedding) -> None:
         self.embedding = embedding
-        self._copy: torch.Tensor | None = None
-        self._version: tuple[int, int] | None = None
-        self._packed = kernels.PackedWeight()
+        self.weight_t: torch.Tensor | None = None  # (d, V) contiguous
+        self.packed: torch.Tensor | None = None  # the batch-invariant kernel's copy (LaidOut.prepare_invariant)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.embedding.weight
-        if torch.is_grad_enabled():
-            return x @ weight.t()
-        if self._copy is None or self._version != (weight._version, weight.data_ptr()):
-            self._copy = transposed([weight.detach()])
-            self._version = (weight._version, weight.data_ptr())
-        if kernels.batched() and kernels.packable(self._copy):
-            return kernels.packed_matmul(x, self._copy, self._packed)
-        return x @ self._copy
+    @property
+    def out_features(self) -> int:
+        return self.embedding.weight.shape[0]
+
+    def prepare(self) -> None:
+        """Lay the head out from the embedding as it is now (dropping a prepacked copy of the old one)."""
+        self.weight_t = transposed([self.embedding.weight.detach()])
+        self.packed = None
+
+    def __call__(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        if torch.is_grad_enabled() or self.weight_t is None:
+            return x @ self.embedding.weight.t()
+        if invariant and self.packed is not None:
+            return kernels.packed_matmul(x, self.packed, self.out_features)
+        return x @ self.weight_t
+
+
+class LaidOut(nn.Module):
+    """A model whose inference reads layouts derived from its weights (the tied head's (d, V) copy, the
+    batch-invariant kernels' prepacked copies): laid out once (`prepare`, `prepare_invariant`),
+    never checked per call, and laid out again when the model moves or changes dtype (`.to()`)."""
+
+    tied_head: TiedHead
+    lm_head: nn.Module | None
+    invariant_ready = False  # the prepacked copies are laid out (`prepare_invariant`)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (its embedding's, also when the embedding is held as codes)."""
+        return getattr(self.embed, "dtype", None) or self.embed.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return getattr(self.embed, "device", None) or self.embed.weight.device
+
+    def prepare(self) -> None:
+        """Lay out what inference reads besides the weights: once the weights are in place, and again by
+        whoever changes them in place afterwards."""
+        if self.lm_head is None:  # an untied model never reads its tied head
+            self.tied_head.prepare()
+
+    def prepare_invariant(self) -> None:
+        """Lay out the batch-invariant copy of every float32 CPU weight product (the `Linear`s and the tied
+        head), once: shared passes (`Rows(shared=True)`) then multiply through them. Moving the model drops
+        them; weights changed in place need `prepare()` and this again."""
+        if self.invariant_ready:
+            return
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, Linear) and module.packed is None and kernels.packable(module.weight):
+                    module.packed = kernels.pack(module.weight)
+            head = self.tied_head
+            if head.weight_t is not None and head.packed is None and kernels.packable(head.weight_t):
+                head.packed = kernels.pack(head.weight_t)
+        self.invariant_ready = True
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's own signature
+        out = super()._apply(fn, recurse)
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.packed = None
+        self.invariant_ready = False
+        if self.tied_head.weight_t is not None:
+            self.prepare()
+        return out
 
 
 class RMSNorm(nn.Module):
@@ -150,9 +208,9 @@ class GatedMLP(nn.Module):
         self.down = Linear(config.d_ff, config.d_model, bias=config.mlp_bias)
         self.act = _ACTIVATIONS[config.activation]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).split(self.d_ff, dim=-1)
-        return self.down(self.act(gate) * up)
+    def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        gate, up = self.gate_up(x, invariant).split(self.d_ff, dim=-1)
+        return self.down(self.act(gate) * up, invariant)
 
 
 class PlainMLP(nn.Module):
@@ -164,8 +222,8 @@ class PlainMLP(nn.Module):
         self.fc2 = Linear(config.d_ff, config.d_model, bias=config.mlp_bias)
         self.act = _ACTIVATIONS[config.activation]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+    def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x, invariant)), invariant)
 
 
 def make_mlp(config: ModelConfig) -> nn.Module:

@@ -81,8 +81,8 @@ class LowPrecisionLinear(nn.Module):
         """The weight as held, (in, out) in bf16/fp16, for what reads weights (error bounds): a copy each time."""
         return self.matmul.dense()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.matmul(x)
+    def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        y = self.matmul(x)  # prepacked with at least two rows: batch invariant whatever `invariant` asks
         return y + self.bias if self.bias is not None else y
 
 
@@ -93,5 +93,8 @@ class LowPrecisionHead(TiedHead):
         super().__init__(embedding)
         self.matmul = _LowPrecisionMatmul(embedding.weight.detach().t(), dtype)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def prepare(self) -> None:
+        """Nothing to lay out: the product reads its own low-precision copy."""
+
+    def __call__(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         return self.matmul(x)

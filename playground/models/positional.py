@@ -103,8 +103,18 @@ class RotaryEmbedding(nn.Module):
         elif self.switch_after is not None and start + length > self.switch_after:
             inv_freq = self.long_inv_freq
         positions = torch.arange(start, start + length, device=inv_freq.device, dtype=torch.float32)
-        freqs = torch.outer(positions, inv_freq)  # (T, r/2)
-        angles = torch.cat((freqs, freqs), dim=-1)  # (T, r)
+        return self._tables(torch.outer(positions, inv_freq), attention_factor, dtype)  # (T, r)
+
+    def at(self, positions: torch.Tensor, dtype: torch.dtype, *, long: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (N, r) at a tensor of positions (N,): what a captured step reads, without a Python int.
+        `long`: longrope's long factors (a run that is past the original context from its prompt on)."""
+        inv_freq = self.long_inv_freq if long else self.inv_freq
+        freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (N, r/2), as `outer` computes it
+        return self._tables(freqs, self.attention_factor, dtype)
+
+    @staticmethod
+    def _tables(freqs: torch.Tensor, attention_factor: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = torch.cat((freqs, freqs), dim=-1)  # (., r)
         if attention_factor != 1.0:
             return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -239,6 +249,10 @@ class SinusoidalPositions(nn.Module):
         """Vectors for positions [start, start + length), (T, d); the token ids do not matter here."""
         return self.table[start : start + length]
 
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """Vectors at a tensor of positions (N,) -> (N, d) (a captured step's)."""
+        return self.table[positions]
+
 
 class FairseqSinusoidalPositions(nn.Module):
     """fairseq's sinusoidal positions (M2M100, NLLB), computed on the fly rather than stored.
@@ -273,6 +287,10 @@ class LearnedPositions(nn.Embedding):
         """Vectors for positions [start, start + length), (T, d); the token ids do not matter here."""
         positions = torch.arange(start + self.offset, start + self.offset + length, device=self.weight.device)
         return super().forward(positions)  # (T, d)
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """Vectors at a tensor of positions (N,) -> (N, d) (a captured step's)."""
+        return super().forward(positions + self.offset)
 
 
 def absolute_positions(config: ModelConfig) -> nn.Module | None:

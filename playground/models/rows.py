@@ -1,17 +1,27 @@
-"""A batch of segments: the token rows of several requests in one forward pass of the model.
+"""A pass of the model: the token rows of one or more requests, the only input our models take.
 
-A segment is one request's share of a pass: its ids (B, T) after `start` cached positions, its own KV
-cache, recorder and source (seq2seq), and the logits it wants. The model's batched pass
-(`DecoderLM.forward_rows`, `EncoderDecoderLM.decode_rows`) stacks every token of every segment as one
-row (N, 1, d), so the weight products see all rows at once; attention (`SelfAttention`, with these
-`Rows` in place of a cache) runs against each segment's own cache, the one-token rows of a layer in one
-call when their keys share one buffer (`KVPool`).
+A `Batch` is what a forward pass reads besides the weights: its token ids, the position of each
+token (absolute positions and rotary tables), how each layer stores and attends its keys, what it
+records and which logits come out. The model's code (`DecoderLM.run`, the blocks, the attention) is
+the same for every kind of batch:
+
+- `Rows`: the eager pass over `Segment`s (a request's share of a pass: ids (B, T) after `start`
+  cached positions, its own KV cache, recorder and source). The model's own pass (`forward`) is one
+  segment laid out as (B, T) tokens, exactly as a plain forward pass; a *shared* pass
+  (`forward_rows`, the batch scheduler's) stacks every token of every segment as one row (N, 1) so
+  the weight products see all rows at once, through the batch-invariant kernels
+  (`models/kernels.py`), and the one-token rows whose caches share one buffer (`KVPool`) attend in
+  one call.
+- `models.static.StaticRows`: the captured decode step: one token per row, positions and cache
+  lengths as tensors, a static cache written at position tensors (what `torch.compile` and
+  `torch.export` trace without a break).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,27 +29,80 @@ from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_pool import KVPool
 from playground.models.recorder import Recorder
 
+if TYPE_CHECKING:
+    from playground.models.kv_policy import PolicyCache
+
+
+class Batch:
+    """The interface a forward pass reads (see the module docstring). Hidden states are laid out as
+    (L0, L1, d) tokens; what a layer attends gets (L0, heads, L1, d) and returns (L0, L1, heads·d)."""
+
+    invariant = False  # weight products through the batch-invariant (prepacked) kernels
+
+    def ids(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def absolute(self, module: torch.nn.Module, *, with_ids: bool = False) -> torch.Tensor:
+        """The absolute position vectors to add to the embeddings, broadcastable to (L0, L1, d)."""
+        raise NotImplementedError
+
+    def rotary(self, rope: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of every token's position, broadcastable to (L0, heads, L1, r)."""
+        raise NotImplementedError
+
+    def attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def attended(self, layer: int, out: torch.Tensor) -> None:
+        """The attention's output (L0, L1, d) after its projection (what internals record)."""
+
+    def cross_attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has no source to attend")
+
+    def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
+        """x (L0, L1, d) with the rows of tokens at absolute `position` set to `value` (the Patch edit)."""
+        raise NotImplementedError
+
+    def edit_heads(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs (L0, L1, h·d) before the output projection, as the pass's edits leave them."""
+        return x
+
+    def edit_mlp(self, layer: int, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    def edit_block(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def record_residual(self, x: torch.Tensor) -> None:
+        """x (L0, L1, d) after the embedding or a block."""
+
+    def logits(self, x: torch.Tensor, unembed: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor | None]:
+        raise NotImplementedError
+
 
 @dataclasses.dataclass
 class Segment:
-    """One request's share of a batched forward pass: ids (B, T) after `start` cached positions."""
+    """One request's share of a forward pass: ids (B, T) after `start` cached positions."""
 
     ids: torch.Tensor
-    cache: KVCache | Seq2SeqCache | None
+    cache: KVCache | Seq2SeqCache | PolicyCache | None
     recorder: Recorder | None
     start: int
     logits: str  # "none", "last" (B, 1, V) or "all" (B, T, V)
     encoder_out: torch.Tensor | None = None  # seq2seq: the source this decoder pass reads
-    # set by the seq2seq pass: T5's self-attention bias (1, h, T, start + T), the cross K/V per layer
+    # T5's self-attention bias (1, h, T, start + T), or an encoder's padding / bias mask: replaces the causal rule
     self_mask: torch.Tensor | None = None
-    cross_kv: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+    cross_kv: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None  # set by the seq2seq pass, per layer
+    cross_mask: torch.Tensor | None = None  # additive (B, 1, 1, S): the source's padding
+    causal: bool = True  # False: an encoder's bidirectional pass
+    kind: str = "self"  # what its self-attention records as: "self" (a decoder) or "encoder"
 
     @property
     def rows(self) -> int:
         return self.ids.numel()
 
     @property
-    def self_cache(self) -> KVCache | None:
+    def self_cache(self) -> KVCache | PolicyCache | None:
         """The self-attention cache (a seq2seq cache holds one beside its cross-attention keys)."""
         return getattr(self.cache, "self_cache", self.cache)
 
@@ -56,35 +119,118 @@ class PoolPlace:
     dense: bool  # rows are exactly lo, lo + 1, ..., hi - 1 (no row of the span is left out)
 
 
-class Rows:
-    """The segments of one pass and where their token rows sit in the stacked (N, 1, d) batch."""
+class Rows(Batch):
+    """The segments of one eager pass. `shared` False: the model's own pass over one segment, laid out
+    (B, T) as a plain forward pass; True: every token of every segment one row of (N, 1), the
+    batch-invariant kernels, and the pooled one-token rows attending together."""
 
-    def __init__(self, segments: list[Segment]) -> None:
-        self.segments = segments
+    def __init__(self, segments: list[Segment], *, shared: bool = False) -> None:
+        if not shared and len(segments) != 1:
+            raise ValueError("a pass of several segments is a shared one (Rows(..., shared=True))")
+        self.segments, self.shared = segments, shared
+        self.invariant = shared
         self._memo: dict[tuple, object] = {}  # what every layer of this pass shares (indices, masks)
+        self._internals: list[tuple[Recorder, int, str, tuple]] = []  # (recorder, segment, kind, (q, k, v))
         self.bounds: list[tuple[int, int]] = []
         a = 0
         for s in segments:
             self.bounds.append((a, a + s.rows))
             a += s.rows
 
-    def ids(self) -> torch.Tensor:
-        """(N, 1): every segment's tokens, one per row (beams and positions row-major)."""
-        return torch.cat([s.ids.reshape(-1) for s in self.segments])[:, None]
+    # --- layout: (B, T) for the model's own pass, (N, 1) for a shared one
+
+    def view(self, i: int, t: torch.Tensor) -> torch.Tensor:
+        """Segment i's part of a layer tensor (L0, heads, L1, d) -> (B, heads, T, d)."""
+        if not self.shared:
+            return t
+        (a, b), (B, T) = self.bounds[i], self.segments[i].ids.shape
+        return t[a:b] if T == 1 else t[a:b].reshape(B, T, *t.shape[1:2], -1).transpose(1, 2)
+
+    def to_layout(self, i: int, out: torch.Tensor) -> torch.Tensor:
+        """Segment i's attention output (B, h, T, d) -> its rows of the layout (., L1, h·d)."""
+        B, h, T, d = out.shape
+        if self.shared:
+            return out.reshape(B, 1, h * d) if T == 1 else out.transpose(1, 2).reshape(B * T, 1, h * d)
+        return out.transpose(1, 2).reshape(B, T, h * d)
+
+    def join(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def segment_rows(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Segment i's rows of hidden states (L0, L1, d) -> (B, T, d)."""
+        if not self.shared:
+            return x
+        a, b = self.bounds[i]
+        return x[a:b].reshape(*self.segments[i].ids.shape, -1)
 
     def per_row(self, tables: list[torch.Tensor]) -> torch.Tensor:
-        """Per-segment (T, c) tables -> (N, c): the table row of every token row, beams repeating it."""
+        """Per-segment (T, c) (or (B, T, c)) tables -> (N, c): the table row of every token row."""
         return torch.cat([t.expand(s.ids.shape[0], -1, -1).reshape(s.rows, -1) for t, s in zip(tables, self.segments)])
 
+    # --- the pass
+
+    def ids(self) -> torch.Tensor:
+        if not self.shared:
+            return self.segments[0].ids
+        return torch.cat([s.ids.reshape(-1) for s in self.segments])[:, None]
+
+    def absolute(self, module: torch.nn.Module, *, with_ids: bool = False) -> torch.Tensor:
+        tables = [module(s.start, s.ids.shape[1], *((s.ids,) if with_ids else ())) for s in self.segments]
+        return tables[0] if not self.shared else self.per_row(tables)[:, None]
+
+    def rotary(self, rope: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        tables = [rope(s.start, s.ids.shape[1], dtype, None if rope.local else getattr(s.self_cache, "rotary", None))
+                  for s in self.segments]
+        if not self.shared:
+            return tables[0]
+        cos = self.per_row([c for c, _ in tables])[:, None, None]  # (N, 1, 1, r): one row per token
+        sin = self.per_row([sn for _, sn in tables])[:, None, None]
+        return cos, sin
+
+    def attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return attn.attend_rows(self, layer, q, k, v)
+
+    def cross_attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return attn.attend_rows(self, layer, q)
+
+    def keep_internals(
+        self, recorder: Recorder, i: int, kind: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Segment i's q, k and v as attended, recorded with the output once it is projected (`attended`)."""
+        self._internals.append((recorder, i, kind, (q, k, v)))
+
+    def attended(self, layer: int, out: torch.Tensor) -> None:
+        for rec, i, kind, (q, k, v) in self._internals:
+            rec.record_internals(kind, layer, q=q, k=k, v=v, output=self.segment_rows(i, out))
+        self._internals = []
+
+    def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
+        if not self.shared:
+            row = position - self.segments[0].start
+            if not 0 <= row < x.shape[1]:
+                return x
+            x = x.clone()
+            x[:, row] = value
+            return x
+        rows = [a + b * s.ids.shape[1] + position - s.start for s, (a, _) in zip(self.segments, self.bounds)
+                for b in range(s.ids.shape[0]) if 0 <= position - s.start < s.ids.shape[1]]
+        if not rows:
+            return x
+        x = x.clone()
+        x[rows] = value
+        return x
+
     def record_residual(self, x: torch.Tensor) -> None:
-        """x (N, 1, d) after the embedding or a block: each recording segment keeps its own rows."""
-        for s, (a, b) in zip(self.segments, self.bounds):
+        for i, s in enumerate(self.segments):
             if s.recorder is not None:
-                s.recorder.record_residual(x[a:b].reshape(*s.ids.shape, -1))
+                s.recorder.record_residual(self.segment_rows(i, x))
 
     def logits(self, x: torch.Tensor, unembed: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor | None]:
-        """The logits each segment asks for, from the last residual stream x (N, 1, d): the head runs
-        once over the picked rows only."""
+        """The logits each segment asks for, from the last hidden states: the head runs once, over the
+        picked rows only."""
+        if not self.shared:
+            wanted = self.segments[0].logits
+            return [None if wanted == "none" else unembed(x[:, -1:] if wanted == "last" else x)]
         picks: list[int] = []
         for s, (a, b) in zip(self.segments, self.bounds):
             B, T = s.ids.shape
@@ -101,6 +247,11 @@ class Rows:
             out.append(None if n == 0 else logits[at : at + n].reshape(B, n // B, -1))
             at += n
         return out
+
+    # --- the one-token rows of a shared pass whose caches are rows of one pool
+
+    def poolable(self, i: int, cache: KVCache | None) -> bool:
+        return self.shared and self.segments[i].ids.shape[1] == 1 and cache is not None and cache.pool is not None
 
     def pool_rows(self, pool: KVPool, group: list[int], caches: list[KVCache]) -> PoolPlace:
         """The pool rows of segments `group` (one-token rows whose `caches` are rows of `pool`)."""

@@ -30,11 +30,11 @@ from playground.models.attention import SelfAttention, causal_mask
 from playground.models.cross_attention import CrossAttention
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_pool import KVPool
-from playground.models.layers import Linear, TiedHead, make_mlp, make_norm
+from playground.models.layers import LaidOut, Linear, TiedHead, make_mlp, make_norm
 from playground.models.positional import absolute_positions
 from playground.models.recorder import Recorder
 from playground.models.relative_bias import RelativePositionBias
-from playground.models.rows import Rows, Segment
+from playground.models.rows import Batch, Rows, Segment
 
 
 def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -67,12 +67,9 @@ class EncoderBlock(nn.Module):
         self.mlp_norm = make_norm(config)
         self.mlp = make_mlp(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, recorder: Recorder | None) -> torch.Tensor:
-        def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.attn(h, layer=self.layer, causal=False, mask=mask, recorder=recorder, kind="encoder")
-
-        x = _sublayer(x, self.attn_norm, attend, self.pre)
-        return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
+    def forward(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, batch=batch), self.pre)
+        return _sublayer(x, self.mlp_norm, lambda h: self.mlp(h, batch.invariant), self.pre)
 
 
 class CrossDecoderBlock(nn.Module):
@@ -88,28 +85,11 @@ class CrossDecoderBlock(nn.Module):
         self.mlp_norm = make_norm(config)
         self.mlp = make_mlp(config)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        start: int,
-        self_mask: torch.Tensor | None,
-        cache: KVCache | Rows | None,
-        cross_kv: tuple[torch.Tensor, torch.Tensor] | None,
-        cross_mask: torch.Tensor | None,
-        recorder: Recorder | None,
-    ) -> torch.Tensor:
-        def attend(h: torch.Tensor) -> torch.Tensor:
-            return self.attn(h, layer=self.layer, start=start, causal=True, mask=self_mask, cache=cache, recorder=recorder)
-
-        def cross(h: torch.Tensor) -> torch.Tensor:
-            if isinstance(cache, Rows):  # several segments' rows: each reads its own source
-                return self.cross.forward_rows(h, cache, self.layer)
-            return self.cross(h, *cross_kv, layer=self.layer, mask=cross_mask, recorder=recorder)
-
-        x = _sublayer(x, self.attn_norm, attend, self.pre)
-        x = _sublayer(x, self.cross_norm, cross, self.pre)
-        return _sublayer(x, self.mlp_norm, self.mlp, self.pre)
+    def forward(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """x: the pass's decoder hidden states (L0, L1, d) in its batch's layout (`models.rows.Batch`)."""
+        x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, batch=batch), self.pre)
+        x = _sublayer(x, self.cross_norm, lambda h: self.cross(h, layer=self.layer, batch=batch), self.pre)
+        return _sublayer(x, self.mlp_norm, lambda h: self.mlp(h, batch.invariant), self.pre)
 
 
 class Stack(nn.Module):
@@ -130,17 +110,17 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(block(config, i) for i in range(layers))
         self.norm = make_norm(config) if config.final_norm else None
 
-    def embed_positions(self, x: torch.Tensor, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """x: token embeddings (B, T, d) of ids (B, T) at positions [start, start + T)."""
+    def embed_positions(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """x: the token embeddings (L0, L1, d) of the batch's tokens, at their positions."""
         if self.positions is not None:
-            x = x + self.positions(start, x.shape[1], ids).to(x.dtype)
+            x = x + batch.absolute(self.positions, with_ids=True).to(x.dtype)
         return self.embed_norm(x) if self.embed_norm is not None else x
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) if self.norm is not None else x
 
 
-class EncoderDecoderLM(nn.Module):
+class EncoderDecoderLM(LaidOut):
     """Sequence-to-sequence model: `encode` the source once, `decode` target tokens against it."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -179,39 +159,40 @@ class EncoderDecoderLM(nn.Module):
         """
         B, S = input_ids.shape
         self._check_length(S, "source")
-        x = self.encoder.embed_positions(self._embed(input_ids), input_ids, 0)
-        mask = padding_bias(attention_mask, x.dtype)
+        mask = padding_bias(attention_mask, self.dtype)
         if self.encoder.relative_bias is not None:
-            mask = _add_bias(self.encoder.relative_bias(S, S).to(x.dtype), mask)
+            mask = _add_bias(self.encoder.relative_bias(S, S).to(self.dtype), mask)
+        batch = Rows([Segment(input_ids, None, recorder, 0, "none", self_mask=mask, causal=False, kind="encoder")])
+        x = self.encoder.embed_positions(self._embed(input_ids), batch)
         for block in self.encoder.blocks:
-            x = block(x, mask, recorder)
+            x = block(x, batch)
         return self.encoder.finish(x)
 
     # --- decoder
     def new_cache(self, batch: int, max_tokens: int, pool: KVPool | None = None) -> Seq2SeqCache:
         """The decoder's caches for `batch` rows: self-attention buffers of its own, or rows of `pool`."""
-        c, p = self.config, self.embed.weight
+        c = self.config
         return Seq2SeqCache(
             KVCache(
                 layers=c.n_layers, batch=batch, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=max_tokens,
-                query_heads=c.n_heads, dtype=p.dtype, device=p.device, pool=pool,
+                query_heads=c.n_heads, dtype=self.dtype, device=self.device, pool=pool,
             )
         )
 
-    def cross_kv(self, encoder_out: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def cross_kv(self, encoder_out: torch.Tensor, invariant: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-layer cross-attention keys and values (B, h_kv, S, d_head) of an encoder output."""
-        pairs = [block.cross.project_kv(encoder_out) for block in self.decoder.blocks]
+        pairs = [block.cross.project_kv(encoder_out, invariant) for block in self.decoder.blocks]
         return [k for k, _ in pairs], [v for _, v in pairs]
 
     def cross_pairs(
-        self, encoder_out: torch.Tensor, cache: Seq2SeqCache | None
+        self, encoder_out: torch.Tensor, cache: Seq2SeqCache | None, invariant: bool = False
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The cross-attention keys and values for a decoder pass: the cache's (projected on its first
         pass), or projected now without a cache."""
         if cache is None:
-            return self.cross_kv(encoder_out)
+            return self.cross_kv(encoder_out, invariant)
         if not cache.cross_ready:
-            cache.set_cross(*self.cross_kv(encoder_out))
+            cache.set_cross(*self.cross_kv(encoder_out, invariant))
         return cache.cross_keys, cache.cross_values
 
     def decoder_self_mask(self, T: int, start: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -239,57 +220,37 @@ class EncoderDecoderLM(nn.Module):
         `attention_mask` is the source padding mask (B, S). With a cache, the cross K/V are projected
         from `encoder_out` on the first call and reused afterwards. A `recorder` keeps the decoder's
         self-attention (B, h, T, S_self) and cross-attention (B, h, T, S_src) of the layers it asks
-        for and, if asked, the decoder's residual stream.
+        for and, if asked, the decoder's residual stream. The model's own pass: one segment.
         """
-        B, T = decoder_input_ids.shape
         start = cache.length if cache is not None else 0
-        self._check_length(start + T, "target")
-        keys, values = self.cross_pairs(encoder_out, cache)
-        x = self.decoder.embed_positions(self._embed(decoder_input_ids), decoder_input_ids, start)
-        self_mask = self.decoder_self_mask(T, start, x.dtype, x.device)
-        cross_mask = padding_bias(attention_mask, x.dtype)
-        self_cache = cache.self_cache if cache is not None else None
-        if recorder is not None:
-            recorder.record_residual(x)
-        for i, block in enumerate(self.decoder.blocks):
-            x = block(
-                x, start=start, self_mask=self_mask, cache=self_cache, cross_kv=(keys[i], values[i]),
-                cross_mask=cross_mask, recorder=recorder,
-            )
-            if recorder is not None:
-                recorder.record_residual(x)
-        if last_only:
-            x = x[:, -1:]
-        return self.unembed(x)
+        segment = Segment(decoder_input_ids, cache, recorder, start, "last" if last_only else "all",
+                          encoder_out=encoder_out, cross_mask=padding_bias(attention_mask, encoder_out.dtype))
+        return self.decode_rows([segment], shared=False)[0]
 
-    def decode_rows(self, segments: list[Segment]) -> list[torch.Tensor | None]:
+    def decode_rows(self, segments: list[Segment], *, shared: bool = True) -> list[torch.Tensor | None]:
         """One decoder pass over several segments' target tokens at once, each against its own source
         (`encoder_out`) and cache, at its own positions: what `decode` computes for each alone, with
-        every token a row of one (N, 1, d) batch. Returns each segment's logits as its `logits` asks."""
+        every token a row of one (N, 1, d) batch through the batch-invariant kernels (`shared`).
+        Returns each segment's logits as its `logits` asks."""
         for s in segments:
             self._check_length(s.start + s.ids.shape[1], "target")
-            s.cross_kv = self.cross_pairs(s.encoder_out, s.cache)
-        rows = Rows(segments)
-        decoder = self.decoder
-        x = self._embed(rows.ids())  # (N, 1, d)
-        if decoder.positions is not None:
-            x = x + rows.per_row([decoder.positions(s.start, s.ids.shape[1], s.ids) for s in segments])[:, None].to(x.dtype)
-        if decoder.embed_norm is not None:
-            x = decoder.embed_norm(x)
+            s.cross_kv = self.cross_pairs(s.encoder_out, s.cache, shared)
+        batch = Rows(segments, shared=shared)
+        x = self.decoder.embed_positions(self._embed(batch.ids()), batch)  # (L0, L1, d)
         for s in segments:
             s.self_mask = self.decoder_self_mask(s.ids.shape[1], s.start, x.dtype, x.device)
-        rows.record_residual(x)
-        for block in decoder.blocks:
-            x = block(x, start=0, self_mask=None, cache=rows, cross_kv=None, cross_mask=None, recorder=None)
-            rows.record_residual(x)
-        return rows.logits(x, self.unembed)
+        batch.record_residual(x)
+        for block in self.decoder.blocks:
+            x = block(x, batch)
+            batch.record_residual(x)
+        return batch.logits(x, lambda h: self.unembed(h, batch.invariant))
 
-    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+    def unembed(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """Decoder residual stream (B, T, d) -> logits (B, T, V): final norm, scale, head, logits bias."""
         x = self.decoder.finish(x)
         if self.config.logit_scale != 1.0:
             x = x * self.config.logit_scale  # T5 with a tied head, on the hidden states as transformers does
-        logits = self.lm_head(x) if self.lm_head is not None else self.tied_head(x)
+        logits = self.lm_head(x, invariant) if self.lm_head is not None else self.tied_head(x, invariant)
         return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def forward(

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from playground.cpu import default_threads, omp_threads
+from playground.cpu import choose_threads
 from playground.tools import gpu_bench
 
 if TYPE_CHECKING:
@@ -47,10 +47,10 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Ex
 
 
 def app_threads(app_args: list[str]) -> int:
-    """The torch threads the app runs with: its --threads, else OMP_NUM_THREADS, else its own default."""
-    if "--threads" in app_args:
-        return int(app_args[app_args.index("--threads") + 1])
-    return omp_threads() or default_threads(browser_here="--browser-here" in app_args)
+    """The torch threads the app runs with: its --threads, else OMP_NUM_THREADS, else its own default (here, not
+    on a Space)."""
+    asked = int(app_args[app_args.index("--threads") + 1]) if "--threads" in app_args else 0
+    return choose_threads(asked, space=False)[0]
 
 
 def cli_rate(weights: Path, new_tokens: int, threads: int, repeat: int = 3) -> float:
@@ -98,7 +98,7 @@ class Press:
                 detail = live.get("status", {}).get("error") if isinstance(live, dict) else None
                 self.error = f"visitor {v.index}: {out.get('error') or detail or state}"
                 return
-            self.ids = [int(p[1]) for p in live.get("path", [])]
+            self.ids = [int(p[1]) for p in out["path"]]
         except Exception as exc:  # noqa: BLE001 - counted and printed
             self.error = f"visitor {v.index}: {type(exc).__name__}: {exc}"
 

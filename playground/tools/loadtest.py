@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
 
-from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_server
+from playground.tools.server import AS_BEHIND_A_PROXY, PROMPTS, client_headers, rss_bytes, start_server, stop_server
 
 
 def client_settings(i: int, args: argparse.Namespace) -> tuple[str, str]:
@@ -34,7 +34,7 @@ def run_client(url: str, i: int, args: argparse.Namespace, expected: list[int] |
                errors: list[str], lock: threading.Lock) -> list[list[int]]:
     from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = Client(url, verbose=False, headers=client_headers(i))  # each client its own address (a visitor)
     prompt, query = client_settings(i, args)
     outputs = []
     for r in range(args.runs):
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         url = args.url
     else:
-        proc, url = start_server(args.weights, args.concurrency)
+        proc, url = start_server(args.weights, args.concurrency, env=AS_BEHIND_A_PROXY)
     try:
         lock = threading.Lock()
         errors: list[str] = []

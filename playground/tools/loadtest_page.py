@@ -7,7 +7,9 @@ queued events (Generate, a model switch, an upload), `run/predict` for immediate
 session's `queue/data` event stream for the frames. Event ids come from the page's own config (by
 the buttons' element ids), so the test follows the page as it is. For `--seconds` every visitor loops
 over a mix: a full generation, Stop in the middle of one, Stop while still queued, a switch to the
-other model and back, an upload of a small checkpoint, and a `generate_text` call. Checks and
+other model and back, an upload of a small checkpoint, and a `generate_text` call (`--lab` adds the labs,
+the lessons, forks of the four experiments, dtype switches, drafted runs, selection storms and a script's
+flood: `LAB_MIX`; the script calls name their own client addresses, as a Space's proxy would). Checks and
 numbers: errors, cross-talk (every finished run equals what that visitor got alone), time from the
 visitor's turn (`process_starts`) to the first frame, p50/p95 of whole runs, and the server's memory
 (VmRSS of its process tree from /proc) sampled every half second, before, at the peak and after.
@@ -31,14 +33,19 @@ from typing import Any
 
 import httpx
 
-from playground.tools.server import PROMPTS, rss_bytes, start_server, stop_server
+from playground.tools.server import AS_BEHIND_A_PROXY, PROMPTS, client_headers, rss_bytes, start_server, stop_server
 
 IDLE_SECONDS = 12.0  # before the baseline and after the crowd: script sessions go 5-10 s after their last use
 MIX = "generate,generate,generate,generate,generate,stop running,stop queued,switch,upload,api"
 # The causal lab and the lessons mixed in (reliability round 4's soak): the cache-less rerun, a head sweep,
 # the KV timing and the SDPA measurement are jobs sliced between the decode steps; a lesson's numbers too.
-LAB_MIX = MIX + ",rerun,sweep,measure,lesson"
+# Round 5 adds a fork of each of the four experiments (an ablated head, a KV policy with heavy hitters, a
+# precision copy, a draft), dtype switches, runs drafted by a second model, a storm of selections from one tab
+# and a flood of script calls from one address (its extra calls refused at once, never an error).
+LAB_MIX = MIX + ",rerun,sweep,measure,lesson,fork,fork,dtype,draft,storm,flood"
 LESSONS = ("steps", "lens", "kv", "memory", "patterns", "anatomy", "lab")
+FORKS = ("head", "kv", "precision", "draft")
+STORM, FLOOD = 20, 6  # selections posted at once by a tab; script calls sent at once from one address
 
 
 @dataclass
@@ -51,16 +58,23 @@ class Page:
     stop: int
     load: int
     upload: int
-    settings: list[str]  # the Generate event's inputs after the ticket, by UISettings field
+    settings: list[str]  # the Generate event's inputs after the ticket (the left column's widgets), by UISettings field
     rerun: int = -1  # the KV tab's "without the cache", the lab's head sweep, the lessons' measurements
     sweep: int = -1
     time_cache: int = -1
     sdpa: int = -1
     lesson: int = -1  # picking a lesson (its inputs: the lesson, then the lesson controls)
+    dtype: int = -1  # the dtype radio (a reload of the model in another dtype)
+    forks: dict[str, tuple[int, list[str]]] = field(default_factory=dict)  # each experiment's fork: event, inputs
+    select: int = -1  # a token selected in the live screen (the open view redraws)
+    select_inputs: list[Any] = field(default_factory=list)  # its inputs' values as the page first holds them
+    lesson_inputs: list[Any] = field(default_factory=list)  # a lesson pick's inputs (the lesson at `lesson_at`)
+    lesson_at: int = 0
+    api: int = -1  # /generate_text
 
     @classmethod
     def read(cls, url: str) -> Page:
-        from playground.app.settings import FIELDS
+        from playground.app.settings import WIDGETS
 
         config = httpx.get(url + "config", timeout=30).json()
         ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c.get("props", {}).get("elem_id")}
@@ -72,12 +86,78 @@ class Page:
                     return dep.get("id", i)
             raise SystemExit(f"the page has no {kind} event on #{elem}")
 
-        opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [0, "load"] in
+        root = config.get("layout", {}).get("id", 0)  # the page itself (0 unless the process built other pages)
+        opened = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if [root, "load"] in
                       [list(t) for t in d["targets"]])
+        select, lesson = event("token-output", "select"), event("lesson-pick", "input")
+        values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}
+
+        def inputs_of(fn: int) -> list[int]:
+            return next(d["inputs"] for i, d in enumerate(config["dependencies"]) if d.get("id", i) == fn)
+        api = next(d.get("id", i) for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "generate_text")
+        names = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+        forks = {kind: (fn, [names[c] for c in inputs_of(fn)]) for kind, fn in (
+            ("head", event("lab-ablate-head", "click")), ("kv", event("kvlab-fork-btn", "click")),
+            ("precision", event("precision-fork-btn", "click")), ("draft", event("spec-fork-btn", "click")))}
         return cls(url, opened, event("generate-btn", "click"), event("stop-btn", "click"),
-                   event("model-select", "input"), event("upload", "upload"), list(FIELDS),
+                   event("model-select", "input"), event("upload", "upload"), list(WIDGETS),
                    event("rerun-btn", "click"), event("lab-sweep-btn", "click"), event("time-cache-btn", "click"),
-                   event("measure-sdpa-btn", "click"), event("lesson-pick", "input"))
+                   event("measure-sdpa-btn", "click"), lesson, dtype=event("dtype", "input"), forks=forks,
+                   select=select, select_inputs=[values.get(c) for c in inputs_of(select)], api=api,
+                   lesson_inputs=[values.get(c) for c in inputs_of(lesson)],
+                   lesson_at=inputs_of(lesson).index(ids["lesson-pick"]))
+
+
+def follow(client: httpx.Client, url: str, session: str, event_id: str, on_message=None) -> dict[str, Any]:
+    """Read `session`'s event stream until `event_id` completes; timings, the final outputs and, for a
+    generation, the run's path entries as the page holds them ("path": its frames send only what is new)."""
+    from gradio_client.utils import apply_diff
+
+    from playground.app.frames import fold
+
+    out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False,
+                           "path": []}
+    values: list[Any] | None = None  # each output's value: the first frame whole, then Gradio's diffs
+    with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}, timeout=300) as stream:
+        for line in stream.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            msg = json.loads(line[5:])
+            if msg.get("event_id") not in (None, event_id):
+                continue
+            kind = msg.get("msg")
+            now = time.perf_counter()
+            if kind == "process_starts":
+                out["started"] = now
+            elif kind == "process_generating":
+                out["first"] = out["first"] or now
+                data = (msg.get("output") or {}).get("data") or []
+                values = data if values is None else [apply_diff(v, d) for v, d in zip(values, data)]
+                if values and isinstance(values[0], dict) and values[0].get("run"):
+                    out["path"] = fold(out["path"], values[0])
+            if on_message is not None:
+                on_message(kind)
+            if kind == "process_completed":
+                out["done"] = now
+                out["success"] = bool(msg.get("success"))
+                out["output"] = (msg.get("output") or {}).get("data")
+                out["error"] = (msg.get("output") or {}).get("error")
+                return out
+    return out
+
+
+def follow_all(client: httpx.Client, url: str, session: str, event_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Read `session`'s event stream until every one of `event_ids` completes: their completion messages."""
+    ended: dict[str, dict[str, Any]] = {}
+    with client.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}, timeout=300) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                msg = json.loads(line[5:])
+                if msg.get("msg") == "process_completed" and msg.get("event_id") in event_ids:
+                    ended[msg["event_id"]] = msg
+                    if len(ended) == len(event_ids):
+                        break
+    return ended
 
 
 @dataclass
@@ -91,6 +171,8 @@ class Visitor:
     max_new_tokens: int
     session: str = field(default_factory=lambda: secrets.token_hex(6))
     reference: list[int] | None = None
+    token: str = ""  # the tab's current run (what a selection names)
+    steps: int = 0
     first_token_s: list[float] = field(default_factory=list)
     run_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -119,31 +201,9 @@ class Visitor:
         client.post(self.page.url + "gradio_api/run/predict", json=body, timeout=60).raise_for_status()
 
     def follow(self, client: httpx.Client, event_id: str, on_message=None) -> dict[str, Any]:
-        """Read the session's event stream until `event_id` completes; timings and the final outputs."""
-        out: dict[str, Any] = {"started": None, "first": None, "done": None, "output": None, "success": False}
-        with client.stream("GET", self.page.url + "gradio_api/queue/data", params={"session_hash": self.session},
-                           timeout=300) as stream:
-            for line in stream.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                msg = json.loads(line[5:])
-                if msg.get("event_id") not in (None, event_id):
-                    continue
-                kind = msg.get("msg")
-                now = time.perf_counter()
-                if kind == "process_starts":
-                    out["started"] = now
-                elif kind == "process_generating" and out["first"] is None:
-                    out["first"] = now
-                if on_message is not None:
-                    on_message(kind)
-                if kind == "process_completed":
-                    out["done"] = now
-                    out["success"] = bool(msg.get("success"))
-                    out["output"] = (msg.get("output") or {}).get("data")
-                    out["error"] = (msg.get("output") or {}).get("error")
-                    return out
-        return out
+        """Read the session's event stream until `event_id` completes; timings, the final outputs and, for a
+        generation, the run's path entries as the page holds them ("path": its frames send only what is new)."""
+        return follow(client, self.page.url, self.session, event_id, on_message)
 
     # --- what a visitor does --------------------------------------------------------------------------
 
@@ -165,6 +225,8 @@ class Visitor:
             self.errors.append(f"visitor {self.index}: generate failed: {out.get('error')}")
             return None
         live = (out["output"] or [None])[0]
+        if isinstance(live, dict) and live.get("run"):
+            self.token, self.steps = live["run"], len(live.get("path", []))
         if stop is None:
             if out["started"] and out["first"]:
                 self.first_token_s.append(out["first"] - out["started"])
@@ -176,7 +238,7 @@ class Visitor:
         if state == "error":
             self.errors.append(f"visitor {self.index}: {live['status'].get('error')}")
             return None
-        return [int(p[1]) for p in live.get("path", [])] if state == "done" else None
+        return [int(p[1]) for p in out["path"]] if state == "done" else None
 
     def job(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
         """A lab or lesson button after a run: it must end in success (its own one-line refusal is fine)."""
@@ -189,13 +251,99 @@ class Visitor:
         if action == "rerun":
             self.job(client, self.page.rerun, [], "rerun without the cache")
         elif action == "sweep":
-            self.job(client, self.page.sweep, [rng.randrange(2)], "head sweep")
+            self.job(client, self.page.sweep, [rng.randrange(2), "shown"], "head sweep")  # layer, which run
         elif action == "measure":
             fn = rng.choice([self.page.time_cache, self.page.sdpa])
             self.job(client, fn, [], "measurement")
         else:
             lesson = rng.choice(LESSONS)
-            self.job(client, self.page.lesson, [lesson, 0, 0, "self", None, None, None, 1, 0], f"lesson {lesson}")
+            data = list(self.page.lesson_inputs)  # the controls as the page holds them, the lesson picked
+            data[self.page.lesson_at] = lesson
+            self.job(client, self.page.lesson, data, f"lesson {lesson}")
+
+    def streamed(self, client: httpx.Client, fn: int, data: list[Any], what: str) -> None:
+        """A run streamed into the live screen by another button than Generate (a fork): it must end, done or
+        refused with its one line (a setting this model cannot take), never with an error of the server."""
+        out = self.follow(client, self.join(client, fn, data))
+        live = (out.get("output") or [None])[0]
+        state = (live.get("status") or {}).get("state") if isinstance(live, dict) else None
+        if not out["success"] or state not in ("done", "error", None):
+            self.errors.append(f"visitor {self.index}: {what} failed: {out.get('error') or state}")
+
+    def fork(self, client: httpx.Client, rng: random.Random) -> None:
+        """A fork of the tab's run in one of the four experiments."""
+        self.generate(client)
+        kind = rng.choice(FORKS)
+        values = {"lab-layer": 0, "lab-head": 0, "kv-window": 16, "kv-sink": 2, "kv-heavy": 4, "kv-dtype": "",
+                  "rope-scaling": "", "weight-precision": rng.choice(["int8", "int4", "bfloat16"]),
+                  "draft": rng.choice(["ngram", "layer:1", f"model:{self.model}"]), "draft-tokens": 3}
+        fn, inputs = self.page.forks[kind]  # the fork's widgets, by element id, in the event's order
+        self.streamed(client, fn, [values.get(name) for name in inputs], f"{kind} fork")
+
+    def draft(self, client: httpx.Client) -> None:
+        """A run drafted by a second model (the visitor's own model: its vocabulary by definition), forked from the
+        tab's run (Generate is always plain)."""
+        self.generate(client)
+        fn, inputs = self.page.forks["draft"]
+        values = {"draft": f"model:{self.model}", "draft-tokens": 3}
+        self.streamed(client, fn, [values.get(name) for name in inputs], "model draft")
+
+    def dtype(self, client: httpx.Client, rng: random.Random) -> None:
+        """The model in another dtype, then back: each a load the registry may have to do again."""
+        for dtype in (rng.choice(["bfloat16", "float16"]), "float32"):
+            out = self.follow(client, self.join(client, self.page.dtype, [self.model, dtype, "en"]))
+            if not out["success"]:
+                self.errors.append(f"visitor {self.index}: switching to {dtype} failed: {out.get('error')}")
+
+    def storm(self, client: httpx.Client) -> None:
+        """STORM selections posted at once by the tab: each ends (the older ones replaced, changing nothing)."""
+        self.generate(client)
+        if not getattr(self, "steps", 0):
+            return
+        events = []
+        for k in range(STORM):
+            body = {"data": self.page.select_inputs, "event_data": {"run": self.token, "step": k % self.steps},
+                    "fn_index": self.page.select, "trigger_id": self.page.select, "session_hash": self.session}
+            response = client.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+            if response.status_code != 200:
+                self.errors.append(f"visitor {self.index}: a selection was refused: {response.text[:120]}")
+                return
+            events.append(response.json()["event_id"])
+        ended = follow_all(client, self.page.url, self.session, events)  # one stream: the older end first
+        failed = [e for e in events if not ended.get(e, {}).get("success")]
+        if failed:
+            self.errors.append(f"visitor {self.index}: {len(failed)} of {STORM} selections failed")
+
+    def flood(self) -> None:
+        """FLOOD script calls at once from the visitor's address: two places, the rest refused at once."""
+        results: list[tuple[bool, str]] = []
+
+        def call() -> None:
+            query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}"
+                     f"&max_new_tokens={self.max_new_tokens}&chat=false")
+            body = {"data": [self.model, PROMPTS[self.index % len(PROMPTS)], query], "fn_index": self.page.api,
+                    "trigger_id": None, "session_hash": secrets.token_hex(8)}
+            with httpx.Client(headers=client_headers(self.index)) as own:
+                response = own.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+                if response.status_code != 200:
+                    results.append((False, response.json().get("detail", "")))
+                    return
+                out = follow(own, self.page.url, body["session_hash"], response.json()["event_id"])
+                data = (out.get("output") or [None])[0]
+                results.append((bool(out["success"]) and isinstance(data, dict), json.dumps(data)[:200]))
+                if isinstance(data, dict) and [int(i) for i in data["token_ids"]] != self.reference:
+                    self.crosstalk += 1
+                    self.errors.append(f"visitor {self.index}: a flood's call differs from its solo run")
+
+        calls = [threading.Thread(target=call) for _ in range(FLOOD)]
+        for th in calls:
+            th.start()
+        for th in calls:
+            th.join()
+        served = [r for r in results if r[0]]
+        refused = [r for r in results if not r[0]]
+        if not served or any("calls from your address" not in why for _, why in refused):
+            self.errors.append(f"visitor {self.index}: the flood was not served 2 at a time: {refused[:2]}")
 
     def switch_model(self, client: httpx.Client) -> None:
         for name in (self.other_model, self.model):
@@ -223,8 +371,8 @@ class Visitor:
         # chat named as the page's press has it: a query that does not name it gets the model's default, as a link
         query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
                  "&chat=false")
-        out = Client(self.page.url, verbose=False).predict(self.model, PROMPTS[self.index % len(PROMPTS)], query,
-                                                            api_name="/generate_text")
+        client = Client(self.page.url, verbose=False, headers=client_headers(self.index))  # the visitor's own address
+        out = client.predict(self.model, PROMPTS[self.index % len(PROMPTS)], query, api_name="/generate_text")
         if [int(i) for i in out["token_ids"]] != self.reference:
             self.crosstalk += 1
             self.errors.append(f"visitor {self.index}: generate_text differs from its solo run")
@@ -257,6 +405,16 @@ class Visitor:
                         self.upload(client, checkpoint)
                     elif action in ("rerun", "sweep", "measure", "lesson"):
                         self.lab_and_lessons(client, action, rng)
+                    elif action == "fork":
+                        self.fork(client, rng)
+                    elif action == "dtype":
+                        self.dtype(client, rng)
+                    elif action == "draft":
+                        self.draft(client)
+                    elif action == "storm":
+                        self.storm(client)
+                    elif action == "flood":
+                        self.flood()
                     else:
                         self.api()
                 except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
@@ -280,7 +438,7 @@ def small_checkpoint(folder: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    proc, url = start_server(args.weights, args.concurrency)
+    proc, url = start_server(args.weights, args.concurrency, env=AS_BEHIND_A_PROXY)
     try:
         page = Page.read(url)
         visitors = [Visitor(page, i, args.model, args.other_model, args.max_new_tokens) for i in range(args.clients)]

@@ -8,7 +8,8 @@ One prompt, greedy, in float32 and in each weight precision (`playground.models.
 top-1 agreement (teacher-forced on float32's tokens), where the residual error grows most, weight bytes
 read per token, and decode tokens/s. Speeds are the best of `--rounds` rounds that take the precisions
 in turn (so a busy machine slows them alike), with their ratio to float32 in the same run. bf16 and fp16
-appear both as run by default here (native kernels where they are faster) and forced the other way.
+appear both as run by default here (native kernels where they are faster) and forced the other way;
+int8 and int4 both simulated and real (codes and scales on the CPU's integer kernels, `models.quantized`).
 "Simulated" means rounded or quantize -> dequantized weights multiplied by the float32 kernels: its
 speed is float32's, whatever its bytes per token say. Timings are only meaningful on a quiet machine.
 """
@@ -27,7 +28,8 @@ import torch
 DEFAULT_MODEL = "weights/SmolLM2-135M-Instruct"
 PROMPT = "Write a short poem about the sea."
 CHOICES: list[str | tuple[str, bool]] = [
-    "float32", "bfloat16", ("bfloat16", False), "float16", ("float16", True), "int8", "int4",
+    "float32", "bfloat16", ("bfloat16", False), "float16", ("float16", True), ("int8", False), ("int8", True),
+    ("int4", False), ("int4", True),
 ]
 
 

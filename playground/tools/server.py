@@ -61,13 +61,25 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
-def start_server(weights: str | None, concurrency: int, *app_args: str) -> tuple[subprocess.Popen, str]:
-    """app.py on a free port (more `app_args` appended), once it answers: (process, URL)."""
+# The load tests play many visitors from one machine: the server believes one proxy (the test itself, standing
+# in for a Space's), and each virtual client names its own address in X-Forwarded-For (`client_headers`).
+AS_BEHIND_A_PROXY = {"PLAYGROUND_TRUSTED_PROXIES": "1"}
+
+
+def client_headers(index: int) -> dict[str, str]:
+    """What the proxy in front of the server would add for virtual client `index`: its own address."""
+    return {"X-Forwarded-For": f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}"}
+
+
+def start_server(weights: str | None, concurrency: int, *app_args: str, repo: Path = REPO,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """app.py of `repo` (this checkout, or another one to compare with) on a free port (more `app_args`
+    appended, `env` added), once it answers: (process, URL)."""
     port = _free_port()
-    cmd = [sys.executable, str(REPO / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
+    cmd = [sys.executable, str(repo / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
     if weights:
         cmd += ["--weights", weights]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
+    proc = subprocess.Popen(cmd, cwd=repo, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 180

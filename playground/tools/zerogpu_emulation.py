@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import pickle
 import queue
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class EmulatedGPU:
         self.ctx = multiprocessing.get_context("fork")
         self.refuse: Exception | None = None  # set to make the next calls refused
         self.durations: list[int] = []  # what each call asked for
+        self.argument_bytes: list[int] = []  # each call's arguments, pickled (what crosses into the worker)
         self.received: list[Any] = []  # every value that came back, as the caller unpickled it
         self.closed = 0  # calls the caller closed before their end (the worker was told to stop)
         self.workers_started = 0
@@ -75,6 +77,7 @@ class EmulatedGPU:
         @functools.wraps(task)
         def handler(*args: Any, **kwargs: Any) -> Iterator[Any]:
             self.durations.append(duration(*args, **kwargs) if callable(duration) else duration)
+            self.argument_bytes.append(len(pickle.dumps((args, kwargs))))
             if self.refuse is not None:
                 raise self.refuse
             worker = self._take(task)

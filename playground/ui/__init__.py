@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
+from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import UploadCache, slow_queue_polling
+from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
+from playground.ui.lanes import FIGURES, LOAD
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
 
@@ -52,7 +55,8 @@ def build_app(
                       prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
     page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step])
+                                        handlers.stream.select_step, handlers.stream.live_state,
+                                        handlers.stream.stop_at])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
@@ -77,18 +81,26 @@ QUEUE_POLL_SECONDS = 0.02
 
 
 def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concurrency_limit: int = 2) -> gr.Blocks:
-    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS."""
-    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit)
+    """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS, its places held per visitor
+    (`app.visitors`: a script's client, a page tab), and no way around it (`api_open=False`: a queued event is
+    never run by a direct POST)."""
+    demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
+    is_page = getattr(demo, "playground_is_page", lambda key: False)
+    # a tab's newer redraw or model pick replaces its older one still waiting: only the last selection runs
+    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), is_page, frozenset({FIGURES, LOAD}))
     return demo
 
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
-    upload route takes: what one visitor may keep (`upload_limit_bytes`)."""
+    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats."""
     kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
+        # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires
+        watch = Middleware(HeartbeatWatch, on_beat=demo.playground_handlers.sessions.touch)
+        kwargs["app_kwargs"] = {"middleware": [watch]}
     return kwargs
 
 

@@ -7,6 +7,11 @@
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `HeartbeatWatch`: each beat of Gradio's heartbeat route (`/heartbeat/{session_hash}`, which an open tab
+  keeps connected) is a sign the tab is open: its session is not idle, whatever it last clicked.
+- `VisitorQueue`: the queue's places per visitor (`app/visitors.py`), enforced where an event joins the queue
+  (`Queue.push`), and the one client address a request has (`visitor_of`; uvicorn is told to trust no
+  X-Forwarded-For of its own, below).
 - `event_data`: the payload a custom component's `trigger(name, data)` sends (`EventData._data`).
 - `LOCALE_JS`: switches Gradio's own strings (upload box, buttons) with the page's language through
   its front end's `changeLocale` (found in its `core-*.js` asset).
@@ -38,18 +43,23 @@ only when nothing else is left.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
 import gradio.routes
+from gradio import route_utils
+from gradio.server_messages import ProcessCompletedMessage
 from gradio.state_holder import StateHolder
 
-from playground.app import heap
+from playground.app import heap, visitors
+from playground.app.notes import render
 
 GRADIO_VERSION = "6.31.0"
 
@@ -134,6 +144,123 @@ class PagesLastStateHolder(StateHolder):
 
 # Every app Gradio makes from now on holds its sessions' state in ours (it names the class in its routes).
 gradio.routes.StateHolder = PagesLastStateHolder
+
+# uvicorn (which Gradio's launch starts) rewrites a request's address from X-Forwarded-For when the connection
+# comes from 127.0.0.1: any process on the machine could then name itself anyone. The app decides which proxies
+# it believes (`visitors.trusted_proxies`); an operator who sets FORWARDED_ALLOW_IPS keeps uvicorn's rule.
+os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
+
+
+HEARTBEAT_PATH = re.compile(r"/heartbeat/([^/]+)$")
+
+
+class HeartbeatWatch:
+    """ASGI middleware (`launch(app_kwargs={"middleware": [...]})`): every chunk Gradio's heartbeat route sends a
+    tab (at once, then every GRADIO_HEARTBEAT_INTERVAL seconds, 15 by default, for as long as the tab keeps the
+    connection) calls `on_beat(session_hash)`. A closed tab's connection ends (Gradio then runs its unload)."""
+
+    def __init__(self, app: Any, on_beat: Callable[[str], Any]) -> None:
+        self.app, self.on_beat = app, on_beat
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        found = HEARTBEAT_PATH.search(scope.get("path", "")) if scope.get("type") == "http" else None
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        session = found.group(1)
+
+        async def beating(message: dict) -> None:
+            if message.get("type") == "http.response.body" and message.get("body"):
+                self.on_beat(session)
+            await send(message)
+
+        await self.app(scope, receive, beating)
+
+
+def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]) -> str:
+    """The visitor an event comes from: the page tab of `session` when a page opened it, else the client's address
+    (the connection's, or the nearest trusted proxy's report of it)."""
+    if session and is_page(session):
+        return visitors.page(session)
+    peer = getattr(getattr(request, "client", None), "host", None)
+    headers = getattr(request, "headers", None)
+    forwarded = headers.getlist("x-forwarded-for") if headers is not None else []
+    return visitors.client(visitors.client_address(peer, forwarded, visitors.trusted_proxies()))
+
+
+class VisitorQueue:
+    """Gradio's queue (`Blocks._queue`), its places held per visitor (`visitors.QueuePlaces`): an event that would
+    take more than its visitor's places is refused where it joins (`Queue.push`, which answers "queue_full" with
+    the reason), before it holds anything. In the lanes `latest_only` names (a redraw, a model load), a tab's new
+    event replaces the same event of the tab still waiting there: the older one ends at once, done and changing
+    nothing (as Gradio's own cancel ends it), before any of its work starts."""
+
+    def __init__(self, demo: gr.Blocks, places: visitors.QueuePlaces, is_page: Callable[[str], bool],
+                 latest_only: frozenset[str] = frozenset()) -> None:
+        self.queue = demo._queue
+        self.places, self.is_page, self.latest_only = places, is_page, latest_only
+        self.refused = 0  # events refused so far
+        self.superseded = 0  # waiting events a newer one of the same tab replaced
+        self.most_held: dict[str, int] = {}  # the most places each visitor held at once (the busiest 1,000)
+        self._push = self.queue.push
+        self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
+        self.queue.push = self.push
+
+    def held(self) -> Iterator[tuple[str, bool]]:
+        """(visitor, waiting) of every event the queue holds: waiting in a lane, or running."""
+        for lane in list(self.queue.event_queue_per_concurrency_id.values()):
+            for event in list(lane.queue):
+                yield self._visitor(event), True
+        for events in list(self.queue.active_jobs):
+            for event in events or ():
+                yield self._visitor(event), False
+
+    def _visitor(self, event: Any) -> str:
+        who = getattr(event, "playground_visitor", None)
+        if who is None:
+            who = event.playground_visitor = visitor_of(event.session_hash, event.request, self.is_page)
+        return who
+
+    async def push(self, body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one join at a time: a visitor's places are counted before its event joins
+            try:
+                fn = route_utils.get_fn(self.queue.blocks, None, body)
+            except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
+                fn = None
+            page_event = fn is not None and fn.api_visibility == "private"  # a public API call is its client's
+            who = visitor_of(body.session_hash, request, self.is_page if page_event else (lambda key: False))
+            if page_event and fn.concurrency_id in self.latest_only and body.session_hash:
+                self._supersede(fn, body.session_hash)
+            held = list(self.held())
+            why = self.places.refusal(who, held)
+            if why is not None:
+                self.refused += 1
+                return False, render(why), "queue_full"
+            ok, event_id, state = await self._push(body=body, request=request, username=username)
+            event = self.queue.event_ids_to_events.get(event_id) if ok else None
+            if event is not None:
+                event.playground_visitor = who
+                self._count(who, 1 + sum(v == who for v, _ in held))
+            return ok, event_id, state
+
+    def _supersede(self, fn: Any, session: str) -> None:
+        """End `session`'s events of `fn` still waiting: the one joining replaces them."""
+        lane = self.queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        for event in [e for e in (lane.queue if lane is not None else ()) if e.session_hash == session and e.fn is fn]:
+            lane.queue.remove(event)
+            self.queue.event_ids_to_events.pop(event._id, None)
+            messages = self.queue.pending_messages_per_session.get(session)
+            if messages is not None:
+                messages.put_nowait(ProcessCompletedMessage(output={}, success=True, event_id=event._id))
+            self.superseded += 1
+
+    def _count(self, who: str, places: int) -> None:
+        if places > self.most_held.get(who, 0):
+            self.most_held[who] = places
+            if len(self.most_held) > 1000:
+                del self.most_held[min(self.most_held, key=self.most_held.__getitem__)]
 
 
 class UploadCache:

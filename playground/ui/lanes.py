@@ -16,7 +16,8 @@ from typing import Any
 
 # The lanes and what runs in them. Model work itself runs on the one torch thread in bounded slices (the
 # shared batch, jobs); a lane bounds only the Gradio worker threads that wait for it.
-GENERATE = "generate"  # runs that stream into the live screen: Generate, a link, a branch, a lab fork, the API
+GENERATE = "generate"  # runs that stream into the live screen: Generate, a link, a branch, a lab fork
+API = "api"  # /generate_text: scripts' runs, in a lane of their own so that they never hold the page's workers
 JOBS = "jobs"  # a tab's measurements and sweeps: the cache rerun, its timing, SDPA, the head sweep
 FIGURES = "figures"  # the open view's redraw (one per tab, the newest selection wins)
 LOAD = "load"  # loading a model (a file read, a conversion)
@@ -30,9 +31,11 @@ class Lanes:
     jobs: int = 2
     figures: int = 2
     load: int = 2
+    api: int | None = None  # None: half the generate lane (at least 2), so scripts never hold all its workers
 
     def limits(self) -> dict[str, int]:
-        return {GENERATE: self.generate, JOBS: self.jobs, FIGURES: self.figures, LOAD: self.load}
+        api = self.api if self.api is not None else max(2, self.generate // 2)
+        return {GENERATE: self.generate, JOBS: self.jobs, FIGURES: self.figures, LOAD: self.load, API: api}
 
     def lane(self, name: str) -> dict[str, Any]:
         """The keyword arguments that put an event into lane `name` (its id and the lane's one limit)."""

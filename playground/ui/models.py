@@ -101,7 +101,8 @@ class Models:
     # are invisible to every other visitor, links included.
 
     def model_for(self, name: str, dtype: str, owner: str | None = None) -> LoadedModel:
-        return self.registry.get(self.catalog.resolve(name, owner), dtype)
+        """The loaded model `name` is for `owner`; a load it causes is bounded per visitor (`ModelRegistry.get`)."""
+        return self.registry.get(self.catalog.resolve(name, owner), dtype, owner=owner)
 
     def choices(self, owner: str | None, lang: str = "en") -> list[tuple[str, str]]:
         """The model list as (label, name), its words in `lang`."""

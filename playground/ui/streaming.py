@@ -2,9 +2,9 @@
 
 The engine runs inside Gradio's worker thread; this generator collects its events and yields a
 frame (the live screen's value, see `frames`) at most every `frames.FRAME_SECONDS`, plus one for the first
-token and one at the end. Nothing but that small value travels per frame, so the page keeps up
-with the engine (with many visitors at once, each one's frames are spaced further apart:
-`frames.frame_seconds`). A session runs one generation at a time: a new one stops the previous; Stop
+token and one at the end. A frame carries what is new since the one before, never the run again, so the
+page keeps up with the engine at any length (with many visitors at once, each one's frames are spaced further
+apart: `frames.frame_seconds`). A session runs one generation at a time: a new one stops the previous; Stop
 also refuses runs still waiting in the queue (each press of Generate carries a ticket).
 """
 
@@ -28,7 +28,7 @@ from playground.app.session import LiveView, Session, Sessions
 from playground.app.settings import LANGS, RUN_FIELDS, WIDGETS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
 from playground.hosting import shared_link
-from playground.ui.gradio_internals import ScriptSessions, event_data
+from playground.ui.gradio_internals import ScriptSessions, event_data, visitor_of
 from playground.ui.models import Models, one_line, session_key
 
 log = logging.getLogger("playground.ui")
@@ -111,9 +111,13 @@ class Streaming:
 
     def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
         """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every
-        frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame)."""
+        frame (an unchanged value costs Gradio nothing, where gr.skip rebuilds the component for every frame).
+
+        The live screen gets a run's whole value once, when the run starts, then only what is new (see `frames`):
+        `sent` holds the path entries the page has been sent, so each frame starts where the page's copy ends."""
         shown: tuple[list[str], str, str] | None = None
         meta: dict[str, Any] | None = None
+        sent: list[Any] = []
         for frame in press:
             lang = session.lang  # the language switch may change it while the run streams
             if shown is None or shown[0] != frame.notes or shown[2] != lang:
@@ -126,10 +130,16 @@ class Streaming:
                 yield value, shown[1], gr.skip()
                 continue
             try:
-                if meta is None or meta["token"] != run.token:
+                if meta is None or meta["token"] != run.token:  # a run starts: its whole value
                     lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-                    meta = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
-                value = self._value(session, run, meta["value"])
+                    started = {"token": run.token, "value": self.models.meta(lm, run.settings.model)}
+                    value = self._value(session, run, started["value"])
+                    meta = started  # only once the page has the run whole: its next frames append to it
+                else:  # then what is new; the lineage panel's texts grow with the run: they come again at its end
+                    selected = session.selected_step if run is session.current else None
+                    rows = None if run.running else history.branch_rows(session, run, lang)
+                    value = frames.live_frame(run, session.view, meta["value"], lang,
+                                              frames.sent_until(sent, run.compact), rows, selected)
             except Exception as exc:  # noqa: BLE001 - the run ends with one line; the tab stays usable
                 if run.running and session.stop is not None:
                     session.stop.set()  # the engine ends the run before its next step
@@ -137,6 +147,7 @@ class Streaming:
                 yield {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message},
                        "error": message}, shown[1], gr.skip()
                 continue
+            sent = list(run.compact)
             if frame.waiting is not None:
                 value = frames.waiting_value(value, frame.waiting)
             yield value, shown[1], format_branches(frame.branches)
@@ -157,6 +168,17 @@ class Streaming:
             return {"run": None, "lang": lang, "path": [], "status": {}}
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         return self._value(session, run, self.models.meta(lm, run.settings.model))
+
+    def live_state(self, args: list[Any]) -> dict[str, Any]:
+        """[run token] -> the run's whole value as it stands now: for a page that missed one of its frames (the
+        frames after it start where the page's copy no longer ends). {"run": None} for an unknown run."""
+        token = args[0] if isinstance(args, list) and args else None
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        sessions = self._sessions_of(token) if run is not None else []
+        if not sessions:
+            return {"run": None}
+        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+        return self._value(sessions[0], run, self.models.meta(lm, run.settings.model))
 
     # --- sharing ----------------------------------------------------------------------------------
 
@@ -179,6 +201,23 @@ class Streaming:
         session = self.sessions.get(key)
         session.stopped_before = max(session.stopped_before, float(ticket or 0) or time.time() * 1000)
         session.press_stop()
+
+    def stop_at(self, args: list[Any]) -> dict[str, Any]:
+        """[run token, tokens on screen]: Stop as the live screen saw it. Its script calls this as the button is
+        pressed, beside the Stop event (which Gradio would hold back behind the stream were the live screen one
+        of its inputs): the run ends at the tokens the page showed, not at those the engine made meanwhile."""
+        try:
+            token, seen = args
+            seen = int(seen)
+        except (TypeError, ValueError):
+            return {}
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        if run is None or not run.running or not self.sessions.has(run.owner):
+            return {}
+        session = self.sessions.get(run.owner)
+        session.stop_seen = (token, seen)
+        session.press_stop()
+        return {}
 
     # --- what the live screen's script asks for ---------------------------------------------------
 
@@ -251,7 +290,8 @@ class Streaming:
         asked = dict(parse_qsl(str(settings_query).lstrip("?"))).get("lang")
         lang = asked if asked in LANGS else "en"  # the language of a refusal (play_script's notes have their own)
         try:
-            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER)
+            visitor = visitor_of(None, request, lambda key: False)  # the script's client (never a session id)
+            return play_script(self.models.model_for, model, prompt, settings_query, SCRIPT_OWNER, visitor)
         except PlaygroundError as exc:
             raise gr.Error(error_line(exc, lang), print_exception=False) from None
         finally:

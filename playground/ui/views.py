@@ -7,6 +7,7 @@ Handlers here take the page's control values by component name and return update
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,24 +35,40 @@ def render(slots: Mapping[str, Slot]) -> dict[str, Any]:
 
 
 class Views:
-    """The redraw handlers for the sessions of one app."""
+    """The redraw handlers for the sessions of one app. A tab's redraw stops the one it still has running before
+    that one's next slice: only the last selection's numbers are computed (the queue drops older ones still
+    waiting, `gradio_internals.VisitorQueue`)."""
 
     def __init__(self, models: Models, sessions: Sessions) -> None:
         self.models = models
         self.sessions = sessions
+        self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
+        self._lock = threading.Lock()
 
     def draw_open(self, session: Session, values: Mapping[str, Any], *, query: bool = False) -> dict[str, Any]:
         """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
-        follows the selected step), as updates by component name."""
+        follows the selected step), as updates by component name; nothing when a newer redraw of the tab took
+        its place."""
         view = views.open_view(session.deep_tab, session.lesson)
         lang = session.lang
         selection = Selection.from_controls(values, session.selected_step, query=query, extra=EXTRA)
+        stop = threading.Event()
+        with self._lock:
+            older, self._drawing[session.key] = self._drawing.get(session.key), stop
+        if older is not None:
+            older.set()  # its numbers are for a selection the tab has left
         try:
             ctx = views.context_for(view, session, self.models.model_for, self.models.drafters)
-            data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key)
+            data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key, stop=stop)
             slots = views.draw(view, data, lang)
+        except serving.Stopped:
+            return {}
         except Exception as exc:  # noqa: BLE001 - one line where the view's caption would be
             slots = {view.caption_slot: Slot(describe.inert(one_line(exc, lang, view.name)))}
+        finally:
+            with self._lock:
+                if self._drawing.get(session.key) is stop:
+                    del self._drawing[session.key]
         return render(slots)
 
     # --- the events that redraw --------------------------------------------------------------------

@@ -9,7 +9,7 @@ from playground.ui.experiment_tabs import field_widgets
 from playground.ui.experiments import wire_experiments
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
-from playground.ui.lanes import FIGURES, GENERATE, JOBS, LOAD, Lanes, check
+from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
@@ -125,7 +125,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
     # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.
-    gr.api(h.stream.generate_text, api_name="generate_text", **lanes.lane(GENERATE))
+    gr.api(h.stream.generate_text, api_name="generate_text", **lanes.lane(API))
     p.demo.unload(h.unload)
     for fn in p.demo.fns.values():  # the page's own events are not an API
         if fn.api_name != "generate_text":

@@ -218,8 +218,10 @@ def test_uploads_expire_after_their_last_use(catalog, tiny):
     clock.now += 300  # 700 s since the last use of both
     removed = catalog.uploads.sweep()
     assert len(removed) == 2 and old not in catalog.names(ALICE) and kept not in catalog.names(BOB)
-    with pytest.raises(PlaygroundError, match=PRIVATE_UPLOAD):
+    with pytest.raises(PlaygroundError, match="deleted after its time without use"):  # its owner is told why
         catalog.resolve(old, ALICE)
+    with pytest.raises(PlaygroundError, match=PRIVATE_UPLOAD):  # anyone else learns nothing
+        catalog.resolve(old, BOB)
 
 
 def test_the_quota_evicts_the_least_recently_used_first(tiny, tmp_path):

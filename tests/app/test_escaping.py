@@ -13,6 +13,7 @@ import re
 import gradio as gr
 import pytest
 
+from playground.app.frames import entries
 from playground.app.settings import FIELDS, UISettings
 from playground.ui import build_app
 from tests.ui_fixtures import HOSTILE_TOKENS as TOKENS
@@ -85,5 +86,5 @@ def test_every_element_shows_checkpoint_text_as_text(hostile, tmp_path):
             continue
         for text in _strings(value):
             assert "<img" not in text and "<script" not in text and "<a href" not in text, text[:200]
-    live = frames[-1][0]
-    assert any(t in _strings(live) for t in TOKENS)  # the page receives tokens as text, to escape itself
+    sent = [text for f in frames for text in _strings(entries(f[0]))]  # each frame's new entries
+    assert any(t in sent for t in TOKENS)  # the page receives tokens as text, to escape itself

@@ -11,6 +11,7 @@ import gradio as gr
 import pytest
 
 from playground.app import describe
+from playground.app.frames import fold
 from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import WIDGETS, UISettings, to_query
@@ -171,4 +172,7 @@ def test_stop_in_slow_motion_ends_the_run_at_its_next_step_and_says_stopped(h):
             h.stream.stop(0.0, request("stop-pace"))
     last = shown[-1]["status"]
     assert stopped_at is not None and last["state"] == "stopped" and last["reason"] == "stopped"
-    assert last["n"] <= stopped_at + 1 and len(shown[-1]["path"]) == last["n"]
+    path = []
+    for live in shown:
+        path = fold(path, live)
+    assert last["n"] <= stopped_at + 1 and len(path) == last["n"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.cpu import cpu_quota, default_threads, omp_threads, usable_cores
+from playground.cpu import choose_threads, cpu_quota, default_threads, omp_threads, usable_cores
 
 AFFINITY = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -64,6 +64,23 @@ def test_threads_use_every_core_of_the_quota_and_leave_one_to_a_browser_here(tmp
     root.joinpath("cpu.max").write_text(f"{(AFFINITY + 8) * 100000} 100000")  # a quota above the cores changes nothing
     assert default_threads(False, root, proc) == AFFINITY
     assert default_threads(True, root, proc) == max(1, AFFINITY - 1)
+
+
+def test_the_app_leaves_a_browser_a_core_except_on_a_space(tmp_path, monkeypatch):
+    """`python app.py` on a laptop shares the machine with the page's browser: one core is left to it, and the
+    start-up line says so; a Space (browsers elsewhere) uses its whole quota; --threads and OMP_NUM_THREADS win."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    root, proc = _v2(tmp_path, "/", {"cpu.max": "400000 100000"})
+    cores = usable_cores(root, proc)
+    assert choose_threads(space=True, root=root, proc_cgroup=proc) == (cores, f"all {cores} cores of the Space")
+    threads, why = choose_threads(space=False, root=root, proc_cgroup=proc)
+    assert threads == max(1, cores - 1) and "one left to a browser" in why
+    root.joinpath("cpu.max").write_text("100000 100000")  # one core: never below one thread
+    assert choose_threads(space=False, root=root, proc_cgroup=proc)[0] == 1
+    assert choose_threads(3, space=False, root=root, proc_cgroup=proc) == (3, "--threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert choose_threads(space=True, root=root, proc_cgroup=proc) == (5, "OMP_NUM_THREADS")
+    assert choose_threads(2, space=True, root=root, proc_cgroup=proc) == (2, "--threads")
 
 
 def test_omp_num_threads_is_an_explicit_choice(monkeypatch):

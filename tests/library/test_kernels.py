@@ -29,8 +29,8 @@ def test_every_candidate_computes_the_same_product(name, rows):
 def test_the_packed_product_is_batch_invariant():
     torch.manual_seed(0)
     weight, x = torch.randn(64, 96), torch.randn(16, 64)
-    pack = kernels.PackedWeight()
     with torch.inference_mode():
-        alone = kernels.packed_matmul(x[:1], weight, pack)
+        packed = kernels.pack(weight)
+        alone = kernels.packed_matmul(x[:1], packed, 96)
         for n in range(1, 17):
-            assert torch.equal(kernels.packed_matmul(x[:n], weight, pack)[0], alone[0]), n
+            assert torch.equal(kernels.packed_matmul(x[:n], packed, 96)[0], alone[0]), n

@@ -18,21 +18,26 @@ def _tiny(**overrides) -> torch.nn.Module:
     return model.eval()
 
 
-def test_tied_head_copy_follows_in_place_updates_of_the_embedding():
+def test_the_tied_head_is_laid_out_once_and_again_after_a_change_or_a_move():
     model = _tiny()
-    ids = torch.tensor([[1, 2, 3]])
+    ids, hidden = torch.tensor([[1, 2, 3]]), torch.randn(1, 1, 32)
     with torch.inference_mode():
+        plain = model.tied_head(hidden)  # never prepared: the embedding itself
+        model.prepare()
+        assert model.tied_head.weight_t.is_contiguous() and model.tied_head.weight_t.shape == (32, 50)
+        torch.testing.assert_close(model.tied_head(hidden), plain)
         before = model(ids)
     with torch.no_grad():
         model.embed.weight.mul_(2.0)
+    model.prepare()  # weights changed in place: their layouts again (nothing is checked per call)
     with torch.inference_mode():
         after = model(ids)
-        hidden = torch.randn(1, 1, 32)
-        fast = model.tied_head(hidden)
-    assert not torch.allclose(before, after)
-    # The cached (d, V) copy was rebuilt: the head still equals hidden @ Eᵀ with the updated E.
-    with torch.no_grad():
-        torch.testing.assert_close(fast, hidden @ model.embed.weight.t())
+        assert not torch.allclose(before, after)
+        torch.testing.assert_close(model.tied_head(hidden), hidden @ model.embed.weight.t())
+    model.to(torch.float64)  # a move or a cast lays the head out again from the converted embedding
+    assert model.tied_head.weight_t.dtype == torch.float64 and not model.invariant_ready
+    with torch.inference_mode():
+        torch.testing.assert_close(model.tied_head(hidden.double()), hidden.double() @ model.embed.weight.t())
 
 
 def test_last_only_logits_equal_the_last_row():

@@ -38,8 +38,7 @@ def test_tool_imports_and_prints_its_help(name, capsys):
 
 def test_crowd_runs_with_the_apps_threads(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert crowd.app_threads([]) == default_threads(browser_here=False)
-    assert crowd.app_threads(["--browser-here"]) == default_threads(browser_here=True)
+    assert crowd.app_threads([]) == default_threads(browser_here=True)  # off a Space the app leaves a core
     assert crowd.app_threads(["--threads", "3"]) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert crowd.app_threads([]) == 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from playground.app import describe, measurements
+from playground.app import frames as fr
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, WIDGETS, UISettings, from_query, from_widgets, to_query
 from playground.app.uploads import UPLOAD_PREFIX
@@ -174,16 +176,27 @@ def test_a_links_notes_stay_until_the_visitors_next_action_and_never_show_python
 
 
 def test_generation_streams_small_frames_into_the_live_screen(h):
-    frames, r = run(h, UISettings(prompt="Hello", max_new_tokens=12, seed=3))
-    assert len(frames) >= 2
+    """The run's first frame holds it whole (its head: the prompt), every later one only the entries the page
+    lacks: each entry travels once, and the frames folded as the page folds them are the run."""
+    frames, r = run(h, UISettings(prompt="Hello", max_new_tokens=12, seed=3, pace_ms=10))
+    assert len(frames) >= 3
     first, last = frames[0][0], frames[-1][0]
-    assert len(first["path"]) < 12 and len(last["path"]) == 12
+    assert "head" in first and first["from"] == 0 and [i for _, i in first["head"]["prompt"]] == r.prompt_ids
+    assert not any("head" in f[0] for f in frames[1:])
+    sent = [len(fr.entries(f[0])) for f in frames]
+    assert sum(sent) == 12 and max(sent) < 12  # each of the 12 entries once, spread over the frames
+    path = []
+    for f in frames:
+        assert f[0]["from"] == len(path)  # each frame starts where the page's copy ends
+        path = fr.fold(path, f[0])
+    assert path == json.loads(json.dumps(r.compact))
     assert last["status"]["state"] == "done" and last["status"]["reason"] == "length"
-    text, token_id, prob, cands, kv = last["path"][5]
+    text, token_id, prob, cands, kv = path[5]
     assert isinstance(text, str) and 0 < prob <= 1 and cands and kv[0] == len(r.prompt_ids) + 5
     assert any(c[4] for c in cands)  # the chosen token is among the candidates
-    assert last["att"]["step"] == 11 and len(last["att"]["row"]) == len(r.prompt_ids) + 11
-    assert abs(sum(last["att"]["row"]) - 1) < 1e-3  # a softmax row
+    att = fr.attention(last)
+    assert att["step"] == 11 and len(att["row"]) == len(r.prompt_ids) + 11
+    assert abs(sum(att["row"]) - 1) < 1e-3  # a softmax row
     # notes and branches: the same plain values every frame (Gradio sends nothing for an unchanged value,
     # where an update such as gr.skip() rebuilds the component on the server for every frame)
     assert len(frames) > 2 and all(f[1] == frames[0][1] and f[2] == frames[0][2] for f in frames[1:])
@@ -199,7 +212,7 @@ def test_the_first_frame_of_a_press_says_the_run_has_started_before_its_first_to
     press = h.stream.generate(request("started"), 0.0, *values(UISettings(prompt="Hi", max_new_tokens=3)))
     live, notes, _ = next(press)
     assert live["run"] != before.token and live["number"] == before.number + 1
-    assert live["path"] == [] and live["status"]["state"] == "running" and live["status"]["n"] == 0
+    assert fr.entries(live) == [] and live["status"]["state"] == "running" and live["status"]["n"] == 0
     rest = list(press)
     assert rest[-1][0]["status"]["state"] == "done" and all(f[1] == notes for f in rest)
     script = (Path(__file__).resolve().parents[2] / "playground/ui/assets/live.js").read_text()
@@ -263,6 +276,25 @@ def test_stop_ends_a_run_within_one_step_and_refuses_queued_tickets(h):
     assert list(h.stream.generate(request("stopper"), 2500.0, *values(UISettings(prompt="Hi", max_new_tokens=2))))
 
 
+def test_stop_ends_the_run_at_the_tokens_its_page_showed(h):
+    """The engine runs ahead of the page; the page's script says how many tokens it showed as Stop is pressed
+    (stop_at), and the run ends there: the status, the frames folded as the page folds them, the run itself."""
+    gen = h.stream.generate(request("seen"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=200, pace_ms=20)))
+    path: list = []
+    for live, _, _ in gen:
+        path = fr.fold(path, live)
+        if len(path) >= 5:
+            break
+    run = h.sessions.get("seen").current
+    assert h.stream.stop_at(["no such run", 1]) == {} and h.stream.stop_at([run.token]) == {} and run.running
+    h.stream.stop_at([run.token, len(path) - 2])  # two tokens the page had not drawn yet
+    frames = list(gen)
+    for live, _, _ in frames:
+        path = fr.fold(path, live)
+    assert frames[-1][0]["status"]["state"] == "stopped" and frames[-1][0]["status"]["n"] == len(path) == len(run.path)
+    assert len(run.path) == len(run.events) == len(run.compact) and len(run.path) <= 3
+
+
 def test_a_new_run_stops_the_previous_one_of_the_same_tab(h):
     slow = h.stream.generate(request("one"), 0.0, *values(UISettings(prompt="Hello", max_new_tokens=100, pace_ms=20)))
     next(slow)
@@ -296,7 +328,10 @@ def test_beam_search_streams_the_best_beam_as_tokens(h):
     frames, r = run(h, UISettings(prompt="Hello", mode="beam", num_beams=3, max_new_tokens=6), "beam")
     last = frames[-1][0]
     assert last["mode"] == "beam" and last["beams"] and all(len(b) == 3 for b in last["beams"])
-    assert [p[1] for p in last["path"]] == r.final.token_ids  # the winning hypothesis, token by token
+    path = []
+    for f in frames:
+        path = fr.fold(path, f[0])
+    assert [p[1] for p in path] == r.final.token_ids  # the winning hypothesis, token by token
     assert all(p.source_beam is not None for p in r.path) and all(0 < p.prob <= 1 for p in r.path)
     # Every caption is consistent with the final text: the token at step k is the final text's token k.
     for k, step in enumerate(r.path):
@@ -394,7 +429,7 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
     assert child is not parent and child.branch_of == (parent.number, 3) and child.forced == [other]
     assert [x[1] for x in child.inherited] == parent.generated_ids[:3]
     live, notes, branches = frames[-1]
-    assert branches == f"3:{other}" and live["forced_tokens"][0][1] == other
+    assert branches == f"3:{other}" and frames[0][0]["head"]["forced_tokens"][0][1] == other
     assert [b["number"] for b in live["branches"]] == [parent.number, child.number]
     # The branch equals a fresh run whose prompt already holds the prefix and the chosen token.
     lm = h.models.model_for("tiny-lm", "float32")
@@ -420,10 +455,10 @@ def test_a_branch_continues_from_a_step_with_another_token_and_goes_into_the_lin
 
 def test_seq2seq_runs_show_cross_attention_and_branch(h):
     frames, r = run(h, UISettings(model="tiny-seq2seq", prompt="March 5, 2021", max_new_tokens=6), "s2s")
-    last = frames[-1][0]
-    assert last["kind"] == "seq2seq" and last["att"]["kind"] == "cross"
-    assert len(last["att"]["row"]) == len(r.prompt_ids) and last["cache"]["cross"]["tokens"] == len(r.prompt_ids)
-    assert last["decoder_start"]
+    last, att = frames[-1][0], fr.attention(frames[-1][0])
+    assert last["kind"] == "seq2seq" and att["kind"] == "cross"
+    assert len(att["row"]) == len(r.prompt_ids) and last["cache"]["cross"]["tokens"] == len(r.prompt_ids)
+    assert frames[0][0]["head"]["decoder_start"]
     session = h.sessions.get("s2s")
     session.deep_tab = "attention"
     out = h.views.control("attention", heads_controls("cross", "head", "linear", 1, 2, False), request("s2s"))
@@ -655,7 +690,7 @@ def test_a_sliding_window_model_shows_each_layers_own_mask(tmp_path):
     h = build_app(tmp_path / "weights", tmp_path / "uploads").playground_handlers
     h.models.load("windowed", "float32", "en", request("win"))
     frames, r = run(h, UISettings(model="windowed", prompt="abcdefgh", max_new_tokens=6), "win")
-    row = frames[-1][0]["att"]["row"]
+    row = fr.attention(frames[-1][0])["row"]
     assert len(row) == len(r.prompt_ids) + 5 and all(w == 0 for w in row[:-5])  # only the last 5 keys are seen
     assert abs(sum(row[-5:]) - 1) < 1e-3
     h.sessions.get("win").deep_tab = "attention"

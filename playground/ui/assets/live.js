@@ -1,17 +1,26 @@
 // The live screen: the token stream and the current step's panels, drawn in the browser from the
-// small value the server streams (see playground/app/frames.py). Runs as the gr.HTML component's
+// small values the server streams (see playground/app/frames.py). Runs as the gr.HTML component's
 // js_on_load: `element`, `props`, `watch`, `trigger` and `server` come from Gradio.
 //
-// Only new tokens are added to the page; panels redraw for the step on screen. Clicking a token, or
-// ← / → on a focused token, selects its step: every panel moves there, and the server is told (so
-// the deeper views follow). Steps are counted from 1 on screen; data-step counts from 0. Numbers the stream does not carry (another layer's attention) are asked
-// for with server.attention_row and cached.
+// The component's value is the newest frame, not the run: a run's first frame holds it whole (its `head`,
+// every path entry), each later one only what is new (`from`, `path`) and the run's latest state. `st.v`
+// is the screen's own copy of the run, folded from the frames (`absorb`); a page that lost a frame asks
+// for the whole value again (server.live_state). Only new tokens are added to the page, one element each;
+// the panels redraw for the step on screen. Clicking a token, or ← / → on a focused token, selects its
+// step: every panel moves there, and the server is told (so the deeper views follow). Steps are counted
+// from 1 on screen; data-step counts from 0. Numbers the stream does not carry (another layer's
+// attention) are asked for with server.attention_row and cached.
 
 const STRINGS = props.strings || {};
-const st = { run: null, rendered: [], selected: null, att: {}, pending: {}, view: null, lang: "en" };
+const EMPTY = { run: null, path: [], status: {} };
+// v: the run on screen; spans: its generated tokens' elements (data-step i at spans[i]); late: the newest
+// frame that came while a whole value was on its way
+const st = { run: null, v: EMPTY, spans: [], selected: null, att: {}, pending: {}, view: null, lang: "en",
+  repairing: false, late: null, drawnLang: null };
 const $ = (sel) => element.querySelector(sel);
+const SPARK_POINTS = 160;  // the KV sparkline draws at most this many points, however long the run
 
-function lang() { return (props.value && props.value.lang) || st.lang || "en"; }
+function lang() { return st.v.lang || st.lang || "en"; }
 function tr(key, vals) {
   let s = (STRINGS[lang()] || STRINGS.en || {})[key] || (STRINGS.en || {})[key] || key;
   for (const k in vals || {}) s = s.split("{" + k + "}").join(String(vals[k]));
@@ -28,10 +37,11 @@ function shown(text) {  // a token as a person can see it: spaces and newlines m
   if (text === "") return "∅";
   return esc(text).replace(/\n/g, "↵\n");
 }
-function label(text) {  // a token in a label or a chip: one line
+function plain(text) {  // a token in a label or a chip: one line
   if (text === "") return "∅";
-  return esc(text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
+  return text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥");
 }
+function label(text) { return esc(plain(text)); }  // the same, as markup
 function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%", never "0%" (only 0 is 0%)
   if (p > 0 && p < 0.005) return "<0.5%";
   return (100 * p).toFixed(p >= 0.995 || p === 0 ? 0 : 1) + "%";
@@ -58,9 +68,13 @@ function bytes(n) {
 
 // ---------------------------------------------------------------- the stream
 
-function resetRun(v) {
-  // a fork opens at the step that was on screen (the server says which); any other run follows its newest token
-  st.run = v.run; st.rendered = []; st.selected = Number.isInteger(v.selected) ? v.selected : null; st.att = {}; st.pending = {};
+function resetRun(v, keep) {
+  // a fork opens at the step that was on screen (the server says which); any other run follows its newest
+  // token; the same run again (a language switch, a lost frame) keeps the step, the view and the rows asked for
+  if (!keep) {
+    st.selected = Number.isInteger(v.selected) ? v.selected : null; st.att = {}; st.pending = {}; st.view = null;
+  }
+  st.run = v.run; st.spans = []; st.marked = null;
   const stream = $("#token-stream");
   const parts = [];
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
@@ -95,29 +109,39 @@ function tokenSpan(v, step, entry) {
   span.title = `step ${stepNo(v, step)} · id ${id} · p = ${p.toFixed(3)}`;  // counted as the step bar
   span.style.background = probColour(p);
   span.style.color = p > 0.6 ? "#fff" : "#111";
-  span.innerHTML = shown(text);
+  span.textContent = text === "" ? "∅" : text.replace(/\n/g, "↵\n");  // as shown() writes it, without markup
   return span;
 }
 
-function updateStream(v) {
+// The stream holds the prompt's tokens, then one element per generated token: `from` drops the elements
+// from that step on (beam search rewrote them; they are the stream's last children), then the new ones go after.
+function updateStream(v, from, added) {
   const stream = $("#token-stream");
-  const path = v.path || [];
-  let keep = 0;  // beam search may replace the end of the sequence: keep what still matches
-  while (keep < st.rendered.length && keep < path.length && st.rendered[keep] === path[keep][1] + ":" + path[keep][2]) keep++;
-  if (keep < st.rendered.length) {
-    stream.querySelectorAll(".tok.gen").forEach((el) => { if (+el.dataset.step >= keep) el.remove(); });
-    st.rendered.length = keep;
-  }
-  if (path.length > keep) {
-    const frag = document.createDocumentFragment();
-    for (let i = keep; i < path.length; i++) {
-      frag.appendChild(tokenSpan(v, i, path[i]));
-      st.rendered.push(path[i][1] + ":" + path[i][2]);
-    }
-    stream.appendChild(frag);
-    if (st.selected === null) stream.scrollTop = stream.scrollHeight;
-  }
-  markSelected();
+  while (st.spans.length > from) st.spans.pop().remove();
+  if (!added.length) return;
+  const frag = document.createDocumentFragment();
+  added.forEach((entry, i) => {
+    const span = tokenSpan(v, from + i, entry);
+    st.spans.push(span);
+    frag.appendChild(span);
+  });
+  stream.appendChild(frag);
+}
+
+// Following the newest token reads the layout: once per frame the browser draws, after every write (a read
+// between two writes would have it lay the page out twice). The stream scrolls to its end, the attention chips to
+// the newest token's; a selected step keeps both where the visitor left them.
+function follow() {
+  if (st.following) return;
+  st.following = true;
+  requestAnimationFrame(() => {
+    st.following = false;
+    if (st.selected !== null) return;
+    const stream = $("#token-stream"), chips = $(".pg-achips"), query = chips && chips.querySelector(".query");
+    const below = query ? query.getBoundingClientRect().bottom - chips.getBoundingClientRect().bottom : 0;
+    stream.scrollTop = stream.scrollHeight;
+    if (below > 0) chips.scrollTop += below + 4;
+  });
 }
 
 function currentStep(v) {
@@ -127,16 +151,17 @@ function currentStep(v) {
 }
 
 function markSelected() {
-  const v = props.value || {};
-  const step = currentStep(v);
-  $("#token-stream").querySelectorAll(".tok.gen.selected").forEach((el) => el.classList.remove("selected"));
-  if (step === null) return;
-  const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
+  const step = currentStep(st.v);
+  const old = st.marked;
+  const el = step === null ? null : st.spans[step];
+  if (old === el) return;
+  if (old) old.classList.remove("selected");
   if (el) el.classList.add("selected");
+  st.marked = el;
 }
 
 function select(step, focus) {
-  const v = props.value || {};
+  const v = st.v;
   const n = (v.path || []).length;
   if (!n) return;
   step = Math.max(0, Math.min(n - 1, step));
@@ -144,7 +169,7 @@ function select(step, focus) {
   markSelected();
   drawPanels(v);
   if (focus) {
-    const el = $(`#token-stream .tok.gen[data-step="${step}"]`);
+    const el = st.spans[step];
     if (el) { el.focus({ preventScroll: true }); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
   }
   // The server's session learns the step first (a direct call, never dropped), then the deep views
@@ -257,16 +282,39 @@ function attentionRow(v, step) {
     server.attention_row([run, step, view.kind, view.layer, view.head]).then((r) => {
       if (st.run !== run) return;
       st.att[key] = r && r.row ? r.row : (r && r.error ? { error: r.error } : null);
-      drawAttention(props.value, currentStep(props.value));
+      drawAttention(st.v, currentStep(st.v));
     }).catch(() => { st.att[key] = null; });
   }
   return undefined;
 }
 
+// The panel's title and controls are drawn when the run, the language or the view changes, never per frame (a
+// layer list left open while the tokens stream stays open); its chips are updated in place: one per key the token
+// looked at, each frame recolouring them and adding the new ones.
 function drawAttention(v, step) {
   const box = $(".pg-att");
-  const m = v.model || {};
   const view = viewOf(v);
+  const frame = JSON.stringify([lang(), v.run, v.kind, (v.model || {}).layers, view]);
+  if (st.attFrame !== frame) {
+    box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p>`
+      + `<div class="pg-acontrols">${attentionControls(v, view)}</div><div class="pg-achips"></div>`;
+    st.attFrame = frame;
+    st.chips = [];
+  }
+  const chips = box.querySelector(".pg-achips");
+  const row = step === null ? null : attentionRow(v, step);
+  let message = "";
+  if (step === null) message = "";
+  else if (row === undefined) message = tr("att_loading");
+  else if (row === null) message = tr("att_off");
+  else if (row.error) message = row.error;
+  else { drawChips(chips, v, step, row, view); return; }
+  chips.innerHTML = message ? `<p class="pg-muted">${esc(message)}</p>` : "";
+  st.chips = [];
+}
+
+function attentionControls(v, view) {
+  const m = v.model || {};
   let controls = "";
   if (v.kind === "seq2seq") {
     controls += `<select class="pg-akind">${["cross", "self"].map((k) => `<option value="${k}"${view.kind === k ? " selected" : ""}>${esc(tr("att_" + k))}</option>`).join("")}</select>`;
@@ -281,21 +329,10 @@ function drawAttention(v, step) {
   controls += `<select class="pg-ahead" aria-label="${esc(tr("att_head"))}">${heads.join("")}</select>`;
   controls += `<select class="pg-ascale" aria-label="${esc(tr("att_scale"))}">${["linear", "log"].map((s) => `<option value="${s}"${view.scale === s ? " selected" : ""}>${esc(tr("att_" + s))}</option>`).join("")}</select>`;
   controls += `<label class="pg-asink"><input type="checkbox" class="pg-asinkbox"${view.sink ? " checked" : ""}> ${esc(tr("att_sink"))}</label>`;
-  let body = "";
-  if (step !== null) {
-    const row = attentionRow(v, step);
-    if (row === undefined) body = `<p class="pg-muted">${esc(tr("att_loading"))}</p>`;
-    else if (row === null) body = `<p class="pg-muted">${esc(tr("att_off"))}</p>`;
-    else if (row.error) body = `<p class="pg-muted">${esc(row.error)}</p>`;
-    else body = attentionChips(v, step, row, view);
-  }
-  box.innerHTML = `<h4>${esc(tr("att_title"))}</h4><p class="pg-hint">${esc(tr("att_hint"))}</p><div class="pg-acontrols">${controls}</div><div class="pg-achips">${body}</div>`;
-  const chips = box.querySelector(".pg-achips");
-  const q = chips.querySelector(".query");
-  if (q) chips.scrollTop = Math.max(0, q.offsetTop - chips.clientHeight + 40);
+  return controls;
 }
 
-function attentionChips(v, step, row, view) {
+function drawChips(chips, v, step, row, view) {
   const labels = keyLabels(v, step, view.kind);
   const ids = idsOnly(v);
   const n = Math.min(labels.length, row.length);
@@ -303,7 +340,10 @@ function attentionChips(v, step, row, view) {
   let top = 0, low = Infinity;
   for (let i = from; i < n; i++) { top = Math.max(top, row[i]); if (row[i] > 0) low = Math.min(low, row[i]); }
   const logLo = Math.log10(Math.max(low === Infinity ? 1e-6 : low, top * 1e-4, 1e-9)), logHi = Math.log10(Math.max(top, 1e-9));
-  const parts = [];
+  if (!st.chips.length) chips.textContent = "";  // a message stood there
+  const els = st.chips;
+  while (els.length > n) els.pop().remove();
+  const frag = document.createDocumentFragment();
   for (let i = 0; i < n; i++) {
     const w = row[i];
     let a = 0;
@@ -311,10 +351,22 @@ function attentionChips(v, step, row, view) {
       a = view.scale === "log" ? (w > 0 ? (Math.log10(w) - logLo) / Math.max(logHi - logLo, 1e-9) : 0) : w / top;
     }
     a = Math.max(0, Math.min(1, a));
+    let el = els[i];
+    if (!el) { el = els[i] = document.createElement("span"); el.drawn = {}; frag.appendChild(el); }
+    // only what changed is written: most chips keep their class and colour from one frame to the next
+    const d = el.drawn;
     const cls = "achip" + (ids ? " id" : "") + (i < from ? " sink" : "") + (view.kind !== "cross" && i === n - 1 ? " query" : "");
-    parts.push(`<span class="${cls}" title="${esc("#" + i + " " + labels[i] + " · " + w.toFixed(4))}" style="background:rgba(230,85,13,${(0.08 + 0.92 * a).toFixed(3)});color:${a > 0.55 ? "#fff" : "#111"}">${label(labels[i])}</span>`);
+    const shade = (0.08 + 0.92 * a).toFixed(3);
+    if (d.key !== labels[i]) { d.key = labels[i]; el.textContent = plain(labels[i]); }
+    if (d.cls !== cls) { d.cls = cls; el.className = cls; }
+    if (d.shade !== shade) {
+      d.shade = shade;
+      el.style.background = `rgba(230,85,13,${shade})`;
+      el.style.color = a > 0.55 ? "#fff" : "#111";
+    }
+    el.title = "#" + i + " " + labels[i] + " · " + w.toFixed(4);
   }
-  return parts.join("");
+  chips.appendChild(frag);
 }
 
 // ---------------------------------------------------------------- KV cache
@@ -341,15 +393,19 @@ function drawCache(v, step) {
 }
 
 function sparkline(v, step, c) {
-  const pts = (v.path || []).map((e) => e[4]);
-  if (!pts.length) return "";
+  const path = v.path || [];
+  if (!path.length) return "";
+  const stride = Math.ceil(path.length / SPARK_POINTS);  // the line's shape, in a bounded number of points
+  const pts = [];
+  for (let i = 0; i < path.length; i += stride) pts.push(path[i][4]);
+  if ((path.length - 1) % stride) pts.push(path[path.length - 1][4]);
   const W = 300, H = 56, maxT = Math.max(c.max_tokens || 1, ...pts.map((p) => p[0]));
   const perToken = c.bytes_per_token || 1, top = Math.max(perToken * maxT * (c.query_heads || 1) / (c.kv_heads || 1), 1);
   const x = (t) => (4 + (W - 8) * t / maxT).toFixed(1), y = (b) => (H - 4 - (H - 8) * b / top).toFixed(1);
   const used = pts.map((p, i) => `${i ? "L" : "M"}${x(p[0])},${y(p[1])}`).join("");
   const mhaLine = c.query_heads !== c.kv_heads ? `<path d="M${x(0)},${y(0)}L${x(maxT)},${y(perToken * maxT * c.query_heads / c.kv_heads)}" class="mha"/>` : "";
   const alloc = `<path d="M${x(0)},${y(perToken * maxT)}L${x(maxT)},${y(perToken * maxT)}" class="alloc"/>`;
-  const [t, b] = pts[step];
+  const [t, b] = path[step][4];
   return `<svg class="pg-spark" viewBox="0 0 ${W} ${H}" role="img" aria-label="KV cache bytes by tokens">${alloc}${mhaLine}<path d="${used}" class="used"/><circle cx="${x(t)}" cy="${y(b)}" r="3.5"/></svg>`;
 }
 
@@ -370,7 +426,7 @@ function drawBranches(v) {
   box.hidden = false;
   box.innerHTML = `<h4>${esc(tr("branches_title"))}</h4>` + list.map((b) =>
     `<div class="pg-branchrow${b.current ? " current" : ""}"><span class="pg-muted">${esc(b.parent ? tr("branch_label", { n: b.number, parent: b.parent, step: b.step }) : tr("run_label", { n: b.number }))}${b.edit ? ` · <span class="pg-edit">${esc(b.edit)}</span>` : ""}</span>`
-    + `<div class="pg-btext"><span>${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span>${esc(b.rest)}</span></div></div>`).join("");
+    + `<div class="pg-btext"><span class="pg-shared">${esc(b.shared)}</span><mark>${esc(b.diverges)}</mark><span class="pg-rest">${esc(b.rest)}</span></div></div>`).join("");
 }
 
 // ---------------------------------------------------------------- everything
@@ -383,26 +439,85 @@ function drawPanels(v) {
   drawCache(v, step);
 }
 
-function render() {
-  const v = props.value || {};
-  st.lang = v.lang || st.lang;
-  if (!v.run) {
-    if (st.run !== null) { st.run = null; $("#token-stream").innerHTML = ""; }
-    drawStatus(v); drawLegend(); drawPanels({ path: [], status: {} });
-    $(".pg-beams").hidden = true; $(".pg-branches").hidden = true;
+function entries(text) { return typeof text === "string" ? JSON.parse(text) : (text || []); }
+function attention(text) { return typeof text === "string" ? JSON.parse(text) : (text || null); }
+function settled(v) { return !!v.status && !["running", "waiting"].includes(v.status.state); }
+
+// Fold one frame into the screen's copy of the run and draw what changed. A frame that does not follow what the
+// page holds (one was lost, or the run's first) waits for the run's whole value, asked for once (`repair`).
+function absorb(f) {
+  if (!f.run) {  // no run: an empty screen (a model switch, a start that failed)
+    st.v = Object.assign({}, EMPTY, f); st.run = null; st.spans = []; st.marked = null;
+    $("#token-stream").innerHTML = "";
+    drawStatus(st.v); drawLegend(); drawPanels(st.v); drawBeams(st.v); drawBranches(st.v);
     return;
   }
-  if (v.run !== st.run) { resetRun(v); st.view = null; }
-  updateStream(v);
-  drawStatus(v); drawLegend();
-  drawPanels(v);
-  drawBeams(v); drawBranches(v);
+  const from = f.from || 0;
+  if (!f.head && (f.run !== st.run || from > st.v.path.length)) { repair(f); return; }
+  const added = entries(f.path);
+  const before = st.v;
+  if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
+    st.v = Object.assign({}, f.head, { path: [] });
+    resetRun(Object.assign({}, f.head, f), f.run === st.run);
+  }
+  const v = st.v;
+  for (const k in f) if (!["head", "path", "from", "att"].includes(k)) v[k] = f[k];
+  v.att = attention(f.att);
+  st.lang = v.lang || st.lang;
+  v.path.length = Math.min(v.path.length, from);
+  for (const entry of added) v.path.push(entry);
+  updateStream(v, from, added);
+  if (!("branches" in f)) growBranches(v, added);
+  // the panels follow the newest step; a selected one's redraw when the run ends (its branch buttons appear)
+  const all = st.selected === null || f.head || settled(v) !== settled(before) || v.lang !== st.drawnLang;
+  drawStatus(v);
+  if (v.lang !== st.drawnLang) { drawLegend(); st.drawnLang = v.lang; }
+  if (all) drawPanels(v); else drawStepBar(v, currentStep(v));
+  markSelected();
+  if (v.beams || before.beams) drawBeams(v);
+  if ("branches" in f) drawBranches(v);
+  follow();
+}
+
+// A lost frame: the run's whole value, asked once; the newest frame that arrives meanwhile is kept, and applied
+// after it only when it ends the run (any other is older than the whole value, or followed by a newer frame).
+function repair(f) {
+  st.late = f;
+  if (st.repairing || !server.live_state) return;
+  st.repairing = true;
+  server.live_state([f.run]).then((whole) => {
+    st.repairing = false;
+    const late = st.late;
+    st.late = null;
+    if (whole && whole.run === f.run) absorb(whole);
+    if (late && late.run === st.run && settled(late) && !settled(st.v)) absorb(late);
+  }).catch(() => { st.repairing = false; });
+}
+
+function render() {
+  const f = props.value || {};
+  if (st.repairing && f.run) { st.late = f; return; }
+  absorb(f);
+}
+
+// ---------------------------------------------------------------- the lineage panel while a run streams
+
+// The current run's row grows with its new tokens (the server sends the panel again when the run ends): a run
+// that left its parent extends its own part, any other its shared part. Only the row's text nodes change.
+function growBranches(v, added) {
+  const row = (v.branches || []).find((b) => b.current);
+  if (!row || !added.length) return;
+  const text = added.map((e) => e[0]).join("");
+  const part = row.diverges === "" ? "shared" : "rest";
+  row[part] += text;
+  const el = $(`.pg-branchrow.current .pg-btext .pg-${part}`);
+  if (el) el.appendChild(document.createTextNode(text));
 }
 
 // ---------------------------------------------------------------- events
 
 element.addEventListener("click", (e) => {
-  const v = props.value || {};
+  const v = st.v;
   const tok = e.target.closest(".tok.gen[data-step]");
   if (tok) { select(+tok.dataset.step, true); return; }
   if (e.target.closest(".pg-prev")) { select((currentStep(v) ?? 1) - 1, true); return; }
@@ -431,7 +546,7 @@ element.addEventListener("keydown", (e) => {
 });
 
 element.addEventListener("change", (e) => {
-  const v = props.value || {};
+  const v = st.v;
   const view = viewOf(v);
   if (e.target.classList.contains("pg-akind")) view.kind = e.target.value;
   else if (e.target.classList.contains("pg-alayer")) view.layer = +e.target.value;
@@ -462,11 +577,21 @@ function watchQueue() {
       waiting = true;
     } else if (waiting) {
       waiting = false;
-      drawStatus(props.value || {});
+      drawStatus(st.v);
     }
   });
   observer.observe(block, { childList: true, subtree: true, characterData: true });
 }
+
+// Stop, as pressed: the run ends at the tokens on screen (the engine runs a frame and more ahead of the page). Sent
+// as the click reaches the page, beside the button's own event; one listener for the page, whichever copy of this
+// script registered it last.
+if (window.__pgStopListener) document.removeEventListener("click", window.__pgStopListener, true);
+window.__pgStopListener = (e) => {
+  if (!e.target.closest || !e.target.closest("#stop-btn") || !st.v.run || settled(st.v) || !server.stop_at) return;
+  server.stop_at([st.v.run, st.v.path.length]).catch(() => {});
+};
+document.addEventListener("click", window.__pgStopListener, true);
 
 watch("value", render);
 render();

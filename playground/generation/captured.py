@@ -1,0 +1,452 @@
+"""Captured decoding: the decode step as a pure function of tensors, compiled once per shape.
+
+    lm = playground.load_model(path, compile=True)
+    result = playground.generate_all(lm, prompt, cfg)  # every decode step through torch.compile(fullgraph=True)
+    result.decoding                                     # {"captured": True, ...} or the reason it ran eagerly
+
+A `DecodeStep` is a module whose forward takes no Python number: each row's last token, its position
+and its cache live in the step's own buffers (`models.static.StaticRows` reads them), the sampler runs
+on the device (`generation.sampler`: greedy, temperature, top-k, top-p, min-p, repetition penalty, the
+run's seeded draws), and everything the step tells (the chosen ids, their probabilities, the top
+candidates, the page's captures) is written into one output row per request: the host reads it once
+per step. The prompt is fed eagerly (the model's own pass) into the step's cache rows; then every
+token is one call of the step. So `torch.compile(fullgraph=True)` traces it without a break (the CI
+tests hold it to that, and `torch.export.export` too), and on CUDA it can be replayed as a graph.
+
+A step's shape (`StepShape`: rows, cache length bucket, sampling or not, candidates, captures, edits)
+is its graph: compiled once per shape, never per step or per length reached. A run the step cannot
+take (beam search, speculative decoding, a KV policy, a precision copy, an encoder-decoder...)
+decodes eagerly and says why (`why_eager`, `GenerationResult.decoding`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from playground.generation import captures, sampler, sampling
+from playground.generation.events import StepEvent
+from playground.models.edits import edited
+from playground.models.kv_cache import KVCache
+from playground.models.kv_pool import KVPool, bucket
+from playground.models.static import Capture, EditKey, Edits, StaticRows, capturable, edit_keys
+
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the row counts a batch of captured steps is padded up to
+# Every step (any model, any shape) runs one code object, `DecodeStep.forward`, whose compiled graphs dynamo
+# caches together, at most `recompile_limit` of them (8 by default, an error under fullgraph): a server with a
+# few models and shapes needs more.
+RECOMPILE_LIMIT = 256
+MAX_STEPS = 8  # steps a model keeps (each holds its rows' caches: rows × length positions per layer)
+
+
+def row_bucket(rows: int) -> int:
+    """The smallest bucket that holds `rows` (a graph per bucket, not per row count)."""
+    for size in ROW_BUCKETS:
+        if rows <= size:
+            return size
+    raise ValueError(f"at most {ROW_BUCKETS[-1]} rows decode in one captured step, not {rows}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShape:
+    """What a step's graph depends on; everything else (tokens, positions, knobs, edit values) is a tensor."""
+
+    rows: int
+    length: int  # cache positions per row (a power of two: `kv_pool.bucket`)
+    sampling: bool  # some row may sample (the greedy graph skips the warpers)
+    candidates: int  # top candidates told per step (0: none)
+    capture: Capture = Capture()
+    edits: tuple[EditKey, ...] = ()
+    long_rope: bool = False  # longrope's long table: the prompt already reaches past the original context
+
+
+class Layout:
+    """Where each number a step tells sits in its float32 output row (token ids are exact in float32)."""
+
+    def __init__(self, shape: StepShape, heads: int, layers: int, d_model: int) -> None:
+        C, S, L = shape.candidates, len(sampler.STAGES), shape.length
+        sizes: dict[str, tuple[int, ...]] = {"token": (), "numerator": (), "denominator": ()}
+        if C:
+            sizes.update(ids=(C,), raw=(C,), probs=(S, C), finite=(S, C))
+        if shape.capture.layers:
+            sizes["attention"] = (len(shape.capture.layers), heads, L)
+        if shape.capture.residual:
+            sizes["residual"] = (layers + 1, d_model)
+        self.fields: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # name -> (offset, size, dims)
+        at = 0
+        for name, dims in sizes.items():
+            self.fields[name] = (at, math.prod(dims), dims)
+            at += math.prod(dims)
+        self.width = at
+
+    def pack(self, pieces: dict[str, torch.Tensor], rows: int) -> torch.Tensor:
+        """(rows, width): each field's tensor (rows, *dims), zeros for a field not given."""
+        parts = []
+        for name, (_, n, _) in self.fields.items():
+            t = pieces.get(name)
+            parts.append(torch.zeros((rows, n), dtype=torch.float32, device=pieces["token"].device) if t is None
+                         else t.reshape(rows, n).to(torch.float32))
+        return torch.cat(parts, dim=1)
+
+    def read(self, row: np.ndarray, name: str) -> np.ndarray:
+        at, n, dims = self.fields[name]
+        return row[at : at + n].reshape(dims)
+
+
+class DecodeStep(nn.Module):
+    """The decode step of `model` for `shape.rows` rows of `shape.length` cache positions (see the module
+    docstring). `start` gives a run one row, the eager prefill fills it (`first` chooses its first token),
+    then each call of the module advances every row by one token and returns the (rows, width) output."""
+
+    def __init__(self, model: nn.Module, shape: StepShape) -> None:
+        super().__init__()
+        c, dtype, device = model.config, model.dtype, model.device
+        R, L = shape.rows, shape.length
+        self.model, self.shape = model, shape
+        self.layout = Layout(shape, c.n_heads, c.n_layers, c.d_model)
+        windows = [kind.window for kind in model.layer_kinds]
+        self.pool = KVPool(L)  # the rows' caches: the eager prefill writes them through KVCache views
+        self.pool.reserve(R, kv_heads=c.n_kv_heads, head_dim=c.head_dim, windows=windows, dtype=dtype, device=device)
+        self.rings = [w is not None and w < L for w in windows]  # those layers keep a ring of `w` slots
+        for i, (k, v) in enumerate(zip(self.pool.keys, self.pool.values)):
+            self.register_buffer(f"key_{i}", k, persistent=False)
+            self.register_buffer(f"value_{i}", v, persistent=False)
+        self.register_buffer("tokens", torch.zeros((R, 1), dtype=torch.long, device=device), persistent=False)
+        self.register_buffer("positions", torch.zeros(R, dtype=torch.long, device=device), persistent=False)
+        self.register_buffer("live", torch.zeros(R, dtype=torch.long, device=device), persistent=False)  # 1: a run's row
+        self.register_buffer("seen", torch.zeros((R, c.vocab_size), dtype=torch.bool, device=device), persistent=False)
+        idle = sampler.RowKnobs().values(c.vocab_size)  # greedy, no stage: what a row no run holds computes
+        for name, dtype in sampler.KNOB_DTYPES.items():
+            self.register_buffer(f"knob_{name}", torch.full((R,), idle[name], dtype=dtype, device=device), persistent=False)
+        self.edits = Edits(shape.edits, R, c.n_heads, c.head_dim, c.d_model, dtype, device)
+        for name, t in self.edits.buffers.items():
+            self.register_buffer(f"edit_{name}", t, persistent=False)
+        self.caches: list[KVCache | None] = [None] * R
+
+    # --- the step (what torch.compile and torch.export trace)
+
+    def forward(self, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """noise (R, V): each sampling row's exponential draws (`sampler.draw_noise`), None for a greedy shape."""
+        n = len(self.rings)
+        batch = StaticRows(
+            self.tokens, self.positions, [getattr(self, f"key_{i}") for i in range(n)],
+            [getattr(self, f"value_{i}") for i in range(n)], self.rings, capture=self.shape.capture,
+            edits=self.shape.edits, buffers=lambda name: getattr(self, f"edit_{name}"), length=self.shape.length,
+            long_rope=self.shape.long_rope,
+        )
+        logits = self.model.run(batch)[0][:, 0].float()  # (R, V)
+        knobs = {name: getattr(self, f"knob_{name}") for name in sampler.KNOB_DTYPES}
+        out, token = self._tell(logits, self.seen, knobs, noise, batch)
+        self.tokens.copy_(token[:, None])
+        self.positions.add_(self.live)  # a row no run holds stays at position 0 (its own slot 0, read by nobody)
+        self.seen.scatter_(1, token[:, None], True)
+        return out
+
+    def _tell(
+        self, logits: torch.Tensor, seen: torch.Tensor, knobs: dict[str, torch.Tensor], noise: torch.Tensor | None,
+        batch: StaticRows | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose each row's token and pack what the step tells: (out (R, width), token (R,))."""
+        shape = self.shape
+        stages = sampler.process(logits, seen, knobs, sampling=shape.sampling)
+        token, numerator, denominator = sampler.choose(stages[-1], knobs["sample"], noise if shape.sampling else None)
+        pieces = {"token": token, "numerator": numerator, "denominator": denominator}
+        if shape.candidates:
+            pieces.update(zip(("ids", "raw", "probs", "finite"), sampler.candidates(stages, token, shape.candidates)))
+        if batch is not None and shape.capture.layers:
+            pieces["attention"] = torch.stack([batch.attention[layer] for layer in shape.capture.layers], dim=1).float()
+        if batch is not None and shape.capture.residual:
+            pieces["residual"] = torch.stack(batch.residual, dim=1).float()
+        return self.layout.pack(pieces, logits.shape[0]), token
+
+    # --- a run's row
+
+    def start(self, ids: list[int], max_tokens: int, knobs: sampler.RowKnobs, interventions: tuple = ()) -> tuple[int, KVCache]:
+        """A row for a run whose decoder stream starts with `ids` and reaches `max_tokens` positions: its
+        cache (for the eager prefill), its knobs, edits and seen tokens. Returns (row, cache)."""
+        cache = self.model.new_cache(1, max_tokens, pool=self.pool)
+        row = self.pool.row_of(cache)
+        self.caches[row] = cache
+        self._knobs(row, knobs)
+        self.seen[row] = False
+        self.seen[row, torch.tensor(ids, dtype=torch.long, device=self.seen.device)] = True
+        self.edits.set_row(row, interventions, self.model.config.head_dim)
+        return row, cache
+
+    def first(self, row: int, logits: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """The prefill's logits (1, V) -> the row's first token chosen as every step chooses (eagerly), its
+        output row (1, width); the row then feeds that token at the next position."""
+        rows = slice(row, row + 1)
+        knobs = {name: getattr(self, f"knob_{name}")[rows] for name in sampler.KNOB_DTYPES}
+        out, token = self._tell(logits, self.seen[rows], knobs, noise, None)
+        self.tokens[rows] = token[:, None]
+        self.positions[row] = self.caches[row].length
+        self.live[row] = 1
+        self.seen[rows] = self.seen[rows].scatter(1, token[:, None], True)
+        return out
+
+    def release(self, row: int) -> None:
+        """The run of `row` ended: the row idles at position 0 until another run starts in it."""
+        if self.caches[row] is not None:
+            self.pool.release(self.caches[row])
+            self.caches[row] = None
+        self.live[row] = 0
+        self.positions[row] = 0
+        self._knobs(row, sampler.RowKnobs())
+
+    def _knobs(self, row: int, knobs: sampler.RowKnobs) -> None:
+        for name, value in knobs.values(self.model.config.vocab_size).items():
+            getattr(self, f"knob_{name}")[row] = value
+
+
+BACKENDS = ("inductor", "cudagraph", "eager")
+
+
+class CudaGraphStep:
+    """A step replayed as one CUDA graph (`torch.cuda.CUDAGraph`, no compiler: what ZeroGPU allows): captured
+    on its first call, after a warm-up whose effects on the rows' state are undone; each call copies the
+    noise in and replays. The graph reads and writes the step's own buffers, so the eager prefill and
+    `start` / `first` between calls are seen by the next replay."""
+
+    def __init__(self, step: DecodeStep) -> None:
+        self.step = step
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.noise: torch.Tensor | None = None
+        self.out: torch.Tensor | None = None
+
+    def __call__(self, noise: torch.Tensor | None = None) -> torch.Tensor:
+        if self.graph is None:
+            self._capture(noise)
+        if noise is not None:
+            self.noise.copy_(noise)
+        self.graph.replay()
+        return self.out
+
+    def _capture(self, noise: torch.Tensor | None) -> None:
+        step = self.step
+        state = {name: t.clone() for name, t in ((n, getattr(step, n)) for n in ("tokens", "positions", "seen"))}
+        self.noise = None if noise is None else noise.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (lazy inits, library handles) outside the capture
+            step(self.noise)
+        torch.cuda.current_stream().wait_stream(side)
+        for name, t in state.items():  # the warm-up advanced the rows: back to where they were
+            getattr(step, name).copy_(t)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = step(self.noise)
+        for name, t in state.items():  # capturing records without running; keep the state as it was
+            getattr(step, name).copy_(t)
+
+
+class CapturedDecoder:
+    """The captured steps of one model: made on first use per shape and kept, each compiled once.
+
+    backend "inductor": torch.compile(fullgraph=True, mode=`mode`) (on CUDA, mode "reduce-overhead" replays
+    CUDA graphs); "cudagraph": the step captured as a CUDA graph by hand (no compiler; CUDA only);
+    "eager": the same step run uncompiled (tests, and a check of the step's own numbers)."""
+
+    def __init__(self, model: nn.Module, *, backend: str = "inductor", mode: str | None = None,
+                 compile: bool | None = None) -> None:
+        if compile is not None:  # compile=False: the uncompiled step
+            backend = "inductor" if compile else "eager"
+        if backend not in BACKENDS:
+            raise ValueError(f"captured decoding backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        if backend == "cudagraph" and model.device.type != "cuda":
+            raise ValueError("a CUDA graph needs the model on a CUDA device; use the inductor backend on the CPU")
+        self.model, self.backend, self.mode = model, backend, mode
+        self._steps: collections.OrderedDict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = \
+            collections.OrderedDict()
+        self._busy: set[StepShape] = set()
+        self._lock = threading.Lock()
+
+    def build(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]]:
+        """A new step of `shape` and what runs it (compiled on its first call): (step, run)."""
+        with torch.inference_mode(False), torch.no_grad():  # plain buffers: an exported step may use them too
+            step = DecodeStep(self.model, shape).eval()
+        if self.backend == "inductor":
+            config = torch._dynamo.config
+            config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+            # Several rows on the CPU: Inductor's freezing packs the weights for oneDNN, as the eager batch's
+            # invariant kernels do (a copy of the weights per such graph); one row reads them as they are.
+            freeze = shape.rows > 1 and self.model.device.type == "cpu" and self.mode is None
+            options = {"freezing": True} if freeze else None
+            return step, torch.compile(step, fullgraph=True, dynamic=False, mode=self.mode, options=options)
+        if self.backend == "cudagraph":
+            return step, CudaGraphStep(step)
+        return step, step
+
+    @contextlib.contextmanager
+    def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | None]:
+        """The step of `shape` for one run at a time (None while another run holds it: decode eagerly)."""
+        with self._lock:
+            if shape in self._busy:
+                got = None
+            else:
+                self._busy.add(shape)
+                got = self._steps.get(shape)
+                if got is None:
+                    got = self._steps[shape] = self.build(shape)
+                    idle = [s for s in self._steps if s not in self._busy]
+                    for old in idle[: max(0, len(self._steps) - MAX_STEPS)]:  # least recently used first
+                        del self._steps[old]  # its cache rows go (its graph stays in dynamo's cache)
+                self._steps.move_to_end(shape)
+        try:
+            yield got
+        finally:
+            if got is not None:
+                with self._lock:
+                    self._busy.discard(shape)
+
+    @property
+    def shapes(self) -> list[StepShape]:
+        return list(self._steps)
+
+
+def why_eager(p: Any) -> str | None:
+    """Why the run of plan `p` cannot decode through its model's captured steps (None: it can; the model
+    must have them: `load_model(..., compile=True)`)."""
+    lm, cfg = p.lm, p.cfg
+    decoder = getattr(lm, "captured", None)
+    if decoder is None:
+        return "the model was loaded without compile=True"
+    if getattr(lm.model, "shared_batch", False):
+        return "the shared batch decodes its requests together, eagerly"
+    if lm.model is not decoder.model:
+        return "a run at another weight precision decodes a copy of the model, eagerly"
+    reason = capturable(lm.model)
+    if reason is not None:
+        return reason
+    if cfg.num_beams > 1:
+        return "beam search decodes eagerly"
+    if p.draft is not None:
+        return "speculative decoding checks drafts eagerly"
+    if not cfg.use_cache:
+        return "without a KV cache every step reads the whole sequence: eager"
+    if p.policy is not None:
+        return "a KV-cache policy or RoPE scaling decodes eagerly"
+    switch = _rope_switch(lm.model)
+    if switch is not None and len(p.prefix_ids) <= switch <= p.max_length - 2:
+        return "longrope switches to its long table during this run (the cache is encoded again): eager"
+    try:
+        sampler.RowKnobs.of(p.pipeline)
+    except ValueError as error:
+        return f"{error}: eager"
+    return None
+
+
+def shape_of(p: Any, rows: int = 1) -> StepShape:
+    cfg, c = p.cfg, p.lm.config
+    layers = ()
+    if cfg.capture_attention:
+        layers = tuple(range(c.n_layers)) if cfg.attention_layers is None else tuple(dict.fromkeys(cfg.attention_layers))
+    switch = _rope_switch(p.lm.model)
+    return StepShape(rows=row_bucket(rows), length=bucket(p.max_length), sampling=p.pipeline.sampling,
+                     candidates=min(cfg.top_candidates, c.vocab_size), capture=Capture(layers, cfg.capture_residual),
+                     edits=edit_keys(cfg.interventions), long_rope=switch is not None and len(p.prefix_ids) > switch)
+
+
+def _rope_switch(model: nn.Module) -> int | None:
+    """The length after which longrope reads its long table (None: no such switch)."""
+    return model.rope.switch_after if getattr(model, "rope", None) is not None else None
+
+
+def decode(
+    p: Any, stop: threading.Event | None, clock: Any, finish_reason: Callable[..., str | None],
+    eager: Callable[..., Iterator[StepEvent]],
+) -> Iterator[StepEvent]:
+    """The run of plan `p` (greedy or sampled) through its model's captured step: one StepEvent per token,
+    the same events the eager loop (`eager`) gives; that loop runs instead while the step is busy."""
+    shape = shape_of(p)
+    with p.lm.captured.hold(shape) as held:
+        if held is None:
+            p.decoding = {"captured": False, "reason": "another run holds the captured step of this shape"}
+            yield from eager(p, stop)
+            return
+        p.decoding = {"captured": True, "rows": shape.rows, "length": shape.length}
+        step, run = held
+        row, cache = step.start(p.prefix_ids, p.max_length, sampler.RowKnobs.of(p.pipeline), p.cfg.interventions)
+        try:
+            yield from _steps(p, stop, clock, finish_reason, step, run, row, cache)
+        finally:
+            step.release(row)
+
+
+def _steps(
+    p: Any, stop: threading.Event | None, clock: Any, finish_reason: Callable[..., str | None], step: DecodeStep,
+    run: Callable[..., torch.Tensor], row: int, cache: KVCache,
+) -> Iterator[StepEvent]:
+    lm, cfg, shape, layout = p.lm, p.cfg, step.shape, step.layout
+    n_layers = lm.config.n_layers
+    names = sampler.RowKnobs.of(p.pipeline).stages()
+    picked = [sampler.STAGES.index(name) for name in names]
+    generator, noise = None, None
+    if p.pipeline.sampling:
+        generator = torch.Generator(device=lm.device)
+        generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
+        noise = torch.ones((shape.rows, lm.config.vocab_size), dtype=torch.float32, device=lm.device)
+    prompt_length = len(p.prefix_ids)
+    generated: list[int] = []
+    for i in range(cfg.max_new_tokens):
+        if stop is not None and stop.is_set():
+            return
+        t0 = time.perf_counter()
+        rows = residual = prompt = None
+        with torch.inference_mode():
+            if noise is not None:
+                sampler.draw_noise(noise[row], generator)
+            if i == 0:  # the prompt: the model's own pass into the row's cache, then the step's sampler
+                recorder = captures.recorder_for(cfg, prefill=True)
+                ids = torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device)[None]
+                with edited(lm.model, cfg.interventions):
+                    logits = lm.model(ids, cache, recorder, last_only=True)[:, -1].float()
+                out = step.first(row, logits, None if noise is None else noise[row : row + 1])[0]
+                if recorder is not None:
+                    if cfg.capture_attention:
+                        rows = captures.pick_row(captures.last_rows(recorder, ("self",), n_layers), 0)
+                    if cfg.capture_prompt_attention:
+                        prompt = captures.prompt_maps(recorder, {"self": n_layers})
+                    residual = captures.pick_residual(captures.residual_rows(recorder), 0)
+            else:
+                out = run(noise)[row]
+            told = out.cpu().numpy()  # the step's one transfer to the host (read before the next step writes)
+        position = prompt_length + i - 1  # the query this step fed (step 0: the prompt's last)
+        cache.written_to(prompt_length + i)
+        if i > 0 and shape.capture.layers:
+            attention = layout.read(told, "attention")
+            by_layer = dict(zip(shape.capture.layers, attention))
+            rows = {"self": [by_layer[k][:, : position + 1].copy() if k in by_layer else None for k in range(n_layers)]}
+        if i > 0 and shape.capture.residual:
+            residual = layout.read(told, "residual").copy()
+        token_id = int(told[layout.fields["token"][0]])
+        prob = float(layout.read(told, "numerator")) / float(layout.read(told, "denominator"))
+        cands = None
+        if shape.candidates:
+            probs, finite = layout.read(told, "probs")[picked], layout.read(told, "finite")[picked] > 0
+            cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64).tolist(),
+                                      layout.read(told, "raw").tolist(), probs.tolist(), finite.tolist(), token_id,
+                                      lm.token_text)
+        generated.append(token_id)
+        text = lm.detokenize(generated, skip_special_tokens=True)
+        reason = finish_reason(p, token_id, len(generated), text)
+        step_ms = clock.record(i, t0)
+        yield StepEvent(
+            step=i, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
+            text=text, candidates=cands, beams=None, cache=cache.stats().to_dict(),
+            timing=clock.timing(step_ms, len(generated)), attention=rows, finished=reason is not None,
+            finish_reason=reason, residual=residual, prompt_attention=prompt,
+        )
+        if reason is not None:
+            return
