@@ -76,7 +76,8 @@ def read_prompt(lm: Any, text: str, *, chat: bool, lang: str = "en") -> PromptTo
 
 
 def _token(lm: Any, token_id: int) -> PromptToken:
-    tokenizer = lm.tokenizer
+    # (no model: a view drawn while its run streams may have been given none when the run had no token yet)
+    tokenizer = getattr(lm, "tokenizer", None)
     if tokenizer is None:  # a model without a tokenizer reads ids
         return PromptToken(token_id, str(token_id), "text")
     if token_id in set(getattr(tokenizer, "all_special_ids", ()) or ()):

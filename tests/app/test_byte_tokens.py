@@ -62,3 +62,10 @@ def test_byte_candidates_are_labelled_as_utf8_bytes(lm):
     byte_ticks = [tick for tick in ticks if "0xE2" in tick]
     assert byte_ticks == ["␣&lt;0xE2&gt;&lt;0x80&gt; #590 · UTF-8 bytes"]
     assert sum("UTF-8" in tick for tick in ticks) == sum(tokens_view.is_byte_token(lm, c.token_id) for c in candidates)
+
+
+def test_a_view_given_no_model_marks_no_byte_tokens():
+    """The candidates view drawn while its run streams can be given no model (the run had no token when the view's
+    context was made, and has some when it computes): its tokens are then no byte tokens, never an error."""
+    assert tokens_view.is_byte_token(None, 7) is False
+    assert tokens_view.byte_chars(None, [5, 6, 7], 1) == []

@@ -62,3 +62,14 @@ def test_plotly_s_toolbar_speaks_chinese_on_a_chinese_page(desktop, server):
     page.get_by_text("English", exact=True).click()
     page.wait_for_function("() => [...document.querySelectorAll('#funnel-plot .modebar-btn')]"
                            ".some((b) => b.getAttribute('data-title') === 'Download plot as a PNG')")
+
+
+def test_the_streams_prompt_label_follows_the_language_switch(page, server):
+    """The label before the prompt's tokens stayed "prompt" after a switch to 中文, until the next run."""
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=4)
+    assert page.inner_text("#token-stream .pg-part").strip().lower() == "prompt"
+    page.get_by_text("中文", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#token-stream .pg-part')?.innerText.trim() === '提示词'")
+    page.get_by_text("English", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#token-stream .pg-part')?.innerText.trim().toLowerCase()"
+                           " === 'prompt'")

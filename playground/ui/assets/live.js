@@ -457,7 +457,7 @@ function absorb(f) {
   const added = entries(f.path);
   const before = st.v;
   if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
-    st.v = Object.assign({}, f.head, { path: [] });
+    st.v = Object.assign({}, f.head, { path: [], lang: f.lang || st.lang });  // its words in the frame's language
     resetRun(Object.assign({}, f.head, f), f.run === st.run);
   }
   const v = st.v;
