@@ -195,13 +195,18 @@ def generated_text(page) -> str:
 
 
 def open_tab(page, name: str) -> None:
-    """Click a deep-view tab; on a phone the tabs that do not fit sit behind the "More tabs" menu."""
-    tab = page.get_by_role("tab", name=name)
-    if tab.count() and tab.first.is_visible():
+    """Click a deep view's tab by its label (English or 中文), opening its section first: the sections' row and each
+    section's tabs wrap, so a tab is at most two clicks away (one when its section is open)."""
+    from playground.app.words import STRINGS
+    from playground.ui.sections import SECTION_OF
+
+    tab = page.get_by_role("tab", name=name, exact=True)
+    if not (tab.count() and tab.first.is_visible()):
+        ids = {words: key[len("tab_"):] for key, both in STRINGS.items() if key.startswith("tab_") for words in both}
+        page.click(f"#section-{SECTION_OF[ids[name]]}-button")
+        tab.first.wait_for(state="visible")
+    if tab.first.get_attribute("aria-selected") != "true":
         tab.first.click()
-        return
-    page.click("#deep-views .overflow-menu button[aria-label='More tabs']")
-    page.locator("#deep-views .overflow-dropdown button", has_text=name).first.click()
 
 
 def shot(page, name: str, readme: bool = False, element: str | None = None) -> None:
