@@ -33,8 +33,8 @@ STEPS: tuple[Step, ...] = (
     Step("token", "#token-stream"),
     Step("temperature", "#mode"),
     Step("attention", "#attention-tab", tab="attention"),
-    Step("cache", "#cache-tab", tab="cache"),
-    Step("fork", "#lab-tab", tab="lab"),
+    Step("cache", "#rerun-btn", tab="cache"),
+    Step("fork", "#lab-ablate-head", tab="lab"),
 )
 
 GUIDE_JS = (ASSETS / "guide.js").read_text(encoding="utf-8")  # opens tabs with sections.js's `pgOpenTab`
