@@ -242,7 +242,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                 c["branches"] = gr.Textbox(value="", visible=False, elem_id="branches")
                 # The deep views in a few sections, each one click away; both rows wrap (no hidden tabs). The
                 # views' tab on screen reaches the server by #open-view's script, whatever opened it.
-                c["open_view"] = gr.HTML("", js_on_load=SECTIONS_JS, elem_id="open-view", apply_default_css=False)
+                c["open_view"] = gr.HTML("inspector", html_template="", js_on_load=SECTIONS_JS, elem_id="open-view",
+                                         apply_default_css=False)
                 with gr.Tabs(elem_id="deep-views", overflow_behavior="wrap") as tabs:
                     c["tabs"] = tabs
                     build_sections(c, named, lang, choices, texts, labels)

@@ -75,12 +75,10 @@ class Views:
             return {}
         return self.draw_open(session, values)
 
-    def tab_selected(self, evt: gr.EventData | None, values: Mapping[str, Any],
-                     request: gr.Request | None = None) -> dict[str, Any]:
-        """The views' tab on screen changed (a section or a tab opened; the page's script sends its id): it becomes
-        the open view."""
+    def tab_selected(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
+        """The views' tab on screen changed to `tab` (a section or a tab opened; the page's script says which): it
+        becomes the open view."""
         session = self.sessions.get(session_key(request))
-        tab = event_data(evt).get("tab")
         if tab not in views.TABS:
             return {}
         session.deep_tab = tab
@@ -123,8 +121,10 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     def select_step(values: dict, evt: gr.EventData, request: gr.Request) -> dict:
         return keyed(h.select_step(evt, named(values), request))
 
-    def tab_selected(values: dict, evt: gr.EventData, request: gr.Request) -> dict:
-        return keyed(h.tab_selected(evt, named(values), request))
+    def tab_selected(values: dict, request: gr.Request) -> dict:
+        values = dict(values)
+        tab = values.pop(page.open_view, None)
+        return keyed(h.tab_selected(str(tab or ""), named(values), request))
 
     def control(tab: str) -> Callable[..., dict]:
         def changed(values: dict, request: gr.Request) -> dict:
@@ -142,7 +142,7 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     for dep in follows:
         then_redraw(dep)
     page.live.select(select_step, inputs, outputs, **figures_kw)
-    page.open_view.select(tab_selected, inputs, outputs, **figures_kw)  # sent by the page when the tab changes
+    page.open_view.select(tab_selected, inputs | {page.open_view}, outputs, **figures_kw)  # the page's script: the tab
     page.lesson.input(pick, inputs | {page.lesson}, outputs, **figures_kw)
     for name, tab in TAB_OF.items():
         component = page.component(name)

@@ -453,7 +453,10 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
 
 
 def _open_lesson(page, label: str) -> str:
-    """Pick a lesson under the live screen; wait until its text and figures are drawn; its text."""
+    """Pick a lesson in its tab (Look inside › Lessons); wait until its text and figures are drawn; its text."""
+    if not page.locator("#lesson-pick").is_visible():
+        page.click("#section-inside-button")
+        page.click("#lessons-tab-button")
     before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")  # the tab draws on first open
     page.locator("#lesson-pick label", has_text=label).first.click()
     page.wait_for_function(

@@ -149,7 +149,7 @@ def test_the_lab_lesson_walks_through_an_ablation_and_a_steering(page, server):
     from tests.browser.test_browser import _open_lesson
 
     open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=8)
-    text = _open_lesson(page, "Causal lab: ablate and steer")
+    text = _open_lesson(page, "Why this token won: the lab worked through")
     assert "Tokyo" in text and "I'm delighted to know that!" in text and "parts sum to" in text
     page.wait_for_selector("#lesson-plot-1 .js-plotly-plot", state="visible")
     assert_fits(page)

@@ -1,7 +1,9 @@
-// js_on_load of the hidden #open-view (see playground/ui/sections.py): `element` and `trigger` come from Gradio.
+// js_on_load of the hidden #open-view (see playground/ui/sections.py): `props` and `trigger` come from Gradio.
 // The server draws only the open view, so whenever the view on screen changes — a section opened (Gradio mounts
-// its tabs then, and a section opens on the tab it showed last), a tab picked, the guided path — its tab id is
-// sent once: trigger('select', {tab}). Also window.pgOpenTab(section, tab) for the guided path.
+// its tabs then, and a section opens on the tab it showed last), a tab picked, the guided path — its tab id
+// becomes the component's value and a select event is sent. The id travels as the value, not as the event's
+// data: a redraw still running holds the next one back (Gradio's "always last"), which then reads the newest
+// value. Also window.pgOpenTab(section, tab) for the guided path.
 (() => {
   const root = () => document.getElementById('deep-views');
   const openSection = () => root() && root().querySelector(':scope > .tab-wrapper [role=tab][aria-selected=true]');
@@ -36,7 +38,7 @@
     const section = openSection();
     if (!section || !(section.getAttribute('aria-controls') || '').startsWith('section-')) return;
     waitFor(onScreen, 5000).then((tab) => {
-      if (tab && tab !== sent) { sent = tab; trigger('select', { tab }); }
+      if (tab && tab !== sent) { sent = tab; props.value = tab; trigger('select', { tab }); }
     });
   }
 
