@@ -357,8 +357,8 @@ def _lessons_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> Non
     with gr.Tab(t("tab_lessons", lang), id="lessons", elem_id="lessons-tab") as tab:
         c["tab_lessons"] = tab
         # the lessons, one at a time in this tab (each is one view of the run on screen)
-        named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
-                                 label=t("lessons_pick", lang)), "lessons_pick")
+        named("lesson", gr.Radio(lesson_choices(lang), value=LESSONS[0], elem_id="lesson-pick",
+                                 label=t("lessons_pick", lang)), "lessons_pick")  # a session starts on the first
         with gr.Row():
             named("lesson_kind", gr.Radio([(t("kind_self", lang), "self")], value="self", visible=False,
                                           label=t("attention_kind", lang), elem_id="lesson-kind"),

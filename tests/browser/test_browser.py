@@ -457,8 +457,18 @@ def _open_lesson(page, label: str) -> str:
     if not page.locator("#lesson-pick").is_visible():
         page.click("#section-inside-button")
         page.click("#lessons-tab-button")
-    before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")  # the tab draws on first open
-    page.locator("#lesson-pick label", has_text=label).first.click()
+    choice = page.locator("#lesson-pick label", has_text=label).first
+    if choice.locator("input").is_checked():  # the lesson the tab shows (the first, when it opens for the first time)
+        from playground.app.words import STRINGS
+
+        waiting = [words.split("{n}")[0] for words in STRINGS["view_pending"]]  # "Reading run {n}…", not drawn yet
+        page.wait_for_function(
+            "(waiting) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+            " return md && !waiting.some(w => md.startsWith(w)) && !document.querySelector('#lessons-tab .pending'); }",
+            arg=waiting)
+        return page.inner_text("#lesson-md")
+    before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")
+    choice.click()
     page.wait_for_function(
         "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
         " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
