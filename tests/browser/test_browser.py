@@ -454,24 +454,28 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
 
 def _open_lesson(page, label: str) -> str:
     """Pick a lesson in its tab (Look inside › Lessons); wait until its text and figures are drawn; its text."""
-    if not page.locator("#lesson-pick").is_visible():
-        page.click("#section-inside-button")
-        page.click("#lessons-tab-button")
-    choice = page.locator("#lesson-pick label", has_text=label).first
-    if choice.locator("input").is_checked():  # the lesson the tab shows (the first, when it opens for the first time)
-        from playground.app.words import STRINGS
+    from playground.app.words import STRINGS
 
-        waiting = [words.split("{n}")[0] for words in STRINGS["view_pending"]]  # "Reading run {n}…", not drawn yet
+    waiting = [words.split("{n}")[0] for words in STRINGS["view_pending"]]  # "Reading run {n}…": not drawn yet
+
+    def drawn() -> None:
         page.wait_for_function(
             "(waiting) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
             " return md && !waiting.some(w => md.startsWith(w)) && !document.querySelector('#lessons-tab .pending'); }",
             arg=waiting)
-        return page.inner_text("#lesson-md")
-    before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")
-    choice.click()
-    page.wait_for_function(
-        "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
-        " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
+
+    if not page.locator("#lesson-pick").is_visible():  # the tab draws the lesson it shows when it opens
+        page.click("#section-inside-button")
+        page.click("#lessons-tab-button")
+        drawn()
+    choice = page.locator("#lesson-pick label", has_text=label).first
+    if not choice.locator("input").is_checked():
+        before = page.inner_text("#lesson-md")
+        choice.click()
+        page.wait_for_function(
+            "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+            " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
+    drawn()
     return page.inner_text("#lesson-md")
 
 
