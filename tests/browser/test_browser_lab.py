@@ -109,6 +109,7 @@ def test_steering_from_a_contrast_pair_and_its_link(page, browser, server):
     set_slider(page, "lab-steer-layer", 2)
     set_slider(page, "lab-scale", 8)
     fork_and_watch(page, "#lab-steer-btn")
+    wait_text(page, "#lab-steer-md", "typically")  # the vector's words come with the redraw after the run
     steer_md = page.inner_text("#lab-steer-md")
     assert "norm" in steer_md and "typically" in steer_md
     assert "steer after block 2: 8 ×" in branch_rows(page)[1]
