@@ -224,6 +224,8 @@ BASE: tuple[Field, ...] = (
     # "Guess the next token": a game link opens the run's game room at this step (0: no game); its page does not
     # play the run (its players guess it), and no run's own link carries it
     Field("game", "whole", 0, 0, KNOBS["max_new_tokens"].offer[1], widget=False),
+    # projector mode: large type and the settings column hidden (the page's toggle; a copied link keeps it)
+    Field("projector", "flag", False),
 )
 
 

@@ -14,20 +14,21 @@ from playground.app.experiments.base import Action, Out, Row, Widget, Words
 from playground.app.words import t
 
 
-def build_tabs(page_parts: dict[str, Any], named: Callable[..., Any], lang: str,
-               choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
-    """Every experiment's tab (inside the deep views' Tabs), in order. `named(name, component, label, info)` keeps a
-    component and its words' keys; `choices` and `texts` collect what the language switch says again."""
-    for experiment in EXPERIMENTS:
-        with gr.Tab(t(f"tab_{experiment.tab}", lang), id=experiment.tab, elem_id=experiment.elem_id) as tab:
-            page_parts[f"tab_{experiment.tab}"] = tab
-            for part in experiment.layout:
-                if isinstance(part, Row):
-                    with gr.Row(elem_id=part.elem_id):
-                        for inner in part.parts:
-                            _build(inner, page_parts, named, lang, choices, texts)
-                else:
-                    _build(part, page_parts, named, lang, choices, texts)
+def build_tab(tab_id: str, page_parts: dict[str, Any], named: Callable[..., Any], lang: str,
+              choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
+    """The tab of the experiment whose tab id is `tab_id` (inside its section's Tabs). `named(name, component,
+    label, info)` keeps a component and its words' keys; `choices` and `texts` collect what the language switch
+    says again."""
+    experiment = next(e for e in EXPERIMENTS if e.tab == tab_id)
+    with gr.Tab(t(f"tab_{experiment.tab}", lang), id=experiment.tab, elem_id=experiment.elem_id) as tab:
+        page_parts[f"tab_{experiment.tab}"] = tab
+        for part in experiment.layout:
+            if isinstance(part, Row):
+                with gr.Row(elem_id=part.elem_id):
+                    for inner in part.parts:
+                        _build(inner, page_parts, named, lang, choices, texts)
+            else:
+                _build(part, page_parts, named, lang, choices, texts)
 
 
 def _build(part: Any, c: dict[str, Any], named: Callable[..., Any], lang: str,

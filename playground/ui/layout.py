@@ -21,7 +21,9 @@ from playground.app import lessons as lesson_registry
 from playground.app.settings import DTYPES, MODES, RANGES, WIDGETS, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
-from playground.ui.experiment_tabs import build_tabs
+from playground.ui.experiment_tabs import build_tab
+from playground.ui.guide import GUIDE_JS, guide_html
+from playground.ui.sections import SECTIONS, SECTIONS_JS
 from playground.ui.teacher_layout import build_prompt_tokens, build_sign_in, build_teacher_tab
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -135,6 +137,13 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
             c["header"] = gr.Markdown(header(lang), elem_id="header")
             named("lang", gr.Radio([(n, v) for n, v in LANGUAGES], value=lang, show_label=False, container=False,
                                    elem_id="lang", scale=0, min_width=160))
+            # the guided path's entry (its steps move the page: sections.js and guide.js)
+            texts["start_here"] = guide_html
+            c["start_here"] = gr.HTML(guide_html(lang), js_on_load=GUIDE_JS, elem_id="start-here",
+                                      apply_default_css=False)
+            # projector mode: large type, the settings column hidden (a link field: `projector=1`)
+            named("projector", gr.Checkbox(value=d.projector, elem_id="projector", label=t("projector", lang),
+                                           container=False, scale=0, min_width=150), "projector")
         build_sign_in(c, lang)  # on ZeroGPU: the GPU quota and the sign-in
         with gr.Row(elem_id="main", equal_height=False):
             with gr.Column(scale=1, min_width=330, elem_id="sidebar"):
@@ -231,114 +240,163 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                 c["figure_export"] = gr.HTML("", js_on_load=EXPORT_JS, elem_id="figure-export", apply_default_css=False)
                 # the branches that led to the run on screen (what its link replays)
                 c["branches"] = gr.Textbox(value="", visible=False, elem_id="branches")
-                named("lesson", gr.Radio(lesson_choices(lang), value=None, elem_id="lesson-pick",
-                                         label=t("lessons_pick", lang)), "lessons_pick")
-                with gr.Tabs(elem_id="deep-views") as tabs:
+                # The deep views in a few sections, each one click away; both rows wrap (no hidden tabs). The
+                # views' tab on screen reaches the server by #open-view's script, whatever opened it.
+                c["open_view"] = gr.HTML("inspector", html_template="", js_on_load=SECTIONS_JS, elem_id="open-view",
+                                         apply_default_css=False)
+                with gr.Tabs(elem_id="deep-views", overflow_behavior="wrap") as tabs:
                     c["tabs"] = tabs
-                    with gr.Tab(t("tab_inspector", lang), id="inspector", elem_id="inspector-tab") as tab:
-                        c["tab_inspector"] = tab
-                        c["inspector_intro"] = gr.Markdown(t("inspector_intro", lang), elem_id="inspector-intro")
-                        c["caption"] = gr.Markdown(t("nothing_yet", lang), elem_id="step-caption")
-                        c["funnel"] = gr.Plot(elem_id="funnel-plot", show_label=False)
-                        c["beam_tree"] = gr.Plot(elem_id="beam-tree", show_label=False, visible=False)
-                        c["beam_table"] = gr.Plot(elem_id="beam-table", show_label=False, visible=False)
-                    with gr.Tab(t("tab_attention", lang), id="attention", elem_id="attention-tab") as tab:
-                        c["tab_attention"] = tab
-                        c["attention_intro"] = gr.Markdown(t("attention_intro", lang), elem_id="attention-intro")
-                        with gr.Row():
-                            named("att_kind", gr.Radio([(t("kind_self", lang), "self")], value="self",
-                                                       label=t("attention_kind",
-                                                               lang), elem_id="att-kind"), "attention_kind")
-                            named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
-                                                       label=t("large_view", lang), elem_id="att-view"), "large_view")
-                            named("att_scale", gr.Radio(scale_choices(lang),
-                                                        value="linear", label=t("colour_scale", lang),
-                                                        elem_id="att-scale"), "colour_scale")
-                        with gr.Row():
-                            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
-                                                         elem_id="att-layer"),
-                                  "layer")
-                            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
-                                                        elem_id="att-head"),
-                                  "head")
-                            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang),
-                                                         elem_id="att-query"),
-                                  "query")
-                            named("att_sink", gr.Checkbox(value=False, label=t("hide_sink", lang), elem_id="att-sink"),
-                                  "hide_sink")
-                        c["att_note"] = gr.Markdown(t("nothing_yet", lang), elem_id="att-note")
-                        c["att_grid"] = gr.Plot(elem_id="att-grid", show_label=False)
-                        c["att_heat"] = gr.Plot(elem_id="att-heat", show_label=False)
-                        c["att_row"] = gr.Plot(elem_id="att-row", show_label=False)
-                        c["att_summary"] = gr.Plot(elem_id="att-summary", show_label=False)
-                    with gr.Tab(t("tab_cache", lang), id="cache", elem_id="cache-tab") as tab:
-                        c["tab_cache"] = tab
-                        c["kv"] = gr.Markdown(t("cache_intro", lang), elem_id="kv-stats")
-                        c["growth"] = gr.Plot(elem_id="cache-growth", show_label=False)
-                        named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
-                        c["compare_md"] = gr.Markdown("", elem_id="compare-md")
-                        c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
-                    with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
-                        c["tab_positional"] = tab
-                        c["pe_md"] = gr.Markdown("", elem_id="pe-md")
-                        with gr.Row():
-                            named("pe_length", gr.Slider(8, 2048, value=64, step=8, label=t("pe_length", lang),
-                                                         elem_id="pe-length"), "pe_length")
-                            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang),
-                                                       elem_id="pe-base"),
-                                  "pe_base")
-                            named("pe_pair", gr.Slider(0, 31, value=0, step=1, visible=False, label=t("pe_pair", lang),
-                                                       elem_id="pe-pair"), "pe_pair")
-                        c["pe1"] = gr.Plot(elem_id="pe-plot-1", show_label=False)
-                        c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
-                        c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
-                        c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
-                        c["pe5"] = gr.Plot(elem_id="pe-plot-5", show_label=False)
-                    with gr.Tab(t("tab_lessons", lang), id="lessons", elem_id="lessons-tab") as tab:
-                        c["tab_lessons"] = tab
-                        with gr.Row():
-                            named("lesson_kind", gr.Radio([(t("kind_self", lang), "self")], value="self", visible=False,
-                                                          label=t("attention_kind", lang), elem_id="lesson-kind"),
-                                  "attention_kind")
-                            named("lesson_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
-                                                            elem_id="lesson-layer"), "layer")
-                            named("lesson_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
-                                                           elem_id="lesson-head"), "head")
-                        with gr.Row(visible=False) as memory_row:
-                            c["memory_row"] = memory_row
-                            named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
-                                                               elem_id="lesson-preset", scale=3, min_width=360),
-                                  "lesson_preset")
-                            named("lesson_attention", gr.Radio(what_if_choices("attention", lang), value="",
-                                                               label=t("lesson_attention", lang), min_width=180,
-                                                               elem_id="lesson-attention"), "lesson_attention")
-                            named("lesson_dtype", gr.Radio(what_if_choices("dtype", lang), value="",
-                                                           label=t("lesson_dtype", lang), min_width=180,
-                                                           elem_id="lesson-dtype"), "lesson_dtype")
-                            named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
-                                                            elem_id="lesson-batch", min_width=240), "lesson_batch")
-                            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens",
-                                                                                                   lang),
-                                                             elem_id="lesson-tokens", min_width=240), "lesson_tokens")
-                        with gr.Row():
-                            named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
-                                                          elem_id="time-cache-btn"), "lesson_time_cache")
-                            named("measure_sdpa", gr.Button(t("lesson_measure", lang), visible=False,
-                                                            elem_id="measure-sdpa-btn"), "lesson_measure")
-                        c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
-                        c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
-                        c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
-                    build_tabs(c, named, lang, choices, texts)
-                    with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
-                        c["tab_card"] = tab
-                        c["card"] = gr.HTML("", elem_id="model-card")
-                    build_teacher_tab(c, named, lang)
+                    build_sections(c, named, lang, choices, texts, labels)
     for name, key in (("decoding_acc", "decoding"), ("live_acc", "live_view"), ("load_acc", "load_own")):
         labels[name] = (key, None)
     for name in c:
         if name.startswith("tab_"):  # every tab's words: tab_<its id>
             labels[name] = (name, None)
     return Page(demo=demo, settings=s, c=c, labels=labels, choices=choices, texts=texts)
+
+
+def build_sections(c: dict[str, Any], named: Callable[..., Any], lang: str,
+                   choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]],
+                   labels: dict[str, tuple[str, str | None]]) -> None:
+    """The deep views' sections (inside the outer Tabs `#deep-views`): each a tab with a one-line hint and its views
+    as tabs of its own (`#<section>-tabs`); Class tools is one page. Component names: `section_<name>`,
+    `section_<name>_hint`, `tabs_<name>`."""
+    own = {"inspector": _inspector_tab, "attention": _attention_tab, "cache": _cache_tab,
+           "positional": _positional_tab, "lessons": _lessons_tab, "card": _card_tab}
+    for section in SECTIONS:
+        if not section.tabs:  # Class tools: the teacher tab is the section
+            build_teacher_tab(c, named, lang)
+            continue
+        name = section.name
+        with gr.Tab(t(f"section_{name}", lang), id=name, elem_id=section.elem_id) as tab:
+            c[f"section_{name}"] = tab
+            labels[f"section_{name}"] = (f"section_{name}", None)
+            texts[f"section_{name}_hint"] = lambda code, key=f"section_{name}_hint": t(key, code)
+            c[f"section_{name}_hint"] = gr.Markdown(t(f"section_{name}_hint", lang), elem_classes=["pg-section-hint"])
+            with gr.Tabs(elem_id=f"{name}-tabs", overflow_behavior="wrap", elem_classes=["pg-section-tabs"]) as inner:
+                c[f"tabs_{name}"] = inner
+                for tab_id in section.tabs:
+                    if tab_id in own:
+                        own[tab_id](c, named, lang)
+                    else:
+                        build_tab(tab_id, c, named, lang, choices, texts)
+
+
+def _inspector_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_inspector", lang), id="inspector", elem_id="inspector-tab") as tab:
+        c["tab_inspector"] = tab
+        c["inspector_intro"] = gr.Markdown(t("inspector_intro", lang), elem_id="inspector-intro")
+        c["caption"] = gr.Markdown(t("nothing_yet", lang), elem_id="step-caption")
+        c["funnel"] = gr.Plot(elem_id="funnel-plot", show_label=False)
+        c["beam_tree"] = gr.Plot(elem_id="beam-tree", show_label=False, visible=False)
+        c["beam_table"] = gr.Plot(elem_id="beam-table", show_label=False, visible=False)
+
+
+def _attention_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_attention", lang), id="attention", elem_id="attention-tab") as tab:
+        c["tab_attention"] = tab
+        c["attention_intro"] = gr.Markdown(t("attention_intro", lang), elem_id="attention-intro")
+        with gr.Row():
+            named("att_kind", gr.Radio([(t("kind_self", lang), "self")], value="self",
+                                       label=t("attention_kind",
+                                               lang), elem_id="att-kind"), "attention_kind")
+            named("att_view", gr.Radio(view_choices(lang, grouped=True), value="head",
+                                       label=t("large_view", lang), elem_id="att-view"), "large_view")
+            named("att_scale", gr.Radio(scale_choices(lang),
+                                        value="linear", label=t("colour_scale", lang),
+                                        elem_id="att-scale"), "colour_scale")
+        with gr.Row():
+            named("att_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
+                                         elem_id="att-layer"),
+                  "layer")
+            named("att_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
+                                        elem_id="att-head"),
+                  "head")
+            named("att_query", gr.Slider(0, 1, value=0, step=1, label=t("query", lang),
+                                         elem_id="att-query"),
+                  "query")
+            named("att_sink", gr.Checkbox(value=False, label=t("hide_sink", lang), elem_id="att-sink"),
+                  "hide_sink")
+        c["att_note"] = gr.Markdown(t("nothing_yet", lang), elem_id="att-note")
+        c["att_grid"] = gr.Plot(elem_id="att-grid", show_label=False)
+        c["att_heat"] = gr.Plot(elem_id="att-heat", show_label=False)
+        c["att_row"] = gr.Plot(elem_id="att-row", show_label=False)
+        c["att_summary"] = gr.Plot(elem_id="att-summary", show_label=False)
+
+
+def _cache_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_cache", lang), id="cache", elem_id="cache-tab") as tab:
+        c["tab_cache"] = tab
+        c["kv"] = gr.Markdown(t("cache_intro", lang), elem_id="kv-stats")
+        c["growth"] = gr.Plot(elem_id="cache-growth", show_label=False)
+        named("rerun", gr.Button(t("rerun", lang), elem_id="rerun-btn"), "rerun")
+        c["compare_md"] = gr.Markdown("", elem_id="compare-md")
+        c["compare"] = gr.Plot(elem_id="compare-plot", show_label=False)
+
+
+def _positional_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_positional", lang), id="positional", elem_id="pe-tab") as tab:
+        c["tab_positional"] = tab
+        c["pe_md"] = gr.Markdown("", elem_id="pe-md")
+        with gr.Row():
+            named("pe_length", gr.Slider(8, 2048, value=64, step=8, label=t("pe_length", lang),
+                                         elem_id="pe-length"), "pe_length")
+            named("pe_base", gr.Number(value=1000, minimum=2, label=t("pe_base", lang),
+                                       elem_id="pe-base"),
+                  "pe_base")
+            named("pe_pair", gr.Slider(0, 31, value=0, step=1, visible=False, label=t("pe_pair", lang),
+                                       elem_id="pe-pair"), "pe_pair")
+        c["pe1"] = gr.Plot(elem_id="pe-plot-1", show_label=False)
+        c["pe2"] = gr.Plot(elem_id="pe-plot-2", show_label=False)
+        c["pe3"] = gr.Plot(elem_id="pe-plot-3", show_label=False)
+        c["pe4"] = gr.Plot(elem_id="pe-plot-4", show_label=False)
+        c["pe5"] = gr.Plot(elem_id="pe-plot-5", show_label=False)
+
+
+def _lessons_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_lessons", lang), id="lessons", elem_id="lessons-tab") as tab:
+        c["tab_lessons"] = tab
+        # the lessons, one at a time in this tab (each is one view of the run on screen)
+        named("lesson", gr.Radio(lesson_choices(lang), value=LESSONS[0], elem_id="lesson-pick",
+                                 label=t("lessons_pick", lang)), "lessons_pick")  # a session starts on the first
+        with gr.Row():
+            named("lesson_kind", gr.Radio([(t("kind_self", lang), "self")], value="self", visible=False,
+                                          label=t("attention_kind", lang), elem_id="lesson-kind"),
+                  "attention_kind")
+            named("lesson_layer", gr.Slider(0, 1, value=0, step=1, label=t("layer", lang),
+                                            elem_id="lesson-layer"), "layer")
+            named("lesson_head", gr.Slider(0, 1, value=0, step=1, label=t("head", lang),
+                                           elem_id="lesson-head"), "head")
+        with gr.Row(visible=False) as memory_row:
+            c["memory_row"] = memory_row
+            named("lesson_preset", gr.Dropdown(choices=[], value=None, label=t("lesson_preset", lang),
+                                               elem_id="lesson-preset", scale=3, min_width=360),
+                  "lesson_preset")
+            named("lesson_attention", gr.Radio(what_if_choices("attention", lang), value="",
+                                               label=t("lesson_attention", lang), min_width=180,
+                                               elem_id="lesson-attention"), "lesson_attention")
+            named("lesson_dtype", gr.Radio(what_if_choices("dtype", lang), value="",
+                                           label=t("lesson_dtype", lang), min_width=180,
+                                           elem_id="lesson-dtype"), "lesson_dtype")
+            named("lesson_batch", gr.Slider(1, 64, value=1, step=1, label=t("lesson_batch", lang),
+                                            elem_id="lesson-batch", min_width=240), "lesson_batch")
+            named("lesson_tokens", gr.Slider(0, 131072, value=0, step=256, label=t("lesson_tokens",
+                                                                                   lang),
+                                             elem_id="lesson-tokens", min_width=240), "lesson_tokens")
+        with gr.Row():
+            named("time_cache", gr.Button(t("lesson_time_cache", lang), visible=False,
+                                          elem_id="time-cache-btn"), "lesson_time_cache")
+            named("measure_sdpa", gr.Button(t("lesson_measure", lang), visible=False,
+                                            elem_id="measure-sdpa-btn"), "lesson_measure")
+        c["lesson_md"] = gr.Markdown(t("lesson_needs_run", lang), elem_id="lesson-md")
+        c["lesson_plot1"] = gr.Plot(elem_id="lesson-plot-1", show_label=False)
+        c["lesson_plot2"] = gr.Plot(elem_id="lesson-plot-2", show_label=False)
+
+
+def _card_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    with gr.Tab(t("tab_card", lang), id="card", elem_id="card-tab") as tab:
+        c["tab_card"] = tab
+        c["card"] = gr.HTML("", elem_id="model-card")
 
 
 def _plain(fn: Callable) -> Callable:

@@ -17,7 +17,6 @@ from playground.app import describe, serving, views
 from playground.app.fields import CONTROLS
 from playground.app.session import Session, Sessions
 from playground.app.views import Selection, Slot
-from playground.app.words import t
 from playground.ui.experiment_tabs import view_controls
 from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
@@ -93,14 +92,13 @@ class Views:
             return {}
         return self.draw_open(session, values)
 
-    def tab_selected(self, evt: gr.SelectData, values: Mapping[str, Any],
-                     request: gr.Request | None = None) -> dict[str, Any]:
-        """A deep-views tab was opened: it becomes the open view."""
+    def tab_selected(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
+        """The views' tab on screen changed to `tab` (a section or a tab opened; the page's script says which): it
+        becomes the open view."""
         session = self.sessions.get(session_key(request))
-        tab = evt.value if isinstance(evt.value, str) else None
-        ids = dict(zip((t(f"tab_{k}", lang) for lang in ("en", "zh") for k in views.TABS), views.TABS * 2))
-        index = evt.index if isinstance(evt.index, int) and evt.index < len(views.TABS) else None
-        session.deep_tab = ids.get(tab, views.TABS[index] if index is not None else session.deep_tab)
+        if tab not in views.TABS:
+            return {}
+        session.deep_tab = tab
         return self.draw_open(session, values)
 
     def control(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
@@ -111,16 +109,17 @@ class Views:
         return self.draw_open(session, values, query=tab == "attention")
 
     def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
-        """A lesson was picked above the deep views: the Lessons tab opens on it."""
+        """A lesson was picked in the Lessons tab: it becomes the open view."""
         session = self.sessions.get(session_key(request))
         session.lesson = lesson if lesson in views.LESSON_VIEWS else next(iter(views.LESSON_VIEWS))
         session.deep_tab = "lessons"
-        return {"tabs": gr.update(selected="lessons"), **self.draw_open(session, values)}
+        return self.draw_open(session, values)
 
 
 def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, Any]) -> Callable[[Any], Any]:
     """Bind the redraws: after each event of `follows` (runs ending, the language, a model load) the open view
-    redraws; so it does on a step selected, a tab opened, a lesson picked and each view's own controls.
+    redraws; so it does on a step selected, a views' tab opened (in any section), a lesson picked and each view's
+    own controls.
     Returns `then_redraw(dependency)` for events bound later."""
     controls = {page.component(n): n for n in TAB_OF}
     outputs = [page.component(n) for n in SLOTS]
@@ -139,8 +138,10 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     def select_step(values: dict, evt: gr.EventData, request: gr.Request) -> dict:
         return keyed(h.select_step(evt, named(values), request))
 
-    def tab_selected(values: dict, evt: gr.SelectData, request: gr.Request) -> dict:
-        return keyed(h.tab_selected(evt, named(values), request))
+    def tab_selected(values: dict, request: gr.Request) -> dict:
+        values = dict(values)
+        tab = values.pop(page.open_view, None)
+        return keyed(h.tab_selected(str(tab or ""), named(values), request))
 
     def control(tab: str) -> Callable[..., dict]:
         def changed(values: dict, request: gr.Request) -> dict:
@@ -158,8 +159,8 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     for dep in follows:
         then_redraw(dep)
     page.live.select(select_step, inputs, outputs, **figures_kw)
-    page.tabs.select(tab_selected, inputs, outputs, **figures_kw)
-    page.lesson.input(pick, inputs | {page.lesson}, [page.tabs, *outputs], **figures_kw)
+    page.open_view.select(tab_selected, inputs | {page.open_view}, outputs, **figures_kw)  # the page's script: the tab
+    page.lesson.input(pick, inputs | {page.lesson}, outputs, **figures_kw)
     for name, tab in TAB_OF.items():
         component = page.component(name)
         (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **figures_kw)

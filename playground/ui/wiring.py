@@ -13,6 +13,7 @@ from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
+from playground.ui.projector import wire_projector
 from playground.ui.runs import ABSOLUTE_LINK_JS
 from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
@@ -70,6 +71,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     loaded.then(switch_language, lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
+    wire_projector(page)  # large type, the settings column hidden (a click or a link)
     redraws.append(s["model"].input(keyed(h.models.load), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
     redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs,
                                     **load_kw))

@@ -195,13 +195,18 @@ def generated_text(page) -> str:
 
 
 def open_tab(page, name: str) -> None:
-    """Click a deep-view tab; on a phone the tabs that do not fit sit behind the "More tabs" menu."""
-    tab = page.get_by_role("tab", name=name)
-    if tab.count() and tab.first.is_visible():
+    """Click a deep view's tab by its label (English or 中文), opening its section first: the sections' row and each
+    section's tabs wrap, so a tab is at most two clicks away (one when its section is open)."""
+    from playground.app.words import STRINGS
+    from playground.ui.sections import SECTION_OF
+
+    tab = page.get_by_role("tab", name=name, exact=True)
+    if not (tab.count() and tab.first.is_visible()):
+        ids = {words: key[len("tab_"):] for key, both in STRINGS.items() if key.startswith("tab_") for words in both}
+        page.click(f"#section-{SECTION_OF[ids[name]]}-button")
+        tab.first.wait_for(state="visible")
+    if tab.first.get_attribute("aria-selected") != "true":
         tab.first.click()
-        return
-    page.click("#deep-views .overflow-menu button[aria-label='More tabs']")
-    page.locator("#deep-views .overflow-dropdown button", has_text=name).first.click()
 
 
 def shot(page, name: str, readme: bool = False, element: str | None = None) -> None:
@@ -448,12 +453,29 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
 
 
 def _open_lesson(page, label: str) -> str:
-    """Pick a lesson under the live screen; wait until its text and figures are drawn; its text."""
-    before = page.evaluate("() => document.querySelector('#lesson-md')?.innerText ?? ''")  # the tab draws on first open
-    page.locator("#lesson-pick label", has_text=label).first.click()
-    page.wait_for_function(
-        "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
-        " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
+    """Pick a lesson in its tab (Look inside › Lessons); wait until its text and figures are drawn; its text."""
+    from playground.app.words import STRINGS
+
+    waiting = [words.split("{n}")[0] for words in STRINGS["view_pending"]]  # "Reading run {n}…": not drawn yet
+
+    def drawn() -> None:
+        page.wait_for_function(
+            "(waiting) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+            " return md && !waiting.some(w => md.startsWith(w)) && !document.querySelector('#lessons-tab .pending'); }",
+            arg=waiting)
+
+    if not page.locator("#lesson-pick").is_visible():  # the tab draws the lesson it shows when it opens
+        page.click("#section-inside-button")
+        page.click("#lessons-tab-button")
+        drawn()
+    choice = page.locator("#lesson-pick label", has_text=label).first
+    if not choice.locator("input").is_checked():
+        before = page.inner_text("#lesson-md")
+        choice.click()
+        page.wait_for_function(
+            "(before) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+            " return md && md !== before && !document.querySelector('#lessons-tab .pending'); }", arg=before)
+    drawn()
     return page.inner_text("#lesson-md")
 
 

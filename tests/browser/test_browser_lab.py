@@ -109,6 +109,7 @@ def test_steering_from_a_contrast_pair_and_its_link(page, browser, server):
     set_slider(page, "lab-steer-layer", 2)
     set_slider(page, "lab-scale", 8)
     fork_and_watch(page, "#lab-steer-btn")
+    wait_text(page, "#lab-steer-md", "typically")  # the vector's words come with the redraw after the run
     steer_md = page.inner_text("#lab-steer-md")
     assert "norm" in steer_md and "typically" in steer_md
     assert "steer after block 2: 8 ×" in branch_rows(page)[1]
@@ -149,7 +150,7 @@ def test_the_lab_lesson_walks_through_an_ablation_and_a_steering(page, server):
     from tests.browser.test_browser import _open_lesson
 
     open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=8)
-    text = _open_lesson(page, "Causal lab: ablate and steer")
+    text = _open_lesson(page, "Why this token won: the lab worked through")
     assert "Tokyo" in text and "I'm delighted to know that!" in text and "parts sum to" in text
     page.wait_for_selector("#lesson-plot-1 .js-plotly-plot", state="visible")
     assert_fits(page)

@@ -803,7 +803,7 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
     assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {
         o._id for o in redraw.outputs}
     selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
-    tabs = [f for f in fns if (page.tabs._id, "select") in list(f.targets)]
+    tabs = [f for f in fns if (page.open_view._id, "select") in list(f.targets)]  # the views' tab on screen changed
     assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
     from playground.ui import experiments, lessons, panels
 
