@@ -27,7 +27,7 @@ from playground.models.layers import TiedHead
 from playground.models.quantize import INT4_GROUP, int4_groupwise, int8_per_channel
 
 INT4_TILE = 16  # the int4 kernel packs output channels in tiles of 16
-FASTER_ON_CPU: tuple[str, ...] = ()  # where the real products are also faster (the default choice): see the README
+FASTER_ON_CPU: tuple[str, ...] = ()  # where the real products are also faster (the default choice): see docs/speed.md
 
 
 def available(precision: str, device: torch.device) -> bool:

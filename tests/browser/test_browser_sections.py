@@ -5,6 +5,7 @@ a copied link and by `projector=1`."""
 
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qsl, urlparse
 
 import pytest
@@ -83,7 +84,7 @@ def test_every_section_is_one_click_away_with_all_its_tabs(page, server, lang):
         assert boxes(page, row) == before, "the sections' row moved when one was picked"
         assert_fits(page)
         if section.name in ("watch", "experiment"):
-            shot(page, f"section-{section.name}-{lang}", element="#deep-views")
+            shot(page, f"section-{section.name}-{lang}", element="#deep-views", readme=lang == "en")
     # a tab inside a section: its view is drawn, and the section shows it again after a visit elsewhere
     page.click("#section-watch-button")
     page.click("#attention-tab-button")
@@ -99,6 +100,9 @@ def in_sight(pg, name: str) -> None:
     """A screenshot of the window as it is now (the guide's card sits over the page, where the visitor sees it)."""
     base.ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(base.ARTIFACTS / f"{name}-{pg.size_name}.png"))
+    if os.environ.get("PLAYGROUND_UPDATE_SCREENSHOTS") == "1":  # the README shows the guide as a visitor sees it
+        base.README_SHOTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(base.README_SHOTS / f"{name}-{pg.size_name}.png"))
 
 
 def guide_step(pg) -> str:
@@ -191,7 +195,7 @@ def test_projector_mode_by_its_toggle_and_by_a_link(page, server, browser, lang)
     page.click("#projector input")
     page.wait_for_function("() => document.body.classList.contains('pg-projector')")
     check_projected(page)
-    shot(page, f"projector-{lang}")
+    shot(page, f"projector-{lang}", readme=True)
     page.click("#projector input")  # off again: the settings are back
     page.wait_for_function("() => !document.body.classList.contains('pg-projector')")
     assert page.locator("#decoding").is_visible() and page.locator("#model-select").is_visible()
