@@ -564,7 +564,7 @@ def test_kv_cache_tab_compares_with_and_without_cache(page, server):
     open_tab(page, "KV cache")
     page.wait_for_selector("#cache-growth .js-plotly-plot")
     page.click("#rerun-btn")
-    wait_text(page, "#compare-md", "Both runs")
+    wait_text(page, "#compare-md", "interleaved")
     assert_fits(page)
     shot(page, "kv-cache", readme=True)
 

@@ -84,7 +84,8 @@ def test_every_section_is_one_click_away_with_all_its_tabs(page, server, lang):
         assert boxes(page, row) == before, "the sections' row moved when one was picked"
         assert_fits(page)
         if section.name in ("watch", "experiment"):
-            shot(page, f"section-{section.name}-{lang}", element="#deep-views", readme=lang == "en")
+            shot(page, f"section-{section.name}-{lang}", element="#deep-views",
+                 readme=lang == "en" and section.name == "experiment")
     # a tab inside a section: its view is drawn, and the section shows it again after a visit elsewhere
     page.click("#section-watch-button")
     page.click("#attention-tab-button")
@@ -96,11 +97,11 @@ def test_every_section_is_one_click_away_with_all_its_tabs(page, server, lang):
     page.wait_for_selector("#att-grid .js-plotly-plot", state="visible")
 
 
-def in_sight(pg, name: str) -> None:
+def in_sight(pg, name: str, readme: bool = False) -> None:
     """A screenshot of the window as it is now (the guide's card sits over the page, where the visitor sees it)."""
     base.ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(base.ARTIFACTS / f"{name}-{pg.size_name}.png"))
-    if os.environ.get("PLAYGROUND_UPDATE_SCREENSHOTS") == "1":  # the README shows the guide as a visitor sees it
+    if readme and os.environ.get("PLAYGROUND_UPDATE_SCREENSHOTS") == "1":  # the README shows it as a visitor sees it
         base.README_SHOTS.mkdir(exist_ok=True)
         pg.screenshot(path=str(base.README_SHOTS / f"{name}-{pg.size_name}.png"))
 
@@ -149,7 +150,7 @@ def test_the_guided_path_from_start_to_end(page, server, lang):
             page.wait_for_selector("#token-stream [data-step='2'].selected")
         elif step.name == "attention":
             page.wait_for_selector("#att-grid .js-plotly-plot", state="visible")
-            in_sight(page, f"guide-attention-{lang}")
+            in_sight(page, f"guide-attention-{lang}", readme=lang == "en")
         elif step.name == "cache":
             page.wait_for_selector("#cache-growth .js-plotly-plot", state="visible")
         box = card.bounding_box()  # the card sits inside the window, over the page
@@ -195,7 +196,7 @@ def test_projector_mode_by_its_toggle_and_by_a_link(page, server, browser, lang)
     page.click("#projector input")
     page.wait_for_function("() => document.body.classList.contains('pg-projector')")
     check_projected(page)
-    shot(page, f"projector-{lang}", readme=True)
+    shot(page, f"projector-{lang}", readme=lang == "en")
     page.click("#projector input")  # off again: the settings are back
     page.wait_for_function("() => !document.body.classList.contains('pg-projector')")
     assert page.locator("#decoding").is_visible() and page.locator("#model-select").is_visible()
