@@ -73,3 +73,17 @@ def test_the_streams_prompt_label_follows_the_language_switch(page, server):
     page.get_by_text("English", exact=True).click()
     page.wait_for_function("() => document.querySelector('#token-stream .pg-part')?.innerText.trim().toLowerCase()"
                            " === 'prompt'")
+
+
+def test_on_a_phone_generate_brings_the_token_stream_into_view(browser, server):
+    """On a phone the settings sit above the live screen: after Generate the tokens streamed below the fold."""
+    phone = base.new_page(browser, base.PHONE)
+    try:
+        open_app(phone, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=24)
+        phone.evaluate("() => window.scrollTo(0, 0)")
+        base.generate_and_wait(phone)
+        top = phone.evaluate("() => document.querySelector('#token-stream').getBoundingClientRect().top")
+        assert 0 <= top < phone.viewport_size["height"] * 0.6, top
+        assert not phone.js_errors, phone.js_errors
+    finally:
+        phone.context.close()

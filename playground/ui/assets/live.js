@@ -457,8 +457,10 @@ function absorb(f) {
   const added = entries(f.path);
   const before = st.v;
   if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
+    const fresh = f.run !== st.run;
     st.v = Object.assign({}, f.head, { path: [], lang: f.lang || st.lang });  // its words in the frame's language
-    resetRun(Object.assign({}, f.head, f), f.run === st.run);
+    resetRun(Object.assign({}, f.head, f), !fresh);
+    if (fresh && st.reveal) requestAnimationFrame(reveal);
   }
   const v = st.v;
   for (const k in f) if (!["head", "path", "from", "att"].includes(k)) v[k] = f[k];
@@ -592,6 +594,25 @@ window.__pgStopListener = (e) => {
   server.stop_at([st.v.run, st.v.path.length]).catch(() => {});
 };
 document.addEventListener("click", window.__pgStopListener, true);
+
+// Generate pressed on a phone: the settings sit above the live screen, so the new run's tokens would stream below
+// the fold; the run's first frame brings the token stream into view (only after that button, never a replay).
+if (window.__pgGenerateListener) document.removeEventListener("click", window.__pgGenerateListener, true);
+window.__pgGenerateListener = (e) => {
+  if (e.target.closest && e.target.closest("#generate-btn")) st.reveal = true;
+};
+document.addEventListener("click", window.__pgGenerateListener, true);
+
+function reveal() {
+  st.reveal = false;
+  const stream = $("#token-stream");
+  if (!stream || window.innerWidth > 700) return;
+  const box = stream.getBoundingClientRect();
+  if (box.top < 0 || box.top > window.innerHeight * 0.6) {
+    const status = $(".pg-head") || stream;
+    status.scrollIntoView({ block: "start" });
+  }
+}
 
 watch("value", render);
 render();
