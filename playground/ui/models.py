@@ -295,16 +295,20 @@ class Models:
     def _loaded(self, lm: LoadedModel, name: str, dtype: str, session, lang: str, dropdown, owner: str | None, *,
                 verb: str | None = None, swap_prompt: bool = True, set_chat: bool = True) -> dict[str, Any]:
         changed = session.model != name
-        if changed or session.dtype != dtype:  # the previous model's run would stream on under the new status
+        current = session.current
+        # Generate pressed while this model loaded: that run is already the new model's, and stays
+        started = current is not None and (current.settings.model, current.settings.dtype) == (name, dtype)
+        if (changed or session.dtype != dtype) and not started:  # the previous model's run would stream on
             session.stop_all()
-        if changed:  # nothing of the previous model's runs stays on screen (they stay in the history)
+        if changed and not started:  # nothing of the previous model's runs stays on screen (they stay in the history)
             session.leave()
         session.model, session.dtype = name, dtype
         kind = lm.kind
         chat_ok = lm.chat_template_available
         status = loaded_status(lm, verb or t("loaded_verb", lang), name, dtype, lang)
         prompt = gr.update(label=t("source" if kind == "seq2seq" else "prompt", lang),
-                           **({"value": self.example(name, lm, owner)} if swap_prompt and changed else {}))
+                           **({"value": self.example(name, lm, owner)} if swap_prompt and changed and not started
+                              else {}))
         chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
         if not chat_ok:
             chat = gr.update(visible=False, value=False)
@@ -319,8 +323,8 @@ class Models:
                "target_lang": target, "att_kind": att_kind, "att_view": att_view, "card": card_html(lm, name, lang)}
         if dropdown is not None:
             out["model"] = dropdown
-        if changed:  # the previous model's run leaves the live screen
-            out["live"] = empty_live_value(lang)
+        if changed and not started:  # the previous model's run leaves the live screen
+            out["live"] = {**empty_live_value(lang), "left_for": name}
         return out
 
     def _failed(self, what: str, exc: Exception, session, lang: str, owner: str | None) -> dict[str, Any]:

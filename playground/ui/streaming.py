@@ -169,6 +169,12 @@ class Streaming:
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
         return self._value(session, run, self.models.meta(lm, run.settings.model))
 
+    def relabelled_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
+        """The live screen after a language switch: `current_value`, marked as a relabelling. Computed as the switch
+        arrives, it may reach the page after a run that started meanwhile (a Generate pressed at once): the page
+        applies it only to the run it was computed for, and asks a finished run on screen for its words again."""
+        return {**self.current_value(lang, request), "relabel": True}
+
     def live_state(self, args: list[Any]) -> dict[str, Any]:
         """[run token] -> the run's whole value as it stands now: for a page that missed one of its frames (the
         frames after it start where the page's copy no longer ends). {"run": None} for an unknown run."""

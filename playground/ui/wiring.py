@@ -86,7 +86,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     # English / 中文: every label, the live screen, the model's texts.
     switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
-    switched.then(h.stream.current_value, lang, p.live, queue=False)
+    switched.then(h.stream.relabelled_value, lang, p.live, queue=False)
     redraws.append(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
                                  queue=False))
 

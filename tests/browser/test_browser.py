@@ -172,8 +172,15 @@ def settled_text(page, selector: str) -> str:
 
 
 def wait_state(page, *states: str) -> str:
-    page.wait_for_function("(states) => states.includes(document.querySelector('#gen-status')?.dataset.state)",
-                           arg=list(states))
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function("(states) => states.includes(document.querySelector('#gen-status')?.dataset.state)",
+                               arg=list(states))
+    except PlaywrightTimeout:  # say what the page showed instead (a CI log is all there is to read)
+        shown = page.evaluate("() => { const s = document.querySelector('#gen-status');"
+                              " return [s?.dataset.state, s?.innerText, document.querySelector('#notes')?.innerText]; }")
+        raise AssertionError(f"the status never became {states}: state, status and notes were {shown}") from None
     return page.inner_text("#gen-status")
 
 

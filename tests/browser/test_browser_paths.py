@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from urllib.parse import parse_qsl, urlparse
 
 import pytest
@@ -27,7 +28,7 @@ from tests.browser.test_browser import (
 pytestmark = pytest.mark.browser
 # The same fixtures as tests/browser/test_browser.py: a server with the shipped, tiny random and chat models;
 # Chromium; a page at 1440×900 and one at 400×850.
-server, browser, page = base.server, base.browser, base.page
+server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
 
 
 def failed_requests(page) -> list[str]:
@@ -115,6 +116,36 @@ def test_after_a_model_switch_an_earlier_tokens_attention_is_shown(page, server)
     page.wait_for_selector("#att-heat .js-plotly-plot")
     assert not bad, bad
     shot(page, "switch-then-attention")
+
+
+def test_a_run_started_during_a_language_switch_stays_on_screen(desktop, server):
+    """The switch's copy of the screen (computed before the run) reaches the page after the run has ended: the run
+    stays, in the new language. Held back here by the test; on a busy server it is the network's doing."""
+    open_app(desktop, server, model=decoder_name())
+    held = []
+
+    def hold_the_relabelled_screen(route):
+        response = route.fetch()
+        if not held and b'"relabel"' in response.body():
+            held.append((route, response))
+        else:
+            route.fulfill(response=response)
+
+    desktop.route("**/gradio_api/**", hold_the_relabelled_screen)
+    desktop.click("#lang label:has-text('中文')")
+    desktop.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+    deadline = time.monotonic() + 60
+    while not held and time.monotonic() < deadline:
+        desktop.wait_for_timeout(50)
+    assert held, "the language switch sent no copy of the live screen"
+    desktop.fill("#prompt textarea", "The Python interpreter")
+    assert generate_and_wait(desktop).startswith("完成")
+    shown = tokens(desktop)
+    for route, response in held:
+        route.fulfill(response=response)
+    desktop.wait_for_timeout(1500)  # the held copy arrives; the page keeps the run (and asks it for its words)
+    assert desktop.locator("#gen-status").get_attribute("data-state") == "done"
+    assert tokens(desktop) == shown and desktop.inner_text("#gen-status").startswith("完成")
 
 
 def test_two_unseeded_samples_differ_and_a_typed_seed_pins_them(page, server):

@@ -324,6 +324,24 @@ def test_a_model_switch_stops_the_tabs_running_generation(h):
     assert list(slow)[-1][0]["status"]["state"] == "stopped"
 
 
+def test_generate_pressed_while_the_new_model_loads_keeps_its_run(h):
+    """The dropdown moved to tiny-seq2seq and Generate was pressed before that load answered: the run is already the
+    new model's. The load's answer neither stops it, nor empties the screen, nor swaps the visitor's prompt."""
+    h.models.load("tiny-lm", "float32", "en", request("eager"))
+    eager = h.stream.generate(request("eager"), 0.0, *values(UISettings(model="tiny-seq2seq", prompt="my words",
+                                                                         max_new_tokens=40, pace_ms=20)))
+    first = next(eager)[0]
+    out = h.models.load("tiny-seq2seq", "float32", "en", request("eager"))
+    assert "live" not in out and "value" not in out["prompt"] and "Loaded" in out["model_status"]
+    session = h.sessions.get("eager")
+    assert session.current is not None and session.current.token == first["run"] and session.current.running
+    last = list(eager)[-1][0]
+    assert last["run"] == first["run"] and last["status"]["state"] == "done" and last["status"]["n"] == 40
+    # a switch away from it empties the screen, named for the model it leaves for (the page keeps a run of that one)
+    left = h.models.load("tiny-lm", "float32", "en", request("eager"))["live"]
+    assert left["run"] is None and left["left_for"] == "tiny-lm"
+
+
 def test_beam_search_streams_the_best_beam_as_tokens(h):
     frames, r = run(h, UISettings(prompt="Hello", mode="beam", num_beams=3, max_new_tokens=6), "beam")
     last = frames[-1][0]

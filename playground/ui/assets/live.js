@@ -498,6 +498,14 @@ function repair(f) {
 
 function render() {
   const f = props.value || {};
+  // A language switch's copy of the screen, computed before a run that has reached the page since (Generate pressed
+  // right after the switch): the run stays; once it has ended it is asked for again, in the new language.
+  if (f.relabel && f.run !== st.run) {
+    if (st.run && settled(st.v)) repair({ run: st.run });
+    return;
+  }
+  // A model switch empties the screen; a run of that model already on it (Generate pressed during the load) stays.
+  if (f.left_for && st.run && (st.v.model || {}).name === f.left_for) return;
   if (st.repairing && f.run) { st.late = f; return; }
   absorb(f);
 }
