@@ -15,6 +15,7 @@ import sys
 import torch
 
 from playground.app import serving, zerogpu
+from playground.app.holdings import holdings, report_on_signal
 from playground.app.serving import MAX_ROWS
 from playground.cpu import choose_threads
 from playground.errors import PlaygroundError
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         log.warning("--default-model %s is not a model offered here (%s); pages open on %s", args.default_model,
                     ", ".join(offered) or "none", catalog.default_name())
     log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
+    handlers = demo.playground_handlers
+    report_on_signal(lambda: holdings(handlers.registry, handlers.sessions))  # kill -USR1: what it keeps, logged
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
                 **launch_kwargs(demo))

@@ -334,6 +334,11 @@ class _Variants:
                 self._items.popitem(last=False)
         return built
 
+    def held(self) -> tuple[int, int]:
+        """(copies kept, the bytes their new weights take)."""
+        with self._lock:
+            return len(self._items), sum(c for _, _, c in self._items.values())
+
     def discard(self, lm: LoadedModel, precision: str, real: bool | None = None) -> None:
         """Forget a variant (a run refused after it was built): its copy goes with the last run holding it."""
         with self._lock:

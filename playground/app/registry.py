@@ -155,6 +155,11 @@ class ModelRegistry:
                 gc.collect()
             return lm, True
 
+    def held(self) -> tuple[int, int]:
+        """(models loaded, the bytes they hold: `LoadedModel.resident_bytes`)."""
+        with self._lock:
+            return len(self._models), sum(lm.resident_bytes for lm in self._models.values())
+
     def loaded_keys(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._models)

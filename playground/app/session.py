@@ -310,6 +310,13 @@ class Sessions:
                 total -= sizes[id(run)]
         return total
 
+    def held(self) -> tuple[int, int, int]:
+        """(tabs, runs, the bytes their recorded arrays take): what `enforce_memory` keeps within its budgets."""
+        with self._lock:
+            runs = [run for session in self._sessions.values() for run in session.runs]
+            tabs = len(self._sessions)
+        return tabs, len(runs), sum(run.capture_bytes() for run in runs)
+
     def expire(self, now: float | None = None) -> list[str]:
         """Forget every session idle for `idle_seconds` with nothing running; the keys forgotten."""
         now = time.monotonic() if now is None else now

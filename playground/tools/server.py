@@ -7,12 +7,15 @@ import cycle (loadtest starts loadtest_page for `--page`, and both use this modu
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from playground.app.holdings import PREFIX, Holdings, parse
 
 REPO = Path(__file__).resolve().parents[2]  # playground/tools/server.py -> the checkout's root
 PROMPTS = ["The Python interpreter", "A list is", "def main():", "import os", "The function returns",
@@ -72,15 +75,15 @@ def client_headers(index: int) -> dict[str, str]:
 
 
 def start_server(weights: str | None, concurrency: int, *app_args: str, repo: Path = REPO,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+                 env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
     """app.py of `repo` (this checkout, or another one to compare with) on a free port (more `app_args`
-    appended, `env` added), once it answers: (process, URL)."""
+    appended, `env` added, its log written to `log`), once it answers: (process, URL)."""
     port = _free_port()
     cmd = [sys.executable, str(repo / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
     if weights:
         cmd += ["--weights", weights]
     proc = subprocess.Popen(cmd, cwd=repo, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=log.open("wb") if log else subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -93,6 +96,20 @@ def start_server(weights: str | None, concurrency: int, *app_args: str, repo: Pa
             time.sleep(0.5)
     proc.kill()
     raise SystemExit("the server did not start within 180 s")
+
+
+def holdings_of(proc: subprocess.Popen, log: Path, timeout: float = 10.0) -> Holdings | None:
+    """What the server started with `log` keeps on purpose (models, precision copies, recorded runs): it logs them
+    on SIGUSR1 (`playground.app.holdings`). None if no line came within `timeout` seconds."""
+    seen = log.read_text(errors="replace").count(PREFIX + " ")
+    os.kill(proc.pid, signal.SIGUSR1)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if PREFIX + " " in line]
+        if len(lines) > seen:
+            return parse(lines[-1])
+        time.sleep(0.2)
+    return None
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -12,7 +12,7 @@ import pytest
 from gradio_client import Client
 
 from playground.tools.loadtest_page import Page, Visitor
-from playground.tools.server import start_server, stop_server
+from playground.tools.server import holdings_of, start_server, stop_server
 from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import CHARS, SPECIALS, save_char_tokenizer
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served_process(tmp_path_factory):
     weights = tmp_path_factory.mktemp("weights")
     folder = weights / "wide"
     folder.mkdir()
@@ -29,11 +29,17 @@ def served(tmp_path_factory):
                                              num_key_value_heads=2, eos_token_id=2, max_position_embeddings=1024),
                  init_std=0.05)
     save_char_tokenizer(folder)
-    proc, url = start_server(str(weights), 4)
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    proc, url = start_server(str(weights), 4, log=log)
     try:
-        yield url
+        yield url, proc, log
     finally:
         stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def served(served_process):
+    return served_process[0]
 
 
 def test_a_rerun_without_the_cache_leaves_other_visitors_their_turn(served):
@@ -71,3 +77,16 @@ def test_a_rerun_without_the_cache_leaves_other_visitors_their_turn(served):
     print(f"\nrerun {rerun_seconds:.1f} s; probe requests during it: {len(during)}, slowest {max(during):.2f} s")
     assert rerun_seconds > 3.0, "the rerun must be real work for the comparison to mean anything"
     assert len(during) >= 3 and max(during) < 0.3 * rerun_seconds
+
+
+def test_the_server_logs_what_it_keeps_when_asked(served_process):
+    """`kill -USR1`: the app logs its holdings (a load test tells memory kept on purpose from memory not returned)."""
+    url, proc, log = served_process
+    with httpx.Client() as client:  # one run of its own, so that it holds a model and a recorded run
+        visitor = Visitor(Page.read(url), 1, "wide", "tiny-lm", 8)
+        visitor.open(client)
+        visitor.generate(client)
+    held = holdings_of(proc, log)
+    assert held is not None and held.models >= 1 and held.model_bytes > 0 and held.runs >= 1
+    assert held.total_bytes == held.model_bytes + held.copy_bytes + held.capture_bytes
+    assert holdings_of(proc, log) is not None  # and again: each signal its own line

@@ -1,0 +1,74 @@
+"""What the server keeps on purpose, in bytes: the loaded models, their precision copies and the tabs' recorded runs.
+
+A process's memory after a crowd has left is that plus what the allocator has not given back. `holdings` says the
+first; `report_on_signal` writes it to the log when the process gets SIGUSR1 (`kill -USR1 <pid>`), so that a load
+test can tell memory kept by design from memory that was not returned, without any route a visitor could call.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from playground.app.registry import ModelRegistry
+from playground.app.session import Sessions
+from playground.variants import VARIANTS
+
+log = logging.getLogger("playground.memory")
+MIB = 2**20
+PREFIX = "holding"  # the log line's first word (a load test looks for it)
+
+
+@dataclass(frozen=True)
+class Holdings:
+    models: int
+    model_bytes: int
+    copies: int
+    copy_bytes: int
+    tabs: int
+    runs: int
+    capture_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.model_bytes + self.copy_bytes + self.capture_bytes
+
+    def line(self) -> str:
+        """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
+        return (f"{PREFIX} total={self.total_bytes} models={self.models} model_bytes={self.model_bytes} "
+                f"copies={self.copies} copy_bytes={self.copy_bytes} tabs={self.tabs} runs={self.runs} "
+                f"capture_bytes={self.capture_bytes} ({self.total_bytes / MIB:,.0f} MiB)")
+
+
+def holdings(registry: ModelRegistry, sessions: Sessions) -> Holdings:
+    models, model_bytes = registry.held()
+    copies, copy_bytes = VARIANTS.held()
+    tabs, runs, capture_bytes = sessions.held()
+    return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes)
+
+
+def parse(line: str) -> Holdings | None:
+    """A `Holdings.line` back (None for any other line)."""
+    head, _, rest = line.partition(PREFIX + " ")
+    if not rest:
+        return None
+    try:
+        values = dict(pair.split("=", 1) for pair in rest.split(" (", 1)[0].split())
+        return Holdings(**{k: int(values[k]) for k in Holdings.__dataclass_fields__})
+    except (KeyError, ValueError):
+        return None
+
+
+def report_on_signal(measure: Callable[[], Holdings]) -> bool:
+    """Log `measure()`'s line whenever the process gets SIGUSR1 (Python runs the handler in the main thread, between
+    two of its bytecodes). False where there is no such signal (Windows) or no main thread to run it."""
+    signum = getattr(signal, "SIGUSR1", None)
+    if signum is None:
+        return False
+    try:
+        signal.signal(signum, lambda *_: log.info(measure().line()))
+    except ValueError:  # not the main thread
+        return False
+    return True

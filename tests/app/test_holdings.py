@@ -1,0 +1,64 @@
+"""What the server keeps on purpose (`playground.app.holdings`): its models, their precision copies and the tabs'
+recorded runs, in the bytes each part already accounts for; and the log line a load test reads after SIGUSR1."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import gradio as gr
+import pytest
+
+from playground import variants
+from playground.app.holdings import Holdings, holdings, parse, report_on_signal
+from playground.app.settings import WIDGETS, UISettings
+from playground.ui import build_app
+from tests.ui_fixtures import save_tiny_decoder
+
+
+@pytest.fixture(scope="module")
+def h(tmp_path_factory):
+    weights = tmp_path_factory.mktemp("weights")
+    save_tiny_decoder(weights / "tiny-lm")
+    return build_app(weights, tmp_path_factory.mktemp("uploads")).playground_handlers
+
+
+def test_holdings_are_the_models_copies_and_recorded_runs(h):
+    variants.VARIANTS.clear()
+    assert holdings(h.registry, h.sessions) == Holdings(0, 0, 0, 0, 0, 0, 0)
+    request = gr.Request(session_hash="holder")
+    h.models.load("tiny-lm", "float32", "en", request)
+    settings = UISettings(prompt="Hello", max_new_tokens=6)
+    frames = list(h.stream.generate(request, 0.0, *[getattr(settings, f) for f in WIDGETS]))
+    assert frames[-1][0]["status"]["state"] == "done"
+    lm = h.models.model_for("tiny-lm", "float32", "holder")
+    copy = variants.variant(lm, "int8")
+    run = h.sessions.get("holder").current
+    held = holdings(h.registry, h.sessions)
+    assert (held.models, held.model_bytes) == (1, lm.resident_bytes) and lm.resident_bytes > 0
+    assert (held.copies, held.copy_bytes) == (1, variants.copy_bytes(lm, "int8")) and copy.lm.resident_bytes > 0
+    assert (held.tabs, held.runs, held.capture_bytes) == (1, 1, run.capture_bytes()) and held.capture_bytes > 0
+    assert held.total_bytes == lm.resident_bytes + held.copy_bytes + run.capture_bytes()
+    run.drop_captures()  # what the memory budget frees first
+    assert holdings(h.registry, h.sessions).capture_bytes == 0
+    variants.VARIANTS.clear()
+
+
+def test_the_log_line_reads_back_and_other_lines_do_not():
+    held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001)
+    assert parse("INFO playground.memory: " + held.line()) == held
+    assert parse("INFO playground.app: offering tiny-lm") is None
+    assert parse("INFO playground.memory: holding total=abc") is None
+
+
+def test_sigusr1_logs_the_holdings(h, caplog):
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        assert report_on_signal(lambda: holdings(h.registry, h.sessions))
+        with caplog.at_level(logging.INFO, logger="playground.memory"):
+            os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before the next bytecode here
+        lines = [parse(r.getMessage()) for r in caplog.records if r.name == "playground.memory"]
+        assert lines == [holdings(h.registry, h.sessions)]
+    finally:
+        signal.signal(signal.SIGUSR1, before)
