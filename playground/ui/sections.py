@@ -11,10 +11,12 @@ which the page's script sends whenever it changes, by a section or a tab opened 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from playground.app import experiments
+from playground.app.views import NO_VIEW
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,10 @@ SECTION_OF: dict[str, str] = {tab: s.name for s in SECTIONS for tab in s.tabs}
 
 # Sends the views' tab on screen when it changes (a section opens on the tab it showed last; Gradio mounts its tabs
 # then, so they are waited for); `pgOpenTab(section, tab)` for the guided path.
-SECTIONS_JS = (Path(__file__).resolve().parent / "assets" / "sections.js").read_text(encoding="utf-8")
+# A section of no views sends `NO_VIEW`: nothing is drawn while it is open.
+SECTIONS_JS = (f"const VIEWLESS = {json.dumps([s.name for s in SECTIONS if not s.tabs])};\n"
+               f"const NO_VIEW = {json.dumps(NO_VIEW)};\n"
+               + (Path(__file__).resolve().parent / "assets" / "sections.js").read_text(encoding="utf-8"))
 
 
 def section_of(tab: str) -> str | None:

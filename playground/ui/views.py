@@ -48,6 +48,8 @@ class Views:
         """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
         follows the selected step), as updates by component name; nothing when a newer redraw of the tab took
         its place."""
+        if session.deep_tab == views.NO_VIEW:  # Class tools is open: no view on screen
+            return {}
         view = views.open_view(session.deep_tab, session.lesson)
         lang = session.lang
         selection = Selection.from_controls(values, session.selected_step, query=query, extra=EXTRA)
@@ -88,7 +90,8 @@ class Views:
         session = self.sessions.get(session_key(request))
         run = session.current
         view = views.open_view(session.deep_tab, session.lesson)
-        if run is None or event_data(evt).get("run") != run.token or not view.follows_step:
+        if (run is None or event_data(evt).get("run") != run.token or not view.follows_step
+                or session.deep_tab == views.NO_VIEW):
             return {}
         return self.draw_open(session, values)
 
@@ -96,7 +99,7 @@ class Views:
         """The views' tab on screen changed to `tab` (a section or a tab opened; the page's script says which): it
         becomes the open view."""
         session = self.sessions.get(session_key(request))
-        if tab not in views.TABS:
+        if tab not in views.TABS and tab != views.NO_VIEW:
             return {}
         session.deep_tab = tab
         return self.draw_open(session, values)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -89,9 +90,33 @@ def test_the_tab_the_page_names_becomes_the_open_view(h):
         drawn = h.views.tab_selected(tab, {}, request)
         assert session.deep_tab == tab
         assert set(drawn) <= set(views.open_view(tab, session.lesson).slots) and drawn
-    for junk in ("teacher", "nope", ""):  # Class tools draws no view; anything else is ignored
+    for junk in ("teacher", "nope", ""):  # not a tab of views: ignored
         assert h.views.tab_selected(junk, {}, request) == {}
         assert session.deep_tab == "lessons"
+
+
+def test_with_class_tools_open_a_run_draws_no_view(h):
+    """The page says NO_VIEW when it opens a section of no views: a run then leaves every view waiting, drawing
+    none (before, the view last open was computed after every run, off screen); the next tab opened draws again."""
+    request = gr.Request(session_hash="tools-open")
+    session = h.sessions.get("tools-open")
+    h.models.load("tiny-lm", "float32", "en", request)
+    assert h.views.tab_selected(views.NO_VIEW, {}, request) == {} and session.deep_tab == views.NO_VIEW
+    settings = from_query({"prompt": "Hello", "max_new_tokens": "4"})[0]
+    frames = list(h.stream.generate(request, 0.0, *[getattr(settings, f) for f in WIDGETS]))
+    assert frames[-1][0]["status"]["state"] == "done"
+    waiting = t("view_pending", "en", n=session.current.number)
+    redrawn = h.views.redraw({}, request)
+    captions = {v.caption_slot for v in views.all_views() if v.caption_slot in redrawn}
+    assert captions and all(redrawn[c]["value"] == waiting for c in captions)
+    assert h.views.select_step(SimpleNamespace(_data={"run": session.current.token}), {}, request) == {}
+    drawn = h.views.tab_selected("inspector", {}, request)
+    assert drawn and all(u.get("value") != waiting for u in drawn.values() if isinstance(u, dict))
+
+
+def test_the_sections_script_knows_which_sections_hold_no_views():
+    from playground.ui.sections import SECTIONS_JS
+    assert SECTIONS_JS.startswith('const VIEWLESS = ["teacher"];\nconst NO_VIEW = "none";\n')
 
 
 def test_the_guided_path_walks_generate_token_temperature_attention_cache_fork(page):

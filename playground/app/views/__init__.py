@@ -22,7 +22,7 @@ from playground.app.views.lessons import view_of as lesson_view
 from playground.app.words import t
 from playground.generation.engine import drain
 
-__all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
+__all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "NO_VIEW", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
            "Waiting", "all_views", "closed_views", "compute", "context_for", "draw", "open_view", "pending", "reads_run",
            "shown", "show", "slices", "slot_names", "waiting"]
 
@@ -30,6 +30,7 @@ PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, c
                                                *(e.view for e in experiments.EXPERIMENTS), card.VIEW)}
 # the deep views' tabs, in order: the panels, the lessons, each experiment's, the model card
 TABS = ("inspector", "attention", "cache", "positional", "lessons", *(e.tab for e in experiments.EXPERIMENTS), "card")
+NO_VIEW = "none"  # what the page says when a section of no views is open (Class tools): nothing to draw
 
 
 def all_views() -> list[View]:
