@@ -14,7 +14,10 @@ numbers: errors, cross-talk (every finished run equals what that visitor got alo
 visitor's turn (`process_starts`) to the first frame, p50/p95 of whole runs, and the server's memory
 (VmRSS of its process tree from /proc) sampled every half second, before, at the peak and after.
 "Before" is the idle server after `--warmup` seconds of the same crowd: one-time growth (thread
-pools, allocator arenas, first uses of each path) is not a leak; the cold figure is printed too.
+pools, allocator arenas, first uses of each path) is not a leak; the cold figure is printed too. Before and
+after, the server says what it keeps on purpose (`kill -USR1`: its models, precision copies and recorded runs,
+`playground.app.holdings`); what the crowd asked it to keep may grow within those budgets, and the rest of its
+memory must come back (within 110%).
 """
 
 from __future__ import annotations
