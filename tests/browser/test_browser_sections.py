@@ -25,7 +25,7 @@ from tests.browser.test_browser import (
 )
 
 pytestmark = pytest.mark.browser
-server, browser, page = base.server, base.browser, base.page
+server, browser, page, desktop = base.server, base.browser, base.page, base.desktop
 PROMPT = "The Python interpreter"
 LANGS = ("en", "zh")
 # what each section draws on its first click (its first tab's view), seen by a figure or words of that view
@@ -219,3 +219,21 @@ def test_projector_mode_by_its_toggle_and_by_a_link(page, server, browser, lang)
         check_projected(other)
         assert not other.js_errors, other.js_errors
         other.context.close()
+
+
+def test_with_class_tools_open_a_run_leaves_the_views_undrawn_until_one_is_opened(desktop, server):
+    """Class tools holds no view: a run made meanwhile is drawn by no view (before, the view last open was computed
+    after every run, off screen); back in Watch, its view draws the new run."""
+    open_app(desktop, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=6)
+    desktop.wait_for_selector(DRAWN["watch"], state="visible")
+    desktop.click("#teacher-tab-button")
+    desktop.wait_for_selector("#game-view .pg-game", state="visible")
+    desktop.fill("#prompt textarea", "Once upon a time")
+    generate_and_wait(desktop)
+    pending = t("view_pending", "en", n=2)
+    desktop.wait_for_function("(words) => (document.querySelector('#step-caption')?.innerText ?? '').includes(words)",
+                              arg=pending)
+    desktop.click("#section-watch-button")
+    desktop.wait_for_function("(words) => { const c = document.querySelector('#step-caption')?.innerText ?? '';"
+                              " return c.length > 0 && !c.includes(words); }", arg=pending)
+    desktop.wait_for_selector(DRAWN["watch"], state="visible")

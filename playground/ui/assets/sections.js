@@ -40,9 +40,10 @@
   function check() {
     queued = false;
     const section = openSection();
-    if (!section || !(section.getAttribute('aria-controls') || '').startsWith('section-')) return;
+    if (!section) return;
     // a section of no views (Class tools): no view is on screen, so none is drawn after each run
     if (VIEWLESS.includes(section.dataset.tabId)) { send(NO_VIEW); return; }
+    if (!(section.getAttribute('aria-controls') || '').startsWith('section-')) return;
     waitFor(onScreen, 5000).then(send);
   }
 
