@@ -29,7 +29,7 @@ LIVE_KEYS = (
     "att_head", "att_mean", "att_max", "att_group", "att_scale", "att_linear", "att_log", "att_sink", "att_self",
     "att_cross", "att_off", "att_loading", "att_query", "kv_title", "kv_hint", "kv_symbols", "kv_used", "kv_mha",
     "kv_cross", "kv_off", "kv_at_step", "beams_title", "beam_finished", "branches_title", "run_label", "branch_label",
-    "prompt_label", "source_label", "queued_at", "no_tokens", "cand_none",
+    "prompt_label", "source_label", "queued_at", "no_tokens", "cand_none", "live_byte_token",
 )
 
 

@@ -20,6 +20,10 @@ def test_the_candidates_svg_is_named_for_its_step_and_keeps_byte_token_labels(de
     open_app(page, server, model=decoder_name(), prompt="中国的首都是", chat="false", max_new_tokens=8,
              top_candidates=10)
     page.click("#token-stream [data-step='3']")
+    # the live candidates say what such a token is (hovered: its row's title)
+    wait_text(page, ".pg-stepbar", "Step 4")
+    spelled = page.locator(".pg-ctable tr", has_text="<0xE2><0x80>").first
+    assert "UTF-8 bytes" in spelled.get_attribute("title")
     open_tab(page, "Candidates & beams")
     wait_text(page, "#funnel-plot", "Step 4")
     plot = page.locator("#funnel-plot .js-plotly-plot")

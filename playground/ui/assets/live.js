@@ -47,8 +47,11 @@ function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%",
   return (100 * p).toFixed(p >= 0.995 || p === 0 ? 0 : 1) + "%";
 }
 function idClass(text, id) {  // a model without a tokenizer shows each token as its id: keep them apart
-  return text === String(id) ? " id" : "";
+  return text === String(id) ? " id" : (isBytes(text) ? " bytes" : "");
 }
+// (part of) a character the tokenizer has no piece for, shown as its UTF-8 bytes ("<0xE5>", the server's spelling)
+function isBytes(text) { return /<0x[0-9A-F]{2}>/.test(text); }
+function bytesNote(text) { return isBytes(text) ? " · " + tr("live_byte_token") : ""; }
 function idsOnly(v) {  // the run's prompt is all ids shown as themselves: a model without a tokenizer
   const prompt = v.prompt || [];
   return prompt.length > 0 && prompt.every(([text, id]) => text === String(id));
@@ -80,10 +83,10 @@ function resetRun(v, keep) {
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
   parts.push(`<span class="pg-part">${esc(who)}</span>`);
   for (const [text, id] of v.prompt || []) {
-    parts.push(`<span class="tok prompt${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id)}">${shown(text)}</span>`);
+    parts.push(`<span class="tok prompt${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id + bytesNote(text))}">${shown(text)}</span>`);
   }
   for (const [text, id, p] of v.inherited || []) {
-    parts.push(`<span class="tok inherited${idClass(text, id)}" title="id ${id} · p = ${p.toFixed(3)}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
+    parts.push(`<span class="tok inherited${idClass(text, id)}" title="id ${id} · p = ${p.toFixed(3)}${esc(bytesNote(text))}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
   }
   if (v.kind === "seq2seq") parts.push(`<span class="pg-arrow">→</span>`);
   for (const [text, id] of v.forced_tokens || []) {
@@ -106,7 +109,7 @@ function tokenSpan(v, step, entry) {
   if (entry[5]) span.dataset.spec = entry[5];  // speculative decoding: a kept draft, a replaced one, a bonus token
   span.dataset.prob = String(p);
   span.tabIndex = 0;
-  span.title = `step ${stepNo(v, step)} · id ${id} · p = ${p.toFixed(3)}`;  // counted as the step bar
+  span.title = `step ${stepNo(v, step)} · id ${id} · p = ${p.toFixed(3)}${bytesNote(text)}`;  // counted as the step bar
   span.style.background = probColour(p);
   span.style.color = p > 0.6 ? "#fff" : "#111";
   span.textContent = text === "" ? "∅" : text.replace(/\n/g, "↵\n");  // as shown() writes it, without markup
@@ -232,7 +235,7 @@ function drawCandidates(v, step) {
   for (const [text, id, probs, removed, chosen] of cands) {
     const cls = (chosen ? "chosen" : "") + (removed >= 0 ? " removed" : "");
     const why = removed >= 0 ? tr("removed_by", { stage: tr("stage_" + stages[removed]) }) : "";
-    html += `<tr class="${cls}" title="id ${id}${why ? " · " + esc(why) : ""}"><td class="pg-ctok">${chosen ? "✓ " : ""}${label(text)}</td>`;
+    html += `<tr class="${cls}" title="id ${id}${why ? " · " + esc(why) : ""}${esc(bytesNote(text))}"><td class="pg-ctok">${chosen ? "✓ " : ""}${label(text)}</td>`;
     probs.forEach((p, i) => {
       const gone = removed >= 0 && i >= removed;
       html += `<td class="pg-bar${gone ? " gone" : ""}"><span style="width:${Math.max(0, Math.min(100, 100 * p)).toFixed(1)}%"></span><em>${gone ? "–" : pct(p)}</em></td>`;
