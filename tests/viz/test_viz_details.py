@@ -80,12 +80,14 @@ def _live_function(*names: str) -> str:
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node runs the live screen's functions")
 def test_the_live_screen_reads_tiny_probabilities_and_ids_as_a_person_should():
-    code = _live_function("pct", "idClass", "idsOnly") + (
+    code = _live_function("pct", "isBytes", "idClass", "idsOnly") + (
         "\nconsole.log(JSON.stringify([pct(0), pct(0.0004), pct(0.0049), pct(0.005), pct(0.123), pct(0.999), pct(1),"
-        " idClass('123', 123), idClass(' Paris', 3), idClass('7', 8),"
+        " idClass('123', 123), idClass(' Paris', 3), idClass('7', 8), idClass('<0xE5>', 162),"
+        " idClass(' <0xE2><0x80>', 590), idClass('<0xZZ>', 4),"
         " idsOnly({prompt: [['12', 12], ['333', 333]]}), idsOnly({prompt: [['12', 12], [' Paris', 7]]}), idsOnly({})]));")
     out = subprocess.run(["node", "-e", code], capture_output=True, text=True, timeout=60, check=True).stdout
-    assert json.loads(out) == ["0%", "<0.5%", "<0.5%", "0.5%", "12.3%", "100%", "100%", " id", "", "", True, False, False]
+    assert json.loads(out) == ["0%", "<0.5%", "<0.5%", "0.5%", "12.3%", "100%", "100%", " id", "", "", " bytes",
+                               " bytes", "", True, False, False]
 
 
 def test_the_page_keeps_tokens_whole_and_candidate_headers_uncut():

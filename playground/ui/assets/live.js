@@ -49,8 +49,9 @@ function pct(p) {  // a probability as a person reads it: a tiny one is "<0.5%",
 function idClass(text, id) {  // a model without a tokenizer shows each token as its id: keep them apart
   return text === String(id) ? " id" : (isBytes(text) ? " bytes" : "");
 }
-// (part of) a character the tokenizer has no piece for, shown as its UTF-8 bytes ("<0xE5>", the server's spelling)
-function isBytes(text) { return /<0x[0-9A-F]{2}>/.test(text); }
+function isBytes(text) {  // (part of) a character the tokenizer has no piece for, as its UTF-8 bytes ("<0xE5>")
+  return /<0x[0-9A-F]{2}>/.test(text);
+}
 function bytesNote(text) { return isBytes(text) ? " · " + tr("live_byte_token") : ""; }
 function idsOnly(v) {  // the run's prompt is all ids shown as themselves: a model without a tokenizer
   const prompt = v.prompt || [];
