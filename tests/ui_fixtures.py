@@ -46,6 +46,15 @@ def save_tiny_decoder(directory: Path, *, seed: int = 0) -> Path:
     return directory
 
 
+def tiny_lm_handlers(tmp_path_factory: Any) -> Any:
+    """The handlers of an app whose only model is `tiny-lm` (`save_tiny_decoder`), with an uploads folder of its own."""
+    from playground.ui import build_app
+
+    weights = tmp_path_factory.mktemp("weights")
+    save_tiny_decoder(weights / "tiny-lm")
+    return build_app(weights, tmp_path_factory.mktemp("uploads")).playground_handlers
+
+
 def save_tiny_seq2seq(path: Path, *, seed: int = 0) -> Path:
     """A random original-Transformer encoder-decoder (sinusoidal, post-LN) in our own single-file format."""
     import torch

@@ -531,8 +531,11 @@ def held_total(held: dict[str, int] | None) -> int:
     return Holdings(**held).total_bytes if held else 0
 
 
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
 def table(r: dict[str, Any]) -> str:
-    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     errors = len(r["errors"]) - r["crosstalk"]
     return "\n".join([
         "| visitors | seconds | actions | errors | cross-talk | first frame after the visitor's turn, p50 / p95 / max "
@@ -559,7 +562,6 @@ def held_words(held: dict[str, int] | None) -> str:
     if not held:
         return "not reported"
     h = Holdings(**held)
-    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     return (f"{mib(h.total_bytes)} ({h.models} models {mib(h.model_bytes)}, {h.copies} precision copies "
             f"{mib(h.copy_bytes)}, {h.runs} recorded runs of {h.tabs} tabs {mib(h.capture_bytes)})")
 

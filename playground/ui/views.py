@@ -90,8 +90,7 @@ class Views:
         session = self.sessions.get(session_key(request))
         run = session.current
         view = views.open_view(session.deep_tab, session.lesson)
-        if (run is None or event_data(evt).get("run") != run.token or not view.follows_step
-                or session.deep_tab == views.NO_VIEW):
+        if run is None or event_data(evt).get("run") != run.token or not view.follows_step:
             return {}
         return self.draw_open(session, values)
 

@@ -13,15 +13,12 @@ import pytest
 from playground import variants
 from playground.app.holdings import Holdings, holdings, parse, report_on_signal
 from playground.app.settings import WIDGETS, UISettings
-from playground.ui import build_app
-from tests.ui_fixtures import save_tiny_decoder
+from tests.ui_fixtures import tiny_lm_handlers
 
 
 @pytest.fixture(scope="module")
 def h(tmp_path_factory):
-    weights = tmp_path_factory.mktemp("weights")
-    save_tiny_decoder(weights / "tiny-lm")
-    return build_app(weights, tmp_path_factory.mktemp("uploads")).playground_handlers
+    return tiny_lm_handlers(tmp_path_factory)
 
 
 def test_holdings_are_the_models_copies_and_recorded_runs(h):

@@ -15,11 +15,10 @@ import pytest
 from playground.app import experiments, views
 from playground.app.settings import WIDGETS, from_query, to_query
 from playground.app.words import STRINGS, t
-from playground.ui import build_app
 from playground.ui.guide import STEPS, guide_html, steps
 from playground.ui.layout import build_page
 from playground.ui.sections import SECTION_OF, SECTIONS, section_of
-from tests.ui_fixtures import save_tiny_decoder
+from tests.ui_fixtures import tiny_lm_handlers
 
 # every element id of the views' tabs before the sections: links, tests and the public contract name them
 KEPT_IDS = ("inspector-tab", "attention-tab", "cache-tab", "pe-tab", "lessons-tab", "card-tab", "teacher-tab",
@@ -76,9 +75,7 @@ def test_each_section_and_hint_speaks_both_languages(page):
 
 @pytest.fixture(scope="module")
 def h(tmp_path_factory):
-    root = tmp_path_factory.mktemp("weights")
-    save_tiny_decoder(root / "tiny-lm")
-    return build_app(root, tmp_path_factory.mktemp("uploads")).playground_handlers
+    return tiny_lm_handlers(tmp_path_factory)
 
 
 def test_the_tab_the_page_names_becomes_the_open_view(h):
