@@ -67,11 +67,12 @@ def families() -> dict[str, tuple[str, dict[str, Any]]]:
     }
 
 
-def backends(device: torch.device, quick: bool) -> list[str]:
-    """The captured backends that run on `device` (on the CPU with --quick: the step uncompiled)."""
-    if device.type == "cuda":
-        return ["inductor", "cudagraph"]
-    return ["eager"] if quick else ["inductor"]
+def backends(device: torch.device, quick: bool, asked: list[str] | None = None) -> list[str]:
+    """The captured backends that run on `device` (on the CPU with --quick: the step uncompiled), or those of
+    `asked` among them."""
+    # on CUDA the hand-captured graph first: it compiles nothing, so a budget cut leaves the compiles out
+    here = ["cudagraph", "inductor"] if device.type == "cuda" else (["eager"] if quick else ["inductor"])
+    return here if asked is None else [b for b in here if b in asked]
 
 
 @dataclass
@@ -82,42 +83,56 @@ class Parity:
     equal: int = 0
     worst: float = 0.0  # largest probability difference among the families with equal tokens
     failed: list[str] = field(default_factory=list)  # tokens differ where eager's top two were not a near tie
+    errors: list[str] = field(default_factory=list)  # a family whose captured run raised (the exception's line)
+    skipped: list[str] = field(default_factory=list)  # families not checked: the parity budget was spent
     ties: list[str] = field(default_factory=list)  # tokens differ first at a near tie (top two within tolerance)
     syncs: float | None = None  # CUDA: host syncs per decoding step, the most of any family (1: the output's)
 
     @property
     def ok(self) -> bool:
-        return not self.failed and self.worst <= TOLERANCE[self.dtype]
+        return not self.failed and not self.errors and self.worst <= TOLERANCE[self.dtype]
 
     def cell(self) -> str:
         ties = f", {len(self.ties)} part at a near tie" if self.ties else ""
         syncs = "" if self.syncs is None else f", {self.syncs:.0f} sync/step"
-        return (f"{self.backend}: {self.equal}/{self.families} equal{ties}, Δp {self.worst:.1e}{syncs} "
+        errors = f", {len(self.errors)} raised" if self.errors else ""
+        skipped = f", {len(self.skipped)} skipped (budget)" if self.skipped else ""
+        return (f"{self.backend}: {self.equal}/{self.families} equal{ties}{errors}{skipped}, Δp {self.worst:.1e}{syncs} "
                 f"{'ok' if self.ok else 'FAIL'}")
 
 
-def parity(workdir: Path, device: str, dtypes: tuple[str, ...], quick: bool, log: Callable[[str], None]) -> list[Parity]:
+def parity(workdir: Path, device: str, dtypes: tuple[str, ...], quick: bool, log: Callable[[str], None],
+           asked: list[str] | None = None, deadline: float = float("inf")) -> list[Parity]:
     import playground
     from playground.generation import GenerationConfig, generate_all
     from tests.hf_tiny import save_decoder
 
     dev = torch.device(device)
     out = []
-    for dtype in dtypes:
-        for backend in backends(dev, quick):
+    for backend in backends(dev, quick, asked):
+        for dtype in dtypes:
             result = Parity(dtype, backend)
             for name, (family, kwargs) in families().items():
                 if backend == "inductor" and not quick and name not in COMPILED_FAMILIES:
                     continue  # a compile per family would take the whole budget: the CUDA graph covers them all
+                if time.perf_counter() > deadline:
+                    result.skipped.append(name)
+                    continue
                 folder = workdir / name
                 if not folder.exists():
                     save_decoder(folder, family, kwargs, init_std=0.1)
                 eager = playground.load_model(folder, device=device, dtype=dtype)
-                captured = playground.load_model(folder, device=device, dtype=dtype, compile=backend)
                 cfg = GenerationConfig(max_new_tokens=8 if quick else 16, top_candidates=2)
                 prompt = [(7 * i) % 90 + 3 for i in range(9)]
                 want = generate_all(eager, prompt, cfg)
-                got, syncs = _run_counting_syncs(captured, prompt, cfg, dev)
+                try:
+                    captured = playground.load_model(folder, device=device, dtype=dtype, compile=backend)
+                    got, syncs = _run_counting_syncs(captured, prompt, cfg, dev)
+                except Exception as error:  # noqa: BLE001 - one family's failure is a finding, not the check's end
+                    result.families += 1
+                    result.errors.append(f"{name}: {_line(error)}")
+                    log(f"parity {dtype} {backend} {name} raised: {_line(error)}\n{_where(error)}")
+                    continue
                 if syncs is not None:
                     result.syncs = max(result.syncs or 0.0, syncs)
                 result.families += 1
@@ -132,10 +147,22 @@ def parity(workdir: Path, device: str, dtypes: tuple[str, ...], quick: bool, log
                     top = want.steps[same].candidates
                     near = top[0].prob_final - top[1].prob_final <= 2 * TOLERANCE[dtype]
                     (result.ties if near else result.failed).append(f"{name} at step {same}")
-            differ = result.failed + result.ties
+            differ = result.failed + result.ties + result.errors
             log(f"parity {dtype} {result.cell()}" + (f" (differ: {', '.join(differ)})" if differ else ""))
             out.append(result)
     return out
+
+
+def _line(error: BaseException) -> str:
+    """An exception as one line (its type and the first line of its message), for the log and the table."""
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+
+
+def _where(error: BaseException) -> str:
+    """The last frames of `error`'s traceback (where a compiler's bare assertion came from)."""
+    import traceback
+
+    return "".join(traceback.format_exception(error)[-6:])[-2000:]
 
 
 def _run_counting_syncs(lm: Any, prompt: list[int], cfg: Any, device: torch.device) -> tuple[Any, float | None]:
@@ -244,9 +271,10 @@ def speed(folder: Path, device: str, dtypes: tuple[str, ...], streams: tuple[int
             length = len(batch[0]) + new_tokens
             reference = OursEager(lm, False).run(batch, new_tokens)
             for live in (False, True):
-                row = {"dtype": dtype, "streams": s, "live": live, "rates": {}, "skipped": [], "equal": {}}
+                row = {"dtype": dtype, "streams": s, "live": live, "rates": {}, "skipped": [], "equal": {},
+                       "errors": {}}
                 ours: dict[str, Any] = {}
-                for backend in reversed(backends_here):  # the CUDA graph (no compile) before torch.compile
+                for backend in backends_here:  # the CUDA graph (no compile) before torch.compile
                     name = OURS_CAPTURED[backend]
                     if name in engines:
                         ours[name] = (backend, live, s, length)
@@ -259,13 +287,18 @@ def speed(folder: Path, device: str, dtypes: tuple[str, ...], streams: tuple[int
                     if time.perf_counter() > deadline:
                         row["skipped"].append(name)
                         continue
-                    if isinstance(engine, tuple):
-                        engine = OursCaptured(lm, *engine)
-                    got = engine.run(batch, new_tokens)  # warm-up (compiles), and the tokens to compare
-                    engine.run(batch, 1)
+                    try:
+                        if isinstance(engine, tuple):
+                            engine = OursCaptured(lm, *engine)
+                        got = engine.run(batch, new_tokens)  # warm-up (compiles), and the tokens to compare
+                        engine.run(batch, 1)
+                        rate = gpu_bench.decode_rate(lambda k, e=engine, b=batch: e.run(b, k), s, new_tokens, 2, dev)
+                    except Exception as error:  # noqa: BLE001 - one engine's failure is a finding, not the check's end
+                        row["errors"][name] = _line(error)
+                        log(f"{dtype} {s} streams {name} raised: {_line(error)}\n{_where(error)}")
+                        continue
                     if name.startswith("ours"):
                         row["equal"][name] = sum(g == r for g, r in zip(got, reference))
-                    rate = gpu_bench.decode_rate(lambda k, e=engine, b=batch: e.run(b, k), s, new_tokens, 2, dev)
                     row["rates"][name] = rate if rate < 1e8 else float("nan")  # t(n) <= t(1): too few tokens to time
                 rows.append(row)
                 log(format_row(row, rows))
@@ -285,6 +318,8 @@ def format_row(row: dict, rows: list[dict]) -> str:
     cells += [f"{name} {rates[name]:.0f}" for name in ENGINES if name in rates]
     if row["skipped"]:
         cells.append(f"skipped (budget): {', '.join(row['skipped'])}")
+    if row.get("errors"):
+        cells.append(f"raised: {', '.join(row['errors'])}")
     return " | ".join(cells)
 
 
@@ -298,7 +333,8 @@ def table(rows: list[dict], checks: list[Parity], what: str, card: str) -> str:
     for row in sorted(rows, key=lambda r: (dtypes.index(r["dtype"]), r["streams"], r["live"])):
         rates = {**{k: v for k, v in _base(row, rows)["rates"].items() if k.startswith("transformers")}, **row["rates"]}
         cells = [row["dtype"], str(row["streams"]), "live capture" if row["live"] else "nothing"]
-        cells += [f"{rates[e]:.0f}" if e in rates else ("skipped" if e in row["skipped"] else "–") for e in ENGINES]
+        cells += [f"{rates[e]:.0f}" if e in rates else ("skipped" if e in row["skipped"] else
+                                                        "raised" if e in row.get("errors", {}) else "–") for e in ENGINES]
         best = max((v for k, v in row["rates"].items() if k.startswith("ours")), default=None)
         compiled = rates.get("transformers compiled")
         cells.append(f"{best / compiled:.2f}×" if best and compiled else "–")
@@ -319,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", nargs="+", type=int, default=list(STREAMS))
     parser.add_argument("--new-tokens", type=int, default=gpu_bench.NEW_TOKENS)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--backends", nargs="+", choices=["inductor", "cudagraph", "eager"], default=None,
+                        help="the captured backends to check (default: every one that runs on the device)")
+    parser.add_argument("--parity-budget-s", type=float, default=120.0, help="start no new parity check after this "
+                        "long (the families left are said)")
     parser.add_argument("--budget-s", type=float, default=280.0, help="start no new measurement after this long")
     parser.add_argument("--quick", action="store_true", help="small sizes (a tiny model; on the CPU, the captured "
                         "step uncompiled): checks that the script runs")
@@ -334,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     card = gpu_bench.device_name(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        checks = parity(work / "families", args.device, tuple(args.dtypes), args.quick, log)
+        checks = parity(work / "families", args.device, tuple(args.dtypes), args.quick, log, args.backends,
+                        started + args.parity_budget_s)
         shape = None
         if args.quick:
             shape = {**gpu_bench.SMOLLM2_SHAPE, "vocab_size": 256, "hidden_size": 48, "intermediate_size": 96,
@@ -343,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         if shape is not None:
             what = "random weights, a 2-layer llama (--quick)"
         rows = speed(folder, args.device, tuple(args.dtypes), tuple(args.streams), args.new_tokens, tuple(args.engines),
-                     backends(dev, args.quick), deadline, log)
+                     backends(dev, args.quick, args.backends), deadline, log)
     summary = table(rows, checks, what, card)
     print(f"\n{summary}\n\n{time.perf_counter() - started:.0f} s in all")
     if args.json:
