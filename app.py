@@ -60,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                              f"SmolLM2-135M-Instruct; default: ${DEFAULT_MODEL_VARIABLE}, else tiny-lm, "
                                              "or a Space's preloaded model)")
     args = parser.parse_args(argv)
-    if args.compile:  # read by load_model wherever the app loads (on ZeroGPU: CUDA graphs by hand, never torch.compile)
-        os.environ["PLAYGROUND_COMPILE"] = "cudagraph" if zero_gpu() else "inductor"
+    if args.compile:  # read by load_model wherever the app loads: on ZeroGPU CUDA graphs by hand, never torch.compile
+        os.environ["PLAYGROUND_COMPILE"] = "cudagraph" if zero_gpu() else "1"  # 1: the device's own way
     args.device = args.device or default_device()
     return args
 

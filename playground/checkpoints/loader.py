@@ -57,12 +57,13 @@ def load_model(
 
     `limits` (default `Limits.default()`) caps file size and estimated memory before any tensor is read.
     `tokenizer=False` skips the tokenizer files (token-id input only; parsing a large tokenizer.json
-    can take longer than the weights). `compile=True`: decode steps run captured, through
-    `torch.compile(fullgraph=True)` on the model's device (`generation.captured`; each step shape compiles
-    on its first run; on CUDA replayed as CUDA graphs), where a run allows it; the rest decodes eagerly and
-    says why. A backend by name: "inductor" (what True means), "cudagraph" (CUDA graphs captured by hand,
-    no compiler: ZeroGPU's way; a model on the CPU then decodes as usual), "eager" (the captured step
-    uncompiled). None: $PLAYGROUND_COMPILE (1 or a backend; unset, empty or 0: off), which
+    can take longer than the weights). `compile=True`: decode steps run captured (`generation.captured`;
+    each step shape is captured on its first run) where a run allows it; the rest decodes eagerly and says
+    why. On CUDA True means CUDA graphs captured by hand (measured on an H200: tokens equal to eager on every
+    family, one host sync a step, and torch.compile's Inductor failed on one shape there), elsewhere
+    `torch.compile(fullgraph=True)`. "auto" is True. A backend by name: "inductor" (torch.compile; on CUDA replayed as CUDA
+    graphs), "cudagraph" (CUDA graphs by hand, no compiler: ZeroGPU's way; a model on the CPU then decodes
+    as usual), "eager" (the captured step uncompiled). None: $PLAYGROUND_COMPILE (1 or a backend; unset, empty or 0: off), which
     `python app.py --compile` sets for every model it loads.
     """
     started = time.perf_counter()
@@ -84,7 +85,7 @@ def load_model(
     (model, estimate), config, tokenizer, tokenizer_error, reader = loaded
     model.to(target).eval()
     model.prepare()  # layouts inference reads besides the weights (the tied head's copy)
-    backend = _compile_backend(compile)
+    backend = _compile_backend(compile, target)
     captured = None
     if backend == "cudagraph" and target.type != "cuda":
         backend = None  # CUDA graphs need a GPU: a CPU copy (ZeroGPU's page models) decodes eagerly
@@ -112,13 +113,14 @@ def load_model(
     )
 
 
-def _compile_backend(compile: bool | str | None) -> str | None:
-    """The captured decoding backend `compile` asks for (None: none), $PLAYGROUND_COMPILE when None."""
+def _compile_backend(compile: bool | str | None, device: torch.device) -> str | None:
+    """The captured decoding backend `compile` asks for on `device` (None: none), $PLAYGROUND_COMPILE when
+    None. True picks the device's: CUDA graphs by hand on CUDA, torch.compile elsewhere."""
     if compile is None:
         compile = os.environ.get("PLAYGROUND_COMPILE", "").strip().lower()
         compile = False if compile in ("", "0", "false", "no") else compile
-    if compile is True or compile in ("1", "true", "yes"):
-        return "inductor"
+    if compile is True or compile in ("1", "true", "yes", "auto"):
+        return "cudagraph" if device.type == "cuda" else "inductor"
     return compile or None
 
 

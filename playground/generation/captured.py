@@ -269,6 +269,7 @@ class CapturedDecoder:
         self._steps: collections.OrderedDict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = \
             collections.OrderedDict()
         self._busy: set[StepShape] = set()
+        self._failed: dict[StepShape, str] = {}  # shapes whose capture raised: why they decode eagerly
         self._lock = threading.Lock()
 
     def build(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]]:
@@ -289,26 +290,52 @@ class CapturedDecoder:
         return step, step
 
     @contextlib.contextmanager
-    def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | None]:
-        """The step of `shape` for one run at a time (None while another run holds it: decode eagerly)."""
+    def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | str]:
+        """The step of `shape` for one run at a time, or why this run decodes eagerly instead (a str): another
+        run holds it, or capturing this shape failed (a compiler's error: said once, never tried again)."""
         with self._lock:
-            if shape in self._busy:
-                got = None
+            if shape in self._failed:
+                got: Any = self._failed[shape]
+            elif shape in self._busy:
+                got = "another run holds the captured step of this shape"
             else:
                 self._busy.add(shape)
                 got = self._steps.get(shape)
-                if got is None:
-                    got = self._steps[shape] = self.build(shape)
-                    idle = [s for s in self._steps if s not in self._busy]
-                    for old in idle[: max(0, len(self._steps) - MAX_STEPS)]:  # least recently used first
-                        del self._steps[old]  # its cache rows go (its graph stays in dynamo's cache)
-                self._steps.move_to_end(shape)
         try:
+            if got is None:  # a new shape: built and captured (compiled) outside the lock, on an idle step
+                got = self._captured(shape)
             yield got
         finally:
-            if got is not None:
+            if not isinstance(got, str):
                 with self._lock:
                     self._busy.discard(shape)
+                    self._steps.move_to_end(shape)
+
+    def _captured(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
+        """A new step of `shape`, run once while no row is live so that it compiles (or is captured) here,
+        where a compiler's failure can still leave the run to the eager loop (`hold`)."""
+        try:
+            step, run = self.build(shape)
+            noise = None  # made as a run makes it (outside inference mode), or the graph's guards would differ
+            if shape.sampling:
+                noise = torch.ones((shape.rows, self.model.config.vocab_size), device=self.model.device)
+            with torch.inference_mode():
+                state = {name: getattr(step, name).clone() for name in ("tokens", "seen")}
+                run(noise)  # idle rows: each writes its own slot 0, which a run's prefill writes again
+                for name, t in state.items():
+                    getattr(step, name).copy_(t)
+        except Exception as error:  # noqa: BLE001 - a compiler's failure on one shape must not fail the visitor's run
+            reason = f"capturing this step failed ({type(error).__name__}): eager"
+            with self._lock:
+                self._busy.discard(shape)
+                self._failed[shape] = reason
+            return reason
+        with self._lock:
+            self._steps[shape] = (step, run)
+            idle = [s for s in self._steps if s not in self._busy]
+            for old in idle[: max(0, len(self._steps) - MAX_STEPS)]:  # least recently used first
+                del self._steps[old]  # its cache rows go (its graph stays in dynamo's cache)
+        return step, run
 
     @property
     def shapes(self) -> list[StepShape]:
@@ -371,8 +398,8 @@ def decode(
     the same events the eager loop (`eager`) gives; that loop runs instead while the step is busy."""
     shape = shape_of(p)
     with p.lm.captured.hold(shape) as held:
-        if held is None:
-            p.decoding = {"captured": False, "reason": "another run holds the captured step of this shape"}
+        if isinstance(held, str):
+            p.decoding = {"captured": False, "reason": held}
             yield from eager(p, stop)
             return
         p.decoding = {"captured": True, "rows": shape.rows, "length": shape.length}

@@ -68,11 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per pass of the model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--compile", nargs="?", const="inductor", default=None, choices=["inductor", "cudagraph", "eager"],
-                        help="decode through the captured step: torch.compile (inductor, the default; CUDA graphs on "
-                             "a GPU), CUDA graphs captured by hand (cudagraph), or the step uncompiled (eager); the "
-                             "first run of each shape compiles. Runs the step cannot take decode as usual, and the "
-                             "JSON's decoding says why")
+    parser.add_argument("--compile", nargs="?", const="auto", default=None, choices=["auto", "inductor", "cudagraph", "eager"],
+                        help="decode through the captured step: alone (auto), the device's own way (CUDA graphs captured by "
+                             "hand on a GPU, torch.compile elsewhere); or by name: torch.compile (inductor), CUDA "
+                             "graphs by hand (cudagraph), the step uncompiled (eager); the first run of each shape "
+                             "compiles. Runs the step cannot take decode as usual, and the JSON's decoding says why")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -256,8 +256,9 @@ def test_the_command_line_and_the_app_ask_for_the_captured_step(llama, monkeypat
     monkeypatch.setenv("PLAYGROUND_COMPILE", "0")  # (recorded, so the test leaves the environment as it found it)
     assert not entry.parse_args([]).compile and os.environ["PLAYGROUND_COMPILE"] == "0"
     assert entry.parse_args(["--compile"]).compile
-    assert os.environ["PLAYGROUND_COMPILE"] == "inductor"
+    assert os.environ["PLAYGROUND_COMPILE"] == "1"  # the device's own way: torch.compile on the CPU
     assert playground.load_model(llama.path).captured.backend == "inductor"
+    assert playground.load_model(llama.path, compile="auto").captured.backend == "inductor"  # the CPU's own way
     monkeypatch.setenv("PLAYGROUND_COMPILE", "cudagraph")  # ZeroGPU's: a model on the CPU decodes as usual
     assert playground.load_model(llama.path).captured is None
     monkeypatch.setenv("PLAYGROUND_COMPILE", "0")
