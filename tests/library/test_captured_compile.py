@@ -63,7 +63,7 @@ def test_compiled_runs_break_no_graph_and_compile_once_per_shape(pair, one_threa
     assert np.isfinite([e.prob for e in got.steps]).all()
 
 
-def test_without_a_cxx_compiler_runs_decode_eagerly_and_say_why(tmp_path, monkeypatch, one_thread):
+def test_without_a_cxx_compiler_runs_decode_eagerly_and_say_why(tmp_path, one_thread):
     """Inductor on the CPU compiles C++ (a slim server image may have no compiler): the step's capture fails
     once, on an idle step before the run's rows are in it; that run and every later run of the shape decode
     eagerly with the eager tokens and say why, without trying again."""
@@ -71,16 +71,16 @@ def test_without_a_cxx_compiler_runs_decode_eagerly_and_say_why(tmp_path, monkey
 
     family, kwargs = FAMILIES["gpt2"]
     save_decoder(tmp_path / "gpt2", family, kwargs, init_std=0.1)
-    monkeypatch.setattr(inductor.cpp, "cxx", (None, str(tmp_path / "no-such-g++")))
-    monkeypatch.setattr(inductor, "fx_graph_cache", False)  # a cached graph would need no compiler
     eager, compiled = playground.load_model(tmp_path / "gpt2"), playground.load_model(tmp_path / "gpt2", compile=True)
     cfg = GenerationConfig(max_new_tokens=6, top_candidates=3)
-    got = generate_all(compiled, PROMPT, cfg)
-    assert got.decoding == {"captured": False, "reason": "capturing this step failed (InductorError): eager"}
-    assert_same_run(generate_all(eager, PROMPT, cfg), got)
-    counters.clear()
-    assert generate_all(compiled, [5, 6, 7], cfg).decoding == got.decoding
-    assert _graphs() == 0 and compiled.captured.shapes == []  # not traced again
+    # (torch's own patch: monkeypatch's undo deletes a config entry, which breaks every later compile here)
+    with inductor.patch({"cpp.cxx": (None, str(tmp_path / "no-such-g++")), "fx_graph_cache": False}):
+        got = generate_all(compiled, PROMPT, cfg)  # (a cached graph would need no compiler)
+        assert got.decoding == {"captured": False, "reason": "capturing this step failed (InductorError): eager"}
+        assert_same_run(generate_all(eager, PROMPT, cfg), got)
+        counters.clear()
+        assert generate_all(compiled, [5, 6, 7], cfg).decoding == got.decoding
+        assert _graphs() == 0 and compiled.captured.shapes == []  # not traced again
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@
 Each case must be refused with one line, quickly (the issue asks for 2 s; CI machines are noisy, so
 the assertion allows 5 s and the measured time is printed), and without the process growing: peak
 RSS (VmHWM, reset before each case through /proc/self/clear_refs) stays within 300 MiB of what the
-process held before, and under the memory budget + 300 MiB.
+process held before, a seventh of the 2 GiB memory budget the cases are refused under. (Not an absolute
+size: in the whole suite this process arrives holding what the tests before it left to the allocator,
+2.9 GiB in one CI run after the real Gemma 3's tests, 1.5 GiB in another run here.)
 """
 
 from __future__ import annotations
@@ -77,7 +79,6 @@ def refused(case: str, action: Callable[[], object], error: type[Exception] = Pl
         assert fragment in message, message
     assert seconds < SECONDS, f"{case} took {seconds:.1f} s"
     assert peak - rss_before < GROWTH, f"{case} grew the process by {(peak - rss_before) / MIB:.0f} MiB"
-    assert peak < BUDGET + GROWTH
     return message
 
 
