@@ -90,6 +90,20 @@ def test_the_live_screen_reads_tiny_probabilities_and_ids_as_a_person_should():
                                " bytes", "", True, False, False]
 
 
+@pytest.mark.skipif(shutil.which("node") is None, reason="node runs the live screen's functions")
+def test_a_repair_keeps_the_steps_the_page_already_drew():
+    """A lost frame makes the page ask for the run whole; the steps it holds that the whole value repeats
+    stay on the page (a long run is not drawn again), from the first that differs on."""
+    held = [[" The", 5, 0.5], [" cat", 9, 0.25], [" sat", 11, 0.125]]
+    code = _live_function("samePrefix") + (
+        f"\nconst held = {json.dumps(held)};"
+        "\nconsole.log(JSON.stringify([samePrefix(held, held.concat([[' on', 3, 0.9]])), samePrefix(held, held.slice(0, 2)),"
+        " samePrefix(held, [[' The', 5, 0.5], [' dog', 10, 0.25]]), samePrefix([], held), samePrefix(held, []),"
+        " samePrefix(held, [[' The', 5, 0.75]])]));")
+    out = subprocess.run(["node", "-e", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == [3, 2, 1, 0, 0, 0]
+
+
 def test_the_page_keeps_tokens_whole_and_candidate_headers_uncut():
     css = PAGE_CSS.read_text(encoding="utf-8")
     rule = lambda selector: re.search(re.escape(selector) + r"\s*\{([^}]*)\}", css).group(1)  # noqa: E731

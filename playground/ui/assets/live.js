@@ -5,11 +5,11 @@
 // The component's value is the newest frame, not the run: a run's first frame holds it whole (its `head`,
 // every path entry), each later one only what is new (`from`, `path`) and the run's latest state. `st.v`
 // is the screen's own copy of the run, folded from the frames (`absorb`); a page that lost a frame asks
-// for the whole value again (server.live_state). Only new tokens are added to the page, one element each;
-// the panels redraw for the step on screen. Clicking a token, or ← / → on a focused token, selects its
-// step: every panel moves there, and the server is told (so the deeper views follow). Steps are counted
-// from 1 on screen; data-step counts from 0. Numbers the stream does not carry (another layer's
-// attention) are asked for with server.attention_row and cached.
+// for the whole value again (server.live_state) and adds what it lacks. Only new tokens are added to the
+// page, one element each; the panels redraw for the step on screen. Clicking a token, or ← / → on a focused
+// token, selects its step: every panel moves there, and the server is told (so the deeper views follow).
+// Steps are counted from 1 on screen; data-step counts from 0. Numbers the stream does not carry (another
+// layer's attention) are asked for with server.attention_row and cached.
 
 const STRINGS = props.strings || {};
 const EMPTY = { run: null, path: [], status: {} };
@@ -456,14 +456,16 @@ function absorb(f) {
     drawStatus(st.v); drawLegend(); drawPanels(st.v); drawBeams(st.v); drawBranches(st.v);
     return;
   }
-  const from = f.from || 0;
+  let from = f.from || 0;
   if (!f.head && (f.run !== st.run || from > st.v.path.length)) { repair(f); return; }
-  const added = entries(f.path);
+  let added = entries(f.path);
   const before = st.v;
   if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
-    const fresh = f.run !== st.run;
-    st.v = Object.assign({}, f.head, { path: [], lang: f.lang || st.lang });  // its words in the frame's language
-    resetRun(Object.assign({}, f.head, f), !fresh);
+    const fresh = f.run !== st.run, lang = f.lang || st.lang;
+    // the same run in the same words (a lost frame's repair): the tokens already on the page stay, the rest is added
+    const kept = fresh || lang !== before.lang ? 0 : samePrefix(before.path, added);
+    st.v = Object.assign({}, f.head, { path: before.path.slice(0, kept), lang });  // its words in the frame's language
+    if (kept) { added = added.slice(kept); from = kept; } else resetRun(Object.assign({}, f.head, f), !fresh);
     if (fresh && st.reveal) requestAnimationFrame(reveal);
   }
   const v = st.v;
@@ -483,6 +485,13 @@ function absorb(f) {
   if (v.beams || before.beams) drawBeams(v);
   if ("branches" in f) drawBranches(v);
   follow();
+}
+
+// How many entries `held` and `whole` share from the start (the steps a repair need not draw again).
+function samePrefix(held, whole) {
+  let n = 0;
+  while (n < held.length && n < whole.length && JSON.stringify(held[n]) === JSON.stringify(whole[n])) n++;
+  return n;
 }
 
 // A lost frame: the run's whole value, asked once; the newest frame that arrives meanwhile is kept, and applied
