@@ -57,13 +57,14 @@ def load_model(
 
     `limits` (default `Limits.default()`) caps file size and estimated memory before any tensor is read.
     `tokenizer=False` skips the tokenizer files (token-id input only; parsing a large tokenizer.json
-    can take longer than the weights). `compile=True`: decode steps run captured (`generation.captured`;
-    each step shape is captured on its first run) where a run allows it; the rest decodes eagerly and says
-    why. On CUDA True means CUDA graphs captured by hand (measured on an H200: tokens equal to eager on every
-    family, one host sync a step, and torch.compile's Inductor failed on one shape there), elsewhere
-    `torch.compile(fullgraph=True)`. "auto" is True. A backend by name: "inductor" (torch.compile; on CUDA replayed as CUDA
-    graphs), "cudagraph" (CUDA graphs by hand, no compiler: ZeroGPU's way; a model on the CPU then decodes
-    as usual), "eager" (the captured step uncompiled). None: $PLAYGROUND_COMPILE (1 or a backend; unset, empty or 0: off), which
+    can take longer than the weights). `compile=True` ("auto"): decode steps run captured
+    (`generation.captured`; each step shape is captured on its first run) where a run allows it; the rest
+    decodes eagerly and says why. True takes the device's own way: on CUDA, CUDA graphs captured by hand
+    (on an H200: tokens equal to eager on every family, one host sync a step; Inductor failed on one shape
+    there), elsewhere `torch.compile(fullgraph=True)`. A backend by name: "inductor" (torch.compile; on
+    CUDA replayed as CUDA graphs), "cudagraph" (CUDA graphs by hand, no compiler: ZeroGPU's way; a model
+    on the CPU then decodes as usual), "eager" (the captured step uncompiled). None: $PLAYGROUND_COMPILE
+    (1, auto or a backend; unset, empty or 0: off), which
     `python app.py --compile` sets for every model it loads.
     """
     started = time.perf_counter()
