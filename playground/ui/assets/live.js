@@ -467,6 +467,10 @@ function absorb(f) {
     st.v = Object.assign({}, f.head, { path: before.path.slice(0, kept), lang });  // its words in the frame's language
     if (kept) { added = added.slice(kept); from = kept; } else resetRun(Object.assign({}, f.head, f), !fresh);
     if (fresh && st.reveal) requestAnimationFrame(reveal);
+  } else if (from < before.path.length) {  // sent before the whole value the page got since: what it repeats stays
+    const same = samePrefix(before.path.slice(from), added);
+    from += same;
+    added = added.slice(same);
   }
   const v = st.v;
   for (const k in f) if (!["head", "path", "from", "att"].includes(k)) v[k] = f[k];
@@ -487,7 +491,7 @@ function absorb(f) {
   follow();
 }
 
-// How many entries `held` and `whole` share from the start (the steps a repair need not draw again).
+// How many entries `held` and `whole` share from the start (the steps the page need not draw again).
 function samePrefix(held, whole) {
   let n = 0;
   while (n < held.length && n < whole.length && JSON.stringify(held[n]) === JSON.stringify(whole[n])) n++;
