@@ -102,16 +102,23 @@ def live_values(messages: list[str]) -> list[dict]:
     return values
 
 
-def test_a_long_run_sends_each_token_once_and_the_page_never_holds_the_run(browser, server):
-    """200 tokens in slow motion (a few a frame): the first value holds the run's head (its prompt), every later
-    one only the tokens since the frame before, starting where the page's copy ends, so the component's value
-    stays one frame, however long the run; the stream's elements are each added once and never rebuilt."""
+def _slow_run(browser, server, script: str):
+    """A page with `script` installed before its own, after a 200-token tiny-random run in slow motion (20 ms a
+    token), its stream's elements counted (`COUNT_ELEMENTS`) from before Generate."""
     page = new_page(browser, DESKTOP)
-    page.add_init_script(TEE_STREAM)
+    page.add_init_script(script)
     open_app(page, server, model="tiny-random", max_new_tokens=200, pace_ms=20)
     page.fill("#prompt textarea", "Hello")
     page.evaluate(COUNT_ELEMENTS)
     assert "Done: 200 tokens" in generate_and_wait(page)
+    return page
+
+
+def test_a_long_run_sends_each_token_once_and_the_page_never_holds_the_run(browser, server):
+    """200 tokens in slow motion (a few a frame): the first value holds the run's head (its prompt), every later
+    one only the tokens since the frame before, starting where the page's copy ends, so the component's value
+    stays one frame, however long the run; the stream's elements are each added once and never rebuilt."""
+    page = _slow_run(browser, server, TEE_STREAM)
     values = live_values(page.evaluate("window.__sse"))
     assert len(values) > 20 and "head" in values[0] and values[0]["from"] == 0
     held = 0
@@ -130,12 +137,7 @@ def test_a_long_run_sends_each_token_once_and_the_page_never_holds_the_run(brows
 def test_a_lost_frame_is_repaired_without_drawing_the_run_again(browser, server):
     """A frame that never arrives (taken out of the event stream here) leaves a gap: the page asks for the run
     whole and adds only the tokens it lacks; the ones on screen stay (before: the stream was built again)."""
-    page = new_page(browser, DESKTOP)
-    page.add_init_script(DROP_ONE_FRAME)
-    open_app(page, server, model="tiny-random", max_new_tokens=200, pace_ms=20)
-    page.fill("#prompt textarea", "Hello")
-    page.evaluate(COUNT_ELEMENTS)
-    assert "Done: 200 tokens" in generate_and_wait(page)
+    page = _slow_run(browser, server, DROP_ONE_FRAME)
     assert page.evaluate("window.__dropped") == 1
     assert page.evaluate("window.__dom") == {"added": 200, "removed": 0}  # before: 274 added, 74 removed
     assert len(tokens(page)) == 200

@@ -462,17 +462,16 @@ function absorb(f) {
   const before = st.v;
   if (f.head) {  // the run whole: a new run, or the same one again (a language switch, a repair)
     const fresh = f.run !== st.run, lang = f.lang || st.lang;
-    // the same run in the same words (a lost frame's repair): the tokens already on the page stay, the rest is added
-    const kept = fresh || lang !== before.lang ? 0 : samePrefix(before.path, added);
-    st.v = Object.assign({}, f.head, { path: before.path.slice(0, kept), lang });  // its words in the frame's language
-    if (kept) { added = added.slice(kept); from = kept; } else resetRun(Object.assign({}, f.head, f), !fresh);
+    const keep = !fresh && lang === before.lang;  // the same run in the same words (a lost frame's repair)
+    st.v = Object.assign({}, f.head, { path: keep ? before.path : [], lang });  // its words in the frame's language
+    if (!keep) resetRun(Object.assign({}, f.head, f), !fresh);
     if (fresh && st.reveal) requestAnimationFrame(reveal);
-  } else if (from < before.path.length) {  // sent before the whole value the page got since: what it repeats stays
-    const same = samePrefix(before.path.slice(from), added);
-    from += same;
-    added = added.slice(same);
   }
   const v = st.v;
+  // entries the page already holds (a repair's whole value, or a frame sent before it) stay; the rest is added
+  const same = samePrefix(v.path.slice(from), added);
+  from += same;
+  added = added.slice(same);
   for (const k in f) if (!["head", "path", "from", "att"].includes(k)) v[k] = f[k];
   v.att = attention(f.att);
   st.lang = v.lang || st.lang;
