@@ -103,12 +103,23 @@ class Field:
     def coerce(self, value: Any) -> Any:
         """A widget's value in this setting's type (a Number box gives floats, a cleared one None)."""
         if self.kind == "seed":
-            return None if value is None or value == "" else int(value)
+            return self._typed_seed(value)
         if self.kind == "flag":
             return bool(value)
         if self.kind in ("whole", "real"):
             return self.default if value is None else (int if self.kind == "whole" else float)(value)
         return "" if value is None else str(value)
+
+    def _typed_seed(self, value: Any) -> int | None:
+        """The seed box's text (or a link's number) as a seed: empty, or anything that is not a whole number,
+        draws one (the run's status names it); a whole number is kept inside the seed's range."""
+        try:
+            number = float(str(value).strip()) if value is not None else math.nan
+        except ValueError:
+            return None
+        if not math.isfinite(number) or not number.is_integer():
+            return None
+        return int(min(max(number, self.low), self.high))
 
     def in_link_of(self, value: Any, mode: str) -> bool:
         """Whether a link to a run with this value (and this decoding mode) names the setting."""

@@ -104,6 +104,13 @@ def mode_choices(lang: str) -> list[tuple[str, str]]:
     return [(t(f"mode_{m}", lang), m) for m in MODES]
 
 
+def seed_box(seed: int | None, lang: str) -> gr.Textbox:
+    """The seed as a one-line text box, empty for "draw one". Gradio's Number box shows an empty value as 0 once it
+    is made visible (the Sampling mode shows it), and every sampling press then repeated seed 0."""
+    return gr.Textbox(value="" if seed is None else str(seed), lines=1, max_lines=1, elem_id="seed",
+                      label=t("seed", lang), info=t("seed_info", lang))
+
+
 def scale_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")]
 
@@ -199,8 +206,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
                                                       elem_id="max-new-tokens", label=t("max_new_tokens", lang),
                                                       info=t("max_new_tokens_info", lang)),
                           "max_new_tokens", "max_new_tokens_info")
-                    named("seed", gr.Number(value=d.seed, precision=0, minimum=0, elem_id="seed", label=t("seed", lang),
-                                            info=t("seed_info", lang)), "seed", "seed_info")
+                    named("seed", seed_box(d.seed, lang), "seed", "seed_info")
                 with gr.Accordion(t("live_view", lang), open=False, elem_id="live-settings",
                                   elem_classes=["pg-settings"]) as acc:
                     c["live_acc"] = acc

@@ -54,6 +54,14 @@ def test_widget_values_are_coerced_to_the_settings_types():
     assert from_widgets({**raw, "seed": None}).seed is None
 
 
+@pytest.mark.parametrize(("typed", "seed"), [("", None), ("  ", None), (None, None), ("7", 7), (" 42 ", 42),
+                                             ("3.0", 3), (5.0, 5), ("abc", None), ("1.5", None), ("nan", None),
+                                             ("-4", 0)])
+def test_the_seed_box_text_is_a_seed_or_draws_one(typed, seed):
+    """The seed box is text: empty (or anything not a whole number) draws a seed; a number is kept in range."""
+    assert from_widgets({"seed": typed}).seed == seed
+
+
 def test_modes_map_to_generation_configs():
     greedy = generation_kwargs(UISettings(mode="greedy", temperature=1.5, num_beams=4))
     assert greedy["temperature"] == 0 and greedy["num_beams"] == 1

@@ -162,6 +162,25 @@ def test_two_unseeded_samples_differ_and_a_typed_seed_pins_them(page, server):
         assert f"Seed {seeds[0]}" in generate_and_wait(page) and generated_text(page) == texts[0]
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_sampling_picked_on_a_fresh_page_draws_a_new_seed_each_press(page, server, lang):
+    """A new page, Sampling picked by hand (the seed box appears only then): the box is empty, not 0, and two presses
+    draw two seeds and two texts (Gradio's Number box showed an empty value as 0 once made visible: seed 0 every time)."""
+    open_app(page, server, model=decoder_name(), max_new_tokens=12, lang=lang)
+    page.locator("#mode label").nth(1).click()  # greedy, sampling, beam: the choices' order in every language
+    page.wait_for_selector("#seed input", state="visible")
+    assert page.input_value("#seed input") == ""
+    page.fill("#prompt textarea", "Once upon")
+    seeds, texts = [], []
+    for _ in range(2):
+        generate_and_wait(page)
+        seeds.append(page.evaluate("() => /(\\d+)\\D*$/.exec(document.querySelector('#gen-status').innerText)[1]"))
+        texts.append(generated_text(page))
+        assert page.input_value("#seed input") == ""
+    assert seeds[0] != seeds[1] and texts[0] != texts[1]
+    shot(page, f"sampling-fresh-page-{lang}")
+
+
 def test_the_positional_tab_draws_its_figures_after_a_run(page, server):
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=8)
     open_tab(page, "Positional encoding")
