@@ -1,10 +1,12 @@
 """“Guess the next token”, for a class: rooms on the server, one per run a teacher opens. No Gradio, no model work.
 
     rooms = Rooms(present=sessions.has)
-    room = rooms.open(run, settings, teacher=key, index=4, shared=True)   # the teacher's run, at step 5
-    rooms.join(room.key, player, "Ada"); rooms.guess(room.key, player, token_id)
+    room = rooms.open(run, settings, teacher=key, index=4, shared=True, address=ip)  # the teacher's run, at step 5
+    link_query(room)                                                  # "?game=<room id>": the game link's query
+    rooms.join(room.key, player, "Ada", ip); rooms.guess(room.key, player, token_id, "", ip)
     rooms.reveal(room.key, teacher); rooms.goto(room.key, teacher, 5)
-    view(rooms.find(key), player), html(that view, lang)
+    rooms.find(room.key, player)                                      # a page's tick: that player is still here
+    rooms.view(room, player), html(that view, lang)
 
 A room is the teacher's finished run, kept as what the game shows (the text, and at every step the candidates
 with the model's own probabilities): the visitors who open the game link read it there, so a class of thirty
@@ -303,6 +305,11 @@ class Rooms:
         now = self.clock()
         for key in [k for k, r in self._rooms.items() if now - r.touched >= self.idle_seconds]:
             del self._rooms[key]
+
+    def view(self, room: Room, player: str) -> dict[str, Any]:
+        """`view` of `room` for `player` now, read inside the lock (other pages' guesses and ticks change it)."""
+        with self._lock:
+            return view(room, player, self.clock())
 
     def __len__(self) -> int:
         with self._lock:

@@ -109,30 +109,30 @@ class ClassGame:
         room = self.rooms.find(key, me)  # a player who ticks is still present
         if room is None:
             return {}
-        seen = (room.version, lang, len(room.present(self.rooms.clock()) - {room.teacher}))
-        if seen == (state.get("version"), state.get("lang"), state.get("players")):
+        v = self.rooms.view(room, me)
+        if (v["version"], lang, v["players"]) == (state.get("version"), state.get("lang"), state.get("players")):
             return {}  # nothing moved and nobody came or left
-        return self._game(room, me, lang, state=state)
+        return self._game(room, me, lang, state=state, v=v)
 
     def again(self, state: dict | None, lang: str, request: gr.Request | None = None) -> Any:
         key = (state or {}).get("room")
         room = self.rooms.find(key) if key else None
         me = session_key(request)
-        return game.html(game.view(room, me, self.rooms.clock()) if room else None, lang)
+        return game.html(self.rooms.view(room, me) if room else None, lang)
 
     def _game(self, room: game.Room | None, me: str, lang: str, *, error: str = "", link: str | None = None,
-              state: dict | None = None, select: bool = False) -> dict[str, Any]:
+              state: dict | None = None, select: bool = False, v: dict | None = None) -> dict[str, Any]:
         """Updates by component name for `room` as `me` sees it (None: no room, `error` says why)."""
         if room is None:
             out: dict[str, Any] = {"game_view": game.html(None, lang, error)}
             if select:
                 out["tabs"] = gr.update(selected="teacher")
             return out
-        v = game.view(room, me, self.rooms.clock())
+        v = v or self.rooms.view(room, me)
         before = state or {}
         teacher = v["teacher"]
         out = {"game_view": game.html(v, lang, error),
-               "game_state": {"room": room.key, "version": room.version, "lang": lang, "step": v["number"],
+               "game_state": {"room": room.key, "version": v["version"], "lang": lang, "step": v["number"],
                               "revealed": v["revealed"], "teacher": teacher, "players": v["players"]},
                "game_timer": gr.update(active=True),
                "game_reveal": gr.update(visible=teacher), "game_next": gr.update(visible=teacher),
