@@ -36,7 +36,12 @@ def link_for(settings: UISettings, page: str) -> str:
     """The address that reopens a run of `settings`: inside a Space the Space's huggingface.co address, else the
     page's own address (`page`, from the browser) with the settings as its query; the query alone when the page's
     address is not a plain http(s) address."""
-    link = shared_link(to_query(settings))
+    return address_for(to_query(settings), page)
+
+
+def address_for(query: str, page: str) -> str:
+    """The address of the app with `query` (a "?..." string): the Space's, else the page's own, else the query."""
+    link = shared_link(query)
     if link.startswith("https://"):
         return link
     page = str(page or "").split("?")[0].split("#")[0]

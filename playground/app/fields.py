@@ -207,6 +207,11 @@ def _check_lang_code(text: str) -> None:
         raise ValueError(note("expect_lang_code"))
 
 
+def _check_room_id(text: str) -> None:
+    if text and not re.fullmatch(r"[A-Za-z0-9_-]{8,64}", text):
+        raise ValueError(note("expect_room_id"))
+
+
 # The run settings every run has, in the order a link writes them (then each experiment's, in tab order).
 BASE: tuple[Field, ...] = (
     Field("model", "text", "tiny-lm", in_link="always"),  # a catalog name, never a file-system path
@@ -232,9 +237,9 @@ BASE: tuple[Field, ...] = (
     Field("target_lang", "text", "", check=_check_lang_code),
     # "step:token_id,..." branches taken after the run, in order (see parse_branches): links replay them
     Field("branches", "text", "", check=parse_branches, widget=False),
-    # "Guess the next token": a game link opens the run's game room at this step (0: no game); its page does not
-    # play the run (its players guess it), and no run's own link carries it
-    Field("game", "whole", 0, 0, KNOBS["max_new_tokens"].offer[1], widget=False),
+    # "Guess the next token": a game link (`?game=<room id>`, nothing else of the run) opens that room ("": no
+    # game); its page plays no run (its players guess one), and no run's own link carries it
+    Field("game", "text", "", check=_check_room_id, widget=False),
     # projector mode: large type and the settings column hidden (the page's toggle; a copied link keeps it)
     Field("projector", "flag", False),
 )

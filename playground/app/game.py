@@ -1,22 +1,33 @@
 """“Guess the next token”, for a class: rooms on the server, one per run a teacher opens. No Gradio, no model work.
 
     rooms = Rooms(present=sessions.has)
-    room = rooms.open(run, settings, teacher=key, index=4, shared=True)   # the teacher's run, at step 5
-    rooms.join(room.key, player, "Ada"); rooms.guess(room.key, player, token_id)
+    room = rooms.open(run, settings, teacher=key, index=4, shared=True, address=ip)  # the teacher's run, at step 5
+    link_query(room)                                                  # "?game=<room id>": the game link's query
+    rooms.join(room.key, player, "Ada", ip); rooms.guess(room.key, player, token_id, "", ip)
     rooms.reveal(room.key, teacher); rooms.goto(room.key, teacher, 5)
-    view(rooms.find(key), player), html(that view, lang)
+    rooms.find(room.key, player)                                      # a page's tick: that player is still here
+    rooms.view(room, player), html(that view, lang)
 
 A room is the teacher's finished run, kept as what the game shows (the text, and at every step the candidates
 with the model's own probabilities): the visitors who open the game link read it there, so a class of thirty
-costs the server no model work. The link is the run's own link with `game=STEP`; the room is found from the
-run's settings (`room_key`), so everyone who opens the same link shares one room. Before the reveal a visitor
+costs the server no model work. The game link names only the room's own id (`?game=<id>`: opaque, drawn by
+`secrets` when the room opens), never the run's model, prompt, settings or seed, so no player can replay the run
+to see the hidden token. The teacher who presses Start again on the same run (or a new tab of the same address,
+once the first tab is gone) gets the same room back (`run_key`). Before the reveal a visitor
 sees the text up to the hidden token and the candidates in an order of the room's own (never the model's); after
 it, every guess of the room is scored in bits: log₂ of the probability the model gave the guessed token (0 is the
 best score; −1 bit means the model gave it one chance in two).
 
-Bounded in size and time: at most `MAX_ROOMS` rooms (idle ones go after `IDLE_SECONDS`; a teacher's tab keeps its
-`MAX_TEACHER_ROOMS` newest), `MAX_PLAYERS` visitors each, names of `MAX_NAME` characters. A room holds no private data: only runs of the models the app offers to
-everyone (never a visitor's upload), the names visitors type, and their guesses.
+Bounded per visitor address (a class of 30 often shares one school address) and for the server:
+- rooms: `MAX_ADDRESS_ROOMS` per address, `MAX_TEACHER_ROOMS` per teacher's tab (its newest), `MAX_ROOMS` in all;
+  an abandoned room (its teacher's tab gone, nobody touched it for `ABANDONED_SECONDS`) goes first when an address
+  or the server runs out of rooms, and any room nobody touched for `IDLE_SECONDS` goes anyway;
+- players: `MAX_ADDRESS_PLAYERS` present per address in a room, `MAX_PLAYERS` in all; a player is present while
+  their page ticks (within `PRESENT_SECONDS`), and a full room makes way for a newcomer by dropping the player gone
+  longest. "N of M guessed" counts present players only;
+- names of `MAX_NAME` characters.
+A room holds no private data: only runs of the models the app offers to everyone (never a visitor's upload), the
+names visitors type, and their guesses.
 """
 
 from __future__ import annotations
@@ -26,11 +37,13 @@ import hashlib
 import html as html_lib
 import math
 import random
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from playground.app.notes import note
 from playground.app.run import Run
@@ -40,19 +53,33 @@ from playground.app.words import t
 from playground.errors import PlaygroundError
 
 MAX_ROOMS = 200
+MAX_ADDRESS_ROOMS = 8  # one address: a few teachers of one school (one client's tabs never fill the server)
 MAX_TEACHER_ROOMS = 4  # a tab that opens more games than this closes its oldest (one teacher never fills the server)
 MAX_PLAYERS = 200
+MAX_ADDRESS_PLAYERS = 60  # present players of one address in a room: a class of 30 behind one school address, twice
+PRESENT_SECONDS = 90.0  # a player whose page has not ticked (every 2 s; a hidden tab's timer is slowed) this long left
+ABANDONED_SECONDS = 5 * 60  # a room with no teacher's tab and untouched this long is the first to make way
 MAX_NAME = 24
 MAX_OPTIONS = 8  # the candidates a visitor picks among (the model's most likely, the chosen token always in)
 IDLE_SECONDS = 3 * 3600  # a room nobody touched this long is gone
 MIN_PROB = 1e-12  # a probability that underflowed to 0 still scores a finite number of bits
 
 
-def room_key(settings: UISettings) -> str:
-    """The room of a run's settings: the same for every visitor who opens the same game link (its language, pace
-    and game step aside)."""
-    canonical = to_query(dataclasses.replace(settings, lang="en", pace_ms=0, game=0))
+def run_key(settings: UISettings) -> str:
+    """The run a room plays, from its settings (language, pace and game aside): its teacher's Start on the same run
+    finds the room again. Never shown to a player: the game link names the room's own id only."""
+    canonical = to_query(dataclasses.replace(settings, lang="en", pace_ms=0, game=""))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
+
+
+def link_query(room: Room) -> str:
+    """The game link's query: the room's id and nothing else (no model, prompt, settings or seed)."""
+    return "?" + urlencode({"game": room.key})
+
+
+def new_room_id() -> str:
+    """An opaque, unguessable room id (96 random bits, URL-safe): the whole of a game link's query."""
+    return secrets.token_urlsafe(12)
 
 
 def score_bits(prob: float) -> float:
@@ -77,8 +104,10 @@ class Step:
 
 @dataclass
 class Room:
-    key: str
-    settings: UISettings  # the run's (its link without `game`)
+    key: str  # the room's own opaque id: all a game link names
+    run: str  # `run_key` of the run it plays (its teacher finds it again; never shown)
+    address: str  # the teacher's address (rooms are counted per address)
+    settings: UISettings  # the run's
     prompt: str
     texts: list[str]  # the run's tokens after the prompt, as the live screen shows them
     steps: dict[int, Step]  # by path index: the steps that can be played (those with candidates)
@@ -87,6 +116,9 @@ class Room:
     revealed: bool = False
     guesses: dict[int, dict[str, int]] = field(default_factory=dict)  # path index -> player -> token id
     names: dict[str, str] = field(default_factory=dict)  # player -> name (join order)
+    seen: dict[str, float] = field(default_factory=dict)  # player -> when their page last ticked or acted
+    where: dict[str, str] = field(default_factory=dict)  # player -> their address
+    joined: int = 0  # players ever joined (a new player's default name "#N")
     version: int = 0  # grows with every change, so a page asks again only when something moved
     touched: float = 0.0
 
@@ -96,52 +128,77 @@ class Room:
     def playable(self) -> list[int]:
         return sorted(self.steps)
 
+    def present(self, now: float) -> set[str]:
+        """The players whose pages are still in the room (they ticked or acted within `PRESENT_SECONDS`)."""
+        return {p for p, at in self.seen.items() if now - at < PRESENT_SECONDS}
+
 
 class Rooms:
-    """Every room of one app, by key. Thread-safe. `present(session key)`: whether a teacher's tab is still open
-    (a room whose teacher left can be opened again by the next teacher of that run)."""
+    """Every room of one app, by id. Thread-safe. `present(session key)`: whether a teacher's tab is still open (a
+    room whose teacher left is the first to go, and the next tab of its address may take it over)."""
 
     def __init__(self, present: Callable[[str], bool] = lambda key: True, *, clock: Callable[[], float] = time.monotonic,
-                 max_rooms: int = MAX_ROOMS, max_players: int = MAX_PLAYERS, idle_seconds: float = IDLE_SECONDS) -> None:
+                 max_rooms: int = MAX_ROOMS, max_players: int = MAX_PLAYERS, idle_seconds: float = IDLE_SECONDS,
+                 address_rooms: int = MAX_ADDRESS_ROOMS, address_players: int = MAX_ADDRESS_PLAYERS) -> None:
         self.present = present
         self.clock = clock
         self.max_rooms, self.max_players, self.idle_seconds = max_rooms, max_players, idle_seconds
+        self.address_rooms, self.address_players = address_rooms, address_players
         self._rooms: dict[str, Room] = {}
         self._lock = threading.Lock()
 
     # --- the teacher --------------------------------------------------------------------------------------
 
-    def open(self, run: Run, settings: UISettings, teacher: str, index: int, *, shared: bool) -> Room:
-        """The room of the finished `run` (reproduced by `settings`) with `teacher` at its controls, playing path
-        index `index` (the nearest playable step). An existing room of the same run is kept (its guesses too); its
-        controls pass to `teacher` when its own teacher's tab is gone. Raises PlaygroundError (a keyed note): a run
-        of a visitor's own upload, a run still going, no candidates recorded, or the server's rooms all taken."""
+    def open(self, run: Run, settings: UISettings, teacher: str, index: int, *, shared: bool,
+             address: str = "") -> Room:
+        """The room of the finished `run` (reproduced by `settings`) with `teacher` (a tab at `address`) at its
+        controls, playing path index `index` (the nearest playable step). The teacher's own room of the same run is
+        kept (its guesses too), as is one of its address whose teacher's tab is gone (it passes to `teacher`).
+        Raises PlaygroundError (a keyed note): a run of a visitor's own upload, a run still going, no candidates
+        recorded, or the address's or the server's rooms all taken by live rooms."""
         if not shared:
             raise PlaygroundError(note("game_private_model"))
         if run.running or not run.path:
             raise PlaygroundError(note("game_needs_run"))
-        steps = _steps(run, room_key(settings))
+        which = run_key(settings)
+        steps = _steps(run, which)
         if not steps:
             raise PlaygroundError(note("game_no_candidates"))
-        key = room_key(settings)
         with self._lock:
             self._sweep()
-            room = self._rooms.get(key)
+            room = next((r for r in self._rooms.values() if r.run == which and r.address == address
+                         and (r.teacher == teacher or not self.present(r.teacher))), None)
             if room is None:
-                own = sorted((r for r in self._rooms.values() if r.teacher == teacher), key=lambda r: r.touched)
-                for old in own[: max(0, len(own) - MAX_TEACHER_ROOMS + 1)]:
-                    del self._rooms[old.key]
-                if len(self._rooms) >= self.max_rooms:
-                    raise PlaygroundError(note("game_full", n=self.max_rooms))
-                room = Room(key, dataclasses.replace(settings, game=0), "".join(run.prompt_texts), list(run.stream_texts),
-                            steps, teacher, nearest(steps, index))
-                self._rooms[key] = room
-            elif room.teacher != teacher and self.present(room.teacher):
-                raise PlaygroundError(note("game_has_teacher"))
-            else:
-                room.teacher = teacher
+                self._make_way(teacher, address)
+                room = Room(new_room_id(), which, address, dataclasses.replace(settings, game=""),
+                            "".join(run.prompt_texts), list(run.stream_texts), steps, teacher, nearest(steps, index))
+                self._rooms[room.key] = room
+            room.teacher = teacher
             self._changed(room)
             return room
+
+    def _make_way(self, teacher: str, address: str) -> None:
+        """Room for one more room of `teacher` at `address`: the tab's oldest beyond its own few close; an abandoned
+        room goes before the address or the server refuses."""
+        own = sorted((r for r in self._rooms.values() if r.teacher == teacher), key=lambda r: r.touched)
+        for old in own[: max(0, len(own) - MAX_TEACHER_ROOMS + 1)]:
+            del self._rooms[old.key]
+        if sum(r.address == address for r in self._rooms.values()) >= self.address_rooms:
+            if not self._reclaim(lambda r: r.address == address):
+                raise PlaygroundError(note("game_address_full", n=self.address_rooms))
+        if len(self._rooms) >= self.max_rooms and not self._reclaim(lambda r: True):
+            raise PlaygroundError(note("game_full", n=self.max_rooms))
+
+    def _reclaim(self, among: Callable[[Room], bool]) -> bool:
+        """Drop the longest untouched abandoned room `among` allows (its teacher's tab gone, nobody touched it for
+        `ABANDONED_SECONDS`); whether there was one."""
+        now = self.clock()
+        abandoned = [r for r in self._rooms.values()
+                     if among(r) and now - r.touched >= ABANDONED_SECONDS and not self.present(r.teacher)]
+        if not abandoned:
+            return False
+        del self._rooms[min(abandoned, key=lambda r: r.touched).key]
+        return True
 
     def goto(self, key: str, teacher: str, index: int) -> Room:
         """The teacher moves the room to a step (the nearest playable one): hidden again, fresh guesses."""
@@ -168,22 +225,25 @@ class Rooms:
 
     # --- the players --------------------------------------------------------------------------------------
 
-    def find(self, key: str) -> Room | None:
+    def find(self, key: str, player: str | None = None) -> Room | None:
+        """The room `key` (None: no such room, or it ended); a `player` of it who asks is still present."""
         with self._lock:
             self._sweep()
             room = self._rooms.get(key)
             if room is not None:
                 room.touched = self.clock()
+                if player in room.seen:
+                    room.seen[player] = room.touched
             return room
 
-    def join(self, key: str, player: str, name: str = "") -> Room:
-        """`player` (a tab) is in the room under `name` (cleaned; "" keeps the one it has, or "Player N")."""
+    def join(self, key: str, player: str, name: str = "", address: str = "") -> Room:
+        """`player` (a tab at `address`) is in the room under `name` (cleaned; "" keeps the one it has, or "#N")."""
         with self._lock:
             room = self._room(key)
-            self._name(room, player, name)
+            self._name(room, player, name, address)
             return room
 
-    def guess(self, key: str, player: str, token_id: int, name: str = "") -> Room:
+    def guess(self, key: str, player: str, token_id: int, name: str = "", address: str = "") -> Room:
         """`player` guesses `token_id` at the step played; a new guess replaces theirs until the reveal."""
         with self._lock:
             room = self._room(key)
@@ -191,7 +251,7 @@ class Rooms:
                 raise PlaygroundError(note("game_revealed"))
             if room.option(room.index, int(token_id)) is None:
                 raise PlaygroundError(note("game_pick_one"))
-            self._name(room, player, name)
+            self._name(room, player, name, address)
             room.guesses.setdefault(room.index, {})[player] = int(token_id)
             self._changed(room)
             return room
@@ -211,13 +271,31 @@ class Rooms:
             raise PlaygroundError(note("game_not_teacher"))
         return room
 
-    def _name(self, room: Room, player: str, name: str) -> None:
-        if player not in room.names and len(room.names) >= self.max_players:
-            raise PlaygroundError(note("game_room_full", n=self.max_players))
+    def _name(self, room: Room, player: str, name: str, address: str) -> None:
+        now = self.clock()
+        if player not in room.names:
+            self._seat(room, address, now)
+            room.joined += 1
+        room.seen[player], room.where[player] = now, room.where.get(player, address)
         cleaned = clean_name(name)
         if cleaned or player not in room.names:
-            room.names[player] = cleaned or f"#{len(room.names) + 1}"
+            room.names[player] = cleaned or f"#{room.joined}"
             self._changed(room)
+
+    def _seat(self, room: Room, address: str, now: float) -> None:
+        """A seat for a new player of `address`: refused when the address already has its share of the players
+        present; in a full room the player gone longest (with their guesses) makes way."""
+        here = room.present(now)
+        if sum(room.where.get(p) == address for p in here) >= self.address_players:
+            raise PlaygroundError(note("game_address_players", n=self.address_players))
+        if len(room.names) < self.max_players:
+            return
+        gone = [p for p in room.names if p not in here]
+        if not gone:
+            raise PlaygroundError(note("game_room_full", n=self.max_players))
+        left = min(gone, key=lambda p: room.seen.get(p, 0.0))
+        for table in (room.names, room.seen, room.where, *room.guesses.values()):
+            table.pop(left, None)
 
     def _changed(self, room: Room) -> None:
         room.version += 1
@@ -227,6 +305,11 @@ class Rooms:
         now = self.clock()
         for key in [k for k, r in self._rooms.items() if now - r.touched >= self.idle_seconds]:
             del self._rooms[key]
+
+    def view(self, room: Room, player: str) -> dict[str, Any]:
+        """`view` of `room` for `player` now, read inside the lock (other pages' guesses and ticks change it)."""
+        with self._lock:
+            return view(room, player, self.clock())
 
     def __len__(self) -> int:
         with self._lock:
@@ -263,16 +346,18 @@ def nearest(steps: dict[int, Step], index: int) -> int:
 # --- what a visitor's page shows ------------------------------------------------------------------------------
 
 
-def view(room: Room, player: str) -> dict[str, Any]:
-    """The room as `player` sees it now (the teacher sees the controls; nobody sees the answer before the reveal)."""
+def view(room: Room, player: str, now: float | None = None) -> dict[str, Any]:
+    """The room as `player` sees it at `now` (the rooms' clock; default: now). The teacher sees the controls; nobody
+    sees the answer before the reveal; "guessed" and "players" count the players still present."""
     step = room.steps[room.index]
     guesses = room.guesses.get(room.index, {})
+    here = room.present(time.monotonic() if now is None else now) - {room.teacher}
     out: dict[str, Any] = {
         "key": room.key, "version": room.version, "teacher": player == room.teacher, "number": step.number,
         "last": max(s.number for s in room.steps.values()), "first": min(s.number for s in room.steps.values()),
         "prompt": room.prompt, "before": "".join(room.texts[: step.before]), "revealed": room.revealed,
         "options": [{"id": o.token_id, "text": o.text} for o in step.options],
-        "mine": guesses.get(player), "guessed": len(guesses), "players": len(room.names) - (room.teacher in room.names),
+        "mine": guesses.get(player), "guessed": len(here & guesses.keys()), "players": len(here),
         "name": room.names.get(player, ""), "model": room.settings.model,
     }
     if room.revealed:

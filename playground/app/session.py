@@ -155,8 +155,7 @@ class Session:
         self.link = dict(params)
         self.link_settings = settings
         # a game link's run is the teacher's, and its players guess it: it is not played on their screens
-        game = str(params.get("game", "")).strip()
-        self.link_pending = bool(params.get("prompt", "").strip()) and not (game.isdigit() and int(game) > 0)
+        self.link_pending = bool(params.get("prompt", "").strip()) and not str(params.get("game", "")).strip()
         self.link_notes = list(notes or [])
         self.notes = list(self.link_notes)
 
@@ -245,7 +244,7 @@ class Session:
         """The settings that reproduce `run` exactly: the seed it used and the branches that led to it."""
         seed = run.cfg.seed if run.mode == "sample" else run.settings.seed
         return dataclasses.replace(run.settings, seed=seed, branches=format_branches(self.lineage(run)),
-                                   lang=self.lang, game=0)
+                                   lang=self.lang, game="")
 
     def link_query(self, widgets: UISettings | None = None) -> str:
         """The query string of a link to what the tab shows: the run on screen (with its seed, its branches and its
@@ -255,7 +254,7 @@ class Session:
             return to_query(self.run_settings(run))
         if widgets is None:
             return ""
-        return to_query(dataclasses.replace(plain(widgets), branches="", game=0, lang=self.lang))
+        return to_query(dataclasses.replace(plain(widgets), branches="", game="", lang=self.lang))
 
 
 SESSION_CAPTURE_BYTES = 256 * 1024**2  # a tab's runs' recorded arrays (a 256-head upload's 1,000-token run: 1 GB)

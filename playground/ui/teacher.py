@@ -1,15 +1,14 @@
 """The teacher's tools: the prompt's tokens as typed, temperature side by side, the class game, export a run.
 
-Thin adapters over the app core (`tokens_view`, `side_by_side`, `game`, `export`); the components are built in
-`playground.ui.teacher_layout`. The three side-by-side runs go through the page's own press
-(`Streaming.press`: real runs of the visitor's session, streamed in the live screen); their entropy is model
-work, done on the torch thread (`serving.call_sliced`). The tokenizer view only tokenizes, on a model already
-loaded; the game and the export do no model work at all.
+Thin adapters over the app core (`tokens_view`, `side_by_side`, `export`; the game's handlers are
+`playground.ui.class_game`); the components are built in `playground.ui.teacher_layout`. The three side-by-side
+runs go through the page's own press (`Streaming.press`: real runs of the visitor's session, streamed in the live
+screen); their entropy is model work, done on the torch thread (`serving.call_sliced`). The tokenizer view only
+tokenizes, on a model already loaded; the game and the export do no model work at all.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 from collections.abc import Callable, Iterator, Mapping
@@ -17,12 +16,12 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, export, game, serving, side_by_side, tokens_view
-from playground.app.notes import error_line, note
+from playground.app import describe, export, serving, side_by_side, tokens_view
+from playground.app.notes import error_line
 from playground.app.session import Session, Sessions
-from playground.app.settings import WIDGETS, UISettings, from_query, from_widgets
-from playground.app.words import browser_language, t
-from playground.errors import PlaygroundError
+from playground.app.settings import WIDGETS, from_widgets
+from playground.app.words import t
+from playground.ui.class_game import ClassGame, wire_game
 from playground.ui.lanes import GENERATE, Lanes
 from playground.ui.models import Models, session_key
 from playground.ui.streaming import Streaming
@@ -45,21 +44,17 @@ DOWNLOAD_JS = """(payload) => {
   document.body.appendChild(a); a.click(); a.remove();
   setTimeout(() => URL.revokeObjectURL(a.href), 60000);
 }"""
-GAME_SCROLL_JS = "() => { if (/[?&]game=[1-9]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
-# What a game update touches, by component name.
-GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_link",
-              "game_timer", "game_state", "tabs")
 UNCHANGED_RUN = (gr.skip(), gr.skip(), gr.skip())
 
 
 class Teacher:
-    """The teacher's tools for the sessions of one app; `rooms` holds the class games."""
+    """The teacher's tools for the sessions of one app; `game` holds the class games."""
 
     def __init__(self, models: Models, sessions: Sessions, stream: Streaming) -> None:
         self.models = models
         self.sessions = sessions
         self.stream = stream
-        self.rooms = game.Rooms(present=sessions.has)
+        self.game = ClassGame(models, sessions)
 
     # --- the prompt's tokens --------------------------------------------------------------------------------
 
@@ -157,119 +152,6 @@ class Teacher:
         said = t("export_done", lang, run=run.number, steps=len(record["steps"]), name=name, link=link)
         return json.dumps({"name": name, "type": mime, "text": text}), describe.inert(said)
 
-    # --- the class game -------------------------------------------------------------------------------------
-
-    def game_start(self, at: float | None, page: str, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
-        """The teacher opens the game of the run on screen at step `at` (empty: the step on screen)."""
-        session = self.sessions.get(session_key(request))
-        run = session.current
-        if run is None or run.running or not run.path:
-            return self._game(None, session.key, lang, error=t("game_needs_run", lang))
-        index = run.step(session.selected_step) if not at or at < 1 else int(at) - 1 - run.steps_before
-        settings = session.run_settings(run)
-        try:
-            shared = self.models.catalog.is_shared(self.models.catalog.resolve(settings.model, session.key))
-            room = self.rooms.open(run, settings, session.key, index, shared=shared)
-            if room.index != game.nearest(room.steps, index):  # started again at another step
-                room = self.rooms.goto(room.key, session.key, index)
-        except Exception as exc:  # noqa: BLE001 - one line in the game's panel
-            return self._game(None, session.key, lang, error=error_line(exc, lang, "game"))
-        link = export.link_for(dataclasses.replace(settings, game=room.steps[room.index].number), page)
-        return self._game(room, session.key, lang, link=link)
-
-    def game_reveal(self, state: dict | None, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
-        return self._move(state, lang, request, lambda key, me: self.rooms.reveal(key, me))
-
-    def game_next(self, state: dict | None, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
-        return self._move(state, lang, request, lambda key, me: self.rooms.next(key, me))
-
-    def game_guess(self, choice: Any, name: str, state: dict | None, lang: str,
-                   request: gr.Request | None = None) -> dict[str, Any]:
-        def guess(key: str, me: str) -> game.Room:
-            if choice in (None, ""):
-                self.rooms.join(key, me, name)
-                raise PlaygroundError(note("game_pick_one"))
-            return self.rooms.guess(key, me, int(choice), name)
-        return self._move(state, lang, request, guess)
-
-    def _move(self, state: dict | None, lang: str, request: gr.Request | None, action) -> dict[str, Any]:
-        me = session_key(request)
-        key = (state or {}).get("room")
-        if not key:
-            return self._game(None, me, lang, error=t("game_idle", lang))
-        try:
-            room = action(key, me)
-        except Exception as exc:  # noqa: BLE001 - a refusal is one line in the panel; the room stays on screen
-            room = self.rooms.find(key)
-            return self._game(room, me, lang, error=error_line(exc, lang, "game"), state=state)
-        return self._game(room, me, lang, state=state)
-
-    def game_from_link(self, request: gr.Request) -> dict[str, Any]:
-        """A page opened from a game link joins its room (the link's own run is never played on it)."""
-        params = dict(request.query_params) if request is not None else {}
-        settings, _ = from_query(params, UISettings())
-        if not settings.game:
-            return {"game_state": None}
-        headers = getattr(request, "headers", None) or {}
-        lang = settings.lang if "lang" in params else browser_language(headers.get("accept-language"))
-        me = session_key(request)
-        self.sessions.get(me)  # the tab is a page: the room's teacher may look for it
-        key = game.room_key(settings)
-        room = self.rooms.find(key)
-        if room is not None and room.teacher != me:
-            try:
-                room = self.rooms.join(key, me)
-            except Exception as exc:  # noqa: BLE001 - a full room: one line
-                return self._game(None, me, lang, error=error_line(exc, lang, "game"), select=True)
-        out = self._game(room, me, lang, error="" if room else t("game_gone", lang), select=True)
-        if room is None:  # a room started again later is found by the timer
-            out.update(game_state={"room": key, "version": -1, "lang": lang}, game_timer=gr.update(active=True))
-        return out
-
-    def game_tick(self, state: dict | None, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
-        """Every two seconds while the tab is in a room: the room again when it changed (else nothing)."""
-        key = (state or {}).get("room")
-        if not key:
-            return {"game_timer": gr.update(active=False)}
-        self.sessions.get(session_key(request))  # a tab in a game is a tab in use (its teacher's controls stay)
-        room = self.rooms.find(key)
-        if room is None or (room.version == state.get("version") and lang == state.get("lang")):
-            return {}
-        return self._game(room, session_key(request), lang, state=state)
-
-    def game_again(self, state: dict | None, lang: str, request: gr.Request | None = None) -> Any:
-        key = (state or {}).get("room")
-        room = self.rooms.find(key) if key else None
-        me = session_key(request)
-        return game.html(game.view(room, me) if room else None, lang)
-
-    def _game(self, room: game.Room | None, me: str, lang: str, *, error: str = "", link: str | None = None,
-              state: dict | None = None, select: bool = False) -> dict[str, Any]:
-        """Updates by component name for `room` as `me` sees it (None: no room, `error` says why)."""
-        if room is None:
-            out: dict[str, Any] = {"game_view": game.html(None, lang, error)}
-            if select:
-                out["tabs"] = gr.update(selected="teacher")
-            return out
-        v = game.view(room, me)
-        before = state or {}
-        teacher = v["teacher"]
-        out = {"game_view": game.html(v, lang, error),
-               "game_state": {"room": room.key, "version": room.version, "lang": lang, "step": v["number"],
-                              "revealed": v["revealed"], "teacher": teacher},
-               "game_timer": gr.update(active=True),
-               "game_reveal": gr.update(visible=teacher), "game_next": gr.update(visible=teacher),
-               "game_player": gr.update(visible=not teacher), "game_teacher": gr.update(visible=teacher)}
-        if (before.get("step"), before.get("revealed")) != (v["number"], v["revealed"]):  # a new step or the reveal
-            choices = [(tokens_view.shown(o["text"]), str(o["id"])) for o in v["options"]]
-            mine = str(v["mine"]) if v["mine"] is not None else None
-            out["game_choice"] = gr.update(choices=choices, value=mine, interactive=not v["revealed"])
-        if link is not None:
-            out["game_link"] = gr.update(value=link, visible=True)
-        if select:
-            out["tabs"] = gr.update(selected="teacher")
-        return out
-
     # --- the language ---------------------------------------------------------------------------------------
 
     def relabel(self, lang: str, text: str, chat: bool, columns: dict | None, state: dict | None,
@@ -278,7 +160,7 @@ class Teacher:
         comparison, the game."""
         texts = tuple(t(key, lang) for key in TEACHER_TEXTS.values())
         return (*texts, self.prompt_tokens(text, chat, lang, request), self.compared(columns, lang),
-                self.game_again(state, lang, request))
+                self.game.again(state, lang, request))
 
 
 def _note(text: str) -> str:
@@ -315,36 +197,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
         button.click(handler, p.page_address, [p.export_file, p.export_md], **quick).then(
             None, p.export_file, None, js=DOWNLOAD_JS, queue=False)
 
-    # The class game: each handler's updates by component name, keyed by component for Gradio.
-    slots = [p.component(name) for name in GAME_SLOTS]
-
-    def keyed(updates: dict[str, Any]) -> dict[Any, Any]:
-        return {p.component(name): update for name, update in updates.items()} or {p.game_timer: gr.skip()}
-
-    def from_link(request: gr.Request) -> dict:
-        return keyed(h.game_from_link(request))
-
-    def start(at: float | None, address: str, code: str, request: gr.Request) -> dict:
-        return keyed(h.game_start(at, address, code, request))
-
-    def reveal(state: dict | None, code: str, request: gr.Request) -> dict:
-        return keyed(h.game_reveal(state, code, request))
-
-    def step_on(state: dict | None, code: str, request: gr.Request) -> dict:
-        return keyed(h.game_next(state, code, request))
-
-    def guess(choice: Any, name: str, state: dict | None, code: str, request: gr.Request) -> dict:
-        return keyed(h.game_guess(choice, name, state, code, request))
-
-    def tick(state: dict | None, code: str, request: gr.Request) -> dict:
-        return keyed(h.game_tick(state, code, request))
-
-    p.demo.load(from_link, None, slots, **quick).then(None, None, None, js=GAME_SCROLL_JS, queue=False)
-    p.game_start.click(start, [p.game_at, p.page_address, lang], slots, **quick)
-    p.game_reveal.click(reveal, [p.game_state, lang], slots, **quick)
-    p.game_next.click(step_on, [p.game_state, lang], slots, **quick)
-    p.game_guess.click(guess, [p.game_choice, p.game_name, p.game_state, lang], slots, **quick)
-    p.game_timer.tick(tick, [p.game_state, lang], slots, **quick)
+    wire_game(p, h.game, lang)
     quiet_sign_in(p.demo, page.c.get("sign_in"))
     return [compared]
 

@@ -1,5 +1,6 @@
-"""“Guess the next token” for a class: a room per run, found from the run's link; three visitors guess, the
-teacher reveals, every guess is scored in bits; bounded rooms, names and time; no upload ever makes a room."""
+"""“Guess the next token” for a class: a room per run a teacher opens, named by an opaque id (its link holds nothing
+of the run); three visitors guess, the teacher reveals, every guess is scored in bits; rooms and players bounded per
+address and for the server, abandoned rooms reclaimed first, names and time bounded; no upload ever makes a room."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from urllib.parse import parse_qsl
 import pytest
 
 from playground.app import game
-from playground.app.game import Rooms, clean_name, room_key, score_bits
-from playground.app.notes import render
+from playground.app.game import Rooms, clean_name, link_query, score_bits
+from playground.app.notes import note, render
 from playground.app.play import play
 from playground.app.session import Session
-from playground.app.settings import UISettings, from_query, to_query
+from playground.app.settings import UISettings, from_query
 from playground.errors import PlaygroundError
 
 TEACHER = "teacher-tab"
@@ -42,13 +43,22 @@ def key_of(message: PlaygroundError) -> str:
     return message.args[0].key
 
 
-def test_everyone_who_opens_the_game_link_finds_the_teachers_room(finished):
+def test_the_game_link_names_an_opaque_room_and_nothing_of_the_run(finished):
     run, settings = finished
-    link = to_query(dataclasses.replace(settings, game=3, lang="zh", pace_ms=200))
-    opened, notes = from_query(dict(parse_qsl(link.lstrip("?"))), UISettings())
-    assert not notes and opened.game == 3
-    assert room_key(opened) == room_key(settings) == room_key(dataclasses.replace(settings, lang="en"))
-    assert room_key(dataclasses.replace(settings, seed=6)) != room_key(settings)  # another run, another room
+    rooms = Rooms()
+    room = rooms.open(run, settings, TEACHER, 2, shared=True)
+    link = link_query(room)
+    query = dict(parse_qsl(link.lstrip("?")))
+    assert query == {"game": room.key} and len(room.key) >= 16  # no seed, prompt, model or settings: nothing to replay
+    for secret in ("seed", "prompt", "Hello", "temperature", "tiny-lm"):
+        assert secret not in link
+    opened, notes = from_query(query, UISettings())
+    assert not notes and opened.game == room.key and rooms.find(opened.game) is room  # the link opens the room
+    assert room.prompt == "Hello" and room.texts == list(run.stream_texts)  # shown from what the room keeps
+    # the same run again: the teacher's own room back; another teacher's room of the same run has another id
+    assert rooms.open(run, settings, TEACHER, 2, shared=True) is room
+    other = rooms.open(run, settings, "other-tab", 2, shared=True, address="10.0.0.9")
+    assert other.key != room.key and len(rooms) == 2
 
 
 def test_three_visitors_guess_and_the_reveal_scores_them(finished):
@@ -112,18 +122,21 @@ def test_a_room_only_for_models_offered_to_everyone_and_finished_runs(finished, 
     assert len(rooms) == 0
 
 
-def test_one_teacher_at_a_time_and_the_next_one_takes_over_when_the_first_left(finished):
+def test_one_teacher_at_a_time_and_the_next_tab_of_the_address_takes_over_when_the_first_left(finished):
     run, settings = finished
     here = {TEACHER}
     rooms = Rooms(present=lambda key: key in here)
-    room = rooms.open(run, settings, TEACHER, 1, shared=True)
+    room = rooms.open(run, settings, TEACHER, 1, shared=True, address="school")
     rooms.guess(room.key, "ada", room.steps[1].options[0].token_id)
-    with pytest.raises(PlaygroundError) as busy:
-        rooms.open(run, settings, "other-tab", 1, shared=True)
-    assert key_of(busy.value) == "game_has_teacher"
-    here.clear()  # the teacher's tab closed: the same run's next teacher takes the room over, guesses and all
-    again = rooms.open(run, settings, "other-tab", 5, shared=True)
-    assert again is room and room.teacher == "other-tab" and room.guesses[1]
+    busy = rooms.open(run, settings, "other-tab", 1, shared=True, address="school")
+    assert busy is not room and room.teacher == TEACHER  # a live teacher keeps the controls: the other gets its own
+    with pytest.raises(PlaygroundError) as refused:
+        rooms.reveal(room.key, "other-tab")
+    assert key_of(refused.value) == "game_not_teacher"
+    here.clear()  # the teacher's tab closed (a reload): the next tab of its address takes the room over
+    assert rooms.open(run, settings, "third-tab", 5, shared=True, address="elsewhere") not in (room, busy)
+    again = rooms.open(run, settings, "new-tab", 5, shared=True, address="school")
+    assert again in (room, busy) and again.teacher == "new-tab"
 
 
 def test_rooms_are_bounded_in_number_players_names_and_time(finished):
@@ -159,17 +172,19 @@ def test_names_and_scores():
 
 def test_the_game_field_of_a_link(finished):
     run, settings = finished
-    for bad in ("-1", "abc", "99999", "2.5"):
+    for bad in ("short", "a b c d e f g h", "x" * 65, "<script>alert(1)</script>"):
         parsed, notes = from_query({"game": bad}, UISettings())
-        assert parsed.game == 0 and [n.key for n in notes] == ["link_ignored"]
+        assert parsed.game == "" and [n.key for n in notes] == ["link_ignored"]
     session = Session()
-    session.opened_from({"prompt": "Hello", "game": "3"})
-    assert not session.link_pending  # the players' pages never play the run they guess
-    session.opened_from({"prompt": "Hello", "game": "0"})
+    session.opened_from({"prompt": "Hello", "game": game.new_room_id()})
+    assert not session.link_pending  # the players' pages never play a run (and a game link holds none)
+    session.opened_from({"prompt": "Hello"})
     assert session.link_pending
     session = Session(key=TEACHER, runs=[run])
-    assert session.run_settings(dataclasses.replace(run, settings=dataclasses.replace(run.settings, game=4))).game == 0
-    assert "game=" not in session.link_query(dataclasses.replace(run.settings, game=4, prompt="other"))
+    room_id = game.new_room_id()
+    kept = dataclasses.replace(run, settings=dataclasses.replace(run.settings, game=room_id))
+    assert session.run_settings(kept).game == ""
+    assert "game=" not in session.link_query(dataclasses.replace(run.settings, game=room_id, prompt="other"))
 
 
 def test_one_tab_keeps_its_newest_games_only(finished):
@@ -179,3 +194,104 @@ def test_one_tab_keeps_its_newest_games_only(finished):
               for s in range(game.MAX_TEACHER_ROOMS + 2)]
     assert len(rooms) == game.MAX_TEACHER_ROOMS
     assert [rooms.find(k) is not None for k in opened] == [False, False] + [True] * game.MAX_TEACHER_ROOMS
+
+
+# --- issue 42 item 6: rooms and players per address, rooms that clean themselves --------------------------------
+
+
+def test_one_addresss_51_tabs_cannot_stop_another_addresss_teacher(finished):
+    """Row 5: one client's 51 tabs (four rooms each: 204 asks, more than the server's 200 rooms) open games; a
+    teacher at another address still opens one, and the client holds at most its address's share."""
+    run, settings = finished
+    rooms = Rooms()
+    refused = []
+    for tab in range(51):
+        for seed in range(game.MAX_TEACHER_ROOMS):
+            try:
+                rooms.open(run, dataclasses.replace(settings, seed=seed), f"tab-{tab}", 0, shared=True,
+                           address="203.0.113.7")
+            except PlaygroundError as exc:
+                refused.append(key_of(exc))
+    assert len(rooms) == game.MAX_ADDRESS_ROOMS and set(refused) == {"game_address_full"}
+    assert "close the tabs" in render(note("game_address_full", n=game.MAX_ADDRESS_ROOMS))
+    room = rooms.open(run, settings, "the-teacher", 0, shared=True, address="198.51.100.20")
+    assert rooms.find(room.key) is room and room.teacher == "the-teacher"
+
+
+def test_205_sessions_of_one_address_cannot_lock_a_student_out_and_a_class_behind_one_address_plays(finished):
+    """Row 6: one client joins in 205 fresh sessions; a student at another address joins and guesses, and 30
+    students behind one school address all join and guess."""
+    run, settings = finished
+    clock = Clock()
+    rooms = Rooms(clock=clock)
+    room = rooms.open(run, settings, TEACHER, 1, shared=True, address="school-gateway")
+    refused = 0
+    for i in range(205):
+        try:
+            rooms.join(room.key, f"bot-{i}", address="203.0.113.7")
+        except PlaygroundError as exc:
+            assert key_of(exc) == "game_address_players"
+            refused += 1
+    assert refused == 205 - game.MAX_ADDRESS_PLAYERS
+    pick = room.steps[1].options[0].token_id
+    rooms.guess(room.key, "student", pick, "Ada", address="198.51.100.20")
+    for i in range(30):
+        rooms.guess(room.key, f"pupil-{i}", pick, f"P{i}", address="school-gateway")
+    seen = game.view(room, "student", clock.now)
+    assert seen["guessed"] == 31 and seen["players"] == game.MAX_ADDRESS_PLAYERS + 31 and seen["mine"] == pick
+
+
+def test_a_full_room_makes_way_for_a_newcomer_by_dropping_the_player_gone_longest(finished):
+    run, settings = finished
+    clock = Clock()
+    rooms = Rooms(clock=clock, max_players=3)
+    room = rooms.open(run, settings, TEACHER, 1, shared=True)
+    pick = room.steps[1].options[0].token_id
+    for who in ("a", "b", "c"):
+        rooms.guess(room.key, who, pick, address=who)
+        clock.now += 1
+    with pytest.raises(PlaygroundError) as full:
+        rooms.join(room.key, "d", address="d")
+    assert key_of(full.value) == "game_room_full"
+    clock.now += game.PRESENT_SECONDS
+    rooms.find(room.key, "b"), rooms.find(room.key, "c")  # b and c tick; a's page is gone
+    rooms.join(room.key, "d", address="d")
+    assert set(room.names) == {"b", "c", "d"} and "a" not in room.guesses[1]
+
+
+def test_a_room_whose_teacher_left_and_nobody_ticks_is_reclaimed_before_a_refusal(finished):
+    run, settings = finished
+    clock = Clock()
+    here = {"t0", "t1", "t2"}
+    rooms = Rooms(present=lambda key: key in here, clock=clock, max_rooms=3)
+    opened = [rooms.open(run, dataclasses.replace(settings, seed=i), f"t{i}", 0, shared=True, address=f"a{i}")
+              for i in range(3)]
+    with pytest.raises(PlaygroundError) as full:
+        rooms.open(run, settings, "late", 0, shared=True, address="b")
+    assert key_of(full.value) == "game_full"
+    here.discard("t1")  # t1's tab closed ...
+    clock.now += game.ABANDONED_SECONDS - 1
+    rooms.find(opened[0].key, "t0"), rooms.find(opened[2].key, "t2")
+    with pytest.raises(PlaygroundError):  # ... but its room was touched within the last minutes: still refused
+        rooms.open(run, settings, "late", 0, shared=True, address="b")
+    clock.now += 2  # nobody touched t1's room for ABANDONED_SECONDS: it goes first, the others stay
+    rooms.find(opened[0].key, "t0"), rooms.find(opened[2].key, "t2")
+    late = rooms.open(run, settings, "late", 0, shared=True, address="b")
+    assert rooms.find(opened[1].key) is None and rooms.find(late.key) is late
+    assert rooms.find(opened[0].key) is opened[0] and rooms.find(opened[2].key) is opened[2]
+
+
+def test_guessed_counts_the_players_still_in_the_room(finished):
+    run, settings = finished
+    clock = Clock()
+    rooms = Rooms(clock=clock)
+    room = rooms.open(run, settings, TEACHER, 1, shared=True)
+    pick = room.steps[1].options[0].token_id
+    for who in ("ada", "bo", "cy"):
+        rooms.guess(room.key, who, pick, who)
+    rooms.join(room.key, "dee", "dee")
+    assert game.html(game.view(room, TEACHER, clock.now), "en").count("3 of 4 guessed") == 1
+    clock.now += game.PRESENT_SECONDS / 2
+    rooms.find(room.key, "ada"), rooms.find(room.key, "dee")  # their pages tick; bo's and cy's tabs closed
+    clock.now += game.PRESENT_SECONDS / 2 + 1
+    assert "1 of 2 guessed" in game.html(game.view(room, TEACHER, clock.now), "en")

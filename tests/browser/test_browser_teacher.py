@@ -182,8 +182,10 @@ def test_three_visitors_play_the_game_and_the_reveal_scores_them(desktop, server
     wait_text(teacher, ".pg-stepbar", "Step 4 of 12")
     open_tools(teacher, "en")
     teacher.click("#game-start-btn")
-    teacher.wait_for_function("() => (document.querySelector('#game-link textarea')?.value ?? '').includes('game=4')")
+    teacher.wait_for_function("() => (document.querySelector('#game-link textarea')?.value ?? '').includes('?game=')")
     link = teacher.input_value("#game-link textarea")
+    # the link names the room only: no seed, prompt or settings that would replay the run and show the hidden token
+    assert list(dict(parse_qsl(urlparse(link).query))) == ["game"] and "seed=" not in link and "prompt=" not in link
     assert teacher.is_visible("#game-reveal-btn") and not teacher.is_visible("#game-player")
     players = []
     try:
@@ -228,6 +230,10 @@ def test_three_visitors_play_the_game_and_the_reveal_scores_them(desktop, server
             assert player.inner_text("#game-view .pg-game-blank").strip() == "?"
             assert player.is_enabled("#game-choice input[type=radio] >> nth=0")
             assert not player.js_errors, player.js_errors
+        late = players[0]  # a link to a room that is not (or no longer) on the server: one line, in the page's language
+        late.goto(server + "?game=NoSuchRoom12345&lang=zh")
+        wait_text(late, "#game-view", "服务器上没有这个游戏")
+        assert late.locator("#game-choice input[type=radio]").count() == 0
     finally:
         for player in players:
             player.context.close()

@@ -31,8 +31,9 @@ def h(weights, tmp_path_factory):
     return build_app(weights, tmp_path_factory.mktemp("uploads")).playground_handlers
 
 
-def request(session: str, **query) -> gr.Request:
-    return gr.Request(session_hash=session, query_params=query)
+def request(session: str, address: str = "127.0.0.1", **query) -> gr.Request:
+    """A tab's request from `address` (the connection's own: no trusted proxy in these tests)."""
+    return gr.Request(session_hash=session, query_params=query, client={"host": address, "port": 1})
 
 
 def loaded(h, session: str, name: str = "tiny-lm") -> None:
@@ -91,16 +92,17 @@ def test_export_writes_the_run_and_a_link_that_replays_it(h):
 
 def test_three_visitors_play_the_teachers_game_and_the_reveal_scores_them(h):
     run = generate(h, "teacher")
-    started = h.teacher.game_start(4, "http://127.0.0.1:7860/", "en", request("teacher"))
+    started = h.teacher.game.start(4, "http://127.0.0.1:7860/", "en", request("teacher"))
     assert "pg-game-error" not in started["game_view"]
     link = started["game_link"]["value"]
     query = dict(parse_qsl(urlparse(link).query))
-    assert query["game"] == "4" and query["seed"] == "3"
+    assert list(query) == ["game"] and "seed=" not in link and "prompt=" not in link  # the room only: nothing to replay
+    assert link.startswith("http://127.0.0.1:7860/?game=")
     teacher_state = started["game_state"]
     assert teacher_state["teacher"] and started["game_reveal"]["visible"] and not started["game_player"]["visible"]
     states = {}
     for who in ("ada", "bo", "cy"):
-        joined = h.teacher.game_from_link(request(who, **query))
+        joined = h.teacher.game.from_link(request(who, **query))
         assert joined["tabs"]["selected"] == "teacher" and joined["game_player"]["visible"]
         assert not joined["game_teacher"]["visible"] and not joined["game_reveal"]["visible"]
         choices = [value for _, value in joined["game_choice"]["choices"]]
@@ -108,30 +110,31 @@ def test_three_visitors_play_the_teachers_game_and_the_reveal_scores_them(h):
         states[who] = joined["game_state"]
     picks = dict(zip(("ada", "bo", "cy"), choices))
     for who, pick in picks.items():
-        out = h.teacher.game_guess(pick, who.title(), states[who], "en", request(who))
+        out = h.teacher.game.guess(pick, who.title(), states[who], "en", request(who))
         assert "Your guess" in out["game_view"]
-    tick = h.teacher.game_tick(teacher_state, "en", request("teacher"))
+    tick = h.teacher.game.tick(teacher_state, "en", request("teacher"))
     assert "3 of 3 guessed" in tick["game_view"]
-    assert h.teacher.game_tick(tick["game_state"], "en", request("teacher")) == {}  # nothing new: nothing sent
-    refused = h.teacher.game_reveal(states["ada"], "en", request("ada"))
+    assert h.teacher.game.tick(tick["game_state"], "en", request("teacher")) == {}  # nothing new: nothing sent
+    refused = h.teacher.game.reveal(states["ada"], "en", request("ada"))
     assert "Only the teacher" in refused["game_view"]
-    h.teacher.game_reveal(teacher_state, "en", request("teacher"))
+    h.teacher.game.reveal(teacher_state, "en", request("teacher"))
     for who in picks:
-        seen = h.teacher.game_tick(states[who], "zh", request(who))
+        seen = h.teacher.game.tick(states[who], "zh", request(who))
         assert "每个猜测的得分" in seen["game_view"] and all(n in seen["game_view"] for n in ("Ada", "Bo", "Cy"))
         assert seen["game_choice"]["interactive"] is False  # no guessing after the reveal
 
 
 def test_a_game_of_an_upload_is_refused_and_a_link_to_no_room_says_so(h, tmp_path):
     run = generate(h, "solo")
-    stale = {"model": "tiny-lm", "prompt": "never run", "game": "2"}
-    out = h.teacher.game_from_link(request("late", **stale))
-    assert "not on the server" in out["game_view"] and out["game_state"]["room"]
+    for stale in ("NoSuchRoom12345", "2", "<b>"):  # an unknown, ended or mangled room: one line, no room
+        out = h.teacher.game.from_link(request("late", game=stale))
+        assert "not on the server" in out["game_view"] and "game_state" not in out and "<b>" not in out["game_view"]
+    assert "服务器上没有这个游戏" in h.teacher.game.from_link(request("late", game="gone", lang="zh"))["game_view"]
     upload = save_tiny_decoder(tmp_path / "mine")
     files = [str(p) for p in upload.iterdir()]
     name = h.catalog.save_upload(files, 10**9, "uploader")
     generate(h, "uploader", UISettings(model=name, prompt="hello", max_new_tokens=4))
-    refused = h.teacher.game_start(1, "http://x/", "en", request("uploader"))
+    refused = h.teacher.game.start(1, "http://x/", "en", request("uploader"))
     assert "never on an upload" in refused["game_view"] and "game_link" not in refused
     assert run is not None
 
@@ -158,3 +161,24 @@ def test_on_zerogpu_the_page_says_what_the_quota_is_and_offers_the_sign_in(weigh
     own = [fn for fn in demo.fns.values() if getattr(fn.fn, "__self__", None) is button]
     assert len(own) == 1 and own[0].queue is False  # its sign-in check, once, outside the queue's lanes
     check(demo.fns.values(), Lanes(generate=4).limits())
+
+
+def test_205_sessions_of_one_address_cannot_lock_students_out_and_a_class_behind_one_address_all_guess(h):
+    """Issue 42 row 6 through the page's handlers: one client opens the game link in 205 fresh sessions; a student
+    at another address still joins and guesses, and so does every one of 30 students behind one school address."""
+    generate(h, "row6-teacher")
+    started = h.teacher.game.start(3, "http://x/", "en", request("row6-teacher", "192.0.2.1"))
+    query = dict(parse_qsl(urlparse(started["game_link"]["value"]).query))
+    refused = 0
+    for i in range(205):
+        out = h.teacher.game.from_link(request(f"bot-{i}", "203.0.113.7", **query))
+        refused += "players from your network" in out["game_view"]
+    assert refused == 205 - 60
+    players = [("student", "198.51.100.20")] + [(f"pupil-{i}", "192.0.2.50") for i in range(30)]
+    for who, address in players:
+        joined = h.teacher.game.from_link(request(who, address, **query))
+        pick = joined["game_choice"]["choices"][0][1]
+        out = h.teacher.game.guess(pick, who, joined["game_state"], "en", request(who, address))
+        assert "Your guess" in out["game_view"], who
+    seen = h.teacher.game.tick(started["game_state"], "en", request("row6-teacher", "192.0.2.1"))
+    assert "31 of 91 guessed" in seen["game_view"]
