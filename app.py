@@ -21,6 +21,7 @@ from playground.cpu import choose_threads
 from playground.errors import PlaygroundError
 from playground.hosting import on_space, zero_gpu
 from playground.ui import build_app, enable_queue, launch_kwargs
+from playground.ui.gradio_state import tab_states
 
 log = logging.getLogger("playground.app")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
                     ", ".join(offered) or "none", catalog.default_name())
     log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
     handlers = demo.playground_handlers
-    report_on_signal(lambda: holdings(handlers.registry, handlers.sessions))  # kill -USR1: what it keeps, logged
+    kept = lambda: holdings(handlers.registry, handlers.sessions, lambda: tab_states(demo))  # noqa: E731
+    report_on_signal(kept)  # kill -USR1: what it keeps, logged
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
                 **launch_kwargs(demo))

@@ -30,6 +30,8 @@ class Holdings:
     tabs: int
     runs: int
     capture_bytes: int
+    tab_states: int = 0  # sessions Gradio keeps state for (its copy of the page per tab, `ui.gradio_state`)
+    tab_state_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -39,14 +41,17 @@ class Holdings:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
         return (f"{PREFIX} total={self.total_bytes} models={self.models} model_bytes={self.model_bytes} "
                 f"copies={self.copies} copy_bytes={self.copy_bytes} tabs={self.tabs} runs={self.runs} "
-                f"capture_bytes={self.capture_bytes} ({self.total_bytes / MIB:,.0f} MiB)")
+                f"capture_bytes={self.capture_bytes} tab_states={self.tab_states} "
+                f"tab_state_bytes={self.tab_state_bytes} ({self.total_bytes / MIB:,.0f} MiB)")
 
 
-def holdings(registry: ModelRegistry, sessions: Sessions) -> Holdings:
+def holdings(registry: ModelRegistry, sessions: Sessions,
+             tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> Holdings:
+    """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here)."""
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes = sessions.held()
-    return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes)
+    return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states())
 
 
 def parse(line: str) -> Holdings | None:

@@ -1,35 +1,41 @@
-"""Who is calling: a visitor is a page tab or a script's client, never one request.
+"""Who is calling: a visitor is an address (or a signed-in account), never a session id or one request.
 
-Fairness in the shared batch (one running generation each), the queue's places and a script's share of the
-server are per visitor. A page tab is its Gradio session (`page`): the page opened it and every event it sends
-carries it. Anything else (a `gradio_client` script, a raw HTTP call, an event sent with a session no page
-opened) is its client (`client`): the network address the connection comes from, or, behind trusted reverse
-proxies, the address the nearest of them reports (`client_address`). A session id or a header value the caller
-writes never names a client: each script call mints a session of its own, and a script can write any
-X-Forwarded-For it likes; only the entries our own proxies appended can be believed.
+Every per-visitor bound counts per visitor: the queue's places, the tabs Gradio keeps state for, uploads and loads.
+The visitor is the network address the connection comes from or, behind trusted reverse proxies, the address the
+nearest of them reports (`client_address`); a visitor signed in with the Space's sign-in is their account (`key`).
+A session id or a header value the caller writes never names a visitor: a script can mint any number of sessions
+and write any X-Forwarded-For it likes; only the entries our own proxies appended can be believed.
+
+A class of 30 often shares one school address, so the bounds are sized for that: within a visitor, its tabs share
+its places fairly (a tab at most its fair share); between visitors, no one holds more than a part of the queue, and
+each lane serves the visitors waiting in turn (`fair_order`), so a busy address never starves another.
 
 `PLAYGROUND_TRUSTED_PROXIES` says how many proxies stand in front of the app (0: the connection's own address).
 On a Hugging Face Space the Hub's proxy is one, the default there. (uvicorn would rewrite the connection's
 address from X-Forwarded-For for callers on 127.0.0.1; the UI tells it to trust nobody, so that this rule is
 the only one: `ui/gradio_internals.py`.)
 
-`QueuePlaces` is the queue's rule over visitors: a script client keeps at most `per_client` calls waiting or
-running, a page tab `per_tab` events, and scripts together never take the half of the queue kept for pages.
+`QueuePlaces` is the queue's rule over visitors; `Tabs` the page tabs each visitor has open (the ones whose
+heartbeat is connected are live and never evicted; beyond a visitor's bound its oldest idle tabs go first).
 No Gradio here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from playground.app.notes import note
 from playground.hosting import on_space
 from playground.notes import Note
 
 TRUSTED_PROXIES_ENV = "PLAYGROUND_TRUSTED_PROXIES"
-PAGE, CLIENT = "tab:", "client:"
+PAGE, CLIENT, USER = "tab:", "client:", "user:"
+T = TypeVar("T")
 
 
 def trusted_proxies() -> int:
@@ -55,12 +61,12 @@ def client_address(peer: str | None, forwarded_for: Sequence[str] = (), proxies:
 
 
 def page(session: str) -> str:
-    """The visitor of a page tab (its Gradio session)."""
+    """A page tab (its Gradio session), as the shared batch names the owner of a run: one running generation each."""
     return PAGE + session
 
 
 def client(address: str) -> str:
-    """The visitor of a script's calls (its client's address)."""
+    """The owner of a script's calls (its visitor, `key`)."""
     return CLIENT + address
 
 
@@ -68,32 +74,180 @@ def is_client(visitor: str) -> bool:
     return visitor.startswith(CLIENT)
 
 
+def key(address: str, username: str | None = None) -> str:
+    """The visitor of a request: the signed-in account (`request.username` on a Space), else its client's address."""
+    return USER + username if username else address
+
+
+@dataclass(frozen=True)
+class Place:
+    """One event the queue holds: its visitor (`key`), the page tab that sent it (None: a script's call), whether
+    it is still waiting (False: running)."""
+
+    visitor: str
+    tab: str | None
+    waiting: bool = True
+
+
 @dataclass(frozen=True)
 class QueuePlaces:
-    """How many places of a queue of `size` events (None: unbounded) a visitor may hold."""
+    """How many places of a queue of `size` events (None: unbounded) a visitor and its tabs may hold."""
 
     size: int | None
-    per_client: int = 2  # a script client's calls, waiting or running (the batch runs one of them at a time)
-    per_tab: int = 16  # a page tab's events, waiting or running (a tab sends one or two at a time)
+    per_client: int = 2  # a visitor's script calls with no page tab open, waiting or running
+    per_tab: int = 16  # a page tab's events when it is its visitor's only one (a tab sends one or two at a time)
     page_share: float = 0.5  # of the queue, never taken by scripts
+    visitor_share: float = 0.5  # of the queue, the most one visitor holds: a class of 30 fits in 32 of 64
+    min_tab: int = 2  # a tab's places, however many tabs its visitor has
+    max_client: int = 16  # a visitor's script calls, however many tabs it has open
 
     @property
     def scripts(self) -> int | None:
         """Places scripts may hold together (waiting), the rest kept for page tabs."""
         return None if self.size is None else max(1, int(self.size * (1 - self.page_share)))
 
-    def refusal(self, visitor: str, held: Iterable[tuple[str, bool]]) -> Note | None:
-        """Why a new event of `visitor` may not join (None: it may). `held`: (visitor, waiting) of every event the
-        queue holds, waiting or running."""
-        mine = scripts_waiting = 0
-        for who, waiting in held:
-            mine += who == visitor
-            scripts_waiting += waiting and is_client(who)
-        if is_client(visitor):
-            if mine >= self.per_client:
-                return note("queue_client_full", n=self.per_client)
+    @property
+    def per_visitor(self) -> int | None:
+        """Places one visitor (an address, an account) holds at most, its tabs and scripts together."""
+        return None if self.size is None else max(self.min_tab, int(self.size * self.visitor_share))
+
+    def client_places(self, tabs_open: int) -> int:
+        """A visitor's script calls: 2, and 2 more for each of its open tabs beyond one (a class running a notebook
+        behind one address), at most `max_client`."""
+        return min(max(self.per_client, self.max_client), self.per_client * max(1, tabs_open))
+
+    def refusal(self, visitor: str, tab: str | None, held: Iterable[Place], tabs_open: int = 0) -> Note | None:
+        """Why a new event of `visitor` (from page tab `tab`, or a script's call when None) may not join (None: it
+        may). `held`: every event the queue holds, waiting or running; `tabs_open`: the visitor's open tabs."""
+        theirs = [p for p in held if p.visitor == visitor]
+        scripts_waiting = sum(p.waiting and p.tab is None for p in held)
+        cap = self.per_visitor
+        if cap is not None and len(theirs) >= cap:
+            return note("queue_address_full", n=cap)
+        if tab is None:
+            places = self.client_places(tabs_open)
+            if sum(p.tab is None for p in theirs) >= places:
+                return note("queue_client_full", n=places)
             if self.scripts is not None and scripts_waiting >= self.scripts:
                 return note("queue_scripts_full", n=self.scripts)
-        elif mine >= self.per_tab:
-            return note("queue_tab_full", n=self.per_tab)
+            return None
+        share = self.tab_share({p.tab for p in theirs if p.tab is not None} | {tab})
+        if sum(p.tab == tab for p in theirs) >= share:
+            return note("queue_tab_full", n=share)
         return None
+
+    def tab_share(self, tabs: Sequence[str] | set[str]) -> int:
+        """A tab's places when these tabs of its visitor hold places: its fair part of the visitor's places."""
+        cap = self.per_visitor
+        if cap is None:
+            return self.per_tab
+        return max(self.min_tab, min(self.per_tab, cap // max(1, len(tabs))))
+
+
+def fair_order(events: Sequence[T], visitor: Callable[[T], str]) -> list[T]:
+    """`events` (a lane's waiting line, first served first) served by visitor in turn: each visitor's first event,
+    then each one's second, and so on, each round in the order the visitors first appear. A visitor with 30 events
+    waiting delays another's one event by at most one of its own."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for i, event in enumerate(events):
+        who = visitor(event)
+        keyed.append((rank.get(who, 0), i, event))
+        rank[who] = rank.get(who, 0) + 1
+    return [event for _, _, event in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+TABS_PER_VISITOR = 60  # a class of 30 behind one address, two tabs each
+TABS_ENV = "PLAYGROUND_TABS_PER_ADDRESS"
+
+
+def tabs_per_visitor() -> int:
+    """Page tabs one visitor keeps open at once (`PLAYGROUND_TABS_PER_ADDRESS`, else TABS_PER_VISITOR)."""
+    try:
+        return max(1, int(os.environ.get(TABS_ENV, "") or TABS_PER_VISITOR))
+    except ValueError:
+        return TABS_PER_VISITOR
+
+
+@dataclass
+class _Tab:
+    visitor: str
+    seen: float
+
+
+class Tabs:
+    """The page tabs each visitor has open, by session. Thread-safe.
+
+    A tab is live while its heartbeat is connected (the open page keeps it so): a live tab is never closed for
+    another's sake. A visitor keeps at most `per_visitor` tabs: a new one beyond that closes the visitor's oldest
+    idle tabs (least recently heard from, never a live one), so one address opening a thousand sessions costs
+    only its own."""
+
+    def __init__(self, per_visitor: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_visitor = per_visitor if per_visitor is not None else tabs_per_visitor()
+        self.clock = clock
+        self._tabs: dict[str, _Tab] = {}
+        self._beats: dict[str, int] = {}  # heartbeat connections open now, by session (a tab has one)
+        self._lock = threading.Lock()
+
+    def open(self, tab: str, visitor: str) -> list[str]:
+        """`tab` (a page's session) is `visitor`'s; returns the tabs to close now (the visitor's oldest idle ones
+        beyond its bound)."""
+        with self._lock:
+            known = self._tabs.get(tab)
+            if known is None:
+                known = self._tabs[tab] = _Tab(visitor, self.clock())
+            known.visitor, known.seen = visitor, self.clock()
+            theirs = sorted((t.seen, k) for k, t in self._tabs.items() if t.visitor == visitor and k != tab)
+            over = len(theirs) + 1 - self.per_visitor
+            closing = [k for _, k in theirs if k not in self._beats][:max(0, over)]
+            for k in closing:
+                del self._tabs[k]
+            return closing
+
+    def seen(self, tab: str) -> None:
+        """A sign of `tab` (one of its events, a heartbeat): it is the newest of its visitor's."""
+        with self._lock:
+            if tab in self._tabs:
+                self._tabs[tab].seen = self.clock()
+
+    def connect(self, tab: str) -> None:
+        """`tab`'s heartbeat connected (it may come before the page's first event names the tab)."""
+        with self._lock:
+            self._beats[tab] = self._beats.get(tab, 0) + 1
+            if tab in self._tabs:
+                self._tabs[tab].seen = self.clock()
+
+    def disconnect(self, tab: str) -> None:
+        with self._lock:
+            left = self._beats.get(tab, 0) - 1
+            if left > 0:
+                self._beats[tab] = left
+            else:
+                self._beats.pop(tab, None)
+            if tab in self._tabs:
+                self._tabs[tab].seen = self.clock()
+
+    def live(self, tab: str) -> bool:
+        """Whether `tab`'s heartbeat is connected now."""
+        with self._lock:
+            return tab in self._beats
+
+    def close(self, tab: str) -> None:
+        with self._lock:
+            self._tabs.pop(tab, None)
+
+    def visitor(self, tab: str | None) -> str | None:
+        """The visitor `tab` belongs to (None: no page tab known here)."""
+        with self._lock:
+            known = self._tabs.get(tab or "")
+            return None if known is None else known.visitor
+
+    def count(self, visitor: str) -> int:
+        """`visitor`'s open tabs."""
+        with self._lock:
+            return sum(t.visitor == visitor for t in self._tabs.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tabs)

@@ -23,7 +23,7 @@ from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, slow_queue_polling
+from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, drop_state, slow_queue_polling
 from playground.ui.handlers import Handlers
 from playground.ui.lanes import FIGURES, LOAD
 from playground.ui.layout import CSS, build_page
@@ -62,6 +62,8 @@ def build_app(
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
     page.demo.playground_is_page = handlers.sessions.has  # Gradio drops other sessions' state first
+    page.demo.playground_is_live = handlers.tabs.live  # and never an open tab's (its heartbeat connected)
+    handlers.drop_state = lambda key: drop_state(page.demo, key)
     # Gradio's upload route takes files without any event: its copies stay within the uploads' quota.
     UploadCache(lambda: catalog.uploads.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test
@@ -69,8 +71,9 @@ def build_app(
     return page.demo
 
 
-# Gradio keeps about 0.4 MiB per tab (its copy of the page's components) for this many tabs, the
-# least recently active dropped first; its default of 10,000 would allow about 4 GiB.
+# Gradio keeps about 0.4 MiB per tab (its copy of the page's components) for this many tabs, the least recently
+# active idle ones dropped first (a live tab never: tabs are bounded per visitor instead); its default of 10,000
+# would allow about 4 GiB.
 TAB_CAPACITY = 1000
 
 
@@ -83,13 +86,15 @@ QUEUE_POLL_SECONDS = 0.02
 
 def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concurrency_limit: int = 2) -> gr.Blocks:
     """`demo.queue(...)` with the queue's idle polling slowed to QUEUE_POLL_SECONDS, its places held per visitor
-    (`app.visitors`: a script's client, a page tab), and no way around it (`api_open=False`: a queued event is
+    (`app.visitors`: an address or an account, shared fairly by its tabs and scripts), and no way around it (`api_open=False`: a queued event is
     never run by a direct POST)."""
     demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
     is_page = getattr(demo, "playground_is_page", lambda key: False)
+    handlers = getattr(demo, "playground_handlers", None)
+    tabs_of = handlers.tabs.count if handlers is not None else (lambda who: 0)  # a visitor's scripts scale with it
     # a tab's newer redraw or model pick replaces its older one still waiting: only the last selection runs
-    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), is_page, frozenset({FIGURES, LOAD}))
+    demo.playground_queue = VisitorQueue(demo, QueuePlaces(max_size), is_page, frozenset({FIGURES, LOAD}), tabs_of)
     return demo
 
 
@@ -100,7 +105,9 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
         # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires
-        watch = Middleware(HeartbeatWatch, on_beat=demo.playground_handlers.sessions.touch)
+        handlers = demo.playground_handlers
+        watch = Middleware(HeartbeatWatch, on_beat=lambda key: (handlers.sessions.touch(key), handlers.tabs.seen(key)),
+                           on_connect=handlers.tabs.connect, on_disconnect=handlers.tabs.disconnect)
         kwargs["app_kwargs"] = {"middleware": [watch]}
     return kwargs
 

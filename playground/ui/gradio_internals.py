@@ -2,8 +2,8 @@
 
 - `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
   once their calls are over (below).
-- `PagesLastStateHolder`: Gradio's state holder, evicting sessions that are no page tab before any tab
-  (installed as the one Gradio's app makes; below).
+- `gradio_state` (its own module, imported here): Gradio's state holder, evicting sessions that are no page tab
+  first, then idle tabs, never a tab whose heartbeat is connected; what it keeps per tab, counted.
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
@@ -31,14 +31,6 @@ to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the back
 session.
 
 This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
-
-Pages last:
-
-Once `state_session_capacity` sessions are held, Gradio drops the least recently used one, a page tab
-as readily as a stranger's fresh session id: 1,100 Stop presses with new ids took every open tab's
-copy of the page (its model list among it). `PagesLastStateHolder` drops sessions that are no page
-tab first (`Blocks.playground_is_page`, set by `build_app`), least recently used first, and a page tab
-only when nothing else is left.
 """
 
 from __future__ import annotations
@@ -56,12 +48,13 @@ import gradio as gr
 import gradio.routes
 from gradio import route_utils
 from gradio.server_messages import ProcessCompletedMessage
-from gradio.state_holder import StateHolder
 
 from playground.app import heap, visitors
 from playground.app.notes import render
+from playground.ui.gradio_state import PagesLastStateHolder, drop_state, tab_states
 
 GRADIO_VERSION = "6.31.0"
+__all__ = ["PagesLastStateHolder", "drop_state", "tab_states"]  # from gradio_state, reached from here
 
 GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
 
@@ -123,28 +116,6 @@ class ScriptSessions:
             return len(self._ended)
 
 
-class PagesLastStateHolder(StateHolder):
-    """Gradio's `StateHolder`, but over capacity the least recently used session that is no page tab
-    goes first (Gradio's own: the least recently used of all)."""
-
-    def update(self, session_id: str) -> None:
-        with self.lock:
-            if session_id in self.session_data:
-                self.session_data.move_to_end(session_id)
-            if len(self.session_data) <= self.capacity:
-                return
-            is_page = getattr(getattr(self, "blocks", None), "playground_is_page", None) or (lambda key: False)
-            # oldest first; the session just used is the newest and is never the one to go
-            victim = next((k for k in self.session_data if k != session_id and not is_page(k)), None)
-            if victim is None:
-                victim = next(iter(self.session_data))
-            del self.session_data[victim]
-            self.time_last_used.pop(victim, None)
-
-
-# Every app Gradio makes from now on holds its sessions' state in ours (it names the class in its routes).
-gradio.routes.StateHolder = PagesLastStateHolder
-
 # uvicorn (which Gradio's launch starts) rewrites a request's address from X-Forwarded-For when the connection
 # comes from 127.0.0.1: any process on the machine could then name itself anyone. The app decides which proxies
 # it believes (`visitors.trusted_proxies`); an operator who sets FORWARDED_ALLOW_IPS keeps uvicorn's rule.
@@ -159,8 +130,10 @@ class HeartbeatWatch:
     tab (at once, then every GRADIO_HEARTBEAT_INTERVAL seconds, 15 by default, for as long as the tab keeps the
     connection) calls `on_beat(session_hash)`. A closed tab's connection ends (Gradio then runs its unload)."""
 
-    def __init__(self, app: Any, on_beat: Callable[[str], Any]) -> None:
+    def __init__(self, app: Any, on_beat: Callable[[str], Any], on_connect: Callable[[str], Any] | None = None,
+                 on_disconnect: Callable[[str], Any] | None = None) -> None:
         self.app, self.on_beat = app, on_beat
+        self.on_connect, self.on_disconnect = on_connect, on_disconnect  # the tab is live between the two
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         found = HEARTBEAT_PATH.search(scope.get("path", "")) if scope.get("type") == "http" else None
@@ -174,52 +147,66 @@ class HeartbeatWatch:
                 self.on_beat(session)
             await send(message)
 
-        await self.app(scope, receive, beating)
+        if self.on_connect is not None:
+            self.on_connect(session)
+        try:
+            await self.app(scope, receive, beating)
+        finally:
+            if self.on_disconnect is not None:
+                self.on_disconnect(session)
 
 
-def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]) -> str:
-    """The visitor an event comes from: the page tab of `session` when a page opened it, else the client's address
-    (the connection's, or the nearest trusted proxy's report of it)."""
-    if session and is_page(session):
-        return visitors.page(session)
+def request_visitor(request: Any, username: str | None = None) -> str:
+    """The visitor (`visitors.key`) a request comes from: its signed-in account (Gradio's OAuth `username`), else
+    its client's address (the connection's, or the nearest trusted proxy's report of it)."""
+    username = username or getattr(request, "username", None)
     peer = getattr(getattr(request, "client", None), "host", None)
     headers = getattr(request, "headers", None)
     forwarded = headers.getlist("x-forwarded-for") if headers is not None else []
-    return visitors.client(visitors.client_address(peer, forwarded, visitors.trusted_proxies()))
+    return visitors.key(visitors.client_address(peer, forwarded, visitors.trusted_proxies()), username)
+
+
+def visitor_of(session: str | None, request: Any, is_page: Callable[[str], bool]) -> str:
+    """The owner of an event's run in the shared batch: the page tab of `session` when a page opened it (one
+    running generation each), else its visitor's scripts (`visitors.client`)."""
+    if session and is_page(session):
+        return visitors.page(session)
+    return visitors.client(request_visitor(request))
 
 
 class VisitorQueue:
     """Gradio's queue (`Blocks._queue`), its places held per visitor (`visitors.QueuePlaces`): an event that would
-    take more than its visitor's places is refused where it joins (`Queue.push`, which answers "queue_full" with
-    the reason), before it holds anything. In the lanes `latest_only` names (a redraw, a model load), a tab's new
-    event replaces the same event of the tab still waiting there: the older one ends at once, done and changing
-    nothing (as Gradio's own cancel ends it), before any of its work starts."""
+    take more than its visitor's or its tab's places is refused where it joins (`Queue.push`, which answers
+    "queue_full" with the reason), before it holds anything; each lane's waiting line then serves its visitors in
+    turn (`visitors.fair_order`). In the lanes `latest_only` names (a redraw, a model load), a tab's new event
+    replaces the same event of the tab still waiting there: the older one ends at once, done and changing nothing
+    (as Gradio's own cancel ends it), before any of its work starts."""
 
     def __init__(self, demo: gr.Blocks, places: visitors.QueuePlaces, is_page: Callable[[str], bool],
-                 latest_only: frozenset[str] = frozenset()) -> None:
+                 latest_only: frozenset[str] = frozenset(), tabs_of: Callable[[str], int] = lambda who: 0) -> None:
         self.queue = demo._queue
-        self.places, self.is_page, self.latest_only = places, is_page, latest_only
+        self.places, self.is_page, self.latest_only, self.tabs_of = places, is_page, latest_only, tabs_of
         self.refused = 0  # events refused so far
         self.superseded = 0  # waiting events a newer one of the same tab replaced
-        self.most_held: dict[str, int] = {}  # the most places each visitor held at once (the busiest 1,000)
+        self.most_held: dict[str, int] = {}  # the most places each tab, visitor's scripts, visitor held at once
         self._push = self.queue.push
         self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
         self.queue.push = self.push
 
-    def held(self) -> Iterator[tuple[str, bool]]:
-        """(visitor, waiting) of every event the queue holds: waiting in a lane, or running."""
+    def held(self) -> Iterator[visitors.Place]:
+        """Every event the queue holds: waiting in a lane, or running."""
         for lane in list(self.queue.event_queue_per_concurrency_id.values()):
             for event in list(lane.queue):
-                yield self._visitor(event), True
+                yield self._place(event, True)
         for events in list(self.queue.active_jobs):
             for event in events or ():
-                yield self._visitor(event), False
+                yield self._place(event, False)
 
-    def _visitor(self, event: Any) -> str:
-        who = getattr(event, "playground_visitor", None)
-        if who is None:
-            who = event.playground_visitor = visitor_of(event.session_hash, event.request, self.is_page)
-        return who
+    def _place(self, event: Any, waiting: bool) -> visitors.Place:
+        place = getattr(event, "playground_place", None)
+        if place is None:  # an event that joined some other way: its visitor's script call
+            place = event.playground_place = visitors.Place(request_visitor(event.request, event.username), None)
+        return visitors.Place(place.visitor, place.tab, waiting)
 
     async def push(self, body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
         if self._lock is None:
@@ -230,20 +217,30 @@ class VisitorQueue:
             except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
                 fn = None
             page_event = fn is not None and fn.api_visibility == "private"  # a public API call is its client's
-            who = visitor_of(body.session_hash, request, self.is_page if page_event else (lambda key: False))
+            who = request_visitor(request, username)
+            tab = body.session_hash if page_event and body.session_hash and self.is_page(body.session_hash) else None
             if page_event and fn.concurrency_id in self.latest_only and body.session_hash:
                 self._supersede(fn, body.session_hash)
             held = list(self.held())
-            why = self.places.refusal(who, held)
+            why = self.places.refusal(who, tab, held, self.tabs_of(who))
             if why is not None:
                 self.refused += 1
                 return False, render(why), "queue_full"
             ok, event_id, state = await self._push(body=body, request=request, username=username)
             event = self.queue.event_ids_to_events.get(event_id) if ok else None
             if event is not None:
-                event.playground_visitor = who
-                self._count(who, 1 + sum(v == who for v, _ in held))
+                event.playground_place = visitors.Place(who, tab)
+                self._fair(event)
+                self._count(visitors.page(tab) if tab else visitors.client(who),
+                            1 + sum(p.visitor == who and p.tab == tab for p in held))
+                self._count(who, 1 + sum(p.visitor == who for p in held))
             return ok, event_id, state
+
+    def _fair(self, event: Any) -> None:
+        """The lane `event` joined serves its visitors in turn."""
+        lane = self.queue.event_queue_per_concurrency_id.get(event.concurrency_id)
+        if lane is not None and len(lane.queue) > 1:
+            lane.queue[:] = visitors.fair_order(list(lane.queue), lambda e: self._place(e, True).visitor)
 
     def _supersede(self, fn: Any, session: str) -> None:
         """End `session`'s events of `fn` still waiting: the one joining replaces them."""

@@ -7,14 +7,18 @@ them together with the per-tab sessions they share, so wiring and tests have one
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gradio as gr
 
 from playground.app import heap
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
+from playground.app.visitors import Tabs
 from playground.checkpoints.limits import Limits
 from playground.ui.experiments import Experiments
+from playground.ui.gradio_internals import request_visitor
 from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
 from playground.ui.panels import Panels
@@ -27,7 +31,10 @@ from playground.ui.views import Views
 class Handlers:
     def __init__(self, catalog: Catalog, registry: ModelRegistry, limits: Limits | None = None) -> None:
         self.sessions = Sessions(on_expire=lambda key, session: self.forget(key))
+        self.tabs = Tabs()  # each visitor's open tabs (a visitor is an address or an account)
+        self.drop_state: Callable[[str], object] = lambda key: None  # Gradio's state of a tab closed here (build_app)
         self.models = Models(catalog, registry, self.sessions, limits)
+        self.models.visitor_of = lambda owner: self.tabs.visitor(owner) or owner  # loads are bounded per visitor
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)
@@ -55,7 +62,23 @@ class Handlers:
             session.stop_all()
         self.forget(key)
 
+    def open_tab(self, request: gr.Request) -> None:
+        """A page opened in the tab of `request`: it is its visitor's newest; beyond the visitor's bound of tabs, its
+        oldest idle tabs close (a live tab, its heartbeat connected, never does)."""
+        key = session_key(request)
+        for old in self.tabs.open(key, request_visitor(request)):
+            self.close_tab(old)
+
+    def close_tab(self, key: str) -> None:
+        """Close tab `key` for its visitor's bound: end what runs, forget what it held, Gradio's state with it."""
+        session = self.sessions.drop(key)
+        if session is not None:
+            session.stop_all()
+        self.forget(key)
+        self.drop_state(key)
+
     def forget(self, key: str) -> None:
         """Return what a tab that is gone held: its uploads, its Hub downloads and their models."""
+        self.tabs.close(key)
         self.registry.drop_under(self.catalog.uploads.forget(key))
         heap.release()

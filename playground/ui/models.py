@@ -9,6 +9,7 @@ its chat setting (on for checkpoints with a chat template); a link's own values 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -88,6 +89,8 @@ class Models:
         self.registry = registry
         self.sessions = sessions
         self.limits = limits or Limits.default()
+        # the visitor (an address, an account) of a tab's session, whose loads are bounded together (Handlers)
+        self.visitor_of: Callable[[str], str] = lambda owner: owner
         catalog.uploads.in_use = self.uploads_in_use  # another visitor's upload never evicts one a page has open
 
     def uploads_in_use(self) -> list:
@@ -102,7 +105,8 @@ class Models:
 
     def model_for(self, name: str, dtype: str, owner: str | None = None) -> LoadedModel:
         """The loaded model `name` is for `owner`; a load it causes is bounded per visitor (`ModelRegistry.get`)."""
-        return self.registry.get(self.catalog.resolve(name, owner), dtype, owner=owner)
+        visitor = self.visitor_of(owner) if owner is not None else None  # loads count per address
+        return self.registry.get(self.catalog.resolve(name, owner), dtype, owner=visitor)
 
     def choices(self, owner: str | None, lang: str = "en") -> list[tuple[str, str]]:
         """The model list as (label, name), its words in `lang`."""

@@ -58,6 +58,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
     def page_load(request: gr.Request) -> tuple:
+        h.open_tab(request)  # the tab counts for its visitor (an address or an account)
         return h.models.page_load(request, tuple(name for _, name in lab_fields))
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.

@@ -101,3 +101,44 @@ def test_a_flood_of_fresh_session_ids_never_drops_a_page_tab_s_state(served):
         assert not any(handlers.sessions.has(key) for key in flood)  # Stop kept nothing for them
     finally:
         demo.state_holder.capacity = capacity
+
+
+def test_gradio_s_state_holder_and_heartbeat_have_the_shape_gradio_state_reaches_into(served):
+    """What `ui/gradio_state.py` and the heartbeat watch rely on (a Gradio upgrade that moves any of it fails here)."""
+    from collections import OrderedDict
+
+    import gradio.routes
+    import httpx
+    from gradio.state_holder import SessionState, StateHolder
+
+    from playground.ui.gradio_state import PagesLastStateHolder
+
+    holder = StateHolder()
+    assert isinstance(holder.session_data, OrderedDict) and isinstance(holder.time_last_used, dict)
+    assert hasattr(holder, "lock") and hasattr(holder, "capacity")
+    assert gradio.routes.StateHolder is PagesLastStateHolder  # every app Gradio makes holds its state in ours
+    for name in ("config_values", "state_data"):  # what tab_states measures
+        assert name in SessionState.__init__.__code__.co_names
+    demo, url = served
+    with httpx.stream("GET", url + "gradio_api/heartbeat/shape-tab", timeout=30) as stream:  # what HeartbeatWatch sees
+        assert stream.status_code == 200 and next(stream.iter_lines()) == "data: ALIVE"
+        assert demo.playground_handlers.tabs.live("shape-tab")  # connected: live
+    deadline = time.monotonic() + 10
+    while demo.playground_handlers.tabs.live("shape-tab") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not demo.playground_handlers.tabs.live("shape-tab")  # the connection ended
+
+
+def test_what_gradio_keeps_per_tab_is_counted(served):
+    from playground.ui.gradio_state import tab_states
+
+    demo, _ = served
+    handlers = demo.playground_handlers
+    before, before_bytes = tab_states(demo)
+    for key in ("counted-1", "counted-2"):
+        handlers.models.page_load(gr.Request(session_hash=key, query_params={}))
+        demo.state_holder[key]
+    tabs, held = tab_states(demo)
+    assert tabs == before + 2
+    per_tab = (held - before_bytes) / 2
+    assert 50_000 < per_tab < 5 * 2**20, per_tab  # the issue measured 0.42 MiB a tab (RSS)
