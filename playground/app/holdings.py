@@ -1,4 +1,5 @@
-"""What the server keeps on purpose, in bytes: the loaded models, their precision copies and the tabs' recorded runs.
+"""What the server keeps on purpose, in bytes: the loaded models, their precision copies, the tabs' recorded runs and
+the models' kept captured decode steps.
 
 A process's memory after a crowd has left is that plus what the allocator has not given back. `holdings` says the
 first; `report_on_signal` writes it to the log when the process gets SIGUSR1 (`kill -USR1 <pid>`), so that a load
@@ -32,17 +33,20 @@ class Holdings:
     capture_bytes: int
     tab_states: int = 0  # sessions Gradio keeps state for (its copy of the page per tab, `ui.gradio_state`)
     tab_state_bytes: int = 0
+    steps: int = 0  # the models' kept captured decode steps (`app.py --compile`)
+    step_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.model_bytes + self.copy_bytes + self.capture_bytes
+        return self.model_bytes + self.copy_bytes + self.capture_bytes + self.step_bytes
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
         return (f"{PREFIX} total={self.total_bytes} models={self.models} model_bytes={self.model_bytes} "
                 f"copies={self.copies} copy_bytes={self.copy_bytes} tabs={self.tabs} runs={self.runs} "
                 f"capture_bytes={self.capture_bytes} tab_states={self.tab_states} "
-                f"tab_state_bytes={self.tab_state_bytes} ({self.total_bytes / MIB:,.0f} MiB)")
+                f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
+                f"({self.total_bytes / MIB:,.0f} MiB)")
 
 
 def holdings(registry: ModelRegistry, sessions: Sessions,
@@ -51,7 +55,9 @@ def holdings(registry: ModelRegistry, sessions: Sessions,
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes = sessions.held()
-    return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states())
+    steps, step_bytes = registry.steps_held()
+    return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
+                    step_bytes)
 
 
 def parse(line: str) -> Holdings | None:

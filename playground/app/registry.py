@@ -160,6 +160,13 @@ class ModelRegistry:
         with self._lock:
             return len(self._models), sum(lm.resident_bytes for lm in self._models.values())
 
+    def steps_held(self) -> tuple[int, int]:
+        """(captured decode steps the loaded models keep, the bytes they hold: `CapturedDecoder.held`)."""
+        with self._lock:
+            decoders = [lm.captured for lm in self._models.values() if lm.captured is not None]
+        held = [decoder.held() for decoder in decoders]
+        return sum(n for n, _ in held), sum(b for _, b in held)
+
     def loaded_keys(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._models)

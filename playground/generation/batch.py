@@ -319,6 +319,8 @@ class Scheduler:
         # and their prepacked copy); on CUDA the GPU's free memory (generation.device_memory)
         budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
         self.memory_left = admission_budget(lm, budget)
+        if getattr(lm, "captured", None) is not None:
+            lm.captured.aside = True  # a new step shape compiles on the compile worker, never inside a step here
         self.waiting: collections.deque[Ticket] = collections.deque()
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
@@ -380,6 +382,7 @@ class Scheduler:
                 self.waiting.remove(t)
                 t.finish()
             rows, memory = self.rows(), sum(t.memory for t in self.running)
+            memory += self._step_bytes()  # the model's kept captured steps take the same budget
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
                 mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
@@ -388,6 +391,10 @@ class Scheduler:
                     self.waiting.remove(t)
                     self.running.append(t)
                     rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
+
+    def _step_bytes(self) -> int:
+        captured = getattr(self.lm, "captured", None)
+        return captured.held()[1] if captured is not None else 0
 
     def _new_cache(self, ticket: Ticket, batch: int, max_tokens: int) -> KVCache | Seq2SeqCache:
         """A cache for `ticket` in the pool of its width: one-token rows of a pool attend in one call."""

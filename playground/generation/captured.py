@@ -17,14 +17,34 @@ A step's shape (`StepShape`: rows, cache length bucket, sampling or not, candida
 is its graph: compiled once per shape, never per step or per length reached. A run the step cannot
 take (beam search, speculative decoding, a KV policy, a precision copy, an encoder-decoder...)
 decodes eagerly and says why (`why_eager`, `GenerationResult.decoding`).
+
+Where a new shape is prepared. A script (`generate_all`, the CLI) waits for its first run's compile: the
+decoder prepares the shape inline. A server's scheduler (`batch.Scheduler`) sets `aside`: its torch thread
+never compiles inside a step; the shape is built and compiled on the process's one compile worker (a thread
+of its own, one shape at a time, so no compile storm), its runs decode eagerly meanwhile and say so
+(`PREPARING`), and later runs take the step once it is ready. A failure is remembered (eager, says why,
+never traced again). On the CPU, Inductor compiles there whole. On CUDA a graph's capture must not race the
+torch thread's kernels (a capture in global mode on a side stream fails when another thread launches on the
+legacy default stream), so there the worker builds the step and, for Inductor, compiles it (its first call,
+on the worker's stream), while the capture itself stays on the torch thread: a step captured by hand
+(`CudaGraphStep`) is captured on the shape's first `hold`, before the run's row is live (an idle step, about
+a step's time); Inductor's reduce-overhead records its graphs in the calls that follow, as it did before.
+
+A model keeps at most `max_steps` shapes (`MAX_STEPS`), each counted in bytes (`held`: its caches, rows and
+a graph's static inputs and outputs) in the server's holdings and its admission budget. Beyond the bound a
+new shape decodes eagerly and says why: nothing is evicted, because an evicted step's compiled graph stays
+in dynamo's cache (its memory is not given back) and a shape that comes back would compile again, so a
+crowd cycling through more shapes than the bound would keep the worker compiling.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import copy
 import dataclasses
+import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,6 +67,8 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the row counts a batch of captured ste
 # few models and shapes needs more.
 RECOMPILE_LIMIT = 256
 MAX_STEPS = 8  # steps a model keeps (each holds its rows' caches: rows × length positions per layer)
+PREPARING = "this step shape is being compiled aside, on the compile worker: eager until it is ready"
+log = logging.getLogger("playground.captured")
 
 
 def row_bucket(rows: int) -> int:
@@ -250,15 +272,76 @@ class CudaGraphStep:
             getattr(step, name).copy_(t)
 
 
+class _Worker:
+    """The process's one compile worker: jobs run one at a time, in order, on a daemon thread of its own
+    (started by the first job), so preparing shapes never takes the torch thread nor more than one core's
+    compile at a time."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="playground-compile", daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - a job records its own failure; the worker must outlive any
+                log.exception("a compile job failed")
+
+
+_WORKER = _Worker()
+
+
+def _hookless(model: nn.Module) -> nn.Module:
+    """A twin of `model`'s module tree that shares every parameter, buffer and attribute but has hook tables
+    of its own. A step traces its twin: dynamo bakes a module's hooks into the graph without guarding them,
+    and an edited eager pass installs hooks on the shared model (`models.edits.edited`) while the worker
+    may be tracing on its own thread; the step's edits are its buffers, never hooks."""
+    twin = copy.copy(model)
+    for name, value in vars(model).items():
+        if name.endswith("_hooks") or name.endswith("_hooks_with_kwargs") or name == "_forward_hooks_always_called":
+            setattr(twin, name, type(value)())
+    twin._modules = {name: None if child is None else _hookless(child) for name, child in model._modules.items()}
+    return twin
+
+
+def _tensor_bytes(tensors: Any) -> int:
+    """The bytes of the storages `tensors` hold, each storage once (views of a pool's buffers share it)."""
+    seen: dict[tuple[torch.device, int], int] = {}
+    for t in tensors:
+        if t is not None:
+            storage = t.untyped_storage()
+            seen[(t.device, storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def step_bytes(step: DecodeStep, run: Callable[..., torch.Tensor]) -> int:
+    """What a kept step holds: its own buffers (the rows' caches, tokens, positions, seen tokens, knobs, edits;
+    not the model's, which the model's bytes count) and, for a step captured by hand, the graph's static noise
+    and output."""
+    return _tensor_bytes([*step.buffers(recurse=False), getattr(run, "noise", None), getattr(run, "out", None)])
+
+
 class CapturedDecoder:
     """The captured steps of one model: made on first use per shape and kept, each compiled once.
 
     backend "inductor": torch.compile(fullgraph=True, mode=`mode`) (on CUDA, mode "reduce-overhead" replays
     CUDA graphs); "cudagraph": the step captured as a CUDA graph by hand (no compiler; CUDA only);
-    "eager": the same step run uncompiled (tests, and a check of the step's own numbers)."""
+    "eager": the same step run uncompiled (tests, and a check of the step's own numbers).
+    `aside`: prepare new shapes on the compile worker, never on the caller's thread (see the module
+    docstring); a scheduler sets it. `max_steps`: the shapes kept; a new shape beyond them decodes eagerly."""
 
     def __init__(self, model: nn.Module, *, backend: str = "inductor", mode: str | None = None,
-                 compile: bool | None = None) -> None:
+                 compile: bool | None = None, aside: bool = False, max_steps: int = MAX_STEPS) -> None:
         if compile is not None:  # compile=False: the uncompiled step
             backend = "inductor" if compile else "eager"
         if backend not in BACKENDS:
@@ -266,16 +349,20 @@ class CapturedDecoder:
         if backend == "cudagraph" and model.device.type != "cuda":
             raise ValueError("a CUDA graph needs the model on a CUDA device; use the inductor backend on the CPU")
         self.model, self.backend, self.mode = model, backend, mode
-        self._steps: collections.OrderedDict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = \
-            collections.OrderedDict()
+        self.aside, self.max_steps = aside, max_steps
+        self._steps: dict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = {}
+        self._bytes: dict[StepShape, int] = {}  # each kept step's `step_bytes`
         self._busy: set[StepShape] = set()
+        self._preparing: set[StepShape] = set()  # being built and compiled (aside, or inline by a run)
+        self._cold: set[StepShape] = set()  # built aside, captured by hand on the torch thread at first hold
         self._failed: dict[StepShape, str] = {}  # shapes whose capture raised: why they decode eagerly
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # told whenever a preparation ends
 
     def build(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]]:
         """A new step of `shape` and what runs it (compiled on its first call): (step, run)."""
         with torch.inference_mode(False), torch.no_grad():  # plain buffers: an exported step may use them too
-            step = DecodeStep(self.model, shape).eval()
+            step = DecodeStep(_hookless(self.model), shape).eval()
         if self.backend == "inductor":
             config = torch._dynamo.config
             config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
@@ -292,54 +379,107 @@ class CapturedDecoder:
     @contextlib.contextmanager
     def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | str]:
         """The step of `shape` for one run at a time, or why this run decodes eagerly instead (a str): another
-        run holds it, or capturing this shape failed (a compiler's error: said once, never tried again)."""
+        run holds it, it is being prepared aside, the model keeps `max_steps` shapes already, or capturing
+        this shape failed (a compiler's error: said once, never tried again)."""
         with self._lock:
-            if shape in self._failed:
-                got: Any = self._failed[shape]
-            elif shape in self._busy:
-                got = "another run holds the captured step of this shape"
-            else:
-                self._busy.add(shape)
-                got = self._steps.get(shape)
+            got: Any = self._claim(shape)
         try:
-            if got is None:  # a new shape: built and captured (compiled) outside the lock, on an idle step
-                got = self._captured(shape)
+            if got is None:  # a new shape, inline: built and captured (compiled) outside the lock, on an idle step
+                got = self._prepare(shape, warm=True)
+            elif not isinstance(got, str) and shape in self._cold:  # built aside: captured here, no row live yet
+                got = self._warm_cold(shape, got)
             yield got
         finally:
             if not isinstance(got, str):
                 with self._lock:
                     self._busy.discard(shape)
-                    self._steps.move_to_end(shape)
 
-    def _captured(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
-        """A new step of `shape`, run once while no row is live so that it compiles (or is captured) here,
-        where a compiler's failure can still leave the run to the eager loop (`hold`)."""
+    def _claim(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str | None:
+        """(with the lock) The kept step, now busy; why not (a str); or None: prepare it inline, now."""
+        if shape in self._failed:
+            return self._failed[shape]
+        if shape in self._preparing:
+            return PREPARING
+        if shape in self._busy:
+            return "another run holds the captured step of this shape"
+        if shape in self._steps:
+            self._busy.add(shape)
+            return self._steps[shape]
+        if len(self._steps) + len(self._preparing) >= self.max_steps:
+            return f"this model keeps {self.max_steps} captured step shapes already (the most it keeps): eager"
+        self._preparing.add(shape)
+        if self.aside:
+            _WORKER.submit(lambda: self._prepare(shape, warm=self.backend != "cudagraph"))
+            return PREPARING
+        self._busy.add(shape)
+        return None
+
+    def _prepare(self, shape: StepShape, *, warm: bool) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
+        """Build the step of `shape` and (`warm`) run it once while no row is live so that it compiles (or is
+        captured) now, where a compiler's failure can still leave the run to the eager loop (`hold`)."""
         try:
             step, run = self.build(shape)
-            noise = None  # made as a run makes it (outside inference mode), or the graph's guards would differ
-            if shape.sampling:
-                noise = torch.ones((shape.rows, self.model.config.vocab_size), device=self.model.device)
-            with torch.inference_mode():
-                state = {name: getattr(step, name).clone() for name in ("tokens", "seen")}
-                run(noise)  # idle rows: each writes its own slot 0, which a run's prefill writes again
-                for name, t in state.items():
-                    getattr(step, name).copy_(t)
-        except Exception as error:  # noqa: BLE001 - a compiler's failure on one shape must not fail the visitor's run
-            reason = f"capturing this step failed ({type(error).__name__}): eager"
-            with self._lock:
-                self._busy.discard(shape)
-                self._failed[shape] = reason
-            return reason
-        with self._lock:
+            if warm:
+                self._warm(step, run)
+        except BaseException as error:  # noqa: BLE001 - a compiler's failure on one shape must not fail a run
+            return self._fail(shape, error)
+        with self._settled:
             self._steps[shape] = (step, run)
-            idle = [s for s in self._steps if s not in self._busy]
-            for old in idle[: max(0, len(self._steps) - MAX_STEPS)]:  # least recently used first
-                del self._steps[old]  # its cache rows go (its graph stays in dynamo's cache)
+            self._bytes[shape] = step_bytes(step, run)
+            self._preparing.discard(shape)
+            if not warm:
+                self._cold.add(shape)
+            self._settled.notify_all()
         return step, run
+
+    def _warm(self, step: DecodeStep, run: Callable[..., torch.Tensor]) -> None:
+        shape = step.shape
+        noise = None  # made as a run makes it (outside inference mode), or the graph's guards would differ
+        if shape.sampling:
+            noise = torch.ones((shape.rows, self.model.config.vocab_size), device=self.model.device)
+        with torch.inference_mode():
+            state = {name: getattr(step, name).clone() for name in ("tokens", "seen")}
+            run(noise)  # idle rows: each writes its own slot 0, which a run's prefill writes again
+            for name, t in state.items():
+                getattr(step, name).copy_(t)
+
+    def _warm_cold(self, shape: StepShape, got: tuple[DecodeStep, Callable[..., torch.Tensor]]) -> Any:
+        """A step built aside whose graph is captured by hand: captured now, on the torch thread."""
+        try:
+            self._warm(*got)
+        except Exception as error:  # noqa: BLE001 - as in `_prepare`
+            return self._fail(shape, error)
+        with self._lock:
+            self._cold.discard(shape)
+            self._bytes[shape] = step_bytes(*got)
+        return got
+
+    def _fail(self, shape: StepShape, error: BaseException) -> str:
+        reason = f"capturing this step failed ({type(error).__name__}): eager"
+        with self._settled:
+            self._busy.discard(shape)
+            self._preparing.discard(shape)
+            self._cold.discard(shape)
+            self._steps.pop(shape, None)
+            self._bytes.pop(shape, None)
+            self._failed[shape] = reason
+            self._settled.notify_all()
+        return reason
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until no shape is being prepared (True), or `timeout` seconds passed (False)."""
+        with self._settled:
+            return self._settled.wait_for(lambda: not self._preparing, timeout)
+
+    def held(self) -> tuple[int, int]:
+        """(steps kept, the bytes they hold): what the holdings line and the scheduler's budget count."""
+        with self._lock:
+            return len(self._steps), sum(self._bytes.values())
 
     @property
     def shapes(self) -> list[StepShape]:
-        return list(self._steps)
+        with self._lock:
+            return list(self._steps)
 
 
 def why_eager(p: Any) -> str | None:

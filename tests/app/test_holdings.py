@@ -59,3 +59,40 @@ def test_sigusr1_logs_the_holdings(h, caplog):
         assert lines == [holdings(h.registry, h.sessions)]
     finally:
         signal.signal(signal.SIGUSR1, before)
+
+
+def test_holdings_count_the_models_kept_captured_steps_exactly(tmp_path):
+    """`app.py --compile` (issue 42, row 4): a kept decode step (its rows' caches, tokens, seen tokens, knobs,
+    edits) was outside every count. Now the holdings line counts it, byte for byte its own tensors, in the
+    total, and the scheduler's admission budget takes it too."""
+    import playground
+    from playground.app.registry import ModelRegistry
+    from playground.app.session import Sessions
+    from playground.generation import GenerationConfig, generate_all
+    from playground.generation.batch import Scheduler
+    from tests.ui_fixtures import save_tiny_decoder
+
+    save_tiny_decoder(tmp_path / "tiny-lm")
+    registry = ModelRegistry(loader=lambda path, dtype: playground.load_model(path, dtype=dtype, compile="eager"))
+    lm = registry.get(tmp_path / "tiny-lm")
+    before = holdings(registry, Sessions())
+    assert (before.steps, before.step_bytes) == (0, 0)
+    cfg = GenerationConfig(max_new_tokens=4, temperature=0.7, seed=1, top_candidates=5)
+    assert generate_all(lm, "Hello", cfg).decoding["captured"]
+    held = holdings(registry, Sessions())
+    [(step, _)] = lm.captured._steps.values()
+    own = sum(t.numel() * t.element_size() for t in step.buffers(recurse=False))  # not the model's own buffers
+    assert (held.steps, held.step_bytes) == (1, own) and own > 0
+    assert held.total_bytes == before.total_bytes + own
+    assert parse(held.line()) == held
+    from playground.generation.plan import plan
+
+    m = Scheduler(lm).submit(plan(lm, "Hello", cfg)).memory  # one such run's peak
+    # room for two runs if the step were not counted, for the step and one run when it is
+    scheduler = Scheduler(lm, memory_budget=2 * lm.resident_bytes + max(2 * m, own + m))
+    tickets = [scheduler.submit(plan(lm, "Hello", cfg)) for _ in range(2)]
+    scheduler.step()
+    assert len(scheduler.running) == 1 and list(scheduler.waiting) == tickets[1:]
+    while scheduler.busy():
+        scheduler.step()
+    assert all(t.drain() for t in tickets)

@@ -127,12 +127,13 @@ def test_a_model_with_captured_steps_decodes_through_them_in_the_scheduler(lm, o
 
     stepped = dataclasses.replace(lm, captured=CapturedDecoder(lm.model, compile=False))  # uncompiled: the same module
     cfg = GenerationConfig(max_new_tokens=8, temperature=0.8, top_k=20, seed=3, capture_attention=True)
+    reference = generate_all(stepped, [11, 3, 17], cfg)  # prepares the shape (a scheduler prepares it aside)
     scheduler = Scheduler(stepped, max_rows=16, max_prefills=4)
     plain = scheduler.submit(plan(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=12)))
     run = scheduler.submit(plan(stepped, [11, 3, 17], cfg))
     while scheduler.busy():
         scheduler.step()
-    got, reference = run.drain(), generate_all(stepped, [11, 3, 17], cfg)
+    got = run.drain()
     assert run.plan.decoding == reference.decoding and reference.decoding["captured"] is True
     assert got[-1].token_ids == reference.token_ids
     assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-6)

@@ -307,17 +307,23 @@ def test_a_row_of_a_bucket_decodes_bitwise_alike_whoever_its_neighbours(llama, o
         assert all(torch.equal(a, b) for a, b in zip(alone[i], together[i])), i
 
 
-def test_a_model_keeps_its_last_eight_step_shapes(llama, one_thread):
+def test_a_model_keeps_eight_step_shapes_and_decodes_a_ninth_eagerly(llama, one_thread):
+    """The shapes a model keeps are bounded: beyond `MAX_STEPS` a new shape decodes eagerly and says why, and
+    nothing kept is evicted (an evicted shape that came back would compile again)."""
     from playground.generation.captured import MAX_STEPS
 
     fast = captured(llama)
     configs = [GenerationConfig(max_new_tokens=2, top_candidates=n) for n in range(MAX_STEPS + 2)]
-    for cfg in configs:
+    for cfg in configs[:MAX_STEPS]:
         assert generate_all(fast, PROMPT, cfg).decoding["captured"]
     kept = fast.captured.shapes
-    assert len(kept) == MAX_STEPS and [s.candidates for s in kept] == list(range(2, MAX_STEPS + 2))
-    generate_all(fast, PROMPT, configs[2])  # used again: the most recent now
-    assert fast.captured.shapes[-1].candidates == 2 and len(fast.captured.shapes) == MAX_STEPS
+    for cfg in configs[MAX_STEPS:]:
+        beyond = generate_all(fast, PROMPT, cfg)
+        assert beyond.decoding == {"captured": False, "reason": f"this model keeps {MAX_STEPS} captured step "
+                                   "shapes already (the most it keeps): eager"}
+        assert beyond.token_ids == generate_all(llama, PROMPT, cfg).token_ids
+    assert fast.captured.shapes == kept and [s.candidates for s in kept] == list(range(MAX_STEPS))
+    assert generate_all(fast, PROMPT, configs[0]).decoding["captured"]  # a kept shape still decodes captured
 
 
 def test_the_step_keeps_every_tensor_on_the_models_device(tmp_path_factory, one_thread):
