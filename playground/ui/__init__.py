@@ -95,8 +95,13 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
-    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats."""
-    kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
+    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats.
+
+    Gradio's run history and server-side rendering are off explicitly (not left to GRADIO_RUN_HISTORY /
+    GRADIO_SSR_MODE): the playground has its own run history, and the pinned Gradio is inside an advisory that
+    both together open (`playground.hosting_advisories`)."""
+    kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY,
+                              "run_history": False, "ssr_mode": False}
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
         # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires
