@@ -25,7 +25,7 @@ from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
 from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, slow_queue_polling
 from playground.ui.handlers import Handlers
-from playground.ui.lanes import FIGURES, LOAD
+from playground.ui.lanes import FIGURES, LOAD, Lanes, ServerLane
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
 
@@ -55,9 +55,11 @@ def build_app(
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
                       prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
-    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step, handlers.stream.live_state,
-                                        handlers.stream.stop_at])
+    # the page's server functions run outside Gradio's queue: in a lane of their own, one at a time per tab
+    lane = ServerLane(Lanes(generate=generate_concurrency).server, handlers.stream.tab_of)
+    stream = handlers.stream
+    page = build_page(server_functions=[lane.wrap(fn) for fn in (stream.attention_row, stream.set_view,
+                                                                 stream.select_step, stream.live_state, stream.stop_at)])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
@@ -66,6 +68,7 @@ def build_app(
     UploadCache(lambda: catalog.uploads.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test
     page.demo.playground_page = page
+    page.demo.playground_server_lane = lane  # for tests
     return page.demo
 
 
