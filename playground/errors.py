@@ -22,3 +22,7 @@ class PromptError(PlaygroundError):
 
 class ChatTemplateError(PlaygroundError):
     """A checkpoint's chat template that failed, or went past its time, work or size bounds."""
+
+
+class TokenizerError(PlaygroundError):
+    """A checkpoint's tokenizer that failed on a text or on token ids (its own code panicked)."""

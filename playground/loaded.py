@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from playground.checkpoints.tokenizer import guarded
 from playground.config import ModelConfig
 from playground.errors import ChatTemplateError, PlaygroundError, PromptError
 from playground.interventions import Intervention, as_interventions, check
@@ -86,7 +87,8 @@ class LoadedModel:
         """Token ids for `text`; with `chat`, wrapped in the checkpoint's chat template as a user turn.
         Without a tokenizer, `text` is the ids themselves, separated by commas ("1, 2, 3": `parse_token_ids`).
 
-        Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
+        A tokenizer that panics on the text (a split pattern that backtracks too long) raises one TokenizerError
+        line. Text holding a NUL character or an unpaired surrogate is refused (PromptError, one line naming
         the position): neither is text a tokenizer can read, and cleaning it silently would change
         what the model reads. The chat template runs sandboxed and bounded (`playground.chat_template`):
         it renders exactly as transformers' apply_chat_template, or raises one ChatTemplateError line.
@@ -100,8 +102,8 @@ class LoadedModel:
             if not self.chat_template_available:
                 raise PlaygroundError("this checkpoint has no chat template; turn chat off")
             rendered = self.render_chat([{"role": "user", "content": text}])
-            return [int(i) for i in self.tokenizer.encode(rendered, add_special_tokens=False)]
-        return [int(i) for i in self.tokenizer.encode(text)]
+            return [int(i) for i in guarded(self.tokenizer.encode, rendered, add_special_tokens=False)]
+        return [int(i) for i in guarded(self.tokenizer.encode, text)]
 
     def render_chat(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
         """The chat template's text for `messages` (what apply_chat_template(tokenize=False) returns)."""
@@ -118,7 +120,7 @@ class LoadedModel:
         """Text for token ids (the ids themselves, space-separated, without a tokenizer)."""
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        return guarded(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens, doing="decode")
 
     def token_text(self, token_id: int) -> str:
         """One token's own text (what a token chip or an axis label shows); a byte-level piece of a

@@ -22,6 +22,7 @@ from playground.app.notes import error_line, render
 from playground.app.play import prompt_tokens
 from playground.app.settings import UISettings
 from playground.app.words import t
+from playground.checkpoints.tokenizer import guarded
 from playground.token_pieces import REPLACEMENT, piece_bytes
 
 MAX_SHOWN = 400  # chips drawn under the prompt box; the count says how many more there are
@@ -96,9 +97,9 @@ def _mark_template(lm: Any, text: str, view: PromptTokens) -> None:
     character offsets in the rendered prompt; left as they are where the offsets cannot be had."""
     try:
         rendered = lm.render_chat([{"role": "user", "content": text}])
-        encoded = lm.tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
+        encoded = guarded(lm.tokenizer, rendered, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(encoded["input_ids"]), list(encoded["offset_mapping"])
-    except Exception:  # noqa: BLE001 - a slow tokenizer has no offsets: every token stays as it is
+    except Exception:  # noqa: BLE001 - a slow tokenizer has no offsets (a panicking one none either): left as is
         return
     shown = [t.id for t in view.tokens]
     if ids[-len(shown):] != shown:  # not the ids the run reads (a template that renders differently): leave them

@@ -20,11 +20,13 @@ text input says why it is unavailable.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from playground.checkpoints.folder_files import (
     MIB,
@@ -32,7 +34,11 @@ from playground.checkpoints.folder_files import (
     read_folder_file,
     read_folder_json,
 )
-from playground.errors import CheckpointError
+from playground.errors import CheckpointError, TokenizerError
+from playground.notes import Note
+
+log = logging.getLogger("playground.checkpoints")
+T = TypeVar("T")
 
 # Names that mean "this folder has a tokenizer" (a tokenizer_config.json alone counts: it says which class).
 TOKENIZER_FILES = (
@@ -264,3 +270,33 @@ def tokenizer_to_json(tokenizer: Any) -> tuple[str, dict[str, Any]]:
 
 def dumps_settings(settings: dict[str, Any]) -> str:
     return json.dumps(settings, sort_keys=True)
+
+
+# What a tokenizer's panic says to a person: what it was doing when it failed, and what to do.
+_PANIC_NOTES = {
+    "encode": ("this tokenizer could not read the prompt: change or shorten it, or pick another model",
+               "tokenizer_panic_encode"),
+    "decode": ("this tokenizer could not turn the tokens into text: pick another model", "tokenizer_panic_decode"),
+}
+
+
+def is_panic(error: BaseException) -> bool:
+    """A Rust panic inside `tokenizers` (pyo3's PanicException): a BaseException, so past every `except
+    Exception`. A tokenizer.json's split pattern that backtracks too long (Oniguruma's retry limit) raises one."""
+    return type(error).__name__ == "PanicException" and not isinstance(error, Exception)
+
+
+def guarded(call: Callable[..., T], *args: Any, doing: str = "encode", **kwargs: Any) -> T:
+    """`call(*args, **kwargs)`, with a tokenizer's panic turned into one TokenizerError line (`doing`: "encode"
+    or "decode"). Every encode and decode of a loaded tokenizer goes through here (`LoadedModel.tokenize`,
+    `detokenize`); KeyboardInterrupt, SystemExit and GeneratorExit pass as they are."""
+    try:
+        return call(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:
+        if not is_panic(error):
+            raise
+        log.info("the tokenizer panicked (%s): %s", doing, _neutral(error))  # Rust has printed its own note
+        text, key = _PANIC_NOTES[doing]
+        raise TokenizerError(Note(text, key)) from None

@@ -25,7 +25,7 @@ from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
 from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, drop_state, slow_queue_polling
 from playground.ui.handlers import Handlers
-from playground.ui.lanes import FIGURES, LOAD
+from playground.ui.lanes import FIGURES, LOAD, Lanes, ServerLane
 from playground.ui.layout import CSS, build_page
 from playground.ui.wiring import wire
 
@@ -55,9 +55,11 @@ def build_app(
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
                       prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
-    page = build_page(server_functions=[handlers.stream.attention_row, handlers.stream.set_view,
-                                        handlers.stream.select_step, handlers.stream.live_state,
-                                        handlers.stream.stop_at])
+    # the page's server functions run outside Gradio's queue: in a lane of their own, one at a time per tab
+    lane = ServerLane(Lanes(generate=generate_concurrency).server, handlers.stream.tab_of)
+    stream = handlers.stream
+    page = build_page(server_functions=[lane.wrap(fn) for fn in (stream.attention_row, stream.set_view,
+                                                                 stream.select_step, stream.live_state, stream.stop_at)])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo
@@ -68,6 +70,7 @@ def build_app(
     UploadCache(lambda: catalog.uploads.quota_bytes).start(page.demo)
     page.demo.playground_handlers = handlers  # for tests and the load test
     page.demo.playground_page = page
+    page.demo.playground_server_lane = lane  # for tests
     return page.demo
 
 
@@ -100,8 +103,13 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """Page-level options Gradio 6 takes at launch time; with the app, also the largest file Gradio's
-    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats."""
-    kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY}
+    upload route takes: what one visitor may keep (`upload_limit_bytes`), and the watch on the tabs' heartbeats.
+
+    Gradio's run history and server-side rendering are off explicitly (not left to GRADIO_RUN_HISTORY /
+    GRADIO_SSR_MODE): the playground has its own run history, and the pinned Gradio is inside an advisory that
+    both together open (`playground.hosting_advisories`)."""
+    kwargs: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": TAB_CAPACITY,
+                              "run_history": False, "ssr_mode": False}
     if demo is not None:
         kwargs["max_file_size"] = upload_limit_bytes(demo)
         # an open tab's heartbeat keeps its session (and its uploads) alive: only a closed or gone tab expires

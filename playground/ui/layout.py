@@ -10,6 +10,7 @@ on screen changes from a plain run; under the live screen, the tab's run history
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -406,7 +407,11 @@ def _card_tab(c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
 
 
 def _plain(fn: Callable) -> Callable:
-    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none)."""
+    """A plain function calling `fn` (Gradio marks server functions with an attribute; methods take none). A
+    coroutine function is one already (a server lane's, `lanes.ServerLane.wrap`): Gradio awaits it."""
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
     def call(*args: Any) -> Any:
         return fn(*args)
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl
@@ -37,6 +39,8 @@ log = logging.getLogger("playground.ui")
 # (Gradio's answer for a generator that yields nothing), wiping the notes and the live screen.
 UNCHANGED = (gr.skip(), gr.skip(), gr.skip())
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
+# Whole values `live_state` keeps (up to about 1 MB each for a 1,024-token run): the runs asked for at once.
+WHOLE_VALUES_KEPT = 4
 
 
 class Streaming:
@@ -46,6 +50,9 @@ class Streaming:
         self.models = models
         self.sessions = sessions
         self.scripts = ScriptSessions(is_page=sessions.has)
+        # run token -> (version, whole value) of the runs last asked for by `live_state`, the oldest dropped first
+        self._whole: OrderedDict[str, tuple[tuple, dict[str, Any]]] = OrderedDict()
+        self._whole_lock = threading.Lock()
 
     # --- Generate and branches -------------------------------------------------------------------
     # Outputs of all three: live screen, notes, branches (hidden; what the current run's link replays).
@@ -177,14 +184,35 @@ class Streaming:
 
     def live_state(self, args: list[Any]) -> dict[str, Any]:
         """[run token] -> the run's whole value as it stands now: for a page that missed one of its frames (the
-        frames after it start where the page's copy no longer ends). {"run": None} for an unknown run."""
+        frames after it start where the page's copy no longer ends). {"run": None} for an unknown run.
+
+        The value is kept for the run's version (`_version`): asked again before the run or its tab changes (a
+        page that lost several frames, a script asking from many threads), it is not computed again."""
         token = args[0] if isinstance(args, list) and args else None
         run = self.sessions.run_by_token(token) if isinstance(token, str) else None
         sessions = self._sessions_of(token) if run is not None else []
         if not sessions:
             return {"run": None}
+        version = _version(sessions[0], run)  # taken before the value: a value is never older than its version
+        with self._whole_lock:
+            kept = self._whole.get(run.token)
+            if kept is not None and kept[0] == version:
+                self._whole.move_to_end(run.token)
+                return kept[1]
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-        return self._value(sessions[0], run, self.models.meta(lm, run.settings.model))
+        value = self._value(sessions[0], run, self.models.meta(lm, run.settings.model))
+        with self._whole_lock:
+            self._whole[run.token] = (version, value)
+            while len(self._whole) > WHOLE_VALUES_KEPT:
+                self._whole.popitem(last=False)
+        return value
+
+    def tab_of(self, args: Any) -> str | None:
+        """The tab a server function's call belongs to (`lanes.ServerLane`): the owner of the run its first
+        argument names; None for a call that names no run."""
+        token = args[0] if isinstance(args, list) and args else None
+        run = self.sessions.run_by_token(token) if isinstance(token, str) else None
+        return None if run is None else run.owner
 
     # --- sharing ----------------------------------------------------------------------------------
 
@@ -305,3 +333,12 @@ class Streaming:
                 self.scripts.end(session_key(request))
             heap.release()
 
+
+def _version(session: Session, run: Run) -> tuple:
+    """What a run's whole value for `session` is made of, in a few numbers: the run's steps, state and recorded
+    attention, the tab's language, view and selected step, and the branches the lineage panel lists."""
+    selected = session.selected_step if run is session.current else None
+    view = session.view
+    return (len(run.events), len(run.path), len(run.compact), run.finish_reason, run.error, run.captures_dropped,
+            session.lang, (view.kind, view.layer, view.head), selected,
+            tuple((r.token, len(r.path), r.finish_reason) for r in session.runs))
