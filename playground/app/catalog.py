@@ -316,11 +316,13 @@ class Catalog:
 
     # --- an owner's own checkpoints (playground.app.uploads) --------------------------------------
 
-    def save_upload(self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None) -> str:
-        return self.uploads.save_upload(files, max_bytes, owner)
+    def save_upload(self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None,
+                    visitor: str | None = None) -> str:
+        return self.uploads.save_upload(files, max_bytes, owner, visitor)
 
-    def download_hub(self, repo_id: str, owner: str | None, max_bytes: int | None = None) -> str:
-        return self.uploads.download_hub(repo_id, owner, max_bytes)
+    def download_hub(self, repo_id: str, owner: str | None, max_bytes: int | None = None,
+                     visitor: str | None = None) -> str:
+        return self.uploads.download_hub(repo_id, owner, max_bytes, visitor)
 
     def discard_upload(self, name: str, owner: str | None = None) -> Path | None:
         """Delete an upload (after a failed load) so broken files do not pile up; returns its folder."""

@@ -4,8 +4,9 @@ Uploads live in `upload_dir/@<hash of owner>/<upload id>/`, Hub downloads in
 `hub_dir/@<hash of owner>/<org>/<repo>/` (`owner=None`, the machine's single local user: directly under
 `upload_dir` / `hub_dir`; a store built with `private=True`, the public app, refuses it). They expire
 `ttl_seconds` after their last use (never while a page has them open) and share a disk quota of `quota_bytes`;
-each owner keeps at most
-`owner_quota_bytes` of it. A new upload first makes room among its owner's own (least recently used
+each owner (a page tab) keeps at most `owner_quota_bytes` of it, and each visitor (an address or an account, whose
+tabs' folders stay private to each tab) at most `visitor_quota_bytes` over all its tabs, so that one address opening
+many tabs or sessions cannot take more of the disk than one visitor's share. A new upload first makes room among its owner's own (least recently used
 first), then, if the server is full, among everyone's that are not in use (`in_use`: the folders the pages
 have open), least recently used first; it is refused rather than take a folder in use. An evicted folder's
 owner is told: at their next upload (`evicted_since`) and when they ask for it (`was_evicted`); so is the owner of
@@ -13,7 +14,9 @@ a folder that expired, or went with its owner's session (`was_expired`). Default
 the environment:
 - PLAYGROUND_UPLOAD_TTL_SECONDS (default 3600: an hour after its last use);
 - PLAYGROUND_UPLOAD_QUOTA_BYTES (default 16 GiB, for uploads and Hub downloads together);
-- PLAYGROUND_UPLOAD_OWNER_QUOTA_BYTES (default half the quota).
+- PLAYGROUND_UPLOAD_OWNER_QUOTA_BYTES (default half the quota);
+- PLAYGROUND_UPLOAD_VISITOR_QUOTA_BYTES (default half the quota, and never less than one owner's share: a class of
+  30 behind one school address shares it, the other half stays for other addresses).
 Which name reaches which folder is not decided here (`playground.app.names`). No Gradio here.
 """
 
@@ -29,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from playground.app.notes import note
 from playground.app.words import t
@@ -104,6 +108,16 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
+class _Stored(NamedTuple):
+    """A stored folder as `make_room` weighs it, least recently used first."""
+
+    folder: Path
+    size: int
+    mine: bool  # the uploading tab's own
+    visitors: bool  # one of its visitor's tabs' (the uploading tab's included)
+    open: bool  # some page has it open now: never evicted for another tab
+
+
 class Uploads:
     """Each owner's uploads and Hub downloads on disk: storing, expiry, quota, end of session."""
 
@@ -116,6 +130,7 @@ class Uploads:
         ttl_seconds: int | None = None,
         quota_bytes: int | None = None,
         owner_quota_bytes: int | None = None,
+        visitor_quota_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.upload_dir = Path(upload_dir).resolve()
@@ -126,6 +141,10 @@ class Uploads:
         self.quota_bytes = quota_bytes if quota_bytes is not None else _env_int("PLAYGROUND_UPLOAD_QUOTA_BYTES", DEFAULT_QUOTA_BYTES)
         self._owner_quota_bytes = owner_quota_bytes if owner_quota_bytes is not None else _env_int(
             "PLAYGROUND_UPLOAD_OWNER_QUOTA_BYTES", 0)
+        self._visitor_quota_bytes = visitor_quota_bytes if visitor_quota_bytes is not None else _env_int(
+            "PLAYGROUND_UPLOAD_VISITOR_QUOTA_BYTES", 0)
+        # owner folder ("@<hash>") -> its visitor: an owner's folders count toward its visitor's share too
+        self._visitors: dict[str, str] = {}
         # The folders some page has open now (the app sets it): never evicted for another owner's upload.
         self.in_use: Callable[[], Iterable[Path]] = lambda: ()
         self._evicted: dict[Path, bool] = {}  # evicted folder -> its owner was told at an upload (oldest first)
@@ -149,6 +168,17 @@ class Uploads:
     def owner_quota_bytes(self) -> int:
         """What one owner may keep: the configured share, or half the server's quota."""
         return min(self._owner_quota_bytes or self.quota_bytes // 2, self.quota_bytes)
+
+    @property
+    def visitor_quota_bytes(self) -> int:
+        """What one visitor (an address, an account) may keep over all its tabs: the configured share, or half the
+        server's quota; never less than one owner's share (a visitor's single tab keeps what a tab may)."""
+        return min(max(self._visitor_quota_bytes or self.quota_bytes // 2, self.owner_quota_bytes), self.quota_bytes)
+
+    def _note_visitor(self, owner: str | None, visitor: str | None) -> None:  # with self._lock held
+        key = self._owner_key(owner)
+        if key is not None and visitor:
+            self._visitors[key] = visitor
 
     def owner_upload_dir(self, owner: str | None) -> Path:
         key = self._owner_key(owner)
@@ -206,8 +236,9 @@ class Uploads:
 
     # --- storing ---------------------------------------------------------------------------------
 
-    def save_upload(self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None) -> str:
-        """Store uploaded files in a new folder of `owner`'s; return its catalog name.
+    def save_upload(self, files: Iterable[str | Path], max_bytes: int, owner: str | None = None,
+                    visitor: str | None = None) -> str:
+        """Store uploaded files in a new folder of `owner`'s (a tab of `visitor`'s); return its catalog name.
 
         Accepts one .safetensors file (our own format carries config + tokenizer) or the files of a
         checkpoint folder (config.json, model.safetensors, tokenizer files). Refuses pickles, other
@@ -253,7 +284,7 @@ class Uploads:
                 "here; use a smaller model"
             )
         with self._lock:
-            self.make_room(total, owner)
+            self.make_room(total, owner, visitor)
             target = self.owner_upload_dir(owner) / upload_id(names)
             target.mkdir(parents=True)
             try:
@@ -269,13 +300,15 @@ class Uploads:
         with self._lock:
             shutil.rmtree(path, ignore_errors=True)
 
-    def download_hub(self, repo_id: str, owner: str | None, max_bytes: int | None = None) -> str:
-        """Download a Hub repo's checkpoint into `owner`'s folder (within the quota); return its catalog name."""
+    def download_hub(self, repo_id: str, owner: str | None, max_bytes: int | None = None,
+                     visitor: str | None = None) -> str:
+        """Download a Hub repo's checkpoint into `owner`'s folder (within the quotas of `owner` and its `visitor`);
+        return its catalog name."""
         from playground.checkpoints.hub import download_checkpoint, validate_repo_id
 
         rid = validate_repo_id(repo_id)
         download_checkpoint(rid, self.hub_dir_for(owner), max_bytes=max_bytes,
-                            make_room=lambda incoming: self.make_room(incoming, owner))
+                            make_room=lambda incoming: self.make_room(incoming, owner, visitor))
         self.touch(self.hub_dir_for(owner) / rid)
         return HUB_PREFIX + rid
 
@@ -312,10 +345,11 @@ class Uploads:
                     pass
         return removed
 
-    def make_room(self, incoming: int, owner: str | None = None) -> list[Path]:
-        """Evict until `incoming` more bytes of `owner`'s fit: first `owner`'s own least recently used
-        folders down to their share, then the least recently used folders no page has open (anyone's)
-        down to the server's quota. Refused, with nothing evicted, when only folders in use would do."""
+    def make_room(self, incoming: int, owner: str | None = None, visitor: str | None = None) -> list[Path]:
+        """Evict until `incoming` more bytes of `owner`'s (a tab of `visitor`'s) fit: first `owner`'s own least
+        recently used folders down to their share, then its visitor's other tabs' folders that no page has open
+        down to the visitor's share, then the least recently used folders no page has open (anyone's) down to the
+        server's quota. Refused, with nothing evicted, when only folders in use would do."""
         share = self.owner_quota_bytes
         if incoming > share:
             size, mib = f"{incoming / 2**20:,.1f}", f"{share / 2**20:,.1f}"
@@ -323,31 +357,43 @@ class Uploads:
         mine = {self.owner_upload_dir(owner).resolve(), self.hub_dir_for(owner).resolve()}
         in_use = {Path(p).resolve() for p in self.in_use()}
         with self._lock:
-            stored = sorted(((f.stat().st_mtime, f, _folder_bytes(f), root.resolve() in mine)
-                             for f, root in self._stored()), key=lambda e: e[0])
-            used = sum(size for _, _, size, _ in stored)
-            own = sum(size for _, _, size, is_mine in stored if is_mine)
-            victims = []
-            for _, folder, size, is_mine in stored:
-                if own + incoming <= share:
-                    break
-                if is_mine:
-                    victims.append(folder)
-                    own -= size
-                    used -= size
-            for _, folder, size, _ in stored:
-                if used + incoming <= self.quota_bytes:
-                    break
-                if folder not in victims and folder.resolve() not in in_use:
-                    victims.append(folder)
-                    used -= size
-            if used + incoming > self.quota_bytes:
-                raise PlaygroundError(note("quota_full", room=f"{max(self.quota_bytes - used, 0) / 2**20:,.1f}"))
+            self._note_visitor(owner, visitor)
+            theirs = {k for k, v in self._visitors.items() if v == visitor} if visitor else set()
+            # (folder, size, owner's own, its visitor's, open in a page), least recently used first
+            stored = [_Stored(f, _folder_bytes(f), root.resolve() in mine, root.name in theirs, f.resolve() in in_use)
+                      for _, f, root in sorted((f.stat().st_mtime, f, root) for f, root in self._stored())]
+            victims = self._victims(stored, incoming)
             for folder in victims:
                 shutil.rmtree(folder, ignore_errors=True)
                 self._evicted[folder.resolve()] = False
             while len(self._evicted) > MAX_EVICTED_REMEMBERED:
                 del self._evicted[next(iter(self._evicted))]
+        return victims
+
+    def _victims(self, stored: list[_Stored], incoming: int) -> list[Path]:
+        """The folders `make_room` evicts (see there), or the refusal's one line; `stored` as it lists them."""
+        victims: list[Path] = []
+
+        def evict(which: Callable[[_Stored], bool], held: int, bound: int) -> int:
+            for e in stored:
+                if held + incoming <= bound:
+                    break
+                if e.folder not in victims and which(e):
+                    victims.append(e.folder)
+                    held -= e.size
+            return held
+
+        evict(lambda e: e.mine, sum(e.size for e in stored if e.mine), self.owner_quota_bytes)
+        if any(e.visitors for e in stored):  # its visitor's tabs (each one's folders private): only those no page has open
+            held = sum(e.size for e in stored if e.visitors and e.folder not in victims)
+            held = evict(lambda e: e.visitors and not e.open, held, self.visitor_quota_bytes)
+            if held + incoming > self.visitor_quota_bytes:
+                raise PlaygroundError(note("quota_visitor", held=f"{held / 2**20:,.1f}",
+                                           share=f"{self.visitor_quota_bytes / 2**20:,.1f}"))
+        used = sum(e.size for e in stored if e.folder not in victims)
+        used = evict(lambda e: not e.open, used, self.quota_bytes)
+        if used + incoming > self.quota_bytes:
+            raise PlaygroundError(note("quota_full", room=f"{max(self.quota_bytes - used, 0) / 2**20:,.1f}"))
         return victims
 
     def evicted_since(self, owner: str | None) -> list[str]:
@@ -376,6 +422,7 @@ class Uploads:
                     shutil.rmtree(root, ignore_errors=True)
                     removed.append(root)
                     self._remember_expired(root)  # the tab may come back (a phone waking): it is told why
+            self._visitors.pop(self._owner_key(owner) or "", None)
         return removed
 
 

@@ -30,6 +30,7 @@ from playground.generation.config import GenerationConfig
 from playground.generation.speculative import check_draft
 from playground.loaded import LoadedModel
 from playground.notes import Note
+from playground.ui.gradio_internals import request_visitor
 from playground.ui.layout import empty_live_value, view_choices
 
 log = logging.getLogger("playground.ui")
@@ -267,7 +268,8 @@ class Models:
                 "choose a .safetensors file (or a checkpoint folder's files)"), session, lang, owner)
         files = [files] if isinstance(files, str) else list(files)
         try:
-            name = self.catalog.save_upload(files, self.limits.max_file_bytes, owner)
+            # each tab's uploads stay its own; their bytes count for its visitor (an address, an account) as well
+            name = self.catalog.save_upload(files, self.limits.max_file_bytes, owner, request_visitor(request))
         except Exception as exc:  # noqa: BLE001
             remove_sources(files)  # refused files go at once, Gradio's copies included
             return self._failed(t("upload_refused", lang), exc, session, lang, owner)
@@ -289,7 +291,7 @@ class Models:
         owner = session_key(request)
         session = self.sessions.get(owner)
         try:
-            name = self.catalog.download_hub(repo_id, owner, self.limits.max_file_bytes)
+            name = self.catalog.download_hub(repo_id, owner, self.limits.max_file_bytes, request_visitor(request))
             lm = self.model_for(name, dtype, owner)
         except Exception as exc:  # noqa: BLE001
             return self._failed(t("hub_failed", lang), exc, session, lang, owner)

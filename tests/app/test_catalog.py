@@ -265,7 +265,7 @@ def test_each_owner_keeps_a_share_and_uploads_in_use_are_never_evicted(tiny, tmp
     with pytest.raises(PlaygroundError, match="other visitors are using"):
         catalog.save_upload(weights, 10**9, CAROL)  # only folders in use would make room: refused
     assert alices in catalog.names(ALICE) and bobs[3] in catalog.names(BOB)
-    with pytest.raises(PlaygroundError, match="per visitor"):
+    with pytest.raises(PlaygroundError, match="per tab"):
         catalog.uploads.make_room(3 * size, CAROL)
 
 

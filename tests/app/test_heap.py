@@ -29,3 +29,17 @@ def test_release_returns_freed_small_blocks_and_is_throttled():
     assert after < held - 50_000, (held, after)  # of ~110 MiB freed, at least 50 MiB came back
     assert len(kept) == 3750
     assert not heap.release()  # within the interval: skipped
+
+
+def test_a_release_skipped_within_the_interval_is_followed_by_one_trim():
+    """Row 9 of issue 42: a script's second run ended within the interval of the first, so its freed heap stayed."""
+    heap.release(force=True)  # the first run's own release
+    blocks = [bytearray(2048) for _ in range(60_000)]  # the second run's buffers, freed as in the test above
+    kept = blocks[::16]
+    del blocks
+    held = _rss_kib()
+    assert not heap.release()  # within the interval: not now...
+    heap.settle()  # ...but once the interval has passed, with no later call to ask for it
+    after = _rss_kib()
+    assert after < held - 50_000, (held, after)
+    assert len(kept) == 3750

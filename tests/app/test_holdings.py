@@ -42,6 +42,14 @@ def test_holdings_are_the_models_copies_and_recorded_runs(h):
     variants.VARIANTS.clear()
 
 
+def test_what_gradio_keeps_per_tab_is_in_the_total(h):
+    """Gradio's copy of each tab's state is kept on purpose: the total a load test subtracts from RSS counts it."""
+    held = holdings(h.registry, h.sessions, tab_states=lambda: (3, 1_500_000))
+    assert (held.tab_states, held.tab_state_bytes) == (3, 1_500_000)
+    assert held.total_bytes == held.model_bytes + held.copy_bytes + held.capture_bytes + 1_500_000
+    assert f"total={held.total_bytes} " in held.line()
+
+
 def test_the_log_line_reads_back_and_other_lines_do_not():
     held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001)
     assert parse("INFO playground.memory: " + held.line()) == held
