@@ -159,8 +159,8 @@ def live_frame(
     """The run's path entries from `start` on and its latest state (see the module docstring).
 
     meta: the model's shape for the panels ({"layers", "heads", "kv_heads", "kind", "name"}).
-    `run.compact` must hold one compact_step entry per token of `run.path` (the caller keeps it up to date,
-    so frames never rebuild old entries). `branches`: the lineage panel, when this frame carries it.
+    The entries are made from `start` on only (`run.compact_from`), so a frame never rebuilds the old ones.
+    `branches`: the lineage panel, when this frame carries it.
     selected: the step the screen opens the run at (a fork keeps the step on screen); None: the newest.
     """
     last = run.events[-1] if run.events else None
@@ -172,7 +172,7 @@ def live_frame(
         "view": {"kind": view.kind, "layer": view.layer, "head": view.head},  # the session's, for the script
         "selected": selected,
         "first_step": run.step_number(0),  # the step number of path[0] (a branch continues its parent's count)
-        "from": start, "path": _text(run.compact[start:]),
+        "from": start, "path": _text(run.compact_from(start)),
         "status": status(run, meta.get("name", "")),
         "cache": _cache_summary(dict(last.cache) if last else {}),
         "att": _text(live_attention(run, len(run.path) - 1, view, meta) if run.path else None),
@@ -216,14 +216,14 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def sent_until(sent: Sequence[Any], compact: Sequence[Any]) -> int:
-    """How many of `compact`'s entries the page already holds, `sent` being the entries sent so far: the first
-    index where they differ (an entry is rebuilt, a new object, only where beam search rewrote the sequence)."""
-    n = min(len(sent), len(compact))
-    if n and sent[n - 1] is compact[n - 1]:  # beam search rewrites from some step to the end: nothing was rewritten
+def sent_until(sent: Sequence[Any], path: Sequence[Any]) -> int:
+    """How many of `path`'s entries the page already holds, `sent` being the path's entries when the last frame was
+    sent: the first index where they differ (an entry is a new object only where beam search rewrote the path)."""
+    n = min(len(sent), len(path))
+    if n and sent[n - 1] is path[n - 1]:  # beam search rewrites from some step to the end: nothing was rewritten
         return n
     for i in range(n):
-        if sent[i] is not compact[i]:
+        if sent[i] is not path[i]:
             return i
     return n
 

@@ -35,11 +35,13 @@ class Holdings:
     tab_state_bytes: int = 0
     steps: int = 0  # the models' kept captured decode steps (`app.py --compile`)
     step_bytes: int = 0
+    run_bytes: int = 0  # the runs' records: events, path, prompt (`Run.record_bytes`; their arrays are capture_bytes)
 
     @property
     def total_bytes(self) -> int:
         # Gradio's copy of each tab's state is kept on purpose too (row 2: 0.42 MiB a tab that nothing counted).
-        return self.model_bytes + self.copy_bytes + self.capture_bytes + self.tab_state_bytes + self.step_bytes
+        return (self.model_bytes + self.copy_bytes + self.capture_bytes + self.run_bytes + self.tab_state_bytes
+                + self.step_bytes)
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
@@ -47,6 +49,7 @@ class Holdings:
                 f"copies={self.copies} copy_bytes={self.copy_bytes} tabs={self.tabs} runs={self.runs} "
                 f"capture_bytes={self.capture_bytes} tab_states={self.tab_states} "
                 f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
+                f"run_bytes={self.run_bytes} "
                 f"({self.total_bytes / MIB:,.0f} MiB)")
 
 
@@ -55,10 +58,10 @@ def holdings(registry: ModelRegistry, sessions: Sessions,
     """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here)."""
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
-    tabs, runs, capture_bytes = sessions.held()
+    tabs, runs, capture_bytes, run_bytes = sessions.held()
     steps, step_bytes = registry.steps_held()
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes)
+                    step_bytes, run_bytes)
 
 
 def parse(line: str) -> Holdings | None:

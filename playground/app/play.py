@@ -285,8 +285,8 @@ def _end_where_shown(run: Run, shown: int) -> None:
     """A stopped run ends at the tokens its page showed when Stop was pressed (or, when the page did not say, at
     the last frame sent). The engine runs a frame and more ahead of the page (~80 ms and the frame's way: dozens
     of tokens of a tiny model), and those tokens were never on screen when Stop was pressed: kept, they would
-    appear after the press. One event and one compact entry per token outside beam search."""
-    del run.path[shown:], run.compact[shown:], run.events[shown:]
+    appear after the press. One event and one path entry per token outside beam search."""
+    run.cut_to(shown)
 
 
 def play_link(session: Session, lookup: Lookup, settings: UISettings, **kw: Any) -> Iterator[Frame]:

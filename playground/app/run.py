@@ -8,6 +8,7 @@ No Gradio, no threads: the caller decides where the model work runs.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from playground.app.numbers import numbers_note
 from playground.generation import GenerationConfig, GenerationResult, Hypothesis, StepEvent, TokenStep, token_path
 from playground.generation.budget import check_full_attention
 from playground.generation.engine import final_hypothesis
+from playground.generation.events import held_bytes
 from playground.generation.stepper import full_attention
 from playground.steps import step_number
 
@@ -62,13 +64,14 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     path: list[TokenStep] = field(default_factory=list)  # the displayed sequence, token by token
     final: Hypothesis | None = None  # beam search: the winning hypothesis
-    compact: list[Any] = field(default_factory=list)  # per path entry, what the page receives (see frames)
     analysis: Any = None  # the lessons' RunCache (one whole-sequence pass, shared by step changes)
     cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
     maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
     head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
     captures_dropped: bool = False  # its recorded arrays were freed under the memory budget (recomputed when asked)
     numbers_noted: bool = False  # a step's numbers could not be right, and a note says so (once per run)
+    event_bytes: int = 0  # what its events keep besides their captures, summed as they come (`record_bytes`)
+    fixed_bytes: int | None = None  # what its prompt and branch point keep (set once, when first counted)
 
     # --- what it is ------------------------------------------------------------------------------
 
@@ -100,24 +103,22 @@ class Run:
     # --- built from the engine's events ----------------------------------------------------------
 
     def add_event(self, event: StepEvent, lm: Any) -> None:
-        """Take the engine's next event and bring the path (and the page's compact copy) up to date."""
+        """Take the engine's next event and bring the path up to date."""
         self.events.append(event)
+        self.event_bytes += event.record_bytes(self.events[-2] if len(self.events) > 1 else None)
         if not self.numbers_noted:
             found = numbers_note(event, lm.config.vocab_size, not self.cfg.do_sample)
             if found:
                 self.notes.append(found)
                 self.numbers_noted = True
-        stages = frames.stage_names(self.events)
         if not self.beam:
-            step = token_path(lm, [event], None)[0]
-            self.path.append(step)
-            kind = (event.speculation or {}).get("kind", "")
-            spec = kind if kind in ("accepted", "rejected", "bonus") else ""
-            self.compact.append(frames.compact_step(step, event.cache, stages, spec))
+            self.path.append(token_path(lm, [event], None)[0])
             return
-        best = next((b for b in event.beams or [] if b.token_ids == event.token_ids), None)
+        beams = event.beams or []
+        best = next((b for b in beams if b.tokens is event.tokens), None)  # the engine's one node for both
+        best = best or next((b for b in beams if b.token_ids == event.token_ids), None)  # events that were pickled
         if best is not None:
-            self._follow(lm, best, stages)
+            self._follow(lm, best)
 
     def finish(self, lm: Any, error: str | None = None) -> None:
         """The engine is done (or failed, or was stopped): record why, and the beam search's winner."""
@@ -131,9 +132,9 @@ class Run:
             self.finish_reason = "stopped"
         if self.beam and last is not None and last.finished and last.beams:
             self.final = final_hypothesis(last)
-            self._follow(lm, self.final, frames.stage_names(self.events))
+            self._follow(lm, self.final)
 
-    def _follow(self, lm: Any, hypothesis: Hypothesis, stages: list[str]) -> None:
+    def _follow(self, lm: Any, hypothesis: Hypothesis) -> None:
         """Beam search: the displayed path becomes `hypothesis`'s; the shared beginning is kept as it is."""
         path = token_path(lm, self.events, hypothesis)
         keep = 0
@@ -141,7 +142,25 @@ class Run:
                 self.path[keep].token_id, self.path[keep].source_beam):
             keep += 1
         self.path[keep:] = path[keep:]
-        self.compact[keep:] = [frames.compact_step(s, self.events[s.step].cache, stages) for s in path[keep:]]
+
+    # --- what the page receives --------------------------------------------------------------------
+
+    def compact_from(self, start: int = 0) -> list[list[Any]]:
+        """The page's entries (`frames.compact_step`) of the path from `start` on, made when sent: a run keeps its
+        events and path once, never a second copy of them in the page's form."""
+        stages = frames.stage_names(self.events)
+        entries = []
+        for step in self.path[start:]:
+            event = self.events[step.step]
+            kind = "" if self.beam else (event.speculation or {}).get("kind", "")
+            entries.append(frames.compact_step(step, event.cache, stages,
+                                               kind if kind in ("accepted", "rejected", "bonus") else ""))
+        return entries
+
+    @property
+    def compact(self) -> list[list[Any]]:
+        """Every entry of the path as the page receives it."""
+        return self.compact_from(0)
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -220,6 +239,30 @@ class Run:
             return toks, toks
         dec = self.prefix_texts + self.stream_texts
         return {"self": (dec, dec), "cross": (dec, self.prompt_texts), "encoder": (self.prompt_texts, self.prompt_texts)}[kind]
+
+    def cut_to(self, steps: int) -> None:
+        """Keep the first `steps` events and path entries (a Stop ends the run where the page showed it)."""
+        del self.path[steps:], self.events[steps:]
+        self.event_bytes = sum(e.record_bytes(b) for e, b in zip(self.events, [None, *self.events[:-1]]))
+
+    def record_bytes(self) -> int:
+        """Bytes the run keeps besides its recorded arrays (`capture_bytes`): its events (each a node of the shared
+        token chain, its stats, clock and candidates' table), its path, its prompt and notes. What the memory budget
+        and the holdings line count, with the captures, as the run's whole cost."""
+        if self.fixed_bytes is None:
+            self.fixed_bytes = sys.getsizeof(self) + held_bytes((
+                self.token, self.prompt_ids, self.prompt_texts, self.prefix_ids, self.inherited, self.forced,
+                self.forced_texts, self.prefix_texts))
+        path = sum(sys.getsizeof(s) + sys.getsizeof(s.capture) for s in self.path) + sys.getsizeof(self.path)
+        if self.beam:  # the winner's path has its own token texts and candidates' marks (their tables are shared)
+            path += sum(sys.getsizeof(s.token_text) + sys.getsizeof(s.prob) + sys.getsizeof(s.candidates)
+                        for s in self.path)
+        small = held_bytes((self.notes, self.changes, self.about, self.head_stats, self.final))
+        return self.fixed_bytes + self.event_bytes + sys.getsizeof(self.events) + path + small
+
+    def kept_bytes(self) -> int:
+        """Everything the run keeps: its record and its recorded arrays."""
+        return self.record_bytes() + self.capture_bytes()
 
     def capture_bytes(self) -> int:
         """Bytes of what the run keeps beyond its path: recorded attention rows and residuals (each array

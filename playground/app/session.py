@@ -92,6 +92,14 @@ class Session:
         for old in self.runs[:-1]:  # the lessons read the run on screen: the others' passes are made again on a pick
             old.forget_derived()
 
+    def forget_oldest(self, run: Run) -> bool:
+        """`run` leaves the history if it is the oldest there and neither on screen nor running (the memory budget:
+        the history then says it left, as for runs beyond its size)."""
+        if not self.runs or self.runs[0] is not run or run.running or run.number == self.current_number:
+            return False
+        del self.runs[0]
+        return True
+
     @property
     def gone(self) -> int:
         """How many runs have left the history (the oldest: its numbers below the first kept)."""
@@ -257,8 +265,12 @@ class Session:
         return to_query(dataclasses.replace(plain(widgets), branches="", game="", lang=self.lang))
 
 
-SESSION_CAPTURE_BYTES = 256 * 1024**2  # a tab's runs' recorded arrays (a 256-head upload's 1,000-token run: 1 GB)
-SERVER_CAPTURE_BYTES = 1024**3  # every tab's together; the oldest runs' arrays go first
+# What runs keep (records and recorded arrays; a 256-head upload's 1,000-token run records 1 GB), per tab, per visitor
+# (its tabs together: a class of 30 behind one school address shares its share) and for the server. Over a budget
+# the oldest runs' arrays go first, then the oldest runs leave their history.
+SESSION_KEPT_BYTES = 256 * 1024**2
+VISITOR_KEPT_BYTES = 512 * 1024**2
+SERVER_KEPT_BYTES = 1024**3
 IDLE_SECONDS = 30 * 60  # a tab not heard from this long is forgotten (a closed tab whose unload never came)
 SWEEP_SECONDS = 60.0  # idle tabs are looked for at most this often, on a visitor's call
 
@@ -277,6 +289,7 @@ class Sessions:
         self.idle_seconds = idle_seconds
         self.on_expire = on_expire
         self._swept = time.monotonic()
+        self.visitor_of: Callable[[str], str] = lambda key: key  # a tab's visitor (the UI knows addresses)
 
     def get(self, key: str | None) -> Session:
         key = key or "anonymous"
@@ -290,31 +303,49 @@ class Sessions:
             session.seen = now
             return session
 
-    def enforce_memory(self, *, per_session: int = SESSION_CAPTURE_BYTES, server: int = SERVER_CAPTURE_BYTES) -> int:
-        """Keep the finished runs' recorded arrays within a budget per tab and for the server: the oldest
-        runs' arrays are freed first (a running run's never). Returns the bytes kept."""
+    def enforce_memory(self, *, per_session: int = SESSION_KEPT_BYTES, per_visitor: int = VISITOR_KEPT_BYTES,
+                       server: int = SERVER_KEPT_BYTES) -> int:
+        """Keep what the finished runs keep (their records and recorded arrays, `Run.kept_bytes`) within a budget per
+        tab, per visitor (`visitor_of`: an address or an account) and for the server. The oldest runs' recorded
+        arrays are freed first; where that is not enough, the oldest runs leave their tab's history (never the run
+        on screen, never a running one). Returns the bytes kept."""
         with self._lock:
-            runs = [(run, key) for key, session in self._sessions.items() for run in session.runs]
-        sizes = {id(run): run.capture_bytes() for run, _ in runs}
-        by_tab: dict[str, int] = {}
-        for run, key in runs:
-            by_tab[key] = by_tab.get(key, 0) + sizes[id(run)]
-        total = sum(by_tab.values())
-        for run, key in sorted(runs, key=lambda rk: rk[0].started):  # oldest first
-            if run.running or not sizes[id(run)]:
-                continue
-            if by_tab[key] > per_session or total > server:
-                run.drop_captures()
-                by_tab[key] -= sizes[id(run)]
-                total -= sizes[id(run)]
-        return total
+            tabs = [(key, session) for key, session in self._sessions.items()]
+        runs = [(run, key, session) for key, session in tabs for run in session.runs]
+        sizes = {id(run): run.kept_bytes() for run, _, _ in runs}
+        visitor = {key: self.visitor_of(key) for key, _ in tabs}
+        used: dict[str, int] = {}
+        for run, key, _ in runs:
+            for group in (key, "visitor:" + visitor[key], ""):
+                used[group] = used.get(group, 0) + sizes[id(run)]
 
-    def held(self) -> tuple[int, int, int]:
-        """(tabs, runs, the bytes their recorded arrays take): what `enforce_memory` keeps within its budgets."""
+        def over(key: str) -> bool:
+            return (used.get(key, 0) > per_session or used.get("visitor:" + visitor[key], 0) > per_visitor
+                    or used.get("", 0) > server)
+
+        def free(key: str, amount: int) -> None:
+            for group in (key, "visitor:" + visitor[key], ""):
+                used[group] -= amount
+
+        oldest_first = sorted(runs, key=lambda r: r[0].started)
+        for run, key, _ in oldest_first:
+            if not run.running and over(key) and run.capture_bytes():
+                before = sizes[id(run)]
+                run.drop_captures()
+                sizes[id(run)] = run.kept_bytes()
+                free(key, before - sizes[id(run)])
+        for run, key, session in oldest_first:
+            if over(key) and session.forget_oldest(run):
+                free(key, sizes[id(run)])
+        return used.get("", 0)
+
+    def held(self) -> tuple[int, int, int, int]:
+        """(tabs, runs, their recorded arrays' bytes, their records' bytes): what `enforce_memory` keeps within its
+        budgets."""
         with self._lock:
             runs = [run for session in self._sessions.values() for run in session.runs]
             tabs = len(self._sessions)
-        return tabs, len(runs), sum(run.capture_bytes() for run in runs)
+        return tabs, len(runs), sum(run.capture_bytes() for run in runs), sum(run.record_bytes() for run in runs)
 
     def expire(self, now: float | None = None) -> list[str]:
         """Forget every session idle for `idle_seconds` with nothing running; the keys forgotten."""

@@ -56,6 +56,7 @@ from torch import nn
 
 from playground.generation import captures, sampler, sampling
 from playground.generation.events import StepEvent
+from playground.generation.tokens import generated_start
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
 from playground.models.kv_pool import KVPool, bucket
@@ -565,7 +566,7 @@ def _steps(
         generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
         noise = torch.ones((shape.rows, lm.config.vocab_size), dtype=torch.float32, device=lm.device)
     prompt_length = len(p.prefix_ids)
-    generated: list[int] = []
+    generated = generated_start(lm)
     for i in range(cfg.max_new_tokens):
         if stop is not None and stop.is_set():
             return
@@ -605,14 +606,12 @@ def _steps(
             cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64).tolist(),
                                       layout.read(told, "raw").tolist(), probs.tolist(), finite.tolist(), token_id,
                                       lm.token_text)
-        generated.append(token_id)
-        text = lm.detokenize(generated, skip_special_tokens=True)
-        reason = finish_reason(p, token_id, len(generated), text)
+        generated = generated.extend(token_id)
+        reason = finish_reason(p, token_id, len(generated), generated)
         step_ms = clock.record(i, t0)
         yield StepEvent(
-            step=i, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
-            text=text, candidates=cands, beams=None, cache=cache.stats().to_dict(),
-            timing=clock.timing(step_ms, len(generated)), attention=rows, finished=reason is not None,
+            step=i, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
+            candidates=cands, beams=None, kv=cache.stats(), clock=clock.timing(step_ms, len(generated)), attention=rows, finished=reason is not None,
             finish_reason=reason, residual=residual, prompt_attention=prompt,
         )
         if reason is not None:

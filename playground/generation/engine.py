@@ -12,7 +12,6 @@ in the config and costs nothing when it is not.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
@@ -24,9 +23,10 @@ import torch
 from playground.generation import captured, captures, sampling, speculative
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig
-from playground.generation.events import GenerationResult, Hypothesis, StepCapture, StepEvent, TokenStep
+from playground.generation.events import GenerationResult, Hypothesis, StepCapture, StepEvent, Timing, TokenStep
 from playground.generation.plan import Plan, plan
 from playground.generation.stepper import Stepper, full_attention
+from playground.generation.tokens import Tokens, generated_start
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
 
@@ -84,16 +84,12 @@ class _Clock:
             self.decode_steps += 1
         return step_ms
 
-    def timing(self, step_ms: float, tokens: int) -> dict[str, float]:
+    def timing(self, step_ms: float, tokens: int) -> Timing:
+        """prefill_ms, step_ms, decode_ms_per_token, tokens_per_s, elapsed_ms (`Timing.KEYS`), milliseconds to 3
+        places; the rate is the decode rate after the prefill, before any decode step the rate with the prefill."""
         per_token = self.decode_ms / self.decode_steps if self.decode_steps else 0.0
-        return {
-            "prefill_ms": round(self.prefill_ms, 3),
-            "step_ms": round(step_ms, 3),
-            "decode_ms_per_token": round(per_token, 3),
-            # decode rate after the prefill; before any decode step, the rate including the prefill
-            "tokens_per_s": round(1000.0 / per_token if per_token else tokens * 1000.0 / max(self.total_ms, 1e-9), 3),
-            "elapsed_ms": round(self.total_ms, 3),
-        }
+        rate = 1000.0 / per_token if per_token else tokens * 1000.0 / max(self.total_ms, 1e-9)
+        return Timing(round(x, 3) for x in (self.prefill_ms, step_ms, per_token, rate, self.total_ms))
 
 
 def _new_stepper(p: Plan, batch: int) -> Stepper:
@@ -134,10 +130,10 @@ def _recorded(p: Plan, recorder, step: int) -> tuple[Any, Any, Any]:
     return rows, captures.residual_rows(recorder), prompt
 
 
-def _finish_reason(p: Plan, token_id: int, generated: int, text: str) -> str | None:
+def _finish_reason(p: Plan, token_id: int, generated: int, tokens: Tokens) -> str | None:
     if token_id in p.eos_ids:
         return "eos"
-    if p.cfg.stop_strings and any(s in text for s in p.cfg.stop_strings):
+    if p.cfg.stop_strings and any(s in tokens.text for s in p.cfg.stop_strings):  # decoded only for stop strings
         return "stop_string"
     if generated >= p.cfg.max_new_tokens:
         return "length"
@@ -152,7 +148,7 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
         generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
     stepper = _new_stepper(p, batch=1)
     clock = _Clock()
-    generated: list[int] = []
+    generated = generated_start(p.lm)
     token: torch.Tensor | None = None
     for step in range(cfg.max_new_tokens):
         if stop is not None and stop.is_set():
@@ -169,14 +165,13 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
             if stages is not None:
                 cands = sampling.candidates([(n, s[0]) for n, s in stages], token_id, cfg.top_candidates, lm.token_text)
             rows, residual, prompt = _recorded(p, recorder, step)
-        generated.append(token_id)
-        text = lm.detokenize(generated, skip_special_tokens=True)
-        reason = _finish_reason(p, token_id, len(generated), text)
+        generated = generated.extend(token_id)
+        reason = _finish_reason(p, token_id, len(generated), generated)
         step_ms = clock.record(step, t0)
         yield StepEvent(
-            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
-            text=text, candidates=cands, beams=None, cache=stepper.stats().to_dict(),
-            timing=clock.timing(step_ms, len(generated)), attention=captures.pick_row(rows, 0),
+            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
+            candidates=cands, beams=None, kv=stepper.stats(), clock=clock.timing(step_ms, len(generated)),
+            attention=captures.pick_row(rows, 0),
             finished=reason is not None, finish_reason=reason, residual=captures.pick_residual(residual, 0),
             prompt_attention=prompt,
         )
@@ -196,6 +191,7 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
     )
     result = None
     step = 0
+    tree = _BeamTree(generated_start(p.lm))
     while True:
         if stop is not None and stop.is_set():
             return
@@ -236,16 +232,15 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
         if result.done:
             reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
         # Slots of beams that ended carry a placeholder score; they are not hypotheses.
-        hypotheses = [
-            Hypothesis(ids, lm.detokenize(ids, skip_special_tokens=True), s, False, path)
-            for ids, s, path in live if s > LARGE_NEGATIVE / 2
-        ] + [Hypothesis(ids, lm.detokenize(ids, skip_special_tokens=True), s, True, path) for ids, s, path in finished]
+        hypotheses = [Hypothesis(tree.node(ids, path), None, s, False) for ids, s, path in live
+                      if s > LARGE_NEGATIVE / 2]
+        hypotheses += [Hypothesis(tree.node(ids, path), None, s, True) for ids, s, path in finished]
+        tree.forget_older()
         step_ms = clock.record(step, t0)
         yield StepEvent(
-            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(best_ids),
-            text=lm.detokenize(best_ids, skip_special_tokens=True),
-            candidates=None if per_beam is None else per_beam[source], beams=hypotheses,
-            cache=stepper.stats().to_dict(), timing=clock.timing(step_ms, step + 1),
+            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob,
+            tokens=tree.node(best_ids, best_path), candidates=None if per_beam is None else per_beam[source],
+            beams=hypotheses, kv=stepper.stats(), clock=clock.timing(step_ms, step + 1),
             attention=captures.pick_row(rows, source), finished=result.done, finish_reason=reason,
             residual=captures.pick_residual(residual, source), prompt_attention=prompt, source_beam=source,
             beam_captures={"attention": rows, "residual": residual, "candidates": per_beam, "kept": kept},
@@ -253,6 +248,33 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
         if result.done:
             return
         step += 1
+
+
+class _BeamTree:
+    """The beam search's hypotheses as nodes of one tree: a hypothesis that extends one of the last step's (the
+    same ids and beam path but its last token) shares that one's node, so a step adds a node per beam, not a copy."""
+
+    def __init__(self, start: Tokens) -> None:
+        self.start = start
+        self.known: dict[tuple[tuple[int, ...], tuple[int, ...]], Tokens] = {}
+        self.older: dict[tuple[tuple[int, ...], tuple[int, ...]], Tokens] = {}
+
+    def node(self, ids: list[int], path: list[int]) -> Tokens:
+        key = (tuple(ids), tuple(path))
+        found = self.known.get(key) or self.older.get(key)
+        if found is None:
+            parent = self.older.get((key[0][:-1], key[1][:-1])) if ids else None
+            if parent is None:  # no hypothesis of the last step is its beginning: a branch from the start
+                parent = self.start
+                for token_id, source in zip(ids[:-1], path[:-1]):
+                    parent = parent.extend(token_id, source)
+            found = parent.extend(ids[-1], path[-1]) if ids else self.start
+        self.known[key] = found
+        return found
+
+    def forget_older(self) -> None:
+        """This step's hypotheses become the ones the next step's extend."""
+        self.older, self.known = self.known, {}
 
 
 def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | None) -> list[TokenStep]:
@@ -270,7 +292,7 @@ def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | Non
         per_beam = extra.get("candidates")
         cands = None
         if per_beam is not None:
-            cands = [dataclasses.replace(c, chosen=c.token_id == token_id) for c in per_beam[source]]
+            cands = per_beam[source].with_chosen(token_id)
         capture = StepCapture(
             captures.pick_row(extra.get("attention"), source), captures.pick_residual(extra.get("residual"), source)
         )
@@ -324,7 +346,7 @@ def iter_generate_all(
         steps.append(event)
         yield
     last = steps[-1] if steps else None
-    token_ids = list(last.token_ids) if last else []
+    token_ids = last.token_ids if last else []
     text = last.text if last else ""
     final = None
     if last is not None and last.beams is not None:

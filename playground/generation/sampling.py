@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
-from playground.generation.events import Candidate
+from playground.generation.events import Candidates
 
 TRUNCATION_STAGES = ("top_k", "top_p", "min_p", "forced_bos", "forced_eos")
 
@@ -32,7 +33,7 @@ def candidates(
     count: int,
     token_text: Callable[[int], str],
     include: Sequence[int] = (),
-) -> list[Candidate]:
+) -> Candidates:
     """The `count` best candidates and their probability after every stage.
 
     stages: [("raw", (V,) logits), (stage name, (V,) scores after it), ...] as `Pipeline.run_stages`
@@ -56,31 +57,15 @@ def candidates(
 def describe(
     names: Sequence[str], ids: Sequence[int], raw_logits: Sequence[float], probs: Sequence[Sequence[float]],
     finite: Sequence[Sequence[bool]], chosen: int, token_text: Callable[[int], str],
-) -> list[Candidate]:
+) -> Candidates:
     """Candidates from their numbers: each id's raw logit, its probability after every stage `names`
     (probs[stage][j]) and whether its score was finite there (the first stage where it is not removed it).
     What a captured step reads back (`generation.captured`) and the eager path computes meet here."""
-    out = []
-    for j, token_id in enumerate(ids):
-        stage_probs = {name: float(probs[i][j]) for i, name in enumerate(names)}
-        removed_by = None
-        for i in range(1, len(names)):
-            if finite[i - 1][j] and not finite[i][j]:
-                removed_by = names[i]
-                break
-        after_penalty = stage_probs.get("repetition_penalty", stage_probs["raw"])
-        out.append(
-            Candidate(
-                token_id=int(token_id),
-                text=token_text(int(token_id)),
-                logit=float(raw_logits[j]),
-                prob_raw=stage_probs["raw"],
-                prob_after_penalty=after_penalty,
-                prob_after_temperature=stage_probs.get("temperature", after_penalty),
-                prob_final=float(probs[-1][j]),
-                removed_by=removed_by,
-                chosen=int(token_id) == chosen,
-                stages=stage_probs,
-            )
-        )
-    return out
+    n = len(ids)
+    finite_at = np.asarray(finite, dtype=bool).reshape(len(names), n)
+    removed = np.full(n, -1)
+    for i in range(len(names) - 1, 0, -1):  # the first stage where a finite score became -inf (the last one set wins)
+        removed[finite_at[i - 1] & ~finite_at[i]] = i
+    ids = [int(i) for i in ids]
+    return Candidates.of(names, ids, raw_logits, removed, np.asarray(probs, dtype=np.float64),
+                         [token_text(i) for i in ids], ids.index(chosen) if chosen in ids else -1)

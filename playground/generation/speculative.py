@@ -31,6 +31,7 @@ from playground.generation.config import GenerationConfig, SettingsError, draft_
 from playground.generation.drafters import Draft, ModelDrafter, NgramDrafter, first_layers, rewindable_cache
 from playground.generation.events import StepEvent
 from playground.generation.stepper import DecoderStepper
+from playground.generation.tokens import Tokens, generated_start
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
@@ -202,7 +203,7 @@ def _check_position(
 
 
 def speculate(
-    p: Plan, stop: threading.Event | None, clock: _Clock, finish: Callable[[Plan, int, int, str], str | None],
+    p: Plan, stop: threading.Event | None, clock: _Clock, finish: Callable[[Plan, int, int, Tokens], str | None],
 ) -> Iterator[StepEvent]:
     """The speculative loop over a plan `p` (greedy or sampled); `clock` and `finish` are the engine's
     timing and end rule, shared with plain decoding."""
@@ -214,7 +215,7 @@ def speculate(
     stepper = SpeculativeStepper(lm.model, batch=1, max_tokens=p.max_length, use_cache=cfg.use_cache)
     drafter = p.draft.drafter(p.max_length + cfg.draft_tokens)
     totals = {"proposed": 0, "accepted": 0, "target_passes": 0}
-    generated: list[int] = []
+    generated = generated_start(lm)
     step = 0
     while True:
         if stop is not None and stop.is_set():
@@ -232,19 +233,18 @@ def speculate(
             totals["target_passes"] += 1
             totals["proposed"] += len(draft.tokens)
             stepper.accept([token for token, _, _ in chosen])
-            stats = stepper.stats().to_dict()
+            stats = stepper.stats()
         for j, (token_id, prob, record) in enumerate(chosen):
             totals["accepted"] += bool(record.get("accepted"))
-            generated.append(token_id)
-            text = lm.detokenize(generated, skip_special_tokens=True)
-            reason = finish(p, token_id, len(generated), text)
+            generated = generated.extend(token_id)
+            reason = finish(p, token_id, len(generated), generated)
             step_ms = clock.record(step, t0 if j == 0 else time.perf_counter())
             record.update(pass_index=totals["target_passes"] - 1, position=j, drafter=p.draft.name,
                           drafted=list(draft.tokens), totals=dict(totals))
             yield StepEvent(
-                step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, token_ids=list(generated),
-                text=text, candidates=record.pop("_candidates", None), beams=None, cache=stats,
-                timing=clock.timing(step_ms, len(generated)), finished=reason is not None, finish_reason=reason,
+                step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
+                candidates=record.pop("_candidates", None), beams=None, kv=stats,
+                clock=clock.timing(step_ms, len(generated)), finished=reason is not None, finish_reason=reason,
                 speculation=record,
             )
             step += 1

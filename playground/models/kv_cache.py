@@ -8,6 +8,7 @@ keys and values an encoder-decoder projects once per source. Both describe thems
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from playground.models.kv_pool import KVPool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CrossCacheStats:
     """The cross-attention K/V of a seq2seq model: computed once from the encoder output.
 
@@ -56,7 +57,7 @@ class CrossCacheStats:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a run keeps one per step (its events' `kv`)
 class CacheStats:
     """What a KV cache holds: `bytes` = 2 · layers · batch · kv_heads · tokens · head_dim · element_size.
 
@@ -143,7 +144,7 @@ class CacheStats:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    return sys.intern(str(dtype).removeprefix("torch."))  # one string per name: a run keeps a stats object per step
 
 
 class KVCache:
@@ -310,8 +311,16 @@ class KVCache:
         return CacheStats(
             enabled=True, layers=self.layers, batch=self.batch, kv_heads=self.kv_heads, query_heads=self.query_heads,
             head_dim=self.head_dim, tokens=self.length, max_tokens=self.max_tokens, dtype=dtype_name(self.dtype),
-            element_size=self.element_size, windows=tuple(self.windows),
+            element_size=self.element_size, windows=self._windows_tuple(),
         )
+
+    def _windows_tuple(self) -> tuple[int | None, ...]:
+        """`windows` as the tuple the stats carry, one shared tuple while the windows stay the same (a run keeps a
+        stats object per step: one tuple of per-layer windows each would cost as much as the rest of it)."""
+        windows = tuple(self.windows)
+        if getattr(self, "_shared_windows", None) != windows:
+            self._shared_windows = windows
+        return self._shared_windows
 
 
 class Seq2SeqCache:

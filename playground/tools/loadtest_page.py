@@ -563,8 +563,9 @@ def held_words(held: dict[str, int] | None) -> str:
         return "not reported"
     h = Holdings(**held)
     return (f"{mib(h.total_bytes)} ({h.models} models {mib(h.model_bytes)}, {h.copies} precision copies "
-            f"{mib(h.copy_bytes)}, {h.runs} recorded runs of {h.tabs} tabs {mib(h.capture_bytes)}, "
-            f"Gradio's state of {h.tab_states} tabs {mib(h.tab_state_bytes)})")
+            f"{mib(h.copy_bytes)}, {h.runs} runs of {h.tabs} tabs {mib(h.run_bytes)} + their recorded arrays "
+            f"{mib(h.capture_bytes)}, Gradio's state of {h.tab_states} tabs {mib(h.tab_state_bytes)}, "
+            f"{h.steps} captured steps {mib(h.step_bytes)})")
 
 
 def main(argv: list[str] | None = None) -> int:

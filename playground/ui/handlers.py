@@ -35,6 +35,7 @@ class Handlers:
         self.drop_state: Callable[[str], object] = lambda key: None  # Gradio's state of a tab closed here (build_app)
         self.models = Models(catalog, registry, self.sessions, limits)
         self.models.visitor_of = lambda owner: self.tabs.visitor(owner) or owner  # loads are bounded per visitor
+        self.sessions.visitor_of = lambda key: self.tabs.visitor(key) or key  # and what runs keep
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)

@@ -146,7 +146,7 @@ class Streaming:
                     selected = session.selected_step if run is session.current else None
                     rows = None if run.running else history.branch_rows(session, run, lang)
                     value = frames.live_frame(run, session.view, meta["value"], lang,
-                                              frames.sent_until(sent, run.compact), rows, selected)
+                                              frames.sent_until(sent, run.path), rows, selected)
             except Exception as exc:  # noqa: BLE001 - the run ends with one line; the tab stays usable
                 if run.running and session.stop is not None:
                     session.stop.set()  # the engine ends the run before its next step
@@ -154,7 +154,7 @@ class Streaming:
                 yield {"run": None, "lang": lang, "path": [], "status": {"state": "error", "error": message},
                        "error": message}, shown[1], gr.skip()
                 continue
-            sent = list(run.compact)
+            sent = list(run.path)  # the page holds these entries now
             if frame.waiting is not None:
                 value = frames.waiting_value(value, frame.waiting)
             yield value, shown[1], format_branches(frame.branches)
@@ -339,6 +339,6 @@ def _version(session: Session, run: Run) -> tuple:
     attention, the tab's language, view and selected step, and the branches the lineage panel lists."""
     selected = session.selected_step if run is session.current else None
     view = session.view
-    return (len(run.events), len(run.path), len(run.compact), run.finish_reason, run.error, run.captures_dropped,
+    return (len(run.events), len(run.path), run.finish_reason, run.error, run.captures_dropped,
             session.lang, (view.kind, view.layer, view.head), selected,
             tuple((r.token, len(r.path), r.finish_reason) for r in session.runs))

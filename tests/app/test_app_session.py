@@ -220,17 +220,42 @@ def test_finished_runs_keep_their_recorded_arrays_within_the_budgets(tmp_path):
     old = play(first, lm, settings)
     recorded = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)
     newer = play(second, lm, settings)
-    size = old.capture_bytes()
+    size, record = old.capture_bytes(), old.record_bytes()
     assert size > 0 and newer.capture_bytes() == size
-    assert sessions.enforce_memory(per_session=size, server=2 * size) == 2 * size  # within both: nothing freed
-    assert sessions.enforce_memory(per_session=size, server=2 * size - 1) == size  # the older run's arrays go
+    both = old.kept_bytes() + newer.kept_bytes()
+    assert sessions.enforce_memory(per_session=both, server=both) == both  # within both: nothing freed
+    assert sessions.enforce_memory(per_session=both, server=both - 1) == both - size  # the older run's arrays go
     assert old.captures_dropped and old.capture_bytes() == 0 and not newer.captures_dropped
     again = old.attention_row(lm, "self", lm.config.n_layers - 1, 5)  # computed through the engine now
     np.testing.assert_allclose(again, recorded, rtol=0, atol=1e-6)
-    assert old.compact and len(old.path) == 12  # the page's copy of the run stays
-    kept = old.capture_bytes()  # the whole-run map that answered the row
-    assert sessions.enforce_memory(per_session=size - 1, server=10 * size) == kept  # a tab over its own share
-    assert newer.captures_dropped
+    assert old.compact and len(old.path) == 12 and old.record_bytes() == record  # the run itself stays
+    kept = old.kept_bytes()  # its record and the whole-run map that answered the row
+    assert sessions.enforce_memory(per_session=newer.kept_bytes() - 1, server=10 * both) == kept + newer.record_bytes()
+    assert newer.captures_dropped  # a tab over its own share
+
+
+def test_over_budget_even_without_arrays_the_oldest_runs_leave_the_history(tmp_path):
+    """Issue 42, row 3: what a run keeps besides its arrays (its record) is counted too. A visitor's tabs together
+    (a class behind one address) stay within the visitor's budget: their arrays go first, then their oldest runs,
+    never the run on screen; another visitor's runs are not touched."""
+    from playground.app.session import Sessions
+
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    sessions = Sessions()
+    sessions.visitor_of = lambda key: "school" if key.startswith("pupil") else key
+    settings = UISettings(model="m", prompt="Hello there", max_new_tokens=12)
+    pupils = [sessions.get(f"pupil{i}") for i in range(2)]
+    runs = [play(tab, lm, settings) for tab in pupils for _ in range(3)]
+    teacher = play(sessions.get("teacher"), lm, settings)
+    records = [r.record_bytes() for r in runs]
+    assert all(r.capture_bytes() > 0 for r in runs) and len(set(records)) == 1  # equal runs: equal records
+    budget = sum(records[1:])  # every array must go, and one run's record
+    kept = sessions.enforce_memory(per_session=10**9, per_visitor=budget, server=10**9)
+    assert pupils[0].runs == runs[1:3] and pupils[1].runs == runs[3:]  # the oldest run left its history
+    assert pupils[0].gone == 1 and all(r.captures_dropped for r in runs)
+    assert not teacher.captures_dropped and kept == budget + teacher.kept_bytes()
+    sessions.enforce_memory(per_session=10**9, per_visitor=0, server=10**9)  # nothing fits: the runs on screen stay
+    assert pupils[0].runs == [runs[2]] and pupils[1].runs == [runs[5]] and sessions.get("teacher").runs == [teacher]
 
 
 def test_the_newest_selection_wins_when_two_arrive_out_of_order(tmp_path):

@@ -41,8 +41,6 @@ def run(tmp_path_factory):
                      prompt_ids=result.prompt_ids, prompt_texts=lm.token_texts(result.prompt_ids),
                      prefix_ids=result.decoder_prefix, live_layer=1, events=result.steps, path=result.path,
                      finish_reason="length")
-    stages = frames.stage_names(result.steps)
-    state.compact = [frames.compact_step(s, e.cache, stages) for s, e in zip(result.path, result.steps)]
     return lm, state
 
 
