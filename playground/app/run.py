@@ -133,6 +133,18 @@ class Run:
         if self.beam and last is not None and last.finished and last.beams:
             self.final = final_hypothesis(last)
             self._follow(lm, self.final)
+            self._keep_the_winners_candidates()
+
+    def _keep_the_winners_candidates(self) -> None:
+        """A finished beam search shows the winning path's candidates only (`token_path`): every other running
+        beam's, kept while any of them could still win, go."""
+        path = self.final.beam_path
+        for t, event in enumerate(self.events):
+            per_beam = (event.beam_captures or {}).get("candidates")
+            if per_beam:
+                event.beam_captures["candidates"] = [c if t < len(path) and b == path[t] else None
+                                                     for b, c in enumerate(per_beam)]
+        self.event_bytes = sum(e.record_bytes(b) for e, b in zip(self.events, [None, *self.events[:-1]]))
 
     def _follow(self, lm: Any, hypothesis: Hypothesis) -> None:
         """Beam search: the displayed path becomes `hypothesis`'s; the shared beginning is kept as it is."""
@@ -284,7 +296,8 @@ class Run:
                     count(v)
 
         for e in self.events:
-            count((e.attention, e.residual, e.prompt_attention, e.beam_captures))
+            beams = e.beam_captures or {}  # its candidates and kept continuations are the record's (`record_bytes`)
+            count((e.attention, e.residual, e.prompt_attention, beams.get("attention"), beams.get("residual")))
         for step in self.path:
             count((step.capture.attention, step.capture.residual))
         count(self.maps)
@@ -296,7 +309,9 @@ class Run:
         the path (`compact`) stays."""
         self.forget_derived()
         for e in self.events:
-            e.attention = e.residual = e.prompt_attention = e.beam_captures = None
+            e.attention = e.residual = e.prompt_attention = None
+            if e.beam_captures is not None:  # the beams' rows go; their candidates and kept continuations stay
+                e.beam_captures = {k: v for k, v in e.beam_captures.items() if k in ("candidates", "kept")}
         for step in self.path:
             step.capture.attention = step.capture.residual = None
         self.captures_dropped = True

@@ -213,17 +213,17 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
             else:  # it ended earlier: describe this step's best continuation
                 source, token_id = int(result.beam_index[0]), int(result.next_tokens[0])
             token_probs = torch.log_softmax(processed, dim=-1)
-            kept = [
-                (int(b), int(t), float(token_probs[b, t].exp()))
-                for b, t in zip(result.kept_sources.tolist(), result.kept_tokens.tolist())
-            ]
+            sources, kept_tokens = result.kept_sources, result.kept_tokens
+            # (source beam, token, probability) of every continuation kept, as one float64 table (ids fit exactly)
+            kept = torch.stack((sources.double(), kept_tokens.double(),
+                                token_probs[sources, kept_tokens].exp().double())).T.cpu().numpy()
             prob = float(token_probs[source, token_id].exp())
             per_beam = None
             if stages is not None:  # every beam's candidates, each with the continuations kept from it
                 per_beam = [
                     sampling.candidates(
                         [("raw", logits[b])] + [(n, s[b]) for n, s in stages[1:]], token_id if b == source else -1,
-                        cfg.top_candidates, lm.token_text, include=[t for src, t, _ in kept if src == b],
+                        cfg.top_candidates, lm.token_text, include=[int(t) for src, t, _ in kept if src == b],
                     )
                     for b in range(nb)
                 ]
@@ -288,7 +288,7 @@ def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | Non
     path = []
     for t, (token_id, source) in enumerate(zip(final.token_ids, final.beam_path)):
         extra = events[t].beam_captures or {}
-        prob = next(pr for b, tok, pr in extra["kept"] if b == source and tok == token_id)
+        prob = next(float(pr) for b, tok, pr in extra["kept"] if b == source and tok == token_id)
         per_beam = extra.get("candidates")
         cands = None
         if per_beam is not None:

@@ -33,8 +33,8 @@ def at(address: str) -> httpx.Client:
     return httpx.Client(headers={"X-Forwarded-For": address}, timeout=60)
 
 
-def join_generate(tab: Visitor, client: httpx.Client, tokens: int) -> httpx.Response:
-    body = {"data": [time.time() * 1000, *tab.values(max_new_tokens=tokens)], "event_data": None,
+def join_generate(tab: Visitor, client: httpx.Client, tokens: int, pace_ms: int = 0) -> httpx.Response:
+    body = {"data": [time.time() * 1000, *tab.values(max_new_tokens=tokens, pace_ms=pace_ms)], "event_data": None,
             "fn_index": tab.page.generate, "trigger_id": tab.page.generate, "session_hash": tab.session}
     return client.post(tab.page.url + "gradio_api/queue/join", json=body)
 
@@ -56,7 +56,7 @@ def test_one_address_in_many_fresh_sessions_cannot_fill_the_queue(app):
     with at("6.6.6.6") as client:
         for tab in attacker:
             tab.open(client)  # Gradio's page-load call, no browser
-            response = join_generate(tab, client, 200)
+            response = join_generate(tab, client, 200, pace_ms=100)  # in slow motion: no run ends during the loop
             if response.status_code != 200:
                 refused.append(response.json().get("detail", ""))
     assert len(refused) >= len(attacker) - QUEUE // 2, refused

@@ -134,11 +134,14 @@ def test_what_gradio_keeps_per_tab_is_counted(served):
 
     demo, _ = served
     handlers = demo.playground_handlers
-    before, before_bytes = tab_states(demo)
-    for key in ("counted-1", "counted-2"):
-        handlers.models.page_load(gr.Request(session_hash=key, query_params={}))
-        demo.state_holder[key]
-    tabs, held = tab_states(demo)
+    for attempt in range(3):  # a tab of an earlier test may leave meanwhile: measure again in a quiet moment
+        before, before_bytes = tab_states(demo)
+        for key in (f"counted-{attempt}-1", f"counted-{attempt}-2"):
+            handlers.models.page_load(gr.Request(session_hash=key, query_params={}))
+            demo.state_holder[key]
+        tabs, held = tab_states(demo)
+        if tabs == before + 2:
+            break
     assert tabs == before + 2
     per_tab = (held - before_bytes) / 2
     assert 50_000 < per_tab < 5 * 2**20, per_tab  # the issue measured 0.42 MiB a tab (RSS)
