@@ -387,12 +387,12 @@ def fold(room: Room) -> tuple[str, str]:
 
 def hiding_css(v: dict[str, Any]) -> str:
     """While the room guesses, the teacher's own page shows the run only up to the blank: a style that hides the live
-    screen's tokens from the played step on and what names a step's token (the step bar's choice, the candidates,
+    screen's tokens from the played step on and what names a step's token (the step bar's choice, the step's panels,
     the inspector, the beams, the branches and the run history). Gone with the reveal (the game view redraws)."""
     if not v["teacher"] or v["revealed"]:
         return ""
     step = f'#token-stream > [data-step="{int(v["index"])}"]'
-    hidden = (step, f"{step} ~ *", ".pg-stepbar .pg-chose", "#step-panels .pg-cands", "#step-caption",
+    hidden = (step, f"{step} ~ *", ".pg-stepbar .pg-chose", "#step-panels", "#step-caption",
               "#funnel-plot", "#beam-tree", "#beam-table", ".pg-beams", ".pg-branches", "#run-history")
     return f'<style class="pg-game-hiding">{", ".join(hidden)} {{ display: none !important; }}</style>'
 

@@ -155,7 +155,7 @@ def test_the_teacher_s_page_shows_the_run_up_to_the_blank_until_the_reveal(brows
                                   " && [...document.querySelectorAll('#token-stream .tok.gen')]"
                                   ".filter(e => e.checkVisibility()).length === 3")
         assert shown_tokens(teacher) == whole[:3]  # the hidden token and everything after it are off the screen
-        for hidden in (".pg-stepbar .pg-chose", "#step-panels .pg-cands", "#run-history", "#step-caption"):
+        for hidden in (".pg-stepbar .pg-chose", "#step-panels", "#run-history", "#step-caption"):
             assert not teacher.locator(hidden).first.is_visible(), hidden
         wait_text(teacher, "#game-view", "only up to the blank" if lang == "en" else "只显示到空格为止")
         teacher.locator("#game-view .pg-game-text").scroll_into_view_if_needed()
