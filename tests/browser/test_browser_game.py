@@ -100,49 +100,68 @@ def blank_in_its_box(pg) -> bool:
         return b.top >= box.top && b.bottom <= box.bottom + 0.5 && b.top >= 0 && b.bottom <= innerHeight; }""")
 
 
-@pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
-def test_a_player_s_page_shows_the_game_alone_with_its_sentence_in_view(browser, server, size, lang):
+@pytest.fixture
+def players(browser):
+    """Pages to close after the test (a teacher's and a player's), each checked for script errors."""
+    pages = []
+    yield pages
+    errors = [e for pg in pages for e in pg.js_errors]
+    for pg in pages:
+        pg.context.close()
+    assert not errors, errors
+
+
+def open_player(browser, server, pages, size: str, lang: str):
+    """A teacher (1440×900, English) starts a game; a player of `size` opens its link in `lang`."""
     teacher = sized(browser, "desktop", "en")
     player = sized(browser, size, lang)
-    try:
-        link = start_game(teacher, server, "en")
-        player.goto(link + ("&lang=zh" if lang == "zh" else ""))
-        player.wait_for_selector("#game-choice input[type=radio]")
-        # the game alone: no settings column, no prompt box, no Generate, no live screen, no other tool or tab
-        for hidden in ("#sidebar", "#prompt", "#generate-btn", "#token-output", "#temperature-compare",
-                       "#export-run", "#game-start-btn", "#start-here"):
-            assert not player.is_visible(hidden), hidden
-        assert not player.get_by_role("tab", name=TAB[lang], exact=True).first.is_visible()
-        assert player.is_visible("#game") and player.is_visible("#game-player")
-        # nothing of the run reached the page: its settings column holds the page's own defaults
-        assert QUESTION not in player.input_value("#prompt textarea")
-        assert player.evaluate("() => document.querySelector('#seed :is(input, textarea)')?.value ?? ''") != "3"
-        assert player.locator("#token-stream [data-step]").count() == 0
-        # the sentence being guessed is in view, in its box, without scrolling; the system message folded away
-        player.wait_for_function("() => { const b = document.querySelector('#game-view .pg-game-blank')"
-                                 ".getBoundingClientRect(); return b.top >= 0 && b.bottom <= innerHeight; }")
-        assert blank_in_its_box(player)
-        fold = player.locator("#game-view details.pg-game-template")
-        assert fold.get_attribute("open") is None and not player.is_visible("text=trained by the playground")
-        assert fold.locator("summary").inner_text() == ("Chat template: system message (folded; open to read)"
-                                                        if lang == "en" else "对话模板:系统消息(已折叠,点开可读)")
-        assert "capital of France?" in player.inner_text("#game-view .pg-game-text")
-        in_sight(player, "game-player-alone")
-        assert_fits(player)
-        fold.locator("summary").click()  # opened: the system message reads in the box, the blank still in view
-        assert "trained by the playground" in player.inner_text("#game-view .pg-game-text")
-        assert blank_in_its_box(player)
-        # one line says how to reach the full playground: a plain link without game=
-        full = player.locator("#game-view .pg-game-full a")
-        assert full.inner_text() == ("Open the full playground" if lang == "en" else "打开完整的演练场")
-        full.click()
-        player.wait_for_function("() => !/game=/.test(location.search)")
-        player.wait_for_selector("#generate-btn", state="visible")
-        assert player.is_visible("#sidebar") and player.locator("#game-view .pg-game[data-step]").count() == 0
-        assert not player.js_errors and not teacher.js_errors, player.js_errors + teacher.js_errors
-    finally:
-        player.context.close()
-        teacher.context.close()
+    pages += [teacher, player]
+    link = start_game(teacher, server, "en")
+    player.goto(link + ("&lang=zh" if lang == "zh" else ""))
+    player.wait_for_selector("#game-choice input[type=radio]")
+    return player
+
+
+@pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
+def test_a_player_s_page_shows_the_game_alone(browser, server, players, size, lang):
+    player = open_player(browser, server, players, size, lang)
+    # the game alone: no settings column, no prompt box, no Generate, no live screen, no other tool or tab
+    for hidden in ("#sidebar", "#prompt", "#generate-btn", "#token-output", "#temperature-compare", "#export-run",
+                   "#game-start-btn", "#start-here"):
+        assert not player.is_visible(hidden), hidden
+    assert not player.get_by_role("tab", name=TAB[lang], exact=True).first.is_visible()
+    assert player.is_visible("#game") and player.is_visible("#game-player")
+    # nothing of the run reached the page: its settings column holds the page's own defaults
+    assert QUESTION not in player.input_value("#prompt textarea")
+    assert player.evaluate("() => document.querySelector('#seed :is(input, textarea)')?.value ?? ''") != "3"
+    assert player.locator("#token-stream [data-step]").count() == 0
+    assert_fits(player)
+    # one line says how to reach the full playground: a plain link without game=
+    full = player.locator("#game-view .pg-game-full a")
+    assert full.inner_text() == ("Open the full playground" if lang == "en" else "打开完整的演练场")
+    in_sight(player, "game-player-alone")
+    full.click()
+    player.wait_for_function("() => !/game=/.test(location.search)")
+    player.wait_for_selector("#generate-btn", state="visible")
+    assert player.is_visible("#sidebar") and player.locator("#game-view .pg-game[data-step]").count() == 0
+
+
+@pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
+def test_the_sentence_being_guessed_is_in_view_with_the_system_message_folded(browser, server, players, size, lang):
+    player = open_player(browser, server, players, size, lang)
+    # the line with the blank is in view, inside its box, without scrolling; the system message is folded away
+    player.wait_for_function("() => { const b = document.querySelector('#game-view .pg-game-blank')"
+                             ".getBoundingClientRect(); return b.top >= 0 && b.bottom <= innerHeight; }")
+    assert blank_in_its_box(player)
+    fold = player.locator("#game-view details.pg-game-template")
+    assert fold.get_attribute("open") is None and not player.is_visible("text=trained by the playground")
+    assert fold.locator("summary").inner_text() == ("Chat template: system message (folded; open to read)"
+                                                    if lang == "en" else "对话模板:系统消息(已折叠,点开可读)")
+    assert "capital of France?" in player.inner_text("#game-view .pg-game-text")
+    shot(player, "game-player-sentence", element="#game")
+    fold.locator("summary").click()  # opened: the system message reads in the box, the blank still in view
+    assert "trained by the playground" in player.inner_text("#game-view .pg-game-text")
+    assert blank_in_its_box(player)
 
 
 @pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
