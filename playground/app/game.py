@@ -355,7 +355,8 @@ def view(room: Room, player: str, now: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "key": room.key, "version": room.version, "teacher": player == room.teacher, "number": step.number,
         "last": max(s.number for s in room.steps.values()), "first": min(s.number for s in room.steps.values()),
-        "prompt": room.prompt, "before": "".join(room.texts[: step.before]), "revealed": room.revealed,
+        **dict(zip(("template", "prompt"), fold(room))), "before": "".join(room.texts[: step.before]),
+        "revealed": room.revealed, "index": room.index,
         "options": [{"id": o.token_id, "text": o.text} for o in step.options],
         "mine": guesses.get(player), "guessed": len(here & guesses.keys()), "players": len(here),
         "name": room.names.get(player, ""), "model": room.settings.model,
@@ -375,6 +376,27 @@ def view(room: Room, player: str, now: float | None = None) -> dict[str, Any]:
     return out
 
 
+def fold(room: Room) -> tuple[str, str]:
+    """(the chat template's opening, the rest) of the room's prompt: what the template wrote before the visitor's
+    typed text (its system message and role markers, folded away on the page so the sentence being guessed stays in
+    view) and from that text on. ("", the prompt) without a chat template or where the typed text is not found."""
+    typed = room.settings.prompt if room.settings.chat else ""
+    at = room.prompt.rfind(typed) if typed else -1
+    return (room.prompt[:at], room.prompt[at:]) if at > 0 else ("", room.prompt)
+
+
+def hiding_css(v: dict[str, Any]) -> str:
+    """While the room guesses, the teacher's own page shows the run only up to the blank: a style that hides the live
+    screen's tokens from the played step on and what names a step's token (the step bar's choice, the step's panels,
+    the inspector, the beams, the branches and the run history). Gone with the reveal (the game view redraws)."""
+    if not v["teacher"] or v["revealed"]:
+        return ""
+    step = f'#token-stream > [data-step="{int(v["index"])}"]'
+    hidden = (step, f"{step} ~ *", ".pg-stepbar .pg-chose", "#step-panels", "#step-caption",
+              "#funnel-plot", "#beam-tree", "#beam-table", ".pg-beams", ".pg-branches", "#run-history")
+    return f'<style class="pg-game-hiding">{", ".join(hidden)} {{ display: none !important; }}</style>'
+
+
 def board(room: Room, player: str) -> list[dict[str, Any]]:
     """Every player's scores over the steps revealed so far: the mean bits per guess (fair to those who joined
     late), their total and how many steps they guessed; best first."""
@@ -391,18 +413,28 @@ def board(room: Room, player: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-r["mean"], r["name"]))
 
 
-def html(v: dict[str, Any] | None, lang: str = "en", error: str = "") -> str:
-    """The game's panel: the text up to the hidden token; after the reveal the model's probabilities, every guess
-    scored and the board. Every text a model or a visitor wrote is escaped."""
+def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: bool = False) -> str:
+    """The game's panel: the text up to the hidden token (the chat template's opening folded away); after the
+    reveal the model's probabilities, every guess scored and the board. A player's page (`alone`: a page opened from
+    a game link, or any view of a player) says how to reach the full playground. Every text a model or a visitor
+    wrote is escaped."""
     esc = html_lib.escape
+    full = (f'<p class="pg-game-full">{esc(t("game_alone", lang))} <a href="?lang={lang}" target="_self">'
+            f'{esc(t("game_full_link", lang))}</a></p>')
     if v is None:
-        return f'<div class="pg-game"><p class="pg-game-note">{esc(error or t("game_idle", lang))}</p></div>'
-    parts = ['<div class="pg-game" data-step="{}" data-revealed="{}">'.format(v["number"], str(v["revealed"]).lower())]
+        return (f'<div class="pg-game"><p class="pg-game-note">{esc(error or t("game_idle", lang))}</p>'
+                f'{full if alone else ""}</div>')
+    parts = ['<div class="pg-game" data-step="{}" data-revealed="{}">'.format(v["number"], str(v["revealed"]).lower()),
+             hiding_css(v)]
     parts.append(f'<p class="pg-game-head">{esc(t("game_head", lang, step=v["number"], first=v["first"], last=v["last"], model=v["model"]))}'
                  f' · {esc(t("game_count", lang, guessed=v["guessed"], players=v["players"]))}</p>')
     hidden = esc(shown(v["chosen"]["text"])) if v["revealed"] else "?"
-    parts.append(f'<div class="pg-game-text"><span class="pg-game-prompt">{esc(v["prompt"])}</span>{esc(v["before"])}'
-                 f'<span class="pg-game-blank{" shown" if v["revealed"] else ""}">{hidden}</span></div>')
+    folded = (f'<details class="pg-game-template"><summary>{esc(t("game_template", lang))}</summary>'
+              f'<span class="pg-game-prompt">{esc(v["template"])}</span></details>' if v["template"] else "")
+    # the box keeps its end in view (the blank is its last line): what does not fit scrolls off its top
+    parts.append(f'<div class="pg-game-text"><div class="pg-game-flow">{folded}<span class="pg-game-prompt">'
+                 f'{esc(v["prompt"])}</span>{esc(v["before"])}<span class="pg-game-blank{" shown" if v["revealed"] else ""}">'
+                 f'{hidden}</span></div></div>')
     if error:
         parts.append(f'<p class="pg-game-error">{esc(error)}</p>')
     mine = next((o["text"] for o in v["options"] if o["id"] == v["mine"]), None)
@@ -436,6 +468,8 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "") -> str:
                 you = ' class="you"' if r["you"] else ""
                 parts.append(f'<li{you}>{esc(t("game_board_row", lang, name=r["name"], mean=r["mean"], total=r["total"], n=r["steps"]))}</li>')
             parts.append("</ol>")
+    if not v["teacher"] or alone:
+        parts.append(full)
     parts.append("</div>")
     return "".join(parts)
 

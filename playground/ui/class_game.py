@@ -20,6 +20,8 @@ from playground.app.words import browser_language, t
 from playground.errors import PlaygroundError
 from playground.ui.models import Models, session_key
 
+# A page opened from a game link shows the game alone (teacher.css hides the rest: no settings, no Generate).
+GAME_PAGE_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.body.classList.add('pg-game-page'); }"
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
 GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_link",
@@ -124,7 +126,7 @@ class ClassGame:
               state: dict | None = None, select: bool = False, v: dict | None = None) -> dict[str, Any]:
         """Updates by component name for `room` as `me` sees it (None: no room, `error` says why)."""
         if room is None:
-            out: dict[str, Any] = {"game_view": game.html(None, lang, error)}
+            out: dict[str, Any] = {"game_view": game.html(None, lang, error, alone=select)}
             if select:
                 out["tabs"] = gr.update(selected="teacher")
             return out
@@ -187,6 +189,7 @@ def wire_game(p: Any, g: ClassGame, lang: Any) -> None:
     def tick(state: dict | None, code: str, request: gr.Request) -> dict:
         return keyed(g.tick(state, code, request))
 
+    p.demo.load(None, None, None, js=GAME_PAGE_JS, queue=False)
     p.demo.load(from_link, None, slots, **quick).then(None, None, None, js=GAME_SCROLL_JS, queue=False)
     p.game_start.click(start, [p.game_at, p.page_address, lang], slots, **quick)
     p.game_reveal.click(reveal, [p.game_state, lang], slots, **quick)

@@ -295,3 +295,28 @@ def test_guessed_counts_the_players_still_in_the_room(finished):
     rooms.find(room.key, "ada"), rooms.find(room.key, "dee")  # their pages tick; bo's and cy's tabs closed
     clock.now += game.PRESENT_SECONDS / 2 + 1
     assert "1 of 2 guessed" in game.html(game.view(room, TEACHER, clock.now), "en")
+
+
+def test_the_chat_template_s_opening_is_folded_and_the_teacher_s_page_hides_the_run_from_the_blank(finished):
+    run, settings = finished
+    rooms = Rooms()
+    room = rooms.open(run, settings, TEACHER, 2, shared=True)
+    assert game.fold(room) == ("", "Hello")  # no chat template: nothing to fold
+    room.settings = dataclasses.replace(room.settings, chat=True)
+    room.prompt = "<s>system: Be brief & kind.</s><s>user: Hello</s><s>assistant: "
+    assert game.fold(room) == ("<s>system: Be brief & kind.</s><s>user: ", "Hello</s><s>assistant: ")
+    rooms.join(room.key, "ada", "Ada")
+    for lang in ("en", "zh"):
+        player = game.html(rooms.view(room, "ada"), lang)
+        folded = player.index('<details class="pg-game-template">')
+        assert player.index("Be brief &amp; kind.") > folded and "<details open" not in player  # folded, escaped
+        assert player.index("Hello&lt;/s&gt;") < player.index('class="pg-game-blank"')  # the typed text stays out
+        assert "<style" not in player and 'href="?lang=' + lang + '"' in player  # a player: the full playground's link
+        teacher = game.html(rooms.view(room, TEACHER), lang)
+        # the teacher's own page: the live screen hides the played step's token and everything after it
+        assert '#token-stream > [data-step="2"] ~ *' in teacher and "#run-history" in teacher
+        assert 'href="?lang=' not in teacher
+    rooms.reveal(room.key, TEACHER)
+    assert "<style" not in game.html(rooms.view(room, TEACHER))  # after the reveal the whole run shows again
+    gone = game.html(None, "zh", "gone", alone=True)
+    assert 'href="?lang=zh"' in gone and "打开完整的演练场" in gone
