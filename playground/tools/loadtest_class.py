@@ -199,7 +199,7 @@ class Student(Visitor):
             tab.predict(own, self.page.opened, [], query=f"?game={room}")  # what the browser calls on load
             joined = tab.predict(own, events.join, [], query=f"?game={room}")
             view = view_of(joined)
-            if "pg-game-error" in view or "pg-game-note" in view:
+            if "pg-game-error" in view or "data-step" not in view:  # a room shows its step; a refusal, one line
                 self.errors.append(f"visitor {self.index}: joining the game failed: {view[:160]}")
                 return
             choice = _update(joined, GAME_CHOICE)
@@ -312,7 +312,7 @@ class ClassDay:
             pause(rng.uniform(2, 4) * max(self.args.think_seconds, 1.0), until)  # the students guess meanwhile
             self.board.move()
             out = teacher.predict(client, getattr(self.events, move), [None, "en"])
-            if "pg-game-error" in view_of(out) or "pg-game-note" in view_of(out):
+            if "pg-game-error" in view_of(out) or "data-step" not in view_of(out):
                 self.errors.append(f"teacher: {move} failed: {view_of(out)[:160]}")
 
     def count(self, action: str) -> None:
