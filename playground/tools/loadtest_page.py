@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import secrets
 import statistics
@@ -191,14 +192,24 @@ class Visitor:
     errors: list[str] = field(default_factory=list)
     crosstalk: int = 0
     actions: dict[str, int] = field(default_factory=dict)
+    address: str | None = None  # what the proxy says the tab's requests come from (None: the connection's own)
+    think: float = 0.0  # seconds the visitor waits between two actions, on average (0: none)
 
-    def values(self, **changes: Any) -> list[Any]:
+    def headers(self) -> dict[str, str]:
+        return {"X-Forwarded-For": self.address} if self.address else {}
+
+    def settings(self, **changes: Any) -> Any:
+        """The tab's `UISettings`: its own prompt and seed, sampling, with `changes`."""
         from playground.app.settings import UISettings
 
         settings = UISettings(model=self.model, prompt=PROMPTS[self.index % len(PROMPTS)], mode="sample",
                               temperature=0.9, top_k=40, seed=1000 + self.index, max_new_tokens=self.max_new_tokens)
         for key, value in changes.items():
             setattr(settings, key, value)
+        return settings
+
+    def values(self, **changes: Any) -> list[Any]:
+        settings = self.settings(**changes)
         return [getattr(settings, f) for f in self.page.settings]
 
     # --- the protocol -------------------------------------------------------------------------------
@@ -209,9 +220,12 @@ class Visitor:
         response.raise_for_status()
         return response.json()["event_id"]
 
-    def predict(self, client: httpx.Client, fn: int, data: list[Any]) -> None:
+    def predict(self, client: httpx.Client, fn: int, data: list[Any], query: str = "") -> dict[str, Any]:
+        """An immediate event; `query`: the page's own query string (`?game=...`: Gradio's client sends it along)."""
         body = {"data": data, "event_data": None, "fn_index": fn, "trigger_id": fn, "session_hash": self.session}
-        client.post(self.page.url + "gradio_api/run/predict", json=body, timeout=60).raise_for_status()
+        response = client.post(self.page.url + "gradio_api/run/predict" + query, json=body, timeout=60)
+        response.raise_for_status()
+        return response.json()
 
     def follow(self, client: httpx.Client, event_id: str, on_message=None) -> dict[str, Any]:
         """Read the session's event stream until `event_id` completes; timings, the final outputs and, for a
@@ -220,10 +234,11 @@ class Visitor:
 
     # --- what a visitor does --------------------------------------------------------------------------
 
-    def generate(self, client: httpx.Client, stop: str | None = None) -> list[int] | None:
-        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away."""
+    def generate(self, client: httpx.Client, stop: str | None = None, **changes: Any) -> list[int] | None:
+        """One Generate press; `stop`: "running" presses Stop after the first frame, "queued" right away; `changes`:
+        settings other than the tab's own (a longer run)."""
         ticket = time.time() * 1000
-        event = self.join(client, self.page.generate, [ticket, *self.values()])
+        event = self.join(client, self.page.generate, [ticket, *self.values(**changes)])
         if stop == "queued":
             self.predict(client, self.page.stop, [time.time() * 1000])
         pressed = threading.Event()
@@ -318,14 +333,19 @@ class Visitor:
             body = {"data": self.page.select_inputs, "event_data": {"run": self.token, "step": k % self.steps},
                     "fn_index": self.page.select, "trigger_id": self.page.select, "session_hash": self.session}
             response = client.post(self.page.url + "gradio_api/queue/join", json=body, timeout=60)
+            if response.status_code != 200 and "actions waiting" in response.text:
+                break  # the tab's fair share of its address's places (a class behind one address): one line
             if response.status_code != 200:
                 self.errors.append(f"visitor {self.index}: a selection was refused: {response.text[:120]}")
                 return
             events.append(response.json()["event_id"])
+        if not events:  # a tab with nothing waiting holds at least 2 places (`QueuePlaces.min_tab`)
+            self.errors.append(f"visitor {self.index}: every selection of a storm was refused")
+            return
         ended = follow_all(client, self.page.url, self.session, events)  # one stream: the older end first
         failed = [e for e in events if not ended.get(e, {}).get("success")]
         if failed:
-            self.errors.append(f"visitor {self.index}: {len(failed)} of {STORM} selections failed")
+            self.errors.append(f"visitor {self.index}: {len(failed)} of {len(events)} selections failed")
 
     def flood(self) -> None:
         """FLOOD script calls at once from the visitor's address: two places, the rest refused at once."""
@@ -384,7 +404,7 @@ class Visitor:
         # chat named as the page's press has it: a query that does not name it gets the model's default, as a link
         query = (f"mode=sample&temperature=0.9&top_k=40&seed={1000 + self.index}&max_new_tokens={self.max_new_tokens}"
                  "&chat=false")
-        client = Client(self.page.url, verbose=False, headers=client_headers(self.index))  # the visitor's own address
+        client = Client(self.page.url, verbose=False, headers=self.headers() or client_headers(self.index))
         out = client.predict(self.model, PROMPTS[self.index % len(PROMPTS)], query, api_name="/generate_text")
         if [int(i) for i in out["token_ids"]] != self.reference:
             self.crosstalk += 1
@@ -400,38 +420,43 @@ class Visitor:
         self.predict(client, self.page.opened, [])
 
     def loop(self, until: float, checkpoint: Path, rng: random.Random, actions: list[str]) -> None:
-        with httpx.Client() as client:
+        with httpx.Client(headers=self.headers()) as client:
             self.open(client)
             while time.perf_counter() < until:
                 action = rng.choice(actions)
                 self.actions[action] = self.actions.get(action, 0) + 1
                 try:
-                    if action == "generate":
-                        self.check(self.generate(client))
-                    elif action == "stop running":
-                        self.generate(client, stop="running")
-                    elif action == "stop queued":
-                        self.generate(client, stop="queued")
-                    elif action == "switch":
-                        self.switch_model(client)
-                    elif action == "upload":
-                        self.upload(client, checkpoint)
-                    elif action in ("rerun", "sweep", "measure", "lesson"):
-                        self.lab_and_lessons(client, action, rng)
-                    elif action == "fork":
-                        self.fork(client, rng)
-                    elif action == "dtype":
-                        self.dtype(client, rng)
-                    elif action == "draft":
-                        self.draft(client)
-                    elif action == "storm":
-                        self.storm(client)
-                    elif action == "flood":
-                        self.flood()
-                    else:
-                        self.api()
+                    self.act(client, action, checkpoint, rng)
                 except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                     self.errors.append(f"visitor {self.index}: {action}: {type(exc).__name__}: {exc}")
+                if self.think:  # a person reads what came back before the next click
+                    time.sleep(max(0.0, min(rng.uniform(0.5, 1.5) * self.think, until - time.perf_counter())))
+
+    def act(self, client: httpx.Client, action: str, checkpoint: Path, rng: random.Random) -> None:
+        if action == "generate":
+            self.check(self.generate(client))
+        elif action == "stop running":
+            self.generate(client, stop="running")
+        elif action == "stop queued":
+            self.generate(client, stop="queued")
+        elif action == "switch":
+            self.switch_model(client)
+        elif action == "upload":
+            self.upload(client, checkpoint)
+        elif action in ("rerun", "sweep", "measure", "lesson"):
+            self.lab_and_lessons(client, action, rng)
+        elif action == "fork":
+            self.fork(client, rng)
+        elif action == "dtype":
+            self.dtype(client, rng)
+        elif action == "draft":
+            self.draft(client)
+        elif action == "storm":
+            self.storm(client)
+        elif action == "flood":
+            self.flood()
+        else:
+            self.api()
 
 
 def small_checkpoint(folder: Path) -> Path:
@@ -450,16 +475,23 @@ def small_checkpoint(folder: Path) -> Path:
     return save_checkpoint(folder / "model.safetensors", model, config)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, day: Any = None) -> dict[str, Any]:
+    """The crowd against a server of its own; `day` (`loadtest_class.ClassDay`): the class's students instead of
+    plain visitors, its solo references and its teacher (a thread beside the crowd)."""
     log = Path(tempfile.mkdtemp()) / "server.log"
-    proc, url = start_server(args.weights, args.concurrency, env=AS_BEHIND_A_PROXY, log=log)
+    proc, url = start_server(args.weights, args.concurrency, env=AS_BEHIND_A_PROXY, log=log,
+                             port=getattr(args, "port", None))
     try:
         page = Page.read(url)
-        visitors = [Visitor(page, i, args.model, args.other_model, args.max_new_tokens) for i in range(args.clients)]
-        with httpx.Client() as client:
-            for v in visitors:  # what each visitor gets alone, before the crowd arrives
+        visitors = (day.visitors(page) if day is not None else
+                    [Visitor(page, i, args.model, args.other_model, args.max_new_tokens, think=args.think_seconds)
+                     for i in range(args.clients)])
+        for v in visitors:  # what each visitor gets alone, before the crowd arrives
+            with httpx.Client(headers=v.headers()) as client:
                 v.open(client)
                 v.reference = v.generate(client)
+        if day is not None:
+            day.references()
         folder = Path(tempfile.mkdtemp())
         checkpoint = small_checkpoint(folder)
         mix = (LAB_MIX if getattr(args, "lab", False) else args.mix).split(",")
@@ -468,6 +500,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             until = time.perf_counter() + seconds
             threads = [threading.Thread(target=v.loop, args=(until, checkpoint, random.Random(seed + v.index), mix))
                        for v in visitors]
+            if day is not None:
+                threads.append(threading.Thread(target=day.teach, args=(until, random.Random(seed - 1))))
             for th in threads:
                 th.start()
             for th in threads:
@@ -482,24 +516,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for v in visitors:
             v.first_token_s.clear(), v.run_s.clear(), v.actions.clear()
         time.sleep(IDLE_SECONDS)
-        memory: list[tuple[float, int]] = []
-        done = threading.Event()
-        t0 = time.perf_counter()
-
-        def sample() -> None:
-            while not done.wait(0.5):
-                memory.append((time.perf_counter() - t0, rss_bytes(proc.pid)))
-
-        baseline = rss_bytes(proc.pid)
+        baseline, load_before = rss_bytes(proc.pid), os.getloadavg()[0]
         held_before = holdings_of(proc, log)
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        samples = Samples(proc, log, getattr(args, "holdings_every", 0.0))
+        samples.start()
         crowd(args.seconds, 0)
-        wall = time.perf_counter() - t0
-        done.set()
-        sampler.join()
+        wall = time.perf_counter() - samples.t0
+        samples.stop()
         time.sleep(IDLE_SECONDS)  # the queue drains, tabs' runs end, script sessions pass their grace
-        after = rss_bytes(proc.pid)
+        after, load_after = rss_bytes(proc.pid), os.getloadavg()[0]
         held_after = holdings_of(proc, log)
     finally:
         stop_server(proc)
@@ -513,17 +538,58 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for v in visitors:
         for k, n in v.actions.items():
             actions[k] = actions.get(k, 0) + n
+    if day is not None:
+        for k, n in day.actions.items():
+            actions[k] = actions.get(k, 0) + n
     return {
         "clients": args.clients, "seconds": round(wall, 1), "actions": actions,
-        "errors": [e for v in visitors for e in v.errors], "crosstalk": sum(v.crosstalk for v in visitors),
+        "errors": [e for v in visitors for e in v.errors] + (day.errors if day is not None else []),
+        "crosstalk": sum(v.crosstalk for v in visitors),
         "first_token_p50": pct(first, 0.5), "first_token_p95": pct(first, 0.95), "first_token_max": max(first or [0]),
         "solo_first_token_p50": statistics.median(solo_first) if solo_first else float("nan"),
         "run_p50": pct(runs, 0.5), "run_p95": pct(runs, 0.95), "runs": len(runs),
-        "rss_cold": cold, "warmup_seconds": args.warmup, "warmup_actions": warm_actions, "rss_before": baseline, "rss_peak": max([m for _, m in memory] or [baseline]), "rss_after": after,
-        "memory": memory,
+        "rss_cold": cold, "warmup_seconds": args.warmup, "warmup_actions": warm_actions, "rss_before": baseline,
+        "rss_peak": max([m for _, m in samples.memory] or [baseline]), "rss_after": after,
+        "memory": samples.memory, "load_before": load_before, "load_after": load_after,
+        "load_peak": max([x for _, x in samples.load] or [load_before]),
         "held_before": dataclasses.asdict(held_before) if held_before else None,
         "held_after": dataclasses.asdict(held_after) if held_after else None,
+        "held_during": samples.held,
     }
+
+
+class Samples:
+    """The server's memory (VmRSS of its process tree) every half second and the machine's 1-minute load average,
+    and every `held_every` seconds (0: never) what it keeps on purpose (its holdings line): a thread of its own."""
+
+    def __init__(self, proc: Any, log: Path, held_every: float) -> None:
+        self.proc, self.log, self.held_every = proc, log, held_every
+        self.memory: list[tuple[float, int]] = []
+        self.load: list[tuple[float, float]] = []
+        self.held: list[tuple[float, dict[str, int]]] = []
+        self.done = threading.Event()
+        self.t0 = time.perf_counter()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        next_held = self.held_every
+        while not self.done.wait(0.5):
+            t = time.perf_counter() - self.t0
+            self.memory.append((t, rss_bytes(self.proc.pid)))
+            self.load.append((t, os.getloadavg()[0]))
+            if self.held_every and t >= next_held:
+                next_held += self.held_every
+                held = holdings_of(self.proc, self.log)
+                if held is not None:
+                    self.held.append((t, dataclasses.asdict(held)))
 
 
 def held_total(held: dict[str, int] | None) -> int:
@@ -582,7 +648,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", default=MIX, help="the actions each visitor picks from at random (default: %(default)s)")
     parser.add_argument("--lab", action="store_true", help=f"mix in the lab and the lessons: --mix {LAB_MIX}")
     parser.add_argument("--json", help="write the results (with the memory samples) to this file")
+    parser.add_argument("--port", type=int, default=None, help="the server's port (default: a free one)")
+    parser.add_argument("--think-seconds", type=float, default=0.0,
+                        help="a visitor waits about this long between two actions (0.5x to 1.5x; default none)")
+    parser.add_argument("--holdings-every", type=float, default=0.0,
+                        help="ask the server what it keeps (kill -USR1) every this many seconds of the crowd")
+    from playground.tools import loadtest_class
+
+    loadtest_class.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.klass:  # a class's day: its own defaults, each still set by its flag
+        parser.set_defaults(**loadtest_class.DEFAULTS)
+        args = parser.parse_args(argv)
+        return loadtest_class.soak(args)
     results = run(args)
     print(table(results))
     if args.json:

@@ -75,10 +75,11 @@ def client_headers(index: int) -> dict[str, str]:
 
 
 def start_server(weights: str | None, concurrency: int, *app_args: str, repo: Path = REPO,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """app.py of `repo` (this checkout, or another one to compare with) on a free port (more `app_args`
+                 env: dict[str, str] | None = None, log: Path | None = None,
+                 port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """app.py of `repo` (this checkout, or another one to compare with) on `port` or a free one (more `app_args`
     appended, `env` added, its log written to `log`), once it answers: (process, URL)."""
-    port = _free_port()
+    port = port or _free_port()
     cmd = [sys.executable, str(repo / "app.py"), "--port", str(port), "--concurrency", str(concurrency), *app_args]
     if weights:
         cmd += ["--weights", weights]
