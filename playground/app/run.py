@@ -265,7 +265,9 @@ class Run:
             self.fixed_bytes = sys.getsizeof(self) + held_bytes((
                 self.token, self.prompt_ids, self.prompt_texts, self.prefix_ids, self.inherited, self.forced,
                 self.forced_texts, self.prefix_texts))
-        path = sum(sys.getsizeof(s) + sys.getsizeof(s.capture) for s in self.path) + sys.getsizeof(self.path)
+        path = sys.getsizeof(self.path)
+        if self.path:  # every entry is one slotted step and its capture (the budget asks after every run: O(1))
+            path += len(self.path) * (sys.getsizeof(self.path[0]) + sys.getsizeof(self.path[0].capture))
         if self.beam:  # the winner's path has its own token texts and candidates' marks (their tables are shared)
             path += sum(sys.getsizeof(s.token_text) + sys.getsizeof(s.prob) + sys.getsizeof(s.candidates)
                         for s in self.path)

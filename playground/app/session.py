@@ -310,7 +310,7 @@ class Sessions:
         arrays are freed first; where that is not enough, the oldest runs leave their tab's history (never the run
         on screen, never a running one). Returns the bytes kept."""
         with self._lock:
-            tabs = [(key, session) for key, session in self._sessions.items()]
+            tabs = list(self._sessions.items())
         runs = [(run, key, session) for key, session in tabs for run in session.runs]
         sizes = {id(run): run.kept_bytes() for run, _, _ in runs}
         visitor = {key: self.visitor_of(key) for key, _ in tabs}
