@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import string
 from collections.abc import Iterator
@@ -16,7 +17,16 @@ SPECIALS = ["<pad>", "<s>", "</s>"]
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on now, for a server a test starts."""
+    """A TCP port nobody listens on now, for a server a test starts: the first free one of
+    `PLAYGROUND_TEST_PORTS` ("7905-7908") when it is set (a shared machine gives each person a range), else any."""
+    lo, _, hi = os.environ.get("PLAYGROUND_TEST_PORTS", "").partition("-")
+    for port in range(int(lo), int(hi or lo) + 1) if lo else ():
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

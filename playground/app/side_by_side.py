@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from playground.app.notes import note
 from playground.app.run import Run
 from playground.app.settings import RANGES, UISettings, plain
 from playground.app.words import t
@@ -143,3 +144,10 @@ def html(columns: Sequence[Column], seed: int, model: str, lang: str = "en") -> 
                      f'<span class="pg-sbs-prompt">{esc(c.prompt)}</span>{text}</div></section>')
     parts.append(f'</div><p class="pg-hint">{esc(t("sbs_explain", lang))}</p></div>')
     return "".join(parts)
+
+
+def label_run(run: Run | None, started: Run | None, temperature: float) -> None:
+    """Name the comparison's run by its temperature in the history ("run 5 · T = 0.7 (side by side)"), once it has
+    started (`run` is not `started`, the run on screen before the press); a run that could not start is left."""
+    if run is not None and run is not started and not run.about:
+        run.about = [note("history_temperature", t=float(temperature))]

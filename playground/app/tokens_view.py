@@ -53,6 +53,7 @@ class PromptTokens:
     tokens: list[PromptToken] = field(default_factory=list)
     chars: list[ByteChar] = field(default_factory=list)
     chat: bool = False  # the chat template wraps the prompt (its own tokens are kind "template")
+    typed: tuple[int, int] | None = None  # with the chat template: the visitor's own tokens, tokens[lo:hi]
     notes: list[str] = field(default_factory=list)  # keyed notes: the prompt cut, chat unavailable
     error: str | None = None  # one line in the visitor's language when the prompt cannot be read
 
@@ -107,10 +108,15 @@ def _mark_template(lm: Any, text: str, view: PromptTokens) -> None:
     offsets = offsets[-len(shown):]
     start = rendered.rfind(text)
     end = start + len(text)
-    for token, (lo, hi) in zip(view.tokens, offsets):
+    typed = []
+    for index, (token, (lo, hi)) in enumerate(zip(view.tokens, offsets)):
         if start < 0 or hi <= start or lo >= end:
             if token.kind == "text":
                 token.kind = "template"
+        else:
+            typed.append(index)
+    if typed:
+        view.typed = (typed[0], typed[-1] + 1)
 
 
 def spell(tokens: list[PromptToken]) -> list[ByteChar]:
@@ -220,34 +226,72 @@ def shown(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
 
 
+def _chip(view: PromptTokens, index: int, lang: str) -> str:
+    """One token's chip: its piece over its id, its kind and spelled characters in the title."""
+    token = view.tokens[index]
+    title = t("tok_title", lang, id=token.id)
+    shade = ""
+    if token.chars:
+        title += " · " + "; ".join(explain(view.chars[c], lang) for c in token.chars)
+        shade = f" pg-char{token.chars[0] % 2}"
+    elif token.kind in ("special", "unknown", "template"):
+        title += " · " + t(f"tok_kind_{token.kind}", lang)
+    return (f'<span class="pg-ptok {token.kind}{shade}" data-i="{index}" data-id="{token.id}" '
+            f'title="{html_lib.escape(title)}"><b>{html_lib.escape(shown(token.text))}</b><sub>{token.id}</sub></span>')
+
+
+def _chips(view: PromptTokens, indices: range, lang: str) -> list[str]:
+    """The chips of these tokens, at most `MAX_SHOWN` (then how many more)."""
+    chips = [_chip(view, i, lang) for i in indices[:MAX_SHOWN]]
+    if len(indices) > MAX_SHOWN:
+        chips.append(f'<span class="pg-muted">{html_lib.escape(t("tok_more", lang, n=len(indices) - MAX_SHOWN))}</span>')
+    return chips
+
+
+def _box(chips: list[str]) -> str:
+    return f'<div class="pg-ptok-chips">{"".join(chips)}</div>'
+
+
+def legend(view: PromptTokens, lang: str) -> str:
+    """What the chips' marks stand for: ␣ a space and ↵ a new line (always), ⇥ a tab (when one is there)."""
+    words = t("tok_legend", lang)
+    if any("\t" in token.text for token in view.tokens):
+        words += " · " + t("tok_legend_tab", lang)
+    return f'<span class="pg-ptok-legend">{html_lib.escape(words)}</span>'
+
+
+def _token_rows(view: PromptTokens, lang: str) -> list[str]:
+    """The head and the chips: with the chat template, the visitor's own tokens first, then the template's around
+    them folded (in the order the model reads them, a gap where the visitor's stand); else all in order."""
+    esc = html_lib.escape
+    n = len(view.tokens)
+    if not (view.chat and view.typed):
+        head = t("tok_count_chat" if view.chat else "tok_count", lang, n=n)
+        return [f'<div class="pg-ptok-head">{esc(head)} {legend(view, lang)}</div>', _box(_chips(view, range(n), lang))]
+    lo, hi = view.typed
+    head = t("tok_count_typed", lang, n=n, typed=hi - lo)
+    gap = f'<span class="pg-ptok-gap">{esc(t("tok_typed_gap", lang, n=hi - lo))}</span>'
+    around = _box([*_chips(view, range(lo), lang), gap, *_chips(view, range(hi, n), lang)])
+    return [f'<div class="pg-ptok-head">{esc(head)} {legend(view, lang)}</div>',
+            f'<div class="pg-ptok-typed">{_box(_chips(view, range(lo, hi), lang))}</div>',
+            f'<details class="pg-ptok-template"><summary>{esc(t("tok_template_fold", lang, n=n - (hi - lo)))}'
+            f'</summary>{around}</details>']
+
+
 def html(view: PromptTokens, lang: str = "en") -> str:
-    """The tokenizer view: a count, the chips (piece over id; byte tokens marked, each character's tokens
-    coloured alike), then each spelled character in words. Every text from the checkpoint is escaped."""
+    """The tokenizer view: a count and a legend, the chips (piece over id; byte tokens marked, each character's
+    tokens coloured alike; the visitor's own first, the chat template's folded), then each spelled character in
+    words. Every text from the checkpoint is escaped."""
     esc = html_lib.escape
     if view.error:
         return f'<div class="pg-ptoks"><p class="pg-ptok-error">{esc(view.error)}</p></div>'
     if not view.tokens:
         return ""
     n = len(view.tokens)
-    head = t("tok_count_chat" if view.chat else "tok_count", lang, n=n)
-    chips = []
-    for index, token in enumerate(view.tokens[:MAX_SHOWN]):
-        title = t("tok_title", lang, id=token.id)
-        shade = ""
-        if token.chars:
-            title += " · " + "; ".join(explain(view.chars[c], lang) for c in token.chars)
-            shade = f" pg-char{token.chars[0] % 2}"
-        elif token.kind in ("special", "unknown", "template"):
-            title += " · " + t(f"tok_kind_{token.kind}", lang)
-        chips.append(f'<span class="pg-ptok {token.kind}{shade}" data-i="{index}" data-id="{token.id}" '
-                     f'title="{esc(title)}"><b>{esc(shown(token.text))}</b><sub>{token.id}</sub></span>')
-    if n > MAX_SHOWN:
-        chips.append(f'<span class="pg-muted">{esc(t("tok_more", lang, n=n - MAX_SHOWN))}</span>')
     lines = [f"<li>{esc(explain(c, lang))}</li>" for c in view.chars[:MAX_EXPLAINED]]
     if len(view.chars) > MAX_EXPLAINED:
         lines.append(f'<li class="pg-muted">{esc(t("tok_more_chars", lang, n=len(view.chars) - MAX_EXPLAINED))}</li>')
-    parts = [f'<div class="pg-ptoks" data-count="{n}"><div class="pg-ptok-head">{esc(head)}</div>',
-             f'<div class="pg-ptok-chips">{"".join(chips)}</div>']
+    parts = [f'<div class="pg-ptoks" data-count="{n}">', *_token_rows(view, lang)]
     if view.chars:  # the first characters in words at once; the rest, and why, one click away (the buttons stay near)
         parts.append(f'<ul class="pg-ptok-chars">{"".join(lines[:SHOWN_EXPLAINED])}</ul>')
         more = t("tok_why_more", lang, n=len(view.chars) - SHOWN_EXPLAINED) if len(view.chars) > SHOWN_EXPLAINED \
@@ -259,4 +303,3 @@ def html(view: PromptTokens, lang: str = "en") -> str:
         parts.append(f'<p class="pg-muted">{esc(render(note, lang))}</p>')
     parts.append("</div>")
     return "".join(parts)
-

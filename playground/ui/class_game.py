@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import export, game, tokens_view, visitors
+from playground.app import export, game, qr, tokens_view, visitors
 from playground.app.notes import error_line, note
 from playground.app.session import Sessions
 from playground.app.words import browser_language, t
@@ -25,7 +25,7 @@ GAME_PAGE_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.bo
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
 GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_link",
-              "game_timer", "game_state", "tabs")
+              "game_qr", "game_timer", "game_state", "tabs")
 
 
 class ClassGame:
@@ -145,6 +145,7 @@ class ClassGame:
             out["game_choice"] = gr.update(choices=choices, value=mine, interactive=not v["revealed"])
         if link is not None:
             out["game_link"] = gr.update(value=link, visible=True)
+            out["game_qr"] = qr.qr_html(link)  # seen in projector mode only: the class scans it from the screen
         if select:
             out["tabs"] = gr.update(selected="teacher")
         return out

@@ -97,6 +97,7 @@ class Teacher:
             progress = _note(t("sbs_running", lang, t=run_settings.temperature, i=i, n=len(each)))
             started = session.current
             for out in self.stream.press(session, run_settings):
+                side_by_side.label_run(session.current, started, run_settings.temperature)
                 yield (*out, progress, gr.skip())
                 progress = gr.skip()  # said once per run: a value sent again with every frame stalls the stream
             run = session.current

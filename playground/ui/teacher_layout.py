@@ -95,6 +95,8 @@ def build_game(c: dict[str, Any], named, lang: str) -> None:
                   "game_next")
         named("game_link", gr.Textbox(label=t("game_link", lang), interactive=False, visible=False, buttons=["copy"],
                                       elem_id="game-link"), "game_link")
+        # the player link as a QR code, under the link: shown in projector mode only (teacher.css)
+        c["game_qr"] = gr.HTML("", elem_id="game-qr", apply_default_css=False, js_on_load=None)
         c["game_view"] = gr.HTML(game.html(None, lang), elem_id="game-view", apply_default_css=False, js_on_load=None)
         with gr.Row(equal_height=True, visible=False, elem_id="game-player") as row:
             c["game_player"] = row

@@ -77,7 +77,13 @@ def test_the_view_respects_the_chat_switch_and_the_caps(tmp_path):
     user = [t.text for t in chat.tokens if t.kind == "text"]
     assert "".join(user) == "hi there"  # the visitor's own tokens; the template's are marked
     assert {t.kind for t in chat.tokens} == {"text", "template", "special"}  # <s> is the tokenizer's own
-    assert "own are pale" in html(chat, "en")
+    page = html(chat, "en")  # the visitor's own tokens first, the template's folded after them, a legend for ␣ ↵
+    lo, hi = chat.typed
+    assert "".join(t.text for t in chat.tokens[lo:hi]) == "hi there" and "Yours first (8):" in page
+    typed, fold = page.index('class="pg-ptok-typed"'), page.index('<details class="pg-ptok-template">')
+    assert typed < fold and page.index('class="pg-ptok template') > fold and "⋯ your 8 tokens ⋯" in page
+    assert "␣ = a space · ↵ = a new line" in page and "␣ = 空格 · ↵ = 换行" in html(chat, "zh")
+    assert "pg-ptok-template" not in html(plain, "en") and "␣ = a space" in html(plain, "en")
     long = read_prompt(lm, "a" * (CAPS.prompt_chars + 10), chat=False)
     assert len(long.tokens) == CAPS.prompt_tokens  # cut as a run cuts it (characters, then tokens), and said
     assert [n.key for n in long.notes] == ["prompt_cut", "prompt_tokens_cut"]

@@ -227,3 +227,46 @@ def in_sight(pg, name: str) -> None:
     """A screenshot of what the window shows now (not the whole page): what a visitor sees without scrolling."""
     base.ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(base.ARTIFACTS / f"{name}-{pg.size_name}.png"))
+
+
+def qr_modules(pg) -> int:
+    """The modules across the projected QR code (its viewBox less the quiet zone on both sides), 0 when none shows."""
+    from playground.app.qr import QUIET_ZONE
+
+    if not pg.is_visible("#game-qr svg"):
+        return 0
+    box = pg.get_attribute("#game-qr svg", "viewBox").split()
+    assert box[2] == box[3], box  # a square
+    return int(box[2]) - 2 * QUIET_ZONE
+
+
+@pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
+def test_projector_mode_shows_the_player_link_as_a_big_qr_code(browser, server, size, lang):
+    import segno
+
+    teacher = sized(browser, size, lang)
+    try:
+        link = start_game(teacher, server, lang)
+        assert qr_modules(teacher) == 0 and not teacher.is_visible("#game-qr")  # a normal page: the link to copy
+        teacher.check("#projector input")  # the teacher puts the page on the projector: the code appears
+        teacher.wait_for_selector("#game-qr svg", state="visible")
+        expected = segno.make(link, micro=False).symbol_size(scale=1, border=0)[0]
+        assert qr_modules(teacher) == expected and teacher.get_attribute("#game-qr .pg-game-qr", "data-link") == link
+        assert teacher.locator("#game-qr svg path").count() >= 1  # drawn, dark modules on white
+        side = teacher.locator("#game-qr svg").bounding_box()
+        # big enough to scan from a class: at least 6 px a module (3 on a phone's narrow window), inside the window
+        assert side["width"] >= min(240, 0.6 * SIZES[size]["width"]) and abs(side["width"] - side["height"]) < 1
+        assert side["width"] / (expected + 8) >= (6 if size == "desktop" else 3)
+        teacher.locator("#game-qr svg").scroll_into_view_if_needed()
+        assert_fits(teacher)
+        in_sight(teacher, "game-qr-projector")
+        teacher.uncheck("#projector input")
+        teacher.wait_for_selector("#game-qr svg", state="hidden")
+        assert not teacher.js_errors, teacher.js_errors
+    finally:
+        teacher.context.close()
+
+
+def test_a_player_s_page_has_no_qr_code(browser, server, players):
+    player = open_player(browser, server, players, "phone", "en")
+    assert player.locator("#game-qr svg").count() == 0

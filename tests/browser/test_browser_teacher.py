@@ -87,6 +87,35 @@ def test_the_prompt_s_tokens_follow_the_typing_and_spell_chinese_in_bytes(page, 
     shot(page, f"prompt-tokens-{lang}", element="#sidebar-top")
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_typed_tokens_come_first_with_a_legend_and_the_template_folded(page, server, lang):
+    open_app(page, server, model="tiny-chat", lang=lang)
+    assert page.is_checked("#chat input")  # a model with a chat template: the view shows what the template adds
+    page.fill("#prompt textarea", "hi there")
+    page.wait_for_function("() => [...document.querySelectorAll('#prompt-tokens .pg-ptok b')].map(e => e.textContent)"
+                           ".join('').includes('hi␣there')")  # the typed prompt's view (on main too)
+    first = page.eval_on_selector_all("#prompt-tokens .pg-ptok", "els => els.filter(e => e.checkVisibility())"
+                                                                  ".map(e => e.querySelector('b').textContent)")
+    assert "".join(first) == "hi␣there"  # the visitor's own tokens first, and only they in sight
+    head = page.inner_text("#prompt-tokens .pg-ptok-head")
+    assert head.startswith("What the model reads: " if lang == "en" else "模型读到的:")
+    assert ("Yours first (8):" if lang == "en" else "先是你输入的(8 个):") in head
+    assert ("␣ = a space · ↵ = a new line" if lang == "en" else "␣ = 空格 · ↵ = 换行") in head
+    fold = page.locator("#prompt-tokens details.pg-ptok-template")
+    assert fold.get_attribute("open") is None
+    assert fold.locator("summary").inner_text().startswith("The chat template adds " if lang == "en" else "对话模板在它们前后加了 ")
+    top = page.eval_on_selector("#prompt-tokens .pg-ptok-typed .pg-ptok", "e => e.getBoundingClientRect().top")
+    assert 0 <= top < page.viewport_size["height"]  # beside the prompt box, in view
+    fold.locator("summary").click()  # opened: the template's pale tokens in the model's order, a gap for the typed
+    assert page.locator("#prompt-tokens .pg-ptok-template .pg-ptok.template").first.is_visible()
+    assert ("your 8 tokens" if lang == "en" else "你的 8 个 token") in fold.inner_text()
+    if page.size_name == "desktop":
+        fold.locator("summary").click()
+        assert base.in_view(page, "#generate-btn")  # the view never pushes the buttons off the first screen
+    assert_fits(page)
+    shot(page, f"prompt-tokens-typed-first-{lang}", element="#sidebar-top")
+
+
 @pytest.mark.slow
 def test_smollm2_reads_a_chinese_question_in_byte_tokens_split_across_tokens(page, smollm2_server):
     lang = "zh" if page.size_name == "phone" else "en"
@@ -99,6 +128,8 @@ def test_smollm2_reads_a_chinese_question_in_byte_tokens_split_across_tokens(pag
     words = tokens_view(page)
     expected = ("<0xE5> <0x9B> <0xBD> = 国, 3 UTF-8 bytes in 2 tokens" if lang == "en"
                 else "<0xE5> <0x9B> <0xBD> = 国,3 个 UTF-8 字节,分在 2 个 token 里")
+    page.click("#prompt-tokens details.pg-ptok-template summary")  # the chat template's tokens, folded after the typed
+    words = tokens_view(page)
     assert expected in words and "<0xE5><0x9B>" in words and "<|im_start|>" in words
     assert page.locator("#prompt-tokens .pg-ptok.template").count() > 0  # the template's own tokens, pale
     page.uncheck("#chat input")  # what the model reads without the template
