@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe
+from playground.app import describe, examples
 from playground.app.catalog import Catalog
 from playground.app.frames import head_choices
 from playground.app.notes import error_note, note, render
@@ -140,11 +140,10 @@ class Models:
         return gr.update(choices=self.choices(owner, lang),
                          value=value if value is not None else self.catalog.default_name())
 
-    def example(self, name: str, lm: LoadedModel, owner: str | None) -> str:
+    def example(self, name: str, lm: LoadedModel, owner: str | None, lang: str = "en") -> str:
         if lm.tokenizer is None:  # it reads token ids only
             return token_ids_example(lm)
-        card = self.catalog.card(name, owner)
-        return card.example_prompt or EXAMPLES[lm.kind]
+        return examples.in_language(self.catalog.card(name, owner).example_prompt or EXAMPLES[lm.kind], lang)
 
     def about(self, name: str, lm: LoadedModel, lang: str, owner: str | None) -> str:
         """One line saying what the model is for (escaped: it comes from a file)."""
@@ -181,8 +180,9 @@ class Models:
             kind = "decoder"
         return attention_kinds(kind)
 
-    def refresh(self, lang: str, request: gr.Request | None):
-        """Status, description, prompt label and card of the session's model in `lang`."""
+    def refresh(self, lang: str, prompt: str, request: gr.Request | None):
+        """Status, description, prompt (its label; the example in `lang`, if it holds the example) and card of the
+        session's model in `lang`."""
         owner = session_key(request)
         session = self.sessions.get(owner)
         if not session.model:
@@ -192,8 +192,10 @@ class Models:
         except Exception:  # noqa: BLE001
             return (gr.skip(),) * 4
         status = loaded_status(lm, t("loaded_verb", lang), session.model, session.dtype, lang)
-        prompt = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang))
-        return (status, self.about(session.model, lm, lang, owner), prompt, card_html(lm, session.model, lang))
+        new = examples.switched(prompt or "", self.example(session.model, lm, owner), lang)
+        box = gr.update(label=t("source" if lm.kind == "seq2seq" else "prompt", lang),
+                        **({"value": new} if new is not None else {}))
+        return (status, self.about(session.model, lm, lang, owner), box, card_html(lm, session.model, lang))
 
     # --- page load -------------------------------------------------------------------------------
 
@@ -313,7 +315,7 @@ class Models:
         chat_ok = lm.chat_template_available
         status = loaded_status(lm, verb or t("loaded_verb", lang), name, dtype, lang)
         prompt = gr.update(label=t("source" if kind == "seq2seq" else "prompt", lang),
-                           **({"value": self.example(name, lm, owner)} if swap_prompt and changed and not started
+                           **({"value": self.example(name, lm, owner, lang)} if swap_prompt and changed and not started
                               else {}))
         chat = gr.update(visible=chat_ok, **({"value": chat_ok} if set_chat else {}))
         if not chat_ok:

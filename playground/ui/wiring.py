@@ -88,8 +88,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
     switched.then(h.stream.relabelled_value, lang, p.live, queue=False)
-    redraws.append(switched.then(h.models.refresh, lang, [p.model_status, p.model_about, s["prompt"], p.card],
-                                 queue=False))
+    redraws.append(switched.then(h.models.refresh, [lang, s["prompt"]],
+                                 [p.model_status, p.model_about, s["prompt"], p.card], queue=False))
 
     # Generation: streamed into the live screen, with the badge of the run on screen and the run history. Each
     # press carries a ticket (the client's clock) so that Stop also cancels a run still waiting for a slot.

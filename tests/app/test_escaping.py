@@ -56,7 +56,7 @@ def test_every_element_shows_checkpoint_text_as_text(hostile, tmp_path):
     lm = h.models.model_for(name, "float32", "visitor")
     assert set(lm.checkpoint_texts()) >= {"config.family", "config.extra.note"}  # the hostile fields are real
     for lang in ("en", "zh"):
-        status, about, _, card = h.models.refresh(lang, request)
+        status, about, _, card = h.models.refresh(lang, "", request)
         markup.update({f"status {lang}": status, f"about {lang}": about, f"card {lang}": card})
     settings = UISettings(model=name, prompt=" ".join(TOKENS), mode="sample", seed=1, max_new_tokens=12, chat=True)
     frames = list(h.stream.generate(request, 0.0, *[getattr(settings, f) for f in FIELDS]))
