@@ -68,12 +68,15 @@ class Experiments:
             yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "fork"))
             return
         # what the fork measured on the way, at once (its view draws it again from the run); '' clears a refusal
-        said = [render(v, lang) for v in origin.results.values() if isinstance(v, Note)]
-        yield gr.skip(), gr.skip(), gr.skip(), " ".join(said)
+        said = " ".join(render(v, lang) for v in origin.results.values() if isinstance(v, Note))
+        if said:
+            yield gr.skip(), gr.skip(), gr.skip(), said
         session.next_step = session.selected_step  # the fork opens at the step on screen
+        line = None if said else ""  # the first frame clears a refusal said before
         try:
             for frame in self.stream.press(session, settings, origin=origin):
-                yield (*frame, gr.skip())
+                yield (*frame, gr.skip() if line is None else line)
+                line = None
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
 
