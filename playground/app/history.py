@@ -13,6 +13,7 @@ from typing import Any
 
 from playground.app import experiments
 from playground.app.notes import render
+from playground.app.play import fork_base
 from playground.app.run import Run
 from playground.app.session import MAX_RUNS_PER_SESSION, Session
 from playground.app.words import t
@@ -31,11 +32,11 @@ class Entry:
 
 
 def badge(run: Run | None, lang: str) -> str:
-    """What the run changes from a plain run ("int4 weights · window 16 · drafted by prompt lookup"); '' for a plain
-    run or none."""
+    """What the run changed from a plain run, as it ran ("int4 weights · window 16 · drafted by prompt lookup"); '' for
+    a plain run or none. A change its settings asked for that did not run is not named (its note says why)."""
     if run is None:
         return ""
-    return SEPARATOR.join(render(words, lang) for words in experiments.badge(run.settings))
+    return SEPARATOR.join(render(words, lang) for words in experiments.badge_of(run))
 
 
 def label(run: Run, lang: str, model: str | None = None) -> str:
@@ -62,6 +63,25 @@ def gone(session: Session, lang: str) -> str:
     if not n:
         return ""
     return t("history_gone_one" if n == 1 else "history_gone", lang, n=n, keep=MAX_RUNS_PER_SESSION)
+
+
+def fork_line(session: Session, experiment: Any, keep: bool, lang: str) -> str:
+    """What `experiment`'s fork of the run on screen keeps, said before the press: '' when the run on screen has no
+    other lab's change (or there is none, or it still runs); otherwise those changes, and the run the fork starts
+    from (by default the plain run, `play.fork_base`) or, with `keep`, that it keeps them."""
+    run = session.current
+    if run is None or run.running:
+        return ""
+    stacked = experiments.others(run.settings, experiment)
+    if not stacked:
+        return ""
+    words = SEPARATOR.join(render(w, lang) for e in stacked for w in e.badge(run.settings))
+    if keep:
+        return t("fork_kept", lang, n=run.number, words=words)
+    base, _ = fork_base(session, run, experiment)
+    if base is run:
+        return t("fork_from_gone", lang, n=run.number, words=words)
+    return t("fork_from", lang, n=run.number, words=words, base=base.number)
 
 
 def branch_rows(session: Session, run: Run, lang: str) -> list[dict[str, Any]]:

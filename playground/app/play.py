@@ -174,8 +174,8 @@ def _record_origin(run: Run, parent: Parent | None, origin: Origin | None) -> No
         before = origin.run.settings
         run.origin, run.experiment = origin.run.number, origin.experiment
         run.changes = changed(run.settings, before)
-        had = experiments.badge(before)
-        run.about = [words for words in experiments.badge(run.settings) if words not in had]
+        had = experiments.badge_of(origin.run)
+        run.about = [words for words in experiments.badge_of(run) if words not in had]  # what it changed, as run
         run.results.update(origin.results)
 
 
@@ -193,13 +193,31 @@ def draft_model(session: Session, lookup: Lookup, settings: UISettings) -> tuple
 
 
 def fork_of(session: Session, run: Run, lm: Any, experiment: Experiment, action: Action,
-            values: Mapping[str, Any]) -> tuple[UISettings, Origin]:
+            values: Mapping[str, Any], keep: bool = False) -> tuple[UISettings, Origin]:
     """The settings and the origin of `action`'s fork of `run` (an experiment's button pressed with the widgets'
-    `values`): the run's own settings (its seed, no branches) with what the experiment changes. Some forks measure
-    first (a steering vector): call it on the torch thread. Raises PlaygroundError (a keyed note) for a refusal."""
-    base = dataclasses.replace(session.run_settings(run), branches="")
-    forked = action.run(ForkRequest(run=run, settings=base, lm=lm, values=dict(values)))
-    return dataclasses.replace(base, **forked.changes), Origin(run, experiment.name, forked.results)
+    `values`). By default a lab forks the plain run (`fork_base`: what the other labs changed stays out, so going
+    through the labs in order never stacks their changes); `keep` forks `run` as it is, with every change it has.
+    The run's own settings (its seed, no branches) with what the experiment changes. Some forks measure first (a
+    steering vector): call it on the torch thread. Raises PlaygroundError (a keyed note) for a refusal."""
+    source, base = (run, session.run_settings(run)) if keep else fork_base(session, run, experiment)
+    base = dataclasses.replace(base, branches="")
+    forked = action.run(ForkRequest(run=source, settings=base, lm=lm, values=dict(values)))
+    return dataclasses.replace(base, **forked.changes), Origin(source, experiment.name, forked.results)
+
+
+def fork_base(session: Session, run: Run, experiment: Experiment) -> tuple[Run, UISettings]:
+    """The run `experiment`'s fork of `run` starts from, and its settings: the nearest of `run`'s origins (itself
+    first) that no other experiment changed; when that one has left the history, `run` with the other experiments'
+    settings at their defaults."""
+    seen: set[int] = set()
+    r: Run | None = run
+    while r is not None and r.number not in seen:
+        if not experiments.others(r.settings, experiment):
+            return r, session.run_settings(r)
+        seen.add(r.number)
+        r = session.run(r.origin) if r.origin is not None else None
+    reset = {f.name: f.default for e in experiments.others(run.settings, experiment) for f in e.fields}
+    return run, dataclasses.replace(session.run_settings(run), **reset)
 
 
 # --- a press, frame by frame ----------------------------------------------------------------------

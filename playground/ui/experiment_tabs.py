@@ -22,6 +22,7 @@ def build_tab(tab_id: str, page_parts: dict[str, Any], named: Callable[..., Any]
     experiment = next(e for e in EXPERIMENTS if e.tab == tab_id)
     with gr.Tab(t(f"tab_{experiment.tab}", lang), id=experiment.tab, elem_id=experiment.elem_id) as tab:
         page_parts[f"tab_{experiment.tab}"] = tab
+        forks_said = False
         for part in experiment.layout:
             if isinstance(part, Row):
                 with gr.Row(elem_id=part.elem_id):
@@ -29,6 +30,24 @@ def build_tab(tab_id: str, page_parts: dict[str, Any], named: Callable[..., Any]
                         _build(inner, page_parts, named, lang, choices, texts)
             else:
                 _build(part, page_parts, named, lang, choices, texts)
+            inner = part.parts if isinstance(part, Row) else (part,)
+            if not forks_said and any(isinstance(p, Action) and p.kind == "fork" for p in inner):
+                _fork_lines(experiment, page_parts, named, lang)  # under the lab's (first) fork button
+                forks_said = True
+
+
+def fork_parts(experiment: Any) -> tuple[str, str, str]:
+    """The names of the parts every lab with a fork has under its fork button: the line that says what a fork of
+    the run on screen keeps, the box that keeps it, and the line where a press that cannot run says why."""
+    return f"{experiment.name}_fork_from", f"{experiment.name}_keep", f"{experiment.name}_said"
+
+
+def _fork_lines(experiment: Any, c: dict[str, Any], named: Callable[..., Any], lang: str) -> None:
+    line, keep, said = fork_parts(experiment)
+    c[line] = gr.Markdown("", elem_id=f"{experiment.tab}-fork-from", elem_classes=["pg-fork-from"])
+    named(keep, gr.Checkbox(value=False, label=t("fork_keep", lang), elem_id=f"{experiment.tab}-fork-keep",
+                            visible=False), "fork_keep")
+    c[said] = gr.Markdown("", elem_id=f"{experiment.tab}-fork-said", elem_classes=["pg-fork-said"])
 
 
 def _build(part: Any, c: dict[str, Any], named: Callable[..., Any], lang: str,

@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, serving
+from playground.app import describe, history, serving
 from playground.app.experiments import EXPERIMENTS, Experiment
 from playground.app.experiments.base import Action, JobRequest, Widget
 from playground.app.jobs import Progress
@@ -23,9 +23,12 @@ from playground.app.play import fork_of
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.notes import Note
+from playground.ui.experiment_tabs import fork_parts
 from playground.ui.jobs import PROGRESS_SECONDS
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.streaming import Streaming
+
+KEEP = "__keep__"  # a fork's input: the tab's keep box (fork the run on screen as it is, with what it has)
 
 # A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
 WATCH_JS = """(...args) => {
@@ -44,34 +47,54 @@ class Experiments:
 
     def fork(self, experiment: Experiment, action: Action, values: Mapping[str, Any],
              request: gr.Request | None = None) -> Iterator[tuple]:
-        """The run on screen again with what `action` asks for, streamed beside it as a fork that opens at the step
-        on screen: (live screen, notes, branches[, the action's words]) frames. Without a finished run on screen,
-        the experiment's words; a refusal, one line."""
+        """The run on screen's fork (by default from its plain run; with the tab's keep box ticked, as it is) with
+        what `action` asks for, streamed beside it, opening at the step on screen: (live screen, notes, branches,
+        the line under the button) frames. A press that cannot run says why in that line: no finished run on screen,
+        or the experiment's refusal (a drafter left off)."""
         session = self.sessions.get(session_key(request))
         session.link_notes = []  # the visitor's own action: the link's notes are done
         lang = session.lang
-        tail = (gr.skip(),) if action.out else ()
+        values = dict(values)
+        keep = bool(values.pop(KEEP, False))
         run = session.current
         if run is None or run.running or not run.path:
-            yield gr.skip(), t(experiment.needs_run, lang), gr.skip(), *tail
+            yield gr.skip(), gr.skip(), gr.skip(), t(experiment.needs_run, lang)
             return
         try:
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            settings, origin = serving.call_job(fork_of, session, run, lm, experiment, action, values,
+            settings, origin = serving.call_job(fork_of, session, run, lm, experiment, action, values, keep,
                                                 owner=session.key)  # some measure first (a steering vector)
-        except Exception as exc:  # noqa: BLE001 - one line under the button, or in the notes
-            line = describe.inert(one_line(exc, lang, "fork"))
-            yield (gr.skip(), gr.skip(), gr.skip(), line) if action.out else (gr.skip(), line, gr.skip())
+        except Exception as exc:  # noqa: BLE001 - one line under the button
+            yield gr.skip(), gr.skip(), gr.skip(), describe.inert(one_line(exc, lang, "fork"))
             return
-        if action.out:  # what the fork measured on the way, at once (its view draws it again from the run)
-            said = [render(v, lang) for v in origin.results.values() if isinstance(v, Note)]
-            yield gr.skip(), gr.skip(), gr.skip(), " ".join(said)
+        # what the fork measured on the way, at once (its view draws it again from the run); '' clears a refusal
+        said = " ".join(render(v, lang) for v in origin.results.values() if isinstance(v, Note))
+        if said:
+            yield gr.skip(), gr.skip(), gr.skip(), said
         session.next_step = session.selected_step  # the fork opens at the step on screen
+        line = None if said else ""  # the first frame clears a refusal said before
         try:
             for frame in self.stream.press(session, settings, origin=origin):
-                yield (*frame, *tail)
+                yield (*frame, gr.skip() if line is None else line)
+                line = None
         finally:
             session.next_step = None  # a fork that never started leaves no step for the next run
+
+    def fork_lines(self, request: gr.Request | None = None) -> list[Any]:
+        """Under every lab's fork button, before the press: what a fork of the run on screen keeps (the other labs'
+        changes it already has, and the run the fork starts from), and the keep box, shown only then (unticked:
+        stacking is asked for each time)."""
+        session = self.sessions.get(session_key(request))
+        out: list[Any] = []
+        for experiment in forking():
+            line = history.fork_line(session, experiment, False, session.lang)
+            out += [line, gr.update(visible=bool(line), value=False)]
+        return out
+
+    def keep_line(self, experiment: Experiment, keep: bool, request: gr.Request | None = None) -> str:
+        """The line again when the keep box is ticked or unticked."""
+        session = self.sessions.get(session_key(request))
+        return history.fork_line(session, experiment, bool(keep), session.lang)
 
     def job(self, experiment: Experiment, action: Action, values: Mapping[str, Any],
             request: gr.Request | None = None) -> Iterator[str]:
@@ -125,6 +148,16 @@ class Experiments:
         return gr.update(value=int(value or 0), **high)
 
 
+def forking() -> list[Experiment]:
+    """The experiments whose tab has a fork button (each has the lines of `experiment_tabs.fork_parts`)."""
+    return [e for e in EXPERIMENTS if any(a.kind == "fork" for a in e.actions())]
+
+
+def fork_line_outputs(page: Any) -> list[Any]:
+    """What `Experiments.fork_lines` fills: each forking lab's line and keep box."""
+    return [page.component(n) for e in forking() for n in fork_parts(e)[:2]]
+
+
 def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: dict[str, Any],
                      jobs_kw: dict[str, Any], streamed: Callable[[Callable], Callable]) -> tuple[list[Any], list[Any]]:
     """Bind every experiment's buttons: forks stream in `gen_kw`'s lane into `gen_outputs` (each wrapped by
@@ -132,17 +165,20 @@ def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: 
     the caller chains what follows a run and a measurement."""
     forks, jobs = [], []
     for experiment in EXPERIMENTS:
+        if experiment in forking():
+            line, keep, said = (page.component(n) for n in fork_parts(experiment))
+            keep.input(_keeping(h, experiment), keep, line, queue=False)
         for action in experiment.actions():
             button = page.component(action.name)
-            inputs = {page.component(n) for n in action.inputs}
             names = {page.component(n): n for n in action.inputs}
             if action.kind == "fork":
-                out = [page.component(action.out)] if action.out else []
+                names[keep] = KEEP
+                out = page.component(action.out) if action.out else said
                 handler = streamed(_bound(h.fork, experiment, action, names))
-                forks.append(button.click(handler, inputs or None, [*gen_outputs[:3], *out, *gen_outputs[3:]],
+                forks.append(button.click(handler, set(names), [*gen_outputs[:3], out, *gen_outputs[3:]],
                                           **dict(gen_kw, js=WATCH_JS)))
             elif action.kind == "job":
-                jobs.append(button.click(_bound(h.job, experiment, action, names), inputs or None,
+                jobs.append(button.click(_bound(h.job, experiment, action, names), set(names) or None,
                                          page.component(action.out), **jobs_kw))
             else:
                 button.click(h.stop_job, None, None, queue=False)
@@ -160,6 +196,12 @@ def _bound(method: Callable, experiment: Experiment, action: Action, names: dict
         yield from method(experiment, action, {names[c]: v for c, v in (values or {}).items()}, request)
     handler.__name__ = f"{action.kind}_{action.name}"  # the event's name in Gradio's list (and the lanes' check)
     return handler
+
+
+def _keeping(h: Experiments, experiment: Experiment) -> Callable:
+    def keep(value: bool, request: gr.Request) -> str:
+        return h.keep_line(experiment, value, request)
+    return keep
 
 
 def _following(h: Experiments, widget: Widget) -> Callable:

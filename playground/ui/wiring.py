@@ -6,7 +6,7 @@ import gradio as gr
 
 from playground.app.settings import WIDGETS
 from playground.ui.experiment_tabs import field_widgets
-from playground.ui.experiments import wire_experiments
+from playground.ui.experiments import fork_line_outputs, wire_experiments
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
 from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, check
@@ -110,10 +110,12 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     runs += wire_teacher(page, h.teacher, lanes, settings_inputs, gen_outputs, streamed)
 
     # What follows the run on screen: its badge, the history and the link box, after every run, pick, model load
-    # and language switch.
+    # and language switch; under each lab's fork button, what a fork of it keeps.
+    fork_lines = fork_line_outputs(page)
     for dep in redraws + runs:
         dep.then(h.runs.show, None, [p.active_settings, p.run_history, p.link], queue=False).then(
             None, p.link, p.link, js=ABSOLUTE_LINK_JS, queue=False)
+        dep.then(h.experiments.fork_lines, None, fork_lines, queue=False)
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.

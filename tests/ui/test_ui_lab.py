@@ -37,7 +37,7 @@ def test_a_fork_streams_draws_its_panels_and_replays_from_its_link(h):  # noqa: 
     session = h.sessions.get("lab")
     fork = session.current
     assert fork is not original and fork.cfg.interventions == (Ablate(1, head=3),) and len(frames) >= 2
-    live, notes, _ = frames[-1]
+    live, notes, _, _ = frames[-1]  # the line under the fork button last
     assert [b["edit"] for b in live["branches"]] == ["", "ablate head 1.3"]
     session.deep_tab = "lab"
     out = lab_panels(h, "lab")
@@ -126,3 +126,18 @@ def test_patching_on_the_page_forks_a_branch_with_its_divergence_and_its_link_re
     assert h.sessions.get("patch-replay").current.generated_ids == fork.generated_ids
     refused = press(h, "lab_patch", "patch", lab_patch_prompt="Short", lab_patch_layer=1, lab_patch_position=-1)
     assert len(refused) == 1 and "same number of tokens" in refused[0][3] and session.current is fork
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_press_that_cannot_run_says_why_under_its_button(h, lang):  # noqa: F811
+    from playground.app.describe import inert
+    from playground.app.words import t
+
+    session = f"said-{lang}"
+    assert press(h, "spec_fork", session, draft="", draft_tokens=4)[-1][3] == t("spec_needs_run", "en")
+    h.sessions.get(session).lang = lang
+    run(h, UISettings(prompt="The Python interpreter", max_new_tokens=6, lang=lang), session)
+    refused = press(h, "spec_fork", session, draft="", draft_tokens=4)  # the Drafter box left off
+    assert len(refused) == 1 and refused[0][3] == inert(t("spec_choose", lang))
+    kept = h.experiments.fork_lines(request(session))
+    assert all(v == "" for v in kept[::2])  # a plain run on screen: no lab has anything to keep

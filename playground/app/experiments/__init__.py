@@ -35,9 +35,20 @@ def badge(settings: Any) -> list[Note]:
     return [words for e in EXPERIMENTS for words in e.badge(settings)]
 
 
+def badge_of(run: Any) -> list[Note]:
+    """What every experiment changed in `run`, as it ran: an experiment its settings asked for that did not run (the
+    lenient pass dropped it, with a note) is not named."""
+    return [words for e in EXPERIMENTS if e.did(run) for words in e.badge(run.settings)]
+
+
+def others(settings: Any, experiment: Experiment) -> list[Experiment]:
+    """The experiments other than `experiment` that `settings` ask for (what a fork of that run would stack)."""
+    return [e for e in EXPERIMENTS if e is not experiment and e.is_on(settings)]
+
+
 def active(settings: Any) -> list[Experiment]:
     """The experiments `settings` ask for."""
     return [e for e in EXPERIMENTS if e.is_on(settings)]
 
 
-__all__ = ["BY_NAME", "EXPERIMENTS", "FIELDS", "Experiment", "active", "badge"]
+__all__ = ["BY_NAME", "EXPERIMENTS", "FIELDS", "Experiment", "active", "badge", "badge_of", "others"]

@@ -166,6 +166,7 @@ class Experiment:
     config: Callable[[Any], dict[str, Any]]  # the run settings -> GenerationConfig keywords ({} when it is off)
     needs_run: str
     lenient: Lenient | None = None
+    ran: Callable[[Run], bool] | None = None  # whether a run did what its settings ask (default: `kept_in_config`)
 
     def __post_init__(self) -> None:
         names = {p.name for p in self.parts()}
@@ -195,6 +196,31 @@ class Experiment:
     def is_on(self, settings: Any) -> bool:
         """Whether `settings` ask for this experiment (any of its fields away from its default)."""
         return any(getattr(settings, f.name) != f.default for f in self.fields)
+
+    def did(self, run: Run) -> bool:
+        """Whether `run` asked for this experiment and did it: a change the lenient pass dropped (a drafter that
+        cannot run beside a cache policy, a precision this build lacks) never ran, and no badge names it."""
+        if not self.is_on(run.settings):
+            return False
+        if self.ran is not None:
+            return self.ran(run)
+        try:
+            return kept_in_config(self.config(run.settings), run.cfg)
+        except ValueError:  # settings that do not parse ran as nothing (the link's note said so)
+            return False
+
+
+def kept_in_config(asked: Mapping[str, Any], cfg: Any) -> bool:
+    """Whether the run's config (as run, after the lenient pass) still holds every keyword the settings asked for:
+    the same value, or for a list (edits) as many items."""
+    for name, value in asked.items():
+        got = getattr(cfg, name, None)
+        if isinstance(value, (list, tuple)):
+            if len(got or ()) != len(value):
+                return False
+        elif got != value:
+            return False
+    return True
 
 
 def compared_with(run: Run, runs: Sequence[Run]) -> Run | None:

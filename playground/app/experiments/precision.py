@@ -84,8 +84,11 @@ def measure_slices(lm: Any, run: Run) -> Generator[None, None, dict[str, Any]]:
     if key in _MEASURED:
         _MEASURED.move_to_end(key)
         return _MEASURED[key]
+    # The precisions compared, nothing else: the teacher-forced pass reads the whole cache, so the free runs do too
+    # (a cache policy kept from the KV lab made them part where the forced pass agreed: two texts that disagreed).
     cfg = run.cfg.replace(capture_attention=False, attention_layers=None, capture_residual=False, top_candidates=0,
-                          weight_precision=None, draft=None)  # the precisions compared, nothing else
+                          weight_precision=None, draft=None, kv_window=None, kv_sink=0, kv_heavy=0, kv_dtype=None,
+                          rope_scaling=None)
     report = yield from iter_compare_precisions(lm, list(run.prompt_ids), cfg, ["float32", run.settings.weight_precision])
     out = report.to_dict()
     out["texts"] = lm.token_texts(report.reference_ids)
@@ -121,7 +124,8 @@ def compute(ctx: Context, sel: Selection) -> Generator[None, None, dict[str, Any
             "reference": None if reference is None or lowered(reference.settings) else reference.number,
             # the comparison reruns the request from its start: its steps are counted from there
             "first_no": None if first is None else step_number(first),
-            "residual_no": None if residual is None else step_number(residual), **numbers}
+            "residual_no": None if residual is None else step_number(residual),
+            "cache_policy": bool(run.cfg.kv_policy), **numbers}
 
 
 def draw(d: dict[str, Any], lang: str) -> Drawn:
@@ -151,6 +155,8 @@ def caption(d: dict[str, Any], lang: str) -> str:
     against = (t("precision_against", lang, n=d["reference"]) if d["reference"] is not None
                else t("precision_against_self", lang))
     lines = [t("precision_head", lang, n=d["number"], precision=b["precision"], how=how, against=against)]
+    if d.get("cache_policy"):  # the run kept a KV lab policy: the comparison is of the weights alone
+        lines.append(t("precision_whole_cache", lang))
     first = b["first_difference"]
     if first is None:
         lines.append(t("precision_same", lang))

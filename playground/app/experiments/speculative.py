@@ -73,6 +73,15 @@ def badge(settings: Any) -> list[Note]:
     return [note("spec_words", drafter=drafter(settings.draft))] if settings.draft else []
 
 
+def ran(run: Run) -> bool:
+    """Whether `run` was drafted: a drafter it kept after the lenient pass (one that cannot run beside a cache policy,
+    or a model that could not load, is dropped with a note), without beams (they decode without speculation), and
+    once it has ended, the engine's checks in its events (the run's own record of drafting)."""
+    if run.cfg.draft is None or run.beam:
+        return False
+    return run.running or not run.events or any(e.speculation for e in run.events)
+
+
 def fork(req: ForkRequest) -> Fork:
     """The run again drafted by the chosen drafter, K tokens per pass."""
     draft = str(req.values.get("draft") or "").strip()
@@ -194,7 +203,7 @@ def compute(ctx: Context, sel: Selection) -> Generator[None, None, dict[str, Any
     """In slices: the speed and the verify pass's cost are measured again (one forward pass each)."""
     run = ctx.run
     out: dict[str, Any] = {"number": run.number, "draft": None, "drafters": list(ctx.drafters)}
-    if not run.settings.draft or run.mode == "beam":
+    if not ran(run):  # asked for and dropped (its note says why): the run decoded one token per pass
         return out
     measured = yield from measure_slices(ctx.lm, run)
     rows = checks(ctx.lm, run)
@@ -295,5 +304,5 @@ EXPERIMENT = Experiment(
         Out("spec_checks", "plot", "spec-checks-plot"),
         Out("spec_residual", "plot", "spec-residual-plot"),
     ),
-    view=VIEW, badge=badge, config=config, lenient=lenient, needs_run="spec_needs_run",
+    view=VIEW, badge=badge, config=config, lenient=lenient, needs_run="spec_needs_run", ran=ran,
 )
