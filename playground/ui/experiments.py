@@ -175,8 +175,8 @@ def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: 
                 names[keep] = KEEP
                 out = page.component(action.out) if action.out else said
                 handler = streamed(_bound(h.fork, experiment, action, names))
-                forks.append(button.click(handler, set(names), [*gen_outputs[:3], out, *gen_outputs[3:]],
-                                          **dict(gen_kw, js=WATCH_JS)))
+                # `streamed` puts the badge and the history after the run's slots, then the handler's own output
+                forks.append(button.click(handler, set(names), [*gen_outputs, out], **dict(gen_kw, js=WATCH_JS)))
             elif action.kind == "job":
                 jobs.append(button.click(_bound(h.job, experiment, action, names), set(names) or None,
                                          page.component(action.out), **jobs_kw))

@@ -212,3 +212,33 @@ def test_a_language_switch_says_it_all_again_and_a_model_switch_leaves_nothing_o
     assert "Run 2" not in page.inner_text("#lab-tab") and "window" not in page.inner_text("#lab-tab")
     assert len(history(page)) == 2  # the runs stay in the history, to be picked again
     assert_fits(page)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_lab_says_before_the_press_what_a_fork_keeps_and_a_press_that_cannot_run_says_why(page, server, lang):
+    """Issue 44, item 3: going through the labs in order stacked their changes without a word. After a KV fork the
+    precision lab says what the run on screen already has and forks from the plain run (int8 alone), unless the
+    visitor ticks the box; with no drafter chosen, "Run as a branch" says why instead of nothing."""
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=12, pace_ms=100, lang=lang)
+    fork_with(page, "kv", lang)
+    wait_current(page, 2)
+    open_tab(page, WORDS[lang]["precision"][0])
+    window = WORDS[lang]["kv"][1]
+    page.wait_for_function("(w) => (document.querySelector('#precision-fork-from')?.innerText ?? '').includes(w)",
+                           arg=window)
+    assert page.locator("#precision-fork-keep").is_visible()
+    assert_fits(page)
+    shot(page, f"fork-from-{lang}")
+    page.locator("#weight-precision label", has_text="int8").click()
+    fork_and_watch(page, "#precision-fork-btn")
+    wait_current(page, 3)
+    page.wait_for_function("(w) => (document.querySelector('#active-settings')?.innerText ?? '').includes(w)",
+                           arg=WORDS[lang]["precision"][1])
+    assert window not in badge(page)  # the plain run's fork: int8 alone
+    open_tab(page, WORDS[lang]["speculative"][0])
+    page.click("#spec-fork-btn")  # Drafter is off
+    said = "Drafter" if lang == "en" else "草稿器"
+    page.wait_for_function("(w) => (document.querySelector('#speculative-fork-said')?.innerText ?? '').includes(w)",
+                           arg=said)
+    assert current(page) == "3"  # nothing ran
+    shot(page, f"fork-refused-{lang}")
