@@ -55,11 +55,13 @@ def build_app(
     catalog = Catalog(weights_dir or DEFAULT_WEIGHTS, upload_dir, private=True, extra_weights_dirs=extra_weights,
                       prefer_preloaded=prefer_preloaded, default_model=default_model)
     handlers = Handlers(catalog, ModelRegistry(capacity=max_models, device=device, default_dtype=dtype))
-    # the page's server functions run outside Gradio's queue: in a lane of their own, one at a time per tab
+    # the page's server functions run outside Gradio's queue: in a lane of their own, one at a time per tab. Not
+    # stop_at: Stop only marks where its run ends, and behind a streaming tab's calls it came after the run's end.
     lane = ServerLane(Lanes(generate=generate_concurrency).server, handlers.stream.tab_of)
     stream = handlers.stream
-    page = build_page(server_functions=[lane.wrap(fn) for fn in (stream.attention_row, stream.set_view,
-                                                                 stream.select_step, stream.live_state, stream.stop_at)])
+    page = build_page(server_functions=[*(lane.wrap(fn) for fn in (stream.attention_row, stream.set_view,
+                                                                   stream.select_step, stream.live_state)),
+                                        stream.stop_at])
     with page.demo:
         wire(page, handlers, generate_concurrency=generate_concurrency)
     handlers.stream.scripts.app = page.demo

@@ -20,6 +20,7 @@ import pytest
 
 from playground.app.settings import WIDGETS, UISettings
 from playground.ui.lanes import Lanes
+from playground.ui.streaming import WHOLE_VALUES_KEPT
 from tests.ui_fixtures import save_tiny_decoder, served_app
 
 CALLS = 16
@@ -100,7 +101,8 @@ def test_sixteen_calls_for_one_runs_whole_value_compute_it_once(app, monkeypatch
 def test_a_tabs_calls_run_one_at_a_time_and_the_lane_bounds_the_server(app, monkeypatch):
     demo, url = app
     first, second = run_in(demo, "two-runs", "Hello"), run_in(demo, "two-runs", "World")
-    others = [run_in(demo, f"other-{i}", "Hi") for i in range(3)]
+    # two runs of this tab and two others: as many whole values as are kept (a fifth could evict one meanwhile)
+    others = [run_in(demo, f"other-{i}", "Hi") for i in range(WHOLE_VALUES_KEPT - 2)]
     computed = Computed(demo.playground_handlers.stream)
     monkeypatch.setattr(demo.playground_handlers.stream, "_value", computed)
     calls = [("live_state", [first]), ("live_state", [second])] * 4 + [("live_state", [t]) for t in others]
