@@ -144,7 +144,7 @@ class Run:
             if per_beam:
                 event.beam_captures["candidates"] = [c if t < len(path) and b == path[t] else None
                                                      for b, c in enumerate(per_beam)]
-        self.event_bytes = sum(e.record_bytes(b) for e, b in zip(self.events, [None, *self.events[:-1]]))
+        self._count_events()
 
     def _follow(self, lm: Any, hypothesis: Hypothesis) -> None:
         """Beam search: the displayed path becomes `hypothesis`'s; the shared beginning is kept as it is."""
@@ -255,6 +255,10 @@ class Run:
     def cut_to(self, steps: int) -> None:
         """Keep the first `steps` events and path entries (a Stop ends the run where the page showed it)."""
         del self.path[steps:], self.events[steps:]
+        self._count_events()
+
+    def _count_events(self) -> None:
+        """`event_bytes` again, from every event (after some of them changed or left)."""
         self.event_bytes = sum(e.record_bytes(b) for e, b in zip(self.events, [None, *self.events[:-1]]))
 
     def record_bytes(self) -> int:

@@ -114,8 +114,8 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     fork_lines = fork_line_outputs(page)
     for dep in redraws + runs:
         dep.then(h.runs.show, None, [p.active_settings, p.run_history, p.link], queue=False).then(
-            None, p.link, p.link, js=ABSOLUTE_LINK_JS, queue=False)
-        dep.then(h.experiments.fork_lines, None, fork_lines, queue=False)
+            None, p.link, p.link, js=ABSOLUTE_LINK_JS, queue=False).then(  # one chain follows a run, then its redraw
+            h.experiments.fork_lines, None, fork_lines, queue=False)
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.

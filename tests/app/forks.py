@@ -12,11 +12,13 @@ from playground.app.session import Session
 from tests.app.test_app_run import play
 
 
-def press(session: Session, lm, experiment: str, action: str, run: Run | None = None, **values) -> Run:
-    """`action` of `experiment` pressed with the widgets' `values` on `run` (the run on screen), played to its end."""
+def press(session: Session, lm, experiment: str, action: str, run: Run | None = None, keep: bool = False,
+          **values) -> Run:
+    """`action` of `experiment` pressed with the widgets' `values` on `run` (the run on screen), played to its end;
+    `keep`: the tab's keep box ticked (the fork stacks on what `run` already has)."""
     exp = BY_NAME[experiment]
     button = next(a for a in exp.actions() if a.name == action)
-    settings, origin = fork_of(session, run or session.current, lm, exp, button, values)
+    settings, origin = fork_of(session, run or session.current, lm, exp, button, values, keep)
     return play(session, lm, settings, origin=origin)
 
 

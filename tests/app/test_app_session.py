@@ -145,7 +145,8 @@ def test_a_fork_knows_its_origin_and_its_family(models):
     assert (windowed.origin, windowed.experiment, windowed.changes) == (root.number, "kv", {"kv_window": 4})
     repeat = play(session, models["a"], settings)  # the same request again
     assert repeat.origin is None and session.family(windowed) == [root, windowed] and session.family(repeat) == [repeat]
-    both = press(session, models["a"], "precision", "precision_fork", run=windowed, weight_precision="int8")
+    both = press(session, models["a"], "precision", "precision_fork", run=windowed, keep=True,  # stacked on purpose
+                 weight_precision="int8")
     assert both.origin == windowed.number and both.changes == {"weight_precision": "int8"}
     assert history.label(both, "en") == "run 4 · int8 weights · from run 2"  # what this fork added
     assert history.badge(both, "en") == "window 4 · int8 weights"  # everything that is not plain
