@@ -55,7 +55,12 @@ def run_client(url: str, i: int, args: argparse.Namespace, expected: list[int] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--page" in (sys.argv[1:] if argv is None else argv):  # the page's own path: loadtest_page
+    given = sys.argv[1:] if argv is None else argv
+    if "--class" in given:  # a class's day on the page's own path: loadtest_class
+        from playground.tools import loadtest_class
+
+        return loadtest_class.main(given)
+    if "--page" in given:  # the page's own path: loadtest_page
         from playground.tools import loadtest_page
 
         return loadtest_page.main(argv)

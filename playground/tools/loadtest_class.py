@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 
-from playground.tools.loadtest_page import LAB_MIX, Page, Visitor, held_total, mib, run, verdict
+from playground.tools.loadtest_page import LAB_MIX, Page, Visitor, arguments, held_total, mib, run, verdict
 from playground.tools.server import client_headers
 
 SCHOOL = "198.51.100.7"  # the school's one address (a documentation range): the class behind NAT
@@ -399,10 +399,12 @@ def class_table(r: dict[str, Any], failed: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m playground.tools.loadtest_class ...` is `loadtest --page --class ...`."""
-    from playground.tools import loadtest_page
-
-    return loadtest_page.main(["--page", "--class", *(sys.argv[1:] if argv is None else argv)])
+    """`loadtest --page --class ...` (and `python -m playground.tools.loadtest_class ...`): the page load test's
+    flags with the class's own defaults, each still set by its flag."""
+    parser = arguments()
+    add_arguments(parser)
+    parser.set_defaults(**DEFAULTS)
+    return soak(parser.parse_args(sys.argv[1:] if argv is None else argv))
 
 
 def soak(args: argparse.Namespace) -> int:

@@ -634,7 +634,8 @@ def held_words(held: dict[str, int] | None) -> str:
             f"{h.steps} captured steps {mib(h.step_bytes)})")
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The page load test's flags (`loadtest_class` adds the class's day to them)."""
     parser = argparse.ArgumentParser(prog="python -m playground.tools.loadtest --page", description=__doc__.splitlines()[0])
     parser.add_argument("--page", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", type=int, default=16)
@@ -653,14 +654,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a visitor waits about this long between two actions (0.5x to 1.5x; default none)")
     parser.add_argument("--holdings-every", type=float, default=0.0,
                         help="ask the server what it keeps (kill -USR1) every this many seconds of the crowd")
-    from playground.tools import loadtest_class
+    return parser
 
-    loadtest_class.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.klass:  # a class's day: its own defaults, each still set by its flag
-        parser.set_defaults(**loadtest_class.DEFAULTS)
-        args = parser.parse_args(argv)
-        return loadtest_class.soak(args)
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     results = run(args)
     print(table(results))
     if args.json:
