@@ -268,6 +268,10 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
         "",
         t("kv_symbols", lang),
     ]
+    reused, tokens = int(cache.get("reused_tokens", 0)), int(cache.get("tokens") or 0)
+    if reused:  # the positions whose K/V came from the server's prefix cache, and the ones this run computed
+        lines += ["", t("cache_reused", lang, last=reused - 1, reused=reused, first=reused, end=tokens - 1,
+                        computed=tokens - reused)]
     policy = cache.get("policy")
     if isinstance(policy, Mapping):  # the run's own cache (the KV lab): what it really holds
         lines += ["", t("cache_policy", lang, policy=policy_words(policy, lang), kept=cache.get("kept_positions", "?"),

@@ -114,12 +114,20 @@ class _BatchedModel:
             # prompt's chunk), so a long cache-less run never holds the others' turn for a whole pass.
             # (No prefix store: a cache-less step recomputes everything, as it says.)
             cache = self._model.new_cache(input_ids.shape[0], T)
-        elif cache is not None and recorder is None:
+        elif cache is not None and self._chunks(recorder, last_only):
             feed = self._feed(cache, input_ids)
-        if cache is not None and recorder is None:
+        if cache is not None and self._chunks(recorder, last_only):
             input_ids = _fill(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
         return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
+
+    def _chunks(self, recorder: Recorder | None, last_only: bool) -> bool:
+        """Whether a pass with a cache may be fed in chunks: nothing recorded, or only what its last position
+        gives (the page's live attention row and residual stream; never the prompt's whole maps or internals)."""
+        if recorder is None:
+            return True
+        cfg = self._ticket.plan.cfg if self._ticket is not None else None
+        return last_only and cfg is not None and not cfg.capture_prompt_attention and not recorder.internals_layers
 
     def _feed(self, cache: Any, input_ids: torch.Tensor) -> Feed | None:
         """The prefill's walk along the scheduler's prefix store, where its blocks may be shared: a prompt's
@@ -253,6 +261,7 @@ class Ticket:
         self.done = False
         self.scheduler: Scheduler | None = None
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
+        self.prefill_noted = False  # its prompt's prefix-cache hits are in the history
         self.feed: Feed | None = None  # its prompt's walk along the prefix store (None: no store, or not shared)
 
     def live(self) -> bool:
@@ -526,6 +535,9 @@ class Scheduler:
             for t, e in zip(tickets, entries):
                 settled.append(e._replace(joined=not t.seen, left=t.done))
                 t.seen = True
+                if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
+                    t.prefill_noted = True
+                    self.history.note_prefill(t.tag, len(t.plan.prompt_ids), t.cached_tokens)
             passes.append(Pass(weight_bytes, tuple(settled)))
         self._passes = []
         self.history.record(seconds, tuple(passes))
