@@ -287,11 +287,13 @@ class KVCache:
         self._written[layer] = end
         return attended_k, attended_v
 
-    def _span_slots(self, layer: int, start: int, end: int) -> torch.Tensor:
-        """The slots of the positions of [start, end) that `layer` still holds once `end` is written."""
-        first = max(start, end - self.capacity[layer])  # a ring narrower than the span keeps its last positions
-        slots = torch.arange(first, end, device=self.device)
-        return slots % self.capacity[layer] if self.rings[layer] else slots
+    def _span(self, layer: int, start: int, end: int) -> slice | torch.Tensor:
+        """Where the positions of [start, end) that `layer` still holds once `end` is written sit: a slice of
+        slots, or a ring's slot indices (a ring narrower than the span keeps only its last positions)."""
+        first = max(start, end - self.capacity[layer])
+        if not self.rings[layer]:
+            return slice(first, end)
+        return torch.arange(first, end, device=self.device) % self.capacity[layer]
 
     def read_span(self, start: int, end: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Copies of row 0's keys and values (h_kv, n, d) per layer for positions [start, end), as held right
@@ -300,9 +302,13 @@ class KVCache:
             raise ValueError(f"read_span: the cache holds {self.length} positions, not {end}")
         keys, values = [], []
         for layer in range(self.layers):
-            slots = self._span_slots(layer, start, end)
-            keys.append(self.keys[layer][0].index_select(1, slots))
-            values.append(self.values[layer][0].index_select(1, slots))
+            at = self._span(layer, start, end)
+            if isinstance(at, slice):
+                keys.append(self.keys[layer][0, :, at].clone())
+                values.append(self.values[layer][0, :, at].clone())
+            else:
+                keys.append(self.keys[layer][0].index_select(1, at))
+                values.append(self.values[layer][0].index_select(1, at))
         return keys, values
 
     def write_span(self, start: int, end: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
@@ -311,9 +317,13 @@ class KVCache:
         if self.batch != 1 or self.length != start:
             raise ValueError(f"write_span: needs one row holding {start} positions")
         for layer in range(self.layers):
-            slots = self._span_slots(layer, start, end)
-            self.keys[layer][0].index_copy_(1, slots, keys[layer])
-            self.values[layer][0].index_copy_(1, slots, values[layer])
+            at = self._span(layer, start, end)
+            if isinstance(at, slice):
+                self.keys[layer][0, :, at] = keys[layer]
+                self.values[layer][0, :, at] = values[layer]
+            else:
+                self.keys[layer][0].index_copy_(1, at, keys[layer])
+                self.values[layer][0].index_copy_(1, at, values[layer])
         self._written = [end] * self.layers
         self.reused = end if self.reused == start else self.reused
 
