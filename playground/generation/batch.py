@@ -263,20 +263,19 @@ class Ticket:
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
         self.prefill_noted = False  # its prompt's prefix-cache hits are in the history
         self.feed: Feed | None = None  # its prompt's walk along the prefix store (None: no store, or not shared)
+        self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix store (once it began)
 
     def live(self) -> bool:
         """Still running (a prefix block it is computing will come)."""
         return not self.done and not self.stop.is_set()
 
-    @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens whose keys and values came from the prefix store."""
-        return self.feed.reused if self.feed is not None else 0
-
     def _body(self) -> None:
         if self.plan.lm.captured is not None and captured.why_eager(self.plan) is None:
             # the model's captured step (load_model(compile=True)) decodes this run: a token per turn, while
-            # the others share the batch's eager pass in between (its static cache is no row of a pool)
+            # the others share the batch's eager pass in between (its static cache is no row of a pool); its prompt
+            # reads and fills the model's prefix store as the batch's own chunks do
+            shares = self.scheduler is not None and self.plan.lm.model is self.scheduler.lm.model
+            self.plan.prefix = self.scheduler.prefix if shares else None
             events = _a_token_per_turn(run_plan(self.plan, self.stop))
         else:
             model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
@@ -285,6 +284,8 @@ class Ticket:
                 proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
             events = run_plan(proxied, self.stop)
         for event in events:
+            if not self.first_event:  # the prompt is in: what the prefix store gave it (either path)
+                self.cached_tokens = int(event.cache.get("reused_tokens", 0))
             self.first_event = True
             self.produced += 1
             self.pending.append(event)  # told at the step's end, once the step is in the history

@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 from array import array
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -161,9 +161,9 @@ class Feed:
         self._waited = 0
         self._next: tuple[bytes, tuple[int, ...]] | None = None
 
-    def next(self, cache: KVCache, ids: Sequence[int]) -> str:
-        """For the block `ids` at the cache's end: "restored" (now in the cache), "wait" (ask again next step)
-        or "compute" (the caller runs the chunk, then calls `keep`)."""
+    def next(self, cache: KVCache, ids: Sequence[int], *, wait: bool = True) -> str:
+        """For the block `ids` at the cache's end: "restored" (now in the cache), "wait" (ask again next step;
+        never without `wait`) or "compute" (the caller runs the chunk, then calls `keep`)."""
         ids = tuple(ids)
         key = self.store.key(self.parent, ids)
         block = self.store.get(key, ids)
@@ -172,7 +172,7 @@ class Feed:
             cache.write_span(start, start + len(ids), block.keys, block.values)
             self.parent, self.reused, self._waited = key, self.reused + len(ids), 0
             return "restored"
-        if self.store.computing(key) and self._waited < WAIT_STEPS:
+        if wait and self.store.computing(key) and self._waited < WAIT_STEPS:
             self._waited += 1
             return "wait"
         self.store.begin(key, self.run)
@@ -187,3 +187,22 @@ class Feed:
         keys, values = cache.read_span(end - len(ids), end)
         self.store.put(key, self.parent, Block(ids, self.parent, keys, values))
         self.parent, self._next = key, None
+
+
+class Alone:
+    """A run that computes its blocks within one turn (a captured step's prefill): never waited for."""
+
+    def live(self) -> bool:
+        return False
+
+
+def prefill(model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, recorder: Any, feed: Feed) -> torch.Tensor:
+    """A whole prompt `ids` (1, T) into an empty `cache` in one turn, as the batch feeds it: every full block
+    before the last chunk restored or computed (and kept), then the last chunk's pass, which records and
+    returns the logits (1, t, V)."""
+    while ids.shape[1] > BLOCK:
+        chunk, ids = ids[:, :BLOCK], ids[:, BLOCK:]
+        if feed.next(cache, chunk[0].tolist(), wait=False) == "compute":
+            model(chunk, cache, None, last_only=True)
+            feed.keep(cache)
+    return model(ids, cache, recorder, last_only=True)

@@ -162,3 +162,33 @@ def _through(lm, p, store):
     while scheduler.busy():
         scheduler.step()
     return ticket.drain()
+
+
+def test_the_captured_step_reads_and_fills_the_store(llama, one_thread):
+    """A model with a captured decode step (uncompiled here: the module torch.compile traces) feeds its prompt
+    in the batch's blocks through the store: its second run restores them, bitwise its first, and its blocks
+    serve the eager batch's runs too (the same chunk passes through the model's own forward)."""
+    from playground.generation import generate_all
+    from playground.generation.captured import CapturedDecoder
+
+    lm = playground.load_model(llama)
+    stepped = dataclasses.replace(lm, captured=CapturedDecoder(lm.model, compile=False))
+    prompt = _prompt(lm, 2 * BLOCK + 9)
+    cfg = GenerationConfig(max_new_tokens=5, top_candidates=3)
+    assert generate_all(stepped, prompt, cfg).decoding["captured"]  # the shape made ready before the server
+    store = PrefixStore(BIG)
+    scheduler = Scheduler(stepped, prefix=store)
+    got = []
+    for _ in range(2):
+        ticket = scheduler.submit(plan(stepped, prompt, cfg))
+        while scheduler.busy():
+            scheduler.step()
+        assert ticket.plan.decoding["captured"]
+        got.append((ticket.drain(), ticket.cached_tokens))
+    (first, none), (second, reused) = got
+    assert (none, reused) == (0, 2 * BLOCK) and _reused(second) == 2 * BLOCK and store.held()[0] == 2
+    _bitwise(second, first)
+    eager = run_alone(plan(lm, prompt, cfg), prefix=store)  # the eager batch restores the captured run's blocks
+    assert _reused(eager) == 2 * BLOCK
+    _bitwise(eager, run_alone(plan(lm, prompt, cfg)))
+    assert eager[-1].token_ids == first[-1].token_ids
