@@ -105,6 +105,7 @@ def test_the_holdings_line_counts_the_prefix_blocks(server, folder):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_kv_panel_and_the_serving_lesson_say_what_was_reused(server, folder, lang):
+    from playground import viz
     from playground.app import describe, lessons
     from playground.app.play import play
     from playground.app.session import Session
@@ -126,6 +127,15 @@ def test_the_kv_panel_and_the_serving_lesson_say_what_was_reused(server, folder,
         assert "positions 224–227 (4) were computed by this run" in second
     else:
         assert "位置 0–223(提示词的 224 个 token)由服务器恢复" in second and "位置 224–227(4 个)由本次运行计算" in second
+    # the growth figure draws the line under which the positions were restored: 224 tokens · K,V · 2 layers ·
+    # 2 KV heads · 12 dims · 4 bytes
+    assert describe.reused_bytes(runs[0].events[-1].cache) == (0, 0)
+    reused = describe.reused_bytes(runs[1].events[-1].cache)
+    assert reused == (224, 224 * 2 * 2 * 2 * 12 * 4)
+    figure = viz.cache_growth(*describe.growth_series(runs[1].events), lang=lang, reused=reused)
+    line = [a.text for a in figure.layout.annotations if "224" in a.text]
+    assert line == ([f"restored from the prefix cache: 224 tokens, {viz.format_bytes(reused[1])}"] if lang == "en"
+                    else [f"由前缀缓存恢复:224 个 token,{viz.format_bytes(reused[1])}"])
     caption = lessons.show("serving", lm, runs[1], None, lessons.Inputs(), lang).caption
     if lang == "en":
         assert "In this batch's last 2 prompts, 224 of 450 tokens were restored (hit rate 50 %); yours: 224 of 225." \
