@@ -49,6 +49,7 @@ def compute(run: Any, step: int | None, find: Callable[[Any], StepHistory | None
         "steps_in": len(seats), "most_rows": max(s.rows for s in seats), "kept": len(history),
         "times": [[rows, ms, n] for rows, (ms, n) in sorted(common)],
         "mine": [[s.tokens, s.ms] for s in seats], "timeline": history.timeline(run.token),
+        "prefix": history.prefix_hits(), "prefix_mine": history.prefix_hits(run.token),
     }
 
 

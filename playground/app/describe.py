@@ -235,6 +235,17 @@ def growth_series(events: Sequence[StepEvent], number: Callable[[int], int] = st
     )
 
 
+def reused_bytes(cache: Mapping[str, Any]) -> tuple[int, int]:
+    """(tokens, bytes) of a run's cache restored from the server's prefix cache (a sliding layer holds no more
+    than its window of them)."""
+    tokens = int(cache.get("reused_tokens", 0))
+    if not tokens:
+        return 0, 0
+    per = [int(p.get("bytes", 0)) * min(tokens, int(p.get("tokens") or 0)) // max(1, int(p.get("tokens") or 0))
+           for p in cache.get("per_layer") or []]
+    return tokens, sum(per)
+
+
 def _kv_formula(cache: Mapping[str, Any], lang: str) -> str:
     return kv_formula(cache, lang=lang)
 
@@ -268,6 +279,10 @@ def cache_markdown(cache: Mapping[str, Any], lang: str = "en") -> str:
         "",
         t("kv_symbols", lang),
     ]
+    reused, tokens = int(cache.get("reused_tokens", 0)), int(cache.get("tokens") or 0)
+    if reused:  # the positions whose K/V came from the server's prefix cache, and the ones this run computed
+        lines += ["", t("cache_reused", lang, last=reused - 1, reused=reused, first=reused, end=tokens - 1,
+                        computed=tokens - reused)]
     policy = cache.get("policy")
     if isinstance(policy, Mapping):  # the run's own cache (the KV lab): what it really holds
         lines += ["", t("cache_policy", lang, policy=policy_words(policy, lang), kept=cache.get("kept_positions", "?"),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from playground.app.registry import ModelRegistry
+from playground.app.serving import prefix_held
 from playground.app.session import Sessions
 from playground.variants import VARIANTS
 
@@ -36,12 +37,14 @@ class Holdings:
     steps: int = 0  # the models' kept captured decode steps (`app.py --compile`)
     step_bytes: int = 0
     run_bytes: int = 0  # the runs' records: events, path, prompt (`Run.record_bytes`; their arrays are capture_bytes)
+    prefix_blocks: int = 0  # prompt-prefix K/V blocks kept for reuse (`app.serving.prefix_held`)
+    prefix_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         # Gradio's copy of each tab's state is kept on purpose too (row 2: 0.42 MiB a tab that nothing counted).
         return (self.model_bytes + self.copy_bytes + self.capture_bytes + self.run_bytes + self.tab_state_bytes
-                + self.step_bytes)
+                + self.step_bytes + self.prefix_bytes)
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
@@ -49,19 +52,21 @@ class Holdings:
                 f"copies={self.copies} copy_bytes={self.copy_bytes} tabs={self.tabs} runs={self.runs} "
                 f"capture_bytes={self.capture_bytes} tab_states={self.tab_states} "
                 f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
-                f"run_bytes={self.run_bytes} "
+                f"run_bytes={self.run_bytes} prefix_blocks={self.prefix_blocks} prefix_bytes={self.prefix_bytes} "
                 f"({self.total_bytes / MIB:,.0f} MiB)")
 
 
 def holdings(registry: ModelRegistry, sessions: Sessions,
-             tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> Holdings:
-    """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here)."""
+             tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0),
+             prefixes: Callable[[], tuple[int, int]] = prefix_held) -> Holdings:
+    """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here);
+    `prefixes`: (blocks, bytes) of the prefix stores (the process's server's)."""
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes, run_bytes = sessions.held()
     steps, step_bytes = registry.steps_held()
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes, run_bytes)
+                    step_bytes, run_bytes, *prefixes())
 
 
 def parse(line: str) -> Holdings | None:

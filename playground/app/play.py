@@ -367,4 +367,12 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str,
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
             "notes": render_all(session.link_notes + notes, settings.lang),
-            "speculation": speculation_summary(run.events, run.cfg)}
+            "speculation": speculation_summary(run.events, run.cfg), "usage": usage(p, last)}
+
+
+def usage(p: Plan, last: Any) -> dict[str, int]:
+    """OpenAI-style token counts of a finished run: the prompt's tokens, those of them whose keys and values came
+    from the server's prefix cache (not computed by this run), and the tokens generated."""
+    cached = int(last.cache.get("reused_tokens", 0)) if last is not None else 0
+    return {"prompt_tokens": len(p.prompt_ids), "cached_tokens": cached,
+            "completion_tokens": len(last.token_ids) if last is not None else 0}

@@ -34,11 +34,12 @@ from typing import Any, TypeVar
 
 from playground.app import torch_thread
 from playground.app.jobs import Job
-from playground.generation.batch import Scheduler, Ticket
+from playground.generation.batch import Scheduler, Ticket, prefix_store
 from playground.generation.batch_history import StepHistory
 from playground.generation.engine import drain
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
+from playground.generation.prefix_cache import PrefixStore
 
 T = TypeVar("T")
 
@@ -62,7 +63,7 @@ class Server:
 
     def __init__(
         self, *, max_rows: int = MAX_ROWS, per_owner: int = 1, max_prefills: int = 4,
-        call: Callable[[Callable[[], Any]], Any] = torch_thread.call,
+        call: Callable[[Callable[[], Any]], Any] = torch_thread.call, prefix_caching: bool = True,
     ) -> None:
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
         self._call = call
@@ -72,6 +73,10 @@ class Server:
         self._driver: threading.Thread | None = None
         # each model's last steps (outliving its scheduler, which goes when idle; gone with the model)
         self._histories: weakref.WeakKeyDictionary[Any, StepHistory] = weakref.WeakKeyDictionary()
+        # each model's prefix store (the K/V of prompt beginnings its runs share), gone with the model: one per
+        # model object, so a dtype, a precision copy or a visitor's upload (their own objects) never share one
+        self._prefixes: weakref.WeakKeyDictionary[Any, PrefixStore] = weakref.WeakKeyDictionary()
+        self.prefix_caching = prefix_caching
 
     def submit(self, p: Plan, stop: threading.Event | None = None, owner: Any = None, tag: Any = None) -> Ticket:
         with self._wake:
@@ -79,11 +84,26 @@ class Server:
             if scheduler is None or scheduler.lm.model is not p.lm.model:
                 history = self._histories.setdefault(p.lm.model, StepHistory())
                 scheduler = Scheduler(p.lm, max_rows=self.max_rows, per_owner=self.per_owner,
-                                      max_prefills=self.max_prefills, history=history)
+                                      max_prefills=self.max_prefills, history=history, prefix=self._prefix(p))
                 self._schedulers[id(p.lm.model)] = scheduler
             ticket = scheduler.submit(p, stop, owner, tag)
             self._start_driver()
         return ticket
+
+    def _prefix(self, p: Plan) -> PrefixStore | None:  # with self._wake held
+        if not self.prefix_caching:
+            return None
+        store = self._prefixes.get(p.lm.model)
+        if store is None:
+            store = self._prefixes[p.lm.model] = prefix_store(p.lm)
+        return store
+
+    def prefix_held(self) -> tuple[int, int]:
+        """(blocks, bytes) the models' prefix stores hold now (the holdings line counts them)."""
+        with self._wake:
+            stores = list(self._prefixes.values())
+        held = [s.held() for s in stores]
+        return sum(b for b, _ in held), sum(n for _, n in held)
 
     def submit_job(self, work: Iterator[Any], stop: threading.Event | None = None, owner: Any = None) -> Job:
         """`work` (a generator, one bounded slice per `next()`) as a job between the batch's steps."""
@@ -212,6 +232,12 @@ def run_events(
     `Waiting` while it waits for a place; `tag`: its label in the step history). Setting `stop` (or closing
     this iterator) ends the run before its next step, as with the engine's own stream."""
     return default_server().events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
+
+
+def prefix_held() -> tuple[int, int]:
+    """(blocks, bytes) of prompt-prefix K/V the process's server keeps for reuse (0, 0 before any run)."""
+    server = _server
+    return (0, 0) if server is None else server.prefix_held()
 
 
 def batch_history(tag: Any) -> StepHistory | None:

@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ class WorkerModels:
     capacity: int = 2
     _models: OrderedDict[tuple[str, str, str, tuple[int, ...]], Any] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _prefixes: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
 
     def get(self, path: str, dtype: str, device: str | None = None) -> tuple[Any, Loaded]:
         import torch
@@ -165,6 +167,17 @@ class WorkerModels:
 
     def __len__(self) -> int:
         return len(self._models)
+
+    def prefix(self, lm: Any) -> Any:
+        """The prefix store of a kept model (`generation.prefix_cache`): its runs in this worker share their prompts'
+        beginnings while the worker is reused, one store per model object (an upload's is its own), gone with it."""
+        from playground.generation.batch import prefix_store
+
+        with self._lock:
+            store = self._prefixes.get(lm.model)
+            if store is None:
+                store = self._prefixes[lm.model] = prefix_store(lm)
+            return store
 
 
 def _stamp(path: str) -> tuple[int, ...]:
@@ -205,7 +218,25 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
         yield Failed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return
     yield loaded
-    yield from run_plan(p)
+    if p.lm.captured is not None:
+        yield from run_plan(p)  # a captured step decodes as the engine's own loop does (its static rows are no pool's)
+        return
+    yield from _through_batch(p, WORKER_MODELS.prefix(lm))
+
+
+def _through_batch(p: Plan, store: Any) -> Iterator[StepEvent]:
+    """The run's events through a scheduler of its own with the worker's prefix store: the prompt fed in the
+    batch's chunks, its full blocks restored when an earlier run in this worker computed them."""
+    from playground.generation.batch import Scheduler
+
+    scheduler = Scheduler(p.lm, prefix=store)
+    ticket = scheduler.submit(p)
+    try:
+        while scheduler.busy():
+            scheduler.step()
+            yield from ticket.take()
+    finally:
+        ticket.cancel()
 
 
 _LEFT = re.compile(r"(\d+(?:\.\d+)?)\s*s\s+left")

@@ -56,6 +56,7 @@ from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
+from playground.generation.prefix_cache import BLOCK, Feed, PrefixStore
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
@@ -63,8 +64,9 @@ from playground.models.kv_pool import KVPool, bucket
 from playground.models.recorder import Recorder
 from playground.models.rows import Segment
 
-CHUNK = 32  # prompt tokens a request feeds per step; fixed per request, never chosen from the others
+CHUNK = BLOCK  # prompt tokens a request feeds per step; fixed, never chosen from the others (prefix blocks too)
 _TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a request with edits)
+_WAIT = object()  # a request waits a step without a pass (for a prefix block another request is computing)
 
 
 class _BatchedModel:
@@ -105,17 +107,42 @@ class _BatchedModel:
             return _in_turns(self._turn(self._model), input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
+        feed = None
         if cache is None and recorder is None and last_only and T > CHUNK and not self._model.reencodes_at(0, T):
             # A step without the cache recomputes every position's keys and values; it does so here in
             # chunks over a scratch cache dropped after the step (the same work, in slices no longer than a
             # prompt's chunk), so a long cache-less run never holds the others' turn for a whole pass.
+            # (No prefix store: a cache-less step recomputes everything, as it says.)
             cache = self._model.new_cache(input_ids.shape[0], T)
-        if cache is not None and recorder is None:
-            while T - CHUNK > 0:  # chunked prefill: all but the last chunk only fill the cache
-                scheduler.switch(Segment(input_ids[:, :CHUNK], cache, None, cache.length, "none"))
-                input_ids, T = input_ids[:, CHUNK:], T - CHUNK
+        elif cache is not None and self._chunks(recorder, last_only):
+            feed = self._feed(cache, input_ids)
+        if cache is not None and self._chunks(recorder, last_only):
+            input_ids = _fill(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
         return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
+
+    def _chunks(self, recorder: Recorder | None, last_only: bool) -> bool:
+        """Whether a pass with a cache may be fed in chunks: nothing recorded, or only what its last position
+        gives (the page's live attention row and residual stream; never the prompt's whole maps or internals)."""
+        if recorder is None:
+            return True
+        cfg = self._ticket.plan.cfg if self._ticket is not None else None
+        return last_only and cfg is not None and not cfg.capture_prompt_attention and not recorder.internals_layers
+
+    def _feed(self, cache: Any, input_ids: torch.Tensor) -> Feed | None:
+        """The prefill's walk along the scheduler's prefix store, where its blocks may be shared: a prompt's
+        first pass (an empty cache of one row, a plain KVCache), on a model whose rotary tables cannot switch
+        within the cache (longrope re-encodes everything with other factors past its original context)."""
+        ticket = self._ticket
+        store = ticket.scheduler.prefix if ticket is not None and ticket.scheduler is not None else None
+        if store is None or type(cache) is not KVCache or cache.length or input_ids.shape[0] != 1:
+            return None
+        if self._model is not ticket.scheduler.lm.model:  # a precision copy's keys are its own: never the store's
+            return None
+        if self._model.reencodes_at(0, cache.max_tokens):
+            return None
+        ticket.feed = Feed(store, ticket)
+        return ticket.feed
 
     def _turn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def in_turn(*args: Any, **kwargs: Any) -> Any:
@@ -142,6 +169,22 @@ class _BatchedModel:
         start = cache.length if cache is not None else 0
         segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", encoder_out=encoder_out)
         return greenlet.getcurrent().parent.switch(segment)
+
+
+def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed | None) -> torch.Tensor:
+    """Chunked prefill: every chunk but the last only fills the cache (a pass each, or a block restored from
+    the prefix store by `feed`). Returns the last chunk, whose pass gives the logits."""
+    while input_ids.shape[1] > CHUNK:
+        chunk, input_ids = input_ids[:, :CHUNK], input_ids[:, CHUNK:]
+        said = feed.next(cache, chunk[0].tolist()) if feed is not None else "compute"
+        while said == "wait":  # another run computes this very block now: read it next step
+            scheduler.switch(_WAIT)
+            said = feed.next(cache, chunk[0].tolist())
+        if said == "compute":
+            scheduler.switch(Segment(chunk, cache, None, cache.length, "none"))
+            if feed is not None:
+                feed.keep(cache)
+    return input_ids
 
 
 def _in_turns(
@@ -218,11 +261,21 @@ class Ticket:
         self.done = False
         self.scheduler: Scheduler | None = None
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
+        self.prefill_noted = False  # its prompt's prefix-cache hits are in the history
+        self.feed: Feed | None = None  # its prompt's walk along the prefix store (None: no store, or not shared)
+        self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix store (once it began)
+
+    def live(self) -> bool:
+        """Still running (a prefix block it is computing will come)."""
+        return not self.done and not self.stop.is_set()
 
     def _body(self) -> None:
         if self.plan.lm.captured is not None and captured.why_eager(self.plan) is None:
             # the model's captured step (load_model(compile=True)) decodes this run: a token per turn, while
-            # the others share the batch's eager pass in between (its static cache is no row of a pool)
+            # the others share the batch's eager pass in between (its static cache is no row of a pool); its prompt
+            # reads and fills the model's prefix store as the batch's own chunks do
+            shares = self.scheduler is not None and self.plan.lm.model is self.scheduler.lm.model
+            self.plan.prefix = self.scheduler.prefix if shares else None
             events = _a_token_per_turn(run_plan(self.plan, self.stop))
         else:
             model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
@@ -231,6 +284,8 @@ class Ticket:
                 proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
             events = run_plan(proxied, self.stop)
         for event in events:
+            if not self.first_event:  # the prompt is in: what the prefix store gave it (either path)
+                self.cached_tokens = int(event.cache.get("reused_tokens", 0))
             self.first_event = True
             self.produced += 1
             self.pending.append(event)  # told at the step's end, once the step is in the history
@@ -304,9 +359,10 @@ class Scheduler:
 
     def __init__(
         self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None,
-        invariant_alone: bool = False, history: StepHistory | None = None,
+        invariant_alone: bool = False, history: StepHistory | None = None, prefix: PrefixStore | None = None,
     ) -> None:
         self.lm = lm
+        self.prefix = prefix  # the model's prefix store (kept by the caller across schedulers), or None
         # what each step did, for the page's lesson on the shared batch (kept by the caller across schedulers)
         self.history = history if history is not None else StepHistory()
         self._weight_bytes: dict[int, int] = {}  # per model of a pass: its weights' bytes, counted once
@@ -383,6 +439,7 @@ class Scheduler:
                 t.finish()
             rows, memory = self.rows(), sum(t.memory for t in self.running)
             memory += self._step_bytes()  # the model's kept captured steps take the same budget
+            memory += self.prefix.bytes if self.prefix is not None else 0  # and its kept prefix blocks
             feeding = sum(not t.first_event for t in self.running)
             for t in list(self.waiting):
                 mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
@@ -479,6 +536,9 @@ class Scheduler:
             for t, e in zip(tickets, entries):
                 settled.append(e._replace(joined=not t.seen, left=t.done))
                 t.seen = True
+                if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
+                    t.prefill_noted = True
+                    self.history.note_prefill(t.tag, len(t.plan.prompt_ids), t.cached_tokens)
             passes.append(Pass(weight_bytes, tuple(settled)))
         self._passes = []
         self.history.record(seconds, tuple(passes))
@@ -487,7 +547,7 @@ class Scheduler:
         self._admit()
         with torch.inference_mode():
             for t in self.running:
-                if t.waiting is None or t.waiting is _TURN:  # newcomers start; seq2seq takes its turn
+                if t.waiting is None or t.waiting is _TURN or t.waiting is _WAIT:  # newcomers start; turns; waits
                     turn = t.waiting is _TURN
                     self._resume(t)
                     if turn:  # its pass ran alone, inside the resume
@@ -548,10 +608,24 @@ def _weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def run_alone(p: Plan, stop: threading.Event | None = None, *, invariant: bool = False) -> list[StepEvent]:
+PREFIX_SHARE = 8  # the prefix store may take an eighth of what the running requests may take ...
+PREFIX_MAX = 256 * 2**20  # ... and at most this
+
+
+def prefix_store(lm: Any, memory_budget: int | None = None) -> PrefixStore:
+    """A prefix store for model `lm`, its budget a share of the running requests' (counted in it too)."""
+    limits = lm.limits or Limits.default()
+    budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
+    return PrefixStore(max(0, min(PREFIX_MAX, admission_budget(lm, budget) // PREFIX_SHARE)))
+
+
+def run_alone(
+    p: Plan, stop: threading.Event | None = None, *, invariant: bool = False, prefix: PrefixStore | None = None,
+) -> list[StepEvent]:
     """A plan's events through a scheduler of its own: what that request gives alone (with `invariant`,
-    through the batch-invariant kernels: bitwise what it gives beside any others)."""
-    scheduler = Scheduler(p.lm, invariant_alone=invariant)
+    through the batch-invariant kernels: bitwise what it gives beside any others; with `prefix`, reading and
+    filling that prefix store)."""
+    scheduler = Scheduler(p.lm, invariant_alone=invariant, prefix=prefix)
     ticket = scheduler.submit(p, stop)
     while scheduler.busy():
         scheduler.step()

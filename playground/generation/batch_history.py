@@ -20,6 +20,7 @@ import threading
 from typing import Any, NamedTuple
 
 CAPACITY = 512  # steps kept per model
+PREFILLS = 64  # requests whose prompt's prefix-cache hits are kept per model
 
 PREFILL, DECODE, OWN = "prefill", "decode", "own"  # a prompt chunk; one new token per sequence; a pass alone
 
@@ -87,6 +88,8 @@ class StepHistory:
         self._steps: collections.deque[StepRecord] = collections.deque(maxlen=capacity)
         self._count = 0
         self._lock = threading.Lock()
+        # the last requests' prompts: tag -> (prompt tokens, of them restored from the prefix store)
+        self._prefills: collections.OrderedDict[Any, tuple[int, int]] = collections.OrderedDict()
 
     def record(self, seconds: float, passes: tuple[Pass, ...]) -> None:
         """One step's record (a step with no pass leaves none)."""
@@ -95,6 +98,20 @@ class StepHistory:
         with self._lock:
             self._count += 1
             self._steps.append(StepRecord(self._count, seconds, passes))
+
+    def note_prefill(self, tag: Any, prompt_tokens: int, reused: int) -> None:
+        """A request's prompt is in: `reused` of its `prompt_tokens` came from the prefix store."""
+        with self._lock:
+            self._prefills[tag] = (prompt_tokens, reused)
+            while len(self._prefills) > PREFILLS:
+                self._prefills.popitem(last=False)
+
+    def prefix_hits(self, tag: Any = None) -> tuple[int, int, int]:
+        """(prompt tokens, of them reused, requests) over the kept requests' prompts; with `tag`, that one's."""
+        with self._lock:
+            rows = [self._prefills[tag]] if tag in self._prefills else [] if tag is not None else \
+                list(self._prefills.values())
+        return sum(p for p, _ in rows), sum(r for _, r in rows), len(rows)
 
     def __len__(self) -> int:
         return len(self._steps)

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from playground.generation import captures, sampler, sampling
+from playground.generation import captures, prefix_cache, sampler, sampling
 from playground.generation.events import StepEvent
 from playground.generation.tokens import generated_start
 from playground.models.edits import edited
@@ -552,6 +552,17 @@ def decode(
             step.release(row)
 
 
+def _prefill(p: Any, ids: torch.Tensor, cache: KVCache, recorder: Any) -> torch.Tensor:
+    """The prompt's pass: in the batch's chunks through its prefix store where the plan has one and nothing
+    changes keys and values (no edits; the captured step's runs have no KV policy) and only the last position
+    is recorded; else one pass."""
+    model, cfg = p.lm.model, p.cfg
+    if (p.prefix is None or cfg.interventions or cfg.capture_prompt_attention
+            or model.reencodes_at(0, cache.max_tokens)):
+        return model(ids, cache, recorder, last_only=True)
+    return prefix_cache.prefill(model, ids, cache, recorder, prefix_cache.Feed(p.prefix, prefix_cache.Alone()))
+
+
 def _steps(
     p: Any, stop: threading.Event | None, clock: Any, finish_reason: Callable[..., str | None], step: DecodeStep,
     run: Callable[..., torch.Tensor], row: int, cache: KVCache,
@@ -579,7 +590,7 @@ def _steps(
                 recorder = captures.recorder_for(cfg, prefill=True)
                 ids = torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device)[None]
                 with edited(lm.model, cfg.interventions):
-                    logits = lm.model(ids, cache, recorder, last_only=True)[:, -1].float()
+                    logits = _prefill(p, ids, cache, recorder)[:, -1].float()
                 out = step.first(row, logits, None if noise is None else noise[row : row + 1])[0]
                 if recorder is not None:
                     if cfg.capture_attention:

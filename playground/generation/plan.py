@@ -118,6 +118,7 @@ class Plan:
     draft: DraftSpec | None = None  # speculative decoding's drafter (None: plain decoding)
     decoding: dict[str, Any] | None = None  # set by the run: captured or eager, and why (GenerationResult.decoding)
     request: Request | None = None  # what the run will hold (generation.budget): checked here, admitted by the batch
+    prefix: Any = None  # the batch's prefix store a captured step's prefill reads and fills (None: none)
 
     @property
     def max_length(self) -> int:

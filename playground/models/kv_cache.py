@@ -78,6 +78,7 @@ class CacheStats:
     dtype: str
     element_size: int
     recomputed_tokens: int = 0
+    reused_tokens: int = 0  # leading positions restored from the server's prefix cache, not computed by this run
     cross_attention: CrossCacheStats | None = field(default=None)
     windows: tuple[int | None, ...] = ()  # per layer: the positions a sliding layer keeps (None: all)
 
@@ -135,6 +136,7 @@ class CacheStats:
             "max_tokens": self.max_tokens, "dtype": self.dtype, "element_size": self.element_size,
             "bytes_per_token": self.bytes_per_token, "bytes": self.bytes, "allocated_bytes": self.allocated_bytes,
             "mha_equivalent_bytes": self.mha_equivalent_bytes, "recomputed_tokens": self.recomputed_tokens,
+            "reused_tokens": self.reused_tokens,
             "sliding_layers": sum(w is not None for w in map(self._window, range(self.layers))),
             "per_layer": per_layer,
         }
@@ -187,6 +189,7 @@ class KVCache:
             self.keys = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
             self.values = [torch.zeros((batch, kv_heads, n, head_dim), dtype=dtype, device=device) for n in self.capacity]
         self._written = [0] * layers  # positions written, per layer
+        self.reused = 0  # leading positions restored from the prefix cache (`write_span`), not computed here
 
     @property
     def length(self) -> int:
@@ -284,8 +287,49 @@ class KVCache:
         self._written[layer] = end
         return attended_k, attended_v
 
+    def _span(self, layer: int, start: int, end: int) -> slice | torch.Tensor:
+        """Where the positions of [start, end) that `layer` still holds once `end` is written sit: a slice of
+        slots, or a ring's slot indices (a ring narrower than the span keeps only its last positions)."""
+        first = max(start, end - self.capacity[layer])
+        if not self.rings[layer]:
+            return slice(first, end)
+        return torch.arange(first, end, device=self.device) % self.capacity[layer]
+
+    def read_span(self, start: int, end: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of row 0's keys and values (h_kv, n, d) per layer for positions [start, end), as held right
+        after they were written (a sliding layer narrower than the span holds only its last positions)."""
+        if self.length != end:
+            raise ValueError(f"read_span: the cache holds {self.length} positions, not {end}")
+        keys, values = [], []
+        for layer in range(self.layers):
+            at = self._span(layer, start, end)
+            if isinstance(at, slice):
+                keys.append(self.keys[layer][0, :, at].clone())
+                values.append(self.values[layer][0, :, at].clone())
+            else:
+                keys.append(self.keys[layer][0].index_select(1, at))
+                values.append(self.values[layer][0].index_select(1, at))
+        return keys, values
+
+    def write_span(self, start: int, end: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Put back what `read_span(start, end)` read, into row 0 of a cache holding `start` positions: the
+        buffers are then bitwise those of the pass that computed them (the same slots, the same rings)."""
+        if self.batch != 1 or self.length != start:
+            raise ValueError(f"write_span: needs one row holding {start} positions")
+        for layer in range(self.layers):
+            at = self._span(layer, start, end)
+            if isinstance(at, slice):
+                self.keys[layer][0, :, at] = keys[layer]
+                self.values[layer][0, :, at] = values[layer]
+            else:
+                self.keys[layer][0].index_copy_(1, at, keys[layer])
+                self.values[layer][0].index_copy_(1, at, values[layer])
+        self._written = [end] * self.layers
+        self.reused = end if self.reused == start else self.reused
+
     def fill_from(self, source: KVCache) -> None:
         """Broadcast a batch-1 cache into every row of this one (beam search starts from one prefill)."""
+        self.reused = source.reused
         n = source.length
         for layer in range(self.layers):
             # Position p sits in slot p % capacity; a sliding layer's capacity is its window in both
@@ -311,7 +355,7 @@ class KVCache:
         return CacheStats(
             enabled=True, layers=self.layers, batch=self.batch, kv_heads=self.kv_heads, query_heads=self.query_heads,
             head_dim=self.head_dim, tokens=self.length, max_tokens=self.max_tokens, dtype=dtype_name(self.dtype),
-            element_size=self.element_size, windows=self._windows_tuple(),
+            element_size=self.element_size, windows=self._windows_tuple(), reused_tokens=self.reused,
         )
 
     def _windows_tuple(self) -> tuple[int | None, ...]:

@@ -42,11 +42,13 @@ def cache_growth(
     bytes_used: Sequence[int],
     allocated: Sequence[int],
     mha_equivalent: Sequence[int],
-    title: str | None = None, lang: str = "en",
+    title: str | None = None, lang: str = "en", reused: tuple[int, int] = (0, 0),
 ) -> go.Figure:
     """Cache bytes per step: used (grows linearly), allocated (static buffer), MHA equivalent.
 
-    The gap between 'used' and 'MHA equivalent' is what grouped KV heads (GQA / MQA) save.
+    The gap between 'used' and 'MHA equivalent' is what grouped KV heads (GQA / MQA) save. `reused`: (tokens,
+    bytes) of the cache restored from the server's prefix cache: a dotted line at those bytes, below it the
+    positions restored, above it those the run computed.
     """
     series = {"used": bytes_used, "allocated": allocated, "mha_equivalent": mha_equivalent}
     n = len(steps)
@@ -85,6 +87,10 @@ def cache_growth(
         ratio = float(mha_equivalent[-1]) / float(bytes_used[-1])
         fig.add_annotation(x=steps[-1], y=float(bytes_used[-1]) / size, text=_T(lang)["smaller"].format(ratio=ratio),
                            showarrow=True, arrowhead=2, ax=-60, ay=-30)
+    if n and reused[1] > 0:  # the prompt's beginning, restored: below the line restored, above it computed
+        fig.add_hline(y=reused[1] / size, line=dict(color="#31a354", dash="dot", width=2),
+                      annotation_text=_T(lang)["reused_line"].format(tokens=reused[0], size=format_bytes(reused[1])),
+                      annotation_position="bottom right")
     fig.update_xaxes(title_text=_T(lang)["step_axis"])
     fig.update_yaxes(title_text=_T(lang)["memory_axis"].format(unit=unit), rangemode="tozero")
     return finish(fig, _T(lang)["growth_title"] if title is None else title, height=420, legend=legend_below(420),

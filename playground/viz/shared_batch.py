@@ -114,4 +114,9 @@ def shared_batch_caption(d: Mapping[str, Any], lang: str = "en") -> str:
     if d["times"]:
         parts = [_T(lang)["time_part"].format(rows=r, ms=ms) for r, ms, _ in d["times"][:10]]
         text.append(_T(lang)["measured"].format(kept=d["kept"], times=" · ".join(parts)))
+    prompt, reused, requests = d.get("prefix") or (0, 0, 0)
+    if prompt:  # the prefix cache of this model's batch: its recent prompts' tokens restored, not computed
+        mine_prompt, mine_reused, _ = d.get("prefix_mine") or (0, 0, 0)
+        text.append(_T(lang)["prefix"].format(requests=requests, reused=reused, prompt=prompt,
+                                              rate=100.0 * reused / prompt, mine=mine_reused, mine_prompt=mine_prompt))
     return "\n\n".join(text)

@@ -251,3 +251,18 @@ def test_a_lab_fork_carries_its_edits_into_the_worker(lm, zero_gpu):
     zerogpu.install(None)
     assert_same_run(got, steps(served(plan(lm, [5, 9, 11], cfg))))
     assert [e.prob for e in got] != [e.prob for e in plain]  # the edits did apply in the worker
+
+
+def test_a_warm_worker_reuses_a_prompts_beginning(lm, gpu, zero_gpu):
+    """Prefix caching within the reused worker: the second run of one long prompt restores its full blocks
+    (the worker's own store: nothing of it comes back) and is bitwise the first run."""
+    text = "A warm worker keeps the keys and values of the prompts it has seen. " * 3
+    settings = UISettings(prompt=text, max_new_tokens=5)
+    runs = [served(page_plan(lm, settings)) for _ in range(2)]
+    assert all(run[-1].key == "zerogpu_used" for run in runs)  # both computed in the worker
+    first, second = steps(runs[0]), steps(runs[1])
+    n = len(page_plan(lm, settings).prompt_ids)
+    assert n > 64 and first[-1].cache["reused_tokens"] == 0
+    assert second[-1].cache["reused_tokens"] == (n - 1) // 32 * 32
+    assert [e.token_ids for e in second] == [e.token_ids for e in first]
+    assert [e.prob for e in second] == [e.prob for e in first]

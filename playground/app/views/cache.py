@@ -14,12 +14,14 @@ from playground.app.words import t
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run = ctx.run
     step = run.step(sel.step)
-    return {"step": step, "cache": dict(run.events[min(step, len(run.events) - 1)].cache),
-            "growth": describe.growth_series(run.events, run.step_number), "rerun": run.results.get("rerun")}
+    cache = dict(run.events[min(step, len(run.events) - 1)].cache)
+    return {"step": step, "cache": cache, "growth": describe.growth_series(run.events, run.step_number),
+            "rerun": run.results.get("rerun"), "reused": describe.reused_bytes(cache)}
 
 
 def draw(data: dict[str, Any], lang: str) -> Drawn:
-    return {"growth": Slot(viz.cache_growth(*data["growth"], lang=lang)), **rerun_slots(data["rerun"], lang)}
+    growth = viz.cache_growth(*data["growth"], lang=lang, reused=data.get("reused", (0, 0)))
+    return {"growth": Slot(growth), **rerun_slots(data["rerun"], lang)}
 
 
 def rerun_slots(result: Any, lang: str) -> Drawn:
