@@ -161,7 +161,7 @@ def test_a_guess_is_scored_by_the_layers_it_is_off_and_the_board_keeps_the_mean(
     assert lens_guess.score(5, None, 4) == 0 and lens_guess.score(0, None, 4) == -5  # "never" is layer L + 1
     words = lens_guess.html(state, "en")
     assert 'data-answer="1" data-guess="1" data-score="0"' in words
-    assert "Your board: 2 steps, mean score -1.00, exactly right 1 times." in words
+    assert "Your board: steps played 2 · mean score -1.00 · exactly right 1." in words
     zh = lens_guess.html(state, "zh")
     assert "lens 第一次把它排在第一是在第 1 层。你的猜测:第 1 层。得分:0。" in zh
     with pytest.raises(PlaygroundError):

@@ -129,7 +129,7 @@ def html(state: dict[str, Any] | None, lang: str = "en", error: str = "") -> str
     parts = [f'<div class="pg-lens-guess" data-step="{state["step"]}" data-revealed="{str(state["revealed"]).lower()}"'
              f' data-layers="{layers}">',
              f'<p class="pg-lens-head">{esc(t("acts_lens_head", lang, step=state["step"], blocks=layers))}</p>',
-             f'<div class="pg-lens-text">{esc(state["before"])}<span class="pg-lens-token">{token}</span></div>',
+             f'<div class="pg-lens-text"><div>{esc(state["before"])}<span class="pg-lens-token">{token}</span></div></div>',
              f'<p class="pg-lens-question">{esc(t("acts_lens_question", lang, token=shown(state["token"])))}</p>']
     if error:
         parts.append(f'<p class="pg-game-error">{esc(error)}</p>')

@@ -206,11 +206,15 @@ def tally(samples: Sequence[Sample], greedy: Sample, *, prompt: str, model: str,
 
 
 def _pct(p: float) -> str:
-    if p <= 0:
-        return "0%"
-    if p < 0.001:
-        return f"{100 * p:.1e}%"
-    return f"{100 * p:.1f}%"
+    """A probability for people: 12.3%, 0.042%, and below one in 100,000 just "<0.001%" (the exact number in the
+    row's data)."""
+    if p < 1e-5:
+        return "<0.001%"
+    return f"{100 * p:.1f}%" if p >= 0.001 else f"{100 * p:.3f}%"
+
+
+def _expected(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.01 else "<0.01"
 
 
 def _answer_text(text: str, lang: str) -> str:
@@ -244,7 +248,7 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
                      f'data-ids="{".".join(str(i) for i in a.token_ids)}"><td class="pg-samples-answer" '
                      f'title="{esc(t("acts_samples_seeds_title", lang, seeds=seeds))}">{_answer_text(a.text, lang)}{mark}</td>'
                      f'<td class="pg-bar"><span style="width:{100 * a.count / o.n:.1f}%"></span><em>{a.count} / {o.n}</em></td>'
-                     f'<td>{_pct(a.prob)}</td><td>{o.n * a.prob:.2f}</td></tr>')
+                     f'<td>{esc(_pct(a.prob))}</td><td>{esc(_expected(o.n * a.prob))}</td></tr>')
     parts.append("</tbody></table>")
     parts.append(f'<p class="pg-hint">{esc(t("acts_samples_explain", lang))}</p>')
     parts.append(f'<details class="pg-samples-seeds"><summary>{esc(t("acts_samples_seeds", lang, n=o.n))}</summary>'
