@@ -25,13 +25,13 @@ def build_many_samples(c: dict[str, Any], named, lang: str) -> None:
     with gr.Column(elem_id="many-samples", elem_classes=["pg-teacher-part"]):
         c["acts_samples_title_md"] = gr.Markdown(t("acts_samples_title", lang))
         c["acts_samples_intro_md"] = gr.Markdown(t("acts_samples_intro", lang), elem_classes=["pg-hint"])
+        # no bounds on the boxes: the activity says its own range in words (Gradio's would be an English pop-up)
         with gr.Row(equal_height=True, elem_id="samples-controls"):
-            named("samples_n", gr.Number(value=samples.DEFAULT_SAMPLES, precision=0, minimum=1,
-                                         maximum=samples.MAX_SAMPLES, min_width=110, label=t("acts_samples_n", lang),
-                                         elem_id="samples-n"), "acts_samples_n")
-            named("samples_guess", gr.Number(value=None, precision=0, minimum=1, maximum=samples.MAX_SAMPLES,
-                                             min_width=150, label=t("acts_samples_predict", lang),
-                                             elem_id="samples-guess"), "acts_samples_predict")
+            named("samples_n", gr.Number(value=samples.DEFAULT_SAMPLES, precision=0, min_width=110,
+                                         label=t("acts_samples_n", lang), elem_id="samples-n"), "acts_samples_n")
+            named("samples_guess", gr.Number(value=None, precision=0, min_width=150,
+                                             label=t("acts_samples_predict", lang), elem_id="samples-guess"),
+                  "acts_samples_predict")
             named("samples_run", gr.Button(t("acts_samples_run", lang), variant="primary", min_width=140,
                                            elem_id="samples-run-btn"), "acts_samples_run")
         c["samples_view"] = gr.HTML("", elem_id="many-samples-view", apply_default_css=False, js_on_load=None)

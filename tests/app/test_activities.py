@@ -87,7 +87,8 @@ def test_the_count_is_bounded_and_said_in_both_languages():
             samples.check_count(bad)
         assert error_line(err.value, "en", "samples") == "N must be a whole number from 1 to 50."
         assert error_line(err.value, "zh", "samples") == "N 必须是 1 到 50 之间的整数。"
-    assert samples.check_prediction("", 20) is None and samples.check_prediction(3, 20) == 3
+    assert samples.check_prediction("", 20) is None is samples.check_prediction(0, 20)  # an empty number box
+    assert samples.check_prediction(3, 20) == 3
     with pytest.raises(PlaygroundError):
         samples.check_prediction(21, 20)
 

@@ -117,8 +117,8 @@ def check_count(n: Any) -> int:
 
 
 def check_prediction(n: Any, samples: int) -> int | None:
-    """The visitor's prediction of how many different answers come (empty: none), within 1..samples."""
-    if n is None or n == "":
+    """The visitor's prediction of how many different answers come (empty or 0: none), within 1..samples."""
+    if n is None or n == "" or n == 0:
         return None
     try:
         value = float(n)
@@ -238,7 +238,7 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
     parts.append(f'<p class="pg-samples-greedy" data-logprob="{o.greedy.logprob:.6f}" data-count="{greedy_count}">'
                  f'{esc(t("acts_samples_greedy", lang, p=_pct(math.exp(o.greedy.logprob)), count=greedy_count, n=o.n))}'
                  f' <span class="pg-samples-answer">{_answer_text(o.greedy.text, lang)}</span></p>')
-    parts.append(f'<table class="pg-samples-table"><thead><tr><th>{esc(t("acts_samples_col_answer", lang))}</th>'
+    parts.append(f'<div class="pg-samples-scroll"><table class="pg-samples-table"><thead><tr><th>{esc(t("acts_samples_col_answer", lang))}</th>'
                  f'<th>{esc(t("acts_samples_col_count", lang))}</th><th>{esc(t("acts_samples_col_prob", lang))}</th>'
                  f'<th>{esc(t("acts_samples_col_expected", lang, n=o.n))}</th></tr></thead><tbody>')
     for a in o.answers:
@@ -249,7 +249,7 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
                      f'title="{esc(t("acts_samples_seeds_title", lang, seeds=seeds))}">{_answer_text(a.text, lang)}{mark}</td>'
                      f'<td class="pg-bar"><span style="width:{100 * a.count / o.n:.1f}%"></span><em>{a.count} / {o.n}</em></td>'
                      f'<td>{esc(_pct(a.prob))}</td><td>{esc(_expected(o.n * a.prob))}</td></tr>')
-    parts.append("</tbody></table>")
+    parts.append("</tbody></table></div>")
     parts.append(f'<p class="pg-hint">{esc(t("acts_samples_explain", lang))}</p>')
     parts.append(f'<details class="pg-samples-seeds"><summary>{esc(t("acts_samples_seeds", lang, n=o.n))}</summary>'
                  f'<code>{esc(", ".join(str(s) for s in o.seeds))}</code></details></div>')
