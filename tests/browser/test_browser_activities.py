@@ -86,9 +86,8 @@ def test_the_same_question_sampled_twenty_times_shows_the_core_s_answers_and_pro
 
 def test_a_count_past_the_bound_is_one_line_and_nothing_runs(page, server):
     lang = "zh" if page.size_name == "phone" else "en"
-    open_app(page, server, model="tiny-lm", lang=lang)
+    open_app(page, server, model="tiny-lm", prompt=PROMPT, max_new_tokens=2, lang=lang)
     open_tools(page, lang)
-    page.fill("#prompt textarea", PROMPT)
     page.fill("#samples-n input", "51")
     page.click("#samples-run-btn")
     wait_text(page, "#many-samples-view", "N must be a whole number from 1 to 50." if lang == "en"
