@@ -11,7 +11,6 @@ tab).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,7 +59,7 @@ class Activities:
             yield _note(error_line(exc, lang, "samples")), gr.skip()
             return
         seeds = samples.seeds_from(settings.seed, count) if settings.seed is not None else samples.draw_seeds(count)
-        stop = threading.Event()  # set when the page goes away: the samples left are not drawn
+        stop = session.begin_job()  # the page's Stop (or the tab closing) ends the samples before the next one
         drawn: list[samples.Sample] = []
         try:
             yield _note(t("acts_samples_running", lang, i=0, n=count)), gr.skip()
@@ -68,16 +67,21 @@ class Activities:
             for sample in samples.sample_many(lm, settings, seeds, owner=visitors.page(session.key), key=session.key,
                                               stop=stop):
                 drawn.append(sample)
-                if len(drawn) > 1:
+                if len(drawn) > 1 and not stop.is_set():
                     yield _note(t("acts_samples_running", lang, i=len(drawn) - 1, n=count)), gr.skip()
         except Exception as exc:  # noqa: BLE001 - one line where the table would be
-            yield _note(error_line(exc, lang, "samples")), None
-            return
+            if not stop.is_set() or len(drawn) < 2:
+                yield _note(error_line(exc, lang, "samples")), None
+                return
         finally:
-            stop.set()
+            session.end_job(stop)
+        if len(drawn) < 2:  # stopped before the first sample
+            yield _note(t("acts_samples_stopped", lang)), None
+            return
         outcome = samples.tally(drawn[1:], drawn[0], prompt=settings.prompt, model=settings.model,
                                 max_new_tokens=samples.sample_settings(settings, None).max_new_tokens, prediction=guess)
-        yield samples.html(outcome, lang), outcome.to_dict()
+        stopped = _note(t("acts_samples_stopped", lang)) if len(drawn) <= count else ""
+        yield stopped + samples.html(outcome, lang), outcome.to_dict()
 
     @staticmethod
     def samples_again(data: dict | None, lang: str) -> Any:

@@ -171,7 +171,7 @@ def one_sample(lm: Any, settings: UISettings, *, owner: str, key: str, stop: thr
         ids.append(int(event.token_id))
         logprob += math.log(max(float(event.prob), 1e-300))
         last = event
-    if last is None:
+    if last is None or not last.finished:  # stopped: a cut answer is no answer of the model's
         raise PlaygroundError(note("acts_samples_stopped"))
     return Sample(settings.seed if settings.mode == "sample" else None, tuple(ids), last.text, logprob,
                   last.finish_reason)
@@ -179,7 +179,8 @@ def one_sample(lm: Any, settings: UISettings, *, owner: str, key: str, stop: thr
 
 def sample_many(lm: Any, widgets: UISettings, seeds: Sequence[int], *, owner: str, key: str,
                 stop: threading.Event | None = None) -> Iterator[Sample]:
-    """The greedy answer, then one sample per seed, each as it finishes (stops early when `stop` is set)."""
+    """The greedy answer, then one sample per seed, each as it finishes. `stop` set: no further sample starts, and
+    one cut short raises PlaygroundError (only whole answers are counted)."""
     for seed in (None, *seeds):
         if stop is not None and stop.is_set():
             return
