@@ -21,6 +21,7 @@ from playground.app.notes import error_line
 from playground.app.session import Session, Sessions
 from playground.app.settings import WIDGETS, from_widgets
 from playground.app.words import t
+from playground.ui.activities import Activities, wire_activities
 from playground.ui.class_game import ClassGame, wire_game
 from playground.ui.lanes import GENERATE, Lanes
 from playground.ui.models import Models, session_key
@@ -55,6 +56,7 @@ class Teacher:
         self.sessions = sessions
         self.stream = stream
         self.game = ClassGame(models, sessions)
+        self.activities = Activities(models, sessions)  # "Is it a database?", "Which layer knows?"
 
     # --- the prompt's tokens --------------------------------------------------------------------------------
 
@@ -199,6 +201,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
             None, p.export_file, None, js=DOWNLOAD_JS, queue=False)
 
     wire_game(p, h.game, lang)
+    wire_activities(p, h.activities, lanes, settings_inputs)
     quiet_sign_in(p.demo, page.c.get("sign_in"))
     return [compared]
 

@@ -1,5 +1,6 @@
 """The teacher's tools on the page (components only; events in `playground.ui.teacher`): the prompt's tokens under
-the prompt box, and the Class tools tab: temperature side by side, the "guess the next token" game, export a run.
+the prompt box, and the Class tools tab: temperature side by side, the "guess the next token" game, the activities
+(`playground.ui.activities_layout`), export a run.
 
 Each part is one self-contained block (its own elem_id: `#prompt-tokens`, `#temperature-compare`, `#game`,
 `#export-run`) so the page's sections can move them as they are.
@@ -18,6 +19,7 @@ from playground.app.settings import RANGES
 from playground.app.side_by_side import TEMPERATURES
 from playground.app.words import t
 from playground.hosting import zero_gpu
+from playground.ui.activities_layout import build_activities
 
 # Markdown blocks of the tab, relabelled by the language switch (component name -> locale key).
 TEACHER_TEXTS = {"gpu_md": "zerogpu_signin_md", "gpu_link_md": "zerogpu_signin_link", "sbs_title_md": "sbs_title", "sbs_intro_md": "sbs_intro", "game_title_md": "game_title",
@@ -60,6 +62,7 @@ def build_teacher_tab(c: dict[str, Any], named, lang: str) -> None:
         c["tab_teacher"] = tab
         build_side_by_side(c, named, lang)
         build_game(c, named, lang)
+        build_activities(c, named, lang)  # "Is it a database?" (#many-samples), "Which layer knows?" (#lens-guess)
         build_export(c, named, lang)
 
 
