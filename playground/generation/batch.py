@@ -118,6 +118,11 @@ class _BatchedModel:
             feed = self._feed(cache, input_ids)
         if cache is not None and self._chunks(recorder, last_only):
             input_ids = _fill(scheduler, input_ids, cache, feed)
+        if feed is not None and recorder is None and last_only:
+            # Nothing recorded of the last pass (scripts, the CLI): the whole prompt may come from the store. The
+            # page's runs record the last position's residual stream (and attention row) at step 0, which a tail
+            # does not hold: they restore full blocks only and run their last chunk.
+            return _last(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
         return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
 
@@ -185,6 +190,21 @@ def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache,
             if feed is not None:
                 feed.keep(cache)
     return input_ids
+
+
+def _last(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed) -> torch.Tensor:
+    """The prompt's last chunk: restored from the store's tail with the logits its pass gave (no pass at all), or
+    waited for (another live run computes it now) or computed, then kept as a tail."""
+    said = feed.last(cache, input_ids[0].tolist())
+    while said == "wait":
+        scheduler.switch(_WAIT)
+        said = feed.last(cache, input_ids[0].tolist())
+    if said == "restored":
+        assert feed.logits is not None
+        return feed.logits
+    logits = scheduler.switch(Segment(input_ids, cache, None, cache.length, "last"))
+    feed.keep_last(cache, logits)
+    return logits
 
 
 def _in_turns(
