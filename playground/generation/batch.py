@@ -556,12 +556,18 @@ class Scheduler:
             for t, e in zip(tickets, entries):
                 settled.append(e._replace(joined=not t.seen, left=t.done))
                 t.seen = True
-                if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
-                    t.prefill_noted = True
-                    self.history.note_prefill(t.tag, len(t.plan.prompt_ids), t.cached_tokens)
+                self._note_prefill(t)
             passes.append(Pass(weight_bytes, tuple(settled)))
+        for t, _ in self._ending:  # a run restored whole that ended with its first token took no pass at all
+            self._note_prefill(t)
         self._passes = []
         self.history.record(seconds, tuple(passes))
+
+    def _note_prefill(self, t: Ticket) -> None:
+        if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
+            t.prefill_noted = True
+            prompt = len(t.plan.prompt_ids)  # a branch's forced tokens follow it and may be restored with it
+            self.history.note_prefill(t.tag, prompt, min(t.cached_tokens, prompt))
 
     def _step(self) -> None:
         self._admit()

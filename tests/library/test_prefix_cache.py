@@ -142,6 +142,23 @@ def test_six_visitors_with_one_prompt_compute_it_once(llama, one_thread):
     assert store.held() == (4, 3 * _block_bytes(lm) + _tail_bytes(lm, 7))
 
 
+def test_a_run_restored_whole_that_ends_at_its_first_token_is_in_the_history(llama, one_thread):
+    """Restored whole, a one-token run takes no pass at all: its prompt is still counted in the batch's hits."""
+    lm = playground.load_model(llama)
+    prompt = _prompt(lm, 9)
+    cfg = GenerationConfig(max_new_tokens=1)
+    store = PrefixStore(BIG)
+    scheduler = Scheduler(lm, prefix=store)
+    tickets = []
+    for _ in range(2):
+        tickets.append(scheduler.submit(plan(lm, prompt, cfg)))
+        while scheduler.busy():
+            scheduler.step()
+    first, again = (t.drain() for t in tickets)
+    _bitwise(again, first)
+    assert _reused(again) == 9 and scheduler.history.prefix_hits() == (18, 9, 2)
+
+
 def test_least_recently_used_blocks_go_first_within_the_budget(llama, one_thread):
     lm = playground.load_model(llama)
     size = _block_bytes(lm)
