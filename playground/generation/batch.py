@@ -119,7 +119,7 @@ class _BatchedModel:
         if cache is not None and self._chunks(recorder, last_only):
             input_ids = _fill(scheduler, input_ids, cache, feed)
         if feed is not None and recorder is None and last_only:
-            # Nothing recorded of the last pass (scripts, the CLI): the whole prompt may come from the store. The
+            # Nothing recorded of the last pass (a script's run): the whole prompt may come from the store. The
             # page's runs record the last position's residual stream (and attention row) at step 0, which a tail
             # does not hold: they restore full blocks only and run their last chunk.
             return _last(scheduler, input_ids, cache, feed)
