@@ -94,15 +94,17 @@ def test_no_block_crosses_an_upload_or_a_dtype(server, folder):
     assert again["usage"]["cached_tokens"] == 225
 
 
-def test_six_visitors_at_once_read_one_prompt_at_most_twice(server, folder):
+@pytest.mark.parametrize("length", [7, 225])
+def test_six_visitors_at_once_read_one_prompt_at_most_twice(server, folder, length):
     lm = load_model(folder)
     lookup = lambda name, dtype, owner: lm  # noqa: E731
-    alone = _ask(lookup, visitor="alone")
+    text = TEXT[:length]
+    alone = _ask(lookup, text, visitor="alone")
     store = server._prefixes[lm.model]
     store.clear()  # an empty store: the six arrive to nothing cached
     hits, misses = store.hits, store.misses
     answers: dict[int, dict] = {}
-    threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, _ask(lookup, visitor=f"v{i}")))
+    threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, _ask(lookup, text, visitor=f"v{i}")))
                for i in range(6)]
     for t in threads:
         t.start()
@@ -110,9 +112,10 @@ def test_six_visitors_at_once_read_one_prompt_at_most_twice(server, folder):
         t.join(120)
     assert sorted(answers) == list(range(6))
     assert all(a["token_ids"] == alone["token_ids"] for a in answers.values())
-    computed = sum(225 - a["usage"]["cached_tokens"] for a in answers.values())
-    assert computed <= 2 * 225  # the prompt's blocks computed once or twice, not six times
-    assert store.misses - misses <= 2 * 8 and store.hits - hits >= 4 * 8  # 7 blocks and the tail
+    computed = sum(length - a["usage"]["cached_tokens"] for a in answers.values())
+    assert computed <= 2 * length  # the prompt computed once or twice, not six times
+    entries = (length - 1) // BLOCK + 1  # its blocks and its tail
+    assert store.misses - misses <= 2 * entries and store.hits - hits >= 4 * entries
 
 
 def test_the_holdings_line_counts_the_prefix_blocks(server, folder):

@@ -124,9 +124,10 @@ def _tail_bytes(lm, tokens: int) -> int:
     return _block_bytes(lm) * tokens // BLOCK + lm.config.vocab_size * 4
 
 
-def test_six_visitors_with_one_prompt_compute_it_once(llama, one_thread):
+@pytest.mark.parametrize("blocks", [3, 0], ids=["3-blocks-and-a-tail", "a-tail-only"])
+def test_six_visitors_with_one_prompt_compute_it_once(llama, one_thread, blocks):
     lm = playground.load_model(llama)
-    prompt = _prompt(lm, 3 * BLOCK + 7)
+    prompt = _prompt(lm, blocks * BLOCK + 7)
     cfg = GenerationConfig(max_new_tokens=5)
     fresh = run_alone(plan(lm, prompt, cfg), invariant=True)
     store = PrefixStore(BIG)
@@ -137,9 +138,9 @@ def test_six_visitors_with_one_prompt_compute_it_once(llama, one_thread):
     for ticket in tickets:
         _bitwise(ticket.drain(), fresh)
     # each block and the tail computed once, restored five times (the five skip the prompt's pass altogether)
-    assert store.misses == 4 and store.hits == 5 * 4
-    assert sorted(t.cached_tokens for t in tickets) == [0] + [3 * BLOCK + 7] * 5
-    assert store.held() == (4, 3 * _block_bytes(lm) + _tail_bytes(lm, 7))
+    assert store.misses == blocks + 1 and store.hits == 5 * (blocks + 1)
+    assert sorted(t.cached_tokens for t in tickets) == [0] + [blocks * BLOCK + 7] * 5
+    assert store.held() == (blocks + 1, blocks * _block_bytes(lm) + _tail_bytes(lm, 7))
 
 
 def test_a_run_restored_whole_that_ends_at_its_first_token_is_in_the_history(llama, one_thread):
