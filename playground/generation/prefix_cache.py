@@ -4,6 +4,7 @@
     key = store.key(parent_key, block_ids)             # a hash chain: a block's key names every token before it
     block = store.get(key, block_ids)                  # or None; a hit is the most recently used
     store.put(key, parent_key, Block(block_ids, parent_key, keys, values))
+    tail = store.tail_key(parent_key, last_ids, cache.rings)  # a prompt's last chunk: Block(..., logits=first_logits)
 
 A prompt is cut into blocks of `BLOCK` tokens at the positions the shared batch cuts its chunked prefill
 (`generation.batch.CHUNK` is `BLOCK`), so a block's keys and values are exactly what a fresh run's own chunk
@@ -165,7 +166,7 @@ class PrefixStore:
         return self.hits / looked if looked else None
 
 
-WAIT_STEPS = 4  # a run waits at most this many steps in a row for a block another run is computing
+WAIT_STEPS = 4  # a run waits at most this many steps in a row for a block (or tail) another run is computing
 
 
 class Feed:
