@@ -374,5 +374,7 @@ def usage(p: Plan, last: Any) -> dict[str, int]:
     """OpenAI-style token counts of a finished run: the prompt's tokens, those of them whose keys and values came
     from the server's prefix cache (not computed by this run), and the tokens generated."""
     cached = int(last.cache.get("reused_tokens", 0)) if last is not None else 0
+    # a branch's forced tokens follow the prompt in its decoder stream and may be restored with it: not prompt tokens
+    cached = min(cached, len(p.prompt_ids))
     return {"prompt_tokens": len(p.prompt_ids), "cached_tokens": cached,
             "completion_tokens": len(last.token_ids) if last is not None else 0}

@@ -226,7 +226,8 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
 
 def _through_batch(p: Plan, store: Any) -> Iterator[StepEvent]:
     """The run's events through a scheduler of its own with the worker's prefix store: the prompt fed in the
-    batch's chunks, its full blocks restored when an earlier run in this worker computed them."""
+    batch's chunks, its full blocks restored when an earlier run in this worker computed them (and a script's
+    run, which records nothing of its last prompt position, the whole prompt when it was sent before)."""
     from playground.generation.batch import Scheduler
 
     scheduler = Scheduler(p.lm, prefix=store)

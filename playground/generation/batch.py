@@ -118,6 +118,11 @@ class _BatchedModel:
             feed = self._feed(cache, input_ids)
         if cache is not None and self._chunks(recorder, last_only):
             input_ids = _fill(scheduler, input_ids, cache, feed)
+        if feed is not None and recorder is None and last_only:
+            # Nothing recorded of the last pass (a script's run): the whole prompt may come from the store. The
+            # page's runs record the last position's residual stream (and attention row) at step 0, which a tail
+            # does not hold: they restore full blocks only and run their last chunk.
+            return _last(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
         return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
 
@@ -185,6 +190,21 @@ def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache,
             if feed is not None:
                 feed.keep(cache)
     return input_ids
+
+
+def _last(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed) -> torch.Tensor:
+    """The prompt's last chunk: restored from the store's tail with the logits its pass gave (no pass at all), or
+    waited for (another live run computes it now) or computed, then kept as a tail."""
+    said = feed.last(cache, input_ids[0].tolist())
+    while said == "wait":
+        scheduler.switch(_WAIT)
+        said = feed.last(cache, input_ids[0].tolist())
+    if said == "restored":
+        assert feed.logits is not None
+        return feed.logits
+    logits = scheduler.switch(Segment(input_ids, cache, None, cache.length, "last"))
+    feed.keep_last(cache, logits)
+    return logits
 
 
 def _in_turns(
@@ -536,12 +556,18 @@ class Scheduler:
             for t, e in zip(tickets, entries):
                 settled.append(e._replace(joined=not t.seen, left=t.done))
                 t.seen = True
-                if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
-                    t.prefill_noted = True
-                    self.history.note_prefill(t.tag, len(t.plan.prompt_ids), t.cached_tokens)
+                self._note_prefill(t)
             passes.append(Pass(weight_bytes, tuple(settled)))
+        for t, _ in self._ending:  # a run restored whole that ended with its first token took no pass at all
+            self._note_prefill(t)
         self._passes = []
         self.history.record(seconds, tuple(passes))
+
+    def _note_prefill(self, t: Ticket) -> None:
+        if t.first_event and not t.prefill_noted:  # its prompt is in: what the prefix store gave it
+            t.prefill_noted = True
+            prompt = len(t.plan.prompt_ids)  # a branch's forced tokens follow it and may be restored with it
+            self.history.note_prefill(t.tag, prompt, min(t.cached_tokens, prompt))
 
     def _step(self) -> None:
         self._admit()

@@ -555,7 +555,7 @@ def decode(
 def _prefill(p: Any, ids: torch.Tensor, cache: KVCache, recorder: Any) -> torch.Tensor:
     """The prompt's pass: in the batch's chunks through its prefix store where the plan has one and nothing
     changes keys and values (no edits; the captured step's runs have no KV policy) and only the last position
-    is recorded; else one pass."""
+    is recorded (a run that records nothing may restore the whole prompt, its first logits too); else one pass."""
     model, cfg = p.lm.model, p.cfg
     if (p.prefix is None or cfg.interventions or cfg.capture_prompt_attention
             or model.reencodes_at(0, cache.max_tokens)):

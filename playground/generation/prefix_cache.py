@@ -4,19 +4,29 @@
     key = store.key(parent_key, block_ids)             # a hash chain: a block's key names every token before it
     block = store.get(key, block_ids)                  # or None; a hit is the most recently used
     store.put(key, parent_key, Block(block_ids, parent_key, keys, values))
+    tail = store.tail_key(parent_key, last_ids, cache.rings)  # a prompt's last chunk: Block(..., logits=first_logits)
 
 A prompt is cut into blocks of `BLOCK` tokens at the positions the shared batch cuts its chunked prefill
 (`generation.batch.CHUNK` is `BLOCK`), so a block's keys and values are exactly what a fresh run's own chunk
 writes: restoring blocks, then computing the rest chunk by chunk, is the fresh run's computation, bitwise
-(the same pass shapes, the same cached inputs). A block is stored only once the pass that wrote it is done,
-and only full blocks before the prompt's last chunk are kept (the last chunk's pass gives the logits, so it
-always runs). One store serves one model object: a precision copy, a dtype, an upload are other objects with
+(the same pass shapes, the same cached inputs). A block is stored only once the pass that wrote it is done.
+
+The prompt's last chunk (1 to `BLOCK` tokens) is kept too, as a *tail*: its keys and values and the logits its
+pass returned (what the first token is chosen from), named by the chain before it, its own ids and the cache's
+ring layers (a sliding layer stored as a ring attends through another call). A run whose whole prompt is held
+restores every block and the tail and skips the prompt's pass: its first token comes from the stored logits
+through its own sampler, so a prompt of any length sent again is reused whole, bitwise. A tail is never a block
+of a longer prompt: that prompt's fresh run feeds those positions in a full chunk (another pass shape, so other
+last bits), so a longer prompt reuses the shorter one's full blocks only. Only runs that record nothing of the
+last pass read or write tails (a run that records it needs that pass's captures, which a tail does not hold).
+One store serves one model object: a precision copy, a dtype, an upload are other objects with
 stores of their own; runs whose passes change keys and values (edits, a KV policy or RoPE table of their own)
 never read or write one (the batch sends them through turns of their own).
 
 Blocks are evicted least recently used under the store's byte budget; a block goes with the blocks after it
 (their keys name it: without it they can never be reached), and a block never evicts its own beginning (a
-prompt longer than the budget keeps its first blocks).
+prompt longer than the budget keeps its first blocks); a tail goes with its last block and counts in the
+budget like one.
 """
 
 from __future__ import annotations
@@ -43,17 +53,20 @@ ROOT = b""  # the parent key of a prompt's first block
 
 @dataclasses.dataclass
 class Block:
-    """One block's token ids and, per layer, the keys and values (h_kv, n, d) its chunk left in the cache."""
+    """One block's token ids and, per layer, the keys and values (h_kv, n, d) its chunk left in the cache; a tail
+    (a prompt's last chunk) also holds the logits its pass returned."""
 
     ids: tuple[int, ...]
     parent: bytes
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     children: set[bytes] = dataclasses.field(default_factory=set)
+    logits: torch.Tensor | None = None  # a tail's: what the last chunk's pass returned (the first token's scores)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+        extra = (self.logits,) if self.logits is not None else ()
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values, *extra))
 
 
 class PrefixStore:
@@ -74,6 +87,13 @@ class PrefixStore:
     def key(parent: bytes, ids: Sequence[int]) -> bytes:
         """The block's name: its parent's and its own token ids (so, every token from the prompt's start)."""
         return hashlib.blake2b(parent + array("q", ids).tobytes(), digest_size=16).digest()
+
+    @staticmethod
+    def tail_key(parent: bytes, ids: Sequence[int], rings: Sequence[bool]) -> bytes:
+        """A prompt's last chunk's name: the chain before it, its ids and which layers the cache keeps as rings
+        (a ring layer's pass attends through another call, so its logits may differ in the last bits)."""
+        data = b"tail" + parent + array("q", ids).tobytes() + bytes(rings)
+        return hashlib.blake2b(data, digest_size=16).digest()
 
     def get(self, key: bytes, ids: Sequence[int]) -> Block | None:
         block = self._blocks.get(key)
@@ -137,27 +157,29 @@ class PrefixStore:
         self.bytes = 0
 
     def held(self) -> tuple[int, int]:
-        """(blocks, bytes) held now."""
+        """(blocks and tails, bytes) held now."""
         return len(self._blocks), self.bytes
 
     def hit_rate(self) -> float | None:
-        """Blocks restored over blocks looked for (None before any)."""
+        """Blocks and tails restored over those looked for (None before any)."""
         looked = self.hits + self.misses
         return self.hits / looked if looked else None
 
 
-WAIT_STEPS = 4  # a run waits at most this many steps in a row for a block another run is computing
+WAIT_STEPS = 4  # a run waits at most this many steps in a row for a block (or tail) another run is computing
 
 
 class Feed:
     """One prefill's walk along the chain of its prompt's blocks: restore each block held, compute the others
     (and keep them), wait a step for one that another live run is computing right now (so a class sending one
-    prompt at once computes it once, not once per visitor). `reused` counts the tokens restored."""
+    prompt at once computes it once, not once per visitor); then the same for the last chunk's tail (`last`).
+    `reused` counts the tokens restored; `logits` is a restored tail's."""
 
     def __init__(self, store: PrefixStore, run: Computing) -> None:
         self.store, self.run = store, run
         self.parent = ROOT
         self.reused = 0
+        self.logits: torch.Tensor | None = None
         self._waited = 0
         self._next: tuple[bytes, tuple[int, ...]] | None = None
 
@@ -165,12 +187,21 @@ class Feed:
         """For the block `ids` at the cache's end: "restored" (now in the cache), "wait" (ask again next step;
         never without `wait`) or "compute" (the caller runs the chunk, then calls `keep`)."""
         ids = tuple(ids)
-        key = self.store.key(self.parent, ids)
-        block = self.store.get(key, ids)
-        if block is not None:
+        return self._walk(cache, self.store.key(self.parent, ids), ids, wait)
+
+    def last(self, cache: KVCache, ids: Sequence[int], *, wait: bool = True) -> str:
+        """`next` for the prompt's last chunk `ids`: "restored" puts it in the cache and its pass's logits in
+        `logits` (the pass is skipped); after "compute" the caller runs the pass, then calls `keep_last`."""
+        ids = tuple(ids)
+        return self._walk(cache, self.store.tail_key(self.parent, ids, cache.rings), ids, wait)
+
+    def _walk(self, cache: KVCache, key: bytes, ids: tuple[int, ...], wait: bool) -> str:
+        entry = self.store.get(key, ids)
+        if entry is not None:
             start = cache.length
-            cache.write_span(start, start + len(ids), block.keys, block.values)
+            cache.write_span(start, start + len(ids), entry.keys, entry.values)
             self.parent, self.reused, self._waited = key, self.reused + len(ids), 0
+            self.logits = entry.logits.clone() if entry.logits is not None else None  # the store's copy stays
             return "restored"
         if wait and self.store.computing(key) and self._waited < WAIT_STEPS:
             self._waited += 1
@@ -181,11 +212,18 @@ class Feed:
 
     def keep(self, cache: KVCache) -> None:
         """The block just computed (the cache's last `BLOCK` positions) joins the store."""
-        assert self._next is not None, "keep() follows a next() that said compute"
+        self._keep(cache, None)
+
+    def keep_last(self, cache: KVCache, logits: torch.Tensor) -> None:
+        """The last chunk just computed joins the store as a tail, with the logits its pass returned."""
+        self._keep(cache, logits.clone())  # a copy: the pass's output may be a view the run goes on to use
+
+    def _keep(self, cache: KVCache, logits: torch.Tensor | None) -> None:
+        assert self._next is not None, "keeping follows a next() or last() that said compute"
         key, ids = self._next
         end = cache.length
         keys, values = cache.read_span(end - len(ids), end)
-        self.store.put(key, self.parent, Block(ids, self.parent, keys, values))
+        self.store.put(key, self.parent, Block(ids, self.parent, keys, values, logits=logits))
         self.parent, self._next = key, None
 
 
@@ -198,11 +236,19 @@ class Alone:
 
 def prefill(model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, recorder: Any, feed: Feed) -> torch.Tensor:
     """A whole prompt `ids` (1, T) into an empty `cache` in one turn, as the batch feeds it: every full block
-    before the last chunk restored or computed (and kept), then the last chunk's pass, which records and
-    returns the logits (1, t, V)."""
+    before the last chunk restored or computed (and kept), then the last chunk: restored with its logits where
+    nothing is recorded and the store holds the whole prompt, else its pass, which records and returns the
+    logits (1, t, V) (kept as a tail when nothing was recorded)."""
     while ids.shape[1] > BLOCK:
         chunk, ids = ids[:, :BLOCK], ids[:, BLOCK:]
         if feed.next(cache, chunk[0].tolist(), wait=False) == "compute":
             model(chunk, cache, None, last_only=True)
             feed.keep(cache)
-    return model(ids, cache, recorder, last_only=True)
+    if recorder is not None:  # the pass's captures are the run's own: a tail holds none
+        return model(ids, cache, recorder, last_only=True)
+    if feed.last(cache, ids[0].tolist(), wait=False) == "restored":
+        assert feed.logits is not None
+        return feed.logits
+    logits = model(ids, cache, None, last_only=True)
+    feed.keep_last(cache, logits)
+    return logits

@@ -255,7 +255,9 @@ def test_a_lab_fork_carries_its_edits_into_the_worker(lm, zero_gpu):
 
 def test_a_warm_worker_reuses_a_prompts_beginning(lm, gpu, zero_gpu):
     """Prefix caching within the reused worker: the second run of one long prompt restores its full blocks
-    (the worker's own store: nothing of it comes back) and is bitwise the first run."""
+    (the worker's own store: nothing of it comes back) and is bitwise the first run. The page's runs record the
+    last prompt position, so they restore full blocks only; a script's run (nothing recorded) restores the whole
+    prompt, its first logits too."""
     text = "A warm worker keeps the keys and values of the prompts it has seen. " * 3
     settings = UISettings(prompt=text, max_new_tokens=5)
     runs = [served(page_plan(lm, settings)) for _ in range(2)]
@@ -266,3 +268,10 @@ def test_a_warm_worker_reuses_a_prompts_beginning(lm, gpu, zero_gpu):
     assert second[-1].cache["reused_tokens"] == (n - 1) // 32 * 32
     assert [e.token_ids for e in second] == [e.token_ids for e in first]
     assert [e.prob for e in second] == [e.prob for e in first]
+    script = [served(start_run(Session(), lm, settings, captures=False)[1]) for _ in range(2)]
+    assert all(run[-1].key == "zerogpu_used" for run in script)
+    fresh, again = steps(script[0]), steps(script[1])
+    assert fresh[-1].cache["reused_tokens"] == (n - 1) // 32 * 32  # the page's runs left its blocks, no tail
+    assert again[-1].cache["reused_tokens"] == n
+    assert [e.token_ids for e in again] == [e.token_ids for e in fresh] == [e.token_ids for e in first]
+    assert [e.prob for e in again] == [e.prob for e in fresh]

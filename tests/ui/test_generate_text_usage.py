@@ -1,5 +1,6 @@
 """`/generate_text` answers with `usage` through a served app and a real `gradio_client` (issue 45, part 2): the same
-prompt sent twice, the second answer's prompt tokens restored from the server's prefix cache, the same tokens."""
+prompt of any length sent twice, the second answer's prompt tokens all restored from the server's prefix cache (its
+blocks and its tail, with the first token's logits), the same tokens, greedy or sampled with a seed."""
 
 from __future__ import annotations
 
@@ -18,8 +19,17 @@ def client(tmp_path_factory):
         yield c
 
 
-def test_the_same_prompt_twice_says_what_was_reused(client):
-    first, second = (client.predict("tiny-lm", PROMPT, "max_new_tokens=5", api_name="/generate_text") for _ in range(2))
-    assert first["usage"] == {"prompt_tokens": 225, "cached_tokens": 0, "completion_tokens": 5}
-    assert second["usage"] == {"prompt_tokens": 225, "cached_tokens": 224, "completion_tokens": 5}
-    assert second["token_ids"] == first["token_ids"] and len(first["token_ids"]) == 5
+GREEDY, SAMPLED = "max_new_tokens=5", "max_new_tokens=6&mode=sample&temperature=0.9&seed=11"
+
+
+# The app (and its prefix store) serves every case: each prompt starts with a character of its own, so no case
+# finds another's blocks and each first answer is a fresh run's.
+@pytest.mark.parametrize(("first_char", "length", "query"), [
+    ("a", 7, GREEDY), ("b", 40, GREEDY), ("c", 225, GREEDY), ("d", 7, SAMPLED), ("e", 40, SAMPLED), ("f", 225, SAMPLED),
+])
+def test_the_same_prompt_twice_says_what_was_reused(client, first_char, length, query):
+    prompt = (first_char + PROMPT)[:length]
+    first, second = (client.predict("tiny-lm", prompt, query, api_name="/generate_text") for _ in range(2))
+    assert first["usage"]["prompt_tokens"] == length and first["usage"]["cached_tokens"] == 0
+    assert second["usage"] == {**first["usage"], "cached_tokens": length}
+    assert second["token_ids"] == first["token_ids"] and len(first["token_ids"]) == first["usage"]["completion_tokens"]
