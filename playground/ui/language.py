@@ -10,8 +10,9 @@ import gradio as gr
 from playground.app import describe
 from playground.app.session import Sessions
 from playground.app.words import t
-from playground.ui.layout import Page, view_choices
+from playground.ui.layout import Page
 from playground.ui.models import session_key
+from playground.ui.panel_tabs import view_choices
 
 
 def relabelled(page: Page) -> list[Any]:

@@ -31,7 +31,8 @@ from playground.generation.speculative import check_draft
 from playground.loaded import LoadedModel
 from playground.notes import Note
 from playground.ui.gradio_internals import request_visitor
-from playground.ui.layout import empty_live_value, view_choices
+from playground.ui.layout import empty_live_value
+from playground.ui.panel_tabs import view_choices
 
 log = logging.getLogger("playground.ui")
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}

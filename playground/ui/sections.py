@@ -1,6 +1,6 @@
 """The deep views' sections: a few named groups a newcomer can read (Watch · Look inside · Experiment · The machine ·
 Class tools), each one click away, each holding its views as tabs of its own. Only which view sits where; the
-views themselves are built by `playground.ui.layout`, `playground.ui.experiment_tabs` and
+views themselves are built by `playground.ui.panel_tabs`, `playground.ui.experiment_tabs` and
 `playground.ui.teacher_layout`.
 
 Both tab rows wrap instead of hiding tabs behind Gradio's "⋯" menu, so every section and every tab of the open

@@ -751,7 +751,7 @@ def _english_phrases() -> set[str]:
 def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     import plotly.graph_objects as go
 
-    from playground.ui.layout import LESSONS
+    from playground.ui.panel_tabs import LESSONS
 
     key = "zh-panels"
     h.models.load("tiny-lm", "float32", "zh", request(key))
