@@ -141,3 +141,21 @@ def test_a_press_that_cannot_run_says_why_under_its_button(h, lang):  # noqa: F8
     assert len(refused) == 1 and refused[0][3] == inert(t("spec_choose", lang))
     kept = h.experiments.fork_lines(request(session))
     assert all(v == "" for v in kept[::2])  # a plain run on screen: no lab has anything to keep
+
+
+@pytest.mark.parametrize("name", ["tiny-lm", "tiny-seq2seq"])
+def test_loading_a_model_fits_the_layer_and_head_sliders_before_any_run(h, name):  # noqa: F811
+    """Before the first run, the All heads tab's and the labs' layer and head sliders read the model's range
+    (before, 0–1 until a view was drawn for a run)."""
+    from playground.app import views
+    from playground.ui.models import LOAD_SLOTS
+
+    session = f"fit-{name}"
+    out = h.models.load(name, "float32", "en", request(session))
+    assert h.sessions.get(session).current is None  # no run yet
+    config = h.models.model_for(name, "float32", session).config
+    tops = {n: u["maximum"] for n, u in out.items() if isinstance(u, dict) and "maximum" in u}
+    assert tops["att_layer"] == tops["lab_layer"] == tops["lab_steer_layer"] == tops["lab_patch_layer"] == max(
+        1, config.n_layers - 1)
+    assert tops["att_head"] == tops["lab_head"] == max(1, config.n_heads - 1)
+    assert set(tops) == set(views.model_sliders()) and set(tops) <= set(LOAD_SLOTS)

@@ -1,0 +1,36 @@
+"""In real Chromium at 1440×900 and 400×850, in English and 中文: the page fits itself to the model and the run on
+screen — the layer and head sliders read the model's range before any run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import test_browser as base
+from tests.browser.test_browser import decoder_name, open_app, open_tab
+
+pytestmark = pytest.mark.browser
+server, browser, page = base.server, base.browser, base.page
+LANGS = ("en", "zh")
+
+
+def slider_top(pg, selector: str) -> int:
+    pg.wait_for_selector(f"{selector} input[type=range]", state="attached")
+    return int(float(pg.get_attribute(f"{selector} input[type=range]", "max")))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_layer_and_head_sliders_read_the_models_range_before_any_run(page, server, lang):
+    from playground import load_model
+    from playground.app.words import t
+
+    config = load_model(base.REPO / "weights" / decoder_name(), device="cpu", dtype="float32").config
+    open_app(page, server, model=decoder_name(), lang=lang)
+    assert page.locator("#token-stream [data-step]").count() == 0  # no run yet
+    open_tab(page, t("tab_attention", lang))
+    page.wait_for_function("(n) => document.querySelector('#att-layer input[type=range]')?.max === String(n)",
+                           arg=config.n_layers - 1)
+    assert slider_top(page, "#att-head") == config.n_heads - 1
+    open_tab(page, t("tab_lab", lang))
+    assert slider_top(page, "#lab-layer") == config.n_layers - 1
+    assert slider_top(page, "#lab-head") == config.n_heads - 1
+    assert config.n_layers - 1 > 1 and config.n_heads - 1 > 1  # a range the old 0–1 did not have
