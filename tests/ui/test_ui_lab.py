@@ -159,3 +159,27 @@ def test_loading_a_model_fits_the_layer_and_head_sliders_before_any_run(h, name)
         1, config.n_layers - 1)
     assert tops["att_head"] == tops["lab_head"] == max(1, config.n_heads - 1)
     assert set(tops) == set(views.model_sliders()) and set(tops) <= set(LOAD_SLOTS)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_after_a_fork_the_open_labs_words_name_the_new_run_at_once(h, lang):  # noqa: F811
+    """After a fork (or any run), before the lab's redraw (queued behind model work on a busy machine), its words
+    say it reads the new run, and nothing of the previous run stays: before, they named the previous run for
+    15–47 s on a busy machine."""
+    from playground.app.words import t
+
+    session_name = f"reading-{lang}"
+    _, original = run(h, SETTINGS, session_name)
+    session = h.sessions.get(session_name)
+    session.lang = lang
+    drawn = lab_panels(h, session_name)
+    assert t("lab_reads", lang, n=original.number, step=10) in drawn["key_md"]["value"]  # run 1's words
+    press(h, "lab_ablate_head", session_name, lab_layer=1, lab_head=3)
+    fork = session.current
+    said = h.views.reading(request(session_name))
+    texts = {k: u["value"] for k, u in said.items() if isinstance(u, dict) and isinstance(u.get("value"), str)}
+    assert texts["lab_md"] == t("view_pending", lang, n=fork.number)
+    assert all(str(original.number) not in v for v in texts.values()), texts  # no word of run 1 left
+    assert said["lab_attr"]["visible"] is False and said["lab_div"]["visible"] is False
+    session.deep_tab = "none"  # Class tools open: no view to name it in
+    assert h.views.reading(request(session_name)) == {}
