@@ -34,3 +34,36 @@ def test_the_layer_and_head_sliders_read_the_models_range_before_any_run(page, s
     assert slider_top(page, "#lab-layer") == config.n_layers - 1
     assert slider_top(page, "#lab-head") == config.n_heads - 1
     assert config.n_layers - 1 > 1 and config.n_heads - 1 > 1  # a range the old 0–1 did not have
+
+
+def shown_count(pg, selector: str) -> int:
+    return pg.eval_on_selector_all(selector, "els => els.filter(e => e.getClientRects().length > 0).length")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_one_switch_hides_the_chat_templates_opening_in_the_stream_and_side_by_side(page, server, lang):
+    from playground.app.words import t
+
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=4, lang=lang)
+    assert not page.locator("#hide-system").is_visible()  # no chat template: no switch
+    open_app(page, server, model="tiny-chat", prompt="hi there", max_new_tokens=4, lang=lang)
+    switch = page.locator("#hide-system")
+    assert switch.is_visible() and not switch.is_checked()
+    base.wait_text(page, ".pg-sys-switch", t("hide_system", lang))
+    opening = shown_count(page, "#token-stream .tok.sys")
+    typed = page.eval_on_selector_all("#token-stream .tok.prompt:not(.sys)", "els => els.map(e => e.textContent)")
+    assert opening > 0 and "".join(typed).replace("␣", " ").startswith("hi there")
+    switch.check()
+    page.wait_for_function("() => document.querySelector('#token-stream .tok.sys').getClientRects().length === 0")
+    assert shown_count(page, "#token-stream .tok.prompt:not(.sys)") == len(typed)  # the typed text stays
+    assert shown_count(page, "#token-stream .tok.gen") == 4
+    base.shot(page, f"hide-system-{lang}", element="#token-output")
+    page.click("#teacher-tab-button")  # Class tools: temperature side by side, with the same switch on
+    page.click("#sbs-run-btn")
+    page.wait_for_function("() => document.querySelectorAll('#temperature-compare-view .pg-sbs-col').length === 3",
+                           timeout=180_000)
+    assert page.locator("#temperature-compare-view .pg-sys").count() == 3
+    assert shown_count(page, "#temperature-compare-view .pg-sys") == 0
+    switch.uncheck()  # off: the opening is back in both
+    assert shown_count(page, "#temperature-compare-view .pg-sys") == 3
+    assert shown_count(page, "#token-stream .tok.sys") == opening

@@ -83,9 +83,10 @@ function resetRun(v, keep) {
   const parts = [];
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
   parts.push(`<span class="pg-part">${esc(who)}</span>`);
-  for (const [text, id] of v.prompt || []) {
-    parts.push(`<span class="tok prompt${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id + bytesNote(text))}">${shown(text)}</span>`);
-  }
+  (v.prompt || []).forEach(([text, id], i) => {  // the chat template's opening is marked: a switch hides it
+    const sys = i < (v.opening || 0) ? " sys" : "";
+    parts.push(`<span class="tok prompt${sys}${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id + bytesNote(text))}">${shown(text)}</span>`);
+  });
   for (const [text, id, p] of v.inherited || []) {
     parts.push(`<span class="tok inherited${idClass(text, id)}" title="id ${id} · p = ${p.toFixed(3)}${esc(bytesNote(text))}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
   }
@@ -204,8 +205,12 @@ function drawStatus(v) {
 }
 
 function drawLegend() {
+  const hidden = document.body.classList.contains("pg-hide-system") ? " checked" : "";
   $(".pg-legend").innerHTML = `<span>${esc(tr("legend"))}:</span> <span class="pg-scale">${esc(tr("legend_low"))}</span>`
-    + `<span class="pg-ramp"></span><span class="pg-scale">${esc(tr("legend_high"))}</span> <span class="pg-hint">· ${esc(tr("legend_hint"))}</span>`;
+    + `<span class="pg-ramp"></span><span class="pg-scale">${esc(tr("legend_high"))}</span> <span class="pg-hint">· ${esc(tr("legend_hint"))}</span>`
+    // one switch folds the chat template's opening (system message, role markers) in the stream and side by side
+    + ` <label class="pg-sys-switch"><input type="checkbox" id="hide-system"${hidden}> ${esc(tr("hide_system"))}</label>`;
+  $("#hide-system").addEventListener("change", (e) => document.body.classList.toggle("pg-hide-system", e.target.checked));
 }
 
 function drawStepBar(v, step) {
