@@ -67,3 +67,19 @@ def test_one_switch_hides_the_chat_templates_opening_in_the_stream_and_side_by_s
     switch.uncheck()  # off: the opening is back in both
     assert shown_count(page, "#temperature-compare-view .pg-sys") == 3
     assert shown_count(page, "#token-stream .tok.sys") == opening
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_long_run_of_a_base_model_keeps_its_answer_in_view(page, server, lang):
+    """A base model goes on after its answer (Gemma 3 under a question-and-answer prompt writes more questions):
+    the stream grows below the answer's first line instead of scrolling it out of its box (before, the box followed
+    the newest token and the answer left it at the top)."""
+    open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=96, lang=lang)
+    box = page.evaluate("""() => { const s = document.querySelector('#token-stream');
+        const f = s.querySelector('.tok.gen[data-step="0"]').getBoundingClientRect(), r = s.getBoundingClientRect();
+        return {overflow: s.scrollHeight - s.clientHeight, first: [f.top, f.bottom], box: [r.top, r.bottom]}; }""")
+    assert box["overflow"] > 40, box  # the run is longer than its box
+    assert box["box"][0] - 1 <= box["first"][0] and box["first"][1] <= box["box"][1] + 1, box  # the answer's start
+    if page.size_name == "desktop":
+        assert base.in_view(page, "#token-stream")
+    base.shot(page, f"long-answer-{lang}", element="#token-output")

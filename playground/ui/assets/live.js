@@ -134,8 +134,10 @@ function updateStream(v, from, added) {
 }
 
 // Following the newest token reads the layout: once per frame the browser draws, after every write (a read
-// between two writes would have it lay the page out twice). The stream scrolls to its end, the attention chips to
-// the newest token's; a selected step keeps both where the visitor left them.
+// between two writes would have it lay the page out twice). The stream scrolls towards its end, but never past the
+// answer's first line (with the line before it): a long run, such as a base model going on after its answer,
+// keeps the answer in view and grows below it. The attention chips scroll to the newest token's; a selected step
+// keeps both where the visitor left them.
 function follow() {
   if (st.following) return;
   st.following = true;
@@ -144,7 +146,13 @@ function follow() {
     if (st.selected !== null) return;
     const stream = $("#token-stream"), chips = $(".pg-achips"), query = chips && chips.querySelector(".query");
     const below = query ? query.getBoundingClientRect().bottom - chips.getBoundingClientRect().bottom : 0;
-    stream.scrollTop = stream.scrollHeight;
+    const first = st.spans[0];
+    let top = stream.scrollHeight;
+    if (first) {
+      const r = first.getBoundingClientRect();
+      top = Math.max(0, r.top - stream.getBoundingClientRect().top + stream.scrollTop - r.height - 4);
+    }
+    stream.scrollTop = Math.min(stream.scrollHeight, top);
     if (below > 0) chips.scrollTop += below + 4;
   });
 }
