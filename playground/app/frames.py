@@ -138,6 +138,7 @@ def run_head(run: Run) -> dict[str, Any]:
     """The tokens the run's own come after, as long as its prompt and lineage: sent once (module docstring)."""
     head: dict[str, Any] = {
         "prompt": [[t, i] for t, i in zip(run.prompt_texts, run.prompt_ids)],
+        "opening": run.opening,  # the chat template's tokens before the typed text (a switch hides them)
         "inherited": run.inherited,  # a branch: the tokens taken over, then the ones placed by hand
         "forced_tokens": [[text, i] for text, i in zip(run.forced_texts, run.forced)],
     }

@@ -99,6 +99,13 @@ def why(lm: Any, run: Run, step: int, versus: bool) -> Attribution:
     return attribute_step(lm, as_result(run), step, versus="runner-up" if versus else None)
 
 
+def key_head(attribution: Attribution) -> tuple[int, int]:
+    """The head that matters most for the token: the self-attention head that adds the most to its logit (the
+    largest direct attribution), as (layer, head). Switching it off is the edit most likely to move the answer."""
+    layer, head = divmod(int(attribution.heads.argmax()), attribution.heads.shape[1])
+    return layer, head
+
+
 def pass_flops(lm: Any, positions: int) -> float:
     """Floating-point operations of one pass over `positions` tokens: every weight matrix and the head
     per token, and attention's Q·Kᵀ and weights·V over every (query, key) pair (the T² term)."""

@@ -102,6 +102,17 @@ class Run:
 
     # --- built from the engine's events ----------------------------------------------------------
 
+    @property
+    def opening(self) -> int:
+        """How many of the prompt's tokens the chat template wrote before the visitor's typed text (its system
+        message and role markers), which a switch folds away; 0 without chat or where the typed text is not found."""
+        typed = self.settings.prompt.strip() if self.settings.chat and self.kind == "decoder" else ""
+        at = "".join(self.prompt_texts).rfind(typed) if typed else -1
+        if at <= 0:
+            return 0
+        ends = np.cumsum([len(text) for text in self.prompt_texts])
+        return int(np.searchsorted(ends, at, side="right"))
+
     def add_event(self, event: StepEvent, lm: Any) -> None:
         """Take the engine's next event and bring the path up to date."""
         self.events.append(event)

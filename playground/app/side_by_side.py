@@ -51,6 +51,7 @@ class Column:
     run: int  # the run's number in the visitor's session
     tokens: list[tuple[str, float, float]] = field(default_factory=list)  # (text, probability drawn at, entropy bits)
     prompt: str = ""
+    opening: str = ""  # what the chat template wrote before the typed text (a switch hides it), out of `prompt`
     entropy: float = 0.0  # mean over its steps, bits
     top1: float = 0.0  # share of steps whose drawn token was the most likely one
     finish_reason: str | None = None
@@ -103,7 +104,8 @@ def columns_work(lm: Any, runs: Sequence[Run]) -> Iterator[None]:
         entropies = step_entropies(lm, run)
         yield None
         columns.append(Column(
-            temperature=float(run.cfg.temperature), run=run.number, prompt="".join(run.prompt_texts),
+            temperature=float(run.cfg.temperature), run=run.number, prompt="".join(run.prompt_texts[run.opening:]),
+            opening="".join(run.prompt_texts[: run.opening]),
             tokens=[(s.token_text, float(s.prob), h) for s, h in zip(run.path, entropies)],
             entropy=sum(entropies) / len(entropies) if entropies else 0.0, top1=top1_share(run),
             finish_reason=run.finish_reason))
@@ -127,6 +129,11 @@ def _token(text: str, p: float, h: float, lang: str) -> str:
             f'title="{html_lib.escape(t("sbs_token_title", lang, p=p, h=h))}">{html_lib.escape(shown)}</span>')
 
 
+def opening(c: Column) -> str:
+    """The chat template's opening of a column's prompt, marked as the stream marks it: the same switch hides it."""
+    return f'<span class="pg-sys">{html_lib.escape(c.opening)}</span>' if c.opening else ""
+
+
 def html(columns: Sequence[Column], seed: int, model: str, lang: str = "en") -> str:
     """Three columns (stacked on a phone): each temperature's text, tokens shaded by probability, and its numbers."""
     esc = html_lib.escape
@@ -141,7 +148,7 @@ def html(columns: Sequence[Column], seed: int, model: str, lang: str = "en") -> 
         parts.append(f'<section class="pg-sbs-col" data-temperature="{c.temperature:g}" data-entropy="{c.entropy:.4f}" '
                      f'data-top1="{c.top1:.4f}"><h4>{esc(t("sbs_temperature", lang, t=c.temperature))}</h4>'
                      f'<p class="pg-sbs-stats">{esc(stats)}</p><div class="pg-sbs-text">'
-                     f'<span class="pg-sbs-prompt">{esc(c.prompt)}</span>{text}</div></section>')
+                     f'<span class="pg-sbs-prompt">{opening(c)}{esc(c.prompt)}</span>{text}</div></section>')
     parts.append(f'</div><p class="pg-hint">{esc(t("sbs_explain", lang))}</p></div>')
     return "".join(parts)
 

@@ -20,7 +20,7 @@ STRINGS: dict[str, tuple[str, str]] = {key: (en, _PAGE["zh"][key]) for key, en i
 # The live screen's own strings (its script formats {placeholders}).
 LIVE_KEYS = (
     "status_ready", "status_waiting", "status_waiting_for", "status_running", "status_done", "status_stopped",
-    "status_error", "status_running_one", "status_starting",
+    "status_error", "status_running_one", "status_starting", "hide_system",
     "status_done_one", "status_stopped_one", "status_seed", "reason_eos", "reason_length",
     "reason_stop_string", "rate", "legend", "legend_low", "legend_high", "legend_hint", "step_of", "following",
     "back_to_live", "chose", "forced_token", "cand_title", "cand_hint", "cand_token", "stage_raw",

@@ -57,7 +57,8 @@ def _build(part: Any, c: dict[str, Any], named: Callable[..., Any], lang: str,
         c[part.name] = gr.Markdown(texts[part.name](lang), elem_id=part.elem_id)
     elif isinstance(part, Out):
         c[part.name] = (gr.Markdown(t(part.words, lang) if part.words else "", elem_id=part.elem_id)
-                        if part.kind == "markdown" else gr.Plot(elem_id=part.elem_id, show_label=False, visible=False))
+                        if part.kind == "markdown" else gr.HTML("", elem_id=part.elem_id) if part.kind == "html"
+                        else gr.Plot(elem_id=part.elem_id, show_label=False, visible=False))
     elif isinstance(part, Action):
         variant = "stop" if part.kind == "stop" else ("primary" if part.primary else "secondary")
         named(part.name, gr.Button(t(part.label, lang), variant=variant, elem_id=part.elem_id,

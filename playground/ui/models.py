@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, examples
+from playground.app import describe, examples, views
 from playground.app.catalog import Catalog
 from playground.app.frames import head_choices
 from playground.app.notes import error_note, note, render
@@ -76,7 +76,7 @@ def card_html(lm: LoadedModel, name: str, lang: str) -> str:
 
 # What loading a model updates, by component name (a handler returns only what changes).
 LOAD_SLOTS = ("model", "model_status", "model_about", "prompt", "chat", "target_lang", "att_kind", "att_view", "card",
-              "live")
+              "live", *views.model_sliders())  # the layer and head sliders fit the model before any run
 
 def attention_kinds(kind: str) -> list[str]:
     """A model kind's attention kinds, as the All heads tab offers them."""
@@ -330,6 +330,7 @@ class Models:
         att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
         out = {"model_status": status, "model_about": self.about(name, lm, lang, owner), "prompt": prompt, "chat": chat,
                "target_lang": target, "att_kind": att_kind, "att_view": att_view, "card": card_html(lm, name, lang)}
+        out.update({name: gr.update(maximum=top) for name, top in views.slider_tops(lm.config).items()})
         if dropdown is not None:
             out["model"] = dropdown
         if changed and not started:  # the previous model's run leaves the live screen

@@ -83,6 +83,16 @@ class Views:
             updates.update(render(views.pending(view, session.current, session.lang)))
         return {**updates, **self.draw_open(session, values)}
 
+    def reading(self, request: gr.Request | None = None) -> dict[str, Any]:
+        """Said at once when the run on screen, the language or the model changed, before the open view's redraw
+        (which waits behind other model work on a busy machine): the open view's words name the run on screen
+        ("Reading run N…") and its figures go, so nothing of the previous run stays in it meanwhile."""
+        session = self.sessions.get(session_key(request))
+        if session.deep_tab == views.NO_VIEW or session.current is None:
+            return {}
+        view = views.open_view(session.deep_tab, session.lesson)
+        return render(views.pending(view, session.current, session.lang)) if views.reads_run(view) else {}
+
     def select_step(self, evt: gr.EventData | None, values: Mapping[str, Any],
                     request: gr.Request | None = None) -> dict[str, Any]:
         """A token was clicked (or ← / →) in the live screen: the open view moves to that step (the step itself
@@ -155,8 +165,12 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
         lesson = values.pop(page.lesson, None)
         return keyed(h.pick_lesson(str(lesson or ""), named(values), request))
 
+    def reading(request: gr.Request) -> dict:
+        return keyed(h.reading(request))
+
     def then_redraw(dep: Any) -> Any:
-        return dep.then(redraw, inputs, outputs, **figures_kw)
+        # first, at once, the open view names the run it will read; then its redraw, in the figures' lane
+        return dep.then(reading, None, outputs, queue=False).then(redraw, inputs, outputs, **figures_kw)
 
     for dep in follows:
         then_redraw(dep)

@@ -4,6 +4,7 @@ token won, the head sweep and the contrast vector, on a tiny Llama saved by tran
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from urllib.parse import parse_qsl
 
@@ -12,6 +13,7 @@ import pytest
 
 from playground.analysis import attribute_step, divergence_of_runs
 from playground.app import history, lab
+from playground.app.experiments import causal
 from playground.app.experiments.base import ForkError, compared_with
 from playground.app.experiments.causal import with_edit
 from playground.app.fields import MAX_EDITS
@@ -20,6 +22,7 @@ from playground.app.notes import error_note, render
 from playground.app.play import Origin
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query, parse_edits, plain
+from playground.app.view import Context, Selection
 from playground.checkpoints.loader import load_model
 from playground.generation import GenerationConfig, generate_all
 from playground.interventions import Ablate, Steer, pack, unpack
@@ -296,3 +299,28 @@ def test_patching_refuses_prompts_that_do_not_line_up_in_the_visitor_s_language(
         with pytest.raises(lab.LabError) as refused:
             lab.patch_from_prompt(lm, run, other, layer, position)
         assert said(refused.value, lang) == t(key, lang, last=lm.config.n_layers - 1 if layer == 9 else n - 1)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_lab_names_the_head_that_adds_most_to_the_token_on_screen(lm, lang):
+    """The lab's line (which the guided path reads and sets its sliders to) names the head with the largest direct
+    attribution to the token chosen at the step on screen, with its run and step, and carries it for the page."""
+    session = Session()
+    run = play(session, lm, SETTINGS)
+    for step in (2, None):  # a clicked token, and the newest
+        at = run.step(step)
+        heads = attribute_step(lm, lab.as_result(run), at).heads
+        layer, head = np.unravel_index(np.argmax(heads), heads.shape)  # the argmax, computed here
+        assert lab.key_head(attribute_step(lm, lab.as_result(run), at)) == (layer, head)
+        data = causal.compute(Context(lm=lm, run=run, runs=session.runs, lang=lang), Selection(step=step))
+        line = causal.draw(data, lang)["lab_key_md"].value
+        mark = re.search(r'data-run="(\d+)" data-layer="(\d+)" data-head="(\d+)"', line)
+        assert mark and tuple(map(int, mark.groups())) == (run.number, layer, head)
+        assert f"{layer}.{head}" in line and f"{heads[layer, head]:+.2f}" in line
+        assert lab.reads(run, at, lang) in line
+        if lang == "zh":
+            assert "贡献最大" in line
+    # an edited run's own attribution: the head it ablated adds nothing, so another one is named
+    edited = fork(session, lm, Ablate(int(layer), head=int(head)))
+    data = causal.compute(Context(lm=lm, run=edited, runs=session.runs, lang=lang), Selection(step=None))
+    assert (data["key"]["layer"], data["key"]["head"]) != (layer, head)

@@ -76,3 +76,35 @@ def test_top1_share_counts_the_drawn_token_against_the_most_likely():
                    temperatures=(0.05,))
     assert side_by_side.top1_share(cold) == 1.0
     assert side_by_side.top1_share(cold) == sum(s.candidates[0].chosen for s in cold.path) / len(cold.path)
+
+
+def test_the_chat_templates_opening_is_marked_in_the_stream_and_the_columns(tmp_path):
+    """The tokens the chat template wrote before the typed text (a system message, role markers) are counted on
+    the run, sent with the live screen's head and marked in each side-by-side column, for the switch that hides
+    them; without chat there is none."""
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.app import frames
+    from tests.app.test_tokens_view import CHAT_TEMPLATE
+    from tests.ui_fixtures import save_tiny_decoder
+
+    folder = save_tiny_decoder(tmp_path / "chat")
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    tok.chat_template = CHAT_TEMPLATE.replace("{% for m", "<s>system: Be kind.</s>{% for m")  # a system part
+    tok.save_pretrained(folder)
+    chat_lm = load_model(folder)
+    widgets = UISettings(model="m", prompt="hi there", chat=True, max_new_tokens=3)
+    made = runs(chat_lm, widgets)
+    for run in made:
+        before = "".join(run.prompt_texts[: run.opening])
+        assert before.startswith("<s>system: Be kind.</s>") and before.endswith("user: ")  # all before the typed text
+        assert "".join(run.prompt_texts[run.opening:]).startswith("hi there")
+        assert frames.run_head(run)["opening"] == run.opening
+    columns = drain(side_by_side.columns_work(chat_lm, made))
+    assert all(c.opening.endswith("user: ") and c.prompt.startswith("hi there") for c in columns)
+    for lang in ("en", "zh"):
+        page = side_by_side.html(columns, 7, "m", lang)
+        assert page.count('<span class="pg-sys">&lt;s&gt;system: Be kind.&lt;/s&gt;') == 3
+    plain = runs(chat_lm, UISettings(model="m", prompt="hi there", chat=False, max_new_tokens=3))
+    assert {r.opening for r in plain} == {0}
+    assert 'class="pg-sys"' not in side_by_side.html(drain(side_by_side.columns_work(chat_lm, plain)), 7, "m")

@@ -116,15 +116,76 @@ def next_step(pg, number: int) -> None:
 
 
 def highlighted(pg, selector: str) -> None:
-    """The step's control is highlighted and scrolled into the window."""
+    """The step's control is highlighted and scrolled into the window, its highlight whole: no scroll box around it
+    cuts the outline (before, the settings' column cut the Decoding box's outline away)."""
     pg.wait_for_selector(f"{selector}.pg-guide-target")
     pg.wait_for_function("""(sel) => { const r = document.querySelector(sel).getBoundingClientRect();
         return r.bottom > 0 && r.top < innerHeight; }""", arg=selector)
+    assert clipped_by(pg, selector) == [], selector
+
+
+def clipped_by(pg, selector: str) -> list[str]:
+    """The boxes around the element that cut its outline (where it is drawn, its offset and width included)."""
+    return pg.evaluate("""(sel) => { const e = document.querySelector(sel), s = getComputedStyle(e);
+        const grow = Math.max(0, parseFloat(s.outlineOffset) + parseFloat(s.outlineWidth));
+        const r = e.getBoundingClientRect(), out = [];
+        for (let a = e.parentElement; a && a !== document.documentElement; a = a.parentElement) {
+          const c = getComputedStyle(a);
+          if (c.overflowX === 'visible' && c.overflowY === 'visible') continue;
+          const b = a.getBoundingClientRect();
+          if (r.left - grow < b.left - 0.5 || r.right + grow > b.right + 0.5 || r.top - grow < b.top - 0.5
+              || r.bottom + grow > b.bottom + 0.5) out.push(a.id || a.className);
+        }
+        return out; }""", selector)
+
+
+def in_room(pg, selector: str, whole: bool = True) -> bool:
+    """The element is in the window and not under the guide's card: whole, or (whole=False) its first lines."""
+    return pg.evaluate("""([sel, whole]) => { const r = document.querySelector(sel).getBoundingClientRect();
+        const c = document.querySelector('#start-here .pg-guide').getBoundingClientRect();
+        const bottom = (c.left < r.right && c.right > r.left) ? c.top : innerHeight;
+        return r.height > 0 && r.top >= -1 && (whole ? r.bottom : Math.min(r.bottom, r.top + 40)) <= bottom + 1; }""",
+                       [selector, whole])
+
+
+def wait_in_room(pg, selector: str, whole: bool = True) -> None:
+    try:
+        pg.wait_for_function("""([sel, whole]) => { const r = document.querySelector(sel)?.getBoundingClientRect();
+            const c = document.querySelector('#start-here .pg-guide').getBoundingClientRect();
+            if (!r || !r.height) return false;
+            const bottom = (c.left < r.right && c.right > r.left) ? c.top : innerHeight;
+            return r.top >= -1 && (whole ? r.bottom : Math.min(r.bottom, r.top + 40)) <= bottom + 1; }""",
+                             arg=[selector, whole], timeout=10_000)
+    except Exception:  # say where it is
+        box = pg.evaluate("(sel) => JSON.stringify(document.querySelector(sel)?.getBoundingClientRect())", selector)
+        card = pg.evaluate("() => JSON.stringify(document.querySelector('#start-here .pg-guide').getBoundingClientRect())")
+        raise AssertionError(f"{selector} is not in the window above the card: {box}, the card {card}") from None
+
+
+def key_head_of_the_run(pg, step: int) -> tuple[int, int]:
+    """The head with the largest direct attribution to the token the page's run chose at `step` (the page's greedy
+    run of its prompt, made again here by the engine): the app core's attribution, its argmax taken here."""
+    import numpy as np
+
+    from playground import load_model
+    from playground.analysis import attribute_step
+    from playground.generation import GenerationConfig, generate_all
+
+    lm = load_model(base.REPO / "weights" / decoder_name(), device="cpu", dtype="float32")
+    prompt = pg.input_value("#prompt textarea")
+    result = generate_all(lm, lm.tokenize(prompt), GenerationConfig(max_new_tokens=GUIDE_TOKENS, temperature=0.0))
+    assert "".join(result.text.split()) == "".join(base.generated_text(pg).split())  # the page's run
+    heads = attribute_step(lm, result, step).heads
+    layer, head = np.unravel_index(np.argmax(heads), heads.shape)
+    return int(layer), int(head)
+
+
+GUIDE_TOKENS = 8
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_the_guided_path_from_start_to_end(page, server, lang):
-    open_app(page, server, model=decoder_name(), lang=lang)
+    open_app(page, server, model=decoder_name(), lang=lang, max_new_tokens=GUIDE_TOKENS)
     start = page.locator("#start-here .pg-start-btn")
     base.wait_text(page, "#start-here .pg-start-btn", t("start_here", lang))  # the page's language, once relabelled
     assert start.is_visible()
@@ -142,9 +203,17 @@ def test_the_guided_path_from_start_to_end(page, server, lang):
         highlighted(page, step.target)
         if step.tab:  # its section and tab are open, and the tab's view is drawn for the run on screen
             assert page.get_attribute(f"[data-tab-id='{step.tab}']", "aria-selected") == "true"
+        if step.section and not step.tab:  # a section of no tabs (Class tools) is open
+            assert page.get_attribute(f"#deep-views > .tab-wrapper [data-tab-id='{step.section}']",
+                                      "aria-selected") == "true"
+        if step.name in ("generate", "tokens", "token", "temperature", "cache", "game"):
+            wait_in_room(page, step.target)  # the control itself, above the card
+        if step.name in ("generate", "token") or (step.name == "temperature" and page.size_name == "desktop"):
+            wait_in_room(page, "#token-stream", whole=False)  # a step about the stream keeps it in view
         if step.name == "generate":  # do what the step says
             assert page.locator("#start-here [data-act=back]").is_disabled()
             generate_and_wait(page)
+            wait_in_room(page, "#token-stream")  # the answer, whole, in the window above the card
         elif step.name == "token":
             page.click("#token-stream [data-step='2']")
             page.wait_for_selector("#token-stream [data-step='2'].selected")
@@ -153,6 +222,14 @@ def test_the_guided_path_from_start_to_end(page, server, lang):
             in_sight(page, f"guide-attention-{lang}", readme=lang == "en")
         elif step.name == "cache":
             page.wait_for_selector("#cache-growth .js-plotly-plot", state="visible")
+            page.click("#rerun-btn")  # its result comes under the button, where the card does not cover it
+            page.wait_for_function("() => (document.querySelector('#compare-md')?.innerText ?? '').length > 40")
+            wait_in_room(page, "#compare-md")
+            in_sight(page, f"guide-cache-{lang}")
+        elif step.name == "fork":
+            fork_the_head_that_matters(page, lang)
+        elif step.name == "game":
+            in_sight(page, f"guide-game-{lang}")
         box = card.bounding_box()  # the card sits inside the window, over the page
         assert 0 <= box["x"] and box["x"] + box["width"] <= page.viewport_size["width"]
         assert box["y"] + box["height"] <= page.viewport_size["height"]
@@ -166,6 +243,24 @@ def test_the_guided_path_from_start_to_end(page, server, lang):
     page.click("#start-here [data-act=next]")  # Finish: the path ends
     page.wait_for_function("() => document.querySelector('#start-here').dataset.step === ''")
     assert not card.is_visible() and page.locator(".pg-guide-target").count() == 0
+
+
+def fork_the_head_that_matters(pg, lang: str) -> None:
+    """The fork step names the head that adds most to the selected token (step 3, clicked before) of the run on
+    screen, sets the lab's sliders to it, and its button forks the run without that head."""
+    live = pg.locator("#start-here .pg-guide-live")
+    live.wait_for(state="visible")
+    layer, head = key_head_of_the_run(pg, 2)
+    words = live.inner_text()
+    assert f"{layer}.{head}" in words and t("lab_reads", lang, n=1, step=3) in words, words
+    for slider, value in (("#lab-layer", layer), ("#lab-head", head)):
+        pg.wait_for_function("([sel, v]) => document.querySelector(sel + ' input[type=number]').value === String(v)",
+                             arg=[slider, value])
+    in_sight(pg, f"guide-fork-{lang}")
+    pg.click("#lab-ablate-head")
+    wait_state(pg, "running", "done")
+    wait_state(pg, "done")
+    base.wait_text(pg, "#run-history", t("ablate_head", lang, layer=layer, head=head))
 
 
 def projector_on(pg) -> bool:

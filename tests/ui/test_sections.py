@@ -116,18 +116,26 @@ def test_the_sections_script_knows_which_sections_hold_no_views():
     assert SECTIONS_JS.startswith('const VIEWLESS = ["teacher"];\nconst NO_VIEW = "none";\n')
 
 
-def test_the_guided_path_walks_generate_token_temperature_attention_cache_fork(page):
-    assert [s.name for s in STEPS] == ["generate", "token", "temperature", "attention", "cache", "fork"]
+def test_the_guided_path_walks_generate_tokens_token_temperature_attention_cache_fork_game(page):
+    assert [s.name for s in STEPS] == ["generate", "tokens", "token", "temperature", "attention", "cache", "fork",
+                                       "game"]
     elem_ids = {b.elem_id for b in page.demo.blocks.values() if getattr(b, "elem_id", None)}
+    sections = {s.name for s in SECTIONS}
     for step in STEPS:
-        target = step.target.lstrip("#")
-        assert target in elem_ids or target == "token-stream", step  # the stream is the live screen's own
+        for selector in (step.target, *step.keep):  # what a step points at and keeps in view is on the page
+            target = selector.lstrip("#")
+            assert target in elem_ids or target in ("token-stream", "step-panels"), step  # the live screen's own
         if step.tab:
             assert section_of(step.tab) is not None
+        if step.section:  # a section of no tabs (Class tools) is opened by itself
+            assert step.tab is None and step.section in sections
+        if step.live:  # a live step's mark is written into one of the page's elements, whose sliders it sets
+            assert step.live.split()[0].lstrip("#") in elem_ids
+            assert all(sel.lstrip("#") in elem_ids for sel, _ in step.sets)
     for lang in ("en", "zh"):
         shown = steps(lang)
         assert [s["text"] for s in shown] == [t(f"guide_{s.name}", lang) for s in STEPS]
-        assert [s["section"] for s in shown] == [SECTION_OF.get(s.tab) if s.tab else None for s in STEPS]
+        assert [s["section"] for s in shown] == [SECTION_OF.get(s.tab) if s.tab else s.section for s in STEPS]
         text = guide_html(lang)
         data = re.search(r'data-steps="([^"]*)"', text).group(1)
         assert json.loads(html.unescape(data)) == shown  # the words survive the attribute's escaping

@@ -814,8 +814,11 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
 
     generate = next(f for f in fns if (page.generate._id, "click") in [(b, e) for b, e in f.targets])
     followers = after(generate)
-    assert [f.fn.__name__ for f in followers] == ["show", "redraw"]  # the run on screen's badge, history and link;
-    redraw = followers[1]  # then one event redraws whatever view is open (the others emptied until opened)
+    assert [f.fn.__name__ for f in followers] == ["show", "reading"]  # the run on screen's badge, history and link;
+    reading = followers[1]  # at once, unqueued, the open view names the run it is about to read ("Reading run N…")
+    assert [f.fn.__name__ for f in after(reading)] == ["redraw"] and reading.queue is False
+    redraw = after(reading)[0]  # then one event redraws whatever view is open (the others emptied until opened)
+    assert reading.outputs == redraw.outputs
     assert [o._id for o in followers[0].outputs] == [page.component(n)._id for n in ("active_settings", "run_history",
                                                                                     "link")]
     assert redraw.inputs_as_dict and {page.component(n)._id for n in ("caption", "lesson_md", "lab_md", "pe_md")} <= {

@@ -141,3 +141,45 @@ def test_a_press_that_cannot_run_says_why_under_its_button(h, lang):  # noqa: F8
     assert len(refused) == 1 and refused[0][3] == inert(t("spec_choose", lang))
     kept = h.experiments.fork_lines(request(session))
     assert all(v == "" for v in kept[::2])  # a plain run on screen: no lab has anything to keep
+
+
+@pytest.mark.parametrize("name", ["tiny-lm", "tiny-seq2seq"])
+def test_loading_a_model_fits_the_layer_and_head_sliders_before_any_run(h, name):  # noqa: F811
+    """Before the first run, the All heads tab's and the labs' layer and head sliders read the model's range
+    (before, 0–1 until a view was drawn for a run)."""
+    from playground.app import views
+    from playground.ui.models import LOAD_SLOTS
+
+    session = f"fit-{name}"
+    out = h.models.load(name, "float32", "en", request(session))
+    assert h.sessions.get(session).current is None  # no run yet
+    config = h.models.model_for(name, "float32", session).config
+    tops = {n: u["maximum"] for n, u in out.items() if isinstance(u, dict) and "maximum" in u}
+    assert tops["att_layer"] == tops["lab_layer"] == tops["lab_steer_layer"] == tops["lab_patch_layer"] == max(
+        1, config.n_layers - 1)
+    assert tops["att_head"] == tops["lab_head"] == max(1, config.n_heads - 1)
+    assert set(tops) == set(views.model_sliders()) and set(tops) <= set(LOAD_SLOTS)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_after_a_fork_the_open_labs_words_name_the_new_run_at_once(h, lang):  # noqa: F811
+    """After a fork (or any run), before the lab's redraw (queued behind model work on a busy machine), its words
+    say it reads the new run, and nothing of the previous run stays: before, they named the previous run for
+    15–47 s on a busy machine."""
+    from playground.app.words import t
+
+    session_name = f"reading-{lang}"
+    _, original = run(h, SETTINGS, session_name)
+    session = h.sessions.get(session_name)
+    session.lang = lang
+    drawn = lab_panels(h, session_name)
+    assert t("lab_reads", lang, n=original.number, step=10) in drawn["key_md"]["value"]  # run 1's words
+    press(h, "lab_ablate_head", session_name, lab_layer=1, lab_head=3)
+    fork = session.current
+    said = h.views.reading(request(session_name))
+    texts = {k: u["value"] for k, u in said.items() if isinstance(u, dict) and isinstance(u.get("value"), str)}
+    assert texts["lab_md"] == t("view_pending", lang, n=fork.number)
+    assert all(str(original.number) not in v for v in texts.values()), texts  # no word of run 1 left
+    assert said["lab_attr"]["visible"] is False and said["lab_div"]["visible"] is False
+    session.deep_tab = "none"  # Class tools open: no view to name it in
+    assert h.views.reading(request(session_name)) == {}

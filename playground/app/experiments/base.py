@@ -98,7 +98,8 @@ class Action:
 
 @dataclass(frozen=True)
 class Out:
-    """Something the view draws: "markdown" (with `words` before anything is drawn) or "plot"."""
+    """Something the view draws: "markdown" (with `words` before anything is drawn), "html" (a line that carries
+    data for the page's scripts) or "plot"."""
 
     name: str
     kind: str

@@ -6,6 +6,7 @@ numbers are `playground.app.lab`'s."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,6 +140,8 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     read = read_run(run, ctx.runs, sel.extra.get("lab_run"))
     read_step = read.step(step)
     attribution = lab.why(lm, read, read_step, bool(sel.extra.get("lab_versus")))
+    own = attribution if read is run and not sel.extra.get("lab_versus") else lab.why(lm, run, step, False)
+    key = lab.key_head(own)
     c = lm.config
     added = [iv for iv in parse_edits(run.settings.edits)
              if original is None or iv not in parse_edits(original.settings.edits)]
@@ -152,8 +155,21 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
         "attr": attribution.to_dict(), "token": read.path[read_step].token_text,
         "other": lm.token_text(attribution.versus_id) if attribution.versus_id is not None else None,
         "n_layers": c.n_layers, "n_heads": c.n_heads, "prompt_tokens": len(run.prompt_ids),
+        "key": {"layer": key[0], "head": key[1], "adds": float(own.heads[key]), "token": run.path[step].token_text},
         "results": {k: run.results[k] for k in ("lab_sweep", "steer", "patch") if k in run.results},
     }
+
+
+def key_words(d: dict[str, Any], lang: str) -> str:
+    """The head that matters most at the step on screen, named with what it adds to the token's logit; its line
+    carries the run, layer and head for the page's guided path, which sets the sliders to it."""
+    from playground.app.tokens_view import shown as visible  # it imports the app's settings, which import this
+
+    k = d["key"]
+    words = lab.reads_words(d["number"], d["edits"], d["step_no"], lang) + ("" if lang == "zh" else " ") + t(
+        "lab_key_head", lang, layer=k["layer"], head=k["head"], adds=k["adds"], token=visible(k["token"]))
+    return (f'<p class="pg-key-head" data-run="{d["number"]}" data-layer="{k["layer"]}" data-head="{k["head"]}">'
+            f'{html.escape(words)}</p>')
 
 
 def run_choices(d: dict[str, Any], lang: str) -> list[tuple[str, str]]:
@@ -171,6 +187,7 @@ def draw(d: dict[str, Any], lang: str) -> Drawn:
         "lab_attr_md": Slot(label + " " + causal.attribution_caption(d["attr"], d["token"], lang=lang)),
         "lab_layer": top, "lab_steer_layer": top, "lab_patch_layer": top,
         "lab_head": Slot(maximum=max(1, d["n_heads"] - 1)),
+        "lab_key_md": Slot(key_words(d, lang)),
         "lab_patch_position": Slot(maximum=max(1, d["prompt_tokens"] - 1)),
         "lab_run": HIDDEN if d["original"] is None else Slot(d["side"], visible=True, choices=run_choices(d, lang)),
         **_results(d["results"], lang),
@@ -215,12 +232,12 @@ def caption(d: dict[str, Any], lang: str) -> str:
 
 
 def idle(lang: str, words: str) -> Drawn:
-    return {"lab_div": HIDDEN, "lab_attr_md": Slot(""), "lab_attr": HIDDEN, "lab_run": HIDDEN,
+    return {"lab_div": HIDDEN, "lab_key_md": Slot(""), "lab_attr_md": Slot(""), "lab_attr": HIDDEN, "lab_run": HIDDEN,
             "lab_steer_md": Slot(""), "lab_patch_md": Slot(""), "lab_sweep_md": Slot(""), "lab_sweep_plot": HIDDEN}
 
 
 VIEW = View("lab", "lab", frozenset({"finished", "step", "edits"}),
-            ("lab_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer", "lab_run",
+            ("lab_md", "lab_key_md", "lab_div", "lab_attr_md", "lab_attr", "lab_layer", "lab_head", "lab_steer_layer", "lab_run",
              "lab_patch_layer", "lab_patch_position", "lab_steer_md", "lab_patch_md", "lab_sweep_md",
              "lab_sweep_plot"),
             compute, draw, caption, idle, waits="lab_needs_run", busy="lab_after_run")
@@ -240,6 +257,7 @@ EXPERIMENT = Experiment(
     fields=(Field("edits", "text", "", check=parse_edits, widget=False, lenient=lenient_edits),),
     layout=(
         Words("lab_intro", ("lab_intro",), "lab-intro"),
+        Out("lab_key_md", "html", "lab-key-head"),  # the head that adds most to the token on screen
         Row((_layer("lab_layer", "lab_layer", "lab-layer", follows="att_layer"),
              Widget("lab_head", "slider", "lab_head", "lab-head", default=0, follows="att_head",
                     high_of=lambda c: max(1, c.n_heads - 1)))),

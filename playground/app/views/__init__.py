@@ -33,6 +33,19 @@ TABS = ("inspector", "attention", "cache", "positional", "lessons", *(e.tab for 
 NO_VIEW = "none"  # what the page says when a section of no views is open (Class tools): nothing to draw
 
 
+def model_sliders() -> tuple[str, ...]:
+    """The sliders whose range is the model's (a layer, a head): All heads' and every experiment's."""
+    return (*attention.SLIDERS, *(w.name for e in experiments.EXPERIMENTS for w in e.widgets() if w.high_of))
+
+
+def slider_tops(config: Any) -> dict[str, int]:
+    """Each of `model_sliders` at its maximum for a model: set when the model loads, so a slider reads the model's
+    layers and heads before the first run."""
+    tops = attention.slider_tops(config)
+    tops.update({w.name: w.high_of(config) for e in experiments.EXPERIMENTS for w in e.widgets() if w.high_of})
+    return tops
+
+
 def all_views() -> list[View]:
     return [*PANELS.values(), *LESSON_VIEWS.values()]
 

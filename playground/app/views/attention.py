@@ -23,6 +23,12 @@ MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at
 _SHOWN: OrderedDict[str, tuple[int, int]] = OrderedDict()
 _KEEP = 4096
 LAYER = next(c for c in CONTROLS if c.name == "att_layer")  # the page's slider, and where it starts
+SLIDERS = ("att_layer", "att_head")  # their range is the model's
+
+
+def slider_tops(config: Any) -> dict[str, int]:
+    """The layer and head sliders' maxima for a model (at least 1: a slider needs a range)."""
+    return {"att_layer": max(1, config.n_layers - 1), "att_head": max(1, config.n_heads - 1)}
 
 
 def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:

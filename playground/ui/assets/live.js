@@ -83,9 +83,10 @@ function resetRun(v, keep) {
   const parts = [];
   const who = v.kind === "seq2seq" ? tr("source_label") : tr("prompt_label");
   parts.push(`<span class="pg-part">${esc(who)}</span>`);
-  for (const [text, id] of v.prompt || []) {
-    parts.push(`<span class="tok prompt${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id + bytesNote(text))}">${shown(text)}</span>`);
-  }
+  (v.prompt || []).forEach(([text, id], i) => {  // the chat template's opening is marked: a switch hides it
+    const sys = i < (v.opening || 0) ? " sys" : "";
+    parts.push(`<span class="tok prompt${sys}${idClass(text, id)}" title="${esc(tr("prompt_label") + " · id " + id + bytesNote(text))}">${shown(text)}</span>`);
+  });
   for (const [text, id, p] of v.inherited || []) {
     parts.push(`<span class="tok inherited${idClass(text, id)}" title="id ${id} · p = ${p.toFixed(3)}${esc(bytesNote(text))}" style="background:${probColour(p)};color:${p > 0.6 ? "#fff" : "#111"}">${shown(text)}</span>`);
   }
@@ -133,8 +134,10 @@ function updateStream(v, from, added) {
 }
 
 // Following the newest token reads the layout: once per frame the browser draws, after every write (a read
-// between two writes would have it lay the page out twice). The stream scrolls to its end, the attention chips to
-// the newest token's; a selected step keeps both where the visitor left them.
+// between two writes would have it lay the page out twice). The stream scrolls towards its end, but never past the
+// answer's first line (with the line before it): a long run, such as a base model going on after its answer,
+// keeps the answer in view and grows below it. The attention chips scroll to the newest token's; a selected step
+// keeps both where the visitor left them.
 function follow() {
   if (st.following) return;
   st.following = true;
@@ -143,7 +146,13 @@ function follow() {
     if (st.selected !== null) return;
     const stream = $("#token-stream"), chips = $(".pg-achips"), query = chips && chips.querySelector(".query");
     const below = query ? query.getBoundingClientRect().bottom - chips.getBoundingClientRect().bottom : 0;
-    stream.scrollTop = stream.scrollHeight;
+    const first = st.spans[0];
+    let top = stream.scrollHeight;
+    if (first) {
+      const r = first.getBoundingClientRect();
+      top = Math.max(0, r.top - stream.getBoundingClientRect().top + stream.scrollTop - r.height - 4);
+    }
+    stream.scrollTop = Math.min(stream.scrollHeight, top);
     if (below > 0) chips.scrollTop += below + 4;
   });
 }
@@ -204,8 +213,12 @@ function drawStatus(v) {
 }
 
 function drawLegend() {
+  const hidden = document.body.classList.contains("pg-hide-system") ? " checked" : "";
   $(".pg-legend").innerHTML = `<span>${esc(tr("legend"))}:</span> <span class="pg-scale">${esc(tr("legend_low"))}</span>`
-    + `<span class="pg-ramp"></span><span class="pg-scale">${esc(tr("legend_high"))}</span> <span class="pg-hint">· ${esc(tr("legend_hint"))}</span>`;
+    + `<span class="pg-ramp"></span><span class="pg-scale">${esc(tr("legend_high"))}</span> <span class="pg-hint">· ${esc(tr("legend_hint"))}</span>`
+    // one switch folds the chat template's opening (system message, role markers) in the stream and side by side
+    + ` <label class="pg-sys-switch"><input type="checkbox" id="hide-system"${hidden}> ${esc(tr("hide_system"))}</label>`;
+  $("#hide-system").addEventListener("change", (e) => document.body.classList.toggle("pg-hide-system", e.target.checked));
 }
 
 function drawStepBar(v, step) {
