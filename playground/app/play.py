@@ -367,7 +367,8 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str,
     return {"text": last.text if last else "", "token_ids": [int(i) for i in last.token_ids] if last else [],
             "finish_reason": run.finish_reason,
             "notes": render_all(session.link_notes + notes, settings.lang),
-            "speculation": speculation_summary(run.events, run.cfg), "usage": usage(p, last)}
+            "speculation": speculation_summary(run.events, run.cfg), "usage": usage(p, last),
+            "decoding": p.decoding}
 
 
 def usage(p: Plan, last: Any) -> dict[str, int]:

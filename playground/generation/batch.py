@@ -284,6 +284,8 @@ class Ticket:
         self.prefill_noted = False  # its prompt's prefix-cache hits are in the history
         self.feed: Feed | None = None  # its prompt's walk along the prefix store (None: no store, or not shared)
         self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix store (once it began)
+        self.peak_rows = 0  # the most rows of any pass this request was in (its `decoding` says it)
+        self._ran: Plan | None = None  # the plan its events came from (the batch's proxy of `plan`, or `plan`)
 
     def live(self) -> bool:
         """Still running (a prefix block it is computing will come)."""
@@ -297,12 +299,14 @@ class Ticket:
             shares = self.scheduler is not None and self.plan.lm.model is self.scheduler.lm.model
             self.plan.prefix = self.scheduler.prefix if shares else None
             events = _a_token_per_turn(run_plan(self.plan, self.stop))
+            self._ran = self.plan
         else:
             model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
             proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
             if self.plan.draft is not None and self.plan.draft.module is not None:
                 proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
             events = run_plan(proxied, self.stop)
+            self._ran = proxied
         for event in events:
             if not self.first_event:  # the prompt is in: what the prefix store gave it (either path)
                 self.cached_tokens = int(event.cache.get("reused_tokens", 0))
@@ -324,6 +328,9 @@ class Ticket:
 
     def finish(self, error: BaseException | None = None) -> None:
         self.done = True
+        told = self._ran.decoding if self._ran is not None else None
+        if told is not None:  # how it decoded, with the rows its passes really had (others' rows beside its own)
+            self.plan.decoding = {**told, "rows": max(told["rows"], self.peak_rows)}
         if self.scheduler is not None:
             self.scheduler._release(self)
         self.events.put(error if error is not None else _END)
@@ -578,6 +585,7 @@ class Scheduler:
                     self._resume(t)
                     if turn:  # its pass ran alone, inside the resume
                         self._note([t], [Entry(t.tag, t.rows, 0, OWN, False)], t.plan.lm.model)
+                        t.peak_rows = max(t.peak_rows, t.rows)
             ready = [t for t in self.running if not t.done and isinstance(t.waiting, Segment)]
             # A request runs on its plan's model: the scheduler's, or a precision variant of it
             # (weight_precision). Requests of one model share a pass; another model's get a pass of their own.
@@ -586,6 +594,9 @@ class Scheduler:
                 groups.setdefault(id(t.plan.lm.model), []).append(t)
             for batch in groups.values():
                 self._note(batch, [_entry(t) for t in batch], batch[0].plan.lm.model)
+                rows = sum(t.rows for t in batch)
+                for t in batch:
+                    t.peak_rows = max(t.peak_rows, rows)
                 try:
                     outs = self._forward([t.waiting for t in batch], batch[0].plan.lm.model, alone=len(ready) == 1)
                 except Exception as error:  # e.g. out of memory: every request in this pass fails alike

@@ -515,6 +515,12 @@ def why_eager(p: Any) -> str | None:
     return None
 
 
+def eager_decoding(p: Any, reason: str) -> dict[str, Any]:
+    """How a run that the captured step does not take decodes (`GenerationResult.decoding`, `/generate_text`'s
+    `decoding`): eagerly, in its own rows (a beam search's beams) until a scheduler says how many shared its passes."""
+    return {"captured": False, "rows": max(1, p.cfg.num_beams), "backend": "eager", "reason": reason}
+
+
 def shape_of(p: Any, rows: int = 1) -> StepShape:
     cfg, c = p.cfg, p.lm.config
     layers = ()
@@ -540,10 +546,11 @@ def decode(
     shape = shape_of(p)
     with p.lm.captured.hold(shape) as held:
         if isinstance(held, str):
-            p.decoding = {"captured": False, "reason": held}
+            p.decoding = eager_decoding(p, held)
             yield from eager(p, stop)
             return
-        p.decoding = {"captured": True, "rows": shape.rows, "length": shape.length}
+        p.decoding = {"captured": True, "rows": shape.rows, "backend": p.lm.captured.backend, "reason": "",
+                      "length": shape.length}
         step, run = held
         row, cache = step.start(p.prefix_ids, p.max_length, sampler.RowKnobs.of(p.pipeline), p.cfg.interventions)
         try:

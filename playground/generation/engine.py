@@ -53,11 +53,10 @@ def generate(
 
 def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent]:
     """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
-    if p.lm.captured is not None:  # loaded with compile=True: the captured step, where the run allows it
-        reason = captured.why_eager(p)
-        p.decoding = {"captured": False, "reason": reason}
-        if reason is None:
-            return captured.decode(p, stop, _Clock(), _finish_reason, _greedy_or_sample)
+    reason = captured.why_eager(p)
+    if reason is None:  # loaded with compile=True and a run the captured step takes
+        return captured.decode(p, stop, _Clock(), _finish_reason, _greedy_or_sample)
+    p.decoding = captured.eager_decoding(p, reason)
     if p.draft is not None:
         return speculative.speculate(p, stop, _Clock(), _finish_reason)
     loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample

@@ -319,8 +319,9 @@ class Streaming:
 
     def generate_text(self, model: str, prompt: str, settings_query: str = "", request: gr.Request = None) -> dict:
         """Generate without streaming: `model` and `prompt`, the other settings as a link's query string
-        (e.g. "mode=sample&temperature=0.8&seed=1"). Returns text, token_ids, finish_reason, notes: the page's
-        press (`play_script`), the notes in the query's language."""
+        (e.g. "mode=sample&temperature=0.8&seed=1"). Returns text, token_ids, finish_reason, notes, usage (the prefix
+        cache's part) and decoding (captured or eager, the rows, why): the page's press (`play_script`), the notes in
+        the query's language."""
         asked = dict(parse_qsl(str(settings_query).lstrip("?"))).get("lang")
         lang = asked if asked in LANGS else "en"  # the language of a refusal (play_script's notes have their own)
         try:

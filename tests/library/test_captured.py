@@ -125,7 +125,8 @@ def test_runs_the_step_cannot_take_decode_eagerly_and_say_why(llama, tmp_path_fa
         eager, got = generate_all(llama, PROMPT, cfg), generate_all(fast, PROMPT, cfg)
         assert got.decoding["captured"] is False and got.decoding["reason"], words
         assert got.token_ids == eager.token_ids and [e.prob for e in got.steps] == [e.prob for e in eager.steps]
-    assert generate_all(llama, PROMPT, GenerationConfig(max_new_tokens=3)).decoding is None  # compile never asked
+    assert generate_all(llama, PROMPT, GenerationConfig(max_new_tokens=3)).decoding == {  # compile never asked
+        "captured": False, "rows": 1, "backend": "eager", "reason": "the model was loaded without compile=True"}
     # longrope crossing its switch mid-run re-encodes the cache: eager
     phi3 = captured(load(tmp_path_factory, "phi3-longrope"))
     crossing = generate_all(phi3, PROMPT, GenerationConfig(max_new_tokens=12))  # 9 -> 21 positions, switch at 16
@@ -248,10 +249,12 @@ def test_the_command_line_and_the_app_ask_for_the_captured_step(llama, monkeypat
     plain = json.loads(capsys.readouterr().out)
     assert main([*args, "--compile", "eager"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["decoding"] == {"captured": True, "rows": 1, "length": 64} and "decoding" not in plain
+    assert out["decoding"] == {"captured": True, "rows": 1, "backend": "eager", "reason": "", "length": 64}
+    assert plain["decoding"]["captured"] is False
     assert out["token_ids"] == plain["token_ids"] and out["cache"] == plain["cache"]
     assert main([*args, "--num-beams", "2", "--compile", "eager"]) == 0
-    assert json.loads(capsys.readouterr().out)["decoding"] == {"captured": False, "reason": "beam search decodes eagerly"}
+    assert json.loads(capsys.readouterr().out)["decoding"] == {"captured": False, "rows": 2, "backend": "eager",
+                                                                "reason": "beam search decodes eagerly"}
     # the app asks every load for it through the environment (its loaders live in the app's core)
     monkeypatch.setenv("PLAYGROUND_COMPILE", "0")  # (recorded, so the test leaves the environment as it found it)
     assert not entry.parse_args([]).compile and os.environ["PLAYGROUND_COMPILE"] == "0"
@@ -319,7 +322,7 @@ def test_a_model_keeps_eight_step_shapes_and_decodes_a_ninth_eagerly(llama, one_
     kept = fast.captured.shapes
     for cfg in configs[MAX_STEPS:]:
         beyond = generate_all(fast, PROMPT, cfg)
-        assert beyond.decoding == {"captured": False, "reason": f"this model keeps {MAX_STEPS} captured step "
+        assert beyond.decoding == {"captured": False, "rows": 1, "backend": "eager", "reason": f"this model keeps {MAX_STEPS} captured step "
                                    "shapes already (the most it keeps): eager"}
         assert beyond.token_ids == generate_all(llama, PROMPT, cfg).token_ids
     assert fast.captured.shapes == kept and [s.candidates for s in kept] == list(range(MAX_STEPS))

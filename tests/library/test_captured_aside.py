@@ -74,11 +74,11 @@ def test_a_new_shape_compiles_aside_while_other_visitors_runs_complete(lm, one_t
     assert not gate.on_driver, "the new shape was built on the scheduler's thread, inside its step"
     assert gate.entered.is_set() and not gate.release.is_set()  # the new shape's compile is still in progress
     assert ready.done and plain.done and new.done and not scheduler.busy()
-    assert ready.plan.decoding == {"captured": True, "rows": 1, "length": 64}
+    assert ready.plan.decoding == {"captured": True, "rows": 1, "backend": "eager", "reason": "", "length": 64}
     assert ready.drain()[-1].token_ids == generate_all(lm, "A visitor's prompt", ready_cfg).token_ids
     assert plain.drain()[-1].token_ids == generate_all(lm, [5, 9, 23, 40, 7], plain_cfg).token_ids
     # the new shape's own run decoded eagerly, said why, and gave the eager tokens
-    assert new.plan.decoding == {"captured": False, "reason": PREPARING}
+    assert new.plan.decoding == {"captured": False, "rows": 1, "backend": "eager", "reason": PREPARING}
     assert new.drain()[-1].token_ids == generate_all(lm, PROMPT, new_cfg).token_ids
     gate.release.set()
     assert stepped.captured.settle(timeout=120)
@@ -95,13 +95,13 @@ def test_the_new_shapes_later_run_is_compiled_for_real_on_the_worker(lm, one_thr
     first = scheduler.submit(plan(compiled, PROMPT, cfg))
     _step_until(scheduler, first)
     assert not gate.on_driver and first.done and not gate.release.is_set()
-    assert first.plan.decoding == {"captured": False, "reason": PREPARING}
+    assert first.plan.decoding == {"captured": False, "rows": 1, "backend": "eager", "reason": PREPARING}
     eager = generate_all(lm, PROMPT, cfg)
     assert first.drain()[-1].token_ids == eager.token_ids
     gate.release.set()
     assert compiled.captured.settle(timeout=600) and compiled.captured.shapes  # compiled, not failed
     later = scheduler.submit(plan(compiled, PROMPT, cfg))
     _step_until(scheduler, later)
-    assert later.plan.decoding == {"captured": True, "rows": 1, "length": 64}
+    assert later.plan.decoding == {"captured": True, "rows": 1, "backend": "inductor", "reason": "", "length": 64}
     assert later.drain()[-1].token_ids == eager.token_ids
     assert gate.threads == ["playground-compile"]

@@ -46,7 +46,7 @@ def test_compiled_runs_break_no_graph_and_compile_once_per_shape(pair, one_threa
         got = generate_all(compiled, PROMPT, cfg)
         assert dict(counters["graph_break"]) == {}
         assert _graphs() == 1  # one graph for all 31 decode steps
-        assert got.decoding == {"captured": True, "rows": 1, "length": 64}
+        assert got.decoding == {"captured": True, "rows": 1, "backend": "inductor", "reason": "", "length": 64}
         assert len(got.token_ids) == 32
         assert_same_run(generate_all(eager, PROMPT, cfg), got)
     counters.clear()  # the same shapes again: other prompts, knob values and lengths reuse both graphs
@@ -76,7 +76,8 @@ def test_without_a_cxx_compiler_runs_decode_eagerly_and_say_why(tmp_path, one_th
     # (torch's own patch: monkeypatch's undo deletes a config entry, which breaks every later compile here)
     with inductor.patch({"cpp.cxx": (None, str(tmp_path / "no-such-g++")), "fx_graph_cache": False}):
         got = generate_all(compiled, PROMPT, cfg)  # (a cached graph would need no compiler)
-        assert got.decoding == {"captured": False, "reason": "capturing this step failed (InductorError): eager"}
+        assert got.decoding == {"captured": False, "rows": 1, "backend": "eager",
+                                "reason": "capturing this step failed (InductorError): eager"}
         assert_same_run(generate_all(eager, PROMPT, cfg), got)
         counters.clear()
         assert generate_all(compiled, [5, 6, 7], cfg).decoding == got.decoding

@@ -33,3 +33,14 @@ def test_the_same_prompt_twice_says_what_was_reused(client, first_char, length, 
     assert first["usage"]["prompt_tokens"] == length and first["usage"]["cached_tokens"] == 0
     assert second["usage"] == {**first["usage"], "cached_tokens": length}
     assert second["token_ids"] == first["token_ids"] and len(first["token_ids"]) == first["usage"]["completion_tokens"]
+
+
+def test_every_answer_says_how_it_decoded(client):
+    """`decoding` (issue "one step serves the class", item 5): this server loads without `--compile`, so its runs
+    decode in the shared batch's eager passes and say so, with the rows their passes had."""
+    answer = client.predict("tiny-lm", "gone with the wind", "max_new_tokens=4", api_name="/generate_text")
+    assert answer["decoding"] == {"captured": False, "rows": 1, "backend": "eager",
+                                  "reason": "the model was loaded without compile=True"}
+    beams = client.predict("tiny-lm", "gone with the wind", "max_new_tokens=4&mode=beam&num_beams=3",
+                           api_name="/generate_text")
+    assert beams["decoding"]["rows"] == 3 and beams["decoding"]["backend"] == "eager"

@@ -1,0 +1,81 @@
+"""Every run says how it decoded: `decoding = {"captured", "rows", "backend", "reason"}` on the result, in the CLI's
+JSON and in `/generate_text`'s answer (issue "one step serves the class", item 5). `rows` is the most rows of any pass
+the run was in: its own beams alone, every request's rows when it shared the scheduler's pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import playground
+from playground.generation import GenerationConfig, generate_all
+from playground.generation.batch import Scheduler
+from playground.generation.plan import plan
+from tests.hf_tiny import llama_like, save_decoder
+
+KEYS = {"captured", "rows", "backend", "reason"}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def lm(checkpoint):
+    return playground.load_model(checkpoint)
+
+
+def test_a_run_of_a_model_loaded_without_compile_says_it_decoded_eagerly_and_why(lm):
+    result = generate_all(lm, [5, 6, 7], GenerationConfig(max_new_tokens=3))
+    assert result.decoding == {"captured": False, "rows": 1, "backend": "eager",
+                               "reason": "the model was loaded without compile=True"}
+    beams = generate_all(lm, [5, 6, 7], GenerationConfig(max_new_tokens=3, num_beams=3))
+    assert beams.decoding["rows"] == 3 and beams.decoding["captured"] is False
+
+
+def test_requests_sharing_the_schedulers_passes_say_how_many_rows_they_shared(lm, one_thread):
+    scheduler = Scheduler(lm, max_rows=16, max_prefills=4)
+    plans = [plan(lm, [5, 6 + i], GenerationConfig(max_new_tokens=4)) for i in range(3)]
+    beams = plan(lm, [9, 9], GenerationConfig(max_new_tokens=4, num_beams=2))
+    tickets = [scheduler.submit(p) for p in [*plans, beams]]
+    while scheduler.busy():
+        scheduler.step()
+    assert all(t.drain()[-1].finished for t in tickets)
+    for p in [*plans, beams]:  # 3 single rows and 2 beams, in one pass from the first step on
+        assert p.decoding == {"captured": False, "rows": 5, "backend": "eager",
+                              "reason": "the model was loaded without compile=True"}
+
+
+def test_a_request_alone_in_the_scheduler_says_one_row(lm, one_thread):
+    scheduler = Scheduler(lm)
+    p = plan(lm, [5, 6, 7], GenerationConfig(max_new_tokens=3))
+    ticket = scheduler.submit(p)
+    while scheduler.busy():
+        scheduler.step()
+    ticket.drain()
+    assert p.decoding["rows"] == 1 and set(p.decoding) >= KEYS
+
+
+def test_the_cli_json_carries_decoding(checkpoint):
+    out = subprocess.run([sys.executable, "-m", "playground", "generate", "--model", str(checkpoint),
+                          "--input-ids", "5,6,7", "--max-new-tokens", "3", "--json"],
+                         capture_output=True, text=True, check=True)
+    decoding = json.loads(out.stdout)["decoding"]
+    assert decoding == {"captured": False, "rows": 1, "backend": "eager",
+                        "reason": "the model was loaded without compile=True"}
+
+
+def test_the_cli_with_compile_says_captured_with_its_backend(checkpoint):
+    out = subprocess.run([sys.executable, "-m", "playground", "generate", "--model", str(checkpoint),
+                          "--input-ids", "5,6,7", "--max-new-tokens", "3", "--compile", "eager", "--json"],
+                         capture_output=True, text=True, check=True)
+    decoding = json.loads(out.stdout)["decoding"]
+    assert decoding["captured"] is True and decoding["backend"] == "eager"
+    assert decoding["rows"] == 1 and decoding["reason"] == ""
