@@ -9,6 +9,19 @@ running two at a time. Here each lane has one limit, every queued event names it
 
 The page's server functions (the live screen's scripts calling Python: `live_state`, `attention_row`, ...) never
 pass through Gradio's queue: `ServerLane` is their lane, one call at a time per tab, `Lanes.server` on the server.
+
+Events bound with `queue=False` (outside every lane), by kind; issue 42 asks that every server function run in a
+lane, so the last group is open:
+- the browser's own (`fn=None`, `js=` only: the locale, the link box, downloads, the projector): no server work;
+- Stops (`stream.stop`, `experiments.stop_job`; the server function `stop_at`): each only marks where its run or
+  job ends; in a lane it waits behind the very calls of the tab it should end (a Stop in the server lane came after
+  its run's end and ended nothing);
+- answers from state the tab already has, no model, tokenizer or whole-run work: the sampling/beam knobs shown
+  (`mode_visibility`), the emptied file box, the fork lines and their keep box, a widget following another, the
+  class game's clicks and ticks, export, the badge and history after a run (`runs.show`), the copied link;
+- open: `page_load`, `switch_language`/`models.refresh`/`teacher.relabel` (labels, the model's texts),
+  `stream.relabelled_value` (the run on screen's whole value, as `live_state` makes it) and
+  `teacher.prompt_tokens` (the tokenizer, as the prompt is typed) run on Gradio's threads outside any lane.
 """
 
 from __future__ import annotations
