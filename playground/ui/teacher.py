@@ -169,7 +169,8 @@ def _note(text: str) -> str:
 
 
 def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any], gen_outputs: list[Any],
-                 streamed: Callable[[Callable[..., Iterator[tuple]]], Callable[..., Iterator[tuple]]]) -> list[Any]:
+                 streamed: Callable[[Callable[..., Iterator[tuple]]], Callable[..., Iterator[tuple]]],
+                 in_tab_lane: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda fn: fn) -> list[Any]:
     """Bind the tools' events; returns the side-by-side's event (streamed runs: the open view redraws after it).
     `gen_outputs`: the streamed runs' outputs (live screen, notes, branches, then what `streamed` adds to a frame)."""
     p, s = page, page.settings
@@ -178,9 +179,10 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
 
     # The tokenizer view: as the prompt is typed (after a pause), the chat switch moves or a model loads.
     tokens_in = [s["prompt"], s["chat"], lang]
-    s["prompt"].change(h.prompt_tokens, tokens_in, p.prompt_tokens, js=DEBOUNCE_JS, trigger_mode="always_last", **quick)
+    tokens = in_tab_lane(h.prompt_tokens)  # the tokenizer's work: in the server functions' lane, one at a time per tab
+    s["prompt"].change(tokens, tokens_in, p.prompt_tokens, js=DEBOUNCE_JS, trigger_mode="always_last", **quick)
     for trigger in (s["chat"].change, p.model_status.change):
-        trigger(h.prompt_tokens, tokens_in, p.prompt_tokens, trigger_mode="always_last", **quick)
+        trigger(tokens, tokens_in, p.prompt_tokens, trigger_mode="always_last", **quick)
 
     # The language: the tools' texts and views (set when the page opens, and on every switch).
     texts = [p.component(name) for name in TEACHER_TEXTS]
