@@ -186,7 +186,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
 
     # The language: the tools' texts and views (set when the page opens, and on every switch).
     texts = [p.component(name) for name in TEACHER_TEXTS]
-    lang.change(h.relabel, [lang, s["prompt"], s["chat"], p.sbs_columns, p.game_state],
+    lang.change(in_tab_lane(h.relabel), [lang, s["prompt"], s["chat"], p.sbs_columns, p.game_state],
                 [*texts, p.prompt_tokens, p.sbs_view, p.game_view], **quick)
 
     # Temperature side by side: three runs through the page's own press, in the generation lane.
@@ -197,7 +197,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
     # Export: the server writes the file's text, the browser saves it.
     p.demo.load(None, None, p.page_address, js=ADDRESS_JS, queue=False)
     for button, handler in ((p.export_json, h.export_json), (p.export_csv, h.export_csv)):
-        button.click(handler, p.page_address, [p.export_file, p.export_md], **quick).then(
+        button.click(in_tab_lane(handler), p.page_address, [p.export_file, p.export_md], **quick).then(
             None, p.export_file, None, js=DOWNLOAD_JS, queue=False)
 
     wire_game(p, h.game, lang)

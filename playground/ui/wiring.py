@@ -63,14 +63,14 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
         return h.models.page_load(request, tuple(name for _, name in lab_fields))
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
-    start = p.demo.load(page_load, None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
+    start = p.demo.load(in_tab_lane(page_load), None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
                         queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    loaded.then(switch_language, lang, relabel_outputs, queue=False)
+    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)
@@ -86,10 +86,10 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
         redraws.append(trigger(keyed(h.models.load_hub), [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
     # English / 中文: every label, the live screen, the model's texts.
-    switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
+    switched = lang.input(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
     switched.then(in_tab_lane(h.stream.relabelled_value), lang, p.live, queue=False)
-    redraws.append(switched.then(h.models.refresh, [lang, s["prompt"]],
+    redraws.append(switched.then(in_tab_lane(h.models.refresh), [lang, s["prompt"]],
                                  [p.model_status, p.model_about, s["prompt"], p.card], queue=False))
 
     # Generation: streamed into the live screen, with the badge of the run on screen and the run history. Each

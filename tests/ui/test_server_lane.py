@@ -137,7 +137,13 @@ def test_a_tabs_own_events_outside_the_queue_take_turns_in_the_lane(app):
     demo, url = app
     lane = demo.playground_server_lane
     events = {fn.fn.__wrapped__.__name__: i for i, fn in demo.fns.items() if hasattr(fn.fn, "__wrapped__")}
-    assert {"prompt_tokens", "relabelled_value"} <= set(events)
+    assert {"page_load", "switch_language", "refresh", "relabel", "prompt_tokens", "relabelled_value",
+            "export_json", "export_csv"} <= set(events)
+    for name, data in (("page_load", []), ("switch_language", ["zh"])):  # a tab opened, then switched to Chinese
+        body = {"data": data, "fn_index": events[name], "session_hash": "opener"}
+        response = httpx.post(url + "gradio_api/run/predict", json=body, timeout=120)
+        assert response.status_code == 200 and response.json()["data"], response.text
+    assert demo.playground_handlers.sessions.get("opener").lang == "zh"
     run_in(demo, "typist", "The bird")  # the tab has a model: the tokens view asks only a model the tab loaded
     body = {"data": ["Hello there", False, "en"], "fn_index": events["prompt_tokens"], "session_hash": "typist"}
     response = httpx.post(url + "gradio_api/run/predict", json=body, timeout=120)
