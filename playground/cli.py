@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 
 from playground.errors import PlaygroundError
 from playground.generation import cli_generate
+from playground.rust_stderr import panic_reports_dropped
 
 EXIT_USAGE = 2
 
@@ -113,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # says which argument is not known, in one line
     if unknown:  # the deploy tool's own options (its parser is built only when it runs)
         args.rest = unknown + args.rest
+    # A tokenizer's Rust panic is told in our one line (TokenizerError), not in Rust's report as well.
+    quiet = panic_reports_dropped() if args.command in ("info", "generate") else nullcontext()
     try:
-        return args.handler(args)
+        with quiet:
+            return args.handler(args)
     except PlaygroundError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

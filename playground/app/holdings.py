@@ -39,12 +39,14 @@ class Holdings:
     run_bytes: int = 0  # the runs' records: events, path, prompt (`Run.record_bytes`; their arrays are capture_bytes)
     prefix_blocks: int = 0  # prompt-prefix K/V blocks kept for reuse (`app.serving.prefix_held`)
     prefix_bytes: int = 0
+    live_values: int = 0  # the whole live-screen values `live_state` keeps per run version (`ui.streaming`)
+    live_value_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         # Gradio's copy of each tab's state is kept on purpose too (row 2: 0.42 MiB a tab that nothing counted).
         return (self.model_bytes + self.copy_bytes + self.capture_bytes + self.run_bytes + self.tab_state_bytes
-                + self.step_bytes + self.prefix_bytes)
+                + self.step_bytes + self.prefix_bytes + self.live_value_bytes)
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
@@ -53,20 +55,23 @@ class Holdings:
                 f"capture_bytes={self.capture_bytes} tab_states={self.tab_states} "
                 f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
                 f"run_bytes={self.run_bytes} prefix_blocks={self.prefix_blocks} prefix_bytes={self.prefix_bytes} "
+                f"live_values={self.live_values} live_value_bytes={self.live_value_bytes} "
                 f"({self.total_bytes / MIB:,.0f} MiB)")
 
 
 def holdings(registry: ModelRegistry, sessions: Sessions,
              tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0),
-             prefixes: Callable[[], tuple[int, int]] = prefix_held) -> Holdings:
+             prefixes: Callable[[], tuple[int, int]] = prefix_held,
+             live_values: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> Holdings:
     """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here);
-    `prefixes`: (blocks, bytes) of the prefix stores (the process's server's)."""
+    `prefixes`: (blocks, bytes) of the prefix stores (the process's server's); `live_values`: (values, bytes) of
+    the whole live-screen values kept for `live_state` (`Streaming.live_values`)."""
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes, run_bytes = sessions.held()
     steps, step_bytes = registry.steps_held()
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes, run_bytes, *prefixes())
+                    step_bytes, run_bytes, *prefixes(), *live_values())
 
 
 def parse(line: str) -> Holdings | None:

@@ -144,17 +144,19 @@ class Run:
         if self.beam and last is not None and last.finished and last.beams:
             self.final = final_hypothesis(last)
             self._follow(lm, self.final)
-            self._keep_the_winners_candidates()
+        if self.beam:
+            self._keep_the_path_only()
 
-    def _keep_the_winners_candidates(self) -> None:
-        """A finished beam search shows the winning path's candidates only (`token_path`): every other running
-        beam's, kept while any of them could still win, go."""
-        path = self.final.beam_path
+    def _keep_the_path_only(self) -> None:
+        """A beam search that ended (or was stopped) shows its path's candidates and probabilities only (`path`, the
+        winner's or the best so far): what every running beam kept while any of them could still win (their
+        candidates, the continuations kept from them) goes. An event's candidates become its path step's, so each
+        step keeps one table, shared by the event and the path."""
         for t, event in enumerate(self.events):
-            per_beam = (event.beam_captures or {}).get("candidates")
-            if per_beam:
-                event.beam_captures["candidates"] = [c if t < len(path) and b == path[t] else None
-                                                     for b, c in enumerate(per_beam)]
+            event.candidates = self.path[t].candidates if t < len(self.path) else None
+            if event.beam_captures is not None:  # what stays is what it recorded (`capture_bytes`)
+                rows = {k: v for k, v in event.beam_captures.items() if k in ("attention", "residual") and v is not None}
+                event.beam_captures = rows or None
         self._count_events()
 
     def _follow(self, lm: Any, hypothesis: Hypothesis) -> None:
@@ -283,11 +285,16 @@ class Run:
         path = sys.getsizeof(self.path)
         if self.path:  # every entry is one slotted step and its capture (the budget asks after every run: O(1))
             path += len(self.path) * (sys.getsizeof(self.path[0]) + sys.getsizeof(self.path[0].capture))
-        if self.beam:  # the winner's path has its own token texts and candidates' marks (their tables are shared)
-            path += sum(sys.getsizeof(s.token_text) + sys.getsizeof(s.prob) + sys.getsizeof(s.candidates)
-                        for s in self.path)
+        if self.beam:  # the path's own probabilities, and its texts and candidates where not its event's
+            path += sum(sys.getsizeof(s.prob) + self._unshared(s.token_text, e.token_text)
+                        + self._unshared(s.candidates, e.candidates) for s, e in zip(self.path, self.events))
         small = held_bytes((self.notes, self.changes, self.about, self.head_stats, self.final))
         return self.fixed_bytes + self.event_bytes + sys.getsizeof(self.events) + path + small
+
+    @staticmethod
+    def _unshared(value: Any, event_keeps: Any) -> int:
+        """`value`'s own size (a candidates' object without its table, which an event keeps), unless it is the event's."""
+        return 0 if value is event_keeps or value is None else sys.getsizeof(value)
 
     def kept_bytes(self) -> int:
         """Everything the run keeps: its record and its recorded arrays."""
@@ -328,7 +335,8 @@ class Run:
         for e in self.events:
             e.attention = e.residual = e.prompt_attention = None
             if e.beam_captures is not None:  # the beams' rows go; their candidates and kept continuations stay
-                e.beam_captures = {k: v for k, v in e.beam_captures.items() if k in ("candidates", "kept")}
+                e.beam_captures = {k: v for k, v in e.beam_captures.items()
+                                   if k in ("candidates", "kept") and v is not None} or None
         for step in self.path:
             step.capture.attention = step.capture.residual = None
         self.captures_dropped = True

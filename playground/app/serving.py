@@ -66,6 +66,8 @@ class Server:
         call: Callable[[Callable[[], Any]], Any] = torch_thread.call, prefix_caching: bool = True,
     ) -> None:
         self.max_rows, self.per_owner, self.max_prefills = max_rows, per_owner, max_prefills
+        # an owner's visitor (`Scheduler.visitor_of`): the app names it (`Tabs.owner_visitor`) once it has its tabs
+        self.visitor_of: Callable[[Any], Any] = lambda owner: owner
         self._call = call
         self._schedulers: dict[int, Scheduler] = {}
         self._jobs: list[Job] = []  # in order of submission
@@ -84,7 +86,8 @@ class Server:
             if scheduler is None or scheduler.lm.model is not p.lm.model:
                 history = self._histories.setdefault(p.lm.model, StepHistory())
                 scheduler = Scheduler(p.lm, max_rows=self.max_rows, per_owner=self.per_owner,
-                                      max_prefills=self.max_prefills, history=history, prefix=self._prefix(p))
+                                      max_prefills=self.max_prefills, history=history, prefix=self._prefix(p),
+                                      visitor_of=lambda owner: self.visitor_of(owner))
                 self._schedulers[id(p.lm.model)] = scheduler
             ticket = scheduler.submit(p, stop, owner, tag)
             self._start_driver()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from playground.app.notes import note
+from playground.generation.fair import fair_order  # noqa: F401  (the lanes' turns: one mechanism with the batch's)
 from playground.hosting import on_space
 from playground.notes import Note
 
@@ -144,19 +145,6 @@ class QueuePlaces:
         return max(self.min_tab, min(self.per_tab, cap // max(1, len(tabs))))
 
 
-def fair_order(events: Sequence[T], visitor: Callable[[T], str]) -> list[T]:
-    """`events` (a lane's waiting line, first served first) served by visitor in turn: each visitor's first event,
-    then each one's second, and so on, each round in the order the visitors first appear. A visitor with 30 events
-    waiting delays another's one event by at most one of its own."""
-    rank: dict[str, int] = {}
-    keyed = []
-    for i, event in enumerate(events):
-        who = visitor(event)
-        keyed.append((rank.get(who, 0), i, event))
-        rank[who] = rank.get(who, 0) + 1
-    return [event for _, _, event in sorted(keyed, key=lambda k: (k[0], k[1]))]
-
-
 TABS_PER_VISITOR = 60  # a class of 30 behind one address, two tabs each
 TABS_ENV = "PLAYGROUND_TABS_PER_ADDRESS"
 
@@ -242,6 +230,15 @@ class Tabs:
         with self._lock:
             known = self._tabs.get(tab or "")
             return None if known is None else known.visitor
+
+    def owner_visitor(self, owner: object) -> object:
+        """The visitor a shared batch's owner belongs to: a page tab's (`page`), a script's client's address
+        (`client`); anything else is its own."""
+        if isinstance(owner, str) and owner.startswith(PAGE):
+            return self.visitor(owner[len(PAGE):]) or owner
+        if isinstance(owner, str) and is_client(owner):
+            return owner[len(CLIENT):]
+        return owner
 
     def count(self, visitor: str) -> int:
         """`visitor`'s open tabs."""

@@ -55,6 +55,7 @@ from playground.generation.budget import estimate_request, peak_bytes
 from playground.generation.device_memory import admission_budget
 from playground.generation.engine import run_plan
 from playground.generation.events import StepEvent
+from playground.generation.fair import by_visitor_then_tab
 from playground.generation.plan import Plan
 from playground.generation.prefix_cache import BLOCK, Feed, PrefixStore
 from playground.models.edits import edited
@@ -387,9 +388,15 @@ class Scheduler:
     def __init__(
         self, lm: Any, *, max_rows: int = 16, per_owner: int = 1, max_prefills: int = 2, memory_budget: int | None = None,
         invariant_alone: bool = False, history: StepHistory | None = None, prefix: PrefixStore | None = None,
+        visitor_of: Callable[[Any], Any] | None = None,
     ) -> None:
         self.lm = lm
         self.prefix = prefix  # the model's prefix store (kept by the caller across schedulers), or None
+        # the visitor (an address or an account) an owner (a tab, a script's client) belongs to: places are offered
+        # by visitor in turn, then by tab (`fair.by_visitor_then_tab`); by default each owner is its own visitor
+        self.visitor_of: Callable[[Any], Any] = visitor_of or (lambda owner: owner)
+        self._served: dict[tuple[str, Any], int] = {}  # ("tab" | "visitor", key) -> admissions counted when last served
+        self._admitted = 0
         # what each step did, for the page's lesson on the shared batch (kept by the caller across schedulers)
         self.history = history if history is not None else StepHistory()
         self._weight_bytes: dict[int, int] = {}  # per model of a pass: its weights' bytes, counted once
@@ -434,7 +441,20 @@ class Scheduler:
     def queue_position(self, ticket: Ticket) -> int:
         """0 once running; otherwise how many wait ahead of it, plus one."""
         with self._lock:
-            return next((i + 1 for i, t in enumerate(self.waiting) if t is ticket), 0)
+            return next((i + 1 for i, t in enumerate(self._in_turn()) if t is ticket), 0)
+
+    def _in_turn(self) -> list[Ticket]:
+        """The waiting requests in the order places are offered: visitors in turn, then their tabs in turn."""
+        return by_visitor_then_tab(list(self.waiting), lambda t: t.owner, self.visitor_of, self._served)
+
+    def _serve(self, ticket: Ticket) -> None:
+        """`ticket` joins the batch: its tab and its visitor go to the back of the turns. Only the owners waiting or
+        running are remembered."""
+        self._admitted += 1
+        self._served[("tab", ticket.owner)] = self._served[("visitor", self.visitor_of(ticket.owner))] = self._admitted
+        here = {t.owner for t in (*self.waiting, *self.running)}
+        here |= {self.visitor_of(owner) for owner in here}
+        self._served = {key: n for key, n in self._served.items() if key[1] in here}
 
     def expected_wait(self, ticket: Ticket) -> float | None:
         """Seconds until a waiting request may start, at most: the running requests free their rows after
@@ -446,7 +466,7 @@ class Scheduler:
             if ticket not in self.waiting:
                 return 0.0
             free = [0] * max(0, self.max_rows - self.rows())
-            ahead = list(itertools.takewhile(lambda t: t is not ticket, self.waiting))
+            ahead = list(itertools.takewhile(lambda t: t is not ticket, self._in_turn()))
             rows = free + [t.steps_left for t in self.running] or [0]
         heapq.heapify(rows)
         for t in ahead:  # each takes the row that frees first (a beam search counted as one row)
@@ -468,12 +488,13 @@ class Scheduler:
             memory += self._step_bytes()  # the model's kept captured steps take the same budget
             memory += self.prefix.bytes if self.prefix is not None else 0  # and its kept prefix blocks
             feeding = sum(not t.first_event for t in self.running)
-            for t in list(self.waiting):
+            for t in self._in_turn():
                 mine = sum(r.owner == t.owner for r in self.running)  # an owner is a visitor's key (app.visitors)
                 fits = (rows + t.rows <= self.max_rows and memory + t.memory <= self.memory_left) or not self.running
                 if mine < self.per_owner and fits and feeding < self.max_prefills:
                     self.waiting.remove(t)
                     self.running.append(t)
+                    self._serve(t)
                     rows, memory, feeding = rows + t.rows, memory + t.memory, feeding + 1
 
     def _step_bytes(self) -> int:

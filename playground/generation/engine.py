@@ -23,7 +23,7 @@ import torch
 from playground.generation import captured, captures, sampling, speculative
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig
-from playground.generation.events import GenerationResult, Hypothesis, StepCapture, StepEvent, Timing, TokenStep
+from playground.generation.events import Beams, GenerationResult, Hypothesis, StepCapture, StepEvent, Timing, TokenStep
 from playground.generation.plan import Plan, plan
 from playground.generation.stepper import Stepper, full_attention
 from playground.generation.tokens import Tokens, generated_start
@@ -231,9 +231,9 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
         if result.done:
             reason = "eos" if best_ids and best_ids[-1] in p.eos_ids else "length"
         # Slots of beams that ended carry a placeholder score; they are not hypotheses.
-        hypotheses = [Hypothesis(tree.node(ids, path), None, s, False) for ids, s, path in live
-                      if s > LARGE_NEGATIVE / 2]
-        hypotheses += [Hypothesis(tree.node(ids, path), None, s, True) for ids, s, path in finished]
+        running = [(ids, s, path) for ids, s, path in live if s > LARGE_NEGATIVE / 2]
+        hypotheses = Beams([tree.node(ids, path) for ids, _, path in running + finished],
+                           [s for _, s, _ in running + finished], len(running))
         tree.forget_older()
         step_ms = clock.record(step, t0)
         yield StepEvent(
@@ -295,7 +295,8 @@ def token_path(lm: LoadedModel, events: list[StepEvent], final: Hypothesis | Non
         capture = StepCapture(
             captures.pick_row(extra.get("attention"), source), captures.pick_residual(extra.get("residual"), source)
         )
-        path.append(TokenStep(t, token_id, lm.token_text(token_id), prob, cands, source, capture))
+        text = events[t].token_text if events[t].token_id == token_id else lm.token_text(token_id)  # one string
+        path.append(TokenStep(t, token_id, text, prob, cands, source, capture))
     return path
 
 

@@ -230,6 +230,56 @@ class Hypothesis:
                 "beam_path": self.beam_path}
 
 
+class Beams(Sequence[Hypothesis]):
+    """One beam step's hypotheses, the running ones (best first) then the finished ones: their token nodes (branches
+    of the search's one tree) and their scores as one array of doubles. A run keeps this for every step (the beam
+    table draws them), so it keeps no `Hypothesis` object and no float object per beam; they are made when read.
+    """
+
+    __slots__ = ("nodes", "scores", "running")
+
+    def __init__(self, nodes: Sequence[Tokens], scores: Iterable[float], running: int) -> None:
+        self.nodes = tuple(nodes)
+        self.scores = array("d", scores)  # float64: each score exactly as the search gave it
+        self.running = running  # the first `running` nodes are still open
+
+    @classmethod
+    def of(cls, hypotheses: Sequence[Hypothesis]) -> Beams:
+        """The same hypotheses, compact (the running ones must come first)."""
+        running = sum(not h.finished for h in hypotheses)
+        assert all(not h.finished for h in hypotheses[:running]), "running hypotheses come first"
+        return cls([h.tokens for h in hypotheses], [h.score for h in hypotheses], running)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def _hypothesis(self, i: int) -> Hypothesis:
+        return Hypothesis(self.nodes[i], None, self.scores[i], i >= self.running)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._hypothesis(i) for i in range(len(self))[index]]
+        if not -len(self) <= index < len(self):
+            raise IndexError("beam index out of range")
+        return self._hypothesis(index % len(self))
+
+    def __iter__(self) -> Iterator[Hypothesis]:
+        return (self._hypothesis(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Beams, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Beams({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Beams, (self.nodes, list(self.scores), self.running)
+
+
 AttentionRows = dict[str, list[np.ndarray | None]]  # kind -> per layer (h, S), None where not recorded
 
 
@@ -281,7 +331,7 @@ class StepEvent:
     prob: float
     tokens: Tokens  # the generated ids so far (beam search: the best hypothesis'), as a node of a shared chain
     candidates: Sequence[Candidate] | None
-    beams: list[Hypothesis] | None
+    beams: Sequence[Hypothesis] | None  # beam search: `Beams`
     kv: Any  # the KV cache's stats (anything with `to_dict()`) or their dict
     clock: Timing | dict[str, float]
     attention: AttentionRows | None = None
@@ -330,10 +380,12 @@ class StepEvent:
         shared = frozenset() if before is None else frozenset(
             id(x) for x in (before.kv, getattr(before.kv, "windows", None), getattr(before.kv, "dtype", None),
                             getattr(before.candidates, "names", None)) if x is not None)
-        beam = {k: v for k, v in (self.beam_captures or {}).items() if k in ("candidates", "kept")}
-        parts = (self.tokens, self.token_text, self.prob, self.kv, self.clock, self.candidates, self.beams, beam,
+        beam = self.beam_captures  # its dict and what it keeps besides recorded rows (a finished run's: nothing)
+        kept = () if beam is None else (beam.get("candidates"), beam.get("kept"))
+        parts = (self.tokens, self.token_text, self.prob, self.kv, self.clock, self.candidates, self.beams, *kept,
                  self.speculation)
-        return sys.getsizeof(self) + held_bytes(parts, shared) - sys.getsizeof(parts)
+        own = sys.getsizeof(self) + (0 if beam is None else sys.getsizeof(beam))
+        return own + held_bytes(parts, shared) - sys.getsizeof(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -21,21 +21,18 @@ Decode = Callable[[list[int]], str]
 class Tokens:
     """An immutable token sequence: the last node of a chain that starts at a `start()` node (no token)."""
 
-    __slots__ = ("parent", "token_id", "source", "length", "decode", "memo")
+    __slots__ = ("parent", "token_id", "source", "length")  # a run keeps one node per token (per beam): no more
 
-    def __init__(self, parent: Tokens | None, token_id: int, source: int | None = None,
-                 decode: Decode | None = None) -> None:
+    def __init__(self, parent: Tokens | None, token_id: int, source: int | None = None) -> None:
         self.parent = parent
         self.token_id = token_id
         self.source = source
         self.length = 0 if parent is None else parent.length + 1
-        self.decode = decode  # only the start node holds it
-        self.memo: tuple[Tokens, str] | None = None  # start node: the text last decoded, for the node it was for
 
     @classmethod
     def start(cls, decode: Decode | None = None) -> Tokens:
         """The empty sequence every node of a run extends; `decode(ids)` gives a sequence's text."""
-        return cls(None, -1, None, decode)
+        return _Start(decode)
 
     @classmethod
     def of(cls, ids: Sequence[int], sources: Sequence[int | None] = (), text: str | None = None,
@@ -53,7 +50,7 @@ class Tokens:
     def extend(self, token_id: int, source: int | None = None) -> Tokens:
         return Tokens(self, int(token_id), source)
 
-    def _nodes(self) -> tuple[list[Tokens], Tokens]:
+    def _nodes(self) -> tuple[list[Tokens], _Start]:
         """(this sequence's nodes, first to last; the start node)."""
         nodes: list[Tokens] = []
         node = self
@@ -61,6 +58,7 @@ class Tokens:
             nodes.append(node)
             node = node.parent
         nodes.reverse()
+        assert isinstance(node, _Start), "a chain begins at Tokens.start()"
         return nodes, node
 
     def ids(self) -> list[int]:
@@ -109,6 +107,17 @@ class Tokens:
         nodes, _ = self._nodes()
         sources = [n.source for n in nodes]
         return Tokens.of, (self.ids(), sources if any(s is not None for s in sources) else [], self.text)
+
+
+class _Start(Tokens):
+    """The start node (no token): it alone holds the decoder and the text last decoded, for the node it was for."""
+
+    __slots__ = ("decode", "memo")
+
+    def __init__(self, decode: Decode | None = None) -> None:
+        super().__init__(None, -1, None)
+        self.decode = decode
+        self.memo: tuple[Tokens, str] | None = None
 
 
 def generated_start(lm: Any) -> Tokens:

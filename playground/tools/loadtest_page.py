@@ -631,7 +631,8 @@ def held_words(held: dict[str, int] | None) -> str:
     return (f"{mib(h.total_bytes)} ({h.models} models {mib(h.model_bytes)}, {h.copies} precision copies "
             f"{mib(h.copy_bytes)}, {h.runs} runs of {h.tabs} tabs {mib(h.run_bytes)} + their recorded arrays "
             f"{mib(h.capture_bytes)}, Gradio's state of {h.tab_states} tabs {mib(h.tab_state_bytes)}, "
-            f"{h.steps} captured steps {mib(h.step_bytes)})")
+            f"{h.steps} captured steps {mib(h.step_bytes)}, {h.live_values} live screens kept "
+            f"{mib(h.live_value_bytes)})")
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -63,7 +63,7 @@ def build_app(
                                                                    stream.select_step, stream.live_state)),
                                         stream.stop_at])
     with page.demo:
-        wire(page, handlers, generate_concurrency=generate_concurrency)
+        wire(page, handlers, generate_concurrency=generate_concurrency, server_lane=lane)
     handlers.stream.scripts.app = page.demo
     page.demo.playground_is_page = handlers.sessions.has  # Gradio drops other sessions' state first
     page.demo.playground_is_live = handlers.tabs.live  # and never an open tab's (its heartbeat connected)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from playground.app import heap
+from playground.app import heap, serving
 from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
@@ -36,6 +36,8 @@ class Handlers:
         self.models = Models(catalog, registry, self.sessions, limits)
         self.models.visitor_of = lambda owner: self.tabs.visitor(owner) or owner  # loads are bounded per visitor
         self.sessions.visitor_of = lambda key: self.tabs.visitor(key) or key  # and what runs keep
+        # the shared batch offers its places by address, then by tab (the process's one server: the app's tabs)
+        serving.default_server().visitor_of = self.tabs.owner_visitor
         self.stream = Streaming(self.models, self.sessions)
         self.panels = Panels(self.models, self.sessions)
         self.lessons = Lessons(self.models, self.sessions)

@@ -9,11 +9,27 @@ running two at a time. Here each lane has one limit, every queued event names it
 
 The page's server functions (the live screen's scripts calling Python: `live_state`, `attention_row`, ...) never
 pass through Gradio's queue: `ServerLane` is their lane, one call at a time per tab, `Lanes.server` on the server.
+
+Events bound with `queue=False` (outside Gradio's queue), by kind; issue 42 asks that every server function run in a
+lane:
+- the browser's own (`fn=None`, `js=` only: the locale, the link box, downloads, the projector): no server work;
+- Stops (`stream.stop`, `experiments.stop_job`; the server function `stop_at`): each only marks where its run or
+  job ends; in a lane it waits behind the very calls of the tab it should end (a Stop in the server lane came after
+  its run's end and ended nothing);
+- answers from state the tab already has, no model, tokenizer or whole-run work: the sampling/beam knobs shown
+  (`mode_visibility`), the emptied file box, the fork lines and their keep box, a widget following another, the
+  class game's clicks and ticks, the badge and history after a run (`runs.show`), the copied link;
+- the rest, in the server functions' lane (`ServerLane.for_tab`), one at a time per tab: `page_load` (the link's
+  settings, the tab opened), `switch_language`/`models.refresh`/`teacher.relabel` (labels, the model's texts),
+  `stream.relabelled_value` (the run on screen's whole value after a language switch, kept per run version as
+  `live_state`'s), `teacher.prompt_tokens` (the tokenizer, as the prompt is typed) and the export (a whole
+  run's file).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -93,8 +109,19 @@ class ServerLane:
         call.__name__ = fn.__name__
         return call
 
-    async def run(self, fn: Callable[[Any], Any], args: Any) -> Any:
-        tab = self.tab_of(args) or ""
+    def for_tab(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn`, an event handler bound outside Gradio's queue whose last argument is its request, in this lane: one
+        call at a time per tab, with that tab's server functions, on one of the lane's threads."""
+        @functools.wraps(fn)  # Gradio reads the handler's parameters (and where its request goes) through the wrapper
+        async def call(*args: Any) -> Any:
+            tab = getattr(args[-1], "session_hash", None) if args else None
+            return await self.run(lambda given: fn(*given), list(args), tab=tab)
+
+        return call
+
+    async def run(self, fn: Callable[[Any], Any], args: Any, tab: str | None = None) -> Any:
+        """`fn(args)` once the tab's earlier calls are done; `tab`: the tab, else `tab_of(args)` names it."""
+        tab = (tab if tab is not None else self.tab_of(args)) or ""
         lock = self._tabs.setdefault(tab, asyncio.Lock())
         self._calls[tab] += 1
         try:

@@ -29,6 +29,7 @@ from playground.app.run import Run
 from playground.app.session import LiveView, Session, Sessions
 from playground.app.settings import LANGS, RUN_FIELDS, WIDGETS, UISettings, format_branches, from_widgets
 from playground.errors import PlaygroundError
+from playground.generation.events import held_bytes
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import ScriptSessions, event_data, visitor_of
 from playground.ui.models import Models, one_line, session_key
@@ -50,8 +51,9 @@ class Streaming:
         self.models = models
         self.sessions = sessions
         self.scripts = ScriptSessions(is_page=sessions.has)
-        # run token -> (version, whole value) of the runs last asked for by `live_state`, the oldest dropped first
-        self._whole: OrderedDict[str, tuple[tuple, dict[str, Any]]] = OrderedDict()
+        # run token -> (version, whole value, its bytes) of the runs last asked for by `live_state`, the oldest
+        # dropped first; the holdings line counts them (`live_values`)
+        self._whole: OrderedDict[str, tuple[tuple, dict[str, Any], int]] = OrderedDict()
         self._whole_lock = threading.Lock()
 
     # --- Generate and branches -------------------------------------------------------------------
@@ -173,8 +175,7 @@ class Streaming:
         run = session.current
         if run is None:
             return {"run": None, "lang": lang, "path": [], "status": {}}
-        lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-        return self._value(session, run, self.models.meta(lm, run.settings.model))
+        return self._whole_value(session, run)
 
     def relabelled_value(self, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         """The live screen after a language switch: `current_value`, marked as a relabelling. Computed as the switch
@@ -193,19 +194,29 @@ class Streaming:
         sessions = self._sessions_of(token) if run is not None else []
         if not sessions:
             return {"run": None}
-        version = _version(sessions[0], run)  # taken before the value: a value is never older than its version
+        return self._whole_value(sessions[0], run)
+
+    def _whole_value(self, session: Session, run: Run) -> dict[str, Any]:
+        """`run`'s whole value for `session`, kept per version of it (`live_state`, a language switch's redraw)."""
+        version = _version(session, run)  # taken before the value: a value is never older than its version
         with self._whole_lock:
             kept = self._whole.get(run.token)
             if kept is not None and kept[0] == version:
                 self._whole.move_to_end(run.token)
                 return kept[1]
         lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-        value = self._value(sessions[0], run, self.models.meta(lm, run.settings.model))
+        value = self._value(session, run, self.models.meta(lm, run.settings.model))
+        size = held_bytes(value)  # counted once, as it is kept (the holdings line asks often)
         with self._whole_lock:
-            self._whole[run.token] = (version, value)
+            self._whole[run.token] = (version, value, size)
             while len(self._whole) > WHOLE_VALUES_KEPT:
                 self._whole.popitem(last=False)
         return value
+
+    def live_values(self) -> tuple[int, int]:
+        """(whole values kept for `live_state` and a language switch, their bytes): the holdings line's `live_values`."""
+        with self._whole_lock:
+            return len(self._whole), sum(size for _, _, size in self._whole.values())
 
     def tab_of(self, args: Any) -> str | None:
         """The tab a server function's call belongs to (`lanes.ServerLane`): the owner of the run its first

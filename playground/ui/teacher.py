@@ -171,7 +171,8 @@ def _note(text: str) -> str:
 
 
 def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any], gen_outputs: list[Any],
-                 streamed: Callable[[Callable[..., Iterator[tuple]]], Callable[..., Iterator[tuple]]]) -> list[Any]:
+                 streamed: Callable[[Callable[..., Iterator[tuple]]], Callable[..., Iterator[tuple]]],
+                 in_tab_lane: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda fn: fn) -> list[Any]:
     """Bind the tools' events; returns the side-by-side's event (streamed runs: the open view redraws after it).
     `gen_outputs`: the streamed runs' outputs (live screen, notes, branches, then what `streamed` adds to a frame)."""
     p, s = page, page.settings
@@ -180,13 +181,14 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
 
     # The tokenizer view: as the prompt is typed (after a pause), the chat switch moves or a model loads.
     tokens_in = [s["prompt"], s["chat"], lang]
-    s["prompt"].change(h.prompt_tokens, tokens_in, p.prompt_tokens, js=DEBOUNCE_JS, trigger_mode="always_last", **quick)
+    tokens = in_tab_lane(h.prompt_tokens)  # the tokenizer's work: in the server functions' lane, one at a time per tab
+    s["prompt"].change(tokens, tokens_in, p.prompt_tokens, js=DEBOUNCE_JS, trigger_mode="always_last", **quick)
     for trigger in (s["chat"].change, p.model_status.change):
-        trigger(h.prompt_tokens, tokens_in, p.prompt_tokens, trigger_mode="always_last", **quick)
+        trigger(tokens, tokens_in, p.prompt_tokens, trigger_mode="always_last", **quick)
 
     # The language: the tools' texts and views (set when the page opens, and on every switch).
     texts = [p.component(name) for name in TEACHER_TEXTS]
-    lang.change(h.relabel, [lang, s["prompt"], s["chat"], p.sbs_columns, p.game_state],
+    lang.change(in_tab_lane(h.relabel), [lang, s["prompt"], s["chat"], p.sbs_columns, p.game_state],
                 [*texts, p.prompt_tokens, p.sbs_view, p.game_view], **quick)
 
     # Temperature side by side: three runs through the page's own press, in the generation lane.
@@ -197,7 +199,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
     # Export: the server writes the file's text, the browser saves it.
     p.demo.load(None, None, p.page_address, js=ADDRESS_JS, queue=False)
     for button, handler in ((p.export_json, h.export_json), (p.export_csv, h.export_csv)):
-        button.click(handler, p.page_address, [p.export_file, p.export_md], **quick).then(
+        button.click(in_tab_lane(handler), p.page_address, [p.export_file, p.export_md], **quick).then(
             None, p.export_file, None, js=DOWNLOAD_JS, queue=False)
 
     wire_game(p, h.game, lang)

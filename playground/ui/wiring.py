@@ -9,7 +9,7 @@ from playground.ui.experiment_tabs import field_widgets
 from playground.ui.experiments import fork_line_outputs, wire_experiments
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
-from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, check
+from playground.ui.lanes import API, FIGURES, GENERATE, JOBS, LOAD, Lanes, ServerLane, check
 from playground.ui.language import relabel, relabelled
 from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
@@ -32,9 +32,10 @@ def empty_file_box() -> None:
     return None
 
 
-def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
+def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane: ServerLane | None = None) -> None:
     p, s = page, page.settings
     lanes = Lanes(generate=generate_concurrency)
+    in_tab_lane = server_lane.for_tab if server_lane is not None else (lambda fn: fn)  # a tab's own work, in turn
     settings_inputs = [s[f] for f in WIDGETS]  # Generate reads the left column only: a run of it is plain
     lab_fields = field_widgets()  # the experiments' widgets a link sets (its experiment's settings on the page)
     mode_outputs = [s[f] for f in SAMPLE_ONLY + BEAM_ONLY]
@@ -62,14 +63,14 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         return h.models.page_load(request, tuple(name for _, name in lab_fields))
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
-    start = p.demo.load(page_load, None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
+    start = p.demo.load(in_tab_lane(page_load), None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
                         queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    loaded.then(switch_language, lang, relabel_outputs, queue=False)
+    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)
@@ -85,10 +86,10 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
         redraws.append(trigger(keyed(h.models.load_hub), [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
     # English / 中文: every label, the live screen, the model's texts.
-    switched = lang.input(switch_language, lang, relabel_outputs, queue=False)
+    switched = lang.input(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
-    switched.then(h.stream.relabelled_value, lang, p.live, queue=False)
-    redraws.append(switched.then(h.models.refresh, [lang, s["prompt"]],
+    switched.then(in_tab_lane(h.stream.relabelled_value), lang, p.live, queue=False)
+    redraws.append(switched.then(in_tab_lane(h.models.refresh), [lang, s["prompt"]],
                                  [p.model_status, p.model_about, s["prompt"], p.card], queue=False))
 
     # Generation: streamed into the live screen, with the badge of the run on screen and the run history. Each
@@ -107,7 +108,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4) -> None:
     runs += forks  # every experiment's fork streams like every run
     runs.append(p.run_history.click(h.runs.pick, None, gen_outputs, **lanes.lane(FIGURES)))  # a run picked
     # the tokenizer view, temperature side by side (three streamed runs), the class game, export
-    runs += wire_teacher(page, h.teacher, lanes, settings_inputs, gen_outputs, streamed)
+    runs += wire_teacher(page, h.teacher, lanes, settings_inputs, gen_outputs, streamed, in_tab_lane)
 
     # What follows the run on screen: its badge, the history and the link box, after every run, pick, model load
     # and language switch; under each lab's fork button, what a fork of it keeps.

@@ -13,6 +13,7 @@ import pytest
 from playground import variants
 from playground.app.holdings import Holdings, holdings, parse, report_on_signal
 from playground.app.settings import WIDGETS, UISettings
+from playground.generation.events import held_bytes
 from tests.ui_fixtures import tiny_lm_handlers
 
 
@@ -105,3 +106,24 @@ def test_holdings_count_the_models_kept_captured_steps_exactly(tmp_path):
     while scheduler.busy():
         scheduler.step()
     assert all(t.drain() for t in tickets)
+
+
+def test_live_states_whole_values_are_counted(h):
+    """`live_state` keeps a run's whole live-screen value per run version (up to about 1 MB for 1,024 tokens, four
+    runs' at once): the holdings line counts them, in the total, as kept."""
+    request = gr.Request(session_hash="screen")
+    h.models.load("tiny-lm", "float32", "en", request)
+    settings = UISettings(prompt="Hello", max_new_tokens=8)
+    list(h.stream.generate(request, 0.0, *[getattr(settings, f) for f in WIDGETS]))
+    run = h.sessions.get("screen").current
+    before = holdings(h.registry, h.sessions, live_values=h.stream.live_values)
+    value = h.stream.live_state([run.token])
+    assert value["run"] == run.token and h.stream.live_state([run.token]) is value  # kept: the same value again
+    held = holdings(h.registry, h.sessions, live_values=h.stream.live_values)
+    assert held.live_values == before.live_values + 1
+    assert held.live_value_bytes - before.live_value_bytes == held_bytes(value) > len(run.path) * 50
+    assert held.total_bytes - before.total_bytes == held_bytes(value)
+    assert parse(held.line()) == held
+    relabelled = h.stream.relabelled_value("en", request)  # a language switch's redraw: the kept value, not another
+    assert relabelled["relabel"] and relabelled["path"] is value["path"]
+    assert h.stream.live_values() == (held.live_values, held.live_value_bytes)

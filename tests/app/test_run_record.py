@@ -43,9 +43,10 @@ def recorded(lm, n: int, **knobs) -> Run:
     return run
 
 
-def traced(build) -> tuple[object, int]:
+def traced(build, warm: bool = True) -> tuple[object, int]:
     """What `build()` returns and the bytes it left allocated (tracemalloc: every Python and numpy allocation)."""
-    build()  # first-call allocations (caches, compiled kernels) are not the run's
+    if warm:
+        build()  # first-call allocations (caches, compiled kernels) are not the run's
     gc.collect()
     tracemalloc.start()
     try:
@@ -57,16 +58,25 @@ def traced(build) -> tuple[object, int]:
         tracemalloc.stop()
 
 
+def kept(build) -> tuple[Run, int]:
+    """The run `build()` makes and the bytes it keeps: what building it left allocated, less what building one and
+    dropping it leaves (not the run's: first calls' caches, torch's own Python objects, ~40 KB a beam search on the
+    tiny model)."""
+    _, left = traced(lambda: build() and None, warm=False)
+    run, grown = traced(build, warm=False)
+    return run, grown - left
+
+
 @pytest.mark.parametrize("knobs", [{}, {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1},
                                    {"num_beams": 4}], ids=["greedy", "sample", "beam"])
 def test_the_count_is_what_the_run_keeps(lm, knobs):
-    run, grown = traced(lambda: recorded(lm, 200, **knobs))
+    run, grown = kept(lambda: recorded(lm, 200, **knobs))
     assert run.capture_bytes() == 0 and len(run.path) == 200
     assert 0.9 * grown <= run.record_bytes() <= 1.1 * grown, (run.record_bytes(), grown)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1}],
-                         ids=["greedy", "sample"])
+@pytest.mark.parametrize("knobs", [{}, {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1},
+                                   {"num_beams": 4}], ids=["greedy", "sample", "beam"])
 def test_a_token_keeps_at_most_2_kb_and_a_longer_run_no_more_per_token(lm, knobs):
     short, long = recorded(lm, 150, **knobs), recorded(lm, 600, **knobs)
     per_token = long.record_bytes() / 600
@@ -94,3 +104,43 @@ def test_the_events_still_answer_for_the_run_so_far(lm):
                                                                          event.timing)
         assert list(back.candidates) == list(event.candidates) and sum(c.chosen for c in event.candidates) == 1
     assert events[-1].cache["tokens"] == len(PROMPT) + 11 and set(events[-1].timing) >= {"prefill_ms", "tokens_per_s"}
+
+
+def test_a_finished_beam_search_keeps_its_path_only(lm):
+    """What every running beam kept while it could still win (its candidates, the continuations kept from it) goes
+    when the search ends: each step keeps one candidates' table, its path step's, and the path reads as before."""
+    run = recorded(lm, 60, num_beams=4)
+    assert all(e.beam_captures is None for e in run.events)
+    assert all(e.candidates is s.candidates and sum(c.chosen for c in s.candidates) == 1 and
+               s.candidates[[c.chosen for c in s.candidates].index(True)].token_id == s.token_id
+               for e, s in zip(run.events, run.path))
+    last = run.events[-1]
+    assert any(b.tokens is last.tokens for b in last.beams)  # one node for the event and its hypothesis
+    assert pickle.loads(pickle.dumps(last.beams)) == last.beams
+    expected = playground.generate_all(lm, PROMPT, playground.GenerationConfig(max_new_tokens=60, num_beams=4,
+                                                                               top_candidates=5))
+    assert run.generated_ids == expected.token_ids
+    assert [s.prob for s in run.path] == [s.prob for s in expected.path]
+    assert [list(s.candidates) for s in run.path] == [list(s.candidates) for s in expected.path]
+
+
+@pytest.mark.slow
+def test_smollm2_beams_keep_at_most_2_kb_a_token(smollm2_dir):
+    """Issue 42: a 4-beam search on the real SmolLM2 keeps at most 2 KB a token (it kept 3.0 KB: every step's
+    hypotheses as objects, every running beam's candidates and kept continuations to the end), counted and traced."""
+    smol = playground.load_model(smollm2_dir)
+    prompt = smol.tokenize("Write a long story about a dragon who learns to cook.", chat=True)
+    cfg = playground.GenerationConfig(max_new_tokens=100, top_candidates=5, num_beams=4)
+
+    def build() -> Run:
+        run = Run(token="t" * 24, number=1, owner="test", settings=UISettings(), cfg=cfg, kind="decoder",
+                  prompt_ids=prompt, prompt_texts=smol.token_texts(prompt), prefix_ids=prompt, live_layer=0)
+        for event in playground.generate(smol, prompt, cfg):
+            run.add_event(event, smol)
+        run.finish(smol)
+        return run
+
+    run, grown = kept(build)
+    assert run.finish_reason == "length" and len(run.path) == 100
+    assert run.record_bytes() / 100 <= 2048 and grown / 100 <= 2048, (run.record_bytes() / 100, grown / 100)
+    assert 0.9 * grown <= run.record_bytes() <= 1.1 * grown

@@ -3,6 +3,7 @@ lanes served by visitor in turn, and each visitor's tabs bounded (the oldest idl
 
 from __future__ import annotations
 
+from playground.app import visitors
 from playground.app.visitors import Place, QueuePlaces, Tabs, fair_order, key
 
 
@@ -73,3 +74,14 @@ def test_a_visitor_beyond_its_tabs_closes_its_oldest_idle_never_a_live_one_nor_a
     assert not tabs.live("x0")
     tabs.close("teacher")
     assert tabs.visitor("teacher") is None
+
+
+def test_a_shared_batch_owner_belongs_to_its_tabs_address_or_its_clients():
+    """The shared batch offers places by visitor, then tab (`Scheduler.visitor_of` is `Tabs.owner_visitor` on the
+    page): a page tab's run belongs to the address the tab was opened from, a script's to its client's address."""
+    tabs = Tabs(per_visitor=60)
+    tabs.open("s1", "10.0.0.1")
+    tabs.open("s2", "10.0.0.1")
+    assert tabs.owner_visitor(visitors.page("s1")) == tabs.owner_visitor(visitors.page("s2")) == "10.0.0.1"
+    assert tabs.owner_visitor(visitors.client("10.0.0.9")) == "10.0.0.9"
+    assert tabs.owner_visitor(visitors.page("never-opened")) == visitors.page("never-opened")  # its own

@@ -147,11 +147,40 @@ def test_rows_are_capped_and_one_owner_runs_one_request(lm, one_thread):
     beams = scheduler.submit(plan(lm, [5, 8], GenerationConfig(max_new_tokens=3, num_beams=4)))
     scheduler.step()
     assert scheduler.rows() == 1  # the same tab's second request waits; the beams do not fit beside it
-    assert scheduler.queue_position(second) == 1 and scheduler.queue_position(beams) == 2
+    # places go by visitor in turn: the tab already running one waits behind the other visitor's beams
+    assert scheduler.queue_position(beams) == 1 and scheduler.queue_position(second) == 2
     while scheduler.busy():
         scheduler.step()
         assert scheduler.rows() <= 4
     assert all(t.drain()[-1].finished for t in (first, second, beams))
+
+
+def admissions(scheduler: Scheduler, tickets: list) -> list[int]:
+    """The order in which `tickets` joined the batch (their indexes), stepping it to the end."""
+    order: list[int] = []
+    while scheduler.busy():
+        scheduler.step()
+        order += [tickets.index(t) for t in scheduler.running if tickets.index(t) not in order]
+    assert all(t.drain()[-1].finished for t in tickets)
+    return order
+
+
+def test_places_go_by_address_in_turn_then_by_tab(lm, one_thread):
+    """Issue 42: a school address with 10 runs waiting (10 tabs) and another address with 1, submitted last: the
+    lone address's run is the second admitted, not the eleventh. Within an address its tabs take turns: a tab
+    with three runs waiting does not go before its neighbour's one."""
+    addresses = {f"tab:a{i}": "10.0.0.1" for i in range(10)} | {"tab:b": "10.0.0.2"}
+    scheduler = Scheduler(lm, max_rows=1, per_owner=1, visitor_of=addresses.__getitem__)
+    cfg = GenerationConfig(max_new_tokens=2)
+    tickets = [scheduler.submit(plan(lm, [5, 6 + i], cfg), owner=f"tab:a{i}") for i in range(10)]
+    tickets.append(scheduler.submit(plan(lm, [5, 30], cfg), owner="tab:b"))
+    assert scheduler.queue_position(tickets[10]) == 2
+    assert admissions(scheduler, tickets) == [0, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # before: b's run came last
+
+    scheduler = Scheduler(lm, max_rows=1, per_owner=1, visitor_of=lambda owner: "10.0.0.1")  # one address, 2 tabs
+    tickets = [scheduler.submit(plan(lm, [5, 6 + i], cfg), owner="tab:x") for i in range(3)]
+    tickets.append(scheduler.submit(plan(lm, [5, 40], cfg), owner="tab:y"))
+    assert admissions(scheduler, tickets) == [0, 3, 1, 2]
 
 
 SEQ2SEQ = {"t5": t5_like(), "bart": bart_like(), "marian": marian_like(), "m2m_100": m2m_like()}

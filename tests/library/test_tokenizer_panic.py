@@ -15,6 +15,7 @@ import pytest
 import playground
 from playground.checkpoints.tokenizer import guarded
 from playground.errors import PlaygroundError, TokenizerError
+from playground.rust_stderr import without_panic_reports
 from tests.tokenizer_surgery import PANIC_PROMPT, backtracking_decoder, backtracking_split
 from tests.ui_fixtures import save_tiny_decoder
 
@@ -42,12 +43,28 @@ def test_a_panicking_encode_or_decode_is_one_line_and_the_tokenizer_reads_on(fol
         playground.generate_all(lm, PANIC_PROMPT, playground.GenerationConfig(max_new_tokens=2))
 
 
-def test_the_cli_says_one_line_and_exits_2(folder):
+@pytest.mark.parametrize("backtrace", ["0", "1"])
+def test_the_cli_says_one_line_and_exits_2(folder, backtrace):
     done = subprocess.run([sys.executable, "-m", "playground", "generate", "--model", str(folder), "--prompt",
                            PANIC_PROMPT, "--max-new-tokens", "2", "--json"], capture_output=True, text=True,
-                          cwd=ROOT, env={"RUST_BACKTRACE": "0", "PATH": "/usr/bin:/bin"}, timeout=300)
+                          cwd=ROOT, env={"RUST_BACKTRACE": backtrace, "PATH": "/usr/bin:/bin"}, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
-    assert f"error: {READ}" in done.stderr.splitlines() and "Traceback" not in done.stderr
+    assert done.stderr == f"error: {READ}\n"  # one line: Rust's own report of the panic is not printed as well
+
+
+def test_rusts_panic_reports_are_dropped_and_every_other_line_kept():
+    """Rust's report as `tokenizers` 0.22 prints it (with and without a backtrace, before Rust 1.88 without the
+    thread id); what else a command wrote stays, in order."""
+    text = ("loading\n\n"
+            "thread '<unnamed>' (26123) panicked at /root/.cargo/onig-6.5.3/src/lib.rs:647:23:\n"
+            "Onig: Regex search error: retry-limit-in-match over\n"
+            "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n"
+            "a warning\n\n"
+            "thread 'main' panicked at src/lib.rs:1:1:\nboom\nstack backtrace:\n   0: rust_begin_unwind\n"
+            "note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.\n"
+            "\nthe end\n")
+    assert without_panic_reports(text) == "loading\na warning\n\nthe end\n"
+    assert without_panic_reports("thread safety note: fine\n") == "thread safety note: fine\n"
 
 
 def test_only_the_tokenizers_panic_is_turned_into_a_line():

@@ -9,6 +9,7 @@ route (`/gradio_api/component_server`), as the page's script sends them.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -124,7 +125,48 @@ def test_a_whole_value_is_computed_again_once_its_run_or_tab_changes(app, monkey
     assert call(url, demo, "live_state", [token]) == english and computed.runs[token] == 1
     stream.current_value("zh", request("changing"))  # the language switch: the tab's value is in Chinese now
     chinese = call(url, demo, "live_state", [token])
-    assert computed.runs[token] == 3 and chinese["lang"] == "zh"  # (current_value computed one too)
+    assert computed.runs[token] == 2 and chinese["lang"] == "zh"  # the switch's own value, kept: computed once
     call(url, demo, "select_step", [token, 2, 7])  # the visitor looks at step 2
-    assert call(url, demo, "live_state", [token])["selected"] == 2 and computed.runs[token] == 4
+    assert call(url, demo, "live_state", [token])["selected"] == 2 and computed.runs[token] == 3
     assert call(url, demo, "live_state", ["x" * 32]) == {"run": None}  # a token of no run
+
+
+def test_a_tabs_own_events_outside_the_queue_take_turns_in_the_lane(app):
+    """The tokens view and a language switch's redraw are bound outside Gradio's queue: through `for_tab` each waits
+    for its tab's earlier calls (never two at once per tab), tabs apart, and Gradio still hands each its request."""
+    demo, url = app
+    lane = demo.playground_server_lane
+    events = {fn.fn.__wrapped__.__name__: i for i, fn in demo.fns.items() if hasattr(fn.fn, "__wrapped__")}
+    assert {"page_load", "switch_language", "refresh", "relabel", "prompt_tokens", "relabelled_value",
+            "export_json", "export_csv"} <= set(events)
+    for name, data in (("page_load", []), ("switch_language", ["zh"])):  # a tab opened, then switched to Chinese
+        body = {"data": data, "fn_index": events[name], "session_hash": "opener"}
+        response = httpx.post(url + "gradio_api/run/predict", json=body, timeout=120)
+        assert response.status_code == 200 and response.json()["data"], response.text
+    assert demo.playground_handlers.sessions.get("opener").lang == "zh"
+    run_in(demo, "typist", "The bird")  # the tab has a model: the tokens view asks only a model the tab loaded
+    body = {"data": ["Hello there", False, "en"], "fn_index": events["prompt_tokens"], "session_hash": "typist"}
+    response = httpx.post(url + "gradio_api/run/predict", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    # the prompt's tokens, read in the typist's tab (the tiny model's tokenizer reads characters)
+    assert "What the model reads: 11 tokens" in str(response.json()["data"][0])
+
+    active, most = Counter(), Counter()
+    lock = threading.Lock()
+
+    def handler(text: str, request: gr.Request) -> str:
+        with lock:
+            active[request.session_hash] += 1
+            most[request.session_hash] = max(most[request.session_hash], active[request.session_hash])
+        time.sleep(0.05)
+        with lock:
+            active[request.session_hash] -= 1
+        return text + request.session_hash
+
+    wrapped = lane.for_tab(handler)
+
+    async def calls() -> list[str]:
+        return await asyncio.gather(*(wrapped(str(i), request(tab)) for i in range(4) for tab in ("a", "b")))
+
+    assert asyncio.run(calls()) == [f"{i}{tab}" for i in range(4) for tab in ("a", "b")]
+    assert most == {"a": 1, "b": 1}
