@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("offering %s; pages open on %s", ", ".join(offered) or "no checkpoint", catalog.default_name())
     handlers = demo.playground_handlers
     kept = lambda: holdings(handlers.registry, handlers.sessions, lambda: tab_states(demo),  # noqa: E731
-                            handlers.stream.live_values)  # live_state's whole values, per run version
+                            live_values=handlers.stream.live_values)  # live_state's whole values, per run version
     report_on_signal(kept)  # kill -USR1: what it keeps, logged
     enable_queue(demo, max_size=args.queue_size, default_concurrency_limit=2)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
