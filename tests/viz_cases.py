@@ -357,6 +357,8 @@ CASES: dict[str, tuple[str, str, tuple, dict]] = {
     "cache_growth": _case("cache", "cache_growth", [1, 2, 3], [3 << 20, 6 << 20, 9 << 20], [12 << 20] * 3,
                           [9 << 20, 18 << 20, 27 << 20]),
     "cache_growth_big_buffer": _case("cache", "cache_growth", [1, 2], [4096, 8192], [64 << 20] * 2, [4096, 8192]),
+    "cache_growth_reused": _case("cache", "cache_growth", [1, 2, 3], [3 << 20, 6 << 20, 9 << 20], [12 << 20] * 3,
+                                 [9 << 20, 18 << 20, 27 << 20], reused=(64, 2 << 20)),
     "timing_comparison": _case("cache", "timing_comparison", TIMING, TIMING_SLOW),
     "timing_comparison_no_rate": _case("cache", "timing_comparison", {"prefill_ms": 1.0, "decode_ms_per_token": 1.0},
                                        {"prefill_ms": 1.0, "decode_ms_per_token": 2.0}),
