@@ -98,6 +98,13 @@ class Failed:
 
 
 @dataclass(frozen=True)
+class Decoded:
+    """The worker's last item: how the run decoded there (`Plan.decoding`; the caller's plan is not the worker's)."""
+
+    decoding: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Notice:
     """A line for the run's notes (words.py): why the run went to the CPU and how to get GPU time, or the GPU time
     a run used; `values` fill the words' placeholders."""
@@ -194,8 +201,8 @@ def _stamp(path: str) -> tuple[int, ...]:
 WORKER_MODELS = WorkerModels()
 
 
-def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
-    """The GPU call's body, in the worker: `Loaded` (or `Failed`), then the engine's events. Closing it
+def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent | Decoded]:
+    """The GPU call's body, in the worker: `Loaded` (or `Failed`), the engine's events, then `Decoded`. Closing it
     (Stop) closes the engine's stream before its next step."""
     import torch
 
@@ -220,8 +227,10 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent]:
     yield loaded
     if p.lm.captured is not None:
         yield from run_plan(p)  # a captured step decodes as the engine's own loop does (its static rows are no pool's)
-        return
-    yield from _through_batch(p, WORKER_MODELS.prefix(lm))
+    else:
+        yield from _through_batch(p, WORKER_MODELS.prefix(lm))
+    if p.decoding is not None:
+        yield Decoded(p.decoding)
 
 
 def _through_batch(p: Plan, store: Any) -> Iterator[StepEvent]:
@@ -302,6 +311,9 @@ class ZeroGPU:
                     lent = time.monotonic() - item.seconds
                     log.info("ZeroGPU: model %s on %s in worker %d (%.2f s)", "found" if item.cached else "loaded",
                              item.device, item.worker, item.seconds)
+                    continue
+                if isinstance(item, Decoded):
+                    plan.decoding = item.decoding
                     continue
                 if isinstance(item, Failed):
                     log.warning("ZeroGPU: the worker could not run it (%s); the run goes to the CPU", item.message)

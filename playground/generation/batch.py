@@ -42,7 +42,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import greenlet
@@ -262,6 +262,25 @@ def _a_token_per_turn(events: Iterator[StepEvent]) -> Iterator[StepEvent]:
 _END = object()
 
 
+class _Identity:
+    """An owner that cannot be hashed (a dataclass with `eq`, e.g. a `Session`), keyed by identity for the turns."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+
+    def __hash__(self) -> int:
+        return id(self.owner)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.owner is self.owner
+
+
+def _owner_key(owner: Any) -> Hashable:
+    return owner if isinstance(owner, Hashable) else _Identity(owner)
+
+
 class Ticket:
     """One request in a scheduler: its events as they come, then the end (or its error)."""
 
@@ -445,15 +464,21 @@ class Scheduler:
 
     def _in_turn(self) -> list[Ticket]:
         """The waiting requests in the order places are offered: visitors in turn, then their tabs in turn."""
-        return by_visitor_then_tab(list(self.waiting), lambda t: t.owner, self.visitor_of, self._served)
+        return by_visitor_then_tab(list(self.waiting), lambda t: _owner_key(t.owner), self._visitor_of_key, self._served)
+
+    def _visitor_of_key(self, key: Hashable) -> Hashable:
+        owner = key.owner if isinstance(key, _Identity) else key
+        visitor = self.visitor_of(owner)
+        return visitor if isinstance(visitor, Hashable) else _Identity(visitor)
 
     def _serve(self, ticket: Ticket) -> None:
         """`ticket` joins the batch: its tab and its visitor go to the back of the turns. Only the owners waiting or
         running are remembered."""
         self._admitted += 1
-        self._served[("tab", ticket.owner)] = self._served[("visitor", self.visitor_of(ticket.owner))] = self._admitted
-        here = {t.owner for t in (*self.waiting, *self.running)}
-        here |= {self.visitor_of(owner) for owner in here}
+        key = _owner_key(ticket.owner)
+        self._served[("tab", key)] = self._served[("visitor", self._visitor_of_key(key))] = self._admitted
+        here = {_owner_key(t.owner) for t in (*self.waiting, *self.running)}
+        here |= {self._visitor_of_key(key) for key in here}
         self._served = {key: n for key, n in self._served.items() if key[1] in here}
 
     def expected_wait(self, ticket: Ticket) -> float | None:

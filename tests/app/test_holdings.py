@@ -24,7 +24,8 @@ def h(tmp_path_factory):
 
 def test_holdings_are_the_models_copies_and_recorded_runs(h):
     variants.VARIANTS.clear()
-    assert holdings(h.registry, h.sessions) == Holdings(0, 0, 0, 0, 0, 0, 0)
+    # (the prefix stores are the process's server's: other tests in this process may have left blocks there)
+    assert holdings(h.registry, h.sessions, prefixes=lambda: (0, 0)) == Holdings(0, 0, 0, 0, 0, 0, 0)
     request = gr.Request(session_hash="holder")
     h.models.load("tiny-lm", "float32", "en", request)
     settings = UISettings(prompt="Hello", max_new_tokens=6)
@@ -38,7 +39,8 @@ def test_holdings_are_the_models_copies_and_recorded_runs(h):
     assert (held.copies, held.copy_bytes) == (1, variants.copy_bytes(lm, "int8")) and copy.lm.resident_bytes > 0
     assert (held.tabs, held.runs, held.capture_bytes) == (1, 1, run.capture_bytes()) and held.capture_bytes > 0
     assert held.run_bytes == run.record_bytes() > 0  # the run's record: events, path, prompt
-    assert held.total_bytes == lm.resident_bytes + held.copy_bytes + run.capture_bytes() + run.record_bytes()
+    assert held.total_bytes == (lm.resident_bytes + held.copy_bytes + run.capture_bytes() + run.record_bytes()
+                                + held.prefix_bytes)
     run.drop_captures()  # what the memory budget frees first
     assert holdings(h.registry, h.sessions).capture_bytes == 0
     variants.VARIANTS.clear()
@@ -48,7 +50,8 @@ def test_what_gradio_keeps_per_tab_is_in_the_total(h):
     """Gradio's copy of each tab's state is kept on purpose: the total a load test subtracts from RSS counts it."""
     held = holdings(h.registry, h.sessions, tab_states=lambda: (3, 1_500_000))
     assert (held.tab_states, held.tab_state_bytes) == (3, 1_500_000)
-    assert held.total_bytes == held.model_bytes + held.copy_bytes + held.capture_bytes + held.run_bytes + 1_500_000
+    assert held.total_bytes == (held.model_bytes + held.copy_bytes + held.capture_bytes + held.run_bytes + 1_500_000
+                                + held.prefix_bytes)
     assert f"total={held.total_bytes} " in held.line()
 
 

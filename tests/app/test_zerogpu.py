@@ -111,7 +111,9 @@ def test_a_visitors_run_on_zerogpu_equals_the_same_run_served_normally(lm, gpu, 
         zerogpu.WorkerRequest.of(p, "cpu"))
     assert 0 < used.values["seconds"] < 120 and f"about {used.values['seconds']} s of GPU time" in used.text("en")
     came_back = gpu.received[before:]
-    assert isinstance(came_back[0], zerogpu.Loaded) and came_back[1:] == got[:-1]  # every event crossed the pipe
+    assert isinstance(came_back[0], zerogpu.Loaded) and came_back[1:-1] == got[:-1]  # every event crossed the pipe
+    # and last, how the run decoded in the worker, now the plan's here too
+    assert came_back[-1] == zerogpu.Decoded(p.decoding) and p.decoding["backend"] == "eager"
     for event in got:  # plain Python and numpy only: nothing of torch crosses the process boundary
         assert b"torch" not in pickle.dumps(event)
 

@@ -51,8 +51,9 @@ def test_a_model_draft_crosses_by_path_and_drafts_in_the_worker(models, gpu):
     assert request.cfg.draft is None and request.draft_path == str(drafter.path)
 
     got = served(plan(lm, [5, 9, 11], cfg))
-    assert gpu.argument_bytes[-1] < 4096 and isinstance(gpu.received[-len(got) - 1], zerogpu.Loaded)
-    assert gpu.received[-len(got):] == got  # drafted in the worker: every event came through the pipe
+    assert gpu.argument_bytes[-1] < 4096 and isinstance(gpu.received[-len(got) - 2], zerogpu.Loaded)
+    assert gpu.received[-len(got) - 1:-1] == got  # drafted in the worker: every event came through the pipe
+    assert isinstance(gpu.received[-1], zerogpu.Decoded)  # then how it decoded there
     zerogpu.install(None)
     on_cpu = served(plan(lm, [5, 9, 11], cfg))
     assert [e.token_ids for e in got] == [e.token_ids for e in on_cpu]
