@@ -67,6 +67,16 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the row counts a batch of captured ste
 # caches together, at most `recompile_limit` of them (8 by default, an error under fullgraph): a server with a
 # few models and shapes needs more.
 RECOMPILE_LIMIT = 256
+
+
+def _raise_recompile_limits() -> None:
+    """Dynamo reads its limits per thread (a value set on one thread is not seen on another, measured with torch
+    2.13), while the cache they bound is the process's: set them on every thread that calls a compiled step."""
+    config = torch._dynamo.config
+    if config.recompile_limit < RECOMPILE_LIMIT:
+        config.recompile_limit = RECOMPILE_LIMIT
+    if config.accumulated_recompile_limit < RECOMPILE_LIMIT:
+        config.accumulated_recompile_limit = RECOMPILE_LIMIT
 MAX_STEPS = 8  # steps a model keeps (each holds its rows' caches: rows × length positions per layer)
 PREPARING = "this step shape is being compiled aside, on the compile worker: eager until it is ready"
 log = logging.getLogger("playground.captured")
@@ -365,14 +375,17 @@ class CapturedDecoder:
         with torch.inference_mode(False), torch.no_grad():  # plain buffers: an exported step may use them too
             step = DecodeStep(_hookless(self.model), shape).eval()
         if self.backend == "inductor":
-            config = torch._dynamo.config
-            config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
-            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
             # Several rows on the CPU: Inductor's freezing packs the weights for oneDNN, as the eager batch's
             # invariant kernels do (a copy of the weights per such graph); one row reads them as they are.
             freeze = shape.rows > 1 and self.model.device.type == "cpu" and self.mode is None
             options = {"freezing": True} if freeze else None
-            return step, torch.compile(step, fullgraph=True, dynamic=False, mode=self.mode, options=options)
+            compiled = torch.compile(step, fullgraph=True, dynamic=False, mode=self.mode, options=options)
+
+            def run(*args: Any) -> torch.Tensor:
+                _raise_recompile_limits()  # on the thread that calls: it may compile (or guard-fail and recompile)
+                return compiled(*args)
+
+            return step, run
         if self.backend == "cudagraph":
             return step, CudaGraphStep(step)
         return step, step
