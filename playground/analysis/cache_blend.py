@@ -122,7 +122,7 @@ def chunk_starts(texts: Sequence[str], mode: str) -> list[int]:
         return list(range(0, n, size))
     if mode != "paragraphs":
         raise ValueError(f"chunks: {mode!r} is neither 'paragraphs' nor 'tokens:N'")
-    starts = [0] + [i + 1 for i in range(n - 1) if "\n" in texts[i] and i + 1 < n]
+    starts = [0] + [i + 1 for i in range(n - 1) if "\n" in texts[i] and "\n" not in texts[i + 1]]
     return sorted(set(starts))
 
 
@@ -297,6 +297,7 @@ def blend_sweep(model: Any, ids: Sequence[int], starts: Sequence[int], rs: Seque
     reused, t_chunks = _timed(chunked_kv, model, ids, starts)
     _, t_naive = _timed(naive_reuse, model, ids, reused)
     layers, n = len(full[0]), len(ids) - 1
+    check = deviation(reused, full)[min(CHECK_LAYER, layers - 1)]
     rows = []
     for r in rs:
         logits, cache, picked = blend(model, ids, reused, full, r, room=steps + 1)
@@ -309,7 +310,25 @@ def blend_sweep(model: Any, ids: Sequence[int], starts: Sequence[int], rs: Seque
         yield row
     return {"starts": list(starts), "tokens": len(ids), "layers": layers, "rows": rows, "steps": steps,
             "deviation": relative_deviation(reused, full), "full_seconds": t_full, "naive_seconds": t_naive,
-            "chunk_seconds": t_chunks, "answer": tokens}
+            "chunk_seconds": t_chunks, "answer": tokens, "check": check.tolist(), "check_layer": CHECK_LAYER,
+            "rotation": rotation_example(model, ids, starts)}
+
+
+def rotation_example(model: Any, ids: Sequence[int], starts: Sequence[int]) -> dict[str, Any] | None:
+    """The seed's formula on one key: the last chunk's first token, layer 0, head 0, cached at position 0 of its
+    chunk and moved to where the chunk starts; three of its rotary pairs (fastest, middle, slowest turning) as
+    (x_i, x_{i+r/2}) before and after, with their angles θ_i per position."""
+    rope = model.rope
+    if rope is None or len(starts) < 2:
+        return None
+    s = starts[-1]
+    alone = kv_of(model, ids[s:s + 1])[0][0][0, 0]  # (d,)
+    moved = rotate_keys(model, [kv_of(model, ids[s:s + 1])[0][0]], s)[0][0, 0]
+    half = rope.inv_freq.shape[0]
+    index = sorted({0, half // 2, half - 1})
+    return {"from": 0, "to": s, "index": index, "theta": [float(rope.inv_freq[i]) for i in index],
+            "pairs": [[float(alone[i]), float(alone[i + half]), float(moved[i]), float(moved[i + half])]
+                      for i in index]}
 
 
 # --- prefix reuse --------------------------------------------------------------------------------------
