@@ -63,6 +63,8 @@ def test_prefix_reuse_and_its_fork(h):  # noqa: F811
     fork = h.sessions.get("prefix").current
     assert fork is not original and fork.settings.prompt.endswith("dogs and birds. Which is louder?")
     assert fork.origin == original.number and frames[-1][0]["status"]["state"] == "done"
+    assert 0 < fork.settings.reuse_shared < len(fork.prompt_ids)
+    assert [b["edit"] for b in frames[-1][0]["branches"]] == ["", f"second prompt, {fork.settings.reuse_shared} tokens shared"]
 
 
 def test_a_model_without_rope_says_why(h):  # noqa: F811

@@ -29,6 +29,7 @@ from playground.app.experiments.base import (
     Widget,
     Words,
 )
+from playground.app.fields import Field
 from playground.app.jobs import Progress
 from playground.app.notes import note
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
@@ -39,6 +40,8 @@ from playground.viz import reuse as figures
 RS = (0, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 STEPS = 8  # the answer's tokens along which KL and top-1 agreement are measured (teacher-forced)
 MAX_TOKENS = 512  # a longer prompt is refused in one line (each r is a pass over it)
+# a fork's second prompt: the tokens it shares with the run it forked from (its badge; it changes nothing else)
+SHARED = Field("reuse_shared", "whole", 0, 0, 1_000_000, widget=False)
 
 
 def chunk_choices(lang: str) -> list[tuple[str, str]]:
@@ -104,11 +107,15 @@ def fork(req: ForkRequest) -> Fork:
     ending = str(req.values.get("reuse_ending") or "").strip()
     if not ending:
         raise ForkError(note("reuse_choose"))
-    return Fork({"prompt": second_prompt(req.settings.prompt, ending)})
+    text = second_prompt(req.settings.prompt, ending)
+    ids, first = req.lm.tokenize(text, chat=req.settings.chat), list(req.run.prompt_ids)
+    shared = next((i for i, (a, b) in enumerate(zip(ids, first)) if a != b), min(len(ids), len(first)))
+    return Fork({"prompt": text, "reuse_shared": max(1, min(shared, SHARED.high))})
 
 
 def badge(settings: Any) -> list[Note]:
-    return []  # a fork here changes the prompt, which the run's own line already shows
+    """A second prompt forked here: how many of its first tokens it shares with the run it came from."""
+    return [note("reuse_badge", n=settings.reuse_shared)] if settings.reuse_shared else []
 
 
 # --- its view ---------------------------------------------------------------------------------------------
@@ -177,7 +184,7 @@ VIEW = View("reuse", "reuse", frozenset({"finished"}),
 
 EXPERIMENT = Experiment(
     name="reuse", tab="reuse", elem_id="reuse-tab", order=50,
-    fields=(),
+    fields=(SHARED,),
     layout=(
         Words("reuse_intro", ("reuse_intro", "reuse_rope"), "reuse-intro"),
         Row((Widget("reuse_chunks", "radio", "reuse_chunks", "reuse-chunks", default="paragraphs",
