@@ -77,9 +77,10 @@ def rotation_figure(rotation: Mapping[str, Any], lang: str = "en") -> go.Figure:
         turn = math.degrees((n - m) * theta) % 360
         for (x, y), dash, at in (((x0, y0), "dot", m), ((x1, y1), "solid", n)):
             fig.add_trace(go.Scatter(x=[0, x], y=[0, y], mode="lines+markers", line=dict(color=colour, dash=dash),
-                                     marker=dict(size=[0, 9]), name=w["pair"].format(i=rotation["index"][j], at=at),
+                                     marker=dict(size=[0, 9]),
+                                     name=w["pair"].format(i=rotation["index"][j], at=at, turn=turn if at == n else 0),
                                      hovertemplate=w["pair_hover"].format(turn=turn)))
     reach = max(1e-6, *(abs(v) for pair in rotation["pairs"] for v in pair)) * 1.1
-    fig.update_xaxes(range=[-reach, reach], zeroline=True, title_text="x_i")
+    fig.update_xaxes(range=[-reach, reach], zeroline=True, title_text="x_i", constrain="domain")
     fig.update_yaxes(range=[-reach, reach], zeroline=True, scaleanchor="x", title_text="x_{i+r/2}")
     return finish(fig, wrap_title(w["rotation_title"].format(m=m, n=n)), height=420, legend=legend_below(420))

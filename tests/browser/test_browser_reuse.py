@@ -24,7 +24,7 @@ WORDS = {
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_cacheblend_prefix_reuse_and_a_fork(page, server, lang):
     w = WORDS[lang]
-    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=8, pace_ms=40, lang=lang)
+    open_app(page, server, model=decoder_name(), prompt=PROMPT, max_new_tokens=16, pace_ms=60, lang=lang)
     open_tab(page, w["tab"])
     wait_text(page, "#reuse-md", w["ready"])
     assert "R_{n−m}" in page.inner_text("#reuse-intro")
