@@ -74,5 +74,8 @@ def test_a_model_without_rope_says_why(h):  # noqa: F811
     assert "cannot be moved" in md and "learns one vector per position" in md
     frames = press(h, "reuse_blend", "gpt2", reuse_chunks="paragraphs")
     assert "cannot be moved" in frames[-1] and "reuse_blend" not in gpt2.results
+    assert "Prefix reuse below still works" in md
+    frames = press(h, "reuse_prefix", "gpt2", reuse_ending="Hi again.")
+    assert frames[-1] == "" and gpt2.results["reuse_prefix"]["same"]  # learned positions: a prefix is still exact
     h.sessions.get("gpt2").lang = "zh"
     assert "无法移动" in panels(h, "gpt2")["reuse_md"]["value"]

@@ -49,9 +49,11 @@ def chunk_choices(lang: str) -> list[tuple[str, str]]:
             (t("reuse_chunks_n", lang, n=32), "tokens:32")]
 
 
-def _check(lm: Any, run: Any) -> None:
+def _check(lm: Any, run: Any, moves: bool = True) -> None:
+    """Refuse a model whose cached keys cannot be moved (CacheBlend), or (prefix reuse, `moves` False) whose cache
+    cannot be reused at all: an encoder-decoder, or sliding-window layers that keep only their last positions."""
     why = cb.why_not_movable(lm)
-    if why is not None:
+    if why is not None and (moves or why in ("seq2seq", "window")):
         raise ForkError(note("reuse_cannot", why=note(f"reuse_why_{why}")))
     if len(run.prompt_ids) > MAX_TOKENS:
         raise ForkError(note("reuse_too_long", n=len(run.prompt_ids), most=MAX_TOKENS))
@@ -91,7 +93,7 @@ def measure_blend(req: JobRequest) -> Iterator[Progress | dict[str, Any]]:
 def measure_prefix(req: JobRequest) -> Iterator[Progress | dict[str, Any]]:
     """Prefix reuse of the second prompt: one job of two prefills and their answers."""
     lm, run = req.lm, req.run
-    _check(lm, run)
+    _check(lm, run, moves=False)
     ending = str(req.values.get("reuse_ending") or "").strip()
     if not ending:
         raise ForkError(note("reuse_choose"))
@@ -157,7 +159,9 @@ def prefix_words(p: dict[str, Any], lang: str) -> str:
 
 def caption(d: dict[str, Any], lang: str) -> str:
     if d["why"] is not None:
-        return t("reuse_cannot", lang, why=t(f"reuse_why_{d['why']}", lang))
+        still = d["why"] not in ("seq2seq", "window")
+        return t("reuse_cannot", lang, why=t(f"reuse_why_{d['why']}", lang)) + (
+            ("" if lang == "zh" else " ") + t("reuse_prefix_still", lang) if still else "")
     b = d["blend"]
     if b is None:
         return t("reuse_ready", lang, n=d["number"], tokens=len(d["texts"]))
