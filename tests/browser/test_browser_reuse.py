@@ -44,5 +44,6 @@ def test_cacheblend_prefix_reuse_and_a_fork(page, server, lang):
     fork_and_watch(page, "#reuse-fork-btn")
     assert len(branch_rows(page)) == 2
     open_tab(page, w["tab"])
+    wait_text(page, "#reuse-md", w["ready"])  # the branch on screen: its own prompt, not measured yet
     assert_fits(page)
     shot(page, f"reuse-fork-{lang}")
