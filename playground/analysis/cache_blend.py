@@ -11,10 +11,11 @@ Two kinds of reuse, both measured with the model's own passes and its own KV cac
 
   1. Position. With RoPE a cached key k_m = R_m·W_k·x sits at position m. Moving the chunk to start at s is one
      more rotation, R_s·R_m = R_{m+s}, because ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ (`rotate_keys`, with the model's own
-     rotary table). Learned, sinusoidal, T5-bias and ALiBi models cannot do this (`why_not_movable`): their
-     position is added to the hidden state before the keys are made (learned, sinusoidal), or lives in a bias that
-     is not in the cache at all yet needs the whole sequence to be positioned (T5 bias, ALiBi: the cache would move
-     freely, but no tiny model here uses ALiBi, and T5's bias is an encoder-decoder's).
+     rotary table). Learned and sinusoidal models cannot (`why_not_movable`): their position is added to the hidden
+     state before the first layer and mixed into every key, which no operation on the key undoes. T5's bias and
+     ALiBi keep the position out of the keys (a bias on the scores, from the distance), so there is nothing to
+     rotate: the seed's table marks them "no", though strictly their keys would need no move at all. Here T5 is an
+     encoder-decoder and no decoder uses ALiBi, so both are refused with their reason.
   2. Cross-attention. A chunk computed alone never attended to the chunks before it, so from layer 1 on its K/V
      deviate from the full prefill's (`deviation`). CacheBlend recomputes the tokens whose K/V deviate most.
 
