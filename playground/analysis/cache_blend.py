@@ -1,0 +1,364 @@
+"""Cache reuse: a prompt's keys and values taken from elsewhere instead of computed (pure functions over a model).
+
+Two kinds of reuse, both measured with the model's own passes and its own KV cache:
+
+* **Prefix reuse** (`prefix_reuse`). A second prompt that begins like the first can take the first prompt's cached
+  K/V for the shared beginning: position for position they are the same numbers, so only the rest is prefilled and
+  the answer is the same.
+
+* **CacheBlend** (Yao et al., EuroSys 2025). A prompt made of chunks (documents, paragraphs) whose K/V were each
+  cached *alone*, at positions 0 … len−1. Reusing them in a new prompt needs two fixes:
+
+  1. Position. With RoPE a cached key k_m = R_m·W_k·x sits at position m. Moving the chunk to start at s is one
+     more rotation, R_s·R_m = R_{m+s}, because ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ (`rotate_keys`, with the model's own
+     rotary table). Learned and sinusoidal models cannot (`why_not_movable`): their position is added to the hidden
+     state before the first layer and mixed into every key, which no operation on the key undoes. T5's bias and
+     ALiBi keep the position out of the keys (a bias on the scores, from the distance), so there is nothing to
+     rotate: the seed's table marks them "no", though strictly their keys would need no move at all. Here T5 is an
+     encoder-decoder and no decoder uses ALiBi, so both are refused with their reason.
+  2. Cross-attention. A chunk computed alone never attended to the chunks before it, so from layer 1 on its K/V
+     deviate from the full prefill's (`deviation`). CacheBlend recomputes the tokens whose K/V deviate most.
+
+  Definitions used here (ids: the prompt, T tokens; the last token is always computed, it is where the answer is
+  read; chunks cover positions 0 … T−2):
+
+  * *full prefill*: the model's own pass over all T tokens into a fresh `KVCache`; its last-position logits.
+  * *naive reuse* (`naive_reuse`): every chunk prefilled alone from position 0, its keys rotated to where the chunk
+    starts, the chunks' K/V written into a cache for positions 0 … T−2, then the model's pass over the last token
+    alone attending to them.
+  * *blend at r %* (`blend`): the selection is made once, at the check layer (layer 1, as CacheBlend's
+    implementation does): the ⌈r % · (T−1)⌉ positions whose K/V deviate most (squared L2 of K and V, summed over
+    heads) from the full prefill's there, plus the last token. Then one pass of the model over all T tokens in which
+    every layer keeps its freshly computed K/V at the selected positions and takes the reused (rotated) K/V
+    everywhere else; the other positions' hidden states are computed but never read (a real engine skips them, and
+    the compute it saves is what `recompute_share` counts). The selection is carried to every layer (the
+    simpler rule; CacheBlend narrows it gradually from layer to layer). r = 100 selects everything, and the pass
+    is then *literally* the full prefill (no K/V replaced): its logits are bitwise those of the full prefill.
+    r = 0 (or any r whose selection is empty) *is* naive reuse: the function runs `naive_reuse`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from playground.models.kv_cache import KVCache
+from playground.models.positional import apply_rope
+
+CHECK_LAYER = 1  # CacheBlend picks its tokens at the second layer (the first is recomputed whole)
+
+KV = tuple[list[torch.Tensor], list[torch.Tensor]]  # per layer: keys, values (h_kv, T, d)
+
+
+# --- can the model's cached keys move? ----------------------------------------------------------------
+
+
+def why_not_movable(lm: Any) -> str | None:
+    """None when cached keys can be moved by rotation (a RoPE decoder whose every layer sees all its keys), else why
+    not: "learned", "sinusoidal", "relative" (T5's bias), "none", "seq2seq" or "window"."""
+    c = lm.config
+    if lm.kind != "decoder":
+        return "seq2seq"
+    if c.positional != "rope":
+        return c.positional
+    if any(k.window is not None for k in c.layer_kinds()):
+        return "window"
+    return None
+
+
+# --- the pieces ----------------------------------------------------------------------------------------
+
+
+def new_cache(model: Any, tokens: int, cls: type[KVCache] = KVCache, **kw: Any) -> KVCache:
+    c = model.config
+    return cls(layers=c.n_layers, batch=1, kv_heads=c.n_kv_heads, head_dim=c.head_dim, max_tokens=tokens,
+               query_heads=c.n_heads, dtype=model.dtype, device=model.device, **kw)
+
+
+@torch.no_grad()
+def prefill(model: Any, ids: Sequence[int], cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
+    """The model's own pass over `ids` into `cache` (a fresh one by default): (last logits (V,), the cache)."""
+    cache = cache if cache is not None else new_cache(model, len(ids) + 64)
+    x = torch.tensor([list(ids)], device=model.device)
+    logits = model(x, cache, last_only=True)
+    return logits[0, -1], cache
+
+
+def kv_of(model: Any, ids: Sequence[int]) -> KV:
+    """Each layer's keys (rotated to positions 0 … len−1) and values of `ids` prefilled alone."""
+    _, cache = prefill(model, ids)
+    return cache.read_span(0, len(ids))
+
+
+def rotate_keys(model: Any, keys: list[torch.Tensor], delta: int) -> list[torch.Tensor]:
+    """Keys computed at positions m moved to m + delta: one more rotation by angle delta·θ_i per pair (R_δ R_m =
+    R_{m+δ}), read from the model's own rotary table of each layer (a layer without RoPE keeps its keys)."""
+    if delta == 0:
+        return list(keys)
+    out = []
+    for block, k in zip(model.blocks, keys):
+        rope = {"global": model.rope, "local": model.local_rope}.get(block.rope_table)
+        if rope is None:
+            out.append(k)
+            continue
+        cos, sin = rope(delta, 1, torch.float32)  # (1, r), scaled by the table's attention factor
+        f = rope.attention_factor
+        cos, sin = (cos / f, sin / f) if f != 1.0 else (cos, sin)
+        out.append(apply_rope(k[None].float(), cos, sin)[0].to(k.dtype))
+    return out
+
+
+def chunk_starts(texts: Sequence[str], mode: str) -> list[int]:
+    """Where the chunks of a prompt of len(texts) tokens begin (the last token is the question's end, never in a
+    chunk). mode "paragraphs": a new chunk after each token holding a line break; "tokens:N": every N tokens."""
+    n = max(1, len(texts) - 1)
+    if mode.startswith("tokens:"):
+        size = max(1, int(mode.split(":", 1)[1]))
+        return list(range(0, n, size))
+    if mode != "paragraphs":
+        raise ValueError(f"chunks: {mode!r} is neither 'paragraphs' nor 'tokens:N'")
+    starts = [0] + [i + 1 for i in range(n - 1) if "\n" in texts[i] and "\n" not in texts[i + 1]]
+    return sorted(set(starts))
+
+
+def chunked_kv(model: Any, ids: Sequence[int], starts: Sequence[int]) -> KV:
+    """Positions 0 … T−2 as CacheBlend reuses them: each chunk prefilled alone from position 0, its keys rotated to
+    where it starts, the chunks side by side."""
+    bounds = [*starts, len(ids) - 1]
+    keys: list[list[torch.Tensor]] = []
+    values: list[list[torch.Tensor]] = []
+    for a, b in zip(bounds, bounds[1:]):
+        k, v = kv_of(model, ids[a:b])
+        keys.append(rotate_keys(model, k, a))
+        values.append(v)
+    layers = len(keys[0])
+    return ([torch.cat([c[i] for c in keys], dim=1) for i in range(layers)],
+            [torch.cat([c[i] for c in values], dim=1) for i in range(layers)])
+
+
+def deviation(a: KV, b: KV) -> list[torch.Tensor]:
+    """Per layer, per position: ‖k_a − k_b‖² + ‖v_a − v_b‖² over heads and dims (T,), over b's first positions."""
+    out = []
+    for ka, va, kb, vb in zip(*a, *b):
+        n = ka.shape[1]
+        out.append(((ka - kb[:, :n]) ** 2).sum((0, 2)) + ((va - vb[:, :n]) ** 2).sum((0, 2)))
+    return out
+
+
+def relative_deviation(reused: KV, full: KV) -> list[float]:
+    """Per layer: ‖K/V reused − full‖ / ‖K/V full‖ over the reused positions (0 = the same numbers)."""
+    out = []
+    for ka, va, kb, vb in zip(*reused, *full):
+        n = ka.shape[1]
+        num = ((ka - kb[:, :n]) ** 2).sum() + ((va - vb[:, :n]) ** 2).sum()
+        den = (kb[:, :n] ** 2).sum() + (vb[:, :n] ** 2).sum()
+        out.append(float((num / den.clamp_min(1e-30)).sqrt()))
+    return out
+
+
+class BlendCache(KVCache):
+    """A KV cache whose first pass (from position 0) keeps the fresh K/V only at `fresh` positions and stores the
+    reused ones everywhere else, before attention reads them; later passes (decoding) write as usual."""
+
+    def __init__(self, *, reused: KV, fresh: torch.Tensor, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reused, self.fresh = reused, fresh
+
+    def write_masked(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *,
+                     ordered: bool = False) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        if start == 0:
+            rk, rv = self.reused
+            n = rk[layer].shape[1]
+            keep = torch.zeros(n, dtype=torch.bool, device=k.device)
+            keep[self.fresh[self.fresh < n]] = True
+            k, v = k.clone(), v.clone()
+            k[0, :, :n] = torch.where(keep[None, :, None], k[0, :, :n], rk[layer])
+            v[0, :, :n] = torch.where(keep[None, :, None], v[0, :, :n], rv[layer])
+        return super().write_masked(layer, start, k, v, ordered=ordered)
+
+
+@torch.no_grad()
+def naive_reuse(model: Any, ids: Sequence[int], reused: KV, room: int = 64) -> tuple[torch.Tensor, KVCache]:
+    """The reused K/V at positions 0 … T−2, then the model's pass over the last token: (its logits, the cache)."""
+    cache = new_cache(model, len(ids) + room)
+    cache.write_span(0, len(ids) - 1, *reused)
+    return prefill(model, ids[-1:], cache)
+
+
+def selection(dev_at_check: torch.Tensor, r: float) -> torch.Tensor:
+    """The ⌈r % · n⌉ positions of the largest deviation (n = the reused positions), in position order."""
+    n = dev_at_check.shape[0]
+    count = min(n, math.ceil(n * r / 100 - 1e-9)) if r > 0 else 0
+    picked = torch.topk(dev_at_check, count).indices if count else torch.empty(0, dtype=torch.long)
+    return picked.sort().values
+
+
+@torch.no_grad()
+def blend(model: Any, ids: Sequence[int], reused: KV, full: KV, r: float, room: int = 64,
+          check_layer: int = CHECK_LAYER) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
+    """CacheBlend at r % (the module's definition): (last logits, the blended cache, the recomputed positions)."""
+    layer = min(check_layer, len(full[0]) - 1)
+    picked = selection(deviation(reused, full)[layer], r)
+    if picked.numel() == 0:
+        logits, cache = naive_reuse(model, ids, reused, room)
+        return logits, cache, picked
+    if picked.numel() == len(ids) - 1:  # everything: the full prefill itself
+        logits, cache = prefill(model, ids, new_cache(model, len(ids) + room))
+        return logits, cache, picked
+    fresh = torch.cat([picked, torch.tensor([len(ids) - 1])])
+    cache = new_cache(model, len(ids) + room, BlendCache, reused=reused, fresh=fresh)
+    logits, cache = prefill(model, ids, cache)
+    return logits, cache, picked
+
+
+def recompute_share(layers: int, positions: int, picked: int, r_full: bool, check_layer: int = CHECK_LAYER) -> float:
+    """The share of the full prefill's token·layer work a real CacheBlend engine does: every position up to the
+    check layer (to pick), then the picked ones and the last token (naive reuse: the last token only)."""
+    total = layers * (positions + 1)
+    if r_full:
+        return 1.0
+    if picked == 0:
+        return layers / total
+    upto = min(check_layer + 1, layers)
+    return (upto * (positions + 1) + (layers - upto) * (picked + 1)) / total
+
+
+# --- quality -------------------------------------------------------------------------------------------
+
+
+def kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
+    """KL(p ‖ q) in nats of two next-token distributions given as logits."""
+    lp, lq = F.log_softmax(p_logits.double(), -1), F.log_softmax(q_logits.double(), -1)
+    return float((lp.exp() * (lp - lq)).sum())
+
+
+@torch.no_grad()
+def along(model: Any, logits: torch.Tensor, cache: KVCache, tokens: Sequence[int]) -> list[torch.Tensor]:
+    """The next-token logits at each of `tokens` (teacher-forced): the first is `logits`, then one decode step with
+    `cache` per token fed."""
+    out = [logits]
+    for token in tokens[:-1]:
+        step, cache = prefill(model, [token], cache)
+        out.append(step)
+    return out
+
+
+@dataclass
+class Quality:
+    kl_first: float  # KL(full ‖ method) of the first answer token's distribution
+    kl_mean: float  # mean over the steps along the full run's greedy tokens
+    top1: float  # share of those steps where the method's top token is the full run's token
+    same_first: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kl_first": self.kl_first, "kl_mean": self.kl_mean, "top1": self.top1, "same_first": self.same_first}
+
+
+def quality(full_steps: list[torch.Tensor], steps: list[torch.Tensor], tokens: Sequence[int]) -> Quality:
+    kls = [kl(a, b) for a, b in zip(full_steps, steps)]
+    agree = [int(torch.argmax(s)) == t for s, t in zip(steps, tokens)]
+    return Quality(kls[0], sum(kls) / len(kls), sum(agree) / len(agree), agree[0])
+
+
+@torch.no_grad()
+def greedy_tokens(model: Any, ids: Sequence[int], n: int) -> tuple[list[int], list[torch.Tensor]]:
+    """The full prefill's next `n` greedy tokens and its logits at each."""
+    logits, cache = prefill(model, ids, new_cache(model, len(ids) + n + 1))
+    tokens, steps = [], []
+    for _ in range(n):
+        steps.append(logits)
+        tokens.append(int(torch.argmax(logits)))
+        logits, cache = prefill(model, tokens[-1:], cache)
+    return tokens, steps
+
+
+# --- the sweep the lab and the docs show ----------------------------------------------------------------
+
+
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    began = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - began
+
+
+def blend_sweep(model: Any, ids: Sequence[int], starts: Sequence[int], rs: Sequence[float], steps: int = 8):
+    """A generator: one slice per r (yields r's row), returning the whole measure: the chunks, the per-layer
+    deviation of naive reuse from the full prefill, and per r its KL, top-1 agreement along the full run's next
+    `steps` greedy tokens, the share of work recomputed and the seconds (measured: full prefill, naive reuse; the
+    blend's estimated from its share, as this lab's pass computes every row)."""
+    (tokens, full_steps), full_s = _timed(greedy_tokens, model, ids, steps)
+    _, t_full = _timed(prefill, model, ids)
+    full = kv_of(model, ids)
+    reused, t_chunks = _timed(chunked_kv, model, ids, starts)
+    _, t_naive = _timed(naive_reuse, model, ids, reused)
+    layers, n = len(full[0]), len(ids) - 1
+    check = deviation(reused, full)[min(CHECK_LAYER, layers - 1)]
+    rows = []
+    for r in rs:
+        logits, cache, picked = blend(model, ids, reused, full, r, room=steps + 1)
+        q = quality(full_steps, along(model, logits, cache, tokens), tokens)
+        share = recompute_share(layers, n, picked.numel(), picked.numel() == n)
+        row = {"r": float(r), **q.to_dict(), "share": share, "picked": picked.tolist(),
+               "seconds": t_naive + share * max(0.0, t_full - t_naive) if 0 < share < 1 else (
+                   t_full if share == 1 else t_naive)}
+        rows.append(row)
+        yield row
+    return {"starts": list(starts), "tokens": len(ids), "layers": layers, "rows": rows, "steps": steps,
+            "deviation": relative_deviation(reused, full), "full_seconds": t_full, "naive_seconds": t_naive,
+            "chunk_seconds": t_chunks, "answer": tokens, "check": check.tolist(), "check_layer": CHECK_LAYER,
+            "rotation": rotation_example(model, ids, starts)}
+
+
+def rotation_example(model: Any, ids: Sequence[int], starts: Sequence[int]) -> dict[str, Any] | None:
+    """The seed's formula on one key: the last chunk's first token, layer 0, head 0, cached at position 0 of its
+    chunk and moved to where the chunk starts; three of its rotary pairs (fastest, middle, slowest turning) as
+    (x_i, x_{i+r/2}) before and after, with their angles θ_i per position."""
+    rope = model.rope
+    if rope is None or len(starts) < 2:
+        return None
+    s = starts[-1]
+    alone = kv_of(model, ids[s:s + 1])[0][0][0, 0]  # (d,)
+    moved = rotate_keys(model, [kv_of(model, ids[s:s + 1])[0][0]], s)[0][0, 0]
+    half = rope.inv_freq.shape[0]
+    index = sorted({0, half // 2, half - 1})
+    return {"from": 0, "to": s, "index": index, "theta": [float(rope.inv_freq[i]) for i in index],
+            "pairs": [[float(alone[i]), float(alone[i + half]), float(moved[i]), float(moved[i + half])]
+                      for i in index]}
+
+
+# --- prefix reuse --------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def prefix_reuse(model: Any, first: Sequence[int], second: Sequence[int], steps: int = 8) -> dict[str, Any]:
+    """The second prompt prefilled whole, and again with the first prompt's cached K/V for their shared beginning
+    (at most all but its last token): the positions reused, both prefill times, and whether the greedy tokens
+    that follow are the same."""
+    shared = 0
+    while shared < min(len(first), len(second) - 1) and first[shared] == second[shared]:
+        shared += 1
+    _, cached = prefill(model, first)
+    k, v = cached.read_span(0, cached.length)
+    (logits_a, cache_a), t_whole = _timed(prefill, model, second, new_cache(model, len(second) + steps + 1))
+    cache_b = new_cache(model, len(second) + steps + 1)
+    began = time.perf_counter()
+    if shared:
+        cache_b.write_span(0, shared, [x[:, :shared] for x in k], [x[:, :shared] for x in v])
+    logits_b, cache_b = prefill(model, second[shared:], cache_b)
+    t_reused = time.perf_counter() - began
+    texts = []
+    for logits, cache in ((logits_a, cache_a), (logits_b, cache_b)):
+        out = []
+        for _ in range(steps):
+            out.append(int(torch.argmax(logits)))
+            logits, cache = prefill(model, out[-1:], cache)
+        texts.append(out)
+    return {"shared": shared, "tokens": len(second), "whole_seconds": t_whole, "reused_seconds": t_reused,
+            "same": texts[0] == texts[1], "answer": texts[0], "reused_answer": texts[1],
+            "max_logit_diff": float((logits_a - logits_b).abs().max())}
