@@ -32,14 +32,14 @@ PARAGRAPHS = (
 QUESTION = "Question: Who was the last keeper of the lighthouse, and what did she keep? Answer:"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="weights/SmolLM2-135M-Instruct")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--r", default="0,15,30,50,100")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     lm = playground.load_model(args.model, device="cpu", dtype="float32")
     text = "\n\n".join(PARAGRAPHS) + "\n\n" + QUESTION

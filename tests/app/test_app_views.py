@@ -64,7 +64,7 @@ def test_the_views_core_never_imports_gradio():
 
 def test_each_view_names_what_it_needs_and_draws_only_its_own_slots():
     assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "cache", "positional", "lab", "kvlab",
-                                                     "precision", "speculative", "card"]
+                                                     "precision", "speculative", "reuse", "card"]
     assert [v.name for v in views.LESSON_VIEWS.values()] == [
         f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab", "serving")]
     assert views.open_view("lessons", "memory").name == "lesson:memory" and views.open_view("nope").name == "inspector"
@@ -73,7 +73,7 @@ def test_each_view_names_what_it_needs_and_draws_only_its_own_slots():
         "inspector", "attention", "cache", "positional", "lab", "speculative", "lesson:steps", "lesson:lens", "lesson:kv",
         "lesson:memory", "lesson:anatomy", "lesson:lab", "lesson:serving"}
     assert {v.name for v in VIEWS if "finished" in v.needs} == {
-        "lab", "kvlab", "precision", "speculative", *(f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "anatomy"))}
+        "lab", "kvlab", "precision", "speculative", "reuse", *(f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "anatomy"))}
     with pytest.raises(ValueError, match="unknown parts"):
         View("x", "x", frozenset({"weather"}), ("a",), None, None, None, None)
     names = views.slot_names()

@@ -58,7 +58,8 @@ def test_on_a_zerogpu_space_every_run_becomes_a_gpu_call_without_a_flag(monkeypa
         lm = playground.load_model(REPO / "weights" / "tiny-lm")
         p = playground.generation.plan(lm, [5, 9, 11], playground.GenerationConfig(max_new_tokens=3))
         events = list(engine_stream.run_events(p, threading.Event()))
-        assert [type(x) for x in emulated.received] == [zerogpu.Loaded] + [type(e) for e in events]  # via the GPU call
+        # via the GPU call: the model found, the events, then how the run decoded there
+        assert [type(x) for x in emulated.received] == [zerogpu.Loaded, *(type(e) for e in events), zerogpu.Decoded]
         assert len(events) == 3 and events[-1].finished
         with pytest.raises(SystemExit):
             app.main(["--device", "cuda"])  # the device flag makes no sense there: one line, exit 2
