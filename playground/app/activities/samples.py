@@ -107,10 +107,7 @@ def check_count(n: Any) -> int:
     PlaygroundError (a keyed note saying the range) otherwise."""
     if n is None or n == "":
         return DEFAULT_SAMPLES
-    try:
-        value = float(n)
-    except (TypeError, ValueError):
-        value = math.nan
+    value = _number(n)
     if not (value.is_integer() and 1 <= value <= MAX_SAMPLES):
         raise PlaygroundError(note("acts_samples_count", most=MAX_SAMPLES))
     return int(value)
@@ -120,13 +117,18 @@ def check_prediction(n: Any, samples: int) -> int | None:
     """The visitor's prediction of how many different answers come (empty or 0: none), within 1..samples."""
     if n is None or n == "" or n == 0:
         return None
-    try:
-        value = float(n)
-    except (TypeError, ValueError):
-        value = math.nan
+    value = _number(n)
     if not (value.is_integer() and 1 <= value <= samples):
         raise PlaygroundError(note("acts_prediction_range", n=samples))
     return int(value)
+
+
+def _number(n: Any) -> float:
+    """A box's value as a float; NaN (never a whole number, so refused) for text that is no number."""
+    try:
+        return float(n)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def draw_seeds(n: int) -> list[int]:
