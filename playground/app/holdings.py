@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from playground.app import heap
 from playground.app.registry import ModelRegistry
 from playground.app.serving import prefix_held
 from playground.app.session import Sessions
@@ -41,6 +42,11 @@ class Holdings:
     prefix_bytes: int = 0
     live_values: int = 0  # the whole live-screen values `live_state` keeps per run version (`ui.streaming`)
     live_value_bytes: int = 0
+    # Not kept on purpose, so not in the total: glibc's own account of the whole process (`heap.allocator`), which
+    # tells what the rest of RSS is: still allocated by something, or freed and kept by the allocator
+    heap_in_use: int = 0
+    heap_free_kept: int = 0
+    heap_mmapped: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -56,7 +62,8 @@ class Holdings:
                 f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
                 f"run_bytes={self.run_bytes} prefix_blocks={self.prefix_blocks} prefix_bytes={self.prefix_bytes} "
                 f"live_values={self.live_values} live_value_bytes={self.live_value_bytes} "
-                f"({self.total_bytes / MIB:,.0f} MiB)")
+                f"heap_in_use={self.heap_in_use} heap_free_kept={self.heap_free_kept} "
+                f"heap_mmapped={self.heap_mmapped} ({self.total_bytes / MIB:,.0f} MiB)")
 
 
 def holdings(registry: ModelRegistry, sessions: Sessions,
@@ -70,8 +77,10 @@ def holdings(registry: ModelRegistry, sessions: Sessions,
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes, run_bytes = sessions.held()
     steps, step_bytes = registry.steps_held()
+    malloc = heap.allocator() or heap.Allocator(0, 0, 0)
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes, run_bytes, *prefixes(), *live_values())
+                    step_bytes, run_bytes, *prefixes(), *live_values(), malloc.in_use, malloc.free_kept,
+                    malloc.mmapped)
 
 
 def parse(line: str) -> Holdings | None:

@@ -333,7 +333,11 @@ def pause(seconds: float, until: float) -> None:
 
 PARTS = (("models", "model_bytes"), ("precision copies", "copy_bytes"), ("runs' records", "run_bytes"),
          ("runs' recorded arrays", "capture_bytes"), ("Gradio's tab states", "tab_state_bytes"),
-         ("captured steps", "step_bytes"))
+         ("captured steps", "step_bytes"), ("prefix blocks", "prefix_bytes"),
+         ("live screens kept", "live_value_bytes"))
+# glibc's account of the whole process (not counted: it says what the rest of RSS is made of)
+ALLOCATOR = (("malloc: allocated, not freed", "heap_in_use"), ("malloc: freed, kept by the allocator", "heap_free_kept"),
+             ("malloc: mmapped blocks", "heap_mmapped"))
 
 
 def held_breaches(held: dict[str, int]) -> list[str]:
@@ -389,7 +393,7 @@ def class_table(r: dict[str, Any], failed: list[str]) -> str:
         "| counted part | before | peak | after |",
         "|---|---|---|---|",
     ]
-    for name, key in PARTS:
+    for name, key in PARTS + ALLOCATOR:
         peak = max([h.get(key, 0) for h in during + [before, after] if h] or [0])
         rows.append(f"| {name} | {mib(before.get(key, 0))} | {mib(peak)} | {mib(after.get(key, 0))} |")
     rows += ["", f"Actions: {', '.join(f'{k} {n}' for k, n in sorted(r['actions'].items()))}. "

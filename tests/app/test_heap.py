@@ -43,3 +43,15 @@ def test_a_release_skipped_within_the_interval_is_followed_by_one_trim():
     after = _rss_kib()
     assert after < held - 50_000, (held, after)
     assert len(kept) == 3750
+
+
+@pytest.mark.skipif(heap.allocator() is None, reason="glibc's mallinfo2 (glibc >= 2.33) is not in this C library")
+def test_the_allocators_account_sees_what_is_allocated_and_what_is_freed():
+    """The holdings line's heap_in_use follows what Python allocates from the arenas (blocks under the mmap threshold)."""
+    before = heap.allocator()
+    kept = [bytearray(10_000) for _ in range(1_000)]  # 10 MB in blocks glibc serves from its heaps, not mmap
+    during = heap.allocator()
+    assert during.in_use - before.in_use >= 10_000_000
+    del kept
+    after = heap.allocator()
+    assert during.in_use - after.in_use >= 10_000_000  # freed: no longer in use, whether kept by glibc or not

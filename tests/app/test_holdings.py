@@ -3,6 +3,7 @@ recorded runs, in the bytes each part already accounts for; and the log line a l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -25,7 +26,9 @@ def h(tmp_path_factory):
 def test_holdings_are_the_models_copies_and_recorded_runs(h):
     variants.VARIANTS.clear()
     # (the prefix stores are the process's server's: other tests in this process may have left blocks there)
-    assert holdings(h.registry, h.sessions, prefixes=lambda: (0, 0)) == Holdings(0, 0, 0, 0, 0, 0, 0)
+    empty = holdings(h.registry, h.sessions, prefixes=lambda: (0, 0))
+    assert dataclasses.replace(empty, heap_in_use=0, heap_free_kept=0, heap_mmapped=0) == Holdings(0, 0, 0, 0, 0, 0, 0)
+    assert empty.total_bytes == 0  # the allocator's account is beside the total, not in it
     request = gr.Request(session_hash="holder")
     h.models.load("tiny-lm", "float32", "en", request)
     settings = UISettings(prompt="Hello", max_new_tokens=6)
@@ -56,7 +59,7 @@ def test_what_gradio_keeps_per_tab_is_in_the_total(h):
 
 
 def test_the_log_line_reads_back_and_other_lines_do_not():
-    held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001)
+    held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001, heap_in_use=7, heap_free_kept=8, heap_mmapped=9)
     assert parse("INFO playground.memory: " + held.line()) == held
     assert parse("INFO playground.app: offering tiny-lm") is None
     assert parse("INFO playground.memory: holding total=abc") is None

@@ -40,8 +40,10 @@ def test_visitors_who_find_the_batch_full_see_their_place_in_line_then_their_run
     pages = (first, second, third)
     state = "document.querySelector('#gen-status')?.dataset.state"  # the status line's state, in the page
     try:
+        # Slow motion holds the row at least 300 × 0.3 s = 90 s, however fast the machine: without it the story once
+        # ended by itself on CI before the third visitor arrived, and the third found one run ahead, not two.
         first.goto(link(one_row_server, prompt="Tell me a long story about a lighthouse keeper.",
-                        max_new_tokens=300, repetition_penalty=1.2))
+                        max_new_tokens=300, repetition_penalty=1.2, pace_ms=300))
         first.wait_for_function(f"() => {state} === 'running'", timeout=300_000)
         second.goto(link(one_row_server, prompt="What is the capital of France?", max_new_tokens=24, lang="zh"))
         second.wait_for_function(f"() => {state} === 'waiting'", timeout=120_000)
@@ -49,8 +51,10 @@ def test_visitors_who_find_the_batch_full_see_their_place_in_line_then_their_run
         assert "排在第 1 位" in status and "最多" in status, status  # its place, and the longest wait in seconds
         shot(second, "crowd-waiting-zh")
         third.goto(link(one_row_server, prompt="Name a colour.", max_new_tokens=8))
-        third.wait_for_function(f"() => {state} === 'waiting'", timeout=120_000)
-        assert "number 2 in line" in third.inner_text("#gen-status"), third.inner_text("#gen-status")
+        # The status read in the same poll that saw 'waiting', so a state that changes between two reads can't mislead
+        status = third.wait_for_function(f"() => {state} === 'waiting' && document.querySelector('#gen-status').innerText",
+                                         timeout=120_000).json_value()
+        assert "number 2 in line" in status, status
         shot(third, "crowd-waiting")
         first.click("#stop-btn")  # the row frees: the second starts, the third moves up, then runs
         # (on a slow machine the story may have ended by itself before the Stop: the row frees either way)

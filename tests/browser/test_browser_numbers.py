@@ -62,7 +62,11 @@ def test_plotly_s_toolbar_speaks_chinese_on_a_chinese_page(desktop, server):
     wait_text(page, "#generate-btn", "生成")
     page.wait_for_function("() => [...document.querySelectorAll('#funnel-plot .modebar-btn[data-title]')]"
                            ".every((b) => !/[A-Za-z]{3}/.test(b.getAttribute('data-title').replace(/SVG|PNG/g, '')))")
-    assert "下载为 PNG 图片" in titles() and "下载为 SVG" in titles()
+    # Plotly redraws its toolbar when the figure updates and our SVG button joins it a moment later: wait for both
+    # buttons in one toolbar rather than reading twice (two reads once saw two different toolbars)
+    page.wait_for_function("() => { const t = [...document.querySelectorAll('#funnel-plot .modebar-btn[data-title]')]"
+                           ".map((b) => b.getAttribute('data-title'));"
+                           " return t.includes('下载为 PNG 图片') && t.includes('下载为 SVG'); }", timeout=10_000)
     page.get_by_text("English", exact=True).click()
     page.wait_for_function("() => [...document.querySelectorAll('#funnel-plot .modebar-btn')]"
                            ".some((b) => b.getAttribute('data-title') === 'Download plot as a PNG')")
