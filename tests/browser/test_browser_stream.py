@@ -147,14 +147,15 @@ def test_a_lost_frame_is_repaired_without_drawing_the_run_again(browser, server)
 
 def _stop_at(page, at: int) -> int:
     """A real mouse click on Stop once the page shows `at` tokens: the tokens on screen when it was handled."""
-    box = page.locator("#stop-btn").bounding_box()
     page.wait_for_function("(n) => document.querySelectorAll('#token-stream .tok.gen').length >= n", arg=at,
                            polling=20)
+    box = page.locator("#stop-btn").bounding_box()  # where it is now: the page may have moved while it streamed
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_function("() => window.__seen !== null")
     return page.evaluate("window.__seen")
 
 
+@pytest.mark.alone  # two workers on 2 cores twice saw a page click Stop only after its run's last token
 def test_stop_ends_a_long_run_at_the_tokens_on_screen_in_every_tab(browser, server):
     """Two tabs stream 240 tokens at once, one of them after earlier runs; Stop, clicked in each at 100 and 140
     tokens, ends each run at the tokens its page showed (the engine and the frames on their way were ahead):
