@@ -93,7 +93,7 @@ class Context:
     lang: str = "en"
     runs: tuple[Run, ...] = ()
     model: str | None = None  # the visitor's model name (the positional tab reads the model, not the run)
-    sdpa: dict[str, Any] | None = None  # the visitor's SDPA measurement of this model, when taken
+    measured: Mapping[str, Any] = field(default_factory=dict)  # the visitor's jobs on this model, by action name
     key: str = "anonymous"  # the visitor (the owner of the model work)
     drafters: tuple[str, ...] = ()  # the visitor's loaded models that can draft for the run's (when a view needs them)
     live_layer: int = -1  # the layer the live attention panel shows (-1: the last)

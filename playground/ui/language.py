@@ -8,11 +8,11 @@ from typing import Any
 import gradio as gr
 
 from playground.app import describe
+from playground.app.panels.attention import kind_choices, view_choices
 from playground.app.session import Sessions
 from playground.app.words import t
 from playground.ui.layout import Page
 from playground.ui.models import session_key
-from playground.ui.panel_tabs import view_choices
 
 
 def relabelled(page: Page) -> list[Any]:
@@ -41,7 +41,7 @@ def relabel(page: Page, sessions: Sessions, grouped: bool, lang: str, request: g
         elif name == "model" and models is not None:
             words["choices"] = models
         elif name == "att_kind":  # "decoder self-attention" stayed English in 中文
-            words["choices"] = [(t(f"kind_{k}", lang), k) for k in kinds]
+            words["choices"] = kind_choices(lang, tuple(kinds))
         updates.append(gr.update(**words))
     updates += [text(lang) for text in page.texts.values()]
     updates.append(describe.notes_markdown(session.notes, lang))  # keyed notes: said again in the new language

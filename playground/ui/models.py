@@ -18,6 +18,7 @@ from playground.app import describe, examples, views
 from playground.app.catalog import Catalog
 from playground.app.frames import head_choices
 from playground.app.notes import error_note, note, render
+from playground.app.panels.attention import view_choices
 from playground.app.registry import ModelRegistry
 from playground.app.session import Sessions
 from playground.app.settings import WIDGETS, UISettings, from_query
@@ -32,7 +33,6 @@ from playground.loaded import LoadedModel
 from playground.notes import Note
 from playground.ui.gradio_internals import request_visitor
 from playground.ui.layout import empty_live_value
-from playground.ui.panel_tabs import view_choices
 
 log = logging.getLogger("playground.ui")
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}

@@ -14,6 +14,7 @@ import pytest
 
 from playground.analysis import attribute_step
 from playground.app import lab, views
+from playground.app.panels.lessons import VIEWS as LESSON_VIEWS
 from playground.app.play import play_link
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query
@@ -63,9 +64,9 @@ def test_the_views_core_never_imports_gradio():
 
 
 def test_each_view_names_what_it_needs_and_draws_only_its_own_slots():
-    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "cache", "positional", "lab", "kvlab",
-                                                     "precision", "speculative", "reuse", "card"]
-    assert [v.name for v in views.LESSON_VIEWS.values()] == [
+    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "positional", "lab", "kvlab",
+                                                     "precision", "speculative", "reuse", "cache", "card"]
+    assert [v.name for v in LESSON_VIEWS.values()] == [
         f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab", "serving")]
     assert views.open_view("lessons", "memory").name == "lesson:memory" and views.open_view("nope").name == "inspector"
     assert views.open_view("lessons", "nope").name == "lesson:steps"
@@ -160,7 +161,7 @@ def test_while_a_run_streams_the_views_that_read_it_whole_wait_and_the_others_dr
     play(session, models["a"], SETTINGS)
     session.current.finish_reason = None  # as it is between two events of a run still streaming
     assert session.current.running
-    assert caption(models, views.LESSON_VIEWS["steps"], session) == t("lesson_after_run", "en")
+    assert caption(models, LESSON_VIEWS["steps"], session) == t("lesson_after_run", "en")
     assert caption(models, views.PANELS["lab"], session) == t("lab_after_run", "en")
     assert caption(models, views.PANELS["inspector"], session).startswith("Step 6")
 
@@ -172,7 +173,7 @@ def test_after_a_model_switch_the_run_is_read_with_its_own_model_and_the_model_v
     positional = views.context_for(views.PANELS["positional"], session, model_for(models))
     assert inspector.lm is models["a"] and inspector.run is session.current
     assert positional.lm is models["b"] and positional.run is None  # a run of another model says nothing of b
-    lesson = views.context_for(views.LESSON_VIEWS["steps"], session, model_for(models))
+    lesson = views.context_for(LESSON_VIEWS["steps"], session, model_for(models))
     assert lesson.lm is models["a"]  # a lesson on the run reads it with the model that made it
     assert t("pe_shift_needs_run", "en") in caption(models, views.PANELS["positional"], session)
     session.model = "a"
@@ -234,7 +235,7 @@ def test_a_lesson_view_is_the_registry_s_lesson(models):
 
     session = with_run(models, "zh")
     for name in ("steps", "memory", "sdpa", "training"):
-        view = views.LESSON_VIEWS[name]
+        view = LESSON_VIEWS[name]
         slots = show(models, view, session, Selection(step=1))
         direct = lessons.show(name, models["a"], session.current, 1, lessons.Inputs(), "zh")
         assert slots["lesson_md"].value == direct.caption

@@ -7,6 +7,7 @@ from typing import Any
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
+from playground.app.tab import Out, Row, Tab, Widget
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.models.positional import positional_layout
@@ -104,3 +105,10 @@ def idle(lang: str, words: str) -> Drawn:
 
 VIEW = View("positional", "positional", frozenset({"model", "step", "controls"}),
             ("pe_md", "pe1", "pe2", "pe3", "pe4", "pe5", "pe_pair"), compute, draw, caption, idle)
+
+TAB = Tab(tab="positional", elem_id="pe-tab", section="inside", order=20, view=VIEW, layout=(
+    Out("pe_md", "markdown", "pe-md"),
+    Row((Widget("pe_length", "slider", "pe_length", "pe-length", default=64, low=8, high=2048, step=8),
+         Widget("pe_base", "number", "pe_base", "pe-base", default=1000, low=2),
+         Widget("pe_pair", "slider", "pe_pair", "pe-pair", default=0, low=0, high=31, visible=False))),
+    *(Out(f"pe{i}", "plot", f"pe-plot-{i}", visible=True) for i in range(1, 6))))

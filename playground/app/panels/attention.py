@@ -11,6 +11,7 @@ import numpy as np
 
 from playground import viz
 from playground.app.fields import CONTROLS
+from playground.app.tab import Out, Row, Tab, Widget, Words
 from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -23,12 +24,29 @@ MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at
 _SHOWN: OrderedDict[str, tuple[int, int]] = OrderedDict()
 _KEEP = 4096
 LAYER = next(c for c in CONTROLS if c.name == "att_layer")  # the page's slider, and where it starts
-SLIDERS = ("att_layer", "att_head")  # their range is the model's
 
 
-def slider_tops(config: Any) -> dict[str, int]:
-    """The layer and head sliders' maxima for a model (at least 1: a slider needs a range)."""
-    return {"att_layer": max(1, config.n_layers - 1), "att_head": max(1, config.n_heads - 1)}
+def last_layer(config: Any) -> int:
+    """The layer slider's maximum for a model (at least 1: a slider needs a range)."""
+    return max(1, config.n_layers - 1)
+
+
+def last_head(config: Any) -> int:
+    return max(1, config.n_heads - 1)
+
+
+def scale_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")]
+
+
+def view_choices(lang: str, grouped: bool) -> list[tuple[str, str]]:
+    """The large attention view's choices; "mean per KV group" only where heads share K/V."""
+    choices = [(t("view_head", lang), "head"), (t("view_mean", lang), "mean"), (t("view_max", lang), "max")]
+    return choices + ([(t("view_group", lang), "group")] if grouped else [])
+
+
+def kind_choices(lang: str, kinds: tuple[str, ...] = ("self",)) -> list[tuple[str, str]]:
+    return [(t(f"kind_{k}", lang), k) for k in kinds]
 
 
 def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
@@ -160,3 +178,18 @@ def idle(lang: str, words: str) -> Drawn:
 VIEW = View("attention", "attention", frozenset({"run", "step", "layer", "head", "query"}),
             ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query"),
             compute, draw, caption, idle)
+
+# The kind and view choices follow the model (the page's language switch and model load set them): not relabelled.
+TAB = Tab(tab="attention", elem_id="attention-tab", section="watch", order=20, view=VIEW, layout=(
+    Words("attention_intro", ("attention_intro",), "attention-intro"),
+    Row((Widget("att_kind", "radio", "attention_kind", "att-kind", default="self", choices=kind_choices, relabel=False),
+         Widget("att_view", "radio", "large_view", "att-view", default="head", relabel=False,
+                choices=lambda lang: view_choices(lang, grouped=True)),
+         Widget("att_scale", "radio", "colour_scale", "att-scale", default="linear", choices=scale_choices))),
+    Row((Widget("att_layer", "slider", "layer", "att-layer", default=0, high_of=last_layer),
+         Widget("att_head", "slider", "head", "att-head", default=0, high_of=last_head),
+         Widget("att_query", "slider", "query", "att-query", default=0),
+         Widget("att_sink", "checkbox", "hide_sink", "att-sink", default=False))),
+    Out("att_note", "markdown", "att-note", words="nothing_yet"),
+    *(Out(name, "plot", name.replace("_", "-"), visible=True) for name in ("att_grid", "att_heat", "att_row",
+                                                                            "att_summary"))))

@@ -1,0 +1,199 @@
+"""What a tab of the page is: one declared object with its layout, its view, its actions and its words.
+
+Every tab under the live screen is one: a panel (the step inspector, all heads, the KV cache...), the lessons, an
+experiment (`playground.app.experiments.base.Experiment`, a tab that also forks runs) and a class tool. Its module
+holds everything about it:
+
+    layout   its parts, as data: words, widgets, buttons and the outputs its view draws (the page builds them)
+    view     compute / draw / caption of the run on screen (`playground.app.view`); None for a tab of no view
+    actions  its buttons: a job measures the run on screen (its result kept on the run for the view to draw)
+    words    `tab_<tab>` names it; every label is a words key of the locale files
+
+A module of `playground.app.views` (a panel), `playground.app.experiments` or `playground.app.tools` (a class tool)
+that defines `TAB` (or `EXPERIMENT`) is a tab of the page, in its `section` at its `order`
+(`playground.app.tabs`). No Gradio here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from playground.app.run import Run
+from playground.app.view import View
+from playground.errors import PlaygroundError
+
+
+class Refused(PlaygroundError):
+    """A job (or a fork) the page cannot run; its first argument is a keyed note saying what to do."""
+
+# --- the tab's parts, as data (the page builds the widgets) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Words:
+    """A paragraph of the tab: the words of `keys`, one paragraph each (said again on a language switch)."""
+
+    name: str
+    keys: tuple[str, ...]
+    elem_id: str | None = None
+    classes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Widget:
+    """One control. `kind`: "slider", "radio", "dropdown", "textbox", "checkbox" or "number"; `label`/`info`: word
+    keys; `choices(lang)`: (label, value) pairs of a radio or dropdown (said again on a language switch unless
+    `relabel` is False: the view sets them). `field`: the run setting it edits (a link opens the page with it set);
+    `view`: the tab's view reads it (a move redraws the open view); `follows`: a control of another tab it copies when
+    that one moves; `high_of(config)`: its maximum from the model (set when a model loads); `picks`: its value picks
+    which of the tab's views is open (the lessons)."""
+
+    name: str
+    kind: str
+    label: str
+    elem_id: str
+    default: Any = None
+    info: str | None = None
+    low: float = 0
+    high: float = 1
+    step: float = 1
+    choices: Callable[[str], list[tuple[str, str]]] | None = None
+    field: str | None = None
+    view: bool = False
+    follows: str | None = None
+    high_of: Callable[[Any], int] | None = None
+    custom: bool = False  # a dropdown that takes a typed value too
+    visible: bool = True
+    min_width: int | None = None
+    scale: int | None = None
+    relabel: bool = True
+    picks: bool = False
+    bounded: bool = True  # a number box with `low` as its minimum (else none: the tab says its range in words)
+    precision: int | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """Widgets side by side (stacked on a phone). `name`: the row is a slot a view shows or hides."""
+
+    parts: tuple[Widget | Action, ...]
+    elem_id: str | None = None
+    name: str | None = None
+    visible: bool = True
+
+
+@dataclass(frozen=True)
+class Action:
+    """A button. `kind`: "fork" (an experiment's: `run(ForkRequest) -> Fork`, the run on screen again with the
+    settings it returns, streamed beside it), "job" (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`,
+    then its result, kept on the run on screen as `results[name]` for the view to draw; `needs="model"`: a job on the
+    visitor's model, kept on the session for that model) or "stop" (ends the tab's job). `inputs`: the widgets it
+    reads; `out`: the Markdown where its progress and refusals go; `progress`: the words key of its progress line
+    ({done}, {total}) or `progress(Progress, lang) -> str`."""
+
+    name: str
+    kind: str
+    label: str
+    elem_id: str
+    inputs: tuple[str, ...] = ()
+    run: Callable[..., Any] | None = None
+    out: str | None = None
+    progress: str | Callable[[Any, str], str] | None = None
+    primary: bool = True
+    min_width: int | None = None
+    visible: bool = True
+    needs: str = "run"
+
+
+@dataclass(frozen=True)
+class Out:
+    """Something the view draws: "markdown" (with `words` before anything is drawn), "html" (a line that carries
+    data for the page's scripts) or "plot" (hidden until drawn, unless `visible`)."""
+
+    name: str
+    kind: str
+    elem_id: str
+    words: str | None = None
+    visible: bool | None = None  # None: a plot starts hidden, anything else shown
+
+
+Part = Words | Widget | Row | Action | Out
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job on the run on screen (`run`; None for a job on the visitor's model): `runs` are the tab's runs (a job
+    may read the run's origin), `lm` the model, `step` the selected step (None: the newest), `stop` set when the
+    visitor presses Stop."""
+
+    run: Run | None
+    runs: Sequence[Run]
+    lm: Any
+    values: Mapping[str, Any]
+    step: int | None
+    stop: threading.Event
+
+
+# --- the tab -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tab:
+    """One tab of the page (see the module's docstring). `tab`: its id (words `tab_<tab>`, the views' tab the page
+    reports open); `section`: the section that holds it (`playground.ui.sections`); `order`: its place there;
+    `views`: a tab of several views, one open at a time, picked by its `picks` widget (the lessons: by name; `view`
+    is the first); `needs_run`: the words when a job has no finished run to measure."""
+
+    tab: str
+    elem_id: str
+    section: str
+    order: int
+    layout: tuple[Part, ...]
+    view: View | None
+    views: Mapping[str, View] | None = None
+    needs_run: str = "generate_first"
+
+    def __post_init__(self) -> None:
+        names = {p.name for p in self.parts()} | {r.name for r in self.layout if isinstance(r, Row) and r.name}
+        for view in self.all_views():
+            missing = set(view.slots) - names
+            if missing:
+                raise ValueError(f"tab {self.tab!r}: its view draws {sorted(missing)}, which its layout lacks")
+        for action in self.actions():
+            unknown = set(action.inputs) - {w.name for w in self.widgets()}
+            if unknown:
+                raise ValueError(f"tab {self.tab!r}: {action.name} reads {sorted(unknown)}, no widget of it")
+
+    def parts(self) -> Iterator[Words | Widget | Action | Out]:
+        """Every part of the layout, rows opened, in order."""
+        for part in self.layout:
+            yield from part.parts if isinstance(part, Row) else (part,)
+
+    def widgets(self) -> list[Widget]:
+        return [p for p in self.parts() if isinstance(p, Widget)]
+
+    def actions(self) -> list[Action]:
+        return [p for p in self.parts() if isinstance(p, Action)]
+
+    def all_views(self) -> list[View]:
+        """Its views: the one it has, or each of the several it picks from."""
+        if self.views is not None:
+            return list(self.views.values())
+        return [self.view] if self.view is not None else []
+
+    def open_view(self, pick: str | None = None) -> View | None:
+        """The view on screen when the tab is open: the picked one (an unknown pick: the first)."""
+        if self.views is not None:
+            return self.views.get(pick or "", self.view)
+        return self.view
+
+    def picker(self) -> Widget | None:
+        """The widget whose value picks the open view, if the tab has several."""
+        return next((w for w in self.widgets() if w.picks), None)
+
+    def view_controls(self) -> tuple[str, ...]:
+        """The widgets its view reads (their values reach it as `Selection.extra`)."""
+        return tuple(w.name for w in self.widgets() if w.view)
