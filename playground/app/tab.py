@@ -154,7 +154,7 @@ class Tab:
     layout: tuple[Part, ...]
     view: View | None
     views: Mapping[str, View] | None = None
-    needs_run: str = "generate_first"
+    needs_run: str = "nothing_yet"
 
     def __post_init__(self) -> None:
         names = {p.name for p in self.parts()} | {r.name for r in self.layout if isinstance(r, Row) and r.name}

@@ -77,7 +77,7 @@ def rerun_progress(p: Progress, lang: str) -> str:
              seconds=p.seconds)
 
 
-TAB = Tab(tab="cache", elem_id="cache-tab", section="machine", order=10, view=VIEW, layout=(
+TAB = Tab(tab="cache", elem_id="cache-tab", section="machine", order=10, view=VIEW, needs_run="generate_first", layout=(
     Out("kv", "markdown", "kv-stats", words="cache_intro"),
     Out("growth", "plot", "cache-growth", visible=True),
     Action("rerun", "job", "rerun", "rerun-btn", run=rerun, out="compare_md", progress=rerun_progress, primary=False),

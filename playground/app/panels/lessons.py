@@ -101,7 +101,8 @@ def measure_sdpa(req: JobRequest) -> Iterator[Any]:
 
 
 FIRST = next(iter(lessons.LESSONS))  # a session starts on the first lesson
-TAB = Tab(tab="lessons", elem_id="lessons-tab", section="inside", order=10, view=VIEWS[FIRST], views=VIEWS, layout=(
+TAB = Tab(tab="lessons", elem_id="lessons-tab", section="inside", order=10, view=VIEWS[FIRST], views=VIEWS,
+          needs_run="generate_first", layout=(
     Widget("lesson", "radio", "lessons_pick", "lesson-pick", default=FIRST, choices=lesson_choices, picks=True),
     Row((Widget("lesson_kind", "radio", "attention_kind", "lesson-kind", default="self", visible=False,
                 choices=lambda lang: [(t("kind_self", lang), "self")], relabel=False),
