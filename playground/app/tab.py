@@ -9,7 +9,7 @@ holds everything about it:
     actions  its buttons: a job measures the run on screen (its result kept on the run for the view to draw)
     words    `tab_<tab>` names it; every label is a words key of the locale files
 
-A module of `playground.app.views` (a panel), `playground.app.experiments` or `playground.app.tools` (a class tool)
+A module of `playground.app.panels`, `playground.app.experiments` or `playground.app.activities` (a class tool)
 that defines `TAB` (or `EXPERIMENT`) is a tab of the page, in its `section` at its `order`
 (`playground.app.tabs`). No Gradio here.
 """
@@ -83,12 +83,13 @@ class Row:
     elem_id: str | None = None
     name: str | None = None
     visible: bool = True
+    equal_height: bool = False
 
 
 @dataclass(frozen=True)
 class Action:
     """A button. `kind`: "fork" (an experiment's: `run(ForkRequest) -> Fork`, the run on screen again with the
-    settings it returns, streamed beside it), "job" (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`,
+    settings it returns, streamed beside it), "press" (a class tool's: its own handler binds it), "job" (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`,
     then its result, kept on the run on screen as `results[name]` for the view to draw; `needs="model"`: a job on the
     visitor's model, kept on the session for that model) or "stop" (ends the tab's job). `inputs`: the widgets it
     reads; `out`: the Markdown where its progress and refusals go; `progress`: the words key of its progress line
@@ -106,18 +107,23 @@ class Action:
     min_width: int | None = None
     visible: bool = True
     needs: str = "run"
+    scale: int | None = None
 
 
 @dataclass(frozen=True)
 class Out:
-    """Something the view draws: "markdown" (with `words` before anything is drawn), "html" (a line that carries
-    data for the page's scripts) or "plot" (hidden until drawn, unless `visible`)."""
+    """Something the view (or a class tool's handler) draws: "markdown" (with `words` before anything is drawn),
+    "html" (a line that carries data for the page's scripts; `initial(lang)`: its first value; `plain`: without
+    Gradio's own CSS and click script, a tool's own markup), "plot" (hidden until drawn, unless `visible`) or "state"
+    (what a tool keeps for the visitor's tab, not shown)."""
 
     name: str
     kind: str
-    elem_id: str
+    elem_id: str | None = None
     words: str | None = None
     visible: bool | None = None  # None: a plot starts hidden, anything else shown
+    initial: Callable[[str], str] | None = None
+    plain: bool = False
 
 
 Part = Words | Widget | Row | Action | Out
@@ -145,7 +151,8 @@ class Tab:
     """One tab of the page (see the module's docstring). `tab`: its id (words `tab_<tab>`, the views' tab the page
     reports open); `section`: the section that holds it (`playground.ui.sections`); `order`: its place there;
     `views`: a tab of several views, one open at a time, picked by its `picks` widget (the lessons: by name; `view`
-    is the first); `needs_run`: the words when a job has no finished run to measure."""
+    is the first); `needs_run`: the words when a job has no finished run to measure. A tab of no view (a class tool)
+    is shown as one part of its section's page (`#<elem_id>`), beside the section's other tools."""
 
     tab: str
     elem_id: str

@@ -1,5 +1,5 @@
 """Every tab of the page, found in its package: the panels (`playground.app.panels`), the experiments
-(`playground.app.experiments`) and the class tools (`playground.app.tools`), each one declared `Tab`
+(`playground.app.experiments`) and the class activities (`playground.app.activities`), each one declared `Tab`
 (`playground.app.tab`). The one registry the page builds, serves and redraws from; nothing else lists tabs.
 
 A module of those packages that defines `TAB` (an experiment: `EXPERIMENT`) is a tab, in its section at its order.
@@ -15,7 +15,7 @@ from playground.app.tab import Tab
 
 # The page's sections, in order (their words: `section_<name>`; `playground.ui.sections` says how each is shown).
 SECTIONS = ("watch", "inside", "experiment", "machine", "teacher")
-PACKAGES = ("playground.app.panels",)  # besides the experiments, found by their own package
+PACKAGES = ("playground.app.panels", "playground.app.activities")  # besides the experiments (their own package)
 
 
 def _found() -> tuple[Tab, ...]:

@@ -203,8 +203,8 @@ def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: 
             elif action.kind == "job":
                 jobs.append(button.click(_bound(h.job, experiment, action, names), set(names) or None,
                                          page.component(action.out), **jobs_kw))
-            else:
-                button.click(h.stop_job, None, None, queue=False)
+            elif action.kind == "stop":
+                button.click(h.stop_job, None, None, queue=False)  # (a tool's "press": its own handler binds it)
         for widget in experiment.widgets():
             if widget.follows is not None:
                 source = page.component(widget.follows)

@@ -22,7 +22,8 @@ from playground.app.views import NO_VIEW
 @dataclass(frozen=True)
 class Section:
     """One section: its tab id (words `section_<name>`, its one-line hint `section_<name>_hint`) and the ids of the
-    views' tabs it holds, in order (words `tab_<id>`). A section with no tabs of its own is one page (Class tools)."""
+    views' tabs it holds, in order (words `tab_<id>`). A section with no views' tabs is one page (Class tools: its
+    tools, tabs of no view, one after another)."""
 
     name: str
     tabs: tuple[str, ...]
@@ -35,7 +36,7 @@ class Section:
 # watch: the run as it was made (what it chose, where it looked); inside: how the model works, on the run on screen;
 # experiment: fork the run with one change; machine: what it costs and what the model is; teacher: Class tools, one
 # page (the teacher tab itself)
-SECTIONS: tuple[Section, ...] = tuple(Section(name, tuple(tab.tab for tab in registry.in_section(name)))
+SECTIONS: tuple[Section, ...] = tuple(Section(name, tuple(tab.tab for tab in registry.in_section(name) if tab.all_views()))
                                       for name in registry.SECTIONS)
 
 SECTION_OF: dict[str, str] = {tab: s.name for s in SECTIONS for tab in s.tabs}

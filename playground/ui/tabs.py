@@ -20,11 +20,13 @@ def build_sections(c: dict[str, Any], named: Callable[..., Any], lang: str,
                    choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]],
                    labels: dict[str, tuple[str, str | None]]) -> None:
     """The deep views' sections (inside the outer Tabs `#deep-views`): each a tab with a one-line hint and its tabs
-    as tabs of its own (`#<section>-tabs`); Class tools is one page. Component names: `section_<name>`,
-    `section_<name>_hint`, `tabs_<name>`."""
+    as tabs of its own (`#<section>-tabs`); a section of tools with no view (Class tools) is one page, its tools one
+    after another. Component names: `section_<name>`, `section_<name>_hint`, `tabs_<name>`."""
     for section in SECTIONS:
         if not section.tabs:  # Class tools: the teacher tab is the section
-            build_teacher_tab(c, named, lang)
+            tools = registry.in_section(section.name)
+            build_teacher_tab(c, named, lang, lambda tools=tools: [build_tool(tool, c, named, lang, choices, texts)
+                                                                   for tool in tools])
             continue
         name = section.name
         with gr.Tab(t(f"section_{name}", lang), id=name, elem_id=section.elem_id) as tab:
@@ -44,20 +46,32 @@ def build_tab(tab: Tab, page_parts: dict[str, Any], named: Callable[..., Any], l
     keys; `choices` and `texts` collect what the language switch says again."""
     with gr.Tab(t(f"tab_{tab.tab}", lang), id=tab.tab, elem_id=tab.elem_id) as built:
         page_parts[f"tab_{tab.tab}"] = built
-        forks_said = False
-        for part in tab.layout:
-            if isinstance(part, Row):
-                with gr.Row(elem_id=part.elem_id, visible=part.visible) as row:
-                    if part.name:
-                        page_parts[part.name] = row  # a row its view shows or hides
-                    for inner in part.parts:
-                        _build(inner, page_parts, named, lang, choices, texts)
-            else:
-                _build(part, page_parts, named, lang, choices, texts)
-            inner = part.parts if isinstance(part, Row) else (part,)
-            if not forks_said and any(isinstance(p, Action) and p.kind == "fork" for p in inner):
-                _fork_lines(tab, page_parts, named, lang)  # under the lab's (first) fork button
-                forks_said = True
+        _layout(tab, page_parts, named, lang, choices, texts)
+
+
+def build_tool(tab: Tab, page_parts: dict[str, Any], named: Callable[..., Any], lang: str,
+               choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
+    """A tab of no view (a class tool) as one self-contained part of its section's page (`#<elem_id>`)."""
+    with gr.Column(elem_id=tab.elem_id, elem_classes=["pg-teacher-part"]):
+        _layout(tab, page_parts, named, lang, choices, texts)
+
+
+def _layout(tab: Tab, page_parts: dict[str, Any], named: Callable[..., Any], lang: str,
+            choices: dict[str, Callable[[str], list]], texts: dict[str, Callable[[str], str]]) -> None:
+    forks_said = False
+    for part in tab.layout:
+        if isinstance(part, Row):
+            with gr.Row(elem_id=part.elem_id, visible=part.visible, equal_height=part.equal_height) as row:
+                if part.name:
+                    page_parts[part.name] = row  # a row its view (or its tool) shows or hides
+                for inner in part.parts:
+                    _build(inner, page_parts, named, lang, choices, texts)
+        else:
+            _build(part, page_parts, named, lang, choices, texts)
+        inner = part.parts if isinstance(part, Row) else (part,)
+        if not forks_said and any(isinstance(p, Action) and p.kind == "fork" for p in inner):
+            _fork_lines(tab, page_parts, named, lang)  # under the lab's (first) fork button
+            forks_said = True
 
 
 def fork_parts(experiment: Any) -> tuple[str, str, str]:
@@ -84,7 +98,7 @@ def _build(part: Any, c: dict[str, Any], named: Callable[..., Any], lang: str,
     elif isinstance(part, Action):
         variant = "stop" if part.kind == "stop" else ("primary" if part.primary else "secondary")
         named(part.name, gr.Button(t(part.label, lang), variant=variant, elem_id=part.elem_id,
-                                   min_width=part.min_width, visible=part.visible), part.label)
+                                   min_width=part.min_width, visible=part.visible, scale=part.scale), part.label)
     elif isinstance(part, Widget):
         if part.choices is not None and part.relabel:
             choices[part.name] = part.choices
@@ -95,7 +109,12 @@ def _out(part: Out, lang: str) -> Any:
     if part.kind == "markdown":
         return gr.Markdown(t(part.words, lang) if part.words else "", elem_id=part.elem_id)
     if part.kind == "html":
-        return gr.HTML("", elem_id=part.elem_id)
+        value = part.initial(lang) if part.initial is not None else ""
+        if part.plain:
+            return gr.HTML(value, elem_id=part.elem_id, apply_default_css=False, js_on_load=None)
+        return gr.HTML(value, elem_id=part.elem_id)
+    if part.kind == "state":
+        return gr.State(None)
     return gr.Plot(elem_id=part.elem_id, show_label=False, visible=bool(part.visible))
 
 

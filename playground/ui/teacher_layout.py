@@ -1,6 +1,6 @@
 """The teacher's tools on the page (components only; events in `playground.ui.teacher`): the prompt's tokens under
 the prompt box, and the Class tools tab: temperature side by side, the "guess the next token" game, the activities
-(`playground.ui.activities_layout`), export a run.
+(declared tabs of the Class tools section, built by `playground.ui.tabs`), export a run.
 
 Each part is one self-contained block (its own elem_id: `#prompt-tokens`, `#temperature-compare`, `#game`,
 `#export-run`) so the page's sections can move them as they are.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -19,7 +20,6 @@ from playground.app.settings import RANGES
 from playground.app.side_by_side import TEMPERATURES
 from playground.app.words import t
 from playground.hosting import zero_gpu
-from playground.ui.activities_layout import build_activities
 
 # Markdown blocks of the tab, relabelled by the language switch (component name -> locale key).
 TEACHER_TEXTS = {"gpu_md": "zerogpu_signin_md", "gpu_link_md": "zerogpu_signin_link", "sbs_title_md": "sbs_title", "sbs_intro_md": "sbs_intro", "game_title_md": "game_title",
@@ -56,13 +56,15 @@ def build_prompt_tokens(c: dict[str, Any]) -> None:
     c["prompt_tokens"] = gr.HTML("", elem_id="prompt-tokens", apply_default_css=False, js_on_load=None)
 
 
-def build_teacher_tab(c: dict[str, Any], named, lang: str) -> None:
-    """The Class tools tab (inside the deep views' Tabs, after the others so their order stays)."""
+def build_teacher_tab(c: dict[str, Any], named, lang: str, tools: Callable[[], Any] = lambda: None) -> None:
+    """The Class tools tab (inside the deep views' Tabs, after the others so their order stays). `tools()` builds the
+    section's declared tools (`playground.app.tabs`: the activities, "Is it a database?" `#many-samples` and "Which
+    layer knows?" `#lens-guess`), after the game and before the export."""
     with gr.Tab(t("tab_teacher", lang), id="teacher", elem_id="teacher-tab") as tab:
         c["tab_teacher"] = tab
         build_side_by_side(c, named, lang)
         build_game(c, named, lang)
-        build_activities(c, named, lang)  # "Is it a database?" (#many-samples), "Which layer knows?" (#lens-guess)
+        tools()
         build_export(c, named, lang)
 
 
