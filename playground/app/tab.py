@@ -16,8 +16,9 @@ that defines `TAB` (or `EXPERIMENT`) is a tab of the page, in its `section` at i
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,10 @@ class Widget:
     `relabel` is False: the view sets them). `field`: the run setting it edits (a link opens the page with it set);
     `view`: the tab's view reads it (a move redraws the open view); `follows`: a control of another tab it copies when
     that one moves; `high_of(config)`: its maximum from the model (set when a model loads); `picks`: its value picks
-    which of the tab's views is open (the lessons)."""
+    which of the tab's views is open (the lessons). A control its view reads is read as `reads` says ("text",
+    "whole", "count": a whole number above 0, "real", "flag"; None: as the page holds it), a missing or unusable
+    value as its default; `on`: the event after which the view redraws ("change", or "submit" for a box); `moved`:
+    it counts only when one of its tab's controls moved (else None: the view follows the selected step)."""
 
     name: str
     kind: str
@@ -73,6 +77,39 @@ class Widget:
     picks: bool = False
     bounded: bool = True  # a number box with `low` as its minimum (else none: the tab says its range in words)
     precision: int | None = None
+    reads: str | None = None
+    on: str = "change"
+    moved: bool = False
+
+    def read(self, values: Mapping[str, Any], moved: bool = True) -> Any:
+        """This control's value in `values` (the page's, by component name) as its view reads it."""
+        value = values.get(self.name, self.default)
+        if self.moved and (not moved or values.get(self.name) is None):
+            return None
+        if self.reads is None:
+            return value
+        if self.reads == "flag":
+            return bool(value)
+        if self.reads == "text":
+            return value if isinstance(value, str) else self.default if isinstance(self.default, str) else ""
+        return _number(value, self.default, self.reads)
+
+
+def _number(value: Any, default: Any, kind: str) -> Any:
+    try:
+        number = float(value or 0)
+    except (TypeError, ValueError):
+        return default
+    if kind == "real":
+        return number if number and math.isfinite(number) else default
+    whole = int(number) if math.isfinite(number) else default
+    return whole or default if kind == "count" else whole
+
+
+def read(widgets: Iterable[Widget], values: Mapping[str, Any], moved: bool = True) -> dict[str, Any]:
+    """What a view reads of its controls in `values` (a selection's), each as its widget reads it: a view's own
+    defaults, wherever the selection came from."""
+    return {w.name: w.read(values, moved) for w in widgets}
 
 
 @dataclass(frozen=True)
@@ -201,6 +238,6 @@ class Tab:
         """The widget whose value picks the open view, if the tab has several."""
         return next((w for w in self.widgets() if w.picks), None)
 
-    def view_controls(self) -> tuple[str, ...]:
-        """The widgets its view reads (their values reach it as `Selection.extra`)."""
-        return tuple(w.name for w in self.widgets() if w.view)
+    def view_widgets(self) -> list[Widget]:
+        """The widgets its view reads (their values reach it as `Selection.values`)."""
+        return [w for w in self.widgets() if w.view]

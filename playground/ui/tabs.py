@@ -142,7 +142,3 @@ def field_widgets() -> list[tuple[str, str]]:
     """(widget, run setting) of every tab's widget that edits a run setting (a link opens it set)."""
     return [(w.name, w.field) for tab in registry.TABS for w in tab.widgets() if w.field is not None]
 
-
-def view_controls() -> dict[str, str]:
-    """Every tab's widget its view reads, and the tab it is in."""
-    return {name: tab.tab for tab in registry.TABS for name in tab.view_controls()}

@@ -15,17 +15,15 @@ import gradio as gr
 
 from playground.app import describe, serving, views
 from playground.app import tabs as registry
-from playground.app.fields import CONTROLS
 from playground.app.session import Session, Sessions
 from playground.app.views import Selection, Slot
 from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.tabs import view_controls
 
 # The controls a view reads (its selection), by component name, and the tab whose view reads each.
-TAB_OF: dict[str, str] = {**{row.name: row.tab for row in CONTROLS}, **view_controls()}
-SUBMITTED = frozenset(row.name for row in CONTROLS if row.on == "submit")  # redraw on submit (a box), not each key
-EXTRA = tuple(view_controls())  # the tabs' own controls, handed to their views as they are
+TAB_OF: dict[str, str] = {w.name: tab.tab for tab in registry.TABS for w in tab.view_widgets()}
+# redraw on submit (a box), not at each key
+SUBMITTED = frozenset(w.name for tab in registry.TABS for w in tab.view_widgets() if w.on == "submit")
 SLOTS = tuple(views.slot_names())  # every component a view draws
 
 
@@ -45,15 +43,17 @@ class Views:
         self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
         self._lock = threading.Lock()
 
-    def draw_open(self, session: Session, values: Mapping[str, Any], *, query: bool = False) -> dict[str, Any]:
-        """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
-        follows the selected step), as updates by component name; nothing when a newer redraw of the tab took
-        its place."""
+    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any]:
+        """The open view of `session` for the controls' `values` (`moved`: one of its tab's controls moved, so a
+        control that counts only then, the query row, counts; else it follows the selected step), as updates by
+        component name; nothing when a newer redraw of the tab took its place."""
         if session.deep_tab == views.NO_VIEW:  # Class tools is open: no view on screen
             return {}
         view = views.open_view(session.deep_tab, session.lesson)
         lang = session.lang
-        selection = Selection.from_controls(values, session.selected_step, query=query, extra=EXTRA)
+        tab = registry.BY_TAB.get(session.deep_tab)
+        controls = tab.view_widgets() if tab is not None else ()
+        selection = Selection.from_controls(values, session.selected_step, moved=moved, controls=controls)
         stop = threading.Event()
         with self._lock:
             older, self._drawing[session.key] = self._drawing.get(session.key), stop
@@ -119,7 +119,7 @@ class Views:
         session = self.sessions.get(session_key(request))
         if session.deep_tab != tab:
             return {}
-        return self.draw_open(session, values, query=tab == "attention")
+        return self.draw_open(session, values, moved=True)
 
     def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None,
                     tab: str = "lessons") -> dict[str, Any]:

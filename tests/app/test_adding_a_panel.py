@@ -32,7 +32,7 @@ from playground.viz import toy as figures
 
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run = ctx.run
-    return {"number": run.number, "bar": float(sel.extra.get("toy_bar", 0.5)), "probs": [s.prob for s in run.path],
+    return {"number": run.number, "bar": float(sel.values.get("toy_bar", 0.5)), "probs": [s.prob for s in run.path],
             "distinct": run.results.get("toy_count")}
 
 

@@ -18,6 +18,7 @@ from playground.app.panels.lessons import VIEWS as LESSON_VIEWS
 from playground.app.play import play_link
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query
+from playground.app.tabs import BY_TAB
 from playground.app.views import Selection, Slot, View
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
@@ -147,10 +148,11 @@ def test_all_heads_clamp_the_selection_and_follow_the_step_unless_a_query_is_pic
     session = with_run(models)
     run, c = session.current, models["a"].config
     view = views.PANELS["attention"]
-    slots = show(models, view, session, Selection(step=1, layer=99, head=-3, view="group", scale="log"))
+    slots = show(models, view, session, Selection(1, {"att_layer": 99, "att_head": -3, "att_view": "group",
+                                                      "att_scale": "log"}))
     assert slots["att_layer"].value == c.n_layers - 1 and slots["att_head"].value == 0
     assert slots["att_query"].value == len(run.prefix_ids) - 1 + 1 and "GQA" in slots["att_note"].value
-    asked = show(models, view, session, Selection(step=1, layer=1, head=2, query=3))
+    asked = show(models, view, session, Selection(1, {"att_layer": 1, "att_head": 2, "att_query": 3}))
     assert asked["att_query"].value == 3 and "value" not in asked["att_layer"].changes  # in range: left as typed
     maps = run.attention_maps(models["a"], "self", 1)
     np.testing.assert_allclose(np.asarray(asked["att_heat"].value.data[0].customdata, dtype=float), maps[2], atol=1e-6)
@@ -206,7 +208,7 @@ def test_a_fork_names_its_run_and_switches_between_the_edited_and_the_original_r
     assert shown["lab_div"].visible and shown["lab_run"].visible and shown["lab_run"].value == "shown"
     assert [v for _, v in shown["lab_run"].choices] == ["shown", "original"]
     assert [str(n) in label for (label, _), n in zip(shown["lab_run"].choices, (fork.number, original.number))] == [True] * 2
-    switched = show(models, view, session, Selection(step=3, extra={"lab_run": "original"}))
+    switched = show(models, view, session, Selection(step=3, values={"lab_run": "original"}))
     assert switched["lab_attr_md"].value.startswith(lab.reads(original, 3, lang))  # "In run 1 (no edit), step 4:"
     assert switched["lab_md"].value == md and switched["lab_run"].value == "original"  # the divergence is the pair's
     for run, text in ((original, switched["lab_attr_md"].value), (fork, attr_md)):  # each side's own attribution
@@ -245,14 +247,17 @@ def test_a_lesson_view_is_the_registry_s_lesson(models):
 
 
 def test_the_selection_reads_the_page_s_controls_whatever_they_hold():
-    sel = Selection.from_controls({"att_layer": 2.0, "att_head": "3", "att_query": 5, "att_sink": True,
-                                   "lesson_batch": None, "pe_base": "abc", "pe_length": 0, "lab_run": "original",
-                                   "att_kind": 7}, step=4, extra=("lab_run", "lab_versus"))
-    assert (sel.step, sel.layer, sel.head, sel.query, sel.sink) == (4, 2, 3, None, True)
-    assert sel.extra == {"lab_run": "original"}  # an experiment's control, as the page holds it
-    assert sel.inputs.batch == 1 and sel.pe_base == 1000.0 and sel.pe_length == 64 and sel.kind == "self"
-    assert Selection.from_controls({"att_query": 5}, query=True).query == 5
-    assert Selection.from_controls({}, query=True).query is None
+    page = {"att_layer": 2.0, "att_head": "3", "att_query": 5, "att_sink": True, "lesson_batch": None, "pe_base": "abc",
+            "pe_length": 0, "lab_run": "original", "att_kind": 7}
+
+    def of(tab: str, moved: bool = False, values: dict = page) -> dict:
+        return Selection.from_controls(values, 4, moved=moved, controls=BY_TAB[tab].view_widgets()).values
+
+    heads = of("attention")
+    assert [heads[k] for k in ("att_layer", "att_head", "att_query", "att_sink", "att_kind")] == [2, 3, None, True, "self"]
+    assert of("lab") == {"lab_run": "original"}  # an experiment's control, as the page holds it (only when sent)
+    assert of("lessons")["lesson_batch"] == 1 and of("positional") == {"pe_base": 1000, "pe_length": 64, "pe_pair": 0}
+    assert of("attention", True)["att_query"] == 5 and of("attention", True, {})["att_query"] is None
 
 
 def test_all_heads_opens_at_the_live_panel_s_layer_then_follows_the_last_one_moved(models):
@@ -263,7 +268,7 @@ def test_all_heads_opens_at_the_live_panel_s_layer_then_follows_the_last_one_mov
     view = views.PANELS["attention"]
 
     def layer_shown(slider: int, step: int = 1) -> int:
-        slots = show(models, view, session, Selection(step=step, layer=slider))
+        slots = show(models, view, session, Selection(step, {"att_layer": slider}))
         return slots["att_layer"].value if "value" in slots["att_layer"].changes else slider
 
     assert last > 0 and layer_shown(0) == last  # the page's slider starts at 0; the live panel shows the last layer

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from playground import viz
-from playground.app.fields import CONTROLS
-from playground.app.tab import Out, Row, Tab, Widget, Words
+from playground.app.tab import Out, Row, Tab, Widget, Words, read
 from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -23,7 +22,7 @@ MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at
 # visitor -> (the layer this view last showed, the live panel's layer then): which of the two moved since
 _SHOWN: OrderedDict[str, tuple[int, int]] = OrderedDict()
 _KEEP = 4096
-LAYER = next(c for c in CONTROLS if c.name == "att_layer")  # the page's slider, and where it starts
+LAYER_START = 0  # where the page's layer slider starts
 
 
 def last_layer(config: Any) -> int:
@@ -56,7 +55,7 @@ def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
     live = live if 0 <= live < n_layers else n_layers - 1  # -1: the last
     before = _SHOWN.get(key)
     if before is None:
-        layer = live if asked == LAYER.default else asked
+        layer = live if asked == LAYER_START else asked
     elif asked != before[0]:
         layer = asked
     elif live != before[1]:
@@ -95,16 +94,17 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     """The layer's maps with the selection clamped to the model: layer and head inside it, the query row the
     selected step's unless one was picked."""
     run, c = ctx.run, ctx.lm.config
+    picked = read(TAB.view_widgets(), sel.values)
     kinds = kinds_of(run)
-    kind = sel.kind if sel.kind in kinds else kinds[0]
+    kind = picked["att_kind"] if picked["att_kind"] in kinds else kinds[0]
     n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
-    layer = shown_layer(ctx.key, int(sel.layer), ctx.live_layer, n_layers)
+    layer = shown_layer(ctx.key, picked["att_layer"], ctx.live_layer, n_layers)
     if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
         return {"too_long": True}
     maps = run.attention_maps(ctx.lm, kind, layer)  # (h, T, S)
     h, T, S = maps.shape
-    head = int(min(max(sel.head, 0), h - 1))
-    query = sel.query
+    head = int(min(max(picked["att_head"], 0), h - 1))
+    query = picked["att_query"]
     if query is None:
         query = len(run.prefix_ids) - 1 + run.step(sel.step) if kind != "encoder" else T - 1
     query = int(min(max(query, 0), T - 1))
@@ -116,8 +116,8 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     window = None
     if kind != "encoder" and run.kind == "decoder":
         window = c.layer_kinds()[layer].window  # this layer's own mask: each query sees its last `window` keys
-    return {"too_long": False, "kind": kind, "layer": layer, "head": head, "query": query, "asked": (sel.layer, sel.head),
-            "view": sel.view, "scale": sel.scale, "sink": sel.sink, "maps": maps, "groups": groups, "n_layers": n_layers,
+    return {"too_long": False, "kind": kind, "layer": layer, "head": head, "query": query, "asked": (picked["att_layer"], picked["att_head"]), "view": picked["att_view"], "scale": picked["att_scale"],
+            "sink": picked["att_sink"], "maps": maps, "groups": groups, "n_layers": n_layers,
             "q_labels": q_labels, "k_labels": k_labels, "stats": stats, "window": window}
 
 
@@ -182,14 +182,18 @@ VIEW = View("attention", "attention", frozenset({"run", "step", "layer", "head",
 # The kind and view choices follow the model (the page's language switch and model load set them): not relabelled.
 TAB = Tab(tab="attention", elem_id="attention-tab", section="watch", order=20, view=VIEW, layout=(
     Words("attention_intro", ("attention_intro",), "attention-intro"),
-    Row((Widget("att_kind", "radio", "attention_kind", "att-kind", default="self", choices=kind_choices, relabel=False),
-         Widget("att_view", "radio", "large_view", "att-view", default="head", relabel=False,
+    Row((Widget("att_kind", "radio", "attention_kind", "att-kind", default="self", choices=kind_choices, relabel=False,
+                view=True, reads="text"),
+         Widget("att_view", "radio", "large_view", "att-view", default="head", relabel=False, view=True, reads="text",
                 choices=lambda lang: view_choices(lang, grouped=True)),
-         Widget("att_scale", "radio", "colour_scale", "att-scale", default="linear", choices=scale_choices))),
-    Row((Widget("att_layer", "slider", "layer", "att-layer", default=0, high_of=last_layer),
-         Widget("att_head", "slider", "head", "att-head", default=0, high_of=last_head),
-         Widget("att_query", "slider", "query", "att-query", default=0),
-         Widget("att_sink", "checkbox", "hide_sink", "att-sink", default=False))),
+         Widget("att_scale", "radio", "colour_scale", "att-scale", default="linear", choices=scale_choices, view=True,
+                reads="text"))),
+    Row((Widget("att_layer", "slider", "layer", "att-layer", default=LAYER_START, high_of=last_layer, view=True,
+                reads="whole"),
+         Widget("att_head", "slider", "head", "att-head", default=0, high_of=last_head, view=True, reads="whole"),
+         # the query row counts once moved (else the row follows the selected step)
+         Widget("att_query", "slider", "query", "att-query", default=0, view=True, reads="whole", moved=True),
+         Widget("att_sink", "checkbox", "hide_sink", "att-sink", default=False, view=True, reads="flag"))),
     Out("att_note", "markdown", "att-note", words="nothing_yet"),
     *(Out(name, "plot", name.replace("_", "-"), visible=True) for name in ("att_grid", "att_heat", "att_row",
                                                                             "att_summary"))))

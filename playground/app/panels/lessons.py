@@ -9,7 +9,7 @@ from typing import Any
 
 from playground.app import lessons, measurements
 from playground.app.notes import note
-from playground.app.tab import Action, JobRequest, Out, Refused, Row, Tab, Widget
+from playground.app.tab import Action, JobRequest, Out, Refused, Row, Tab, Widget, read
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
@@ -27,8 +27,9 @@ def lesson_view(lesson: lessons.Lesson) -> View:
     name = lesson.name
 
     def compute(ctx: Context, sel: Selection) -> lessons.Computed:
-        return lessons.compute(name, ctx.lm, ctx.run, sel.step, sel.inputs, ctx.lang,
-                               ctx.measured.get("measure_sdpa"))
+        # the lesson's controls are its widgets, `lesson_<Inputs' field>`
+        inputs = lessons.Inputs(**{n.removeprefix("lesson_"): v for n, v in read(TAB.view_widgets(), sel.values).items()})
+        return lessons.compute(name, ctx.lm, ctx.run, sel.step, inputs, ctx.lang, ctx.measured.get("measure_sdpa"))
 
     def draw(computed: lessons.Computed, lang: str) -> Drawn:
         figures = computed.lesson.draw(computed.data, replace(computed.ctx, lang=lang))
@@ -105,18 +106,19 @@ TAB = Tab(tab="lessons", elem_id="lessons-tab", section="inside", order=10, view
           needs_run="generate_first", layout=(
     Widget("lesson", "radio", "lessons_pick", "lesson-pick", default=FIRST, choices=lesson_choices, picks=True),
     Row((Widget("lesson_kind", "radio", "attention_kind", "lesson-kind", default="self", visible=False,
-                choices=lambda lang: [(t("kind_self", lang), "self")], relabel=False),
-         Widget("lesson_layer", "slider", "layer", "lesson-layer", default=0),
-         Widget("lesson_head", "slider", "head", "lesson-head", default=0))),
+                choices=lambda lang: [(t("kind_self", lang), "self")], relabel=False, view=True, reads="text"),
+         Widget("lesson_layer", "slider", "layer", "lesson-layer", default=0, view=True, reads="whole"),
+         Widget("lesson_head", "slider", "head", "lesson-head", default=0, view=True, reads="whole"))),
     Row((Widget("lesson_preset", "dropdown", "lesson_preset", "lesson-preset", choices=lambda lang: [], relabel=False,
-                scale=3, min_width=360),
+                scale=3, min_width=360, view=True, reads="text"),
          Widget("lesson_attention", "radio", "lesson_attention", "lesson-attention", default="", min_width=180,
-                choices=lambda lang: what_if_choices("attention", lang)),
+                choices=lambda lang: what_if_choices("attention", lang), view=True, reads="text"),
          Widget("lesson_dtype", "radio", "lesson_dtype", "lesson-dtype", default="", min_width=180,
-                choices=lambda lang: what_if_choices("dtype", lang)),
-         Widget("lesson_batch", "slider", "lesson_batch", "lesson-batch", default=1, low=1, high=64, min_width=240),
+                choices=lambda lang: what_if_choices("dtype", lang), view=True, reads="text"),
+         Widget("lesson_batch", "slider", "lesson_batch", "lesson-batch", default=1, low=1, high=64, min_width=240,
+                view=True, reads="count"),
          Widget("lesson_tokens", "slider", "lesson_tokens", "lesson-tokens", default=0, low=0, high=131072, step=256,
-                min_width=240)), name="memory_row", visible=False),
+                min_width=240, view=True, reads="whole")), name="memory_row", visible=False),
     Row((Action("time_cache", "job", "lesson_time_cache", "time-cache-btn", run=time_cache, out="lesson_md",
                 progress="time_cache_progress", primary=False, visible=False),
          Action("measure_sdpa", "job", "lesson_measure", "measure-sdpa-btn", run=measure_sdpa, out="lesson_md",
