@@ -53,7 +53,9 @@ class Widget:
     which of the tab's views is open (the lessons). A control its view reads is read as `reads` says ("text",
     "whole", "count": a whole number above 0, "real", "flag"; None: as the page holds it), a missing or unusable
     value as its default; `on`: the event after which the view redraws ("change", or "submit" for a box); `moved`:
-    it counts only when one of its tab's controls moved (else None: the view follows the selected step)."""
+    it counts only when one of its tab's controls moved (else None: the view follows the selected step);
+    `of_model(lm, lang)`: its choices follow the visitor's model (None before one loads): set, with its first as its
+    value, when a model loads, and said again on a language switch."""
 
     name: str
     kind: str
@@ -80,6 +82,7 @@ class Widget:
     reads: str | None = None
     on: str = "change"
     moved: bool = False
+    of_model: Callable[[Any, str], list[tuple[str, str]]] | None = None
 
     def read(self, values: Mapping[str, Any], moved: bool = True) -> Any:
         """This control's value in `values` (the page's, by component name) as its view reads it."""

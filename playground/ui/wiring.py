@@ -53,8 +53,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
 
     def switch_language(code: str, request: gr.Request) -> list:
         models = h.models.choices(session_key(request), code)
-        return relabel(page, h.sessions, h.models.grouped(request), code, request, models,
-                       h.models.attention_kinds(request))
+        return relabel(page, h.sessions, h.models.session_model(request), code, request, models)
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 

@@ -151,7 +151,7 @@ assert lines[-1] == "" and run.results["toy_count"] == len({s.token_id for s in 
 counted = h.views.redraw({"toy_bar": 0.25}, request)["toy_md"]["value"]
 assert counted.endswith(f"It has {run.results['toy_count']} distinct tokens."), counted
 # the language switch says its words again; its view speaks 中文
-updates = relabel(page, h.sessions, False, "zh", request)
+updates = relabel(page, h.sessions, None, "zh", request)
 said = {id(c): u for c, u in zip(relabelled(page), updates)}
 assert said[id(page.component("tab_toy"))]["label"] == "概率门槛" and said[id(page.toy_count)]["value"] == "统计不同的 token"
 assert said[id(page.toy_intro)].startswith("**门槛。**")

@@ -506,7 +506,7 @@ def test_the_language_switch_relabels_every_component(app, h):
 
     page = app.playground_page
     outputs = relabelled(page)
-    zh = relabel(page, h.sessions, True, "zh", request("lang"), h.models.choices("lang", "zh"))
+    zh = relabel(page, h.sessions, None, "zh", request("lang"), h.models.choices("lang", "zh"))
     assert len(zh) == len(outputs)
     models = zh[outputs.index(page.component("model"))]  # the model list's own words too, its value kept
     assert any("默认解码器" in label for label, _ in models["choices"]) and "value" not in models
@@ -521,8 +521,8 @@ def test_the_language_switch_relabels_every_component(app, h):
     kind = zh[outputs.index(page.component("att_kind"))]
     assert kind["choices"] == [("解码器自注意力", "self")]
     h.models.load("tiny-seq2seq", "float32", "zh", request("lang-s2s"))
-    s2s = relabel(page, h.sessions, False, "zh", request("lang-s2s"), None,
-                  h.models.attention_kinds(request("lang-s2s")))[outputs.index(page.component("att_kind"))]
+    s2s = relabel(page, h.sessions, h.models.session_model(request("lang-s2s")), "zh",
+                  request("lang-s2s"))[outputs.index(page.component("att_kind"))]
     assert [k for _, k in s2s["choices"]] == ["cross", "self", "encoder"]
     assert not any(re.search("[A-Za-z]{4}", label) for label, _ in s2s["choices"]), s2s["choices"]
     assert h.sessions.get("lang").lang == "zh"

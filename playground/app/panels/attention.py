@@ -48,6 +48,16 @@ def kind_choices(lang: str, kinds: tuple[str, ...] = ("self",)) -> list[tuple[st
     return [(t(f"kind_{k}", lang), k) for k in kinds]
 
 
+def model_kinds(lm: Any, lang: str) -> list[tuple[str, str]]:
+    """The kind choices of the visitor's model (a decoder's one before a model loads)."""
+    return kind_choices(lang, kinds_of(lm) if lm is not None else ("self",))
+
+
+def model_views(lm: Any, lang: str) -> list[tuple[str, str]]:
+    """The large view's choices for the visitor's model: "mean per KV group" only where heads share K/V."""
+    return view_choices(lang, grouped=lm is not None and lm.config.n_kv_heads < lm.config.n_heads)
+
+
 def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
     """The layer All heads shows (of `n_layers`): the live panel's while this tab's slider is where the page starts
     it (so the tab opens where the live screen looks), then whichever of the two the visitor moved last: this
@@ -71,6 +81,7 @@ def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
 
 
 def kinds_of(run: Any) -> tuple[str, ...]:
+    """The attention kinds of a run's (or a model's) kind, as the tab offers them, the first shown first."""
     return ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
 
 
@@ -179,13 +190,13 @@ VIEW = View("attention", "attention", frozenset({"run", "step", "layer", "head",
             ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query"),
             compute, draw, caption, idle)
 
-# The kind and view choices follow the model (the page's language switch and model load set them): not relabelled.
+# The kind and view choices follow the model (a model load and the language switch set them).
 TAB = Tab(tab="attention", elem_id="attention-tab", section="watch", order=20, view=VIEW, layout=(
     Words("attention_intro", ("attention_intro",), "attention-intro"),
     Row((Widget("att_kind", "radio", "attention_kind", "att-kind", default="self", choices=kind_choices, relabel=False,
-                view=True, reads="text"),
+                view=True, reads="text", of_model=model_kinds),
          Widget("att_view", "radio", "large_view", "att-view", default="head", relabel=False, view=True, reads="text",
-                choices=lambda lang: view_choices(lang, grouped=True)),
+                choices=lambda lang: view_choices(lang, grouped=True), of_model=model_views),
          Widget("att_scale", "radio", "colour_scale", "att-scale", default="linear", choices=scale_choices, view=True,
                 reads="text"))),
     Row((Widget("att_layer", "slider", "layer", "att-layer", default=LAYER_START, high_of=last_layer, view=True,

@@ -40,6 +40,11 @@ def slider_tops(config: Any) -> dict[str, int]:
     return {w.name: w.high_of(config) for tab in registry.TABS for w in tab.widgets() if w.high_of}
 
 
+def model_choices(lm: Any, lang: str) -> dict[str, list[tuple[str, str]]]:
+    """The choices of every widget whose choices follow the visitor's model (`lm`; None before one loads)."""
+    return {w.name: w.of_model(lm, lang) for tab in registry.TABS for w in tab.widgets() if w.of_model}
+
+
 def all_views() -> list[View]:
     return [view for tab in registry.TABS for view in tab.all_views()]
 
