@@ -15,9 +15,9 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import game
+from playground.app.activities import game
+from playground.app.activities.side_by_side import TEMPERATURES
 from playground.app.settings import RANGES
-from playground.app.side_by_side import TEMPERATURES
 from playground.app.words import t
 from playground.hosting import zero_gpu
 
