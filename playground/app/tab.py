@@ -45,7 +45,9 @@ class Words:
 
 @dataclass(frozen=True)
 class Widget:
-    """One control. `kind`: "slider", "radio", "dropdown", "textbox", "checkbox" or "number"; `label`/`info`: word
+    """One control. `kind`: "slider", "radio", "dropdown", "textbox", "checkbox" or "number" (`bounded`: `low` its
+    minimum, `capped`: `high` its maximum); a textbox may be read-only (`interactive=False`) with a copy button
+    (`copy`) or hold at most `max_length` characters; `label`/`info`: word
     keys; `choices(lang)`: (label, value) pairs of a radio or dropdown (said again on a language switch unless
     `relabel` is False: the view sets them). `field`: the run setting it edits (a link opens the page with it set);
     `view`: the tab's view reads it (a move redraws the open view); `follows`: a control of another tab it copies when
@@ -78,7 +80,11 @@ class Widget:
     relabel: bool = True
     picks: bool = False
     bounded: bool = True  # a number box with `low` as its minimum (else none: the tab says its range in words)
+    capped: bool = False
     precision: int | None = None
+    interactive: bool | None = None
+    copy: bool = False
+    max_length: int | None = None
     reads: str | None = None
     on: str = "change"
     moved: bool = False
@@ -117,9 +123,9 @@ def read(widgets: Iterable[Widget], values: Mapping[str, Any], moved: bool = Tru
 
 @dataclass(frozen=True)
 class Row:
-    """Widgets side by side (stacked on a phone). `name`: the row is a slot a view shows or hides."""
+    """Widgets side by side (stacked on a phone). `name`: the row is a slot a view (or a tool) shows or hides."""
 
-    parts: tuple[Widget | Action, ...]
+    parts: tuple[Widget | Action | Stack, ...]
     elem_id: str | None = None
     name: str | None = None
     visible: bool = True
@@ -127,10 +133,19 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Stack:
+    """Widgets one above the other, as one column of a row (`scale`, `min_width`: its share of the row)."""
+
+    parts: tuple[Widget | Action, ...]
+    scale: int = 1
+    min_width: int = 320
+
+
+@dataclass(frozen=True)
 class Action:
     """A button. `kind`: "fork" (an experiment's: `run(ForkRequest) -> Fork`, the run on screen again with the
-    settings it returns, streamed beside it), "press" (a class tool's: its own handler binds it), "job" (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`,
-    then its result, kept on the run on screen as `results[name]` for the view to draw; `needs="model"`: a job on the
+    settings it returns, streamed beside it), "press" (a class tool's: its own handler binds it), "job"
+    (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`, then its result, kept on the run on screen as `results[name]` for the view to draw; `needs="model"`: a job on the
     visitor's model, kept on the session for that model) or "stop" (ends the tab's job). `inputs`: the widgets it
     reads; `out`: the Markdown where its progress and refusals go; `progress`: the words key of its progress line
     ({done}, {total}) or `progress(Progress, lang) -> str`."""
@@ -154,8 +169,9 @@ class Action:
 class Out:
     """Something the view (or a class tool's handler) draws: "markdown" (with `words` before anything is drawn),
     "html" (a line that carries data for the page's scripts; `initial(lang)`: its first value; `plain`: without
-    Gradio's own CSS and click script, a tool's own markup), "plot" (hidden until drawn, unless `visible`) or "state"
-    (what a tool keeps for the visitor's tab, not shown)."""
+    Gradio's own CSS and click script, a tool's own markup), "plot" (hidden until drawn, unless `visible`), "data" (a
+    hidden text the page's scripts read), "state" (what a tool keeps for the visitor's tab, not shown) or "timer"
+    (ticks every `every` seconds once a tool starts it)."""
 
     name: str
     kind: str
@@ -164,9 +180,10 @@ class Out:
     visible: bool | None = None  # None: a plot starts hidden, anything else shown
     initial: Callable[[str], str] | None = None
     plain: bool = False
+    every: float = 1.0
 
 
-Part = Words | Widget | Row | Action | Out
+Part = Words | Widget | Row | Stack | Action | Out
 
 
 @dataclass(frozen=True)
@@ -215,9 +232,10 @@ class Tab:
                 raise ValueError(f"tab {self.tab!r}: {action.name} reads {sorted(unknown)}, no widget of it")
 
     def parts(self) -> Iterator[Words | Widget | Action | Out]:
-        """Every part of the layout, rows opened, in order."""
+        """Every part of the layout, rows and their stacks opened, in order."""
         for part in self.layout:
-            yield from part.parts if isinstance(part, Row) else (part,)
+            for inner in part.parts if isinstance(part, Row) else (part,):
+                yield from inner.parts if isinstance(inner, Stack) else (inner,)
 
     def widgets(self) -> list[Widget]:
         return [p for p in self.parts() if isinstance(p, Widget)]

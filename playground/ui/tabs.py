@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from playground.app import tabs as registry
-from playground.app.tab import Action, Out, Row, Tab, Widget, Words
+from playground.app.tab import Action, Out, Row, Stack, Tab, Widget, Words
 from playground.app.words import t
 from playground.ui.sections import SECTIONS
 from playground.ui.teacher_layout import build_teacher_tab
@@ -65,7 +65,12 @@ def _layout(tab: Tab, page_parts: dict[str, Any], named: Callable[..., Any], lan
                 if part.name:
                     page_parts[part.name] = row  # a row its view (or its tool) shows or hides
                 for inner in part.parts:
-                    _build(inner, page_parts, named, lang, choices, texts)
+                    if isinstance(inner, Stack):
+                        with gr.Column(scale=inner.scale, min_width=inner.min_width):
+                            for stacked in inner.parts:
+                                _build(stacked, page_parts, named, lang, choices, texts)
+                    else:
+                        _build(inner, page_parts, named, lang, choices, texts)
         else:
             _build(part, page_parts, named, lang, choices, texts)
         inner = part.parts if isinstance(part, Row) else (part,)
@@ -115,6 +120,10 @@ def _out(part: Out, lang: str) -> Any:
         return gr.HTML(value, elem_id=part.elem_id)
     if part.kind == "state":
         return gr.State(None)
+    if part.kind == "data":
+        return gr.Textbox(visible=False, elem_id=part.elem_id)
+    if part.kind == "timer":
+        return gr.Timer(part.every, active=False)
     return gr.Plot(elem_id=part.elem_id, show_label=False, visible=bool(part.visible))
 
 
@@ -134,8 +143,10 @@ def _widget(w: Widget, lang: str) -> Any:
     if w.kind == "checkbox":
         return gr.Checkbox(value=bool(w.default), **common)
     if w.kind == "number":
-        return gr.Number(value=w.default, minimum=w.low if w.bounded else None, precision=w.precision, **common)
-    return gr.Textbox(value=w.default or "", **common)
+        return gr.Number(value=w.default, minimum=w.low if w.bounded else None, maximum=w.high if w.capped else None,
+                         step=w.step, precision=w.precision, **common)
+    return gr.Textbox(value=w.default, interactive=w.interactive, buttons=["copy"] if w.copy else None,
+                      max_length=w.max_length, **common)
 
 
 def field_widgets() -> list[tuple[str, str]]:

@@ -155,7 +155,7 @@ def html(state: dict[str, Any] | None, lang: str = "en", error: str = "") -> str
 
 
 # The activity's part of the Class tools page (its events: `playground.ui.activities`).
-TAB = Tab(tab="lens", elem_id="lens-guess", section="teacher", order=20, view=None, layout=(
+TAB = Tab(tab="lens", elem_id="lens-guess", section="teacher", order=40, view=None, layout=(
     Words("acts_lens_title_md", ("acts_lens_title",)),
     Words("acts_lens_intro_md", ("acts_lens_intro",), classes=("pg-hint",)),
     Row((Widget("lens_at", "number", "acts_lens_at", "lens-at", default=0, precision=0, min_width=90, bounded=False),

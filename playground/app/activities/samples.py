@@ -262,7 +262,7 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
 
 # The activity's part of the Class tools page (its events: `playground.ui.activities`). No bounds on the boxes: the
 # activity says its own range in words (Gradio's would be an English pop-up).
-TAB = Tab(tab="samples", elem_id="many-samples", section="teacher", order=10, view=None, layout=(
+TAB = Tab(tab="samples", elem_id="many-samples", section="teacher", order=30, view=None, layout=(
     Words("acts_samples_title_md", ("acts_samples_title",)),
     Words("acts_samples_intro_md", ("acts_samples_intro",), classes=("pg-hint",)),
     Row((Widget("samples_n", "number", "acts_samples_n", "samples-n", default=DEFAULT_SAMPLES, precision=0,
