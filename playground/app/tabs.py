@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Sequence
 
 from playground.app import experiments
 from playground.app.tab import Tab
@@ -25,6 +26,11 @@ def _found() -> tuple[Tab, ...]:
             tab = getattr(importlib.import_module(f"{package}.{info.name}"), "TAB", None)
             if isinstance(tab, Tab):
                 found.append(tab)
+    return checked(found)
+
+
+def checked(found: Sequence[Tab]) -> tuple[Tab, ...]:
+    """`found` in the page's order (by section, then order), each in a known section and with an id of its own."""
     for tab in found:
         if tab.section not in SECTIONS:
             raise ValueError(f"tab {tab.tab!r}: no section {tab.section!r}; the sections are {SECTIONS}")
@@ -43,4 +49,4 @@ def in_section(section: str) -> tuple[Tab, ...]:
     return tuple(tab for tab in TABS if tab.section == section)
 
 
-__all__ = ["BY_TAB", "SECTIONS", "TABS", "Tab", "in_section"]
+__all__ = ["BY_TAB", "SECTIONS", "TABS", "Tab", "checked", "in_section"]
