@@ -30,6 +30,7 @@ from playground.errors import PlaygroundError
 class Refused(PlaygroundError):
     """A job (or a fork) the page cannot run; its first argument is a keyed note saying what to do."""
 
+
 # --- the tab's parts, as data (the page builds the widgets) --------------------------------------------
 
 

@@ -137,7 +137,7 @@ class Experiments:
         if result is None:
             yield t("rerun_stopped", lang)
             return
-        _keep(session, run, action, result)
+        _keep(session, run, action, result, owner[0])
         yield ""
 
     def stop_job(self, request: gr.Request | None = None) -> None:
@@ -162,13 +162,13 @@ def _progress(action: Action, item: Progress, lang: str) -> str:
     return t(action.progress, lang, done=item.done, total=item.total) if action.progress else ""
 
 
-def _keep(session: Session, run: Any, action: Action, result: Any) -> None:
+def _keep(session: Session, run: Any, action: Action, result: Any, model: str) -> None:
     """A job's result where its view reads it: on the run it measured, or on the session for the model it measured
-    (`Context.measured`)."""
+    (`Context.measured`; the model the job started on, even if the visitor switched since)."""
     if run is not None:
         run.results[action.name] = result
     else:
-        session.measured[action.name] = (session.model, result)
+        session.measured[action.name] = (model, result)
 
 
 def forking() -> list[Experiment]:
