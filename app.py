@@ -1,6 +1,6 @@
 """Transformer Playground: `python app.py [--share] [--port N] [--host ADDR] [--weights DIR] [--threads N]
 [--browser-here] [--max-rows N] [--device cpu|cuda] [--dtype float32|bfloat16|float16] [--default-model NAME]
-[--compile]`.
+[--compile] [--allocator bounded|glibc]`.
 
 Also the Hugging Face Space's app_file (a Space runs it without arguments).
 """
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from playground.app import serving, zerogpu
+from playground.app import heap, serving, zerogpu
 from playground.app.holdings import holdings, report_on_signal
 from playground.app.serving import MAX_ROWS
 from playground.cpu import choose_threads
@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="the dtype pages start with (default float32)")
     parser.add_argument("--compile", action="store_true",
                         help="load every model with its captured decode step (playground.load_model(compile=True))")
+    parser.add_argument("--allocator", default="bounded", choices=("bounded", "glibc"),
+                        help="bounded (default): glibc keeps 2 arenas and gives blocks of 128 KiB and more back when "
+                             "they are freed, so a long day's memory stays flat; glibc: its own defaults")
     parser.add_argument("--default-model", default=os.environ.get(DEFAULT_MODEL_VARIABLE, "").strip() or None,
                         metavar="NAME", help=f"the model every new page opens on, a name of the model list (e.g. "
                                              f"SmolLM2-135M-Instruct; default: ${DEFAULT_MODEL_VARIABLE}, else tiny-lm, "
@@ -100,6 +103,8 @@ def use_zero_gpu() -> zerogpu.ZeroGPU | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.allocator == "bounded":
+        heap.bound_allocator()  # first: before the server's threads make arenas of their own
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("playground").setLevel(logging.INFO)  # what is offered and why not goes to the log
     try:

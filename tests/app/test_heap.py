@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from playground.app import heap
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(ctypes.util.find_library("c") is None, reason="no C library to trim")
 
@@ -55,3 +60,34 @@ def test_the_allocators_account_sees_what_is_allocated_and_what_is_freed():
     del kept
     after = heap.allocator()
     assert during.in_use - after.in_use >= 10_000_000  # freed: no longer in use, whether kept by glibc or not
+
+
+PROBE = """
+import sys
+from playground.app import heap
+if sys.argv[1] == "bounded":
+    assert heap.bound_allocator()
+freed = bytearray(4 << 20)  # 4 MiB, mmapped; freeing it raises glibc's own threshold to 4 MiB
+del freed
+before = heap.allocator().mmapped
+kept = bytearray(512 << 10)  # 512 KiB: from the heap below glibc's raised threshold, mmapped under ours (128 KiB)
+print(heap.allocator().mmapped - before)
+"""
+
+
+@pytest.mark.skipif(heap.allocator() is None, reason="glibc's mallinfo2 (glibc >= 2.33) is not in this C library")
+@pytest.mark.parametrize(("setting", "mmapped"), [("glibc", False), ("bounded", True)])
+def test_the_bounded_allocator_keeps_its_mmap_threshold_after_a_large_block_is_freed(setting, mmapped):
+    """Under glibc's defaults a freed 4 MiB block raises the threshold, so later blocks of a few hundred KiB stay in
+    arenas that never shrink; bounded (the app's default), a 512 KiB block is still mmapped and goes back when freed."""
+    out = subprocess.run([sys.executable, "-c", PROBE, setting], capture_output=True, text=True, check=True,
+                         cwd=REPO, env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")})
+    grew = int(out.stdout.strip())
+    assert (grew >= 512 << 10) is mmapped, grew
+
+
+def test_the_app_starts_with_the_bounded_allocator_unless_asked():
+    from app import parse_args
+
+    assert parse_args([]).allocator == "bounded"
+    assert parse_args(["--allocator", "glibc"]).allocator == "glibc"

@@ -47,18 +47,26 @@ def open_lab(page, lang: str = "en") -> None:
 
 def fork_and_watch(page, button: str) -> None:
     """Press a fork button and watch the new run stream (the pace keeps it on screen) and end."""
-    page.evaluate("() => { window.__before = document.querySelector('#token-stream').firstChild;"
-                  " window.__seen = new Set(); clearInterval(window.__watch);"
-                  " window.__watch = setInterval(() => window.__seen.add("
-                  "document.querySelector('#gen-status')?.dataset.state), 5); }")
+    # Every state the status line takes, in order, as it takes it (an observer misses none, where polling on a
+    # loaded machine did: it once saw the fork's 'queued' and 'done' and never its short 'running')
+    page.evaluate("() => { const status = document.querySelector('#gen-status');"
+                  " window.__before = document.querySelector('#token-stream').firstChild;"
+                  " window.__states = [status?.dataset.state]; window.__watch?.disconnect();"
+                  " window.__watch = new MutationObserver((records) => { for (const r of records)"
+                  " if (r.type === 'attributes' && r.target.id === 'gen-status') window.__states.push(r.oldValue);"
+                  " window.__states.push(document.querySelector('#gen-status')?.dataset.state); });"
+                  " window.__watch.observe(document.body, {attributes: true, attributeFilter: ['data-state'],"
+                  " attributeOldValue: true, childList: true, subtree: true}); }")
     page.click(button)
     page.wait_for_function("() => document.querySelector('#token-stream').firstChild !== window.__before")
     # The stream can be cleared while the status still reads the previous run's "done": wait for the fork's own
-    # streaming before waiting for its end (on a loaded CI machine the two used to be taken for one).
+    # end, a "done" after a state of the fork's (queued or running).
     try:
-        page.wait_for_function("() => window.__seen.has('running')")
+        page.wait_for_function("() => { const s = window.__states; const i = s.findIndex((x, n) => n > 0 &&"
+                               " ['queued', 'waiting', 'running'].includes(x)); return i > 0 && s.slice(i).includes('done'); }")
     except Exception:  # Playwright's timeout: say what the watcher saw (a CI log is all there is to read)
-        raise AssertionError(f"the fork was not seen streaming: {page.evaluate('() => [...window.__seen]')}") from None
+        raise AssertionError(f"the fork was not seen running then done: {page.evaluate('() => window.__states')}") \
+            from None
     wait_state(page, "done")
     page.wait_for_selector(".pg-branches:not([hidden]) .pg-branchrow.current .pg-edit")
 

@@ -161,7 +161,9 @@ def test_stop_ends_a_long_run_at_the_tokens_on_screen_in_every_tab(browser, serv
     the stream, the status and the run agree, and the tab runs again afterwards."""
     pages = [new_page(browser, DESKTOP) for _ in range(2)]
     for page in pages:
-        open_app(page, server, model="tiny-random", max_new_tokens=240, pace_ms=20)
+        # 50 ms a token: 12 s a run, so each Stop (at 100 and 140 tokens) lands before the run's end on a loaded
+        # machine too (at 20 ms, two workers on 2 cores once saw both runs reach 240 first)
+        open_app(page, server, model="tiny-random", max_new_tokens=240, pace_ms=50)
         page.fill("#prompt textarea", "Hello")
     for _ in range(2):  # a tab with a history: earlier runs stay in its page and its session
         generate_and_wait(pages[1])
