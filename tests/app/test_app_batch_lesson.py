@@ -12,7 +12,6 @@ import pytest
 
 import playground
 from playground.app import batch_lesson, lessons, serving, views
-from playground.app.panels.lessons import VIEWS as LESSON_VIEWS
 from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import UISettings
@@ -26,7 +25,7 @@ from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-VIEW = LESSON_VIEWS["serving"]
+VIEW = views.LESSON_VIEWS["serving"]
 
 
 @pytest.fixture(scope="module")
