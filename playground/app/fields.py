@@ -7,8 +7,7 @@ lenient rule (how the app moves an unusable value of a run's config, with a note
 base rows are here; each experiment brings its own (`playground.app.experiments`), which only links and its fork
 set.
 
-A `Control` is one control of a view (the All heads tab's layer, a lesson's preset): the page component, the view
-that reads it and the `Selection` field it fills, so that a control is named once.
+A view's controls are its tab's widgets (`playground.app.tab.Widget`, `view=True`): each reads its own value.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,60 +241,4 @@ BASE: tuple[Field, ...] = (
     Field("game", "text", "", check=_check_room_id, widget=False),
     # projector mode: large type and the settings column hidden (the page's toggle; a copied link keeps it)
     Field("projector", "flag", False),
-)
-
-
-# --- the views' controls -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Control:
-    """One control a view reads: the page component `name`, the tab whose view reads it, the `Selection` field it
-    fills (a lesson's: the field of its `Inputs`), its kind ("text", "whole", "count": a whole number above 0,
-    "real", "flag") and default, and the event after which the view redraws ("change", or "submit" for a box)."""
-
-    name: str
-    tab: str
-    attr: str
-    kind: str
-    default: Any
-    on: str = "change"
-
-    def read(self, values: Mapping[str, Any]) -> Any:
-        """The control's value in `values` (by component name) as its kind; a missing or unusable one: the
-        default."""
-        value = values.get(self.name, self.default)
-        if self.kind == "flag":
-            return bool(value)
-        if self.kind == "text":
-            return value if isinstance(value, str) else self.default
-        try:
-            number = float(value or 0)
-        except (TypeError, ValueError):
-            return self.default
-        if self.kind == "real":
-            return number if number and math.isfinite(number) else self.default
-        whole = int(number) if math.isfinite(number) else self.default
-        return whole or self.default if self.kind == "count" else whole
-
-
-CONTROLS: tuple[Control, ...] = (
-    Control("att_kind", "attention", "kind", "text", "self"),
-    Control("att_view", "attention", "view", "text", "head"),
-    Control("att_scale", "attention", "scale", "text", "linear"),
-    Control("att_layer", "attention", "layer", "whole", 0),
-    Control("att_head", "attention", "head", "whole", 0),
-    Control("att_query", "attention", "query", "whole", 0),  # counts once moved (else the row follows the step)
-    Control("att_sink", "attention", "sink", "flag", False),
-    Control("lesson_layer", "lessons", "layer", "whole", 0),
-    Control("lesson_head", "lessons", "head", "whole", 0),
-    Control("lesson_kind", "lessons", "kind", "text", "self"),
-    Control("lesson_preset", "lessons", "preset", "text", ""),
-    Control("lesson_attention", "lessons", "attention", "text", ""),
-    Control("lesson_dtype", "lessons", "dtype", "text", ""),
-    Control("lesson_batch", "lessons", "batch", "count", 1),
-    Control("lesson_tokens", "lessons", "tokens", "whole", 0),
-    Control("pe_length", "positional", "pe_length", "count", 64),
-    Control("pe_base", "positional", "pe_base", "real", 1000.0, on="submit"),
-    Control("pe_pair", "positional", "pe_pair", "whole", 0),
 )

@@ -37,7 +37,7 @@ from playground.generation import StepEvent, TokenStep
 
 if TYPE_CHECKING:  # a run is built from frames' pieces: these are only named here
     from playground.app.run import Run
-    from playground.app.session import LiveView
+    from playground.app.session import LiveView, Session
 
 ROUND = 4  # significant digits of the probabilities and weights sent to the page
 
@@ -265,3 +265,13 @@ def _cache_summary(cache: dict[str, Any]) -> dict[str, Any]:
 
 def token_texts(token_text: Callable[[int], str], ids: Sequence[int]) -> list[str]:
     return [token_text(i) for i in ids]
+
+
+def whole_version(session: Session, run: Run) -> tuple:
+    """What a run's whole value for `session` is made of, in a few numbers: the run's steps, state and recorded
+    attention, the tab's language, view and selected step, and the branches the lineage panel lists."""
+    selected = session.selected_step if run is session.current else None
+    view = session.view
+    return (len(run.events), len(run.path), run.finish_reason, run.error, run.captures_dropped,
+            session.lang, (view.kind, view.layer, view.head), selected,
+            tuple((r.token, len(r.path), r.finish_reason) for r in session.runs))

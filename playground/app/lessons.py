@@ -119,7 +119,7 @@ def _lens_figures(d: dict[str, Any] | None, ctx: Context) -> list[Any]:
 
 
 def _kv(ctx: Context, i: Inputs) -> dict[str, Any]:
-    return {**analysis.run_lesson(ctx.lm, ctx.result, ctx.step), "timing": ctx.run.cache_timing}
+    return {**analysis.run_lesson(ctx.lm, ctx.result, ctx.step), "timing": ctx.run.results.get("time_cache")}
 
 
 def _kv_caption(d: dict[str, Any], ctx: Context) -> str:

@@ -65,7 +65,6 @@ class Run:
     path: list[TokenStep] = field(default_factory=list)  # the displayed sequence, token by token
     final: Hypothesis | None = None  # beam search: the winning hypothesis
     analysis: Any = None  # the lessons' RunCache (one whole-sequence pass, shared by step changes)
-    cache_timing: dict[str, Any] | None = None  # the KV lesson's timed comparison, when measured
     maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> kind -> (h, T, S), whole run
     head_stats: dict[str, Any] = field(default_factory=dict)  # kind -> per-layer head summary (small), whole run
     captures_dropped: bool = False  # its recorded arrays were freed under the memory budget (recomputed when asked)

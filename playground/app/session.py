@@ -59,7 +59,8 @@ class Session:
     next_step: int | None = None  # the step the next run opens at (a fork keeps the step on screen)
     deep_tab: str = "inspector"
     lesson: str = "steps"
-    sdpa: dict[str, Any] | None = None  # the SDPA-vs-explicit measurement of the session's model
+    # the jobs on a model (a tab's action with needs="model", e.g. SDPA measured): action name -> (model, result)
+    measured: dict[str, tuple[str, Any]] = field(default_factory=dict)
     view: LiveView = field(default_factory=LiveView)
     stop: threading.Event | None = None  # the running generation's stop flag
     stopped_before: float = 0.0  # Stop pressed at this client time: tickets issued before it never start

@@ -8,12 +8,10 @@ any view's slots into widget updates. No Gradio here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from playground.app.fields import CONTROLS
-from playground.app.lessons import Inputs
 from playground.app.run import Run
 
 KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # a slot's value left as the page has it
@@ -48,36 +46,21 @@ Drawn = dict[str, Slot]
 
 @dataclass(frozen=True)
 class Selection:
-    """What the visitor picked for the open view: the step (None: the newest), then each view's controls (one
-    row each in `playground.app.fields.CONTROLS`; an experiment's own controls in `extra`, by name)."""
+    """What the visitor picked for the open view: the step (None: the newest), then the open tab's controls its
+    view reads, by widget name, each read as its widget declares (`playground.app.tab.Widget.read`; a view reads
+    what it lacks as its own defaults: `playground.app.tab.read`)."""
 
     step: int | None = None
-    kind: str = "self"  # all heads: attention kind, large view, colour scale, layer, head, query row, sink
-    view: str = "head"
-    scale: str = "linear"
-    layer: int = 0
-    head: int = 0
-    query: int | None = None  # None: the row of the selected step
-    sink: bool = False
-    inputs: Inputs = field(default_factory=Inputs)  # the lesson's controls
-    pe_length: int = 64
-    pe_base: float = 1000.0
-    pe_pair: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)  # an experiment's controls its view reads, by name
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_controls(cls, values: Mapping[str, Any], step: int | None = None, *, query: bool = False,
-                      extra: tuple[str, ...] = ()) -> Selection:
-        """The selection from the page's control values by component name (missing ones keep their default);
-        `query`: the query row control counts (it was moved), else the row follows the step; `extra`: the names
-        of the experiments' controls to keep as they are."""
-        own: dict[str, Any] = {}
-        lesson: dict[str, Any] = {}
-        for row in CONTROLS:
-            (lesson if row.tab == "lessons" else own)[row.attr] = row.read(values)
-        if not query or values.get("att_query") is None:
-            own["query"] = None
-        return cls(step=step, inputs=Inputs(**lesson), extra={n: values[n] for n in extra if n in values}, **own)
+    def from_controls(cls, values: Mapping[str, Any], step: int | None = None, *, moved: bool = False,
+                      controls: Iterable[Any] = ()) -> Selection:
+        """The selection from the page's control values by component name: `controls` are the open tab's widgets
+        its view reads (a raw one only when the page sent it); `moved`: one of them was moved (a control that counts
+        only then, the query row, else follows the step)."""
+        return cls(step=step, values={w.name: w.read(values, moved) for w in controls
+                                      if w.reads is not None or w.name in values})
 
     def at(self, step: int | None) -> Selection:
         return replace(self, step=step)
@@ -93,7 +76,7 @@ class Context:
     lang: str = "en"
     runs: tuple[Run, ...] = ()
     model: str | None = None  # the visitor's model name (the positional tab reads the model, not the run)
-    sdpa: dict[str, Any] | None = None  # the visitor's SDPA measurement of this model, when taken
+    measured: Mapping[str, Any] = field(default_factory=dict)  # the visitor's jobs on this model, by action name
     key: str = "anonymous"  # the visitor (the owner of the model work)
     drafters: tuple[str, ...] = ()  # the visitor's loaded models that can draft for the run's (when a view needs them)
     live_layer: int = -1  # the layer the live attention panel shows (-1: the last)

@@ -2,13 +2,11 @@
 
 A thin adapter over the app core (`playground.app`: runs, sessions, settings, experiments, views, words).
 Modules: layout (components), sections (the deep views' sections and which tab sits where), guide (the guided
-path), projector (projector mode), experiment_tabs (each experiment's tab, built from its layout), wiring (events),
-handlers (holds the handler groups below), models (picking and loading models), streaming (generation, Stop,
-branches, the script API), runs (the run on screen: its badge, the run history and a pick, the link box),
-experiments (one handler for every experiment's fork, job and stop), views (the one renderer of every view),
-panels (the KV cache's timed rerun), lessons (the lessons' measurements), language (English / 中文), jobs
-(following a job's progress), lanes (each event's concurrency), gradio_internals (every use of Gradio's private
-parts), assets/ (the live screen's, the history's, the sections' and the guide's scripts, the page's CSS).
+path), projector (projector mode), tabs (every tab, built from its declaration: `playground.app.tabs`), wiring
+(events), handlers (holds the handler groups below), models (picking and loading models), streaming (generation,
+Stop, branches, the script API), runs (the run on screen: its badge, the run history and a pick, the link box),
+experiments (one handler for every tab's fork, job and stop), views (the one renderer of every view), language
+(English / 中文), lanes (each event's concurrency), gradio_internals (every use of Gradio's private parts), assets/ (the live screen's, the history's, the sections' and the guide's scripts, the page's CSS).
 """
 
 from __future__ import annotations

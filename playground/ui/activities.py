@@ -1,5 +1,5 @@
-"""The class activities on the page: thin adapters over `playground.app.activities` (components in
-`playground.ui.activities_layout`).
+"""The class activities on the page: thin adapters over `playground.app.activities` (components: each activity's
+declared tab, built by `playground.ui.tabs`; their words are relabelled with the page's).
 
 "Is it a database?": the press samples the page's question N times; each sample is a run of the page's own press
 (`samples.sample_many`: the shared batch on the torch thread, one running generation per visitor at a time), in the
@@ -23,7 +23,6 @@ from playground.app.session import Sessions
 from playground.app.settings import WIDGETS, from_widgets
 from playground.app.words import t
 from playground.errors import PlaygroundError
-from playground.ui.activities_layout import ACTIVITY_TEXTS
 from playground.ui.lanes import GENERATE, JOBS, Lanes
 from playground.ui.models import Models, session_key
 
@@ -144,8 +143,8 @@ class Activities:
     # --- the language ---------------------------------------------------------------------------------------
 
     def relabel(self, lang: str, outcome: dict | None, state: dict | None) -> tuple:
-        texts = tuple(t(key, lang) for key in ACTIVITY_TEXTS.values())
-        return (*texts, self.samples_again(outcome, lang), self.lens_again(state, lang))
+        """The activities' views in `lang` (their labels and words follow the page's switch)."""
+        return self.samples_again(outcome, lang), self.lens_again(state, lang)
 
 
 def wire_activities(page: Any, a: Activities, lanes: Lanes, settings_inputs: list[Any]) -> None:
@@ -162,5 +161,4 @@ def wire_activities(page: Any, a: Activities, lanes: Lanes, settings_inputs: lis
     p.lens_next.click(a.lens_next, [p.lens_state, lang], asked, **quick)
     p.lens_reveal.click(a.lens_reveal, [p.lens_pick, p.lens_state, lang], [p.lens_view, p.lens_state, p.lens_player],
                         **lanes.lane(JOBS), show_progress="minimal")
-    texts = [p.component(name) for name in ACTIVITY_TEXTS]
-    lang.change(a.relabel, [lang, p.samples_state, p.lens_state], [*texts, p.samples_view, p.lens_view], **quick)
+    lang.change(a.relabel, [lang, p.samples_state, p.lens_state], [p.samples_view, p.lens_view], **quick)

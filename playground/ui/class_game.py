@@ -1,4 +1,4 @@
-"""The class game on the page: "Guess the next token" (`playground.app.game`), its events and updates. Thin adapters
+"""The class game on the page: "Guess the next token" (`playground.app.activities.game`), its events and updates. Thin adapters
 over the rooms: no model work at all (a room keeps what it shows).
 
 The teacher's Start opens a room of the run on screen and shows its game link (`?game=<room id>`, nothing else);
@@ -13,7 +13,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import export, game, qr, tokens_view, visitors
+from playground.app import qr, tokens_view, visitors
+from playground.app.activities import export, game
 from playground.app.notes import error_line, note
 from playground.app.session import Sessions
 from playground.app.words import browser_language, t

@@ -1,8 +1,10 @@
-"""The one handler of every experiment's buttons (their tabs: `playground.ui.experiment_tabs`): a fork streams the run on screen again with the experiment's settings, beside it in the live screen (its origin is
-that run); a job measures the run on screen with its progress under the button and keeps its result on the run
-(the experiment's view draws it); a stop ends the tab's job.
+"""The one handler of every tab's buttons (the tabs: `playground.app.tabs`, built by `playground.ui.tabs`): an
+experiment's fork streams the run on screen again with the experiment's settings, beside it in the live screen (its
+origin is that run); a job measures the run on screen (or the visitor's model) with its progress under the button
+and keeps its result on the run (or on the session, for that model), for the tab's view to draw; a stop ends the
+tab's job.
 
-Nothing here knows one experiment from another: a new experiment's module brings its tab, its fork and its view.
+Nothing here knows one tab from another: a new tab's module brings its layout, its actions and its view.
 """
 
 from __future__ import annotations
@@ -15,19 +17,20 @@ from typing import Any
 import gradio as gr
 
 from playground.app import describe, history, serving
+from playground.app import tabs as registry
 from playground.app.experiments import EXPERIMENTS, Experiment
-from playground.app.experiments.base import Action, JobRequest, Widget
 from playground.app.jobs import Progress
 from playground.app.notes import render
 from playground.app.play import fork_of
-from playground.app.session import Sessions
+from playground.app.session import Session, Sessions
+from playground.app.tab import Action, JobRequest, Tab, Widget
 from playground.app.words import t
 from playground.notes import Note
-from playground.ui.experiment_tabs import fork_parts
-from playground.ui.jobs import PROGRESS_SECONDS
 from playground.ui.models import Models, one_line, session_key
 from playground.ui.streaming import Streaming
+from playground.ui.tabs import fork_parts
 
+PROGRESS_SECONDS = 0.5  # a job's progress line is rewritten at most this often
 KEEP = "__keep__"  # a fork's input: the tab's keep box (fork the run on screen as it is, with what it has)
 
 # A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
@@ -96,30 +99,35 @@ class Experiments:
         session = self.sessions.get(session_key(request))
         return history.fork_line(session, experiment, bool(keep), session.lang)
 
-    def job(self, experiment: Experiment, action: Action, values: Mapping[str, Any],
+    def job(self, tab: Tab, action: Action, values: Mapping[str, Any],
             request: gr.Request | None = None) -> Iterator[str]:
-        """`action`'s job on the run on screen, one slice of model work at a time between the other visitors' steps:
-        its progress lines, then its result kept on that run (the view draws it at the redraw that follows); Stop
-        ends it with what it has so far."""
+        """`action`'s job on the run on screen (`needs="model"`: on the visitor's model), one slice of model work at a
+        time between the other visitors' steps: its progress lines, then its result kept on that run (or on the
+        session, for that model; the view draws it at the redraw that follows); Stop ends it with what it has so
+        far."""
         session = self.sessions.get(session_key(request))
         lang = session.lang
-        run = session.current
-        if run is None or run.running or not run.path:
-            yield t(experiment.needs_run, lang)
+        run = session.current if action.needs == "run" else None
+        if action.needs == "model" and not session.model:
+            yield t("nothing_yet", lang)
+            return
+        if action.needs == "run" and (run is None or run.running or not run.path):
+            yield t(tab.needs_run, lang)
             return
         soft = session.begin_job()  # Stop: the job ends with what it has so far
         hard = threading.Event()  # this handler gone: the job ends at once
         result, shown = None, 0.0
         try:
-            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
-            work = action.run(JobRequest(run=run, runs=tuple(session.runs), lm=lm, values=dict(values),
-                                         step=session.selected_step, stop=soft))
+            owner = (run.settings.model, run.settings.dtype, run.owner) if run is not None else (
+                session.model, session.dtype, session.key)
+            work = action.run(JobRequest(run=run, runs=tuple(session.runs), lm=self.models.model_for(*owner),
+                                         values=dict(values), step=session.selected_step, stop=soft))
             for item in serving.run_job(work, hard, session.key):
                 if not isinstance(item, Progress):
                     result = item
                 elif time.monotonic() - shown >= PROGRESS_SECONDS:
                     shown = time.monotonic()
-                    yield t(action.progress, lang, done=item.done, total=item.total) if action.progress else ""
+                    yield _progress(action, item, lang)
         except Exception as exc:  # noqa: BLE001 - one line under the button
             yield describe.inert(one_line(exc, lang, action.name))
             return
@@ -129,7 +137,7 @@ class Experiments:
         if result is None:
             yield t("rerun_stopped", lang)
             return
-        run.results[action.name] = result
+        _keep(session, run, action, result, owner[0])
         yield ""
 
     def stop_job(self, request: gr.Request | None = None) -> None:
@@ -148,8 +156,23 @@ class Experiments:
         return gr.update(value=int(value or 0), **high)
 
 
+def _progress(action: Action, item: Progress, lang: str) -> str:
+    if callable(action.progress):
+        return action.progress(item, lang)
+    return t(action.progress, lang, done=item.done, total=item.total) if action.progress else ""
+
+
+def _keep(session: Session, run: Any, action: Action, result: Any, model: str) -> None:
+    """A job's result where its view reads it: on the run it measured, or on the session for the model it measured
+    (`Context.measured`; the model the job started on, even if the visitor switched since)."""
+    if run is not None:
+        run.results[action.name] = result
+    else:
+        session.measured[action.name] = (model, result)
+
+
 def forking() -> list[Experiment]:
-    """The experiments whose tab has a fork button (each has the lines of `experiment_tabs.fork_parts`)."""
+    """The experiments whose tab has a fork button (each has the lines of `tabs.fork_parts`)."""
     return [e for e in EXPERIMENTS if any(a.kind == "fork" for a in e.actions())]
 
 
@@ -160,11 +183,11 @@ def fork_line_outputs(page: Any) -> list[Any]:
 
 def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: dict[str, Any],
                      jobs_kw: dict[str, Any], streamed: Callable[[Callable], Callable]) -> tuple[list[Any], list[Any]]:
-    """Bind every experiment's buttons: forks stream in `gen_kw`'s lane into `gen_outputs` (each wrapped by
+    """Bind every tab's buttons: forks stream in `gen_kw`'s lane into `gen_outputs` (each wrapped by
     `streamed`, which adds what follows the run on screen), jobs in `jobs_kw`'s. Returns (fork events, job events):
     the caller chains what follows a run and a measurement."""
     forks, jobs = [], []
-    for experiment in EXPERIMENTS:
+    for experiment in registry.TABS:
         if experiment in forking():
             line, keep, said = (page.component(n) for n in fork_parts(experiment))
             keep.input(_keeping(h, experiment), keep, line, queue=False)
@@ -180,8 +203,8 @@ def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: 
             elif action.kind == "job":
                 jobs.append(button.click(_bound(h.job, experiment, action, names), set(names) or None,
                                          page.component(action.out), **jobs_kw))
-            else:
-                button.click(h.stop_job, None, None, queue=False)
+            elif action.kind == "stop":
+                button.click(h.stop_job, None, None, queue=False)  # (a tool's "press": its own handler binds it)
         for widget in experiment.widgets():
             if widget.follows is not None:
                 source = page.component(widget.follows)

@@ -1,7 +1,7 @@
 """All of the app's handlers, for one app: models, generation, deeper views, language, lifecycle.
 
-Each job has its own module (`models`, `streaming`, `runs`, `views`, `panels`, `lessons`, `experiments`,
-                             `language`); this class only holds
+Each job has its own module (`models`, `streaming`, `runs`, `views`, `experiments`: every tab's buttons, `language`);
+this class only holds
 them together with the per-tab sessions they share, so wiring and tests have one object to use.
 """
 
@@ -19,9 +19,7 @@ from playground.app.visitors import Tabs
 from playground.checkpoints.limits import Limits
 from playground.ui.experiments import Experiments
 from playground.ui.gradio_internals import request_visitor
-from playground.ui.lessons import Lessons
 from playground.ui.models import Models, session_key
-from playground.ui.panels import Panels
 from playground.ui.runs import Runs
 from playground.ui.streaming import Streaming
 from playground.ui.teacher import Teacher
@@ -39,8 +37,6 @@ class Handlers:
         # the shared batch offers its places by address, then by tab (the process's one server: the app's tabs)
         serving.default_server().visitor_of = self.tabs.owner_visitor
         self.stream = Streaming(self.models, self.sessions)
-        self.panels = Panels(self.models, self.sessions)
-        self.lessons = Lessons(self.models, self.sessions)
         self.experiments = Experiments(self.models, self.sessions, self.stream)
         self.runs = Runs(self.sessions, self.stream)
         self.views = Views(self.models, self.sessions)

@@ -4,7 +4,7 @@ One screen: the controls on the left (on a phone: above), the live screen on the
 stream with the current step's panels, all updating while tokens stream — and the deeper views one
 click below it. Every label and hint comes from `playground.app.words` (English and 中文); `Page.labels`, `Page.choices` and
 `Page.texts` say which words each component shows, so the language switch can say them again. The deep views'
-sections and tabs are built by `playground.ui.panel_tabs`. Above the token stream, the badge of what the run
+sections and tabs are built from their declarations by `playground.ui.tabs`. Above the token stream, the badge of what the run
 on screen changes from a plain run; under the live screen, the tab's run history.
 """
 
@@ -22,8 +22,8 @@ from playground.app.settings import DTYPES, MODES, RANGES, WIDGETS, UISettings
 from playground.app.uploads import ALLOWED_SUFFIXES
 from playground.app.words import LANGUAGES, live_strings, t
 from playground.ui.guide import GUIDE_JS, guide_html
-from playground.ui.panel_tabs import build_sections, lesson_choices, scale_choices, what_if_choices
 from playground.ui.sections import SECTIONS_JS
+from playground.ui.tabs import build_sections
 from playground.ui.teacher_layout import build_prompt_tokens, build_sign_in
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -108,12 +108,8 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     s: dict[str, Any] = {}
     c: dict[str, Any] = {}
     labels: dict[str, tuple[str, str | None]] = {}
-    choices: dict[str, Callable[[str], list]] = {"mode": mode_choices, "lesson": lesson_choices,
-                                                 "lesson_attention": lambda code: what_if_choices("attention", code),
-                                                 "lesson_dtype": lambda code: what_if_choices("dtype", code),
-                                                 "att_scale": scale_choices}
-    texts: dict[str, Callable[[str], str]] = {"header": header, "inspector_intro": lambda code: t("inspector_intro", code),
-                                              "attention_intro": lambda code: t("attention_intro", code)}
+    choices: dict[str, Callable[[str], list]] = {"mode": mode_choices}  # and every tab's (`build_sections`)
+    texts: dict[str, Callable[[str], str]] = {"header": header}
 
     def named(name: str, component: Any, label: str | None = None, info: str | None = None) -> Any:
         (s if name in WIDGETS else c)[name] = component

@@ -32,7 +32,6 @@ from playground.loaded import LoadedModel
 from playground.notes import Note
 from playground.ui.gradio_internals import request_visitor
 from playground.ui.layout import empty_live_value
-from playground.ui.panel_tabs import view_choices
 
 log = logging.getLogger("playground.ui")
 EXAMPLES = {"decoder": "The Python interpreter", "seq2seq": "March 5, 2021"}
@@ -74,13 +73,10 @@ def card_html(lm: LoadedModel, name: str, lang: str) -> str:
     return describe.model_card_html(info, name, lang)
 
 
-# What loading a model updates, by component name (a handler returns only what changes).
-LOAD_SLOTS = ("model", "model_status", "model_about", "prompt", "chat", "target_lang", "att_kind", "att_view", "card",
-              "live", *views.model_sliders())  # the layer and head sliders fit the model before any run
-
-def attention_kinds(kind: str) -> list[str]:
-    """A model kind's attention kinds, as the All heads tab offers them."""
-    return ["cross", "self", "encoder"] if kind == "seq2seq" else ["self"]
+# What loading a model updates, by component name (a handler returns only what changes): the layer and head
+# sliders, and the choices that follow the model, fit it before any run.
+LOAD_SLOTS = ("model", "model_status", "model_about", "prompt", "chat", "target_lang", "card", "live",
+              *views.model_choices(None, "en"), *views.model_sliders())
 
 
 class Models:
@@ -161,25 +157,14 @@ class Models:
         return {"name": name, "kind": lm.kind, "layers": c.n_layers, "heads": c.n_heads, "kv_heads": c.n_kv_heads,
                 "head_choices": head_choices(c.n_heads, c.n_kv_heads)}
 
-    def grouped(self, request: gr.Request | None) -> bool:
-        """Whether the session's model shares K/V between query heads (GQA / MQA)."""
+    def session_model(self, request: gr.Request | None) -> LoadedModel | None:
+        """The session's model (None: none loaded, or one that no longer loads): what some choices follow."""
         owner = session_key(request)
         session = self.sessions.get(owner)
         try:
-            c = self.model_for(session.model, session.dtype, owner).config if session.model else None
-        except Exception:  # noqa: BLE001 - a model that no longer loads has no groups to show
-            return False
-        return c is not None and c.n_kv_heads < c.n_heads
-
-    def attention_kinds(self, request: gr.Request | None) -> list[str]:
-        """The attention kinds the session's model has (the All heads tab's choices), the first shown first."""
-        owner = session_key(request)
-        session = self.sessions.get(owner)
-        try:
-            kind = self.model_for(session.model, session.dtype, owner).kind if session.model else "decoder"
-        except Exception:  # noqa: BLE001 - a model that no longer loads: a decoder's one kind
-            kind = "decoder"
-        return attention_kinds(kind)
+            return self.model_for(session.model, session.dtype, owner) if session.model else None
+        except Exception:  # noqa: BLE001 - a model that no longer loads: the choices of none
+            return None
 
     def refresh(self, lang: str, prompt: str, request: gr.Request | None):
         """Status, description, prompt (its label; the example in `lang`, if it holds the example) and card of the
@@ -324,12 +309,10 @@ class Models:
         codes = list(language_codes(lm.tokenizer))
         target = gr.update(visible=bool(codes), choices=[("", "")] + [(c, c) for c in codes],
                            **({"value": ""} if changed and set_chat else {}))
-        kinds = attention_kinds(kind)
-        att_kind = gr.update(choices=[(t(f"kind_{k}", lang), k) for k in kinds], value=kinds[0])
-        grouped = lm.config.n_kv_heads < lm.config.n_heads
-        att_view = gr.update(choices=view_choices(lang, grouped=grouped), value="head")
         out = {"model_status": status, "model_about": self.about(name, lm, lang, owner), "prompt": prompt, "chat": chat,
-               "target_lang": target, "att_kind": att_kind, "att_view": att_view, "card": card_html(lm, name, lang)}
+               "target_lang": target, "card": card_html(lm, name, lang)}
+        # the choices that follow the model (All heads' kinds and views), back at their first
+        out.update({name: gr.update(choices=c, value=c[0][1]) for name, c in views.model_choices(lm, lang).items()})
         out.update({name: gr.update(maximum=top) for name, top in views.slider_tops(lm.config).items()})
         if dropdown is not None:
             out["model"] = dropdown

@@ -1,7 +1,7 @@
 """The deep views' sections: a few named groups a newcomer can read (Watch · Look inside · Experiment · The machine ·
-Class tools), each one click away, each holding its views as tabs of its own. Only which view sits where; the
-views themselves are built by `playground.ui.panel_tabs`, `playground.ui.experiment_tabs` and
-`playground.ui.teacher_layout`.
+Class tools), each one click away, each holding its tabs as tabs of its own. Which tab sits where is the tab's own
+declaration (its `section` and `order`: `playground.app.tabs`); the tabs are built by `playground.ui.tabs`, Class
+tools by `playground.ui.teacher_layout`.
 
 Both tab rows wrap instead of hiding tabs behind Gradio's "⋯" menu, so every section and every tab of the open
 section is on screen at any width, and nothing moves when one is picked. A hidden tab's contents are not drawn
@@ -15,14 +15,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from playground.app import experiments
+from playground.app import tabs as registry
 from playground.app.views import NO_VIEW
 
 
 @dataclass(frozen=True)
 class Section:
     """One section: its tab id (words `section_<name>`, its one-line hint `section_<name>_hint`) and the ids of the
-    views' tabs it holds, in order (words `tab_<id>`). A section with no tabs of its own is one page (Class tools)."""
+    views' tabs it holds, in order (words `tab_<id>`). A section with no views' tabs is one page (Class tools: its
+    tools, tabs of no view, one after another)."""
 
     name: str
     tabs: tuple[str, ...]
@@ -32,13 +33,11 @@ class Section:
         return f"section-{self.name}"
 
 
-SECTIONS: tuple[Section, ...] = (
-    Section("watch", ("inspector", "attention")),  # the run as it was made: what it chose, where it looked
-    Section("inside", ("lessons", "positional")),  # how the model works, on the run on screen
-    Section("experiment", tuple(e.tab for e in experiments.EXPERIMENTS)),  # fork the run with one change
-    Section("machine", ("cache", "card")),  # what it costs and what the model is
-    Section("teacher", ()),  # Class tools: the teacher tab itself
-)
+# watch: the run as it was made (what it chose, where it looked); inside: how the model works, on the run on screen;
+# experiment: fork the run with one change; machine: what it costs and what the model is; teacher: Class tools, one
+# page (the teacher tab itself)
+SECTIONS: tuple[Section, ...] = tuple(Section(name, tuple(tab.tab for tab in registry.in_section(name) if tab.all_views()))
+                                      for name in registry.SECTIONS)
 
 SECTION_OF: dict[str, str] = {tab: s.name for s in SECTIONS for tab in s.tabs}
 

@@ -187,7 +187,7 @@ class Streaming:
         """[run token] -> the run's whole value as it stands now: for a page that missed one of its frames (the
         frames after it start where the page's copy no longer ends). {"run": None} for an unknown run.
 
-        The value is kept for the run's version (`_version`): asked again before the run or its tab changes (a
+        The value is kept for the run's version (`frames.whole_version`): asked again before the run or its tab changes (a
         page that lost several frames, a script asking from many threads), it is not computed again."""
         token = args[0] if isinstance(args, list) and args else None
         run = self.sessions.run_by_token(token) if isinstance(token, str) else None
@@ -198,7 +198,7 @@ class Streaming:
 
     def _whole_value(self, session: Session, run: Run) -> dict[str, Any]:
         """`run`'s whole value for `session`, kept per version of it (`live_state`, a language switch's redraw)."""
-        version = _version(session, run)  # taken before the value: a value is never older than its version
+        version = frames.whole_version(session, run)  # taken before the value: a value is never older than its version
         with self._whole_lock:
             kept = self._whole.get(run.token)
             if kept is not None and kept[0] == version:
@@ -345,12 +345,3 @@ class Streaming:
                 self.scripts.end(session_key(request))
             heap.release()
 
-
-def _version(session: Session, run: Run) -> tuple:
-    """What a run's whole value for `session` is made of, in a few numbers: the run's steps, state and recorded
-    attention, the tab's language, view and selected step, and the branches the lineage panel lists."""
-    selected = session.selected_step if run is session.current else None
-    view = session.view
-    return (len(run.events), len(run.path), run.finish_reason, run.error, run.captures_dropped,
-            session.lang, (view.kind, view.layer, view.head), selected,
-            tuple((r.token, len(r.path), r.finish_reason) for r in session.runs))

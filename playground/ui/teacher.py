@@ -16,7 +16,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import describe, export, serving, side_by_side, tokens_view
+from playground.app import describe, serving, tokens_view
+from playground.app.activities import export, side_by_side
 from playground.app.notes import error_line
 from playground.app.session import Session, Sessions
 from playground.app.settings import WIDGETS, from_widgets

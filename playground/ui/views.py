@@ -14,17 +14,16 @@ from typing import Any
 import gradio as gr
 
 from playground.app import describe, serving, views
-from playground.app.fields import CONTROLS
+from playground.app import tabs as registry
 from playground.app.session import Session, Sessions
 from playground.app.views import Selection, Slot
-from playground.ui.experiment_tabs import view_controls
 from playground.ui.gradio_internals import event_data
 from playground.ui.models import Models, one_line, session_key
 
 # The controls a view reads (its selection), by component name, and the tab whose view reads each.
-TAB_OF: dict[str, str] = {**{row.name: row.tab for row in CONTROLS}, **view_controls()}
-SUBMITTED = frozenset(row.name for row in CONTROLS if row.on == "submit")  # redraw on submit (a box), not each key
-EXTRA = tuple(view_controls())  # the experiments' controls, handed to their views as they are
+TAB_OF: dict[str, str] = {w.name: tab.tab for tab in registry.TABS for w in tab.view_widgets()}
+# redraw on submit (a box), not at each key
+SUBMITTED = frozenset(w.name for tab in registry.TABS for w in tab.view_widgets() if w.on == "submit")
 SLOTS = tuple(views.slot_names())  # every component a view draws
 
 
@@ -44,15 +43,17 @@ class Views:
         self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
         self._lock = threading.Lock()
 
-    def draw_open(self, session: Session, values: Mapping[str, Any], *, query: bool = False) -> dict[str, Any]:
-        """The open view of `session` for the controls' `values` (`query`: the query row was picked, else it
-        follows the selected step), as updates by component name; nothing when a newer redraw of the tab took
-        its place."""
+    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any]:
+        """The open view of `session` for the controls' `values` (`moved`: one of its tab's controls moved, so a
+        control that counts only then, the query row, counts; else it follows the selected step), as updates by
+        component name; nothing when a newer redraw of the tab took its place."""
         if session.deep_tab == views.NO_VIEW:  # Class tools is open: no view on screen
             return {}
         view = views.open_view(session.deep_tab, session.lesson)
         lang = session.lang
-        selection = Selection.from_controls(values, session.selected_step, query=query, extra=EXTRA)
+        tab = registry.BY_TAB.get(session.deep_tab)
+        controls = tab.view_widgets() if tab is not None else ()
+        selection = Selection.from_controls(values, session.selected_step, moved=moved, controls=controls)
         stop = threading.Event()
         with self._lock:
             older, self._drawing[session.key] = self._drawing.get(session.key), stop
@@ -118,13 +119,14 @@ class Views:
         session = self.sessions.get(session_key(request))
         if session.deep_tab != tab:
             return {}
-        return self.draw_open(session, values, query=tab == "attention")
+        return self.draw_open(session, values, moved=True)
 
-    def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
-        """A lesson was picked in the Lessons tab: it becomes the open view."""
+    def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None,
+                    tab: str = "lessons") -> dict[str, Any]:
+        """A view was picked in a tab of several (a lesson in the Lessons tab): it becomes the open view."""
         session = self.sessions.get(session_key(request))
-        session.lesson = lesson if lesson in views.LESSON_VIEWS else next(iter(views.LESSON_VIEWS))
-        session.deep_tab = "lessons"
+        session.lesson = views.picked(tab, lesson)
+        session.deep_tab = tab
         return self.draw_open(session, values)
 
 
@@ -160,10 +162,12 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
             return keyed(h.control(tab, named(values), request))
         return changed
 
-    def pick(values: dict, request: gr.Request) -> dict:
-        values = dict(values)
-        lesson = values.pop(page.lesson, None)
-        return keyed(h.pick_lesson(str(lesson or ""), named(values), request))
+    def picking(tab: str, picker: Any) -> Callable[..., dict]:
+        def pick(values: dict, request: gr.Request) -> dict:
+            values = dict(values)
+            lesson = values.pop(picker, None)
+            return keyed(h.pick_lesson(str(lesson or ""), named(values), request, tab))
+        return pick
 
     def reading(request: gr.Request) -> dict:
         return keyed(h.reading(request))
@@ -176,8 +180,14 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
         then_redraw(dep)
     page.live.select(select_step, inputs, outputs, **figures_kw)
     page.open_view.select(tab_selected, inputs | {page.open_view}, outputs, **figures_kw)  # the page's script: the tab
-    page.lesson.input(pick, inputs | {page.lesson}, outputs, **figures_kw)
+    for tab, picker in _pickers(page):  # a tab of several views: its picker opens one
+        picker.input(picking(tab, picker), inputs | {picker}, outputs, **figures_kw)
     for name, tab in TAB_OF.items():
         component = page.component(name)
         (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **figures_kw)
     return then_redraw
+
+
+def _pickers(page: Any) -> list[tuple[str, Any]]:
+    """(tab, its picker) of every tab of several views."""
+    return [(tab.tab, page.component(tab.picker().name)) for tab in registry.TABS if tab.picker() is not None]

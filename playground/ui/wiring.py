@@ -5,7 +5,6 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.app.settings import WIDGETS
-from playground.ui.experiment_tabs import field_widgets
 from playground.ui.experiments import fork_line_outputs, wire_experiments
 from playground.ui.gradio_internals import LOCALE_JS
 from playground.ui.handlers import Handlers
@@ -15,6 +14,7 @@ from playground.ui.layout import COPY_LINK_JS, STOP_JS, TICKET_JS, Page
 from playground.ui.models import LOAD_SLOTS, session_key
 from playground.ui.projector import wire_projector
 from playground.ui.runs import ABSOLUTE_LINK_JS
+from playground.ui.tabs import field_widgets
 from playground.ui.teacher import wire_teacher
 from playground.ui.views import wire_views
 
@@ -53,8 +53,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
 
     def switch_language(code: str, request: gr.Request) -> list:
         models = h.models.choices(session_key(request), code)
-        return relabel(page, h.sessions, h.models.grouped(request), code, request, models,
-                       h.models.attention_kinds(request))
+        return relabel(page, h.sessions, h.models.session_model(request), code, request, models)
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
@@ -120,10 +119,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
 
     # The open view (deep panel, lesson or lab) redraws after each run, load and language switch, and on a
     # step selected, a tab opened, a lesson picked or one of its controls moved: one event each.
-    then_redraw = wire_views(page, h.views, redraws + runs + jobs, figures_kw)
-    p.rerun.click(h.panels.rerun_without_cache, None, [p.compare, p.compare_md], **jobs_kw)
-    p.time_cache.click(h.lessons.time_cache, None, p.lesson_md, **jobs_kw)
-    then_redraw(p.measure_sdpa.click(h.lessons.measure_sdpa, None, p.lesson_md, **jobs_kw))
+    wire_views(page, h.views, redraws + runs + jobs, figures_kw)  # every tab's jobs too: their result is drawn
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
     p.copy_link.click(h.stream.link, settings_inputs, p.link, queue=False).then(

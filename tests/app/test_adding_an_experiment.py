@@ -170,12 +170,12 @@ print("the toy is an experiment of the app")
 '''
 
 
-def _add_words(locale: Path, lang: int) -> None:
+def _add_words(locale: Path, lang: int, words: dict = WORDS) -> None:
     """The toy's words at the end of each table, as a translator adds them."""
     table = json.loads(locale.read_text(encoding="utf-8"))
-    for key, pair in WORDS["page"].items():
+    for key, pair in words["page"].items():
         table["page"][key] = pair[lang]
-    table["figures"]["toy"] = {key: pair[lang] for key, pair in WORDS["figures"]["toy"].items()}
+    table["figures"]["toy"] = {key: pair[lang] for key, pair in words["figures"]["toy"].items()}
     locale.write_text(json.dumps(table, ensure_ascii=False, indent=1), encoding="utf-8")
 
 

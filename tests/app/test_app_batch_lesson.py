@@ -12,6 +12,7 @@ import pytest
 
 import playground
 from playground.app import batch_lesson, lessons, serving, views
+from playground.app.panels.lessons import VIEWS as LESSON_VIEWS
 from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import UISettings
@@ -25,7 +26,7 @@ from tests.hf_tiny import llama_like, save_decoder
 from tests.ui_fixtures import save_tiny_decoder
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-VIEW = views.LESSON_VIEWS["serving"]
+VIEW = LESSON_VIEWS["serving"]
 
 
 @pytest.fixture(scope="module")

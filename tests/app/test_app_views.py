@@ -14,9 +14,11 @@ import pytest
 
 from playground.analysis import attribute_step
 from playground.app import lab, views
+from playground.app.panels.lessons import VIEWS as LESSON_VIEWS
 from playground.app.play import play_link
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query
+from playground.app.tabs import BY_TAB
 from playground.app.views import Selection, Slot, View
 from playground.app.words import t
 from playground.checkpoints.loader import load_model
@@ -63,9 +65,9 @@ def test_the_views_core_never_imports_gradio():
 
 
 def test_each_view_names_what_it_needs_and_draws_only_its_own_slots():
-    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "cache", "positional", "lab", "kvlab",
-                                                     "precision", "speculative", "reuse", "card"]
-    assert [v.name for v in views.LESSON_VIEWS.values()] == [
+    assert [v.name for v in views.PANELS.values()] == ["inspector", "attention", "positional", "lab", "kvlab",
+                                                     "precision", "speculative", "reuse", "cache", "card"]
+    assert [v.name for v in LESSON_VIEWS.values()] == [
         f"lesson:{n}" for n in ("steps", "lens", "kv", "memory", "patterns", "sdpa", "anatomy", "training", "lab", "serving")]
     assert views.open_view("lessons", "memory").name == "lesson:memory" and views.open_view("nope").name == "inspector"
     assert views.open_view("lessons", "nope").name == "lesson:steps"
@@ -146,10 +148,11 @@ def test_all_heads_clamp_the_selection_and_follow_the_step_unless_a_query_is_pic
     session = with_run(models)
     run, c = session.current, models["a"].config
     view = views.PANELS["attention"]
-    slots = show(models, view, session, Selection(step=1, layer=99, head=-3, view="group", scale="log"))
+    slots = show(models, view, session, Selection(1, {"att_layer": 99, "att_head": -3, "att_view": "group",
+                                                      "att_scale": "log"}))
     assert slots["att_layer"].value == c.n_layers - 1 and slots["att_head"].value == 0
     assert slots["att_query"].value == len(run.prefix_ids) - 1 + 1 and "GQA" in slots["att_note"].value
-    asked = show(models, view, session, Selection(step=1, layer=1, head=2, query=3))
+    asked = show(models, view, session, Selection(1, {"att_layer": 1, "att_head": 2, "att_query": 3}))
     assert asked["att_query"].value == 3 and "value" not in asked["att_layer"].changes  # in range: left as typed
     maps = run.attention_maps(models["a"], "self", 1)
     np.testing.assert_allclose(np.asarray(asked["att_heat"].value.data[0].customdata, dtype=float), maps[2], atol=1e-6)
@@ -160,7 +163,7 @@ def test_while_a_run_streams_the_views_that_read_it_whole_wait_and_the_others_dr
     play(session, models["a"], SETTINGS)
     session.current.finish_reason = None  # as it is between two events of a run still streaming
     assert session.current.running
-    assert caption(models, views.LESSON_VIEWS["steps"], session) == t("lesson_after_run", "en")
+    assert caption(models, LESSON_VIEWS["steps"], session) == t("lesson_after_run", "en")
     assert caption(models, views.PANELS["lab"], session) == t("lab_after_run", "en")
     assert caption(models, views.PANELS["inspector"], session).startswith("Step 6")
 
@@ -172,7 +175,7 @@ def test_after_a_model_switch_the_run_is_read_with_its_own_model_and_the_model_v
     positional = views.context_for(views.PANELS["positional"], session, model_for(models))
     assert inspector.lm is models["a"] and inspector.run is session.current
     assert positional.lm is models["b"] and positional.run is None  # a run of another model says nothing of b
-    lesson = views.context_for(views.LESSON_VIEWS["steps"], session, model_for(models))
+    lesson = views.context_for(LESSON_VIEWS["steps"], session, model_for(models))
     assert lesson.lm is models["a"]  # a lesson on the run reads it with the model that made it
     assert t("pe_shift_needs_run", "en") in caption(models, views.PANELS["positional"], session)
     session.model = "a"
@@ -205,7 +208,7 @@ def test_a_fork_names_its_run_and_switches_between_the_edited_and_the_original_r
     assert shown["lab_div"].visible and shown["lab_run"].visible and shown["lab_run"].value == "shown"
     assert [v for _, v in shown["lab_run"].choices] == ["shown", "original"]
     assert [str(n) in label for (label, _), n in zip(shown["lab_run"].choices, (fork.number, original.number))] == [True] * 2
-    switched = show(models, view, session, Selection(step=3, extra={"lab_run": "original"}))
+    switched = show(models, view, session, Selection(step=3, values={"lab_run": "original"}))
     assert switched["lab_attr_md"].value.startswith(lab.reads(original, 3, lang))  # "In run 1 (no edit), step 4:"
     assert switched["lab_md"].value == md and switched["lab_run"].value == "original"  # the divergence is the pair's
     for run, text in ((original, switched["lab_attr_md"].value), (fork, attr_md)):  # each side's own attribution
@@ -234,7 +237,7 @@ def test_a_lesson_view_is_the_registry_s_lesson(models):
 
     session = with_run(models, "zh")
     for name in ("steps", "memory", "sdpa", "training"):
-        view = views.LESSON_VIEWS[name]
+        view = LESSON_VIEWS[name]
         slots = show(models, view, session, Selection(step=1))
         direct = lessons.show(name, models["a"], session.current, 1, lessons.Inputs(), "zh")
         assert slots["lesson_md"].value == direct.caption
@@ -244,14 +247,17 @@ def test_a_lesson_view_is_the_registry_s_lesson(models):
 
 
 def test_the_selection_reads_the_page_s_controls_whatever_they_hold():
-    sel = Selection.from_controls({"att_layer": 2.0, "att_head": "3", "att_query": 5, "att_sink": True,
-                                   "lesson_batch": None, "pe_base": "abc", "pe_length": 0, "lab_run": "original",
-                                   "att_kind": 7}, step=4, extra=("lab_run", "lab_versus"))
-    assert (sel.step, sel.layer, sel.head, sel.query, sel.sink) == (4, 2, 3, None, True)
-    assert sel.extra == {"lab_run": "original"}  # an experiment's control, as the page holds it
-    assert sel.inputs.batch == 1 and sel.pe_base == 1000.0 and sel.pe_length == 64 and sel.kind == "self"
-    assert Selection.from_controls({"att_query": 5}, query=True).query == 5
-    assert Selection.from_controls({}, query=True).query is None
+    page = {"att_layer": 2.0, "att_head": "3", "att_query": 5, "att_sink": True, "lesson_batch": None, "pe_base": "abc",
+            "pe_length": 0, "lab_run": "original", "att_kind": 7}
+
+    def of(tab: str, moved: bool = False, values: dict = page) -> dict:
+        return Selection.from_controls(values, 4, moved=moved, controls=BY_TAB[tab].view_widgets()).values
+
+    heads = of("attention")
+    assert [heads[k] for k in ("att_layer", "att_head", "att_query", "att_sink", "att_kind")] == [2, 3, None, True, "self"]
+    assert of("lab") == {"lab_run": "original"}  # an experiment's control, as the page holds it (only when sent)
+    assert of("lessons")["lesson_batch"] == 1 and of("positional") == {"pe_base": 1000, "pe_length": 64, "pe_pair": 0}
+    assert of("attention", True)["att_query"] == 5 and of("attention", True, {})["att_query"] is None
 
 
 def test_all_heads_opens_at_the_live_panel_s_layer_then_follows_the_last_one_moved(models):
@@ -262,7 +268,7 @@ def test_all_heads_opens_at_the_live_panel_s_layer_then_follows_the_last_one_mov
     view = views.PANELS["attention"]
 
     def layer_shown(slider: int, step: int = 1) -> int:
-        slots = show(models, view, session, Selection(step=step, layer=slider))
+        slots = show(models, view, session, Selection(step, {"att_layer": slider}))
         return slots["att_layer"].value if "value" in slots["att_layer"].changes else slider
 
     assert last > 0 and layer_shown(0) == last  # the page's slider starts at 0; the live panel shows the last layer

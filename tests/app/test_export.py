@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlparse
 
 import pytest
 
-from playground.app.export import cell, file_name, link_for, run_record, to_csv, to_json
+from playground.app.activities.export import cell, file_name, link_for, run_record, to_csv, to_json
 from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import UISettings, from_query

@@ -10,8 +10,8 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from playground.app import game
-from playground.app.game import Rooms, clean_name, link_query, score_bits
+from playground.app.activities import game
+from playground.app.activities.game import Rooms, clean_name, link_query, score_bits
 from playground.app.notes import note, render
 from playground.app.play import play
 from playground.app.session import Session

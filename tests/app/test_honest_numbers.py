@@ -12,8 +12,8 @@ import playground
 from playground.analysis import sdpa
 from playground.app import cache_rerun, measurements, noise
 from playground.app import lessons as app_lessons
+from playground.app.panels import cache
 from playground.app.serving import Server
-from playground.app.views import cache
 from playground.app.words import t
 from playground.generation import GenerationConfig
 from playground.viz import kv_lesson

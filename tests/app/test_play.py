@@ -137,12 +137,12 @@ def test_the_notes_box_says_its_notes_again_in_the_new_language(app, h):
     page = app.playground_page
     box = relabelled(page).index(page.notes)
     frames = open_link(h, "switch", model="tiny-lm", temperature="abc", top_p="7")
-    zh = relabel(page, h.sessions, False, "zh", request("switch"))[box]
+    zh = relabel(page, h.sessions, None, "zh", request("switch"))[box]
     assert zh == h.models.page_load(request("switch-zh", model="tiny-lm", temperature="abc", top_p="7", lang="zh"))[-1]
     assert "应为数字" in zh and "expected" not in zh
-    assert relabel(page, h.sessions, False, "en", request("switch"))[box] == frames[0][1]
+    assert relabel(page, h.sessions, None, "en", request("switch"))[box] == frames[0][1]
     pressed = press(h, UISettings(prompt="Hi", mode="sample", seed=None, max_new_tokens=2), "switch")
-    zh = relabel(page, h.sessions, False, "zh", request("switch"))[box]
+    zh = relabel(page, h.sessions, None, "zh", request("switch"))[box]
     assert "未指定种子" in zh and "abc" not in zh and "No seed" in pressed[-1][1]  # the press's own notes now
 
 

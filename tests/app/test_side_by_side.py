@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.app import side_by_side
+from playground.app.activities import side_by_side
 from playground.app.play import play
 from playground.app.session import Session
 from playground.app.settings import UISettings

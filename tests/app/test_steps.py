@@ -13,12 +13,12 @@ import pytest
 
 from playground import analysis, viz
 from playground.app import describe, frames, lab
+from playground.app.panels import cache as cache_view
+from playground.app.panels import inspector as inspector_view
 from playground.app.play import play_link
 from playground.app.session import LiveView, Session
 from playground.app.settings import UISettings, from_query
 from playground.app.view import Context, Selection
-from playground.app.views import cache as cache_view
-from playground.app.views import inspector as inspector_view
 from playground.app.words import t
 from playground.steps import FIRST_STEP, step_index, step_number
 from playground.viz import anatomy as v_anatomy
@@ -129,7 +129,7 @@ def test_a_branch_continues_its_parents_count(greedy, lm):  # noqa: F811
     assert lab.reads(branch, 0, "en").endswith("step 7:") and lab.reads(root, SELECTED, "en").endswith("step 6:")
     # the lessons count the same way (their figures read the run as a result, inside its count)
     from playground.app import views
-    from playground.app.views.lessons import view_of
+    from playground.app.panels.lessons import view_of
     for name, words in (("steps", "Prefill (step 7)"), ("lens", "at step 7")):
         shown = views.show(view_of(name), views.context_for(view_of(name), session, lambda *a: lm), Selection(step=0))
         assert words in shown["lesson_md"].value, (name, shown["lesson_md"].value[:120])

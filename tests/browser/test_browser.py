@@ -496,8 +496,8 @@ LESSON_WORDS = {  # a phrase each lesson's own text must contain on the tiny dec
 
 
 def test_each_lesson_opens_from_the_live_screen_and_fits(page, server):
+    from playground.app.lessons import LESSONS
     from playground.app.words import STRINGS
-    from playground.ui.panel_tabs import LESSONS
 
     open_app(page, server, model=decoder_name(), prompt="The Python interpreter", max_new_tokens=12)
     generate_and_wait(page)

@@ -31,7 +31,7 @@ def test_every_kind_of_click_leaves_every_lanes_limit_as_declared(demo):
     queued = [fn for fn in demo.fns.values() if fn.queue and fn.fn is not None
               and not any(trigger == "unload" for _, trigger in fn.targets)]
     names = {fn.name for fn in queued}
-    assert {"generate", "rerun_without_cache", "time_cache", "measure_sdpa", "job_lab_sweep", "fork_kvlab_fork", "pick", "generate_text"} <= names
+    assert {"generate", "job_rerun", "job_time_cache", "job_measure_sdpa", "job_lab_sweep", "fork_kvlab_fork", "pick", "generate_text"} <= names
     for _round in range(2):  # each lane's queue made by its first click, then every click again
         for fn in queued:
             demo._queue.create_event_queue_for_fn(fn)

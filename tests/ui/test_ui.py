@@ -15,8 +15,10 @@ import pytest
 
 from playground.app import describe, measurements
 from playground.app import frames as fr
+from playground.app import lessons as app_lessons
 from playground.app.limits import CAPS
 from playground.app.settings import FIELDS, WIDGETS, UISettings, from_query, from_widgets, to_query
+from playground.app.tabs import BY_TAB
 from playground.app.uploads import UPLOAD_PREFIX
 from playground.app.words import t
 from playground.generation import full_attention
@@ -410,12 +412,21 @@ def test_all_heads_tab_uses_the_engine_maps_scales_and_gqa_groups(h):
     np.testing.assert_allclose(z, attention_entropy(every), rtol=1e-5, atol=1e-6)
 
 
+def press(h, tab: str, action: str, key: str) -> list[str]:
+    """A tab's job pressed (as Gradio steps it): the lines under its button."""
+    declared = BY_TAB[tab]
+    button = next(a for a in declared.actions() if a.name == action)
+    return each_step_in_its_own_context(h.experiments.job(declared, button, {}, request(key)))
+
+
 def test_kv_rerun_without_cache_compares_fresh_timings(h):
     run(h, UISettings(prompt="Hello", max_new_tokens=6), "kv")
-    fig, md = each_step_in_its_own_context(h.panels.rerun_without_cache(request("kv")))[-1]
-    fig = fig["value"]  # shown (the cache tab hides it for a run that has none)
+    assert press(h, "cache", "rerun", "kv")[-1] == ""  # its result is the cache tab's to draw
+    h.sessions.get("kv").deep_tab = "cache"
+    drawn = h.views.redraw({}, request("kv"))
+    fig, md = drawn["compare"]["value"], drawn["compare_md"]["value"]  # shown (hidden for a run that has none)
     assert {t.name for t in fig.data} >= {"with KV cache", "without KV cache"} and "same tokens" in md
-    assert "Generate once first" in list(h.panels.rerun_without_cache(request("nobody")))[-1][1]
+    assert "Generate once first" in press(h, "cache", "rerun", "nobody")[-1]
 
 
 def test_positional_panel_follows_the_model_scheme(h):
@@ -495,7 +506,7 @@ def test_the_language_switch_relabels_every_component(app, h):
 
     page = app.playground_page
     outputs = relabelled(page)
-    zh = relabel(page, h.sessions, True, "zh", request("lang"), h.models.choices("lang", "zh"))
+    zh = relabel(page, h.sessions, None, "zh", request("lang"), h.models.choices("lang", "zh"))
     assert len(zh) == len(outputs)
     models = zh[outputs.index(page.component("model"))]  # the model list's own words too, its value kept
     assert any("默认解码器" in label for label, _ in models["choices"]) and "value" not in models
@@ -510,8 +521,8 @@ def test_the_language_switch_relabels_every_component(app, h):
     kind = zh[outputs.index(page.component("att_kind"))]
     assert kind["choices"] == [("解码器自注意力", "self")]
     h.models.load("tiny-seq2seq", "float32", "zh", request("lang-s2s"))
-    s2s = relabel(page, h.sessions, False, "zh", request("lang-s2s"), None,
-                  h.models.attention_kinds(request("lang-s2s")))[outputs.index(page.component("att_kind"))]
+    s2s = relabel(page, h.sessions, h.models.session_model(request("lang-s2s")), "zh",
+                  request("lang-s2s"))[outputs.index(page.component("att_kind"))]
     assert [k for _, k in s2s["choices"]] == ["cross", "self", "encoder"]
     assert not any(re.search("[A-Za-z]{4}", label) for label, _ in s2s["choices"]), s2s["choices"]
     assert h.sessions.get("lang").lang == "zh"
@@ -751,7 +762,7 @@ def _english_phrases() -> set[str]:
 def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     import plotly.graph_objects as go
 
-    from playground.ui.panel_tabs import LESSONS
+    from playground.app.lessons import LESSONS
 
     key = "zh-panels"
     h.models.load("tiny-lm", "float32", "zh", request(key))
@@ -768,7 +779,9 @@ def test_every_deep_panel_and_lesson_draws_in_the_visitor_s_language(h):
     drawn += h.views.control("attention", heads_controls("self", "head", "linear", 0, 0, False), request(key)).values()
     session.deep_tab = "positional"
     drawn += positional(h, 64, 1000, 2, key)
-    drawn += list(h.panels.rerun_without_cache(request(key)))[-1]
+    press(h, "cache", "rerun", key)
+    session.deep_tab = "cache"
+    drawn += h.views.redraw({}, request(key)).values()
     for lesson in LESSONS:
         drawn += [v for k, v in h.views.pick_lesson(lesson, {}, request(key)).items() if k != "tabs"]
     figures = [v.get("value") if isinstance(v, dict) else v for v in drawn]
@@ -794,15 +807,19 @@ def each_step_in_its_own_context(frames) -> list:
 def test_the_lessons_measurements_stream_their_progress_then_their_result(h):
     h.models.load("tiny-lm", "float32", "en", request("measure"))
     session_run = run(h, UISettings(prompt="Hello", max_new_tokens=6), "measure")[1]
-    frames = each_step_in_its_own_context(h.lessons.time_cache(request("measure")))
-    assert frames[0].startswith("Timing run 1 of 12") and session_run.cache_timing is not None
-    assert frames[-1] == frames[-1].strip() and "Timing run" not in frames[-1]
-    h.sessions.get("measure").lesson = "sdpa"
-    frames = each_step_in_its_own_context(h.lessons.measure_sdpa(request("measure")))
+    frames = press(h, "lessons", "time_cache", "measure")
+    timing = session_run.results["time_cache"]
+    assert frames[0].startswith("Timing run 1 of 12") and frames[-1] == ""  # the KV lesson draws the result
+    session = h.sessions.get("measure")
+    session.deep_tab, session.lesson = "lessons", "kv"
+    assert app_lessons.cache_timing_words(timing, "en") in h.views.redraw({}, request("measure"))["lesson_md"]["value"]
+    session.lesson = "sdpa"
+    frames = press(h, "lessons", "measure_sdpa", "measure")
     lengths = measurements.sdpa_lengths(h.models.model_for("tiny-lm", "float32", "measure"))
-    assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…"
-    assert [r["length"] for r in h.sessions.get("measure").sdpa["rows"]] == list(lengths)
-    assert "Measuring" not in frames[-1]
+    assert frames[0] == f"Measuring attention at length 1 of {len(lengths)}…" and frames[-1] == ""
+    model, data = session.measured["measure_sdpa"]  # kept for the model it measured
+    assert model == "tiny-lm" and [r["length"] for r in data["rows"]] == list(lengths)
+    assert "Measuring" not in h.views.redraw({}, request("measure"))["lesson_md"]["value"]
 
 
 def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positional_fan_out(app):
@@ -826,9 +843,9 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
     selected = [f for f in fns if (page.live._id, "select") in list(f.targets)]
     tabs = [f for f in fns if (page.open_view._id, "select") in list(f.targets)]  # the views' tab on screen changed
     assert len(selected) == len(tabs) == 1 and selected[0].outputs == tabs[0].outputs == redraw.outputs
-    from playground.ui import experiments, lessons, panels
+    from playground.ui import experiments, tabs
 
-    assert not any(hasattr(m, n) for m in (experiments, lessons, panels) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
+    assert not any(hasattr(m, n) for m in (experiments, tabs) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
 
 
 def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):

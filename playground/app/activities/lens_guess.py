@@ -23,6 +23,7 @@ from typing import Any
 from playground import analysis
 from playground.app.notes import note
 from playground.app.run import Run
+from playground.app.tab import Action, Out, Row, Tab, Widget, Words
 from playground.app.tokens_view import shown
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -151,3 +152,18 @@ def html(state: dict[str, Any] | None, lang: str = "en", error: str = "") -> str
                      f'{esc(t("acts_lens_board", lang, steps=b["steps"], mean=b["mean"], right=b["right"]))}</p>')
     parts.append("</div>")
     return "".join(parts)
+
+
+# The activity's part of the Class tools page (its events: `playground.ui.activities`).
+TAB = Tab(tab="lens", elem_id="lens-guess", section="teacher", order=40, view=None, layout=(
+    Words("acts_lens_title_md", ("acts_lens_title",)),
+    Words("acts_lens_intro_md", ("acts_lens_intro",), classes=("pg-hint",)),
+    Row((Widget("lens_at", "number", "acts_lens_at", "lens-at", default=0, precision=0, min_width=90, bounded=False),
+         Action("lens_ask", "press", "acts_lens_start", "lens-ask-btn", min_width=150),
+         Action("lens_next", "press", "acts_lens_next", "lens-next-btn", min_width=90, primary=False, visible=False)),
+        elem_id="lens-controls", equal_height=True),
+    Out("lens_view", "html", "lens-guess-view", plain=True, initial=lambda lang: html(None, lang)),
+    Row((Widget("lens_pick", "slider", "acts_lens_guess", "lens-pick", default=0, low=0, high=5, scale=3),
+         Action("lens_reveal", "press", "acts_lens_reveal", "lens-reveal-btn", min_width=120, scale=1)),
+        elem_id="lens-player", name="lens_player", visible=False, equal_height=True),  # shown once a step is asked
+    Out("lens_state", "state")))  # the visitor's question and board: their own, per tab

@@ -35,6 +35,7 @@ from playground.app.notes import note
 from playground.app.play import start_run
 from playground.app.session import Session
 from playground.app.settings import UISettings, plain
+from playground.app.tab import Action, Out, Row, Tab, Widget, Words
 from playground.app.tokens_view import shown
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -257,3 +258,18 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
     parts.append(f'<details class="pg-samples-seeds"><summary>{esc(t("acts_samples_seeds", lang, n=o.n))}</summary>'
                  f'<code>{esc(", ".join(str(s) for s in o.seeds))}</code></details></div>')
     return "".join(parts)
+
+
+# The activity's part of the Class tools page (its events: `playground.ui.activities`). No bounds on the boxes: the
+# activity says its own range in words (Gradio's would be an English pop-up).
+TAB = Tab(tab="samples", elem_id="many-samples", section="teacher", order=30, view=None, layout=(
+    Words("acts_samples_title_md", ("acts_samples_title",)),
+    Words("acts_samples_intro_md", ("acts_samples_intro",), classes=("pg-hint",)),
+    Row((Widget("samples_n", "number", "acts_samples_n", "samples-n", default=DEFAULT_SAMPLES, precision=0,
+                min_width=110, bounded=False),
+         Widget("samples_guess", "number", "acts_samples_predict", "samples-guess", precision=0, min_width=150,
+                bounded=False),
+         Action("samples_run", "press", "acts_samples_run", "samples-run-btn", min_width=140)),
+        elem_id="samples-controls", equal_height=True),
+    Out("samples_view", "html", "many-samples-view", plain=True),
+    Out("samples_state", "state")))  # the visitor's last outcome, drawn again in the other language

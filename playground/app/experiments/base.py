@@ -8,106 +8,30 @@ a drafter) and compares the forked run with the run it came from. Its module hol
     view     compute / draw / caption of the run on screen (`playground.app.view`)
     badge    what it changes in a run, as keyed words ([] for a run it does not touch)
 
-The page builds the tab from the layout and serves every fork with one handler (`playground.ui.experiments`); the
+Its tab's parts (`Words`, `Widget`, `Row`, `Action`, `Out`) are every tab's (`playground.app.tab`). The page builds the
+tab from the layout and serves every fork with one handler (`playground.ui.experiments`); the
 session knows nothing of experiments. No Gradio here.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from playground.app.fields import Field, Lenient
 from playground.app.run import Run
+from playground.app.tab import Action, JobRequest, Out, Part, Refused, Row, Tab, Widget, Words
 from playground.app.view import View
-from playground.errors import PlaygroundError
 from playground.notes import Note
 
 
-class ForkError(PlaygroundError):
+class ForkError(Refused):
     """A fork or job the page cannot run; its first argument is a keyed note saying what to do."""
 
 
-# --- the tab's parts, as data (the page builds the widgets) --------------------------------------------
-
-
-@dataclass(frozen=True)
-class Words:
-    """A paragraph of the tab: the words of `keys`, one paragraph each (said again on a language switch)."""
-
-    name: str
-    keys: tuple[str, ...]
-    elem_id: str
-
-
-@dataclass(frozen=True)
-class Widget:
-    """One control. `kind`: "slider", "radio", "dropdown", "textbox" or "checkbox"; `label`/`info`: word keys;
-    `choices(lang)`: (label, value) pairs of a radio or dropdown. `field`: the run setting it edits (a link opens the
-    page with it set); `view`: the experiment's view reads it (a move redraws the open view); `follows`: a control of
-    another tab it copies when that one moves, its maximum from the model (`high_of(config)`)."""
-
-    name: str
-    kind: str
-    label: str
-    elem_id: str
-    default: Any = None
-    info: str | None = None
-    low: float = 0
-    high: float = 1
-    step: float = 1
-    choices: Callable[[str], list[tuple[str, str]]] | None = None
-    field: str | None = None
-    view: bool = False
-    follows: str | None = None
-    high_of: Callable[[Any], int] | None = None
-    custom: bool = False  # a dropdown that takes a typed value too
-    visible: bool = True
-    min_width: int | None = None
-
-
-@dataclass(frozen=True)
-class Row:
-    """Widgets side by side (stacked on a phone)."""
-
-    parts: tuple[Widget | Action, ...]
-    elem_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Action:
-    """A button. `kind`: "fork" (`run(ForkRequest) -> Fork`: the run on screen again with the settings it returns,
-    streamed beside it), "job" (`run(JobRequest)`: a generator of `playground.app.jobs.Progress`, then its result,
-    kept on the run on screen as `results[name]` for the view to draw) or "stop" (ends the tab's job). `inputs`: the
-    widgets it reads; `out`: the Markdown where its progress and refusals go; `progress(Progress, lang)`: its
-    progress line."""
-
-    name: str
-    kind: str
-    label: str
-    elem_id: str
-    inputs: tuple[str, ...] = ()
-    run: Callable[..., Any] | None = None
-    out: str | None = None
-    progress: str | None = None  # the words key of a job's progress line ({done}, {total})
-    primary: bool = True
-    min_width: int | None = None
-
-
-@dataclass(frozen=True)
-class Out:
-    """Something the view draws: "markdown" (with `words` before anything is drawn), "html" (a line that carries
-    data for the page's scripts) or "plot"."""
-
-    name: str
-    kind: str
-    elem_id: str
-    words: str | None = None
-
-
-Part = Words | Widget | Row | Action | Out
+__all__ = ["Action", "Experiment", "Fork", "ForkError", "ForkRequest", "JobRequest", "Out", "Part", "Row", "Widget",
+           "Words", "compared_with", "kept_in_config"]
 
 
 # --- what a fork and a job receive and return ---------------------------------------------------------
@@ -134,65 +58,25 @@ class Fork:
     results: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class JobRequest:
-    """A job on the run on screen: `runs` are the tab's runs (a job may read the run's origin), `step` the selected
-    step (None: the newest), `stop` set when the visitor presses Stop."""
-
-    run: Run
-    runs: Sequence[Run]
-    lm: Any
-    values: Mapping[str, Any]
-    step: int | None
-    stop: threading.Event
-
-
 # --- the experiment ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """One experiment (see the module's docstring). `tab`: its tab's id (words `tab_<tab>`); `order`: its tab's place
-    among the experiments' (and of its rules in the lenient pass); `needs_run`: the words when there is no finished
-    run to fork; `lenient`: its rule over its fields together (each field's own rule runs first)."""
+@dataclass(frozen=True, kw_only=True)
+class Experiment(Tab):
+    """One experiment (see the module's docstring): a tab of the Experiment section that also forks runs. `tab`: its
+    tab's id (words `tab_<tab>`); `order`: its tab's place among the experiments' (and of its rules in the lenient
+    pass); `needs_run`: the words when there is no finished run to fork; `lenient`: its rule over its fields together
+    (each field's own rule runs first)."""
 
     name: str
-    tab: str
-    elem_id: str
-    order: int
+    section: str = "experiment"
     fields: tuple[Field, ...]
-    layout: tuple[Part, ...]
     view: View
     badge: Callable[[Any], list[Note]]
     config: Callable[[Any], dict[str, Any]]  # the run settings -> GenerationConfig keywords ({} when it is off)
     needs_run: str
     lenient: Lenient | None = None
     ran: Callable[[Run], bool] | None = None  # whether a run did what its settings ask (default: `kept_in_config`)
-
-    def __post_init__(self) -> None:
-        names = {p.name for p in self.parts()}
-        missing = set(self.view.slots) - names
-        if missing:
-            raise ValueError(f"experiment {self.name!r}: its view draws {sorted(missing)}, which its layout lacks")
-        for action in self.actions():
-            unknown = set(action.inputs) - {w.name for w in self.widgets()}
-            if unknown:
-                raise ValueError(f"experiment {self.name!r}: {action.name} reads {sorted(unknown)}, no widget of it")
-
-    def parts(self) -> Iterator[Words | Widget | Action | Out]:
-        """Every part of the layout, rows opened, in order."""
-        for part in self.layout:
-            yield from part.parts if isinstance(part, Row) else (part,)
-
-    def widgets(self) -> list[Widget]:
-        return [p for p in self.parts() if isinstance(p, Widget)]
-
-    def actions(self) -> list[Action]:
-        return [p for p in self.parts() if isinstance(p, Action)]
-
-    def view_controls(self) -> tuple[str, ...]:
-        """The widgets its view reads (their values reach it as `Selection.extra`)."""
-        return tuple(w.name for w in self.widgets() if w.view)
 
     def is_on(self, settings: Any) -> bool:
         """Whether `settings` ask for this experiment (any of its fields away from its default)."""

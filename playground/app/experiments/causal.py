@@ -137,10 +137,10 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     step = run.step(sel.step)
     original = compared_with(run, ctx.runs) if run.settings.edits else None
     div = lab.divergence_of(lm, original, run) if original is not None else None
-    read = read_run(run, ctx.runs, sel.extra.get("lab_run"))
+    read = read_run(run, ctx.runs, sel.values.get("lab_run"))
     read_step = read.step(step)
-    attribution = lab.why(lm, read, read_step, bool(sel.extra.get("lab_versus")))
-    own = attribution if read is run and not sel.extra.get("lab_versus") else lab.why(lm, run, step, False)
+    attribution = lab.why(lm, read, read_step, bool(sel.values.get("lab_versus")))
+    own = attribution if read is run and not sel.values.get("lab_versus") else lab.why(lm, run, step, False)
     key = lab.key_head(own)
     c = lm.config
     added = [iv for iv in parse_edits(run.settings.edits)

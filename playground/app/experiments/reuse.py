@@ -126,7 +126,7 @@ def badge(settings: Any) -> list[Note]:
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run, lm = ctx.run, ctx.lm
     return {"number": run.number, "why": cb.why_not_movable(lm), "texts": lm.token_texts(list(run.prompt_ids)),
-            "r": float(sel.extra.get("reuse_r") or 0), "blend": run.results.get("reuse_blend"),
+            "r": float(sel.values.get("reuse_r") or 0), "blend": run.results.get("reuse_blend"),
             "prefix": run.results.get("reuse_prefix")}
 
 

@@ -1,4 +1,4 @@
-"""Every deep panel, lesson and experiment as a View of the run (see `playground.app.view`), and the three steps the
+"""Every tab's view of the run (see `playground.app.view`; the tabs: `playground.app.tabs`), and the three steps the
 page takes for whichever is open: which view (`open_view`), its numbers (`compute`, on the torch thread) and its
 slots (`draw`). No Gradio here.
 
@@ -13,41 +13,46 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
-from playground.app import experiments
+from playground.app import tabs as registry
 from playground.app.session import Session
 from playground.app.view import HIDDEN, KEEP, Context, Drawn, Selection, Slot, View, Waiting, shown
-from playground.app.views import attention, cache, card, inspector, positional
-from playground.app.views.lessons import VIEWS as LESSON_VIEWS
-from playground.app.views.lessons import view_of as lesson_view
 from playground.app.words import t
 from playground.generation.engine import drain
 
-__all__ = ["HIDDEN", "KEEP", "LESSON_VIEWS", "NO_VIEW", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
+__all__ = ["HIDDEN", "KEEP", "NO_VIEW", "PANELS", "TABS", "Context", "Drawn", "Selection", "Slot", "View",
            "Waiting", "all_views", "closed_views", "compute", "context_for", "draw", "open_view", "pending", "reads_run",
            "shown", "show", "slices", "slot_names", "waiting"]
 
-PANELS: dict[str, View] = {v.name: v for v in (inspector.VIEW, attention.VIEW, cache.VIEW, positional.VIEW,
-                                               *(e.view for e in experiments.EXPERIMENTS), card.VIEW)}
-# the deep views' tabs, in order: the panels, the lessons, each experiment's, the model card
-TABS = ("inspector", "attention", "cache", "positional", "lessons", *(e.tab for e in experiments.EXPERIMENTS), "card")
+# the tabs with a view, in the page's order, by id; the view of each (a tab of several: its first)
+TABS = tuple(tab.tab for tab in registry.TABS if tab.all_views())
+PANELS: dict[str, View] = {tab.tab: tab.view for tab in registry.TABS if tab.view is not None and tab.views is None}
 NO_VIEW = "none"  # what the page says when a section of no views is open (Class tools): nothing to draw
 
 
 def model_sliders() -> tuple[str, ...]:
-    """The sliders whose range is the model's (a layer, a head): All heads' and every experiment's."""
-    return (*attention.SLIDERS, *(w.name for e in experiments.EXPERIMENTS for w in e.widgets() if w.high_of))
+    """The sliders whose range is the model's (a layer, a head), of every tab."""
+    return tuple(w.name for tab in registry.TABS for w in tab.widgets() if w.high_of)
 
 
 def slider_tops(config: Any) -> dict[str, int]:
     """Each of `model_sliders` at its maximum for a model: set when the model loads, so a slider reads the model's
     layers and heads before the first run."""
-    tops = attention.slider_tops(config)
-    tops.update({w.name: w.high_of(config) for e in experiments.EXPERIMENTS for w in e.widgets() if w.high_of})
-    return tops
+    return {w.name: w.high_of(config) for tab in registry.TABS for w in tab.widgets() if w.high_of}
+
+
+def model_choices(lm: Any, lang: str) -> dict[str, list[tuple[str, str]]]:
+    """The choices of every widget whose choices follow the visitor's model (`lm`; None before one loads)."""
+    return {w.name: w.of_model(lm, lang) for tab in registry.TABS for w in tab.widgets() if w.of_model}
 
 
 def all_views() -> list[View]:
-    return [*PANELS.values(), *LESSON_VIEWS.values()]
+    return [view for tab in registry.TABS for view in tab.all_views()]
+
+
+def picked(tab: str, pick: str) -> str:
+    """What a tab of several views keeps as picked for `pick` (an unknown one: its first view's)."""
+    views = registry.BY_TAB[tab].views or {}
+    return pick if pick in views else next(iter(views), "")
 
 
 def slot_names() -> list[str]:
@@ -59,10 +64,11 @@ def slot_names() -> list[str]:
 
 
 def open_view(tab: str, lesson: str = "steps") -> View:
-    """The view drawn in the open tab (the Lessons tab: the picked lesson's)."""
-    if tab == "lessons":
-        return lesson_view(lesson)
-    return PANELS.get(tab, PANELS["inspector"])
+    """The view drawn in the open tab (a tab of several views, the Lessons tab: the picked one, `lesson`); an unknown
+    tab: the first tab's."""
+    found = registry.BY_TAB.get(tab)
+    view = found.open_view(lesson) if found is not None else None
+    return view if view is not None else registry.BY_TAB[TABS[0]].open_view()
 
 
 def closed_views(tab: str, lesson: str = "steps") -> list[View]:
@@ -96,11 +102,11 @@ def context_for(view: View, session: Session, model_for: Callable[[str, str, str
         lm = model_for(session.model, session.dtype, session.key) if session.model else None
         if run is not None and run.settings.model != session.model:
             run = None  # a run of another model says nothing about this one
-    sdpa = session.sdpa if session.sdpa is not None and session.sdpa.get("model") == session.model else None
+    measured = {name: result for name, (model, result) in session.measured.items() if model == session.model}
     found: tuple[str, ...] = ()
     if "drafters" in view.needs and drafters is not None and run is not None:
         found = tuple(drafters(session.key, run.settings.model, run.settings.dtype))
-    return Context(lm, run, session.lang, tuple(session.runs), session.model, sdpa, session.key, found,
+    return Context(lm, run, session.lang, tuple(session.runs), session.model, measured, session.key, found,
                    session.view.layer)
 
 

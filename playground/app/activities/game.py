@@ -48,6 +48,7 @@ from urllib.parse import urlencode
 from playground.app.notes import note
 from playground.app.run import Run
 from playground.app.settings import UISettings, to_query
+from playground.app.tab import Action, Out, Row, Stack, Tab, Widget, Words
 from playground.app.tokens_view import shown
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -476,3 +477,24 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
 
 def _pct(p: float) -> str:
     return "&lt;0.5%" if 0 < p < 0.005 else f"{100 * p:.1f}%"
+
+
+# The game's part of the Class tools page (its events: `playground.ui.class_game`): the teacher's row (hidden on a
+# player's page, a game link), the link and its QR code (projector mode only), the room, the player's row.
+TAB = Tab(tab="game", elem_id="game", section="teacher", order=20, view=None, layout=(
+    Words("game_title_md", ("game_title",)),
+    Words("game_intro_md", ("game_intro",), classes=("pg-hint",)),
+    Row((Widget("game_at", "number", "game_at", "game-at", default=0, precision=0, min_width=90, bounded=False),
+         Action("game_start", "press", "game_start", "game-start-btn", min_width=150),
+         Action("game_reveal", "press", "game_reveal", "game-reveal-btn", min_width=90, primary=False, visible=False),
+         Action("game_next", "press", "game_next", "game-next-btn", min_width=90, primary=False, visible=False)),
+        elem_id="game-teacher", name="game_teacher", equal_height=True),
+    Widget("game_link", "textbox", "game_link", "game-link", interactive=False, visible=False, copy=True),
+    Out("game_qr", "html", "game-qr", plain=True),
+    Out("game_view", "html", "game-view", plain=True, initial=lambda lang: html(None, lang)),
+    Row((Widget("game_choice", "radio", "game_choice", "game-choice", choices=lambda lang: [], relabel=False, scale=3),
+         Stack((Widget("game_name", "textbox", "game_name", "game-name", max_length=40),
+                Action("game_guess", "press", "game_guess", "game-guess-btn")), min_width=160)),
+        elem_id="game-player", name="game_player", visible=False, equal_height=True),
+    Out("game_state", "state"),  # {"room", "version", "lang"}: the room this tab is in
+    Out("game_timer", "timer", every=2.0)))  # the room's changes reach every page within two seconds

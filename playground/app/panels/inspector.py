@@ -6,6 +6,7 @@ from typing import Any
 
 from playground import viz
 from playground.app import describe, tokens_view
+from playground.app.tab import Out, Tab, Words
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
@@ -44,3 +45,10 @@ def idle(lang: str, words: str) -> Drawn:
 
 VIEW = View("inspector", "inspector", frozenset({"run", "step"}), ("caption", "funnel", "beam_tree", "beam_table"),
             compute, draw, caption, idle)
+
+TAB = Tab(tab="inspector", elem_id="inspector-tab", section="watch", order=10, view=VIEW, layout=(
+    Words("inspector_intro", ("inspector_intro",), "inspector-intro"),
+    Out("caption", "markdown", "step-caption", words="nothing_yet"),
+    Out("funnel", "plot", "funnel-plot", visible=True),
+    Out("beam_tree", "plot", "beam-tree"),
+    Out("beam_table", "plot", "beam-table")))

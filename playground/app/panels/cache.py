@@ -1,12 +1,15 @@
 """The KV cache: what the cache held at the selected step, its growth over the run, and (once measured on the run)
-the run again without the cache, timed."""
+the run again without the cache, timed (a job on the run: "Run again without the cache")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from playground import viz
-from playground.app import describe, noise
+from playground.app import cache_rerun, describe, noise
+from playground.app.jobs import Progress
+from playground.app.tab import Action, JobRequest, Out, Tab
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 
@@ -56,3 +59,27 @@ def idle(lang: str, words: str) -> Drawn:
 VIEW = View("cache", "cache", frozenset({"run", "step"}), ("kv", "growth", "compare_md", "compare"), compute, draw,
             caption, idle,
             waits="cache_intro")
+
+
+def rerun(req: JobRequest) -> Iterator[Any]:
+    """The run on screen's request again with and without the cache, back to back, timed fresh (the live run's
+    timings include pacing and painting); long runs are timed in part. Its result is the run's `results["rerun"]`."""
+    run = req.run
+    knobs = run.cfg.replace(capture_attention=False, attention_layers=None, top_candidates=0)
+    forced = run.stream_ids[: len(run.inherited) + len(run.forced)]
+    return cache_rerun.rerun_work(req.lm, run.prompt_ids, knobs, forced, len(run.path))
+
+
+def rerun_progress(p: Progress, lang: str) -> str:
+    if p.stage == "warmup":
+        return t("rerun_warmup", lang)
+    return t("rerun_progress", lang, mode=t(f"rerun_mode_{p.stage}", lang), done=p.done, total=p.total,
+             seconds=p.seconds)
+
+
+TAB = Tab(tab="cache", elem_id="cache-tab", section="machine", order=10, view=VIEW, needs_run="generate_first", layout=(
+    Out("kv", "markdown", "kv-stats", words="cache_intro"),
+    Out("growth", "plot", "cache-growth", visible=True),
+    Action("rerun", "job", "rerun", "rerun-btn", run=rerun, out="compare_md", progress=rerun_progress, primary=False),
+    Out("compare_md", "markdown", "compare-md"),
+    Out("compare", "plot", "compare-plot", visible=True)))

@@ -27,6 +27,7 @@ import torch
 from playground.app.notes import note
 from playground.app.run import Run
 from playground.app.settings import RANGES, UISettings, plain
+from playground.app.tab import Action, Out, Row, Tab, Widget, Words
 from playground.app.words import t
 from playground.generation.plan import plan
 
@@ -158,3 +159,17 @@ def label_run(run: Run | None, started: Run | None, temperature: float) -> None:
     started (`run` is not `started`, the run on screen before the press); a run that could not start is left."""
     if run is not None and run is not started and not run.about:
         run.about = [note("history_temperature", t=float(temperature))]
+
+
+# The tool's part of the Class tools page (its events: `playground.ui.teacher`): three temperatures, one press.
+_LOW, _HIGH = RANGES["temperature"]
+TAB = Tab(tab="side_by_side", elem_id="temperature-compare", section="teacher", order=10, view=None, layout=(
+    Words("sbs_title_md", ("sbs_title",)),
+    Words("sbs_intro_md", ("sbs_intro",), classes=("pg-hint",)),
+    Row((*(Widget(name, "number", key, name.replace("_", "-"), default=value, low=max(_LOW, 0.05), high=_HIGH,
+                  step=0.05, capped=True, min_width=110)
+           for name, key, value in zip(("sbs_t1", "sbs_t2", "sbs_t3"), ("sbs_temp_low", "sbs_temp_mid", "sbs_temp_high"),
+                                       TEMPERATURES)),
+         Action("sbs_run", "press", "sbs_run", "sbs-run-btn", min_width=140)), elem_id="sbs-controls", equal_height=True),
+    Out("sbs_view", "html", "temperature-compare-view", plain=True),
+    Out("sbs_columns", "state")))  # the last comparison, drawn again in the other language

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from playground import viz
-from playground.app.fields import CONTROLS
+from playground.app.tab import Out, Row, Tab, Widget, Words, read
 from playground.app.view import KEEP, Context, Drawn, Selection, Slot, View
 from playground.app.words import t
 from playground.errors import PlaygroundError
@@ -22,13 +22,40 @@ MAX_STATS_TOKENS = 512  # the per-layer head summary holds every layer's maps at
 # visitor -> (the layer this view last showed, the live panel's layer then): which of the two moved since
 _SHOWN: OrderedDict[str, tuple[int, int]] = OrderedDict()
 _KEEP = 4096
-LAYER = next(c for c in CONTROLS if c.name == "att_layer")  # the page's slider, and where it starts
-SLIDERS = ("att_layer", "att_head")  # their range is the model's
+LAYER_START = 0  # where the page's layer slider starts
 
 
-def slider_tops(config: Any) -> dict[str, int]:
-    """The layer and head sliders' maxima for a model (at least 1: a slider needs a range)."""
-    return {"att_layer": max(1, config.n_layers - 1), "att_head": max(1, config.n_heads - 1)}
+def last_layer(config: Any) -> int:
+    """The layer slider's maximum for a model (at least 1: a slider needs a range)."""
+    return max(1, config.n_layers - 1)
+
+
+def last_head(config: Any) -> int:
+    return max(1, config.n_heads - 1)
+
+
+def scale_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("scale_linear", lang), "linear"), (t("scale_log", lang), "log")]
+
+
+def view_choices(lang: str, grouped: bool) -> list[tuple[str, str]]:
+    """The large attention view's choices; "mean per KV group" only where heads share K/V."""
+    choices = [(t("view_head", lang), "head"), (t("view_mean", lang), "mean"), (t("view_max", lang), "max")]
+    return choices + ([(t("view_group", lang), "group")] if grouped else [])
+
+
+def kind_choices(lang: str, kinds: tuple[str, ...] = ("self",)) -> list[tuple[str, str]]:
+    return [(t(f"kind_{k}", lang), k) for k in kinds]
+
+
+def model_kinds(lm: Any, lang: str) -> list[tuple[str, str]]:
+    """The kind choices of the visitor's model (a decoder's one before a model loads)."""
+    return kind_choices(lang, kinds_of(lm) if lm is not None else ("self",))
+
+
+def model_views(lm: Any, lang: str) -> list[tuple[str, str]]:
+    """The large view's choices for the visitor's model: "mean per KV group" only where heads share K/V."""
+    return view_choices(lang, grouped=lm is not None and lm.config.n_kv_heads < lm.config.n_heads)
 
 
 def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
@@ -38,7 +65,7 @@ def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
     live = live if 0 <= live < n_layers else n_layers - 1  # -1: the last
     before = _SHOWN.get(key)
     if before is None:
-        layer = live if asked == LAYER.default else asked
+        layer = live if asked == LAYER_START else asked
     elif asked != before[0]:
         layer = asked
     elif live != before[1]:
@@ -54,6 +81,7 @@ def shown_layer(key: str, asked: int, live: int, n_layers: int) -> int:
 
 
 def kinds_of(run: Any) -> tuple[str, ...]:
+    """The attention kinds of a run's (or a model's) kind, as the tab offers them, the first shown first."""
     return ("cross", "self", "encoder") if run.kind == "seq2seq" else ("self",)
 
 
@@ -77,16 +105,17 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     """The layer's maps with the selection clamped to the model: layer and head inside it, the query row the
     selected step's unless one was picked."""
     run, c = ctx.run, ctx.lm.config
+    picked = read(TAB.view_widgets(), sel.values)
     kinds = kinds_of(run)
-    kind = sel.kind if sel.kind in kinds else kinds[0]
+    kind = picked["att_kind"] if picked["att_kind"] in kinds else kinds[0]
     n_layers = c.n_encoder_layers if kind == "encoder" else c.n_layers
-    layer = shown_layer(ctx.key, int(sel.layer), ctx.live_layer, n_layers)
+    layer = shown_layer(ctx.key, picked["att_layer"], ctx.live_layer, n_layers)
     if len(run.prefix_ids) + len(run.path) > MAX_MAP_TOKENS:
         return {"too_long": True}
     maps = run.attention_maps(ctx.lm, kind, layer)  # (h, T, S)
     h, T, S = maps.shape
-    head = int(min(max(sel.head, 0), h - 1))
-    query = sel.query
+    head = int(min(max(picked["att_head"], 0), h - 1))
+    query = picked["att_query"]
     if query is None:
         query = len(run.prefix_ids) - 1 + run.step(sel.step) if kind != "encoder" else T - 1
     query = int(min(max(query, 0), T - 1))
@@ -98,8 +127,8 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     window = None
     if kind != "encoder" and run.kind == "decoder":
         window = c.layer_kinds()[layer].window  # this layer's own mask: each query sees its last `window` keys
-    return {"too_long": False, "kind": kind, "layer": layer, "head": head, "query": query, "asked": (sel.layer, sel.head),
-            "view": sel.view, "scale": sel.scale, "sink": sel.sink, "maps": maps, "groups": groups, "n_layers": n_layers,
+    return {"too_long": False, "kind": kind, "layer": layer, "head": head, "query": query, "asked": (picked["att_layer"], picked["att_head"]), "view": picked["att_view"], "scale": picked["att_scale"],
+            "sink": picked["att_sink"], "maps": maps, "groups": groups, "n_layers": n_layers,
             "q_labels": q_labels, "k_labels": k_labels, "stats": stats, "window": window}
 
 
@@ -160,3 +189,22 @@ def idle(lang: str, words: str) -> Drawn:
 VIEW = View("attention", "attention", frozenset({"run", "step", "layer", "head", "query"}),
             ("att_note", "att_grid", "att_heat", "att_row", "att_summary", "att_layer", "att_head", "att_query"),
             compute, draw, caption, idle)
+
+# The kind and view choices follow the model (a model load and the language switch set them).
+TAB = Tab(tab="attention", elem_id="attention-tab", section="watch", order=20, view=VIEW, layout=(
+    Words("attention_intro", ("attention_intro",), "attention-intro"),
+    Row((Widget("att_kind", "radio", "attention_kind", "att-kind", default="self", choices=kind_choices, relabel=False,
+                view=True, reads="text", of_model=model_kinds),
+         Widget("att_view", "radio", "large_view", "att-view", default="head", relabel=False, view=True, reads="text",
+                choices=lambda lang: view_choices(lang, grouped=True), of_model=model_views),
+         Widget("att_scale", "radio", "colour_scale", "att-scale", default="linear", choices=scale_choices, view=True,
+                reads="text"))),
+    Row((Widget("att_layer", "slider", "layer", "att-layer", default=LAYER_START, high_of=last_layer, view=True,
+                reads="whole"),
+         Widget("att_head", "slider", "head", "att-head", default=0, high_of=last_head, view=True, reads="whole"),
+         # the query row counts once moved (else the row follows the selected step)
+         Widget("att_query", "slider", "query", "att-query", default=0, view=True, reads="whole", moved=True),
+         Widget("att_sink", "checkbox", "hide_sink", "att-sink", default=False, view=True, reads="flag"))),
+    Out("att_note", "markdown", "att-note", words="nothing_yet"),
+    *(Out(name, "plot", name.replace("_", "-"), visible=True) for name in ("att_grid", "att_heat", "att_row",
+                                                                            "att_summary"))))

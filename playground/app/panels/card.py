@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from playground.app import describe
+from playground.app.tab import Out, Tab
 from playground.app.view import Context, Drawn, Selection, Slot, View
 
 
@@ -27,3 +28,6 @@ def idle(lang: str, words: str) -> Drawn:
 
 
 VIEW = View("card", "card", frozenset({"model"}), ("card",), compute, draw, caption, idle)
+
+TAB = Tab(tab="card", elem_id="card-tab", section="machine", order=20, view=VIEW,
+          layout=(Out("card", "html", "model-card"),))

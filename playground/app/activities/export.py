@@ -21,6 +21,7 @@ from typing import Any
 from playground.app import frames
 from playground.app.run import Run
 from playground.app.settings import UISettings, to_query
+from playground.app.tab import Action, Out, Row, Tab, Words
 from playground.hosting import shared_link
 from playground.steps import step_number
 
@@ -128,3 +129,16 @@ def file_name(record: dict[str, Any], suffix: str) -> str:
     """e.g. "tiny-lm-run-3.json": the model's name in plain characters."""
     model = re.sub(r"[^A-Za-z0-9._-]+", "-", str(record["model"]).split("/")[-1]).strip("-.") or "model"
     return f"{model[:60]}-run-{int(record['run'])}.{suffix}"
+
+
+# The tool's part of the Class tools page (its events: `playground.ui.teacher`): the server writes the file's text,
+# the browser saves it.
+TAB = Tab(tab="export", elem_id="export-run", section="teacher", order=90, view=None, layout=(
+    Words("export_title_md", ("export_title",)),
+    Words("export_intro_md", ("export_intro",), classes=("pg-hint",)),
+    Row((Action("export_json", "press", "export_json", "export-json-btn", min_width=120, primary=False),
+         Action("export_csv", "press", "export_csv", "export-csv-btn", min_width=120, primary=False)),
+        equal_height=True),
+    Out("export_md", "markdown", "export-md"),
+    Out("export_file", "data", "export-file"),  # {"name", "type", "text"} for the browser
+    Out("page_address", "data", "page-address")))  # the page's own address, from its script

@@ -7,6 +7,7 @@ from typing import Any
 
 from playground import analysis, viz
 from playground.analysis.positional import positional_data
+from playground.app.tab import Out, Row, Tab, Widget, read
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.models.positional import positional_layout
@@ -20,11 +21,12 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
             and run.settings.model == ctx.model):
         cache = run.analysis_cache(lm)
         shift = analysis.rope_shift_scores(lm, cache.result, run.step(sel.step), lm.config.n_layers - 1, 0, cache=cache)
-    length = int(sel.pe_length or 64)
-    data = positional_data(lm, length, float(sel.pe_base or 1000.0))
+    picked = read(TAB.view_widgets(), sel.values)
+    length = picked["pe_length"]
+    data = positional_data(lm, length, float(picked["pe_base"]))
     pair = None
     if data["scheme"] == "rope":
-        pair = int(min(max(sel.pe_pair, 0), len(data["inv_freq"]) - 1))
+        pair = int(min(max(picked["pe_pair"], 0), len(data["inv_freq"]) - 1))
     return {"data": data, "schemes": analysis.pe_schemes(lm, length), "shift": shift, "pair": pair,
             "layout": positional_layout(lm.config), "max_positions": lm.config.max_positions}
 
@@ -104,3 +106,12 @@ def idle(lang: str, words: str) -> Drawn:
 
 VIEW = View("positional", "positional", frozenset({"model", "step", "controls"}),
             ("pe_md", "pe1", "pe2", "pe3", "pe4", "pe5", "pe_pair"), compute, draw, caption, idle)
+
+TAB = Tab(tab="positional", elem_id="pe-tab", section="inside", order=20, view=VIEW, layout=(
+    Out("pe_md", "markdown", "pe-md"),
+    Row((Widget("pe_length", "slider", "pe_length", "pe-length", default=64, low=8, high=2048, step=8, view=True,
+                reads="count"),
+         Widget("pe_base", "number", "pe_base", "pe-base", default=1000, low=2, view=True, reads="real", on="submit"),
+         Widget("pe_pair", "slider", "pe_pair", "pe-pair", default=0, low=0, high=31, visible=False, view=True,
+                reads="whole"))),
+    *(Out(f"pe{i}", "plot", f"pe-plot-{i}", visible=True) for i in range(1, 6))))
