@@ -71,8 +71,9 @@ def test_a_rerun_without_the_cache_leaves_other_visitors_their_turn(served):
         done.set()
         prober.join(timeout=60)
     assert rerun["success"]
-    figure, note = rerun["output"]
-    assert "same tokens" in note and figure is not None
+    # The job's last line is empty: it ended with its result kept on the run (a stop or an error says so there);
+    # the KV tab's redraw that follows draws it (its note, "same tokens", is checked where the view is drawn)
+    assert rerun["output"] == [""], rerun["output"]
     during = probes[1:]  # the first includes the client's own start
     print(f"\nrerun {rerun_seconds:.1f} s; probe requests during it: {len(during)}, slowest {max(during):.2f} s")
     assert rerun_seconds > 3.0, "the rerun must be real work for the comparison to mean anything"

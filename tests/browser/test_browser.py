@@ -353,6 +353,9 @@ def test_beam_search_shows_the_best_beam_as_clickable_tokens(page, server):
 def test_a_chat_model_opens_with_chat_on_and_a_link_restores_it(page, browser, server):
     open_app(page, server, model="tiny-chat")
     assert page.is_checked("#chat input")
+    # The model's example prompt is the load's last write to the controls: before it, a loaded machine once sent
+    # the controls' values from before the load with the click, and the link came back empty
+    page.wait_for_function("() => document.querySelector('#prompt textarea').value !== ''")
     page.click("#copy-link-btn")
     # the link first, then what it says (a CI log then tells a link that never came from one without chat=true)
     page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').startsWith('http')")
