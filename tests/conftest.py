@@ -65,7 +65,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     again = [item for item in items if _chinese_on_a_phone_again(item)]
     if again:
         config.hook.pytest_deselected(items=again)
-        items[:] = [item for item in items if not _chinese_on_a_phone_again(item)]
+        dropped = set(map(id, again))
+        items[:] = [item for item in items if id(item) not in dropped]
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")

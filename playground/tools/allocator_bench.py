@@ -16,22 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+
+from playground.tools.server import rss_bytes
 
 SETTINGS = ("default", "bounded")
 PROMPT = "Write a long story about a dragon who learns to cook."
-
-
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def child(setting: str, model: str, tokens: int, churn: int, threads: int) -> dict:
@@ -59,7 +54,7 @@ def child(setting: str, model: str, tokens: int, churn: int, threads: int) -> di
         made = decode(lm, tokens)
         times.append(made / (time.perf_counter() - t0))
     heap.release(force=True)
-    rss_warm = _rss()
+    rss_warm = rss_bytes(os.getpid())
     for _ in range(churn):
         copy = variants.variant(lm, "int8", real=False)
         decode(copy.lm, 16)
@@ -70,7 +65,7 @@ def child(setting: str, model: str, tokens: int, churn: int, threads: int) -> di
     heap.release(force=True)
     malloc = heap.allocator()
     return {"setting": setting, "took": bounded, "tokens_per_s": statistics.median(times), "rss_warm": rss_warm,
-            "rss_after": _rss(), "in_use": malloc.in_use if malloc else 0,
+            "rss_after": rss_bytes(os.getpid()), "in_use": malloc.in_use if malloc else 0,
             "free_kept": malloc.free_kept if malloc else 0}
 
 
