@@ -56,7 +56,7 @@ from torch import nn
 
 from playground.generation import captures, prefix_cache, sampler, sampling
 from playground.generation.events import StepEvent
-from playground.generation.tokens import generated_start
+from playground.generation.tail import EventTail
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
 from playground.models.kv_pool import KVPool, bucket
@@ -550,10 +550,7 @@ def _rope_switch(model: nn.Module) -> int | None:
     return model.rope.switch_after if getattr(model, "rope", None) is not None else None
 
 
-def decode(
-    p: Any, stop: threading.Event | None, clock: Any, finish_reason: Callable[..., str | None],
-    eager: Callable[..., Iterator[StepEvent]],
-) -> Iterator[StepEvent]:
+def decode(p: Any, stop: threading.Event | None, eager: Callable[..., Iterator[StepEvent]]) -> Iterator[StepEvent]:
     """The run of plan `p` (greedy or sampled) through its model's captured step: one StepEvent per token,
     the same events the eager loop (`eager`) gives; that loop runs instead while the step is busy."""
     shape = shape_of(p)
@@ -567,7 +564,7 @@ def decode(
         step, run = held
         row, cache = step.start(p.prefix_ids, p.max_length, sampler.RowKnobs.of(p.pipeline), p.cfg.interventions)
         try:
-            yield from _steps(p, stop, clock, finish_reason, step, run, row, cache)
+            yield from _steps(p, stop, step, run, row, cache)
         finally:
             step.release(row)
 
@@ -584,8 +581,7 @@ def _prefill(p: Any, ids: torch.Tensor, cache: KVCache, recorder: Any) -> torch.
 
 
 def _steps(
-    p: Any, stop: threading.Event | None, clock: Any, finish_reason: Callable[..., str | None], step: DecodeStep,
-    run: Callable[..., torch.Tensor], row: int, cache: KVCache,
+    p: Any, stop: threading.Event | None, step: DecodeStep, run: Callable[..., torch.Tensor], row: int, cache: KVCache,
 ) -> Iterator[StepEvent]:
     lm, cfg, shape, layout = p.lm, p.cfg, step.shape, step.layout
     n_layers = lm.config.n_layers
@@ -597,7 +593,7 @@ def _steps(
         generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
         noise = torch.ones((shape.rows, lm.config.vocab_size), dtype=torch.float32, device=lm.device)
     prompt_length = len(p.prefix_ids)
-    generated = generated_start(lm)
+    tail = EventTail(p)
     for i in range(cfg.max_new_tokens):
         if stop is not None and stop.is_set():
             return
@@ -637,13 +633,8 @@ def _steps(
             cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64).tolist(),
                                       layout.read(told, "raw").tolist(), probs.tolist(), finite.tolist(), token_id,
                                       lm.token_text)
-        generated = generated.extend(token_id)
-        reason = finish_reason(p, token_id, len(generated), generated)
-        step_ms = clock.record(i, t0)
-        yield StepEvent(
-            step=i, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
-            candidates=cands, beams=None, kv=cache.stats(), clock=clock.timing(step_ms, len(generated)), attention=rows, finished=reason is not None,
-            finish_reason=reason, residual=residual, prompt_attention=prompt,
-        )
-        if reason is not None:
+        event = tail.event(i, token_id, prob, t0, kv=cache.stats(), candidates=cands, attention=rows, residual=residual,
+                           prompt_attention=prompt)
+        yield event
+        if event.finished:
             return

@@ -23,9 +23,10 @@ import torch
 from playground.generation import captured, captures, sampling, speculative
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig
-from playground.generation.events import Beams, GenerationResult, Hypothesis, StepCapture, StepEvent, Timing, TokenStep
+from playground.generation.events import Beams, GenerationResult, Hypothesis, StepCapture, StepEvent, TokenStep
 from playground.generation.plan import Plan, plan
 from playground.generation.stepper import Stepper, full_attention
+from playground.generation.tail import Clock, EventTail
 from playground.generation.tokens import Tokens, generated_start
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
@@ -55,40 +56,12 @@ def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent
     """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
     reason = captured.why_eager(p)
     if reason is None:  # loaded with compile=True and a run the captured step takes
-        return captured.decode(p, stop, _Clock(), _finish_reason, _greedy_or_sample)
+        return captured.decode(p, stop, _greedy_or_sample)
     p.decoding = captured.eager_decoding(p, reason)
     if p.draft is not None:
-        return speculative.speculate(p, stop, _Clock(), _finish_reason)
+        return speculative.speculate(p, stop)
     loop = _beam_search if p.cfg.num_beams > 1 else _greedy_or_sample
     return loop(p, stop)
-
-
-class _Clock:
-    """prefill / per-step timings of engine work (time spent in the consumer is not counted)."""
-
-    def __init__(self) -> None:
-        self.prefill_ms = 0.0
-        self.decode_ms = 0.0
-        self.decode_steps = 0
-        self.total_ms = 0.0
-
-    def record(self, step: int, started: float) -> float:
-        """Account one step that began at perf_counter() `started`; returns its milliseconds."""
-        step_ms = (time.perf_counter() - started) * 1000
-        self.total_ms += step_ms
-        if step == 0:
-            self.prefill_ms = step_ms
-        else:
-            self.decode_ms += step_ms
-            self.decode_steps += 1
-        return step_ms
-
-    def timing(self, step_ms: float, tokens: int) -> Timing:
-        """prefill_ms, step_ms, decode_ms_per_token, tokens_per_s, elapsed_ms (`Timing.KEYS`), milliseconds to 3
-        places; the rate is the decode rate after the prefill, before any decode step the rate with the prefill."""
-        per_token = self.decode_ms / self.decode_steps if self.decode_steps else 0.0
-        rate = 1000.0 / per_token if per_token else tokens * 1000.0 / max(self.total_ms, 1e-9)
-        return Timing(round(x, 3) for x in (self.prefill_ms, step_ms, per_token, rate, self.total_ms))
 
 
 def _new_stepper(p: Plan, batch: int) -> Stepper:
@@ -129,16 +102,6 @@ def _recorded(p: Plan, recorder, step: int) -> tuple[Any, Any, Any]:
     return rows, captures.residual_rows(recorder), prompt
 
 
-def _finish_reason(p: Plan, token_id: int, generated: int, tokens: Tokens) -> str | None:
-    if token_id in p.eos_ids:
-        return "eos"
-    if p.cfg.stop_strings and any(s in tokens.text for s in p.cfg.stop_strings):  # decoded only for stop strings
-        return "stop_string"
-    if generated >= p.cfg.max_new_tokens:
-        return "length"
-    return None
-
-
 def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
     lm, cfg, pipeline = p.lm, p.cfg, p.pipeline
     generator = None
@@ -146,8 +109,7 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
         generator = torch.Generator(device=lm.device)
         generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
     stepper = _new_stepper(p, batch=1)
-    clock = _Clock()
-    generated = generated_start(p.lm)
+    tail = EventTail(p)
     token: torch.Tensor | None = None
     for step in range(cfg.max_new_tokens):
         if stop is not None and stop.is_set():
@@ -164,17 +126,11 @@ def _greedy_or_sample(p: Plan, stop: threading.Event | None) -> Iterator[StepEve
             if stages is not None:
                 cands = sampling.candidates([(n, s[0]) for n, s in stages], token_id, cfg.top_candidates, lm.token_text)
             rows, residual, prompt = _recorded(p, recorder, step)
-        generated = generated.extend(token_id)
-        reason = _finish_reason(p, token_id, len(generated), generated)
-        step_ms = clock.record(step, t0)
-        yield StepEvent(
-            step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
-            candidates=cands, beams=None, kv=stepper.stats(), clock=clock.timing(step_ms, len(generated)),
-            attention=captures.pick_row(rows, 0),
-            finished=reason is not None, finish_reason=reason, residual=captures.pick_residual(residual, 0),
-            prompt_attention=prompt,
-        )
-        if reason is not None:
+        event = tail.event(step, token_id, prob, t0, kv=stepper.stats(), candidates=cands,
+                           attention=captures.pick_row(rows, 0), residual=captures.pick_residual(residual, 0),
+                           prompt_attention=prompt)
+        yield event
+        if event.finished:
             return
 
 
@@ -182,7 +138,7 @@ def _beam_search(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
     lm, cfg, pipeline = p.lm, p.cfg, p.pipeline
     nb = cfg.num_beams
     stepper = _new_stepper(p, batch=nb)
-    clock = _Clock()
+    clock = Clock()
     beams = BeamSearch(
         torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device), num_beams=nb, max_length=p.max_length,
         eos_token_ids=p.eos_ids, length_penalty=cfg.length_penalty, early_stopping=cfg.early_stopping,

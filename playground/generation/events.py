@@ -300,7 +300,7 @@ class StepCapture:
 
 
 class Timing(array):
-    """A step's clock, five floats (`_Clock.timing`) in one array of doubles (a tuple of float objects costs twice
+    """A step's clock, five floats (`tail.Clock.timing`) in one array of doubles (a tuple of float objects costs twice
     as much, per step of every run kept), read as the dict the event's `timing` gives."""
 
     __slots__ = ()

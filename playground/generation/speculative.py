@@ -31,13 +31,12 @@ from playground.generation.config import GenerationConfig, SettingsError, draft_
 from playground.generation.drafters import Draft, ModelDrafter, NgramDrafter, first_layers, rewindable_cache
 from playground.generation.events import StepEvent
 from playground.generation.stepper import DecoderStepper
-from playground.generation.tokens import Tokens, generated_start
+from playground.generation.tail import EventTail
 from playground.loaded import LoadedModel
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from playground.generation.engine import _Clock
     from playground.generation.plan import Plan
 
 RESIDUAL_TOP = 5  # residual entries kept per rejection, to draw max(0, p − q)
@@ -202,11 +201,9 @@ def _check_position(
     return token, record
 
 
-def speculate(
-    p: Plan, stop: threading.Event | None, clock: _Clock, finish: Callable[[Plan, int, int, Tokens], str | None],
-) -> Iterator[StepEvent]:
-    """The speculative loop over a plan `p` (greedy or sampled); `clock` and `finish` are the engine's
-    timing and end rule, shared with plain decoding."""
+def speculate(p: Plan, stop: threading.Event | None) -> Iterator[StepEvent]:
+    """The speculative loop over a plan `p` (greedy or sampled); its events end, are timed and are built as plain
+    decoding's (`tail.EventTail`)."""
     lm, cfg, pipeline = p.lm, p.cfg, p.pipeline
     generator = None
     if pipeline.sampling:
@@ -215,7 +212,7 @@ def speculate(
     stepper = SpeculativeStepper(lm.model, batch=1, max_tokens=p.max_length, use_cache=cfg.use_cache)
     drafter = p.draft.drafter(p.max_length + cfg.draft_tokens)
     totals = {"proposed": 0, "accepted": 0, "target_passes": 0}
-    generated = generated_start(lm)
+    tail = EventTail(p)
     step = 0
     while True:
         if stop is not None and stop.is_set():
@@ -226,7 +223,7 @@ def speculate(
                 logits = _target(p, stepper.start, None, torch.tensor(p.prefix_ids, device=lm.device))
                 draft, chosen = Draft([]), _plain_choice(p, stepper.sequence(), logits, generator)
             else:
-                k = stepper.room(min(cfg.draft_tokens, cfg.max_new_tokens - len(generated) - 1))
+                k = stepper.room(min(cfg.draft_tokens, cfg.max_new_tokens - len(tail.generated) - 1))
                 draft = drafter.propose(stepper.sequence(), k, pipeline, generator) if k > 0 else Draft([])
                 logits = _target(p, stepper.verify, draft.tokens)
                 chosen = _check_pass(p, stepper.sequence(), draft, logits, generator)
@@ -236,19 +233,13 @@ def speculate(
             stats = stepper.stats()
         for j, (token_id, prob, record) in enumerate(chosen):
             totals["accepted"] += bool(record.get("accepted"))
-            generated = generated.extend(token_id)
-            reason = finish(p, token_id, len(generated), generated)
-            step_ms = clock.record(step, t0 if j == 0 else time.perf_counter())
             record.update(pass_index=totals["target_passes"] - 1, position=j, drafter=p.draft.name,
                           drafted=list(draft.tokens), totals=dict(totals))
-            yield StepEvent(
-                step=step, token_id=token_id, token_text=lm.token_text(token_id), prob=prob, tokens=generated,
-                candidates=record.pop("_candidates", None), beams=None, kv=stats,
-                clock=clock.timing(step_ms, len(generated)), finished=reason is not None, finish_reason=reason,
-                speculation=record,
-            )
+            event = tail.event(step, token_id, prob, t0 if j == 0 else time.perf_counter(), kv=stats,
+                               candidates=record.pop("_candidates", None), speculation=record)
+            yield event
             step += 1
-            if reason is not None:
+            if event.finished:
                 return
 
 
