@@ -55,12 +55,13 @@ import torch
 from torch import nn
 
 from playground.generation import captures, prefix_cache, sampler, sampling
+from playground.generation.config import GenerationConfig
 from playground.generation.events import StepEvent
 from playground.generation.tail import EventTail
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
 from playground.models.kv_pool import KVPool, bucket
-from playground.models.static import Capture, EditKey, Edits, StaticRows, capturable, edit_keys
+from playground.models.static import Capture, EditKey, Edits, StaticRows, capturable, edit_keys, untaken_edit
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the row counts a batch of captured steps is padded up to
 # Every step (any model, any shape) runs one code object, `DecodeStep.forward`, whose compiled graphs dynamo
@@ -496,6 +497,27 @@ class CapturedDecoder:
             return list(self._steps)
 
 
+# What the captured step takes: the fields of GenerationConfig it honours (or that change nothing of a plain decode:
+# the prompt's chat template, stop strings and truncation are the plan's and the tail's). A run that sets any other
+# field away from its default decodes eagerly and says why: a setting added later is eager until the step learns it.
+TAKES = frozenset({
+    "max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "min_p", "seed", "top_candidates",
+    "capture_attention", "attention_layers", "capture_prompt_attention", "capture_residual", "interventions",
+    "chat", "stop_strings", "truncate_prompt",
+    "weight_precision",  # the step decodes the model it was built for: a copy at another precision is caught first
+    "length_penalty", "early_stopping", "draft_tokens",  # beam search's and drafting's: nothing without them
+})
+EAGER_BECAUSE = {  # the words for the settings the step leaves to the eager loop
+    "num_beams": "beam search decodes eagerly",
+    "draft": "speculative decoding checks drafts eagerly",
+    "use_cache": "without a KV cache every step reads the whole sequence: eager",
+    **dict.fromkeys(("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling"),
+                    "a KV-cache policy or RoPE scaling decodes eagerly"),
+}
+PRECISION_COPY = "a run at another weight precision decodes a copy of the model, eagerly"
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GenerationConfig)}
+
+
 def why_eager(p: Any) -> str | None:
     """Why the run of plan `p` cannot decode through its model's captured steps (None: it can; the model
     must have them: `load_model(..., compile=True)`)."""
@@ -506,18 +528,18 @@ def why_eager(p: Any) -> str | None:
     if getattr(lm.model, "shared_batch", False):
         return "the shared batch decodes its requests together, eagerly"
     if lm.model is not decoder.model:
-        return "a run at another weight precision decodes a copy of the model, eagerly"
+        return PRECISION_COPY
     reason = capturable(lm.model)
     if reason is not None:
         return reason
-    if cfg.num_beams > 1:
-        return "beam search decodes eagerly"
-    if p.draft is not None:
-        return "speculative decoding checks drafts eagerly"
-    if not cfg.use_cache:
-        return "without a KV cache every step reads the whole sequence: eager"
+    for name, default in _DEFAULTS.items():
+        if name not in TAKES and getattr(cfg, name) != default:
+            return EAGER_BECAUSE.get(name, f"the captured step does not take {name}: eager")
     if p.policy is not None:
-        return "a KV-cache policy or RoPE scaling decodes eagerly"
+        return EAGER_BECAUSE["kv_window"]
+    edit = untaken_edit(cfg.interventions)
+    if edit is not None:
+        return f"the captured step does not take the edit {edit}: eager"
     switch = _rope_switch(lm.model)
     if switch is not None and len(p.prefix_ids) <= switch <= p.max_length - 2:
         return "longrope switches to its long table during this run (the cache is encoded again): eager"

@@ -40,12 +40,25 @@ class Capture:
 EditKey = tuple[str, int, int]
 
 
+# The edits a step takes as per-row values, by their type (the kind of buffer each becomes).
+EDIT_KINDS: dict[type, Callable[[Any], str]] = {
+    Ablate: lambda iv: "heads" if getattr(iv, "component", "head") == "head" else "mlp",
+    Steer: lambda iv: "steer",
+    Patch: lambda iv: "patch",
+}
+
+
+def untaken_edit(interventions: Sequence[Intervention]) -> str | None:
+    """The name of the first edit a step cannot take as per-row values (None: it takes them all)."""
+    return next((type(iv).__name__ for iv in interventions if type(iv) not in EDIT_KINDS), None)
+
+
 def edit_keys(interventions: Sequence[Intervention]) -> tuple[EditKey, ...]:
-    """The shape of a run's edits (which ones, on which layers, in order): a step's graph depends on it."""
+    """The shape of a run's edits (which ones, on which layers, in order): a step's graph depends on it. Every edit
+    must be one the step takes (`untaken_edit`)."""
     keys: list[EditKey] = []
     for iv in interventions:
-        kind = {Ablate: "heads" if getattr(iv, "component", "head") == "head" else "mlp", Steer: "steer",
-                Patch: "patch"}[type(iv)]
+        kind = EDIT_KINDS[type(iv)](iv)
         keys.append((kind, iv.layer, sum(k[0] == kind and k[1] == iv.layer for k in keys)))
     return tuple(keys)
 

@@ -79,3 +79,31 @@ def test_the_cli_with_compile_says_captured_with_its_backend(checkpoint):
     decoding = json.loads(out.stdout)["decoding"]
     assert decoding["captured"] is True and decoding["backend"] == "eager"
     assert decoding["rows"] == 1 and decoding["reason"] == ""
+
+
+def test_the_step_takes_only_what_it_knows_and_anything_else_decodes_eagerly_and_says_why(checkpoint, lm):
+    """The captured step's allow list: a setting or an edit it does not take decodes eagerly, says which, and gives
+    the eager loop's own tokens (before, an edit of a kind the step did not know raised KeyError)."""
+    import dataclasses
+
+    from playground.generation import captured
+    from playground.interventions import Steer
+
+    @dataclasses.dataclass(frozen=True)
+    class Nudge(Steer):  # an edit of a new kind: the hooks apply it (it is a Steer), the step's buffers do not know it
+        pass
+
+    compiled = playground.load_model(checkpoint, compile="eager")
+    vector = tuple(0.05 * ((i % 7) - 3) for i in range(compiled.config.d_model))
+    cases = [(GenerationConfig(max_new_tokens=4, forced_bos_token_id=9),
+              "the captured step does not take forced_bos_token_id: eager"),
+             (GenerationConfig(max_new_tokens=4, interventions=(Nudge(layer=0, vector=vector),)),
+              "the captured step does not take the edit Nudge: eager")]
+    for cfg, reason in cases:
+        got = generate_all(compiled, [5, 6, 7], cfg)
+        assert got.decoding == {"captured": False, "rows": 1, "backend": "eager", "reason": reason}
+        assert got.sequences[0].token_ids == generate_all(lm, [5, 6, 7], cfg).sequences[0].token_ids
+    plain = generate_all(compiled, [5, 6, 7], GenerationConfig(max_new_tokens=4, interventions=(
+        Steer(layer=0, vector=vector),)))
+    assert plain.decoding["captured"] is True  # a kind it knows: per-row values of the step
+    assert set(captured.TAKES).isdisjoint(captured.EAGER_BECAUSE)
