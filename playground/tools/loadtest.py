@@ -3,6 +3,7 @@
     python -m playground.tools.loadtest --clients 8 --runs 20            # starts app.py on a free port
     python -m playground.tools.loadtest --url http://127.0.0.1:7860/     # an already running server
     python -m playground.tools.loadtest --page --clients 16 --seconds 150 # the page's own path, mixed (loadtest_page)
+    python -m playground.tools.loadtest --core --visitors 1,8             # the app's core, no Gradio (loadtest_core)
 
 Each client first records what it gets alone (its own prompt and seed, one request at a time, before
 the crowd starts); then all clients run concurrently. Checks: zero errors and every concurrent output
@@ -56,6 +57,10 @@ def run_client(url: str, i: int, args: argparse.Namespace, expected: list[int] |
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
+    if "--core" in given:  # the app's core without Gradio: loadtest_core
+        from playground.tools import loadtest_core
+
+        return loadtest_core.main(given)
     if "--class" in given:  # a class's day on the page's own path: loadtest_class
         from playground.tools import loadtest_class
 

@@ -80,3 +80,28 @@ def test_the_gpu_benchmark_measures_every_engine_and_checks_each_stream_against_
         assert ("ours alone" in row.rates) == (row.streams == 1)
     table = gpu_bench.markdown(rows, what, "CPU")
     assert table.count("\n| float32 |") == 4 and "ours / compiled" in table
+
+
+def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(tmp_path, capsys, one_thread):
+    """`loadtest --core` on a tiny chat Llama: each visitor's row, the crowd equal to the solo runs, transformers'
+    static cache beside it, and the CPU targets said (met or not: a speed is read, never asserted)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from playground.tools import loadtest
+    from tests.hf_tiny import llama_like, save_decoder
+    from tests.ui_fixtures import save_char_tokenizer
+
+    folder = tmp_path / "tiny-chat"
+    folder.mkdir()
+    save_decoder(folder, "llama", llama_like(vocab_size=256, eos_token_id=2), seed=3)  # transformers draws ids ≥ 100
+    save_char_tokenizer(folder)
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tok.save_pretrained(folder)
+    assert loadtest.main(["--core", "--model", str(folder), "--visitors", "1,2", "--new-tokens", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "1 visitor at once" in out and "2 visitors at once" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| visitor")]
+    assert len(rows) == 3 and all(row.endswith("| yes |") for row in rows)  # every visitor equal to its solo run
+    assert out.count("transformers static cache, ") == 2
+    assert "1 visitor: " in out and "2 visitors: the slowest " in out

@@ -1,0 +1,169 @@
+"""A class at the app's core: N visitors' page runs at once through sessions, plans and the shared batch, no Gradio.
+
+    python -m playground.tools.loadtest --core [--model weights/SmolLM2-135M-Instruct] [--visitors 1,8]
+                                              [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
+
+Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and
+the page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates),
+its events from the app's own batch on the one torch thread (`engine_stream.run_events`: what the page's stream
+reads). First every visitor runs alone (its solo tokens); then for each N, N visitors press at once. Printed per
+visitor: its tokens, first token (press → first event), decode tokens/s (tokens after the first over first → last
+event) and that rate against the command-line generator's in the same run (`generate_all` on the first question,
+nothing recorded: what `python -m playground generate` does), and whether its tokens equal its solo run. Beside
+them, transformers `generate()` with a static cache on the same model (compiled by transformers where it compiles
+one: on CUDA), at 1 row and at N rows of the same length. On the CPU the crowd must not get slower: one visitor at
+least 0.9× the CLI, and with 8 visitors each at least 0.5× the CLI with a first token within 3 s; the last lines
+say whether it held. The machine's other load moves every number: compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from playground.tools import gpu_bench
+
+QUESTIONS = ["Explain step by step how a bicycle works.", "Describe the water cycle in detail.",
+             "Explain how a computer stores numbers.", "Tell me the history of the printing press.",
+             "Explain how plants make food from sunlight.", "Describe how a train engine works.",
+             "Explain why the seasons change.", "Describe how bread is made, step by step."]
+CPU_ALONE, CPU_CROWD, CPU_FIRST = 0.9, 0.5, 3.0  # the CPU targets: ratios to the CLI, first token in seconds
+
+
+@dataclass
+class Visit:
+    """One visitor's press: its tokens and when each event came (seconds after the press)."""
+
+    tokens: list[int]
+    stamps: list[float]
+
+    @property
+    def first(self) -> float:
+        return self.stamps[0] if self.stamps else float("inf")
+
+    @property
+    def rate(self) -> float:
+        n = len(self.stamps)
+        return (n - 1) / (self.stamps[-1] - self.stamps[0]) if n > 1 and self.stamps[-1] > self.stamps[0] else 0.0
+
+
+def settings(name: str, i: int, new_tokens: int) -> Any:
+    from playground.app.settings import UISettings
+
+    return UISettings(model=name, prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, mode="greedy",
+                      max_new_tokens=new_tokens)
+
+
+def press(lm: Any, name: str, i: int, new_tokens: int, start: float) -> Visit:
+    """Visitor i's page press through the app's core, its events timed from `start`."""
+    from playground.app.engine_stream import run_events
+    from playground.app.play import start_run
+    from playground.app.session import Session
+
+    _, p = start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=True)
+    visit = Visit([], [])
+    for event in run_events(p, threading.Event(), owner=f"visitor-{i}"):
+        if hasattr(event, "token_id"):  # not a place in line
+            visit.tokens.append(int(event.token_id))
+            visit.stamps.append(time.perf_counter() - start)
+    return visit
+
+
+def crowd(lm: Any, name: str, n: int, new_tokens: int) -> list[Visit]:
+    visits: list[Visit | None] = [None] * n
+    start = time.perf_counter()
+
+    def go(i: int) -> None:
+        visits[i] = press(lm, name, i, new_tokens, start)
+
+    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=1800)
+    return [v or Visit([], []) for v in visits]
+
+
+def cli_rate(lm: Any, name: str, new_tokens: int, repeats: int = 2) -> float:
+    """The command-line generator's decode tokens/s on the first question (nothing recorded), best of `repeats`."""
+    from playground.app.play import prompt_tokens
+    from playground.generation import GenerationConfig, generate_all
+
+    ids, _ = prompt_tokens(lm, settings(name, 0, new_tokens))
+    cfg = GenerationConfig(max_new_tokens=new_tokens, chat=False, top_candidates=0)
+    return max(generate_all(lm, ids, cfg).timing["tokens_per_s"] for _ in range(repeats))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--core", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="weights/SmolLM2-135M-Instruct", help="a checkpoint folder")
+    parser.add_argument("--visitors", default="1,8", help="the crowd sizes, comma-separated")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--no-transformers", action="store_true", help="leave out transformers' static cache")
+    args = parser.parse_args(argv)
+    if (code := gpu_bench.fail_without_cuda(args.device)) is not None:
+        return code
+    from playground.checkpoints.loader import load_model
+
+    folder = Path(args.model)
+    if not folder.is_dir():
+        print(f"error: no checkpoint folder at {args.model}", file=sys.stderr)
+        return 2
+    lm = load_model(folder, device=args.device, dtype=args.dtype)
+    name = folder.name
+    sizes = [int(x) for x in args.visitors.split(",")]
+    cli = cli_rate(lm, name, args.new_tokens)
+    print(f"{name}; {gpu_bench.device_name(args.device)}, {args.dtype}; greedy, chat on, the page's live captures, "
+          f"{args.new_tokens} new tokens; the CLI alone: {cli:.1f} tokens/s", flush=True)
+    solo = [press(lm, name, i, args.new_tokens, time.perf_counter()).tokens for i in range(max(sizes))]
+    theirs = None
+    if not args.no_transformers:
+        theirs = gpu_bench.Theirs(folder, args.device, args.dtype, compiled=True)
+    held: list[str] = []
+    unequal = 0  # visitors whose tokens in a crowd differ from their solo run
+    for n in sizes:
+        visits = crowd(lm, name, n, args.new_tokens)
+        print(f"\n{n} visitor{'s' if n > 1 else ''} at once\n\n| visitor | tokens | first token | decode tokens/s | "
+              "against the CLI | equal to alone |\n|---|---|---|---|---|---|")
+        for i, v in enumerate(visits):
+            unequal += v.tokens != solo[i]
+            print(f"| {i} | {len(v.tokens)} | {v.first:.2f} s | {v.rate:.1f} | {v.rate / cli:.2f}× | "
+                  f"{'yes' if v.tokens == solo[i] else 'NO'} |")
+        span = max((v.stamps[-1] for v in visits if v.stamps), default=0.0)
+        total = sum(len(v.tokens) for v in visits)
+        line = f"all together: {total} tokens in {span:.1f} s, {total / max(span, 1e-9):.1f} tokens/s"
+        if theirs is not None:
+            dev = torch.device(args.device)
+            batch = gpu_bench.prompts(lm.config.vocab_size, n)
+            theirs.run(batch, 2)  # warm-up
+            rate = gpu_bench.decode_rate(lambda k, rows=batch: theirs.run(rows, k), n, args.new_tokens, 1, dev)
+            line += f"; transformers static cache, {n} rows of {gpu_bench.PROMPT_TOKENS} tokens: {rate:.1f} tokens/s"
+        print(line, flush=True)
+        if args.device == "cpu":
+            worst = min(v.rate for v in visits) / cli
+            first = max(v.first for v in visits)
+            if n == 1:
+                held.append(f"1 visitor: {worst:.2f}× the CLI (target ≥ {CPU_ALONE}): "
+                            f"{'held' if worst >= CPU_ALONE else 'NOT held'}")
+            else:
+                ok = worst >= CPU_CROWD and first <= CPU_FIRST
+                held.append(f"{n} visitors: the slowest {worst:.2f}× the CLI (target ≥ {CPU_CROWD}), the last first "
+                            f"token {first:.2f} s (target ≤ {CPU_FIRST:.0f} s): {'held' if ok else 'NOT held'}")
+        del visits
+    if held:
+        print("\n" + "\n".join(held))
+    return 0 if unequal == 0 else 1  # a visitor's tokens that depend on the crowd: a failure
+
+
+if __name__ == "__main__":
+    sys.exit(main())
