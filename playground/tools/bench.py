@@ -4,6 +4,7 @@
                                [--readme README.md]
     python -m playground.tools.bench --browser   # tokens shown in the page vs the engine (bench_browser)
     python -m playground.tools.bench --speculative  # speculative decoding vs plain greedy (speculative_bench)
+    python -m playground.tools.bench --page-cost [--before DIR]  # the browser's main thread per page load and run
     python -m playground.tools.bench --device cuda [--streams 1,2,4,8,16,32,64] [--dtypes float32,bfloat16]
                                # on a GPU: ours vs transformers eager and static cache + torch.compile (gpu_bench)
 
@@ -388,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         from playground.tools import bench_browser
 
         return bench_browser.main(argv)
+    if "--page-cost" in (sys.argv[1:] if argv is None else argv):  # the browser's main thread per load and run
+        from playground.tools import page_cost
+
+        return page_cost.main(argv)
     if "--speculative" in (sys.argv[1:] if argv is None else argv):  # speculative decoding against plain
         from playground.tools import speculative_bench
 
