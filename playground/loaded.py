@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,9 +119,12 @@ class LoadedModel:
 
     def detokenize(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text for token ids (the ids themselves, space-separated, without a tokenizer)."""
-        if self.tokenizer is None:
-            return " ".join(str(i) for i in ids)
-        return guarded(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens, doing="decode")
+        return detokenize(self.tokenizer, ids, skip_special_tokens=skip_special_tokens)
+
+    def text_of(self, *, skip_special_tokens: bool = False) -> Callable[[list[int]], str]:
+        """`detokenize` as a function that holds the tokenizer only, never the model: what a run keeps to decode
+        its text later (a run kept in a tab's history must not keep its model, or what its model's passes held)."""
+        return functools.partial(detokenize, self.tokenizer, skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
         """One token's own text (what a token chip or an axis label shows); a byte-level piece of a
@@ -263,3 +267,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value if value is None or isinstance(value, (bool, int, float)) else str(value)
+
+
+def detokenize(tokenizer: Any | None, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+    """Text for token ids through `tokenizer` (the ids themselves, space-separated, without one)."""
+    if tokenizer is None:
+        return " ".join(str(i) for i in ids)
+    return guarded(tokenizer.decode, ids, skip_special_tokens=skip_special_tokens, doing="decode")

@@ -8,6 +8,7 @@ test can tell memory kept by design from memory that was not returned, without a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from playground.app import heap
 from playground.app.registry import ModelRegistry
-from playground.app.serving import prefix_held
+from playground.app.serving import pools_held, prefix_held
 from playground.app.session import Sessions
 from playground.variants import VARIANTS
 
@@ -42,6 +43,8 @@ class Holdings:
     prefix_bytes: int = 0
     live_values: int = 0  # the whole live-screen values `live_state` keeps per run version (`ui.streaming`)
     live_value_bytes: int = 0
+    pools: int = 0  # the running requests' KV caches: rows of the shared batch's pools (`app.serving.pools_held`)
+    pool_bytes: int = 0
     # Not kept on purpose, so not in the total: glibc's own account of the whole process (`heap.allocator`), which
     # tells what the rest of RSS is: still allocated by something, or freed and kept by the allocator
     heap_in_use: int = 0
@@ -52,7 +55,7 @@ class Holdings:
     def total_bytes(self) -> int:
         # Gradio's copy of each tab's state is kept on purpose too (row 2: 0.42 MiB a tab that nothing counted).
         return (self.model_bytes + self.copy_bytes + self.capture_bytes + self.run_bytes + self.tab_state_bytes
-                + self.step_bytes + self.prefix_bytes + self.live_value_bytes)
+                + self.step_bytes + self.prefix_bytes + self.live_value_bytes + self.pool_bytes)
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
@@ -62,6 +65,7 @@ class Holdings:
                 f"tab_state_bytes={self.tab_state_bytes} steps={self.steps} step_bytes={self.step_bytes} "
                 f"run_bytes={self.run_bytes} prefix_blocks={self.prefix_blocks} prefix_bytes={self.prefix_bytes} "
                 f"live_values={self.live_values} live_value_bytes={self.live_value_bytes} "
+                f"pools={self.pools} pool_bytes={self.pool_bytes} "
                 f"heap_in_use={self.heap_in_use} heap_free_kept={self.heap_free_kept} "
                 f"heap_mmapped={self.heap_mmapped} ({self.total_bytes / MIB:,.0f} MiB)")
 
@@ -69,7 +73,8 @@ class Holdings:
 def holdings(registry: ModelRegistry, sessions: Sessions,
              tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0),
              prefixes: Callable[[], tuple[int, int]] = prefix_held,
-             live_values: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> Holdings:
+             live_values: Callable[[], tuple[int, int]] = lambda: (0, 0),
+             pools: Callable[[], tuple[int, int]] = pools_held) -> Holdings:
     """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here);
     `prefixes`: (blocks, bytes) of the prefix stores (the process's server's); `live_values`: (values, bytes) of
     the whole live-screen values kept for `live_state` (`Streaming.live_values`)."""
@@ -79,7 +84,7 @@ def holdings(registry: ModelRegistry, sessions: Sessions,
     steps, step_bytes = registry.steps_held()
     malloc = heap.allocator() or heap.Allocator(0, 0, 0)
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes, run_bytes, *prefixes(), *live_values(), malloc.in_use, malloc.free_kept,
+                    step_bytes, run_bytes, *prefixes(), *live_values(), *pools(), malloc.in_use, malloc.free_kept,
                     malloc.mmapped)
 
 
@@ -90,7 +95,9 @@ def parse(line: str) -> Holdings | None:
         return None
     try:
         values = dict(pair.split("=", 1) for pair in rest.split(" (", 1)[0].split())
-        return Holdings(**{k: int(values[k]) for k in Holdings.__dataclass_fields__})
+        fields = Holdings.__dataclass_fields__  # a field a line of an older server lacks is 0 when it has a default
+        return Holdings(**{k: int(values[k] if k in values or f.default is dataclasses.MISSING else f.default)
+                           for k, f in fields.items()})
     except (KeyError, ValueError):
         return None
 

@@ -70,6 +70,11 @@ class KVPool:
         return self.tokens if window is None else min(self.tokens, window)
 
     @property
+    def nbytes(self) -> int:
+        """The bytes of its buffers (every layer's keys and values, free rows included)."""
+        return sum(t.nbytes for t in (*self.keys, *self.values))
+
+    @property
     def live(self) -> int:
         return sum(o is not None for o in self.owners)
 

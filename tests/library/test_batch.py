@@ -267,3 +267,27 @@ def test_the_longest_wait_counts_the_requests_ahead_in_line(lm, one_thread):
     assert scheduler.expected_wait(first) == pytest.approx((30 - running.produced) * step)
     assert scheduler.expected_wait(second) == pytest.approx((30 - running.produced + 10) * step)
     assert scheduler.expected_wait(running) == 0.0
+
+
+def test_a_finished_runs_events_keep_neither_the_batchs_kv_pool_nor_the_model(lm, one_thread):
+    """A run kept in a tab's history keeps its events. Their token chain decoded its text through the model's
+    stand-in in the batch, which held the request's ticket and, through its plan, the model it ran on: every run in
+    every tab kept its model alive, a dtype's or a precision copy's that the catalog had let go (a class's soak grew
+    7.4 GB that nothing counted). The chain holds the tokenizer only; the pools go with their last cache."""
+    import gc
+    import weakref
+
+    scheduler = Scheduler(lm, max_rows=8)
+    tickets = [scheduler.submit(plan(lm, [5, 9 + i, 23], GenerationConfig(max_new_tokens=6))) for i in range(3)]
+    scheduler.step()
+    buffers = [weakref.ref(pool.keys[0]) for pool in scheduler.pools.values()]
+    while scheduler.busy():
+        scheduler.step()
+    kept = [t.drain() for t in tickets]  # what the runs keep
+    assert buffers and all(events[-1].finished and events[-1].text is not None for events in kept)
+    gone = [weakref.ref(t) for t in tickets]  # a ticket holds its plan, and so its model (a dtype's, a copy's)
+    del scheduler, tickets
+    gc.collect()
+    assert [b() for b in buffers] == [None] * len(buffers)
+    assert [t() for t in gone] == [None] * len(gone)
+    assert [e.text for e in kept[0]][-1] == kept[0][-1].tokens.text  # the text still decodes
