@@ -237,28 +237,6 @@ def test_no_hooks_remain_after_an_edited_pass(decoder):
     assert hooked == []
 
 
-def test_a_decoders_edits_are_values_of_its_passes_with_the_hooks_numbers_bitwise(decoder, one_thread):
-    """A decoder-only model takes its edits as values of its own passes (no hook is installed, not even during the
-    pass; the shared batch gives each visitor's rows their own the same way), and they give the numbers the hooks on
-    its modules give, bitwise: every kind, alone and together."""
-    from playground.models.edits import edited
-
-    _, lm = decoder
-    sets = _edit_sets(lm)
-    ids = sets.pop("ids")
-    for name, edits in sets.items():
-        with torch.inference_mode():
-            with edited(lm.model, edits):
-                hooked = [n for n, m in lm.model.named_modules()
-                          if m._forward_hooks or m._forward_pre_hooks or m._forward_hooks_with_kwargs]
-                as_values = lm.model(ids)
-            with edited(lm.model, edits, hooks=True):
-                as_hooks = lm.model(ids)
-        assert hooked == [], name
-        assert torch.equal(as_values, as_hooks), name
-    assert lm.model.pass_edits == ()  # nothing stays after the `with`
-
-
 def test_beam_search_under_edits_matches_generate_with_hooks(decoder, one_thread):
     reference, lm = decoder
     c = lm.config
