@@ -261,7 +261,7 @@ def attribute(
     blocks = blocks_of(model, "decoder")
     cap = _Capture(row)
     with ExitStack() as stack:
-        stack.enter_context(edited(model, edits, hooks=True))  # inside the module outputs its capture reads
+        stack.enter_context(edited(model, edits))
         x = torch.tensor([ids], device=device)
         if seq2seq:
             encoded = model.encode(torch.tensor([list(source_ids)], device=device))

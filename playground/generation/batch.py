@@ -73,10 +73,9 @@ _WAIT = object()  # a request waits a step without a pass (for a prefix block an
 class _BatchedModel:
     """The model as a scheduled request sees it: a forward pass waits for the next batch.
 
-    A request with interventions (the causal lab's edits) joins the batch with them: they travel with its
-    segments and edit its rows only (`models.rows.Rows`: the hooks' numbers, elementwise), so an edited run
-    shares every pass with plain ones (`applies_own_edits` tells `models.edits.edited` to install no hook). An
-    encoder-decoder's edits stay hooks, each of its passes alone in its turn. A request with a KV
+    A request with interventions (the causal lab's edits) never joins the batch: its edits are hooks on
+    the shared model, so each of its passes runs alone in its turn, the hooks installed for that pass
+    only (`applies_own_edits` tells `models.edits.edited` to leave them to us). A request with a KV
     policy or its own RoPE table (`models.kv_policy.PolicyCache`) also runs each pass alone in its turn:
     its cache is not rows of a pool and its table travels with that cache, so nobody else sees it."""
 
@@ -105,7 +104,7 @@ class _BatchedModel:
         self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
         *, last_only: bool = False,
     ) -> torch.Tensor:
-        if isinstance(cache, PolicyCache):
+        if self._edits or isinstance(cache, PolicyCache):
             return _in_turns(self._turn(self._model), input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
@@ -116,18 +115,17 @@ class _BatchedModel:
             # prompt's chunk), so a long cache-less run never holds the others' turn for a whole pass.
             # (No prefix store: a cache-less step recomputes everything, as it says.)
             cache = self._model.new_cache(input_ids.shape[0], T)
-        elif cache is not None and self._chunks(recorder, last_only) and not self._edits:
-            feed = self._feed(cache, input_ids)  # an edited prompt's keys and values are its own: never the store's
+        elif cache is not None and self._chunks(recorder, last_only):
+            feed = self._feed(cache, input_ids)
         if cache is not None and self._chunks(recorder, last_only):
-            input_ids = _fill(scheduler, input_ids, cache, feed, self._edits)
+            input_ids = _fill(scheduler, input_ids, cache, feed)
         if feed is not None and recorder is None and last_only:
             # Nothing recorded of the last pass (a script's run): the whole prompt may come from the store. The
             # page's runs record the last position's residual stream (and attention row) at step 0, which a tail
             # does not hold: they restore full blocks only and run their last chunk.
             return _last(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
-        return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all",
-                                        edits=self._edits))
+        return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
 
     def _chunks(self, recorder: Recorder | None, last_only: bool) -> bool:
         """Whether a pass with a cache may be fed in chunks: nothing recorded, or only what its last position
@@ -179,10 +177,9 @@ class _BatchedModel:
         return greenlet.getcurrent().parent.switch(segment)
 
 
-def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed | None,
-          edits: tuple = ()) -> torch.Tensor:
-    """Chunked prefill: every chunk but the last only fills the cache (a pass each, with the request's `edits`, or a
-    block restored from the prefix store by `feed`). Returns the last chunk, whose pass gives the logits."""
+def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed | None) -> torch.Tensor:
+    """Chunked prefill: every chunk but the last only fills the cache (a pass each, or a block restored from
+    the prefix store by `feed`). Returns the last chunk, whose pass gives the logits."""
     while input_ids.shape[1] > CHUNK:
         chunk, input_ids = input_ids[:, :CHUNK], input_ids[:, CHUNK:]
         said = feed.next(cache, chunk[0].tolist()) if feed is not None else "compute"
@@ -190,7 +187,7 @@ def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache,
             scheduler.switch(_WAIT)
             said = feed.next(cache, chunk[0].tolist())
         if said == "compute":
-            scheduler.switch(Segment(chunk, cache, None, cache.length, "none", edits=edits))
+            scheduler.switch(Segment(chunk, cache, None, cache.length, "none"))
             if feed is not None:
                 feed.keep(cache)
     return input_ids
@@ -664,9 +661,10 @@ class Scheduler:
             # Alone: the model's own forward pass with the single-request kernels (`x @ W`, fastest for one
             # row), so a visitor alone decodes as fast as the command line, with generate_all's numbers.
             s = segments[0]
-            if s.encoder_out is None:
-                return model.forward_rows([s], shared=False)  # laid out (B, T), the segment's edits with it
-            logits = model.decode(s.ids, s.encoder_out, None, s.cache, s.recorder, last_only=s.logits != "all")
+            if s.encoder_out is not None:
+                logits = model.decode(s.ids, s.encoder_out, None, s.cache, s.recorder, last_only=s.logits != "all")
+            else:
+                logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
             return [None if s.logits == "none" else logits]
         model.prepare_invariant()  # the batch-invariant kernels' weight layouts, once per model
         if segments[0].encoder_out is not None:

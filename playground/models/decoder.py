@@ -120,7 +120,6 @@ class DecoderLM(LaidOut):
         if config.kind != "decoder":
             raise ValueError("DecoderLM needs a config with kind='decoder'")
         self.config = config
-        self.pass_edits: tuple = ()  # the edits of its own passes (`models.edits.edited` sets them for a `with`)
         self.layer_kinds = config.layer_kinds()
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
         # OPT-350m embeds in 512 dims and works in 1024: projected in after the lookup, out before the head.
@@ -179,7 +178,7 @@ class DecoderLM(LaidOut):
         segment (`run` of `Rows`), laid out (B, T).
         """
         start = cache.length if cache is not None else 0
-        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", edits=self.pass_edits)
+        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all")
         return self.forward_rows([segment], shared=False)[0]
 
     def forward_rows(self, segments: list[Segment], *, shared: bool = True) -> list[torch.Tensor | None]:

@@ -3,13 +3,7 @@
     with edited(model, interventions):
         logits = model(ids, cache)
 
-A decoder-only model takes them as values of its own passes: inside the `with`, each pass's segment carries them
-(`DecoderLM.pass_edits`), and the pass edits that segment's rows (`models.rows.Rows`: a head's slice of the heads'
-output before the output projection, the MLP's output, the residual stream after a block), so the shared batch,
-where each visitor's segment carries its own edits, computes the same numbers. Nothing is installed on the model.
-
-An encoder-decoder model takes each edit as a hook on one of its own modules, installed on entry and removed in
-`finally`:
+Each edit is a hook on one of the model's own modules, installed on entry and removed in `finally`:
 - a head: a forward pre-hook on the attention's output projection (`attn.out`, or `cross.out`) that
   overwrites the head's slice of its input (B, T, h·d_head), so the head adds nothing (or its mean);
 - an MLP: a forward hook on the block's `mlp` that replaces its output (B, T, d_model);
@@ -87,35 +81,14 @@ def _install(model: nn.Module, iv: Intervention, dtype: torch.dtype, device: tor
 
 
 @contextmanager
-def edited(model: nn.Module, interventions: Sequence[Intervention] = (), *, hooks: bool = False) -> Iterator[None]:
+def edited(model: nn.Module, interventions: Sequence[Intervention] = ()) -> Iterator[None]:
     """Apply `interventions` (already checked against the model's config) inside the `with`.
 
     A wrapper that applies them itself around each real pass (`applies_own_edits`: the batch scheduler's
-    stand-in, whose passes run later, beside other requests') is left alone. `hooks`: as hooks on a decoder-only
-    model too, for an analysis that reads its modules' outputs through hooks of its own (attribution: the edits
-    are then inside the outputs it reads, as they are on an encoder-decoder)."""
-    if getattr(model, "applies_own_edits", False):
+    stand-in, whose passes run later, beside other requests') is left alone."""
+    if not interventions or getattr(model, "applies_own_edits", False):
         yield
         return
-    own = getattr(model, "pass_edits", None)
-    if own is not None:  # a decoder-only model: its own passes carry the edits, or (hooks) none of them do
-        model.pass_edits = () if hooks else tuple(interventions)
-        try:
-            if not hooks:
-                yield
-                return
-            with _hooked(model, interventions):
-                yield
-        finally:
-            model.pass_edits = own
-        return
-    with _hooked(model, interventions):
-        yield
-
-
-@contextmanager
-def _hooked(model: nn.Module, interventions: Sequence[Intervention]) -> Iterator[None]:
-    """`interventions` as hooks on `model`'s modules inside the `with`."""
     dtype, device = model.dtype, model.device
     handles = []
     try:

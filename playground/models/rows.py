@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from playground.interventions import Ablate, Intervention, Patch, Steer
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_pool import KVPool
 from playground.models.recorder import Recorder
@@ -64,7 +63,7 @@ class Batch:
         """x (L0, L1, d) with the rows of tokens at absolute `position` set to `value` (the Patch edit)."""
         raise NotImplementedError
 
-    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    def edit_heads(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The heads' outputs (L0, L1, h·d) before the output projection, as the pass's edits leave them."""
         return x
 
@@ -97,7 +96,6 @@ class Segment:
     cross_mask: torch.Tensor | None = None  # additive (B, 1, 1, S): the source's padding
     causal: bool = True  # False: an encoder's bidirectional pass
     kind: str = "self"  # what its self-attention records as: "self" (a decoder) or "encoder"
-    edits: tuple[Intervention, ...] = ()  # the request's edits of a decoder-only model: on its rows only
 
     @property
     def rows(self) -> int:
@@ -220,60 +218,6 @@ class Rows(Batch):
             return x
         x = x.clone()
         x[rows] = value
-        return x
-
-    # --- each segment's edits (the causal lab's), on its rows only: the numbers `models.edits`' hooks give a pass
-    #     of its own, elementwise, so an edited request shares a pass with plain ones
-
-    def _edits(self, layer: int, of: Callable[[Intervention], bool]) -> list[tuple[int, Intervention]]:
-        """(segment, edit) of every edit at `layer` that `of` picks, in each segment's order."""
-        return [(i, iv) for i, s in enumerate(self.segments) for iv in s.edits if iv.layer == layer and of(iv)]
-
-    def _span(self, i: int) -> slice:
-        """Segment i's rows along a layout tensor's first axis."""
-        return slice(*self.bounds[i]) if self.shared else slice(None)
-
-    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int) -> torch.Tensor:
-        todo = self._edits(layer, lambda iv: isinstance(iv, Ablate) and iv.component == "head")
-        if not todo:
-            return x
-        x = x.clone()
-        for i, iv in todo:
-            lo, hi = iv.head * head_dim, (iv.head + 1) * head_dim
-            x[self._span(i), :, lo:hi] = 0.0 if iv.mean is None else torch.tensor(iv.mean, dtype=x.dtype, device=x.device)
-        return x
-
-    def edit_mlp(self, layer: int, y: torch.Tensor) -> torch.Tensor:
-        todo = self._edits(layer, lambda iv: isinstance(iv, Ablate) and iv.component == "mlp")
-        if not todo:
-            return y
-        y = y.clone()
-        for i, iv in todo:
-            y[self._span(i)] = 0.0 if iv.mean is None else torch.tensor(iv.mean, dtype=y.dtype, device=y.device)
-        return y
-
-    def edit_block(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        for i, iv in self._edits(layer, lambda iv: isinstance(iv, (Steer, Patch))):
-            if isinstance(iv, Steer):
-                delta = torch.tensor(iv.vector, dtype=torch.float64).mul(iv.scale).to(dtype=x.dtype, device=x.device)
-                x = x.clone()
-                x[self._span(i)] = x[self._span(i)] + delta
-            else:
-                x = self._patch_segment(i, x, iv.position, torch.tensor(iv.value, dtype=x.dtype, device=x.device))
-        return x
-
-    def _patch_segment(self, i: int, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
-        """x with segment i's token at absolute `position` (if this pass holds it) set to `value`."""
-        s = self.segments[i]
-        row = position - s.start
-        if not 0 <= row < s.ids.shape[1]:
-            return x
-        x = x.clone()
-        if not self.shared:
-            x[:, row] = value
-        else:
-            a = self.bounds[i][0]
-            x[[a + b * s.ids.shape[1] + row for b in range(s.ids.shape[0])]] = value
         return x
 
     def record_residual(self, x: torch.Tensor) -> None:

@@ -179,7 +179,7 @@ class StaticRows(Batch):
     def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
         return torch.where((self.positions == position)[:, None, None], value, x)
 
-    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    def edit_heads(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         for _, n in self.edits.get(("heads", layer), ()):
             x = torch.where(self.buffer(f"heads_{layer}_{n}_mask"), self.buffer(f"heads_{layer}_{n}_value"), x)
         return x
