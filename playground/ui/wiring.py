@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import gradio as gr
 
 from playground.app.settings import WIDGETS
@@ -63,16 +61,13 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
-    load_targets = [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes]
-
     def page_load(request: gr.Request) -> tuple:
         h.open_tab(request)  # the tab counts for its visitor (an address or an account)
-        values = h.models.page_load(request, tuple(name for _, name in lab_fields))
-        # A value the page was built with is not sent: each update re-renders its component in the browser.
-        return tuple(gr.skip() if _as_built(value, target) else value for value, target in zip(values, load_targets))
+        return h.models.page_load(request, tuple(name for _, name in lab_fields))
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
-    start = p.demo.load(in_tab_lane(page_load), None, load_targets, queue=False)
+    start = p.demo.load(in_tab_lane(page_load), None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
+                        queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
@@ -146,8 +141,3 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
         if fn.api_name != "generate_text":
             fn.api_visibility = "private"
     check(p.demo.fns.values(), lanes.limits())  # no event may lower another lane's limit
-
-
-def _as_built(value: Any, component: Any) -> bool:
-    """Whether `value` (a plain value, not an update) is what `component` shows as built."""
-    return not isinstance(value, dict) and value == getattr(component, "value", None)
