@@ -71,7 +71,6 @@ class Page:
     labels: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (label key, info key)
     choices: dict[str, Callable[[str], list]] = field(default_factory=dict)  # name -> its choices in a language
     texts: dict[str, Callable[[str], str]] = field(default_factory=dict)  # a Markdown of words -> them in a language
-    lang: str = "en"  # the language its components were built in
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -237,7 +236,7 @@ def build_page(server_functions: list[Callable] = (), lang: str = "en") -> Page:
     for name in c:
         if name.startswith("tab_"):  # every tab's words: tab_<its id>
             labels[name] = (name, None)
-    return Page(demo=demo, settings=s, c=c, labels=labels, choices=choices, texts=texts, lang=lang)
+    return Page(demo=demo, settings=s, c=c, labels=labels, choices=choices, texts=texts)
 
 
 def _plain(fn: Callable) -> Callable:

@@ -55,10 +55,6 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
         models = h.models.choices(session_key(request), code)
         return relabel(page, h.sessions, h.models.session_model(request), code, request, models)
 
-    def words_after_load(code: str, request: gr.Request) -> list:
-        models = h.models.choices(session_key(request), code)
-        return relabel(page, h.sessions, h.models.session_model(request), code, request, models, as_built=True)
-
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
     def page_load(request: gr.Request) -> tuple:
@@ -73,7 +69,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    loaded.then(in_tab_lane(words_after_load), lang, relabel_outputs, queue=False)
+    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)

@@ -529,46 +529,6 @@ def test_the_language_switch_relabels_every_component(app, h):
     assert h.stream.current_value("zh", request("lang"))["lang"] == "zh"
 
 
-def test_after_a_load_in_the_pages_own_language_only_what_it_was_not_built_with_is_sent(app, h):
-    """The page load's relabelling skips each component whose words are the ones it was built with (each update
-    re-renders its component in the browser), and sends the model's choices and the notes."""
-    import gradio as gr
-
-    from playground.ui.language import relabel, relabelled
-
-    page = app.playground_page
-    outputs = relabelled(page)
-    h.models.load("tiny-seq2seq", "float32", "en", request("built"))
-    lm = h.models.session_model(request("built"))
-    models = h.models.choices("built", "en")
-    full = relabel(page, h.sessions, lm, "en", request("built"), models)
-    built = relabel(page, h.sessions, lm, "en", request("built"), models, as_built=True)
-    assert len(built) == len(full) == len(outputs)
-    skip = gr.skip()
-    sent = [i for i, u in enumerate(built) if u != skip]
-    assert outputs.index(page.component("att_kind")) in sent  # the encoder-decoder's three kinds of attention
-    assert outputs.index(page.component("model")) in sent and len(outputs) - 1 in sent  # the model list, the notes
-    assert len(sent) < len(outputs) // 4
-    for i, (shown, words) in enumerate(zip(built, full)):
-        if i in sent:
-            assert all(shown[k] == words[k] for k in shown if k != "__type__"), outputs[i]
-            continue
-        component = outputs[i]
-        if isinstance(words, str):  # a text: the Markdown as built
-            assert component.value == words, component.elem_id
-            continue
-        for key, value in words.items():
-            if key == "__type__":
-                continue
-            have = getattr(component, key)
-            if key == "choices":
-                value = [tuple(c) if isinstance(c, (list, tuple)) else (c, c) for c in value]
-                have = [tuple(c) for c in have]
-            assert have == value, (component.elem_id, key, have, value)
-    zh = relabel(page, h.sessions, lm, "zh", request("built"), h.models.choices("built", "zh"), as_built=True)
-    assert skip not in zh  # a page opened in 中文 is relabelled whole
-
-
 def test_corrupt_upload_is_one_clear_line_and_the_app_keeps_working(h, tmp_path):
     h.models.load("tiny-lm", "float32", "en", request("up"))
     (tmp_path / "gradio-1").mkdir()  # Gradio keeps each uploaded file in a folder of its own
