@@ -188,10 +188,10 @@ class Server:
             with self._wake:
                 self._jobs = [j for j in self._jobs if not j.done]
                 busy = [s for s in self._schedulers.values() if s.busy()]
-                # An idle scheduler goes at once, and the model it holds with it: on a server that was never idle
-                # all at once (a class), the schedulers of every dtype, precision copy and upload ever served stayed,
-                # each holding its model (the soak's uncounted growth: +8.3 GB in an hour). A new request makes a new
-                # one; what outlives a scheduler is kept per model, weakly (its step history, its prefix store).
+                # An idle scheduler goes at once, and the model it holds with it: before, they went only when every
+                # scheduler was idle at the same moment, which a class never is, so the scheduler of every dtype,
+                # precision copy and upload ever served stayed, each holding its model. A new request makes a new one;
+                # what outlives a scheduler is kept per model, weakly (its step history, its prefix store).
                 for key in [k for k, sch in self._schedulers.items() if not sch.busy()]:
                     del self._schedulers[key]
                 owners: dict[int, Job] = {}

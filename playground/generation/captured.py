@@ -534,9 +534,7 @@ def why_eager(p: Any) -> str | None:
         return reason
     for name, default in _DEFAULTS.items():
         if name not in TAKES and getattr(cfg, name) != default:
-            return EAGER_BECAUSE.get(name, f"the captured step does not take {name}: eager")
-    if p.policy is not None:
-        return EAGER_BECAUSE["kv_window"]
+            return EAGER_BECAUSE.get(name, f"the captured step does not take {name}: eager")  # a KV policy too
     edit = untaken_edit(cfg.interventions)
     if edit is not None:
         return f"the captured step does not take the edit {edit}: eager"

@@ -123,5 +123,5 @@ class _Start(Tokens):
 def generated_start(lm: Any) -> Tokens:
     """The empty chain a run's generated tokens extend; their text skips special tokens (an event's `text`)."""
     # the tokenizer only: a run's chain outlives its pass, and `lm` in the shared batch is a stand-in holding the
-    # request's ticket and, through it, the batch's KV pool (a finished run kept a view of the whole pool alive)
+    # request's ticket and, through its plan, the model (a finished run kept a model the catalog had let go alive)
     return Tokens.start(lm.text_of(skip_special_tokens=True))
