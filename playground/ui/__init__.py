@@ -21,7 +21,14 @@ from playground.app.catalog import Catalog
 from playground.app.registry import ModelRegistry
 from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
-from playground.ui.gradio_internals import HeartbeatWatch, UploadCache, VisitorQueue, drop_state, slow_queue_polling
+from playground.ui.gradio_internals import (
+    HeartbeatWatch,
+    UploadCache,
+    VisitorQueue,
+    drop_state,
+    slow_queue_polling,
+    tolerate_streams_closing_together,
+)
 from playground.ui.handlers import Handlers
 from playground.ui.lanes import FIGURES, LOAD, Lanes, ServerLane
 from playground.ui.layout import CSS, build_page
@@ -93,6 +100,7 @@ def enable_queue(demo: gr.Blocks, *, max_size: int | None = None, default_concur
     never run by a direct POST)."""
     demo.queue(max_size=max_size, default_concurrency_limit=default_concurrency_limit, api_open=False)
     slow_queue_polling(demo, QUEUE_POLL_SECONDS)
+    tolerate_streams_closing_together(demo)
     is_page = getattr(demo, "playground_is_page", lambda key: False)
     handlers = getattr(demo, "playground_handlers", None)
     tabs_of = handlers.tabs.count if handlers is not None else (lambda who: 0)  # a visitor's scripts scale with it

@@ -7,6 +7,8 @@
 - `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
   to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
+- `tolerate_streams_closing_together`: a session's message queue (`Queue.pending_messages_per_session`)
+  deleted twice when two event streams of one tab are cut at once is no error.
 - `HeartbeatWatch`: each beat of Gradio's heartbeat route (`/heartbeat/{session_hash}`, which an open tab
   keeps connected) is a sign the tab is open: its session is not idle, whatever it last clicked.
 - `VisitorQueue`: the queue's places per visitor (`app/visitors.py`), enforced where an event joins the queue
@@ -46,6 +48,7 @@ from typing import Any
 
 import gradio as gr
 import gradio.routes
+import gradio.utils
 from gradio import route_utils
 from gradio.server_messages import ProcessCompletedMessage
 
@@ -320,6 +323,24 @@ def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
     queue = demo._queue
     queue.sleep_when_free = max(queue.sleep_when_free, seconds)
     queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, seconds)
+
+
+class _SessionMessages(gradio.utils.LRUCache):
+    """Gradio's map of session → message queue, whose delete of a session already gone is a no-op."""
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key, None)
+
+
+def tolerate_streams_closing_together(demo: gr.Blocks) -> None:
+    """A tab that reconnects holds two event streams (`/queue/data`) for a while. When both are cut (the tab closes),
+    each stream's clean-up deletes the session's message queue; the second raised KeyError into the server log
+    (Gradio `routes.sse_stream`). Both clean-ups mean the same thing: the session has no stream left."""
+    queue = demo._queue
+    old = queue.pending_messages_per_session
+    new = _SessionMessages(old.max_size)
+    new.update(old)
+    queue.pending_messages_per_session = new
 
 
 def event_data(evt: gr.EventData | None) -> dict[str, Any]:

@@ -145,3 +145,33 @@ def test_what_gradio_keeps_per_tab_is_counted(served):
     assert tabs == before + 2
     per_tab = (held - before_bytes) / 2
     assert 50_000 < per_tab < 5 * 2**20, per_tab  # the issue measured 0.42 MiB a tab (RSS)
+
+
+def test_two_event_streams_of_one_tab_closing_together_log_no_error(served, caplog):
+    """A tab that reconnects holds two event streams for a while; when both are cut (the tab closes), Gradio's
+    second clean-up deleted the session's message queue again and logged a KeyError traceback."""
+    import asyncio
+    import logging
+    import socket
+    from urllib.parse import urlparse
+
+    demo, url = served
+    session = "two-streams"
+    demo._queue.pending_messages_per_session[session] = asyncio.Queue()
+    port = urlparse(url).port
+    streams = []
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        s.settimeout(10)
+        assert b"200" in s.recv(4096).split(b"\r\n")[0]  # the stream is open
+        streams.append(s)
+    with caplog.at_level(logging.ERROR):
+        for s in streams:
+            s.close()
+        deadline = time.monotonic() + 5
+        while session in demo._queue.pending_messages_per_session and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the second stream's clean-up
+    assert session not in demo._queue.pending_messages_per_session
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
