@@ -26,19 +26,22 @@ Two kinds of reuse, both measured with the model's own passes and its own KV cac
   * *naive reuse* (`naive_reuse`): every chunk prefilled alone from position 0, its keys rotated to where the chunk
     starts, the chunks' K/V written into a cache for positions 0 … T−2, then the model's pass over the last token
     alone attending to them.
-  * *blend at r %* (`blend`): the selection is made once, at the check layer (layer 1, as CacheBlend's
-    implementation does): the ⌈r % · (T−1)⌉ positions whose K/V deviate most (squared L2 of K and V, summed over
-    heads) from the full prefill's there, plus the last token. Then one pass of the model over all T tokens in which
-    every layer keeps its freshly computed K/V at the selected positions and takes the reused (rotated) K/V
-    everywhere else; the other positions' hidden states are computed but never read (a real engine skips them, and
-    the compute it saves is what `recompute_share` counts). The selection is carried to every layer (the
-    simpler rule; CacheBlend narrows it gradually from layer to layer). r = 100 selects everything, and the pass
-    is then *literally* the full prefill (no K/V replaced): its logits are bitwise those of the full prefill.
-    r = 0 (or any r whose selection is empty) *is* naive reuse: the function runs `naive_reuse`.
+  * *blend at r %* (`blend`, one pass of the model: `blend_pass`). Every position is computed up to the check
+    layer (layer 1, as CacheBlend's implementation does; layer 0's K/V are the reused ones up to rounding, since a
+    key there depends only on its token and, rotated, its position). There the ⌈r % · (T−1)⌉ positions whose K/V
+    deviate most from the reused ones (squared L2 of K and V, summed over heads) are selected, plus the last token;
+    the check layer and every later one keep their freshly computed K/V at the selected positions and take the reused
+    (rotated) K/V everywhere else, and the layers after the check layer compute the selected rows only: their
+    queries attend to every position's keys, their MLPs run on those rows alone. This is the work a CacheBlend
+    engine does (`recompute_share` counts it), so the time measured is the blend's own. The selection is carried to
+    every layer (the simpler rule; CacheBlend narrows it gradually from layer to layer). r = 100 selects everything:
+    `blend` then runs the full prefill itself, bitwise. r = 0 (or any r whose selection is empty) *is* naive reuse:
+    `blend` runs `naive_reuse`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -50,6 +53,7 @@ import torch.nn.functional as F
 
 from playground.models.kv_cache import KVCache
 from playground.models.positional import apply_rope
+from playground.models.rows import Rows, Segment
 
 CHECK_LAYER = 1  # CacheBlend picks its tokens at the second layer (the first is recomputed whole)
 
@@ -162,25 +166,83 @@ def relative_deviation(reused: KV, full: KV) -> list[float]:
     return out
 
 
-class BlendCache(KVCache):
-    """A KV cache whose first pass (from position 0) keeps the fresh K/V only at `fresh` positions and stores the
-    reused ones everywhere else, before attention reads them; later passes (decoding) write as usual."""
+class BlendPassCache(KVCache):
+    """The KV cache of a blend pass (`blend_pass`). Below the check layer a layer stores what it computed for every
+    position. The check layer selects the positions to recompute (`selection` of its fresh K/V against the reused
+    ones) and keeps its fresh K/V there, the reused ones elsewhere. A later layer computes the selected rows and the
+    last token only (`fresh`): their K/V go to their positions among the reused ones, and each query sees the keys
+    at or before its own position. Once the pass is over (`blending` False) it is a plain cache for decoding."""
 
-    def __init__(self, *, reused: KV, fresh: torch.Tensor, **kw: Any) -> None:
+    def __init__(self, *, reused: KV, r: float, check_layer: int, **kw: Any) -> None:
         super().__init__(**kw)
-        self.reused, self.fresh = reused, fresh
+        self.reused, self.r, self.check_layer = reused, r, check_layer
+        self.picked = torch.empty(0, dtype=torch.long)  # the positions the check layer selected
+        self.fresh = torch.empty(0, dtype=torch.long)  # those and the last token: the rows the later layers compute
+        self.blending = True
 
     def write_masked(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor, *,
-                     ordered: bool = False) -> tuple[torch.Tensor, torch.Tensor, None, None]:
-        if start == 0:
-            rk, rv = self.reused
-            n = rk[layer].shape[1]
+                     ordered: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        if not self.blending or layer < self.check_layer:
+            return super().write_masked(layer, start, k, v, ordered=ordered)
+        rk, rv = self.reused[0][layer], self.reused[1][layer]  # (h_kv, n, d): positions 0 … T−2
+        n = rk.shape[1]
+        if layer == self.check_layer:  # every row is here: select, then keep the fresh K/V at the selected positions
+            fresh_k, fresh_v = k[0, :, :n], v[0, :, :n]
+            apart = ((fresh_k - rk) ** 2).sum((0, 2)) + ((fresh_v - rv) ** 2).sum((0, 2))
+            self.picked = selection(apart, self.r).to(k.device)
+            self.fresh = torch.cat([self.picked, torch.tensor([n], device=k.device)])
             keep = torch.zeros(n, dtype=torch.bool, device=k.device)
-            keep[self.fresh[self.fresh < n]] = True
+            keep[self.picked] = True
             k, v = k.clone(), v.clone()
-            k[0, :, :n] = torch.where(keep[None, :, None], k[0, :, :n], rk[layer])
-            v[0, :, :n] = torch.where(keep[None, :, None], v[0, :, :n], rv[layer])
-        return super().write_masked(layer, start, k, v, ordered=ordered)
+            k[0, :, :n] = torch.where(keep[None, :, None], fresh_k, rk)
+            v[0, :, :n] = torch.where(keep[None, :, None], fresh_v, rv)
+            return super().write_masked(layer, start, k, v, ordered=ordered)
+        keys, values = self.keys[layer], self.values[layer]  # a later layer: k, v are the `fresh` rows
+        keys[0, :, :n], values[0, :, :n] = rk, rv
+        keys[:, :, self.fresh], values[:, :, self.fresh] = k, v
+        self._written[layer] = n + 1
+        positions = torch.arange(n + 1, device=k.device)
+        return keys[:, :, :n + 1], values[:, :, :n + 1], positions[None, :] <= self.fresh[:, None], positions
+
+
+class BlendRows(Rows):
+    """The rows of a blend pass: the prompt's every position, then (`narrow`) the recomputed ones only, each with
+    its own position's rotary angles."""
+
+    def __init__(self, ids: torch.Tensor, cache: BlendPassCache) -> None:
+        super().__init__([Segment(ids, cache, None, 0, "last")])
+        self.tokens = ids.shape[1]
+        self.positions: torch.Tensor | None = None  # None: every position, in order
+
+    def narrow(self, positions: torch.Tensor) -> None:
+        segment = self.segments[0]
+        self.segments[0] = dataclasses.replace(segment, ids=segment.ids[:, positions])
+        self.positions = positions
+
+    def rotary(self, rope: torch.nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = rope(0, self.tokens, dtype, None)  # (T, r): the full prefill's own table
+        return (cos, sin) if self.positions is None else (cos[self.positions], sin[self.positions])
+
+
+@torch.no_grad()
+def blend_pass(model: Any, ids: Sequence[int], reused: KV, r: float, room: int = 64,
+               check_layer: int = CHECK_LAYER) -> tuple[torch.Tensor, BlendPassCache, torch.Tensor]:
+    """The blend's pass at r % (the module's definition), whatever r: (last logits, the blended cache, the
+    recomputed positions). The model's own blocks, over every row up to the check layer and the selected rows
+    after it."""
+    check = min(check_layer, len(model.blocks) - 1)
+    cache = new_cache(model, len(ids) + room, BlendPassCache, reused=reused, r=r, check_layer=check)
+    batch = BlendRows(torch.tensor([list(ids)], device=model.device), cache)
+    x = model.embed_rows(batch)
+    ropes = model.rotary_tables(batch, x.dtype)
+    for block in model.blocks:
+        if block.layer == check + 1:  # from here on, the selected rows and the last token only
+            x = x[:, cache.fresh]
+            batch.narrow(cache.fresh)
+            ropes = model.rotary_tables(batch, x.dtype)
+        x = block(x, ropes[block.rope_table], batch)
+    cache.blending = False
+    return model.unembed(x[:, -1:])[0, -1], cache, cache.picked
 
 
 @torch.no_grad()
@@ -191,30 +253,31 @@ def naive_reuse(model: Any, ids: Sequence[int], reused: KV, room: int = 64) -> t
     return prefill(model, ids[-1:], cache)
 
 
+def selected(n: int, r: float) -> int:
+    """How many of `n` reused positions r % recomputes: ⌈r % · n⌉."""
+    return min(n, math.ceil(n * r / 100 - 1e-9)) if r > 0 else 0
+
+
 def selection(dev_at_check: torch.Tensor, r: float) -> torch.Tensor:
     """The ⌈r % · n⌉ positions of the largest deviation (n = the reused positions), in position order."""
-    n = dev_at_check.shape[0]
-    count = min(n, math.ceil(n * r / 100 - 1e-9)) if r > 0 else 0
+    count = selected(dev_at_check.shape[0], r)
     picked = torch.topk(dev_at_check, count).indices if count else torch.empty(0, dtype=torch.long)
     return picked.sort().values
 
 
-@torch.no_grad()
-def blend(model: Any, ids: Sequence[int], reused: KV, full: KV, r: float, room: int = 64,
+def blend(model: Any, ids: Sequence[int], reused: KV, r: float, room: int = 64,
           check_layer: int = CHECK_LAYER) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
-    """CacheBlend at r % (the module's definition): (last logits, the blended cache, the recomputed positions)."""
-    layer = min(check_layer, len(full[0]) - 1)
-    picked = selection(deviation(reused, full)[layer], r)
-    if picked.numel() == 0:
+    """CacheBlend at r % (the module's definition): (last logits, the blended cache, the recomputed positions).
+    Nothing selected is naive reuse; everything selected is the full prefill itself."""
+    n = len(ids) - 1
+    count = selected(n, r)
+    if count == 0:
         logits, cache = naive_reuse(model, ids, reused, room)
-        return logits, cache, picked
-    if picked.numel() == len(ids) - 1:  # everything: the full prefill itself
+        return logits, cache, torch.empty(0, dtype=torch.long)
+    if count == n:
         logits, cache = prefill(model, ids, new_cache(model, len(ids) + room))
-        return logits, cache, picked
-    fresh = torch.cat([picked, torch.tensor([len(ids) - 1])])
-    cache = new_cache(model, len(ids) + room, BlendCache, reused=reused, fresh=fresh)
-    logits, cache = prefill(model, ids, cache)
-    return logits, cache, picked
+        return logits, cache, torch.arange(n)
+    return blend_pass(model, ids, reused, r, room, check_layer)
 
 
 def recompute_share(layers: int, positions: int, picked: int, r_full: bool, check_layer: int = CHECK_LAYER) -> float:
@@ -290,8 +353,8 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
 def blend_sweep(model: Any, ids: Sequence[int], starts: Sequence[int], rs: Sequence[float], steps: int = 8):
     """A generator: one slice per r (yields r's row), returning the whole measure: the chunks, the per-layer
     deviation of naive reuse from the full prefill, and per r its KL, top-1 agreement along the full run's next
-    `steps` greedy tokens, the share of work recomputed and the seconds (measured: full prefill, naive reuse; the
-    blend's estimated from its share, as this lab's pass computes every row)."""
+    `steps` greedy tokens, the share of work recomputed and the seconds its prefill took (measured: naive reuse at
+    r = 0, the blend's pass between, the full prefill at r = 100)."""
     (tokens, full_steps), full_s = _timed(greedy_tokens, model, ids, steps)
     _, t_full = _timed(prefill, model, ids)
     full = kv_of(model, ids)
@@ -301,12 +364,10 @@ def blend_sweep(model: Any, ids: Sequence[int], starts: Sequence[int], rs: Seque
     check = deviation(reused, full)[min(CHECK_LAYER, layers - 1)]
     rows = []
     for r in rs:
-        logits, cache, picked = blend(model, ids, reused, full, r, room=steps + 1)
+        (logits, cache, picked), seconds = _timed(blend, model, ids, reused, r, steps + 1)
         q = quality(full_steps, along(model, logits, cache, tokens), tokens)
         share = recompute_share(layers, n, picked.numel(), picked.numel() == n)
-        row = {"r": float(r), **q.to_dict(), "share": share, "picked": picked.tolist(),
-               "seconds": t_naive + share * max(0.0, t_full - t_naive) if 0 < share < 1 else (
-                   t_full if share == 1 else t_naive)}
+        row = {"r": float(r), **q.to_dict(), "share": share, "picked": picked.tolist(), "seconds": seconds}
         rows.append(row)
         yield row
     return {"starts": list(starts), "tokens": len(ids), "layers": layers, "rows": rows, "steps": steps,

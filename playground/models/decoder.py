@@ -194,7 +194,19 @@ class DecoderLM(LaidOut):
         return self.run(Rows(segments, shared=shared))
 
     def run(self, batch: Batch) -> list[torch.Tensor | None]:
-        """The forward pass over a batch (`models.rows`): the only way into the model."""
+        """The forward pass over a batch (`models.rows`): the only way into the model, but for the CacheBlend lab's
+        pass, which runs the same blocks over fewer rows after its check layer (`analysis.cache_blend.blend_pass`)."""
+        x = self.embed_rows(batch)
+        ropes = self.rotary_tables(batch, x.dtype)
+        batch.record_residual(x)
+        for block in self.blocks:
+            x = batch.edit_block(block.layer, block(x, ropes[block.rope_table], batch))
+            batch.record_residual(x)
+        return batch.logits(x, lambda h: self.unembed(h, batch.invariant))
+
+    def embed_rows(self, batch: Batch) -> torch.Tensor:
+        """The residual stream entering the first block (L0, L1, d): embedding, its scale, the input projection
+        and the absolute positions of the batch's tokens."""
         x = self.embed(batch.ids())  # (L0, L1, d_embed)
         if self.config.embed_scale != 1.0:
             # The scale rounded to the weights' dtype first, as transformers does for Gemma.
@@ -203,15 +215,15 @@ class DecoderLM(LaidOut):
             x = self.project_in(x, batch.invariant)  # (L0, L1, d)
         if self.positions is not None:
             x = x + batch.absolute(self.positions).to(x.dtype)
+        return x
+
+    def rotary_tables(self, batch: Batch, dtype: torch.dtype) -> dict[str | None, Rope]:
+        """Each rotary table's cos and sin at the batch's positions, by the name a block reads (`rope_table`)."""
         ropes: dict[str | None, Rope] = {None: None}
         for name, rope in (("global", self.rope), ("local", self.local_rope)):
             if rope is not None:
-                ropes[name] = batch.rotary(rope, x.dtype)
-        batch.record_residual(x)
-        for block in self.blocks:
-            x = batch.edit_block(block.layer, block(x, ropes[block.rope_table], batch))
-            batch.record_residual(x)
-        return batch.logits(x, lambda h: self.unembed(h, batch.invariant))
+                ropes[name] = batch.rotary(rope, dtype)
+        return ropes
 
     def unembed(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """Residual stream (B, T, d) -> logits (B, T, V): final norm, head, softcap, logit scale."""
