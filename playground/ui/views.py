@@ -138,6 +138,10 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     controls = {page.component(n): n for n in TAB_OF}
     outputs = [page.component(n) for n in SLOTS]
     inputs = set(controls)
+    # Gradio's page keeps a loading status for every component an event has shown progress on, and writes all of
+    # them again at each status message of any event (every streamed frame of a run): with the 66 slots the page
+    # did that work for every view's slot on every frame. One hidden component carries the redraws' progress.
+    figures_kw = {**figures_kw, "show_progress_on": [page.open_view]}
 
     def named(values: dict[Any, Any]) -> dict[str, Any]:
         return {controls[c]: v for c, v in values.items() if c in controls}
@@ -174,7 +178,8 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
 
     def then_redraw(dep: Any) -> Any:
         # first, at once, the open view names the run it will read; then its redraw, in the figures' lane
-        return dep.then(reading, None, outputs, queue=False).then(redraw, inputs, outputs, **figures_kw)
+        return dep.then(reading, None, outputs, queue=False, show_progress_on=[page.open_view]).then(
+            redraw, inputs, outputs, **figures_kw)
 
     for dep in follows:
         then_redraw(dep)
@@ -184,8 +189,15 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
         picker.input(picking(tab, picker), inputs | {picker}, outputs, **figures_kw)
     for name, tab in TAB_OF.items():
         component = page.component(name)
-        (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **figures_kw)
+        # a tab's own control redraws that tab's views: their components show the progress
+        own = {**figures_kw, "show_progress_on": [page.component(n) for n in _slots_of(tab)] or [page.open_view]}
+        (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **own)
     return then_redraw
+
+
+def _slots_of(tab: str) -> list[str]:
+    """The components `tab`'s views draw."""
+    return list(dict.fromkeys(n for view in registry.BY_TAB[tab].all_views() for n in view.slots))
 
 
 def _pickers(page: Any) -> list[tuple[str, Any]]:
