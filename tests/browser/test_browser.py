@@ -164,6 +164,20 @@ def wait_text(page, selector: str, text: str) -> None:
                            arg=[selector, text])
 
 
+def copied_link(page) -> str:
+    """Press Copy link and return the link it made now. The box may still hold the link of an earlier press; the
+    press's last step writes its query into the address bar, so the address is cleared first and the link is read
+    once the address holds a query again and the box shows the same one."""
+    page.evaluate("() => window.history.replaceState(null, '', window.location.pathname)")
+    page.click("#copy-link-btn")
+    page.wait_for_function("() => { const q = window.location.search;"
+                           " const box = document.querySelector('#share-link textarea')?.value ?? '';"
+                           " const decoded = (x) => { try { return decodeURIComponent(x); } catch (e) { return x; } };"
+                           " return q.length > 1 && box.startsWith('http')"
+                           " && decoded(box.slice(box.indexOf('?'))) === decoded(q); }")
+    return page.input_value("#share-link textarea")
+
+
 def settled_text(page, selector: str) -> str:
     """The element's text once no event is pending on it (Gradio shows its "processing" line inside it meanwhile)."""
     page.wait_for_function("(sel) => { const e = document.querySelector(sel); return !!e && !e.closest('.pending')"

@@ -29,9 +29,7 @@ PROMPT = "The Python interpreter"
 
 
 def link_of(page) -> str:
-    page.click("#copy-link-btn")
-    page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').startsWith('http')")
-    return page.input_value("#share-link textarea")
+    return base.copied_link(page)
 
 
 def set_slider(page, elem_id: str, value: float) -> None:

@@ -39,9 +39,7 @@ def failed_requests(page) -> list[str]:
 
 
 def link_of(page) -> str:
-    page.click("#copy-link-btn")
-    page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').startsWith('http')")
-    return page.input_value("#share-link textarea")
+    return base.copied_link(page)
 
 
 def test_a_link_opens_and_runs_by_itself_with_its_seed_and_branches(page, browser, server):
