@@ -63,7 +63,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
 
     # Page load: settings from the URL (language included), then the model, its PE panel and the knobs.
     start = p.demo.load(in_tab_lane(page_load), None, [*settings_inputs, *(page.component(w) for w, _ in lab_fields), p.notes],
-                        queue=False, show_progress="hidden", show_progress_on=[p.notes])  # instant: no progress on its outputs
+                        queue=False)
     start.then(mode_visibility, s["mode"], mode_outputs, queue=False)
     start.then(None, lang, lang, js=LOCALE_JS, queue=False)
     relabel_outputs = relabelled(page)
