@@ -69,7 +69,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False, show_progress_on=[lang])
+    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)
@@ -85,7 +85,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
         redraws.append(trigger(keyed(h.models.load_hub), [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
     # English / 中文: every label, the live screen, the model's texts.
-    switched = lang.input(in_tab_lane(switch_language), lang, relabel_outputs, queue=False, show_progress_on=[lang])
+    switched = lang.input(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
     switched.then(None, lang, lang, js=LOCALE_JS, queue=False)
     switched.then(in_tab_lane(h.stream.relabelled_value), lang, p.live, queue=False)
     redraws.append(switched.then(in_tab_lane(h.models.refresh), [lang, s["prompt"]],
