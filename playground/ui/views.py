@@ -190,14 +190,9 @@ def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, An
     for name, tab in TAB_OF.items():
         component = page.component(name)
         # a tab's own control redraws that tab's views: their components show the progress
-        own = {**figures_kw, "show_progress_on": [page.component(n) for n in _slots_of(tab)] or [page.open_view]}
+        own = {**figures_kw, "show_progress_on": [page.component(n) for n in views.slot_names(tab)] or [page.open_view]}
         (component.submit if name in SUBMITTED else component.change)(control(tab), inputs, outputs, **own)
     return then_redraw
-
-
-def _slots_of(tab: str) -> list[str]:
-    """The components `tab`'s views draw."""
-    return list(dict.fromkeys(n for view in registry.BY_TAB[tab].all_views() for n in view.slots))
 
 
 def _pickers(page: Any) -> list[tuple[str, Any]]:

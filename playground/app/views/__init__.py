@@ -55,10 +55,11 @@ def picked(tab: str, pick: str) -> str:
     return pick if pick in views else next(iter(views), "")
 
 
-def slot_names() -> list[str]:
-    """Every component any view draws (the page's one redraw event writes to these), in a stable order."""
+def slot_names(tab: str | None = None) -> list[str]:
+    """Every component any view draws (the page's one redraw event writes to these), or `tab`'s views only, in a
+    stable order."""
     names: dict[str, None] = {}
-    for view in all_views():
+    for view in all_views() if tab is None else registry.BY_TAB[tab].all_views():
         names.update(dict.fromkeys(view.slots))
     return list(names)
 
