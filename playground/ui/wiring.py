@@ -27,11 +27,6 @@ def mode_visibility(mode: str) -> tuple:
     return tuple(gr.update(visible=sample) for _ in SAMPLE_ONLY) + tuple(gr.update(visible=beam) for _ in BEAM_ONLY)
 
 
-def empty_file_box() -> None:
-    """The upload box's new value: no files."""
-    return None
-
-
 def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane: ServerLane | None = None) -> None:
     p, s = page, page.settings
     lanes = Lanes(generate=generate_concurrency)
@@ -76,11 +71,15 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     redraws.append(s["model"].input(keyed(h.models.load), [s["model"], s["dtype"], lang], load_outputs, **load_kw))
     redraws.append(s["dtype"].input(keyed(h.models.load_dtype), [s["model"], s["dtype"], lang], load_outputs,
                                     **load_kw))
-    uploaded = p.upload.upload(keyed(h.models.upload), [p.upload, s["dtype"], lang], load_outputs, **load_kw)
-    redraws.append(uploaded)
-    # The file box empties after each upload, taken or refused: the box adds a new upload's files to the ones
-    # it shows, and the next upload would send both (two config.json, refused).
-    uploaded.then(empty_file_box, None, p.upload, queue=False)
+    # The file box empties with the upload's own answer, taken or refused: the box adds a new upload's files to
+    # the ones it shows, and the next upload would send both (two config.json, refused). Emptied in a later
+    # event, a second upload made before it came was lost.
+    upload_loaded = keyed(h.models.upload)
+
+    def upload_and_empty(files, dtype: str, code: str, request: gr.Request) -> dict:
+        return {**upload_loaded(files, dtype, code, request), p.upload: None}
+    redraws.append(p.upload.upload(upload_and_empty, [p.upload, s["dtype"], lang], [*load_outputs, p.upload],
+                                   **load_kw))
     for trigger in (p.hub_load.click, p.hub_id.submit):
         redraws.append(trigger(keyed(h.models.load_hub), [p.hub_id, s["dtype"], lang], load_outputs, **load_kw))
 
