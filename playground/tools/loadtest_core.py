@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from playground.app import torch_thread
 from playground.tools import gpu_bench
 
 QUESTIONS = ["Explain step by step how a bicycle works.", "Describe the water cycle in detail.",
@@ -101,6 +102,13 @@ def cli_rate(lm: Any, name: str, new_tokens: int, repeats: int = 2) -> float:
     return max(generate_all(lm, ids, cfg).timing["tokens_per_s"] for _ in range(repeats))
 
 
+def transformers_rate(theirs: Any, lm: Any, rows: int, new_tokens: int, device: str) -> float:
+    """transformers' static-cache decode tokens/s at `rows` rows of the benchmark's prompt length."""
+    batch = gpu_bench.prompts(lm.config.vocab_size, rows)
+    theirs.run(batch, 2)  # warm-up
+    return gpu_bench.decode_rate(lambda k: theirs.run(batch, k), rows, new_tokens, 1, torch.device(device))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--core", action="store_true", help=argparse.SUPPRESS)
@@ -119,16 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     if not folder.is_dir():
         print(f"error: no checkpoint folder at {args.model}", file=sys.stderr)
         return 2
-    lm = load_model(folder, device=args.device, dtype=args.dtype)
+    # Every torch op of the benchmark runs on the app's torch thread, as the app runs them: libgomp keeps a
+    # worker pool per thread that ever ran a parallel op, and a second pool (this main thread's) slows every small
+    # op of the other (measured here: the page at 0.86× the CLI with two pools, 0.90–0.96× with one).
+    lm = torch_thread.call(load_model, folder, device=args.device, dtype=args.dtype)
     name = folder.name
     sizes = [int(x) for x in args.visitors.split(",")]
-    cli = cli_rate(lm, name, args.new_tokens)
+    cli = torch_thread.call(cli_rate, lm, name, args.new_tokens)
     print(f"{name}; {gpu_bench.device_name(args.device)}, {args.dtype}; greedy, chat on, the page's live captures, "
           f"{args.new_tokens} new tokens; the CLI alone: {cli:.1f} tokens/s", flush=True)
     solo = [press(lm, name, i, args.new_tokens, time.perf_counter()).tokens for i in range(max(sizes))]
     theirs = None
     if not args.no_transformers:
-        theirs = gpu_bench.Theirs(folder, args.device, args.dtype, compiled=True)
+        theirs = torch_thread.call(gpu_bench.Theirs, folder, args.device, args.dtype, compiled=True)
     held: list[str] = []
     unequal = 0  # visitors whose tokens in a crowd differ from their solo run
     for n in sizes:
@@ -143,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(len(v.tokens) for v in visits)
         line = f"all together: {total} tokens in {span:.1f} s, {total / max(span, 1e-9):.1f} tokens/s"
         if theirs is not None:
-            dev = torch.device(args.device)
-            batch = gpu_bench.prompts(lm.config.vocab_size, n)
-            theirs.run(batch, 2)  # warm-up
-            rate = gpu_bench.decode_rate(lambda k, rows=batch: theirs.run(rows, k), n, args.new_tokens, 1, dev)
+            rate = torch_thread.call(transformers_rate, theirs, lm, n, args.new_tokens, args.device)
             line += f"; transformers static cache, {n} rows of {gpu_bench.PROMPT_TOKENS} tokens: {rate:.1f} tokens/s"
         print(line, flush=True)
         if args.device == "cpu":
