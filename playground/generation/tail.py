@@ -51,7 +51,7 @@ def finish_reason(p: Any, token_id: int, generated: int, tokens: Tokens) -> str 
     """Why the run of plan `p` ends after `token_id` (None: it goes on): "eos", "stop_string" or "length"."""
     if token_id in p.eos_ids:
         return "eos"
-    if p.cfg.stop_strings and any(s in tokens.text for s in p.cfg.stop_strings):  # decoded only for stop strings
+    if p.cfg.stop_strings and tokens.text_holds(p.cfg.stop_strings):  # a tail decoded, not the whole run
         return "stop_string"
     if generated >= p.cfg.max_new_tokens:
         return "length"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 Decode = Callable[[list[int]], str]
+STOP_MARGIN = 8  # characters before a stop string's start that a tail decodes beyond it (`text_holds`)
 
 
 class Tokens:
@@ -77,6 +78,27 @@ class Tokens:
         text = root.decode([n.token_id for n in nodes]) if root.decode is not None else ""
         root.memo = (self, text)
         return text
+
+    def text_holds(self, needles: Sequence[str]) -> bool:
+        """Whether one of `needles` is in this sequence's text, asked at every step of a run that ends on the first
+        one (stop strings): only a tail of the chain is decoded (16 tokens, doubled until the text before the last
+        token holds the longest needle and a margin), so a run of n tokens costs O(n) decoding, not O(n^2). Exact
+        against the whole text for such a run: a needle found now was not there a step before, so it ends in the
+        last token's text (or the character the last token completed) and starts within the longest needle and
+        the margin before it; a tail decodes like the whole but for its first characters (a stripped leading
+        space, a character whose first bytes lie before the tail)."""
+        if not needles or self.parent is None:
+            return False
+        nodes, root = self._nodes()
+        if root.decode is None:
+            return False
+        ids = [n.token_id for n in nodes]
+        longest = max(len(n) for n in needles)
+        size = 16
+        while size < len(ids) and len(root.decode(ids[-size:-1])) < longest + STOP_MARGIN:
+            size *= 2
+        text = root.decode(ids[-size:])
+        return any(n in text for n in needles)
 
     # --- a read-only sequence of ints -------------------------------------------------------------
 
