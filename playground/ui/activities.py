@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 
 from playground.app import describe, serving, visitors
-from playground.app.activities import lens_guess, samples
+from playground.app.activities import game, lens_guess, samples
 from playground.app.notes import error_line
 from playground.app.session import Sessions
 from playground.app.settings import WIDGETS, from_widgets
@@ -40,9 +40,10 @@ def _own_run(session: Any, state: dict | None) -> Any:
 class Activities:
     """The activities' handlers for the sessions of one app."""
 
-    def __init__(self, models: Models, sessions: Sessions) -> None:
+    def __init__(self, models: Models, sessions: Sessions, rooms: game.Rooms | None = None) -> None:
         self.models = models
         self.sessions = sessions
+        self.rooms = rooms  # the class games: the class's guesses shown beside the samples
 
     # --- "Is it a database?" --------------------------------------------------------------------------------
 
@@ -77,8 +78,10 @@ class Activities:
         if len(drawn) < 2:  # stopped before the first sample
             yield _note(t("acts_samples_stopped", lang)), None
             return
+        guesses = self.rooms.first_guesses(session.key, settings) if self.rooms is not None else []
         outcome = samples.tally(drawn[1:], drawn[0], prompt=settings.prompt, model=settings.model,
-                                max_new_tokens=samples.sample_settings(settings, None).max_new_tokens, prediction=guess)
+                                max_new_tokens=samples.sample_settings(settings, None).max_new_tokens, prediction=guess,
+                                class_guesses=guesses)
         stopped = _note(t("acts_samples_stopped", lang)) if len(drawn) <= count else ""
         yield stopped + samples.html(outcome, lang), outcome.to_dict()
 

@@ -57,7 +57,7 @@ class Teacher:
         self.sessions = sessions
         self.stream = stream
         self.game = ClassGame(models, sessions)
-        self.activities = Activities(models, sessions)  # "Is it a database?", "Which layer knows?"
+        self.activities = Activities(models, sessions, self.game.rooms)  # "Is it a database?", "Which layer knows?"
 
     # --- the prompt's tokens --------------------------------------------------------------------------------
 

@@ -121,6 +121,41 @@ def test_the_table_shows_counts_probabilities_the_prediction_and_the_seeds(tiny)
                       prompt="x", model="m", max_new_tokens=1), "en")
 
 
+def test_the_class_s_game_guesses_for_the_first_token_are_shown_beside_the_samples(tiny):
+    """The game played on the question's first step: each token the class guessed, how many guessed it, how many
+    samples began with it and the model's probability, which is the samples' own (one token each: the same number)."""
+    from playground.app.activities.game import Rooms
+
+    session = Session(key="class")
+    *_, last = play(session, lambda *a: tiny, UISettings(model="tiny-lm", prompt=PROMPT, max_new_tokens=4), pace=False)
+    rooms = Rooms()
+    room = rooms.open(last.run, session.run_settings(last.run), "class", 0, shared=True)
+    ranked = sorted(room.steps[0].options, key=lambda o: -o.prob)
+    for player, option in (("ada", ranked[0]), ("bo", ranked[0]), ("cy", ranked[1])):
+        rooms.guess(room.key, player, option.token_id)
+    question = UISettings(model="tiny-lm", prompt=PROMPT)
+    assert rooms.first_guesses("someone-else", question) == []  # only the teacher's own rooms
+    assert rooms.first_guesses("class", UISettings(model="tiny-lm", prompt="Another question")) == []
+    guesses = rooms.first_guesses("class", question)
+    assert [(g["token_id"], g["players"]) for g in guesses] == [(ranked[0].token_id, 2), (ranked[1].token_id, 1)]
+    o = ask_many(tiny, samples.seeds_from(11, 20), max_new_tokens=1)
+    o = samples.tally([samples.Sample(s, a.token_ids, a.text, a.logprob) for a in o.answers for s in a.seeds],
+                      o.greedy, prompt=PROMPT, model="tiny-lm", max_new_tokens=1, class_guesses=guesses)
+    for g in guesses:
+        came = [a for a in o.answers if a.token_ids == (g["token_id"],)]
+        assert o.began_with(g["token_id"]) == sum(a.count for a in came)
+        for a in came:  # the game's probability of the token is the one the samples were drawn with
+            assert a.prob == pytest.approx(g["prob"], rel=1e-5)
+    words = samples.html(samples.Outcome.from_dict(o.to_dict()), "en")
+    top = guesses[0]
+    assert 'class="pg-samples-class" data-players="3"' in words
+    assert f'data-id="{top["token_id"]}" data-players="2" data-began="{o.began_with(top["token_id"])}"' in words
+    assert "The class&#x27;s predictions" in words and "2 / 3" in words
+    assert "全班的预测" in samples.html(o, "zh") and "pg-samples-class" not in samples.html(
+        samples.tally([samples.Sample(1, (5,), "x", -1.0)], o.greedy, prompt=PROMPT, model="tiny-lm",
+                      max_new_tokens=1), "en")  # no game on the question: no such table
+
+
 # --- "Which layer knows?" -----------------------------------------------------------------------------------------
 
 

@@ -48,7 +48,7 @@ def ask_many(pg, n: int, prediction: int | None) -> None:
 
 def rows(pg) -> list[tuple[str, int, str]]:
     """(token ids, count, the probability as shown) of each row of the table."""
-    return [tuple(r) for r in pg.eval_on_selector_all("#many-samples-view tbody tr", """trs => trs.map(tr =>
+    return [tuple(r) for r in pg.eval_on_selector_all("#many-samples-view .pg-samples > .pg-samples-scroll tbody tr", """trs => trs.map(tr =>
         [tr.dataset.ids, +tr.dataset.count, tr.children[2].innerText])""")]
 
 
@@ -82,6 +82,40 @@ def test_the_same_question_sampled_twenty_times_shows_the_core_s_answers_and_pro
     wait_text(page, "#many-samples-view", HEAD[lang].format(d=len(o.answers)))
     assert_fits(page)
     shot(page, f"many-samples-{lang}", element="#many-samples")
+
+
+def test_the_class_s_guesses_in_the_game_stand_beside_the_samples(page, server, browser):
+    """The game played on the answer's first token, then the same question sampled: the class's guess beside how
+    many samples began with it (English at 1440×900, 中文 on a phone)."""
+    lang = "zh" if page.size_name == "phone" else "en"
+    open_app(page, server, model="tiny-lm", prompt=PROMPT, mode="sample", seed=3, max_new_tokens=4, lang=lang)
+    page.click("#token-stream [data-step='0']")  # the game plays the step on screen: the answer's first token
+    open_tools(page, lang)
+    page.click("#game-start-btn")
+    page.wait_for_function("() => (document.querySelector('#game-link textarea')?.value ?? '').includes('?game=')")
+    page.wait_for_selector("#game-view .pg-game[data-step='1']", timeout=10_000)
+    player = new_page(browser, base.DESKTOP)
+    try:
+        player.goto(page.input_value("#game-link textarea"))
+        player.wait_for_selector("#game-choice input[type=radio]")
+        guessed = player.locator("#game-choice label").nth(1)
+        guessed_text = guessed.inner_text().strip()
+        guessed.click()
+        player.click("#game-guess-btn")
+        wait_text(player, "#game-view", "Your guess")
+        assert not player.js_errors, player.js_errors
+    finally:
+        player.context.close()
+    ask_many(page, 20, None)
+    table = page.wait_for_selector("#many-samples-view .pg-samples-class[data-players='1']")
+    row = table.query_selector("tbody tr")
+    assert row.query_selector(".pg-samples-answer").inner_text().strip() == guessed_text
+    first = row.get_attribute("data-id")
+    began = sum(count for ids, count, _ in rows(page) if ids.split(".")[0] == first)
+    assert int(row.get_attribute("data-began")) == began and f"{began} / 20" in row.inner_text()
+    assert ("The class's predictions" if lang == "en" else "全班的预测") in table.inner_text()
+    assert_fits(page)
+    shot(page, f"many-samples-class-{lang}", element="#many-samples")
 
 
 def test_a_count_past_the_bound_is_one_line_and_nothing_runs(page, server):

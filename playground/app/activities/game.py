@@ -40,6 +40,7 @@ import random
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -306,6 +307,24 @@ class Rooms:
         now = self.clock()
         for key in [k for k, r in self._rooms.items() if now - r.touched >= self.idle_seconds]:
             del self._rooms[key]
+
+    def first_guesses(self, teacher: str, settings: UISettings) -> list[dict[str, Any]]:
+        """What the class guessed for the first token of an answer to the question of `settings`: in `teacher`'s
+        most recently used room playing the same model, prompt and chat switch, the guesses at its first step
+        (path index 0), a row per token guessed (its id, text, players, the model's probability), most guessed
+        first. [] when there is no such room or nobody guessed that step."""
+        with self._lock:
+            rooms = [r for r in self._rooms.values() if r.teacher == teacher and r.guesses.get(0)
+                     and (r.settings.model, r.settings.prompt, r.settings.chat)
+                     == (settings.model, settings.prompt, settings.chat)]
+            if not rooms:
+                return []
+            room = max(rooms, key=lambda r: r.touched)
+            rows = []
+            for token_id, players in Counter(room.guesses[0].values()).items():
+                option = room.option(0, token_id)
+                rows.append({"token_id": token_id, "text": option.text, "players": players, "prob": option.prob})
+            return sorted(rows, key=lambda r: (-r["players"], -r["prob"], r["token_id"]))
 
     def view(self, room: Room, player: str) -> dict[str, Any]:
         """`view` of `room` for `player` now, read inside the lock (other pages' guesses and ticks change it)."""

@@ -85,6 +85,11 @@ class Outcome:
     greedy: Sample
     max_new_tokens: int
     prediction: int | None = None
+    class_guesses: list[dict[str, Any]] = field(default_factory=list)
+
+    def began_with(self, token_id: int) -> int:
+        """How many of the samples began with `token_id`."""
+        return sum(a.count for a in self.answers if a.token_ids[:1] == (int(token_id),))
 
     @property
     def n(self) -> int:
@@ -191,9 +196,9 @@ def sample_many(lm: Any, widgets: UISettings, seeds: Sequence[int], *, owner: st
 
 
 def tally(samples: Sequence[Sample], greedy: Sample, *, prompt: str, model: str, max_new_tokens: int,
-          prediction: int | None = None) -> Outcome:
+          prediction: int | None = None, class_guesses: Sequence[dict[str, Any]] = ()) -> Outcome:
     """The distinct answers of `samples` (by their tokens), most frequent first (then most likely), each with its
-    count, seeds and probability; the greedy answer marked among them when it came."""
+    count, seeds and probability; the greedy answer marked among them when it came; the class's guesses kept."""
     by_ids: dict[tuple[int, ...], Answer] = {}
     for s in samples:
         answer = by_ids.setdefault(s.token_ids, Answer(s.token_ids, s.text, 0, s.logprob))
@@ -203,7 +208,7 @@ def tally(samples: Sequence[Sample], greedy: Sample, *, prompt: str, model: str,
         by_ids[greedy.token_ids].greedy = True
     answers = sorted(by_ids.values(), key=lambda a: (-a.count, -a.logprob, a.token_ids))
     return Outcome(prompt, model, [int(s.seed) for s in samples if s.seed is not None], answers, greedy,
-                   max_new_tokens, prediction)
+                   max_new_tokens, prediction, [dict(g) for g in class_guesses])
 
 
 # --- the view ----------------------------------------------------------------------------------------------------
@@ -255,8 +260,32 @@ def html(o: Outcome | None, lang: str = "en", progress: str = "") -> str:
                      f'<td>{esc(_pct(a.prob))}</td><td>{esc(_expected(o.n * a.prob))}</td></tr>')
     parts.append("</tbody></table></div>")
     parts.append(f'<p class="pg-hint">{esc(t("acts_samples_explain", lang))}</p>')
+    parts.append(_class_html(o, lang))
     parts.append(f'<details class="pg-samples-seeds"><summary>{esc(t("acts_samples_seeds", lang, n=o.n))}</summary>'
                  f'<code>{esc(", ".join(str(s) for s in o.seeds))}</code></details></div>')
+    return "".join(parts)
+
+
+def _class_html(o: Outcome, lang: str) -> str:
+    """The class's guesses for the answer's first token (the game) beside how often the samples began with each."""
+    if not o.class_guesses:
+        return ""
+    esc = html_lib.escape
+    players = sum(int(g["players"]) for g in o.class_guesses)
+    parts = [f'<div class="pg-samples-class" data-players="{players}"><h4>{esc(t("acts_samples_class_head", lang))}</h4>'
+             f'<div class="pg-samples-scroll"><table class="pg-samples-table"><thead><tr>'
+             f'<th>{esc(t("acts_samples_class_col_token", lang))}</th><th>{esc(t("acts_samples_class_col_players", lang))}</th>'
+             f'<th>{esc(t("acts_samples_class_col_began", lang))}</th><th>{esc(t("acts_samples_col_prob", lang))}</th>'
+             f'</tr></thead><tbody>']
+    for g in o.class_guesses:
+        began = o.began_with(g["token_id"])
+        parts.append(f'<tr data-id="{int(g["token_id"])}" data-players="{int(g["players"])}" data-began="{began}">'
+                     f'<td class="pg-samples-answer">{_answer_text(g["text"], lang)}</td>'
+                     f'<td class="pg-bar"><span style="width:{100 * g["players"] / players:.1f}%"></span>'
+                     f'<em>{int(g["players"])} / {players}</em></td>'
+                     f'<td class="pg-bar"><span style="width:{100 * began / o.n:.1f}%"></span><em>{began} / {o.n}</em></td>'
+                     f'<td>{esc(_pct(float(g["prob"])))}</td></tr>')
+    parts.append(f'</tbody></table></div><p class="pg-hint">{esc(t("acts_samples_class_explain", lang, n=o.n))}</p></div>')
     return "".join(parts)
 
 
