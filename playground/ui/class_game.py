@@ -13,8 +13,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground.app import qr, tokens_view, visitors
-from playground.app.activities import export, game
+from playground.app import qr, serving, tokens_view, visitors
+from playground.app.activities import export, game, lens_guess
 from playground.app.notes import error_line, note
 from playground.app.session import Sessions
 from playground.app.words import browser_language, t
@@ -25,8 +25,8 @@ from playground.ui.models import Models, session_key
 GAME_PAGE_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.body.classList.add('pg-game-page'); }"
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
-GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_link",
-              "game_qr", "game_timer", "game_state", "tabs")
+GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_lens",
+              "game_link", "game_qr", "game_timer", "game_state", "tabs")
 
 
 class ClassGame:
@@ -62,12 +62,34 @@ class ClassGame:
     def next_step(self, state: dict | None, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
         return self._move(state, lang, request, lambda key, me: self.rooms.next(key, me))
 
+    def ask_layer(self, state: dict | None, lang: str, request: gr.Request | None = None) -> dict[str, Any]:
+        """The teacher turns the step played into "Which layer knows?": the logit lens reads the room's run at that
+        step (one job on the torch thread), and the room guesses a layer."""
+        session = self.sessions.get(session_key(request))
+
+        def ask(key: str, me: str) -> game.Room:
+            room = self.rooms.find(key)
+            if room is not None and room.teacher != me:  # checked before any model work: a player's press is none
+                raise PlaygroundError(note("game_not_teacher"))
+            run = next((r for r in reversed(session.runs) if room is not None and not r.running
+                        and game.run_key(session.run_settings(r)) == room.run), None)
+            if room is None or run is None:
+                raise PlaygroundError(note("game_lens_needs_run"))
+            lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+            lens_guess.ask(run, room.index, lm.config.n_layers)  # says so when the step kept no residual stream
+            ranks = serving.call_job(lens_guess.lens_ranks, lm, run, room.index, owner=session.key)
+            return self.rooms.ask_layer(key, me, ranks)
+        return self._move(state, lang, request, ask)
+
     def guess(self, choice: Any, name: str, state: dict | None, lang: str,
               request: gr.Request | None = None) -> dict[str, Any]:
         def guess(key: str, me: str) -> game.Room:
             if choice in (None, ""):
                 self.rooms.join(key, me, name, address_of(request))
                 raise PlaygroundError(note("game_pick_one"))
+            room = self.rooms.find(key)
+            if room is not None and room.question == "layer":
+                return self.rooms.guess_layer(key, me, choice, name, address_of(request))
             return self.rooms.guess(key, me, int(choice), name, address_of(request))
         return self._move(state, lang, request, guess)
 
@@ -136,20 +158,32 @@ class ClassGame:
         teacher = v["teacher"]
         out = {"game_view": game.html(v, lang, error),
                "game_state": {"room": room.key, "version": v["version"], "lang": lang, "step": v["number"],
-                              "revealed": v["revealed"], "teacher": teacher, "players": v["players"]},
+                              "revealed": v["revealed"], "teacher": teacher, "players": v["players"],
+                              "question": v["question"]},
                "game_timer": gr.update(active=True),
                "game_reveal": gr.update(visible=teacher), "game_next": gr.update(visible=teacher),
+               "game_lens": gr.update(visible=teacher),
                "game_player": gr.update(visible=not teacher), "game_teacher": gr.update(visible=teacher)}
-        if (before.get("step"), before.get("revealed")) != (v["number"], v["revealed"]):  # a new step or the reveal
-            choices = [(tokens_view.shown(o["text"]), str(o["id"])) for o in v["options"]]
-            mine = str(v["mine"]) if v["mine"] is not None else None
-            out["game_choice"] = gr.update(choices=choices, value=mine, interactive=not v["revealed"])
+        shown_as = (v["number"], v["revealed"], v["question"], lang if v["question"] == "layer" else None)
+        if tuple(before.get(k) for k in ("step", "revealed", "question")) + (
+                before.get("lang") if before.get("question") == "layer" else None,) != shown_as:
+            out["game_choice"] = _choices(v, lang)  # a new step, the reveal, a layer question (its words)
         if link is not None:
             out["game_link"] = gr.update(value=link, visible=True)
             out["game_qr"] = qr.qr_html(link)  # seen in projector mode only: the class scans it from the screen
         if select:
             out["tabs"] = gr.update(selected="teacher")
         return out
+
+
+def _choices(v: dict[str, Any], lang: str) -> Any:
+    """The player's radio for the room's question: the candidates (the game) or the layers (the lens)."""
+    if v["question"] == "layer":
+        choices = [(lens_guess.layer_name(o["id"], v["layers"], lang), str(o["id"])) for o in v["options"]]
+    else:
+        choices = [(tokens_view.shown(o["text"]), str(o["id"])) for o in v["options"]]
+    mine = str(v["mine"]) if v["mine"] is not None else None
+    return gr.update(choices=choices, value=mine, interactive=not v["revealed"])
 
 
 def address_of(request: gr.Request | None) -> str:
@@ -164,8 +198,9 @@ def address_of(request: gr.Request | None) -> str:
     return visitors.client_address(peer, forwarded, visitors.trusted_proxies())
 
 
-def wire_game(p: Any, g: ClassGame, lang: Any) -> None:
-    """Bind the game's events (outside the queue: they do no model work and answer at once)."""
+def wire_game(p: Any, g: ClassGame, lang: Any, job_kw: dict[str, Any]) -> None:
+    """Bind the game's events: outside the queue (they do no model work and answer at once), but for the lens's
+    reading of a step (`job_kw`: the jobs' lane)."""
     quick = dict(queue=False, show_progress="hidden")
     # each handler's updates by component name, keyed by component for Gradio
     slots = [p.component(name) for name in GAME_SLOTS]
@@ -185,6 +220,9 @@ def wire_game(p: Any, g: ClassGame, lang: Any) -> None:
     def step_on(state: dict | None, code: str, request: gr.Request) -> dict:
         return keyed(g.next_step(state, code, request))
 
+    def ask_layer(state: dict | None, code: str, request: gr.Request) -> dict:
+        return keyed(g.ask_layer(state, code, request))
+
     def guess(choice: Any, name: str, state: dict | None, code: str, request: gr.Request) -> dict:
         return keyed(g.guess(choice, name, state, code, request))
 
@@ -196,5 +234,6 @@ def wire_game(p: Any, g: ClassGame, lang: Any) -> None:
     p.game_start.click(start, [p.game_at, p.page_address, lang], slots, **quick)
     p.game_reveal.click(reveal, [p.game_state, lang], slots, **quick)
     p.game_next.click(step_on, [p.game_state, lang], slots, **quick)
+    p.game_lens.click(ask_layer, [p.game_state, lang], slots, **job_kw)
     p.game_guess.click(guess, [p.game_choice, p.game_name, p.game_state, lang], slots, **quick)
     p.game_timer.tick(tick, [p.game_state, lang], slots, **quick)

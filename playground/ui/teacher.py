@@ -24,7 +24,7 @@ from playground.app.settings import WIDGETS, from_widgets
 from playground.app.words import t
 from playground.ui.activities import Activities, wire_activities
 from playground.ui.class_game import ClassGame, wire_game
-from playground.ui.lanes import GENERATE, Lanes
+from playground.ui.lanes import GENERATE, JOBS, Lanes
 from playground.ui.models import Models, session_key
 from playground.ui.streaming import Streaming
 from playground.ui.teacher_layout import TEACHER_TEXTS
@@ -203,7 +203,7 @@ def wire_teacher(page: Any, h: Teacher, lanes: Lanes, settings_inputs: list[Any]
         button.click(in_tab_lane(handler), p.page_address, [p.export_file, p.export_md], **quick).then(
             None, p.export_file, None, js=DOWNLOAD_JS, queue=False)
 
-    wire_game(p, h.game, lang)
+    wire_game(p, h.game, lang, {**lanes.lane(JOBS), "show_progress": "minimal"})
     wire_activities(p, h.activities, lanes, settings_inputs)
     quiet_sign_in(p.demo, page.c.get("sign_in"))
     return [compared]

@@ -320,3 +320,60 @@ def test_the_chat_template_s_opening_is_folded_and_the_teacher_s_page_hides_the_
     assert "<style" not in game.html(rooms.view(room, TEACHER))  # after the reveal the whole run shows again
     gone = game.html(None, "zh", "gone", alone=True)
     assert 'href="?lang=zh"' in gone and "打开完整的演练场" in gone
+
+
+def test_the_room_plays_which_layer_knows_and_scores_every_guess_by_the_layers_it_is_off(finished, lm):
+    """The teacher turns the step played into "Which layer knows?": the token is shown, the room guesses a layer,
+    the reveal shows the lens's ranks and scores each guess as `lens_guess` does; the room keeps a board of it."""
+    from playground.app.activities import lens_guess
+
+    run, settings = finished
+    rooms = Rooms()
+    room = rooms.open(run, settings, TEACHER, 2, shared=True)
+    layers = lm.config.n_layers
+    ranks = lens_guess.lens_ranks(lm, run, 2)
+    answer = lens_guess.first_layer(ranks)
+    token = room.steps[2].options[0].token_id
+    with pytest.raises(PlaygroundError) as early:
+        rooms.guess_layer(room.key, "ada", 1)  # the step asks for a token until the teacher asks for a layer
+    assert key_of(early.value) == "game_pick_one"
+    with pytest.raises(PlaygroundError) as refused:
+        rooms.ask_layer(room.key, "ada", ranks)
+    assert key_of(refused.value) == "game_not_teacher"
+    rooms.ask_layer(room.key, TEACHER, ranks)
+    with pytest.raises(PlaygroundError) as wrong_kind:
+        rooms.guess(room.key, "ada", token)
+    assert key_of(wrong_kind.value) == "game_pick_one"
+    with pytest.raises(PlaygroundError) as out_of_range:
+        rooms.guess_layer(room.key, "ada", layers + 2)
+    assert key_of(out_of_range.value) == "acts_lens_pick"
+    right = layers + 1 if answer is None else answer
+    picks = {"ada": right, "bo": 0, "cy": layers + 1}
+    for player, layer in picks.items():
+        rooms.guess_layer(room.key, player, layer, name=player.upper())
+    before = game.view(rooms.find(room.key), "bo")
+    chosen = room.option(2, room.steps[2].chosen).text
+    assert before["question"] == "layer" and before["token"] == chosen and before["guessed"] == 3
+    assert before["mine"] == 0 and "answer" not in before and "ranks" not in before and "guesses" not in before
+    assert [o["id"] for o in before["options"]] == list(range(layers + 2))
+    page = game.html(before, "en")
+    assert f'data-layers="{layers}"' in page and "Your guess: the embedding (layer 0)." in page
+    assert 'class="pg-game-blank shown"' in page and "pg-lens-ranks" not in page  # the token shows, not the answer
+    rooms.reveal(room.key, TEACHER)
+    after = game.view(rooms.find(room.key), "bo")
+    assert after["answer"] == answer and after["ranks"] == ranks
+    scored = {g["name"]: g["score"] for g in after["guesses"]}
+    assert scored == {p.upper(): lens_guess.score(layer, answer, layers) for p, layer in picks.items()}
+    assert scored["ADA"] == 0 and after["guesses"][0]["name"] == "ADA"
+    board = {r["name"]: r for r in after["board"]}
+    assert board["ADA"]["right"] == 1 and board["BO"]["mean"] == scored["BO"] and board["BO"]["you"]
+    for lang, said in (("en", "The logit lens first ranks"), ("zh", "logit lens 第一次把")):
+        page = game.html(after, lang)
+        assert said in page and page.count('class="pg-lens-ranks"') == 1 and page.count("<li") >= layers + 1
+    # the next step asks for a token again; the layer board stays
+    rooms.next(room.key, TEACHER)
+    moved = game.view(rooms.find(room.key), "ada")
+    assert moved["question"] == "token" and not moved["revealed"] and "token" not in moved
+    kept = game.layer_board(rooms.find(room.key), "ada")
+    assert [(r["name"], r["mean"]) for r in kept] == sorted(((n, float(x)) for n, x in scored.items()),
+                                                            key=lambda r: (-r[1], r[0]))

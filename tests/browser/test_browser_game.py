@@ -164,6 +164,35 @@ def test_the_sentence_being_guessed_is_in_view_with_the_system_message_folded(br
     assert blank_in_its_box(player)
 
 
+@pytest.mark.parametrize(("size", "lang"), [("phone", "zh"), ("desktop", "en")], ids=["phone-zh", "desktop-en"])
+def test_the_room_plays_which_layer_knows_and_the_reveal_scores_each_guess_by_the_layers_off(browser, server, players,
+                                                                                           size, lang):
+    player = open_player(browser, server, players, size, lang)
+    teacher = players[0]
+    teacher.click("#game-lens-btn")  # the step played becomes "Which layer knows?": the lens reads the run
+    teacher.wait_for_selector("#game-view .pg-game-question")
+    layers = int(teacher.get_attribute("#game-view .pg-game-question", "data-layers"))
+    player.wait_for_selector("#game-view .pg-game-question")
+    labels = player.locator("#game-choice label")
+    player.wait_for_function("(n) => document.querySelectorAll('#game-choice label').length === n", arg=layers + 2)
+    assert labels.first.inner_text().strip() == ("the embedding (layer 0)" if lang == "en" else "嵌入层(第 0 层)")
+    assert "?" not in player.inner_text("#game-view .pg-game-blank")  # the token is shown: the question is about it
+    assert blank_in_its_box(player)
+    labels.nth(1).click()
+    player.click("#game-guess-btn")
+    wait_text(player, "#game-view", "Your guess: layer 1" if lang == "en" else "你的猜测:第 1 层")
+    wait_text(teacher, "#game-view", "1 of 1 guessed")
+    teacher.click("#game-reveal-btn")
+    player.wait_for_selector("#game-view .pg-lens-ranks")
+    answer = player.get_attribute("#game-view .pg-game-answer", "data-answer")
+    target = layers + 1 if answer == "" else int(answer)
+    row = player.locator("#game-view .pg-game-guesses tbody tr")
+    assert row.get_attribute("data-guess") == "1" and int(row.get_attribute("data-score")) == -abs(1 - target)
+    assert player.locator("#game-view .pg-lens-ranks li").count() == layers + 1
+    assert_fits(player)
+    shot(player, "game-lens", element="#game")
+
+
 @pytest.mark.parametrize(("size", "lang"), CASES, ids=IDS)
 def test_the_teacher_s_page_shows_the_run_up_to_the_blank_until_the_reveal(browser, server, size, lang):
     teacher = sized(browser, size, lang)

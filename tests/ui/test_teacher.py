@@ -124,6 +124,34 @@ def test_three_visitors_play_the_teachers_game_and_the_reveal_scores_them(h):
         assert seen["game_choice"]["interactive"] is False  # no guessing after the reveal
 
 
+def test_the_teacher_asks_which_layer_knows_and_the_room_guesses_layers_in_its_own_language(h):
+    from playground.app.activities import lens_guess
+
+    run = generate(h, "lens-teacher")
+    started = h.teacher.game.start(3, "http://x/", "en", request("lens-teacher"))
+    assert started["game_lens"]["visible"]
+    query = dict(parse_qsl(urlparse(started["game_link"]["value"]).query))
+    player = h.teacher.game.from_link(request("lens-player", **query))
+    assert not player["game_lens"]["visible"]
+    refused = h.teacher.game.ask_layer(player["game_state"], "en", request("lens-player"))
+    assert "Only the teacher" in refused["game_view"]
+    asked = h.teacher.game.ask_layer(started["game_state"], "en", request("lens-teacher"))
+    assert asked["game_state"]["question"] == "layer" and "pg-game-error" not in asked["game_view"]
+    lm = h.models.model_for(run.settings.model, run.settings.dtype, run.owner)
+    layers = lm.config.n_layers
+    seen = h.teacher.game.tick(player["game_state"], "zh", request("lens-player"))
+    labels = [label for label, _ in seen["game_choice"]["choices"]]
+    assert labels[0] == "嵌入层(第 0 层)" and labels[-1] == "没有任何一层(从不排第一)" and len(labels) == layers + 2
+    out = h.teacher.game.guess("1", "Lin", seen["game_state"], "zh", request("lens-player"))
+    assert "你的猜测:第 1 层" in out["game_view"]
+    h.teacher.game.reveal(asked["game_state"], "en", request("lens-teacher"))
+    shown = h.teacher.game.tick(out["game_state"], "en", request("lens-player"))
+    index = h.teacher.game.rooms.find(query["game"]).index  # step 3: path index 2
+    answer = lens_guess.first_layer(lens_guess.lens_ranks(lm, run, index))
+    assert f'data-guess="1" data-score="{lens_guess.score(1, answer, layers)}"' in shown["game_view"]
+    assert shown["game_choice"]["interactive"] is False
+
+
 def test_a_game_of_an_upload_is_refused_and_a_link_to_no_room_says_so(h, tmp_path):
     run = generate(h, "solo")
     for stale in ("NoSuchRoom12345", "2", "<b>"):  # an unknown, ended or mangled room: one line, no room

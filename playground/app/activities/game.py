@@ -41,11 +41,12 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from playground.app.activities import lens_guess
 from playground.app.notes import note
 from playground.app.run import Run
 from playground.app.settings import UISettings, to_query
@@ -123,6 +124,12 @@ class Room:
     joined: int = 0  # players ever joined (a new player's default name "#N")
     version: int = 0  # grows with every change, so a page asks again only when something moved
     touched: float = 0.0
+    # "Which layer knows?" played by the room: the step played asks after which layer the logit lens first ranks its
+    # chosen token first (the token is shown), instead of which token came (`question` "layer", not "token")
+    question: str = "token"
+    layers: int = 0  # the model's blocks: a layer guess is 0 (the embedding) … layers + 1 ("never")
+    lens: dict[int, list[int]] = field(default_factory=dict)  # path index -> the chosen token's rank after each layer
+    layer_guesses: dict[int, dict[str, int]] = field(default_factory=dict)  # path index -> player -> layer
 
     def option(self, index: int, token_id: int) -> Option | None:
         return next((o for o in self.steps[index].options if o.token_id == token_id), None)
@@ -206,7 +213,7 @@ class Rooms:
         """The teacher moves the room to a step (the nearest playable one): hidden again, fresh guesses."""
         with self._lock:
             room = self._teachers(key, teacher)
-            room.index, room.revealed = nearest(room.steps, index), False
+            room.index, room.revealed, room.question = nearest(room.steps, index), False, "token"
             room.guesses.pop(room.index, None)
             self._changed(room)
             return room
@@ -217,6 +224,18 @@ class Rooms:
             room = self._teachers(key, teacher)
             later = [i for i in room.playable() if i > room.index]
         return self.goto(key, teacher, later[0] if later else room.index)
+
+    def ask_layer(self, key: str, teacher: str, ranks: Sequence[int]) -> Room:
+        """The step played becomes "Which layer knows?": hidden again, fresh layer guesses; `ranks` is the chosen
+        token's rank after the embedding and after each block (`lens_guess.lens_ranks`: the teacher's model work)."""
+        with self._lock:
+            room = self._teachers(key, teacher)
+            room.lens[room.index] = [int(r) for r in ranks]
+            room.layers = len(room.lens[room.index]) - 1
+            room.question, room.revealed = "layer", False
+            room.layer_guesses.pop(room.index, None)
+            self._changed(room)
+            return room
 
     def reveal(self, key: str, teacher: str) -> Room:
         with self._lock:
@@ -251,10 +270,25 @@ class Rooms:
             room = self._room(key)
             if room.revealed:
                 raise PlaygroundError(note("game_revealed"))
-            if room.option(room.index, int(token_id)) is None:
+            if room.question != "token" or room.option(room.index, int(token_id)) is None:
                 raise PlaygroundError(note("game_pick_one"))
             self._name(room, player, name, address)
             room.guesses.setdefault(room.index, {})[player] = int(token_id)
+            self._changed(room)
+            return room
+
+    def guess_layer(self, key: str, player: str, layer: Any, name: str = "", address: str = "") -> Room:
+        """`player` guesses the first layer that ranks the step's token first (a new guess replaces theirs until
+        the reveal)."""
+        with self._lock:
+            room = self._room(key)
+            if room.revealed:
+                raise PlaygroundError(note("game_revealed"))
+            if room.question != "layer":
+                raise PlaygroundError(note("game_pick_one"))
+            chosen = lens_guess.check_guess(layer, room.layers)
+            self._name(room, player, name, address)
+            room.layer_guesses.setdefault(room.index, {})[player] = chosen
             self._changed(room)
             return room
 
@@ -296,7 +330,7 @@ class Rooms:
         if not gone:
             raise PlaygroundError(note("game_room_full", n=self.max_players))
         left = min(gone, key=lambda p: room.seen.get(p, 0.0))
-        for table in (room.names, room.seen, room.where, *room.guesses.values()):
+        for table in (room.names, room.seen, room.where, *room.guesses.values(), *room.layer_guesses.values()):
             table.pop(left, None)
 
     def _changed(self, room: Room) -> None:
@@ -379,8 +413,10 @@ def view(room: Room, player: str, now: float | None = None) -> dict[str, Any]:
         "revealed": room.revealed, "index": room.index,
         "options": [{"id": o.token_id, "text": o.text} for o in step.options],
         "mine": guesses.get(player), "guessed": len(here & guesses.keys()), "players": len(here),
-        "name": room.names.get(player, ""), "model": room.settings.model,
+        "name": room.names.get(player, ""), "model": room.settings.model, "question": room.question,
     }
+    if room.question == "layer":
+        return _layer_view(room, player, out, here)
     if room.revealed:
         chosen = room.option(room.index, step.chosen)
         out["chosen"] = {"id": step.chosen, "text": chosen.text, "prob": chosen.prob}
@@ -396,6 +432,39 @@ def view(room: Room, player: str, now: float | None = None) -> dict[str, Any]:
     return out
 
 
+def _layer_view(room: Room, player: str, out: dict[str, Any], here: set[str]) -> dict[str, Any]:
+    """`view` of a "Which layer knows?" step: the chosen token is shown (the question is about it), the guesses are
+    layers; after the reveal the lens's ranks, the answer, every guess scored and the room's board."""
+    step = room.steps[room.index]
+    guesses = room.layer_guesses.get(room.index, {})
+    out.update(layers=room.layers, token=room.option(room.index, step.chosen).text, mine=guesses.get(player),
+               options=[{"id": layer} for layer in range(room.layers + 2)], guessed=len(here & guesses.keys()))
+    if room.revealed:
+        ranks = room.lens[room.index]
+        answer = lens_guess.first_layer(ranks)
+        scored = [{"name": room.names.get(who, "?"), "guess": layer, "you": who == player,
+                   "score": lens_guess.score(layer, answer, room.layers)} for who, layer in guesses.items()]
+        out.update(answer=answer, ranks=list(ranks), guesses=sorted(scored, key=lambda g: (-g["score"], g["name"])),
+                   board=layer_board(room, player))
+    return out
+
+
+def layer_board(room: Room, player: str) -> list[dict[str, Any]]:
+    """Every player's "Which layer knows?" scores over the layer questions revealed so far: the mean score (minus
+    the layers off), how many were exactly right and how many steps they guessed; best first."""
+    totals: dict[str, list[int]] = {}
+    for index, guesses in room.layer_guesses.items():
+        if index == room.index and room.question == "layer" and not room.revealed:
+            continue
+        ranks = room.lens[index]
+        answer = lens_guess.first_layer(ranks)
+        for who, layer in guesses.items():
+            totals.setdefault(who, []).append(lens_guess.score(layer, answer, len(ranks) - 1))
+    rows = [{"name": room.names.get(who, "?"), "mean": sum(v) / len(v), "right": sum(x == 0 for x in v),
+             "steps": len(v), "you": who == player} for who, v in totals.items()]
+    return sorted(rows, key=lambda r: (-r["mean"], r["name"]))
+
+
 def fold(room: Room) -> tuple[str, str]:
     """(the chat template's opening, the rest) of the room's prompt: what the template wrote before the visitor's
     typed text (its system message and role markers, folded away on the page so the sentence being guessed stays in
@@ -409,7 +478,7 @@ def hiding_css(v: dict[str, Any]) -> str:
     """While the room guesses, the teacher's own page shows the run only up to the blank: a style that hides the live
     screen's tokens from the played step on and what names a step's token (the step bar's choice, the step's panels,
     the inspector, the beams, the branches and the run history). Gone with the reveal (the game view redraws)."""
-    if not v["teacher"] or v["revealed"]:
+    if not v["teacher"] or v["revealed"] or v["question"] == "layer":  # a layer question shows the token itself
         return ""
     step = f'#token-stream > [data-step="{int(v["index"])}"]'
     hidden = (step, f"{step} ~ *", ".pg-stepbar .pg-chose", "#step-panels", "#step-caption",
@@ -422,7 +491,7 @@ def board(room: Room, player: str) -> list[dict[str, Any]]:
     late), their total and how many steps they guessed; best first."""
     totals: dict[str, list[float]] = {}
     for index, guesses in room.guesses.items():
-        if index == room.index and not room.revealed:
+        if index == room.index and room.question == "token" and not room.revealed:
             continue
         for who, token_id in guesses.items():
             option = room.option(index, token_id)
@@ -448,15 +517,21 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
              hiding_css(v)]
     parts.append(f'<p class="pg-game-head">{esc(t("game_head", lang, step=v["number"], first=v["first"], last=v["last"], model=v["model"]))}'
                  f' · {esc(t("game_count", lang, guessed=v["guessed"], players=v["players"]))}</p>')
-    hidden = esc(shown(v["chosen"]["text"])) if v["revealed"] else "?"
+    layer = v["question"] == "layer"  # "Which layer knows?": the token is shown, the question is about it
+    hidden = esc(shown(v["token"] if layer else v["chosen"]["text"])) if v["revealed"] or layer else "?"
     folded = (f'<details class="pg-game-template"><summary>{esc(t("game_template", lang))}</summary>'
               f'<span class="pg-game-prompt">{esc(v["template"])}</span></details>' if v["template"] else "")
     # the box keeps its end in view (the blank is its last line): what does not fit scrolls off its top
     parts.append(f'<div class="pg-game-text"><div class="pg-game-flow">{folded}<span class="pg-game-prompt">'
-                 f'{esc(v["prompt"])}</span>{esc(v["before"])}<span class="pg-game-blank{" shown" if v["revealed"] else ""}">'
+                 f'{esc(v["prompt"])}</span>{esc(v["before"])}<span class="pg-game-blank{" shown" if v["revealed"] or layer else ""}">'
                  f'{hidden}</span></div></div>')
     if error:
         parts.append(f'<p class="pg-game-error">{esc(error)}</p>')
+    if layer:
+        parts.append(_layer_html(v, lang))
+        if not v["teacher"] or alone:
+            parts.append(full)
+        return "".join(parts) + "</div>"
     mine = next((o["text"] for o in v["options"] if o["id"] == v["mine"]), None)
     if not v["revealed"]:
         key = "game_your_guess" if mine is not None else ("game_teacher_wait" if v["teacher"] else "game_pick")
@@ -498,6 +573,49 @@ def _pct(p: float) -> str:
     return "&lt;0.5%" if 0 < p < 0.005 else f"{100 * p:.1f}%"
 
 
+def _layer_html(v: dict[str, Any], lang: str) -> str:
+    """The panel of a "Which layer knows?" step, under the text: the question; after the reveal the answer, the
+    token's rank after every layer, every guess scored and the room's board."""
+    esc = html_lib.escape
+    layers = v["layers"]
+
+    def name(layer: int | None) -> str:
+        return lens_guess.layer_name(layer, layers, lang)
+
+    parts = [f'<p class="pg-game-question" data-layers="{layers}">'
+             f'{esc(t("acts_lens_question", lang, token=shown(v["token"])))} {esc(t("game_lens_range", lang, never=layers + 1))}</p>']
+    if not v["revealed"]:
+        key = "game_lens_your_guess" if v["mine"] is not None else ("game_lens_wait" if v["teacher"] else "game_lens_pick")
+        mine = name(v["mine"]) if v["mine"] is not None else ""
+        parts.append(f'<p class="pg-game-note">{esc(t(key, lang, layer=mine))}</p>')
+        return "".join(parts)
+    answer = v["answer"]
+    parts.append(f'<p class="pg-game-answer" data-answer="{"" if answer is None else answer}">'
+                 f'{esc(t("game_lens_answer", lang, token=shown(v["token"]), layer=name(answer)))}</p>')
+    parts.append('<ol class="pg-lens-ranks" start="0">')
+    for at, rank in enumerate(v["ranks"]):
+        cls = " ".join(c for c, on in (("top", rank == 1), ("first", at == answer)) if on)
+        parts.append(f'<li class="{cls}" data-rank="{rank}" title="{esc(name(at))}"><b>{at}</b><span>#{rank}</span></li>')
+    parts.append("</ol>")
+    if v["guesses"]:
+        parts.append(f'<h4>{esc(t("game_guesses", lang))}</h4><table class="pg-game-guesses"><thead><tr>'
+                     f'<th>{esc(t("game_col_name", lang))}</th><th>{esc(t("game_col_guess", lang))}</th>'
+                     f'<th>{esc(t("game_lens_col_score", lang))}</th></tr></thead><tbody>')
+        for g in v["guesses"]:
+            cls = " ".join(c for c, on in (("you", g["you"]), ("right", g["score"] == 0)) if on)
+            parts.append(f'<tr class="{cls}" data-guess="{g["guess"]}" data-score="{g["score"]}"><td>{esc(g["name"])}</td>'
+                         f'<td>{esc(name(g["guess"]))}</td><td>{g["score"]}</td></tr>')
+        parts.append("</tbody></table>")
+    parts.append(f'<p class="pg-hint">{esc(t("game_lens_score_means", lang))}</p>')
+    if v["board"]:
+        parts.append(f'<h4>{esc(t("game_lens_board", lang))}</h4><ol class="pg-game-board">')
+        for r in v["board"]:
+            you = ' class="you"' if r["you"] else ""
+            parts.append(f'<li{you}>{esc(t("game_lens_board_row", lang, name=r["name"], mean=r["mean"], right=r["right"], n=r["steps"]))}</li>')
+        parts.append("</ol>")
+    return "".join(parts)
+
+
 # The game's part of the Class tools page (its events: `playground.ui.class_game`): the teacher's row (hidden on a
 # player's page, a game link), the link and its QR code (projector mode only), the room, the player's row.
 TAB = Tab(tab="game", elem_id="game", section="teacher", order=20, view=None, layout=(
@@ -506,7 +624,8 @@ TAB = Tab(tab="game", elem_id="game", section="teacher", order=20, view=None, la
     Row((Widget("game_at", "number", "game_at", "game-at", default=0, precision=0, min_width=90, bounded=False),
          Action("game_start", "press", "game_start", "game-start-btn", min_width=150),
          Action("game_reveal", "press", "game_reveal", "game-reveal-btn", min_width=90, primary=False, visible=False),
-         Action("game_next", "press", "game_next", "game-next-btn", min_width=90, primary=False, visible=False)),
+         Action("game_next", "press", "game_next", "game-next-btn", min_width=90, primary=False, visible=False),
+         Action("game_lens", "press", "game_lens", "game-lens-btn", min_width=120, primary=False, visible=False)),
         elem_id="game-teacher", name="game_teacher", equal_height=True),
     Widget("game_link", "textbox", "game_link", "game-link", interactive=False, visible=False, copy=True),
     Out("game_qr", "html", "game-qr", plain=True),
