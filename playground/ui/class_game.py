@@ -71,9 +71,8 @@ class ClassGame:
             room = self.rooms.find(key)
             if room is not None and room.teacher != me:  # checked before any model work: a player's press is none
                 raise PlaygroundError(note("game_not_teacher"))
-            run = next((r for r in reversed(session.runs) if room is not None and not r.running
-                        and game.run_key(session.run_settings(r)) == room.run), None)
-            if room is None or run is None:
+            run = _room_run(session, room)
+            if run is None:
                 raise PlaygroundError(note("game_lens_needs_run"))
             lm = self.models.model_for(run.settings.model, run.settings.dtype, run.owner)
             lens_guess.ask(run, room.index, lm.config.n_layers)  # says so when the step kept no residual stream
@@ -164,16 +163,25 @@ class ClassGame:
                "game_reveal": gr.update(visible=teacher), "game_next": gr.update(visible=teacher),
                "game_lens": gr.update(visible=teacher),
                "game_player": gr.update(visible=not teacher), "game_teacher": gr.update(visible=teacher)}
-        shown_as = (v["number"], v["revealed"], v["question"], lang if v["question"] == "layer" else None)
-        if tuple(before.get(k) for k in ("step", "revealed", "question")) + (
-                before.get("lang") if before.get("question") == "layer" else None,) != shown_as:
-            out["game_choice"] = _choices(v, lang)  # a new step, the reveal, a layer question (its words)
+        # the radio changes with a new step, the reveal, another question, or a layer question's language
+        choices = [v["number"], v["revealed"], v["question"], lang if v["question"] == "layer" else ""]
+        out["game_state"]["choices"] = choices
+        if before.get("choices") != choices:
+            out["game_choice"] = _choices(v, lang)
         if link is not None:
             out["game_link"] = gr.update(value=link, visible=True)
             out["game_qr"] = qr.qr_html(link)  # seen in projector mode only: the class scans it from the screen
         if select:
             out["tabs"] = gr.update(selected="teacher")
         return out
+
+
+def _room_run(session: Any, room: game.Room | None) -> Any:
+    """The teacher's own finished run that `room` plays (None: no room, or the run left the tab's history)."""
+    if room is None:
+        return None
+    return next((r for r in reversed(session.runs)
+                 if not r.running and game.run_key(session.run_settings(r)) == room.run), None)
 
 
 def _choices(v: dict[str, Any], lang: str) -> Any:
