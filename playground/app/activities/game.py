@@ -5,6 +5,7 @@
     link_query(room)                                                  # "?game=<room id>": the game link's query
     rooms.join(room.key, player, "Ada", ip); rooms.guess(room.key, player, token_id, "", ip)
     rooms.reveal(room.key, teacher); rooms.goto(room.key, teacher, 5)
+    rooms.ask_layer(room.key, teacher, ranks); rooms.guess_layer(room.key, player, 3)  # "Which layer knows?" instead
     rooms.find(room.key, player)                                      # a page's tick: that player is still here
     rooms.view(room, player), html(that view, lang)
 
@@ -16,7 +17,9 @@ to see the hidden token. The teacher who presses Start again on the same run (or
 once the first tab is gone) gets the same room back (`run_key`). Before the reveal a visitor
 sees the text up to the hidden token and the candidates in an order of the room's own (never the model's); after
 it, every guess of the room is scored in bits: log₂ of the probability the model gave the guessed token (0 is the
-best score; −1 bit means the model gave it one chance in two).
+best score; −1 bit means the model gave it one chance in two). The teacher can turn the step played into "Which
+layer knows?" (`lens_guess`): the token is shown, everyone picks the first layer whose logit lens ranks it first
+(the ranks are the teacher's model work, given to the room), and a guess scores minus the layers it is off.
 
 Bounded per visitor address (a class of 30 often shares one school address) and for the server:
 - rooms: `MAX_ADDRESS_ROOMS` per address, `MAX_TEACHER_ROOMS` per teacher's tab (its newest), `MAX_ROOMS` in all;
