@@ -377,3 +377,21 @@ def test_the_room_plays_which_layer_knows_and_scores_every_guess_by_the_layers_i
     kept = game.layer_board(rooms.find(room.key), "ada")
     assert [(r["name"], r["mean"]) for r in kept] == sorted(((n, float(x)) for n, x in scored.items()),
                                                             key=lambda r: (-r[1], r[0]))
+
+
+def test_a_room_taken_over_after_a_layer_question_plays_the_token_game_hidden_again(finished, lm):
+    """A teacher asked "Which layer knows?" and closed the tab; the next tab of the address starts a game on the same
+    run and step: it gets the room, and it plays the token game, the run hidden from the blank (it showed the token
+    and the whole run, as a layer question does)."""
+    from playground.app.activities import lens_guess
+
+    run, settings = finished
+    here = {TEACHER}
+    rooms = Rooms(present=lambda key: key in here)
+    room = rooms.open(run, settings, TEACHER, 2, shared=True, address="school")
+    rooms.ask_layer(room.key, TEACHER, lens_guess.lens_ranks(lm, run, 2))
+    here.clear()
+    again = rooms.open(run, settings, "new-tab", 2, shared=True, address="school")
+    v = game.view(again, "new-tab")
+    assert again is room and v["question"] == "token" and not v["revealed"] and v["number"] == 3
+    assert 'data-step="2"' in game.hiding_css(v)

@@ -186,6 +186,9 @@ class Rooms:
                             "".join(run.prompt_texts), list(run.stream_texts), steps, teacher, nearest(steps, index))
                 self._rooms[room.key] = room
             room.teacher = teacher
+            if room.question != "token":  # Start game plays the token game: a layer question on the room is over
+                room.index, room.revealed, room.question = nearest(steps, index), False, "token"
+                room.guesses.pop(room.index, None)
             self._changed(room)
             return room
 
