@@ -4,8 +4,8 @@
   once their calls are over (below).
 - `gradio_state` (its own module, imported here): Gradio's state holder, evicting sessions that are no page tab
   first, then idle tabs, never a tab whose heartbeat is connected; what it keeps per tab, counted.
-- `UploadCache`: Gradio's copies of files POSTed to its upload route (`Blocks.upload_file_set`), held
-  to the app's upload quota.
+- `UploadCache` (its own module, imported here): Gradio's copies of files POSTed to its upload route
+  (`Blocks.upload_file_set`), held to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
 - `tolerate_streams_closing_together`: a session's message queue (`Queue.pending_messages_per_session`)
   deleted twice when two event streams of one tab are cut at once is no error.
@@ -42,7 +42,6 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -55,9 +54,10 @@ from gradio.server_messages import ProcessCompletedMessage
 from playground.app import heap, visitors
 from playground.app.notes import render
 from playground.ui.gradio_state import PagesLastStateHolder, drop_state, tab_states
+from playground.ui.gradio_uploads import UploadCache
 
 GRADIO_VERSION = "6.31.0"
-__all__ = ["PagesLastStateHolder", "drop_state", "tab_states"]  # from gradio_state, reached from here
+__all__ = ["PagesLastStateHolder", "UploadCache", "drop_state", "tab_states"]  # from gradio_state and gradio_uploads
 
 GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
 
@@ -261,61 +261,6 @@ class VisitorQueue:
             self.most_held[who] = places
             if len(self.most_held) > 1000:
                 del self.most_held[min(self.most_held, key=self.most_held.__getitem__)]
-
-
-class UploadCache:
-    """Gradio's copies of uploaded files that no upload event has stored, held to `budget()` bytes.
-
-    `POST /gradio_api/upload` takes files without any event of the page: Gradio keeps them until its
-    `delete_cache` age. Every `interval` seconds this removes the oldest of this app's copies (those in
-    its `upload_file_set`) while they hold more than the budget. A copy the catalog stored is a hard link
-    (two names): it costs nothing more and is left to Gradio's own sweep.
-    """
-
-    def __init__(self, budget: Callable[[], int], interval: float = 2.0) -> None:
-        self.budget = budget
-        self.interval = interval
-        self._app: Callable[[], Any] = lambda: None
-
-    def sweep(self) -> int:
-        """Remove the oldest unstored copies beyond the budget; returns the bytes removed."""
-        files = getattr(self._app(), "upload_file_set", None)
-        if not files:
-            return 0
-        entries = []
-        for name in list(files):
-            try:
-                st = os.stat(name)
-            except OSError:
-                files.discard(name)
-                continue
-            if st.st_nlink == 1:
-                entries.append((st.st_ctime, name, st.st_size))
-        held = sum(size for _, _, size in entries)
-        removed = 0
-        for _, name, size in sorted(entries):
-            if held <= self.budget():
-                break
-            try:
-                os.remove(name)
-            except OSError:
-                pass
-            files.discard(name)
-            held -= size
-            removed += size
-        return removed
-
-    def start(self, demo: gr.Blocks) -> None:
-        """Sweep `demo`'s copies in a background thread for as long as `demo` exists."""
-        ref = weakref.ref(demo)
-        self._app = ref
-
-        def loop() -> None:
-            while ref() is not None:
-                time.sleep(self.interval)
-                self.sweep()
-
-        threading.Thread(target=loop, daemon=True, name="upload-cache").start()
 
 
 def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
