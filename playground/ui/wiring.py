@@ -64,7 +64,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    link_relabelled = loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
+    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)
@@ -96,9 +96,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     gen_outputs = [p.live, p.notes, p.branches, p.active_settings, p.run_history]
     gen_kw = dict(lanes.lane(GENERATE), trigger_mode="once", show_progress="minimal")
     streamed = h.runs.streamed
-    # after the relabelling, not beside it: the relabelling writes the notes (in the page's language), and on a busy
-    # server its answer came after the run's and took the run's own notes away ("No seed was given: ...")
-    runs = [link_relabelled.then(streamed(h.stream.generate_link), [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
+    runs = [loaded.then(streamed(h.stream.generate_link), [p.ticket, *settings_inputs], gen_outputs, **gen_kw)]
     for trigger in (p.generate.click, s["prompt"].submit):
         runs.append(trigger(streamed(h.stream.generate), [p.ticket, *settings_inputs], gen_outputs, js=TICKET_JS,
                             **gen_kw))
