@@ -554,9 +554,7 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
                          f'<td>{score_bits(o["prob"]):.2f}</td></tr>')
         parts.append("</tbody></table>")
         if v["guesses"]:
-            parts.append(f'<h4>{esc(t("game_guesses", lang))}</h4><table class="pg-game-guesses"><thead><tr>'
-                         f'<th>{esc(t("game_col_name", lang))}</th><th>{esc(t("game_col_guess", lang))}</th>'
-                         f'<th>{esc(t("game_col_prob", lang))}</th><th>{esc(t("game_col_bits", lang))}</th></tr></thead><tbody>')
+            parts.append(_guesses_head(lang, "game_col_prob", "game_col_bits"))
             for g in v["guesses"]:
                 cls = " ".join(c for c, on in (("you", g["you"]), ("right", g["right"])) if on)
                 parts.append(f'<tr class="{cls}"><td>{esc(g["name"])}</td><td class="pg-ctok">{esc(shown(g["text"]))}</td>'
@@ -564,15 +562,29 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
             parts.append("</tbody></table>")
         parts.append(f'<p class="pg-hint">{esc(t("game_score_means", lang))}</p>')
         if v["board"]:
-            parts.append(f'<h4>{esc(t("game_board", lang))}</h4><ol class="pg-game-board">')
-            for r in v["board"]:
-                you = ' class="you"' if r["you"] else ""
-                parts.append(f'<li{you}>{esc(t("game_board_row", lang, name=r["name"], mean=r["mean"], total=r["total"], n=r["steps"]))}</li>')
-            parts.append("</ol>")
+            parts.append(_board_html(t("game_board", lang), [(r["you"], t("game_board_row", lang, name=r["name"],
+                                     mean=r["mean"], total=r["total"], n=r["steps"])) for r in v["board"]]))
     if not v["teacher"] or alone:
         parts.append(full)
     parts.append("</div>")
     return "".join(parts)
+
+
+def _guesses_head(lang: str, *scores: str) -> str:
+    """The title and head of a step's table of guesses: name, guess, then the `scores` columns (locale keys)."""
+    columns = ("game_col_name", "game_col_guess", *scores)
+    heads = "".join(f"<th>{html_lib.escape(t(c, lang))}</th>" for c in columns)
+    return (f'<h4>{html_lib.escape(t("game_guesses", lang))}</h4><table class="pg-game-guesses"><thead><tr>{heads}'
+            "</tr></thead><tbody>")
+
+
+def _board_html(title: str, rows: list[tuple[bool, str]]) -> str:
+    """A room's board: `title`, then one line per player (whether it is the page's own player, its words)."""
+    items = "".join(f'<li{YOU if you else ""}>{html_lib.escape(text)}</li>' for you, text in rows)
+    return f'<h4>{html_lib.escape(title)}</h4><ol class="pg-game-board">{items}</ol>'
+
+
+YOU = ' class="you"'  # the page's own player's line of a board
 
 
 def _pct(p: float) -> str:
@@ -604,9 +616,7 @@ def _layer_html(v: dict[str, Any], lang: str) -> str:
         parts.append(f'<li class="{cls}" data-rank="{rank}" title="{esc(name(at))}"><b>{at}</b><span>#{rank}</span></li>')
     parts.append("</ol>")
     if v["guesses"]:
-        parts.append(f'<h4>{esc(t("game_guesses", lang))}</h4><table class="pg-game-guesses"><thead><tr>'
-                     f'<th>{esc(t("game_col_name", lang))}</th><th>{esc(t("game_col_guess", lang))}</th>'
-                     f'<th>{esc(t("game_lens_col_score", lang))}</th></tr></thead><tbody>')
+        parts.append(_guesses_head(lang, "game_lens_col_score"))
         for g in v["guesses"]:
             cls = " ".join(c for c, on in (("you", g["you"]), ("right", g["score"] == 0)) if on)
             parts.append(f'<tr class="{cls}" data-guess="{g["guess"]}" data-score="{g["score"]}"><td>{esc(g["name"])}</td>'
@@ -614,11 +624,8 @@ def _layer_html(v: dict[str, Any], lang: str) -> str:
         parts.append("</tbody></table>")
     parts.append(f'<p class="pg-hint">{esc(t("game_lens_score_means", lang))}</p>')
     if v["board"]:
-        parts.append(f'<h4>{esc(t("game_lens_board", lang))}</h4><ol class="pg-game-board">')
-        for r in v["board"]:
-            you = ' class="you"' if r["you"] else ""
-            parts.append(f'<li{you}>{esc(t("game_lens_board_row", lang, name=r["name"], mean=r["mean"], right=r["right"], n=r["steps"]))}</li>')
-        parts.append("</ol>")
+        parts.append(_board_html(t("game_lens_board", lang), [(r["you"], t("game_lens_board_row", lang, name=r["name"],
+                                 mean=r["mean"], right=r["right"], n=r["steps"])) for r in v["board"]]))
     return "".join(parts)
 
 
