@@ -26,7 +26,8 @@ def compute(run: Any, step: int | None, find: Callable[[Any], StepHistory | None
     if run is None or not run.events:
         return {"state": "no_run", **sizes}
     history = find(run.token)
-    seats = history.seats(run.token) if history is not None else []
+    records = history.records() if history is not None else []  # one reading: the server records steps meanwhile
+    seats = history.seats(run.token, records) if history is not None else []
     if not seats:
         return {"state": "not_kept", **sizes}
     making = [s for s in seats if s.entry.emits]
@@ -48,7 +49,7 @@ def compute(run: Any, step: int | None, find: Callable[[Any], StepHistory | None
         "avg_bytes": sum(shares) / len(shares) if shares else float(seat.weight_bytes),
         "steps_in": len(seats), "most_rows": max(s.rows for s in seats), "kept": len(history),
         "times": [[rows, ms, n] for rows, (ms, n) in sorted(common)],
-        "mine": [[s.tokens, s.ms] for s in seats], "timeline": history.timeline(run.token),
+        "mine": [[s.tokens, s.ms] for s in seats], "timeline": history.timeline(run.token, records=records),
         "prefix": history.prefix_hits(), "prefix_mine": history.prefix_hits(run.token),
     }
 

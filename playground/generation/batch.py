@@ -58,6 +58,7 @@ from playground.generation.events import StepEvent
 from playground.generation.fair import by_visitor_then_tab
 from playground.generation.plan import Plan
 from playground.generation.prefix_cache import BLOCK, Feed, PrefixStore
+from playground.generation.shared_step import Seat, Seating, Steps
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
@@ -249,14 +250,9 @@ class _Drafting:
         return self._module(*args, **kwargs)
 
 
-def _a_token_per_turn(events: Iterator[StepEvent]) -> Iterator[StepEvent]:
-    """Each event of a run that decodes on its own (its model's captured step) computed in a turn of its own."""
-    while True:
-        greenlet.getcurrent().parent.switch(_TURN)
-        event = next(events, None)
-        if event is None:
-            return
-        yield event
+def _wait_for_row(seat: Seat) -> Any:
+    """A captured run asks for its row of its group's next step call (the scheduler makes it, `Scheduler._advance`)."""
+    return greenlet.getcurrent().parent.switch(seat)
 
 
 _END = object()
@@ -305,6 +301,7 @@ class Ticket:
         self.feed: Feed | None = None  # its prompt's walk along the prefix store (None: no store, or not shared)
         self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix store (once it began)
         self.peak_rows = 0  # the most rows of any pass this request was in (its `decoding` says it)
+        self.seat: Seat | None = None  # its row of a captured step (freed with the request, whatever ends it)
         self._ran: Plan | None = None  # the plan its events came from (the batch's proxy of `plan`, or `plan`)
 
     def live(self) -> bool:
@@ -312,20 +309,22 @@ class Ticket:
         return not self.done and not self.stop.is_set()
 
     def _body(self) -> None:
-        if self.plan.lm.captured is not None and captured.why_eager(self.plan) is None:
-            # the model's captured step (load_model(compile=True)) decodes this run: a token per turn, while
-            # the others share the batch's eager pass in between (its static cache is no row of a pool); its prompt
-            # reads and fills the model's prefix store as the batch's own chunks do
-            shares = self.scheduler is not None and self.plan.lm.model is self.scheduler.lm.model
-            self.plan.prefix = self.scheduler.prefix if shares else None
-            events = _a_token_per_turn(run_plan(self.plan, self.stop))
+        steps = self.scheduler.steps if self.scheduler is not None else None
+        reason = captured.why_eager(self.plan) if steps is not None else None
+        if steps is not None and reason is None:
+            # the model's captured step (load_model(compile=True)) decodes this run in a row of its shape's group,
+            # beside every other run of that shape (one step call for all, `_advance`); its prompt is fed in a turn
+            # of its own, reading and filling the model's prefix store as the batch's own chunks do
+            self.plan.prefix = self.scheduler.prefix
+            self.plan.steps = Seating(steps, _wait_for_row, self._batched)
+            greenlet.getcurrent().parent.switch(_TURN)
+            events = run_plan(self.plan, self.stop)
             self._ran = self.plan
         else:
-            model = _BatchedModel(self.plan.lm.model, self.plan.cfg.interventions, self)
-            proxied = dataclasses.replace(self.plan, lm=dataclasses.replace(self.plan.lm, model=model))
-            if self.plan.draft is not None and self.plan.draft.module is not None:
-                proxied.draft = dataclasses.replace(self.plan.draft, module=_Drafting(self.plan.draft.module))
+            proxied = self._batched(self.plan)
             events = run_plan(proxied, self.stop)
+            if reason is not None:  # a model with captured steps: why this run is not in one (not "the batch's")
+                proxied.decoding = captured.eager_decoding(self.plan, reason)
             self._ran = proxied
         for event in events:
             if not self.first_event:  # the prompt is in: what the prefix store gave it (either path)
@@ -333,6 +332,13 @@ class Ticket:
             self.first_event = True
             self.produced += 1
             self.pending.append(event)  # told at the step's end, once the step is in the history
+
+    def _batched(self, p: Plan) -> Plan:
+        """`p` through the shared batch: its passes are segments of the scheduler's steps (or turns of their own)."""
+        proxied = dataclasses.replace(p, lm=dataclasses.replace(p.lm, model=_BatchedModel(p.lm.model, p.cfg.interventions, self)))
+        if p.draft is not None and p.draft.module is not None:
+            proxied.draft = dataclasses.replace(p.draft, module=_Drafting(p.draft.module))
+        return proxied
 
     def tell(self) -> None:
         """Hand the events of the step just ended to the consumer."""
@@ -428,8 +434,10 @@ class Scheduler:
         # and their prepacked copy); on CUDA the GPU's free memory (generation.device_memory)
         budget = limits.memory_budget_bytes if memory_budget is None else memory_budget
         self.memory_left = admission_budget(lm, budget)
+        self.steps: Steps | None = None  # the captured steps' groups: every run of a shape in one call per step
         if getattr(lm, "captured", None) is not None:
             lm.captured.aside = True  # a new step shape compiles on the compile worker, never inside a step here
+            self.steps = Steps(lm.captured)
         self.waiting: collections.deque[Ticket] = collections.deque()
         self.running: list[Ticket] = []
         self.step_seconds: float | None = None  # a moving average of recent steps (for the expected wait)
@@ -544,6 +552,8 @@ class Scheduler:
 
     def _release(self, ticket: Ticket) -> None:
         """A finished request's rows go back to their pools; an empty pool is dropped (its memory freed)."""
+        if ticket.seat is not None:
+            ticket.seat.leave()
         for cache in ticket.caches:
             parts = (cache.self_cache, cache.cross) if isinstance(cache, Seq2SeqCache) else (cache,)
             for kv in parts:
@@ -652,9 +662,28 @@ class Scheduler:
                 if outs is not None:
                     for t, out in zip(batch, outs):
                         self._resume(t, out)
+            self._advance([t for t in self.running if not t.done and isinstance(t.waiting, Seat)])
         with self._lock:
             self.running = [t for t in self.running if not t.done]
 
+
+    def _advance(self, seated: list[Ticket]) -> None:
+        """One call of each captured step group for its runs waiting on it (every row of the group in one call)."""
+        groups: dict[int, list[Ticket]] = {}
+        for t in seated:
+            t.seat = t.waiting
+            groups.setdefault(id(t.seat.group), []).append(t)
+        for batch in groups.values():
+            self._note(batch, [Entry(t.tag, 1, 1, DECODE, True) for t in batch], batch[0].plan.lm.model)
+            try:
+                told = batch[0].seat.group.advance()
+            except Exception as error:  # e.g. out of memory: every run of this call fails alike
+                for t in batch:
+                    self._end(t, error)
+                continue
+            rows = [told[t.seat.row] for t in batch]  # all read first: a run that ends now frees its row
+            for t, row in zip(batch, rows):
+                self._resume(t, row)
 
     def _forward(self, segments: list[Segment], model: torch.nn.Module, *, alone: bool) -> list[torch.Tensor | None]:
         if alone and not self.invariant_alone:

@@ -123,10 +123,11 @@ class StepHistory:
     def holds(self, tag: Any) -> bool:
         return any(e.tag == tag for s in self.records() for p in s.passes for e in p.entries)
 
-    def seats(self, tag: Any) -> list[Seat]:
-        """Every step (still kept) that the request `tag` took part in, in order."""
+    def seats(self, tag: Any, records: list[StepRecord] | None = None) -> list[Seat]:
+        """Every step (still kept, or of `records`: one reading of `records()`) that the request `tag` took part
+        in, in order."""
         seats = []
-        for s in self.records():
+        for s in self.records() if records is None else records:
             for p in s.passes:
                 row = 1
                 for e in p.entries:
@@ -145,10 +146,10 @@ class StepHistory:
                 by_rows.setdefault(s.tokens, []).append(1000.0 * s.seconds)
         return {n: (statistics.median(ms), len(ms)) for n, ms in sorted(by_rows.items())}
 
-    def timeline(self, tag: Any, margin: int = 4) -> dict[str, Any]:
-        """The kept steps from `margin` before the request's first to `margin` after its last, as plain data:
-        per step its number, wall ms, and each row's (kind, mine, joined, left, tokens) top to bottom."""
-        records = self.records()
+    def timeline(self, tag: Any, margin: int = 4, records: list[StepRecord] | None = None) -> dict[str, Any]:
+        """The kept steps (or `records`) from `margin` before the request's first to `margin` after its last, as
+        plain data: per step its number, wall ms, and each row's (kind, mine, joined, left, tokens) top to bottom."""
+        records = self.records() if records is None else records
         numbers = [s.number for s in records if any(e.tag == tag for p in s.passes for e in p.entries)]
         if not numbers:
             return {"steps": [], "ms": [], "cells": []}

@@ -46,7 +46,6 @@ import logging
 import math
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,11 +53,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from playground.generation import captures, prefix_cache, sampler, sampling
+from playground.generation import sampler
 from playground.generation.config import GenerationConfig
-from playground.generation.events import StepEvent
-from playground.generation.tail import EventTail
-from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
 from playground.models.kv_pool import KVPool, bucket
 from playground.models.static import Capture, EditKey, Edits, StaticRows, capturable, edit_keys, untaken_edit
@@ -78,7 +74,8 @@ def _raise_recompile_limits() -> None:
         config.recompile_limit = RECOMPILE_LIMIT
     if config.accumulated_recompile_limit < RECOMPILE_LIMIT:
         config.accumulated_recompile_limit = RECOMPILE_LIMIT
-MAX_STEPS = 8  # steps a model keeps (each holds its rows' caches: rows × length positions per layer)
+MAX_STEPS = 16  # steps a model keeps (each holds its rows' caches: rows × length positions per layer): two shapes at
+# every row bucket (`ROW_BUCKETS`: seven), a class's page runs and another setting beside them
 PREPARING = "this step shape is being compiled aside, on the compile worker: eager until it is ready"
 log = logging.getLogger("playground.captured")
 
@@ -393,21 +390,49 @@ class CapturedDecoder:
 
     @contextlib.contextmanager
     def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | str]:
-        """The step of `shape` for one run at a time, or why this run decodes eagerly instead (a str): another
-        run holds it, it is being prepared aside, the model keeps `max_steps` shapes already, or capturing
-        this shape failed (a compiler's error: said once, never tried again)."""
-        with self._lock:
-            got: Any = self._claim(shape)
+        """The step of `shape` for one holder at a time (`take`), given back at the end (`give`)."""
+        got = self.take(shape)
         try:
-            if got is None:  # a new shape, inline: built and captured (compiled) outside the lock, on an idle step
-                got = self._prepare(shape, warm=True)
-            elif not isinstance(got, str) and shape in self._cold:  # built aside: captured here, no row live yet
-                got = self._warm_cold(shape, got)
             yield got
         finally:
             if not isinstance(got, str):
-                with self._lock:
-                    self._busy.discard(shape)
+                self.give(shape)
+
+    def take(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
+        """The step of `shape`, now held (until `give`), or why the caller decodes eagerly instead (a str): another
+        holder has it, it is being prepared aside, the model keeps `max_steps` shapes already, or capturing this
+        shape failed (a compiler's error: said once, never tried again)."""
+        with self._lock:
+            got: Any = self._claim(shape)
+        if got is None:  # a new shape, inline: built and captured (compiled) outside the lock, on an idle step
+            got = self._prepare(shape, warm=True)
+        elif not isinstance(got, str) and shape in self._cold:  # built aside: captured here, no row live yet
+            got = self._warm_cold(shape, got)
+        return got
+
+    def give(self, shape: StepShape) -> None:
+        """The holder of `shape`'s step is done with it."""
+        with self._lock:
+            self._busy.discard(shape)
+
+    def ready(self, shape: StepShape) -> bool:
+        """Whether `take` would hand the step of `shape` over at once (kept, prepared, free)."""
+        with self._lock:
+            return shape in self._steps and shape not in self._busy and shape not in self._preparing
+
+    def ahead(self, shape: StepShape) -> None:
+        """Start preparing `shape` aside now, before a run asks for it (a group of rows about to outgrow its
+        bucket); nothing when it is known already, beyond the kept shapes, or not prepared aside."""
+        with self._lock:
+            known = shape in self._steps or shape in self._preparing or shape in self._failed
+            if not self.aside or known or len(self._steps) + len(self._preparing) >= self.max_steps:
+                return
+            self._preparing.add(shape)
+        self._aside(shape)
+
+    def _aside(self, shape: StepShape) -> None:
+        """Build and compile `shape` on the compile worker (a graph captured by hand: at its first `take`)."""
+        _WORKER.submit(lambda: self._prepare(shape, warm=self.backend != "cudagraph"))
 
     def _claim(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str | None:
         """(with the lock) The kept step, now busy; why not (a str); or None: prepare it inline, now."""
@@ -424,7 +449,7 @@ class CapturedDecoder:
             return f"this model keeps {self.max_steps} captured step shapes already (the most it keeps): eager"
         self._preparing.add(shape)
         if self.aside:
-            _WORKER.submit(lambda: self._prepare(shape, warm=self.backend != "cudagraph"))
+            self._aside(shape)
             return PREPARING
         self._busy.add(shape)
         return None
@@ -568,93 +593,3 @@ def shape_of(p: Any, rows: int = 1) -> StepShape:
 def _rope_switch(model: nn.Module) -> int | None:
     """The length after which longrope reads its long table (None: no such switch)."""
     return model.rope.switch_after if getattr(model, "rope", None) is not None else None
-
-
-def decode(p: Any, stop: threading.Event | None, eager: Callable[..., Iterator[StepEvent]]) -> Iterator[StepEvent]:
-    """The run of plan `p` (greedy or sampled) through its model's captured step: one StepEvent per token,
-    the same events the eager loop (`eager`) gives; that loop runs instead while the step is busy."""
-    shape = shape_of(p)
-    with p.lm.captured.hold(shape) as held:
-        if isinstance(held, str):
-            p.decoding = eager_decoding(p, held)
-            yield from eager(p, stop)
-            return
-        p.decoding = {"captured": True, "rows": shape.rows, "backend": p.lm.captured.backend, "reason": "",
-                      "length": shape.length}
-        step, run = held
-        row, cache = step.start(p.prefix_ids, p.max_length, sampler.RowKnobs.of(p.pipeline), p.cfg.interventions)
-        try:
-            yield from _steps(p, stop, step, run, row, cache)
-        finally:
-            step.release(row)
-
-
-def _prefill(p: Any, ids: torch.Tensor, cache: KVCache, recorder: Any) -> torch.Tensor:
-    """The prompt's pass: in the batch's chunks through its prefix store where the plan has one and nothing
-    changes keys and values (no edits; the captured step's runs have no KV policy) and only the last position
-    is recorded (a run that records nothing may restore the whole prompt, its first logits too); else one pass."""
-    model, cfg = p.lm.model, p.cfg
-    if (p.prefix is None or cfg.interventions or cfg.capture_prompt_attention
-            or model.reencodes_at(0, cache.max_tokens)):
-        return model(ids, cache, recorder, last_only=True)
-    return prefix_cache.prefill(model, ids, cache, recorder, prefix_cache.Feed(p.prefix, prefix_cache.Alone()))
-
-
-def _steps(
-    p: Any, stop: threading.Event | None, step: DecodeStep, run: Callable[..., torch.Tensor], row: int, cache: KVCache,
-) -> Iterator[StepEvent]:
-    lm, cfg, shape, layout = p.lm, p.cfg, step.shape, step.layout
-    n_layers = lm.config.n_layers
-    names = sampler.RowKnobs.of(p.pipeline).stages()
-    picked = [sampler.STAGES.index(name) for name in names]
-    generator, noise = None, None
-    if p.pipeline.sampling:
-        generator = torch.Generator(device=lm.device)
-        generator.manual_seed(cfg.seed) if cfg.seed is not None else generator.seed()
-        noise = torch.ones((shape.rows, lm.config.vocab_size), dtype=torch.float32, device=lm.device)
-    prompt_length = len(p.prefix_ids)
-    tail = EventTail(p)
-    for i in range(cfg.max_new_tokens):
-        if stop is not None and stop.is_set():
-            return
-        t0 = time.perf_counter()
-        rows = residual = prompt = None
-        with torch.inference_mode():
-            if noise is not None:
-                sampler.draw_noise(noise[row], generator)
-            if i == 0:  # the prompt: the model's own pass into the row's cache, then the step's sampler
-                recorder = captures.recorder_for(cfg, prefill=True)
-                ids = torch.tensor(p.prefix_ids, dtype=torch.long, device=lm.device)[None]
-                with edited(lm.model, cfg.interventions):
-                    logits = _prefill(p, ids, cache, recorder)[:, -1].float()
-                out = step.first(row, logits, None if noise is None else noise[row : row + 1])[0]
-                if recorder is not None:
-                    if cfg.capture_attention:
-                        rows = captures.pick_row(captures.last_rows(recorder, ("self",), n_layers), 0)
-                    if cfg.capture_prompt_attention:
-                        prompt = captures.prompt_maps(recorder, {"self": n_layers})
-                    residual = captures.pick_residual(captures.residual_rows(recorder), 0)
-            else:
-                out = run(noise)[row]
-            told = out.cpu().numpy()  # the step's one transfer to the host (read before the next step writes)
-        position = prompt_length + i - 1  # the query this step fed (step 0: the prompt's last)
-        cache.written_to(prompt_length + i)
-        if i > 0 and shape.capture.layers:
-            attention = layout.read(told, "attention")
-            by_layer = dict(zip(shape.capture.layers, attention))
-            rows = {"self": [by_layer[k][:, : position + 1].copy() if k in by_layer else None for k in range(n_layers)]}
-        if i > 0 and shape.capture.residual:
-            residual = layout.read(told, "residual").copy()
-        token_id = int(told[layout.fields["token"][0]])
-        prob = float(layout.read(told, "numerator")) / float(layout.read(told, "denominator"))
-        cands = None
-        if shape.candidates:
-            probs, finite = layout.read(told, "probs")[picked], layout.read(told, "finite")[picked] > 0
-            cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64).tolist(),
-                                      layout.read(told, "raw").tolist(), probs.tolist(), finite.tolist(), token_id,
-                                      lm.token_text)
-        event = tail.event(i, token_id, prob, t0, kv=cache.stats(), candidates=cands, attention=rows, residual=residual,
-                           prompt_attention=prompt)
-        yield event
-        if event.finished:
-            return

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from playground.generation import captured, captures, sampling, speculative
+from playground.generation import captured, captures, sampling, shared_step, speculative
 from playground.generation.beam import LARGE_NEGATIVE, BeamSearch
 from playground.generation.config import GenerationConfig
 from playground.generation.events import Beams, GenerationResult, Hypothesis, StepCapture, StepEvent, TokenStep
@@ -56,7 +56,7 @@ def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent
     """Run a plan made by `plan()` (for callers that show what planning decided before the run)."""
     reason = captured.why_eager(p)
     if reason is None:  # loaded with compile=True and a run the captured step takes
-        return captured.decode(p, stop, _greedy_or_sample)
+        return shared_step.decode(p, stop, _greedy_or_sample)
     p.decoding = captured.eager_decoding(p, reason)
     if p.draft is not None:
         return speculative.speculate(p, stop)

@@ -119,6 +119,7 @@ class Plan:
     decoding: dict[str, Any] | None = None  # set by the run: captured or eager, and why (GenerationResult.decoding)
     request: Request | None = None  # what the run will hold (generation.budget): checked here, admitted by the batch
     prefix: Any = None  # the batch's prefix store a captured step's prefill reads and fills (None: none)
+    steps: Any = None  # a scheduler's captured steps shared by its runs (`shared_step.Seating`; None: a step of its own)
 
     @property
     def max_length(self) -> int:

@@ -2,6 +2,7 @@
 
     python -m playground.tools.loadtest --core [--model weights/SmolLM2-135M-Instruct] [--visitors 1,8]
                                               [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
+                                              [--compile auto] [--random-weights] [--plain-too]
 
 Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and
 the page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates),
@@ -14,6 +15,12 @@ them, transformers `generate()` with a static cache on the same model (compiled 
 one: on CUDA), at 1 row and at N rows of the same length. On the CPU the crowd must not get slower: one visitor at
 least 0.9× the CLI, and with 8 visitors each at least 0.5× the CLI with a first token within 3 s; the last lines
 say whether it held. The machine's other load moves every number: compare within one run.
+
+`--compile` loads the model with its captured decode step (`app.py --compile`; on CUDA "auto" is CUDA graphs by
+hand): before each crowd size is timed, a crowd of that size warms the server (and every row bucket up to its
+size is prepared, as a warm server has them), and each visitor's line says how it decoded (captured, the rows of
+its step). `--random-weights`: the model folder's config and tokenizer with random weights (a GPU machine the real
+weights cannot travel to). `--plain-too`: each crowd again without the page's captures (what they cost).
 """
 
 from __future__ import annotations
@@ -40,10 +47,11 @@ CPU_ALONE, CPU_CROWD, CPU_FIRST = 0.9, 0.5, 3.0  # the CPU targets: ratios to th
 
 @dataclass
 class Visit:
-    """One visitor's press: its tokens and when each event came (seconds after the press)."""
+    """One visitor's press: its tokens, when each event came (seconds after the press), how it decoded."""
 
     tokens: list[int]
     stamps: list[float]
+    decoding: dict | None = None
 
     @property
     def first(self) -> float:
@@ -62,27 +70,28 @@ def settings(name: str, i: int, new_tokens: int) -> Any:
                       max_new_tokens=new_tokens)
 
 
-def press(lm: Any, name: str, i: int, new_tokens: int, start: float) -> Visit:
+def press(lm: Any, name: str, i: int, new_tokens: int, start: float, captures: bool = True) -> Visit:
     """Visitor i's page press through the app's core, its events timed from `start`."""
     from playground.app.engine_stream import run_events
     from playground.app.play import start_run
     from playground.app.session import Session
 
-    _, p = start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=True)
+    _, p = start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=captures)
     visit = Visit([], [])
     for event in run_events(p, threading.Event(), owner=f"visitor-{i}"):
         if hasattr(event, "token_id"):  # not a place in line
             visit.tokens.append(int(event.token_id))
             visit.stamps.append(time.perf_counter() - start)
+    visit.decoding = p.decoding
     return visit
 
 
-def crowd(lm: Any, name: str, n: int, new_tokens: int) -> list[Visit]:
+def crowd(lm: Any, name: str, n: int, new_tokens: int, captures: bool = True) -> list[Visit]:
     visits: list[Visit | None] = [None] * n
     start = time.perf_counter()
 
     def go(i: int) -> None:
-        visits[i] = press(lm, name, i, new_tokens, start)
+        visits[i] = press(lm, name, i, new_tokens, start, captures)
 
     threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
@@ -106,7 +115,42 @@ def transformers_rate(theirs: Any, lm: Any, rows: int, new_tokens: int, device: 
     """transformers' static-cache decode tokens/s at `rows` rows of the benchmark's prompt length."""
     batch = gpu_bench.prompts(lm.config.vocab_size, rows)
     theirs.run(batch, 2)  # warm-up
-    return gpu_bench.decode_rate(lambda k: theirs.run(batch, k), rows, new_tokens, 1, torch.device(device))
+    repeats = 2 if device == "cuda" else 1  # on CUDA a new length compiles in its first run: time its second
+    return gpu_bench.decode_rate(lambda k: theirs.run(batch, k), rows, new_tokens, repeats, torch.device(device))
+
+
+def warm(lm: Any, name: str, n: int, new_tokens: int, captures: bool) -> None:
+    """A warm server for a crowd of `n`: one such crowd, then every row bucket up to `n` of its step shape prepared
+    (a crowd arriving at once outgrows a bucket before the next is ready: vLLM captures its sizes at start)."""
+    from playground.app.play import start_run
+    from playground.app.session import Session
+    from playground.generation.captured import ROW_BUCKETS, row_bucket, shape_of
+
+    crowd(lm, name, n, new_tokens, captures)
+    _, p = start_run(Session(key="warm", lang="en"), lm, settings(name, 0, new_tokens), captures=captures)
+    for rows in ROW_BUCKETS[: ROW_BUCKETS.index(row_bucket(n)) + 1]:
+        lm.captured.ahead(shape_of(p, rows))
+    lm.captured.settle()
+
+
+def random_weights(folder: Path, workdir: Path) -> Path:
+    """`folder`'s config and tokenizer with random weights, saved by transformers under `workdir`."""
+    import shutil
+
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.from_pretrained(folder)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(workdir)
+    for f in folder.iterdir():
+        if f.is_file() and f.suffix != ".safetensors" and not (workdir / f.name).exists():
+            shutil.copy(f, workdir / f.name)
+    return workdir
+
+
+def decoded(v: Visit) -> str:
+    d = v.decoding or {}
+    return f"captured, {d.get('rows')} rows" if d.get("captured") else f"eager ({d.get('reason', '')[:40]})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--no-transformers", action="store_true", help="leave out transformers' static cache")
+    parser.add_argument("--compile", default=None, choices=["auto", "inductor", "cudagraph", "eager"],
+                        help="decode through the captured step (app.py --compile)")
+    parser.add_argument("--random-weights", action="store_true", help="the folder's config and tokenizer, random weights")
+    parser.add_argument("--plain-too", action="store_true", help="each crowd again without the page's captures")
     args = parser.parse_args(argv)
     if (code := gpu_bench.fail_without_cuda(args.device)) is not None:
         return code
@@ -130,9 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     # Every torch op of the benchmark runs on the app's torch thread, as the app runs them: libgomp keeps a
     # worker pool per thread that ever ran a parallel op, and a second pool (this main thread's) slows every small
     # op of the other (measured here: the page at 0.86× the CLI with two pools, 0.90–0.96× with one).
-    lm = torch_thread.call(load_model, folder, device=args.device, dtype=args.dtype)
     name = folder.name
+    if args.random_weights:
+        import tempfile
+
+        folder = torch_thread.call(random_weights, folder, Path(tempfile.mkdtemp()) / name)
     sizes = [int(x) for x in args.visitors.split(",")]
+    from playground.app import serving
+
+    serving.configure(max_rows=max(serving.MAX_ROWS, *sizes))  # app.py --max-rows: every visitor decodes at once
+    lm = torch_thread.call(load_model, folder, device=args.device, dtype=args.dtype, compile=args.compile or False)
     cli = torch_thread.call(cli_rate, lm, name, args.new_tokens)
     print(f"{name}; {gpu_bench.device_name(args.device)}, {args.dtype}; greedy, chat on, the page's live captures, "
           f"{args.new_tokens} new tokens; the CLI alone: {cli:.1f} tokens/s", flush=True)
@@ -142,22 +197,27 @@ def main(argv: list[str] | None = None) -> int:
         theirs = torch_thread.call(gpu_bench.Theirs, folder, args.device, args.dtype, compiled=True)
     held: list[str] = []
     unequal = 0  # visitors whose tokens in a crowd differ from their solo run
-    for n in sizes:
-        visits = crowd(lm, name, n, args.new_tokens)
-        print(f"\n{n} visitor{'s' if n > 1 else ''} at once\n\n| visitor | tokens | first token | decode tokens/s | "
-              "against the CLI | equal to alone |\n|---|---|---|---|---|---|")
+    for n, captures in [(n, c) for n in sizes for c in ((True, False) if args.plain_too else (True,))]:
+        if args.compile:
+            warm(lm, name, n, args.new_tokens, captures)
+        visits = crowd(lm, name, n, args.new_tokens, captures)
+        print(f"\n{n} visitor{'s' if n > 1 else ''} at once{'' if captures else ', nothing captured'}\n\n"
+              "| visitor | tokens | first token | decode tokens/s | against the CLI | equal to alone | decoded |\n"
+              "|---|---|---|---|---|---|---|")
         for i, v in enumerate(visits):
             unequal += v.tokens != solo[i]
             print(f"| {i} | {len(v.tokens)} | {v.first:.2f} s | {v.rate:.1f} | {v.rate / cli:.2f}× | "
-                  f"{'yes' if v.tokens == solo[i] else 'NO'} |")
+                  f"{'yes' if v.tokens == solo[i] else 'NO'} | {decoded(v)} |")
         span = max((v.stamps[-1] for v in visits if v.stamps), default=0.0)
         total = sum(len(v.tokens) for v in visits)
-        line = f"all together: {total} tokens in {span:.1f} s, {total / max(span, 1e-9):.1f} tokens/s"
-        if theirs is not None:
+        rates = sorted(v.rate for v in visits)
+        line = (f"all together: {total} tokens in {span:.1f} s, {total / max(span, 1e-9):.1f} tokens/s; each visitor's "
+                f"decode rate summed: {sum(rates):.1f} tokens/s (slowest {rates[0]:.1f})")
+        if theirs is not None and captures:
             rate = torch_thread.call(transformers_rate, theirs, lm, n, args.new_tokens, args.device)
             line += f"; transformers static cache, {n} rows of {gpu_bench.PROMPT_TOKENS} tokens: {rate:.1f} tokens/s"
         print(line, flush=True)
-        if args.device == "cpu":
+        if args.device == "cpu" and captures:
             worst = min(v.rate for v in visits) / cli
             first = max(v.first for v in visits)
             if n == 1:

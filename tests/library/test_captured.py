@@ -310,7 +310,7 @@ def test_a_row_of_a_bucket_decodes_bitwise_alike_whoever_its_neighbours(llama, o
         assert all(torch.equal(a, b) for a, b in zip(alone[i], together[i])), i
 
 
-def test_a_model_keeps_eight_step_shapes_and_decodes_a_ninth_eagerly(llama, one_thread):
+def test_a_model_keeps_max_steps_step_shapes_and_decodes_one_more_eagerly(llama, one_thread):
     """The shapes a model keeps are bounded: beyond `MAX_STEPS` a new shape decodes eagerly and says why, and
     nothing kept is evicted (an evicted shape that came back would compile again)."""
     from playground.generation.captured import MAX_STEPS

@@ -77,8 +77,9 @@ def test_a_new_shape_compiles_aside_while_other_visitors_runs_complete(lm, one_t
     assert ready.plan.decoding == {"captured": True, "rows": 1, "backend": "eager", "reason": "", "length": 64}
     assert ready.drain()[-1].token_ids == generate_all(lm, "A visitor's prompt", ready_cfg).token_ids
     assert plain.drain()[-1].token_ids == generate_all(lm, [5, 9, 23, 40, 7], plain_cfg).token_ids
-    # the new shape's own run decoded eagerly, said why, and gave the eager tokens
-    assert new.plan.decoding == {"captured": False, "rows": 1, "backend": "eager", "reason": PREPARING}
+    # the new shape's own run decoded eagerly in the shared batch (beside the plain run: 2 rows), said why, and gave
+    # the eager tokens
+    assert new.plan.decoding == {"captured": False, "rows": 2, "backend": "eager", "reason": PREPARING}
     assert new.drain()[-1].token_ids == generate_all(lm, PROMPT, new_cfg).token_ids
     gate.release.set()
     assert stepped.captured.settle(timeout=120)

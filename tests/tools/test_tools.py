@@ -102,6 +102,15 @@ def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(
     out = capsys.readouterr().out
     assert "1 visitor at once" in out and "2 visitors at once" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| visitor")]
-    assert len(rows) == 3 and all(row.endswith("| yes |") for row in rows)  # every visitor equal to its solo run
+    assert len(rows) == 3 and all("| yes |" in row for row in rows)  # every visitor equal to its solo run
+    assert all(row.endswith("| eager (the model was loaded without compile=Tru) |") for row in rows)
     assert out.count("transformers static cache, ") == 2
     assert "1 visitor: " in out and "2 visitors: the slowest " in out
+    # with the captured step (uncompiled here), on a warm server: both visitors in one step of two rows, and again
+    # without the page's captures
+    assert loadtest.main(["--core", "--model", str(folder), "--visitors", "2", "--new-tokens", "5", "--compile",
+                          "eager", "--plain-too", "--no-transformers"]) == 0
+    out = capsys.readouterr().out
+    assert "2 visitors at once\n" in out and "2 visitors at once, nothing captured" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| visitor")]
+    assert len(rows) == 4 and all(row.endswith("| yes | captured, 2 rows |") for row in rows), rows
