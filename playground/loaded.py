@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,10 +129,18 @@ class LoadedModel:
 
     def token_text(self, token_id: int) -> str:
         """One token's own text (what a token chip or an axis label shows); a byte-level piece of a
-        character shows its bytes ("<0xC3>"), not the "�" it decodes to alone."""
-        text = self.detokenize([int(token_id)])
-        if REPLACEMENT in text and self.tokenizer is not None:
-            text = readable_piece(text, self.tokenizer.convert_ids_to_tokens(int(token_id)))
+        character shows its bytes ("<0xC3>"), not the "�" it decodes to alone. Remembered per tokenizer: a
+        class's step asks it for every row's candidates (64 rows × 8 at 64 visitors), each a tokenizer call."""
+        token_id = int(token_id)
+        known = _TOKEN_TEXTS.setdefault(self.tokenizer, {}) if self.tokenizer is not None else {}
+        text = known.get(token_id)
+        if text is None:
+            text = self.detokenize([token_id])
+            if REPLACEMENT in text and self.tokenizer is not None:
+                text = readable_piece(text, self.tokenizer.convert_ids_to_tokens(token_id))
+            if len(known) >= TOKEN_TEXTS_KEPT:
+                known.clear()
+            known[token_id] = text
         return text
 
     def token_texts(self, ids: list[int]) -> list[str]:
@@ -267,6 +276,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value if value is None or isinstance(value, (bool, int, float)) else str(value)
+
+
+# Each loaded tokenizer's token texts (`LoadedModel.token_text`): at most TOKEN_TEXTS_KEPT of them, about 4 MB;
+# gone with the tokenizer.
+_TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+TOKEN_TEXTS_KEPT = 65536
 
 
 def detokenize(tokenizer: Any | None, ids: list[int], *, skip_special_tokens: bool = False) -> str:

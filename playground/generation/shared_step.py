@@ -12,7 +12,7 @@ moves the group to the next bucket: each live row's state (its cache, last token
 edits: every per-row buffer of the step) is copied into the bigger step's rows and the group goes on there; when
 its rows fit a smaller bucket again, it moves back down between two steps. A bucket not ready yet (a server
 compiles it aside, `CapturedDecoder.aside`) leaves the newcomer to the eager loop, which says so, and is asked for
-before it is needed: once a group of two rows or more is full, the next bucket is prepared aside.
+before it is needed: a growing group keeps the two buckets above its own prepared aside.
 
 A script's run (`generate_all`, the CLI) is a group of its own, one row (`decode` without a scheduler). A server's
 scheduler (`batch.Scheduler`) keeps one group per step shape for all its visitors and calls `advance` once per
@@ -117,9 +117,6 @@ class SharedStep:
             generator.manual_seed(p.cfg.seed) if p.cfg.seed is not None else generator.seed()
         seat = Seat(self, row, cache, generator)
         self.seats[row] = seat
-        if self.grow and 2 <= self.bucket < ROW_BUCKETS[-1] and None not in self.seats:
-            # a crowd forms: the next bucket is prepared before it is needed (one run alone asks for none)
-            self.decoder.ahead(self._shape(row_bucket(self.bucket + 1)))
         return seat
 
     def advance(self) -> np.ndarray:
@@ -153,8 +150,16 @@ class SharedStep:
     def _shape(self, rows: int) -> StepShape:
         return dataclasses.replace(self.shape, rows=rows)
 
+    def _ahead(self, rows: int) -> None:
+        """A growing group keeps the two buckets above `rows` prepared (or being prepared, aside): a class arriving
+        at once finds the next bucket ready when it outgrows this one."""
+        if self.grow:
+            for bigger in [b for b in ROW_BUCKETS if b > rows][:2]:
+                self.decoder.ahead(self._shape(bigger))
+
     def _hold(self, rows: int) -> str | None:
         got = self.decoder.take(self._shape(rows))
+        self._ahead(rows)
         if isinstance(got, str):
             return got
         self.step, self.run = got
@@ -197,6 +202,7 @@ class SharedStep:
                 seat.row = to
         self.decoder.give(old.shape)
         self.step, self.run = new, run
+        self._ahead(rows)
         self.seats = [*seats, *([None] * (rows - len(seats)))]
         self._new_noise(rows)  # a row's noise is drawn afresh before every step call
         return None
@@ -313,9 +319,8 @@ def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Sea
         cands = None
         if shape.candidates:
             probs, finite = layout.read(told, "probs")[picked], layout.read(told, "finite")[picked] > 0
-            cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64).tolist(),
-                                      layout.read(told, "raw").tolist(), probs.tolist(), finite.tolist(), token_id,
-                                      lm.token_text)
+            cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64), layout.read(told, "raw"), probs,
+                                      finite, token_id, lm.token_text)  # arrays as read: no lists per row
         event = tail.event(i, token_id, prob, t0, kv=cache.stats(), candidates=cands, attention=rows, residual=residual,
                            prompt_attention=prompt)
         yield event

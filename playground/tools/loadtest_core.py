@@ -148,6 +148,17 @@ def random_weights(folder: Path, workdir: Path) -> Path:
     return workdir
 
 
+def steady(visits: list[Visit]) -> str:
+    """The crowd's decode rate while every visitor was decoding (from the last first token to the first last token):
+    what transformers' rate at as many rows measures (no prefill, no one joining or leaving)."""
+    lo = max(v.first for v in visits)
+    hi = min((v.stamps[-1] for v in visits if v.stamps), default=lo)
+    tokens = sum(sum(lo < t <= hi for t in v.stamps) for v in visits)
+    if hi <= lo or not tokens:
+        return "no span with every visitor decoding"
+    return f"while all {len(visits)} decoded: {tokens / (hi - lo):.1f} tokens/s"
+
+
 def decoded(v: Visit) -> str:
     d = v.decoding or {}
     return f"captured, {d.get('rows')} rows" if d.get("captured") else f"eager ({d.get('reason', '')[:40]})"
@@ -212,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(len(v.tokens) for v in visits)
         rates = sorted(v.rate for v in visits)
         line = (f"all together: {total} tokens in {span:.1f} s, {total / max(span, 1e-9):.1f} tokens/s; each visitor's "
-                f"decode rate summed: {sum(rates):.1f} tokens/s (slowest {rates[0]:.1f})")
+                f"decode rate summed: {sum(rates):.1f} tokens/s (slowest {rates[0]:.1f}); {steady(visits)}")
         if theirs is not None and captures:
             rate = torch_thread.call(transformers_rate, theirs, lm, n, args.new_tokens, args.device)
             line += f"; transformers static cache, {n} rows of {gpu_bench.PROMPT_TOKENS} tokens: {rate:.1f} tokens/s"
