@@ -22,7 +22,19 @@ from playground.errors import PlaygroundError
 from playground.ui.models import Models, session_key
 
 # A page opened from a game link shows the game alone (teacher.css hides the rest: no settings, no Generate).
-GAME_PAGE_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.body.classList.add('pg-game-page'); }"
+# A game page marks itself; and the folded system message a visitor opened stays open when the room's view is drawn
+# again (new HTML each time a player joins or the step moves on; it closed under the reader's eyes).
+GAME_PAGE_JS = """() => {
+  if (/[?&]game=[\\w-]/.test(location.search)) document.body.classList.add('pg-game-page');
+  document.addEventListener('click', (e) => {  // the visitor's own toggle (a redraw's is no click)
+    const summary = e.target.closest?.('details.pg-game-template > summary');
+    if (summary) window.pgTemplateOpen = !summary.parentElement.open;
+  }, true);
+  new MutationObserver(() => {
+    if (window.pgTemplateOpen) document.querySelectorAll('#game-view details.pg-game-template:not([open])')
+      .forEach((d) => { d.open = true; });
+  }).observe(document.body, {childList: true, subtree: true, attributes: true, attributeFilter: ['open']});
+}"""
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
 GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_lens",

@@ -13,13 +13,14 @@ from playground.ui.layout import Page
 from playground.ui.models import session_key
 
 
-def relabelled(page: Page) -> list[Any]:
-    """The components the switch updates, in the order `relabel` returns their updates."""
-    return [*(page.component(name) for name in page.labels), *(page.component(name) for name in page.texts), page.notes]
+def relabelled(page: Page, *, notes: bool = True) -> list[Any]:
+    """The components the switch updates, in the order `relabel` returns their updates (`notes`: with the notes)."""
+    labels = [*(page.component(name) for name in page.labels), *(page.component(name) for name in page.texts)]
+    return [*labels, page.notes] if notes else labels
 
 
 def relabel(page: Page, sessions: Sessions, lm: Any, lang: str, request: gr.Request | None,
-            models: list[tuple[str, str]] | None = None) -> list[Any]:
+            models: list[tuple[str, str]] | None = None, *, notes: bool = True) -> list[Any]:
     """Updates for `relabelled(page)`; `lm`: the session's model (None: none loaded), whose choices some widgets
     follow (`views.model_choices`); `models`: the model list's (label, name) in `lang` (its value stays)."""
     session = sessions.get(session_key(request))
@@ -41,5 +42,6 @@ def relabel(page: Page, sessions: Sessions, lm: Any, lang: str, request: gr.Requ
             words["choices"] = models
         updates.append(gr.update(**words))
     updates += [text(lang) for text in page.texts.values()]
-    updates.append(describe.notes_markdown(session.notes, lang))  # keyed notes: said again in the new language
+    if notes:
+        updates.append(describe.notes_markdown(session.notes, lang))  # keyed notes: said again in the new language
     return updates

@@ -46,9 +46,12 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     figures_kw = dict(lanes.lane(FIGURES), trigger_mode="always_last")
     jobs_kw = dict(lanes.lane(JOBS), show_progress="minimal")  # jobs write their own progress line
 
-    def switch_language(code: str, request: gr.Request) -> list:
+    def labels_in(code: str, request: gr.Request, notes: bool) -> list:
         models = h.models.choices(session_key(request), code)
-        return relabel(page, h.sessions, h.models.session_model(request), code, request, models)
+        return relabel(page, h.sessions, h.models.session_model(request), code, request, models, notes=notes)
+
+    def switch_language(code: str, request: gr.Request) -> list:
+        return labels_in(code, request, True)
 
     redraws = []  # events after which the open view redraws (a model loaded, the language, a run ended)
 
@@ -64,7 +67,12 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     relabel_outputs = relabelled(page)
     loaded = start.then(keyed(h.models.load_from_link), [s["model"], s["dtype"], lang], load_outputs, **load_kw)
     redraws.append(loaded)
-    loaded.then(in_tab_lane(switch_language), lang, relabel_outputs, queue=False)
+    # after the load, every label in the link's language; not the notes: the load and the link's run write them
+    # themselves, and this relabel, answered after the run's own note on a busy server, took that note away
+
+    def relabel_after_load(code: str, request: gr.Request) -> list:
+        return labels_in(code, request, False)
+    loaded.then(in_tab_lane(relabel_after_load), lang, relabelled(page, notes=False), queue=False)
 
     s["mode"].change(mode_visibility, s["mode"], mode_outputs, queue=False)
     wire_projector(page)  # large type, the settings column hidden (a click or a link)

@@ -160,8 +160,18 @@ def test_the_sentence_being_guessed_is_in_view_with_the_system_message_folded(br
     assert "capital of France?" in player.inner_text("#game-view .pg-game-text")
     shot(player, "game-player-sentence", element="#game")
     fold.locator("summary").click()  # opened: the system message reads in the box, the blank still in view
-    assert "trained by the playground" in player.inner_text("#game-view .pg-game-text")
+    player.wait_for_function("() => document.querySelector('#game-view .pg-game-text')?.innerText"
+                             ".includes('trained by the playground')")
     assert blank_in_its_box(player)
+    # another player joins: the room's view is drawn again on this page, and the fold the visitor opened stays open
+    drawn = player.evaluate("() => document.querySelector('#game-view .pg-game').dataset.players")
+    other = sized(browser, "phone", "en")
+    players.append(other)
+    other.goto(player.url)
+    other.wait_for_selector("#game-choice input[type=radio]")
+    player.wait_for_function("(n) => document.querySelector('#game-view .pg-game').dataset.players !== n", arg=drawn)
+    assert player.locator("#game-view details.pg-game-template").get_attribute("open") is not None
+    assert "trained by the playground" in player.inner_text("#game-view .pg-game-text")
 
 
 @pytest.mark.parametrize(("size", "lang"), [("phone", "zh"), ("desktop", "en")], ids=["phone-zh", "desktop-en"])

@@ -519,8 +519,8 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
     if v is None:
         return (f'<div class="pg-game"><p class="pg-game-note">{esc(error or t("game_idle", lang))}</p>'
                 f'{full if alone else ""}</div>')
-    parts = ['<div class="pg-game" data-step="{}" data-revealed="{}">'.format(v["number"], str(v["revealed"]).lower()),
-             hiding_css(v)]
+    parts = ['<div class="pg-game" data-step="{}" data-revealed="{}" data-players="{}">'.format(
+        v["number"], str(v["revealed"]).lower(), int(v["players"])), hiding_css(v)]
     parts.append(f'<p class="pg-game-head">{esc(t("game_head", lang, step=v["number"], first=v["first"], last=v["last"], model=v["model"]))}'
                  f' · {esc(t("game_count", lang, guessed=v["guessed"], players=v["players"]))}</p>')
     layer = v["question"] == "layer"  # "Which layer knows?": the token is shown, the question is about it
