@@ -278,10 +278,11 @@ def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float)) else str(value)
 
 
-# Each loaded tokenizer's token texts (`LoadedModel.token_text`): at most TOKEN_TEXTS_KEPT of them, about 4 MB;
-# gone with the tokenizer.
+# Each loaded tokenizer's token texts (`LoadedModel.token_text`): at most TOKEN_TEXTS_KEPT of them (about 1 MB, the
+# candidates a class sees are mostly common tokens), dropped all at once past that; gone with the tokenizer. A run
+# shares these strings: its record counts them as its own (they outlive the cache's clearing in the run).
 _TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
-TOKEN_TEXTS_KEPT = 65536
+TOKEN_TEXTS_KEPT = 16384
 
 
 def detokenize(tokenizer: Any | None, ids: list[int], *, skip_special_tokens: bool = False) -> str:

@@ -666,7 +666,6 @@ class Scheduler:
         with self._lock:
             self.running = [t for t in self.running if not t.done]
 
-
     def _advance(self, seated: list[Ticket]) -> None:
         """One call of each captured step group for its runs waiting on it (every row of the group in one call)."""
         groups: dict[int, list[Ticket]] = {}

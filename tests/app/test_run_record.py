@@ -58,6 +58,13 @@ def traced(build, warm: bool = True) -> tuple[object, int]:
         tracemalloc.stop()
 
 
+@pytest.fixture(autouse=True)
+def no_shared_token_texts(monkeypatch):
+    """Token texts fresh for every call (the process's cache of them would hand a run strings that it shares with the
+    cache, which tracing then counts as the cache's): what a run keeps, measured alone."""
+    monkeypatch.setattr(playground.loaded, "TOKEN_TEXTS_KEPT", 0)
+
+
 def kept(build) -> tuple[Run, int]:
     """The run `build()` makes and the bytes it keeps: what building it left allocated, less what building one and
     dropping it leaves (not the run's: first calls' caches, torch's own Python objects, ~40 KB a beam search on the
