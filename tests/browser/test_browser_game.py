@@ -172,6 +172,7 @@ def test_the_sentence_being_guessed_is_in_view_with_the_system_message_folded(br
     player.wait_for_function("(n) => document.querySelector('#game-view .pg-game').dataset.players !== n", arg=drawn)
     assert player.locator("#game-view details.pg-game-template").get_attribute("open") is not None
     assert "trained by the playground" in player.inner_text("#game-view .pg-game-text")
+    shot(player, "game-template-open", element="#game")
 
 
 @pytest.mark.parametrize(("size", "lang"), [("phone", "zh"), ("desktop", "en")], ids=["phone-zh", "desktop-en"])
