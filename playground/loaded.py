@@ -280,7 +280,7 @@ def _plain(value: Any) -> Any:
 
 # Each loaded tokenizer's token texts (`LoadedModel.token_text`): at most TOKEN_TEXTS_KEPT of them (about 1 MB, the
 # candidates a class sees are mostly common tokens), dropped all at once past that; gone with the tokenizer. A run
-# shares these strings: its record counts them as its own (they outlive the cache's clearing in the run).
+# keeps the strings it was given, shared with this cache: its record counts them as its own.
 _TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 TOKEN_TEXTS_KEPT = 16384
 
