@@ -27,7 +27,7 @@ never traced again). On the CPU, Inductor compiles there whole. On CUDA a graph'
 torch thread's kernels (a capture in global mode on a side stream fails when another thread launches on the
 legacy default stream), so there the worker builds the step and, for Inductor, compiles it (its first call,
 on the worker's stream), while the capture itself stays on the torch thread: a step captured by hand
-(`CudaGraphStep`) is captured on the shape's first `hold`, before the run's row is live (an idle step, about
+(`CudaGraphStep`) is captured on the shape's first `take`, before the run's row is live (an idle step, about
 a step's time); Inductor's reduce-overhead records its graphs in the calls that follow, as it did before.
 
 A model keeps at most `max_steps` shapes (`MAX_STEPS`), each counted in bytes (`held`: its caches, rows and
@@ -39,14 +39,13 @@ crowd cycling through more shapes than the bound would keep the worker compiling
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -363,7 +362,7 @@ class CapturedDecoder:
         self._bytes: dict[StepShape, int] = {}  # each kept step's `step_bytes`
         self._busy: set[StepShape] = set()
         self._preparing: set[StepShape] = set()  # being built and compiled (aside, or inline by a run)
-        self._cold: set[StepShape] = set()  # built aside, captured by hand on the torch thread at first hold
+        self._cold: set[StepShape] = set()  # built aside, captured by hand on the torch thread at first take
         self._failed: dict[StepShape, str] = {}  # shapes whose capture raised: why they decode eagerly
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # told whenever a preparation ends
@@ -387,16 +386,6 @@ class CapturedDecoder:
         if self.backend == "cudagraph":
             return step, CudaGraphStep(step)
         return step, step
-
-    @contextlib.contextmanager
-    def hold(self, shape: StepShape) -> Iterator[tuple[DecodeStep, Callable[..., torch.Tensor]] | str]:
-        """The step of `shape` for one holder at a time (`take`), given back at the end (`give`)."""
-        got = self.take(shape)
-        try:
-            yield got
-        finally:
-            if not isinstance(got, str):
-                self.give(shape)
 
     def take(self, shape: StepShape) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
         """The step of `shape`, now held (until `give`), or why the caller decodes eagerly instead (a str): another
@@ -456,7 +445,7 @@ class CapturedDecoder:
 
     def _prepare(self, shape: StepShape, *, warm: bool) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
         """Build the step of `shape` and (`warm`) run it once while no row is live so that it compiles (or is
-        captured) now, where a compiler's failure can still leave the run to the eager loop (`hold`)."""
+        captured) now, where a compiler's failure can still leave the run to the eager loop (`take`)."""
         try:
             step, run = self.build(shape)
             if warm:

@@ -102,8 +102,8 @@ class SharedStep:
                 return why
         free = next((r for r, s in enumerate(self.seats) if s is None), None)
         if free is None:
-            if not self.grow or self.bucket >= ROW_BUCKETS[-1]:
-                return FULL if self.grow else "another run holds the captured step of this shape"
+            if not self.grow or self.bucket >= ROW_BUCKETS[-1]:  # (a script's group seats its one run)
+                return FULL
             why = self._move(row_bucket(self.bucket + 1))
             if why is not None:
                 return why
@@ -189,14 +189,14 @@ class SharedStep:
             return got
         new, run = got
         with torch.inference_mode():
-            buffers = dict(old.named_buffers(recurse=False))
+            pairs = [(buf, getattr(old, name)) for name, buf in new.named_buffers(recurse=False)]  # every per-row buffer
             for to, seat in enumerate(seats):
                 cache = seat.cache
                 old.pool.release(cache)
                 cache.pool = new.pool
                 cache.keys, cache.values = new.pool.place(cache)  # its first free row: `to`, as new is empty
-                for name, buf in new.named_buffers(recurse=False):
-                    buf[to] = buffers[name][seat.row]
+                for to_buf, from_buf in pairs:
+                    to_buf[to] = from_buf[seat.row]
                 new.caches[to], old.caches[seat.row] = cache, None
                 old.release(seat.row)
                 seat.row = to

@@ -570,6 +570,9 @@ def html(v: dict[str, Any] | None, lang: str = "en", error: str = "", *, alone: 
     return "".join(parts)
 
 
+YOU = ' class="you"'  # the page's own player's line of a board
+
+
 def _guesses_head(lang: str, *scores: str) -> str:
     """The title and head of a step's table of guesses: name, guess, then the `scores` columns (locale keys)."""
     columns = ("game_col_name", "game_col_guess", *scores)
@@ -583,8 +586,6 @@ def _board_html(title: str, rows: list[tuple[bool, str]]) -> str:
     items = "".join(f'<li{YOU if you else ""}>{html_lib.escape(text)}</li>' for you, text in rows)
     return f'<h4>{html_lib.escape(title)}</h4><ol class="pg-game-board">{items}</ol>'
 
-
-YOU = ' class="you"'  # the page's own player's line of a board
 
 
 def _pct(p: float) -> str:
