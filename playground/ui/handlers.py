@@ -77,7 +77,9 @@ class Handlers:
         self.drop_state(key)
 
     def forget(self, key: str) -> None:
-        """Return what a tab that is gone held: its uploads, its Hub downloads and their models."""
+        """Return what a tab that is gone held: its uploads, its Hub downloads and their models; it leaves the games
+        it played in (a room's count of players drops it at once)."""
         self.tabs.close(key)
+        self.teacher.game.rooms.leave(key)
         self.registry.drop_under(self.catalog.uploads.forget(key))
         heap.release()

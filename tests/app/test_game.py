@@ -297,6 +297,23 @@ def test_guessed_counts_the_players_still_in_the_room(finished):
     assert "1 of 2 guessed" in game.html(game.view(room, TEACHER, clock.now), "en")
 
 
+def test_a_player_whose_tab_closed_leaves_at_once_and_their_guess_stays_for_the_reveal(finished):
+    run, settings = finished
+    clock = Clock()
+    rooms = Rooms(clock=clock)
+    room = rooms.open(run, settings, TEACHER, 1, shared=True)
+    pick = room.steps[1].options[0].token_id
+    for who in ("ada", "bo"):
+        rooms.guess(room.key, who, pick, who)
+    version = room.version
+    rooms.leave("bo")  # bo's tab closed a moment later: not PRESENT_SECONDS later
+    assert room.version > version and "1 of 1 guessed" in game.html(game.view(room, TEACHER, clock.now), "en")
+    rooms.leave("nobody")  # a tab that never played changes no room
+    assert room.version == version + 1
+    rooms.reveal(room.key, TEACHER)
+    assert sorted(g["name"] for g in game.view(room, TEACHER, clock.now)["guesses"]) == ["ada", "bo"]
+
+
 def test_the_chat_template_s_opening_is_folded_and_the_teacher_s_page_hides_the_run_from_the_blank(finished):
     run, settings = finished
     rooms = Rooms()

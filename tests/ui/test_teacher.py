@@ -115,6 +115,9 @@ def test_three_visitors_play_the_teachers_game_and_the_reveal_scores_them(h):
     tick = h.teacher.game.tick(teacher_state, "en", request("teacher"))
     assert "3 of 3 guessed" in tick["game_view"]
     assert h.teacher.game.tick(tick["game_state"], "en", request("teacher")) == {}  # nothing new: nothing sent
+    h.unload(request("cy"))  # cy's tab closes: the teacher's next tick counts the two still here, at once
+    tick = h.teacher.game.tick(tick["game_state"], "en", request("teacher"))
+    assert "2 of 2 guessed" in tick["game_view"]
     refused = h.teacher.game.reveal(states["ada"], "en", request("ada"))
     assert "Only the teacher" in refused["game_view"]
     h.teacher.game.reveal(teacher_state, "en", request("teacher"))

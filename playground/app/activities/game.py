@@ -7,6 +7,7 @@
     rooms.reveal(room.key, teacher); rooms.goto(room.key, teacher, 5)
     rooms.ask_layer(room.key, teacher, ranks); rooms.guess_layer(room.key, player, 3)  # "Which layer knows?" instead
     rooms.find(room.key, player)                                      # a page's tick: that player is still here
+    rooms.leave(player)                                               # their tab closed: gone from every room
     rooms.view(room, player), html(that view, lang)
 
 A room is the teacher's finished run, kept as what the game shows (the text, and at every step the candidates
@@ -26,8 +27,8 @@ Bounded per visitor address (a class of 30 often shares one school address) and 
   an abandoned room (its teacher's tab gone, nobody touched it for `ABANDONED_SECONDS`) goes first when an address
   or the server runs out of rooms, and any room nobody touched for `IDLE_SECONDS` goes anyway;
 - players: `MAX_ADDRESS_PLAYERS` present per address in a room, `MAX_PLAYERS` in all; a player is present while
-  their page ticks (within `PRESENT_SECONDS`), and a full room makes way for a newcomer by dropping the player gone
-  longest. "N of M guessed" counts present players only;
+  their page ticks (within `PRESENT_SECONDS`) and their tab is open, and a full room makes way for a newcomer by
+  dropping the player gone longest. "N of M guessed" counts present players only;
 - names of `MAX_NAME` characters.
 A room holds no private data: only runs of the models the app offers to everyone (never a visitor's upload), the
 names visitors type, and their guesses.
@@ -262,6 +263,14 @@ class Rooms:
                 if player in room.seen:
                     room.seen[player] = room.touched
             return room
+
+    def leave(self, player: str) -> None:
+        """`player`'s tab closed: they are gone from every room at once, not `PRESENT_SECONDS` later (their names
+        and guesses stay for the reveal); the rooms' pages redraw "N of M guessed" without them."""
+        with self._lock:
+            for room in self._rooms.values():
+                if room.seen.pop(player, None) is not None:
+                    room.version += 1  # pages redraw; not a touch: a room nobody uses still ages
 
     def join(self, key: str, player: str, name: str = "", address: str = "") -> Room:
         """`player` (a tab at `address`) is in the room under `name` (cleaned; "" keeps the one it has, or "#N")."""
