@@ -151,7 +151,14 @@ class ClassGame:
         return self._game(room, me, lang, state=state, v=v)
 
     def again(self, state: dict | None, lang: str, request: gr.Request | None = None) -> Any:
+        """The game's panel again in `lang` (the page's language switch, also as the page opens)."""
         key = (state or {}).get("room")
+        if not key:
+            linked = str(dict(request.query_params).get("game", "")).strip() if request is not None else ""
+            if linked and self.rooms.find(linked) is not None:
+                return gr.skip()  # a game link's page not (yet) in its room: the link's own answer stands
+            if linked:  # a link to no room: still said, in the new language (not the blank of a page with no game)
+                return game.html(None, lang, t("game_gone", lang), alone=True)
         room = self.rooms.find(key) if key else None
         me = session_key(request)
         return game.html(self.rooms.view(room, me) if room else None, lang)

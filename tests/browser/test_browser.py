@@ -159,9 +159,15 @@ def open_app(page, server: str, **params) -> None:
 
 
 def wait_text(page, selector: str, text: str) -> None:
-    """Wait until the element exists and its text contains `text`."""
-    page.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText ?? '').includes(text)",
-                           arg=[selector, text])
+    """Wait until the element exists and its text contains `text`; on a timeout, say what it held instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function("([sel, text]) => (document.querySelector(sel)?.innerText ?? '').includes(text)",
+                               arg=[selector, text])
+    except PlaywrightTimeout:
+        held = page.evaluate("(sel) => document.querySelector(sel)?.innerText ?? null", selector)
+        raise AssertionError(f"{selector} never held {text!r}; it holds {held!r}") from None
 
 
 def copied_link(page) -> str:
@@ -454,8 +460,10 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
     save_tiny_decoder(weights / "tiny-random")
     with running_app(weights, tmp_path_factory.mktemp("log") / "one-slot.log", "--concurrency", "1") as url:
         pages = [new_page(browser, DESKTOP) for _ in range(3)]
-        for pg, lang in zip(pages, ("en", "en", "zh")):
-            open_app(pg, url, model="tiny-random", max_new_tokens=20, pace_ms=250, lang=lang)  # 5 s a run
+        # the first run holds the slot 15 s, the others 5 s: the line stands while a busy machine draws the pages
+        lengths = (60, 20, 20)
+        for pg, lang, n in zip(pages, ("en", "en", "zh"), lengths):
+            open_app(pg, url, model="tiny-random", max_new_tokens=n, pace_ms=250, lang=lang)
             pg.fill("#prompt textarea", "a")  # typed, not in the link: a link's prompt would run by itself
         pages[0].click("#generate-btn")
         wait_state(pages[0], "running")
@@ -469,9 +477,9 @@ def test_a_visitor_waiting_for_a_slot_sees_their_place_in_line(browser, tmp_path
         opacity = pages[2].evaluate("() => { let e = document.querySelector('#gen-status'), o = 1;"
                                     " for (; e; e = e.parentElement) o *= +getComputedStyle(e).opacity; return o; }")
         assert opacity == 1
-        for pg in pages:
+        for pg, n in zip(pages, lengths):
             assert wait_state(pg, "done", "stopped", "error") and pg.get_attribute("#gen-status", "data-state") == "done"
-            assert len(tokens(pg)) == 20
+            assert len(tokens(pg)) == n
             assert not pg.js_errors, pg.js_errors
             pg.context.close()
 

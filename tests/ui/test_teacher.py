@@ -102,6 +102,8 @@ def test_three_visitors_play_the_teachers_game_and_the_reveal_scores_them(h):
     assert teacher_state["teacher"] and started["game_reveal"]["visible"] and not started["game_player"]["visible"]
     states = {}
     for who in ("ada", "bo", "cy"):
+        # the page's language as it opens, before the link's own answer: nothing drawn over what the link will say
+        assert h.teacher.relabel("en", "", False, None, None, request(who, **query))[-1] == gr.skip()
         joined = h.teacher.game.from_link(request(who, **query))
         assert joined["tabs"]["selected"] == "teacher" and joined["game_player"]["visible"]
         assert not joined["game_teacher"]["visible"] and not joined["game_reveal"]["visible"]
@@ -161,6 +163,10 @@ def test_a_game_of_an_upload_is_refused_and_a_link_to_no_room_says_so(h, tmp_pat
         out = h.teacher.game.from_link(request("late", game=stale))
         assert "not on the server" in out["game_view"] and "game_state" not in out and "<b>" not in out["game_view"]
     assert "服务器上没有这个游戏" in h.teacher.game.from_link(request("late", game="gone", lang="zh"))["game_view"]
+    # the page's language, set as it opens, redraws the panel after (or before) the link's answer: the line stays
+    relabelled = h.teacher.relabel("zh", "", False, None, None, request("late", game="gone", lang="zh"))
+    assert "服务器上没有这个游戏" in relabelled[-1] and "本页只显示" in relabelled[-1]
+    assert "not on the server" in h.teacher.relabel("en", "", False, None, None, request("late", game="gone"))[-1]
     upload = save_tiny_decoder(tmp_path / "mine")
     files = [str(p) for p in upload.iterdir()]
     name = h.catalog.save_upload(files, 10**9, "uploader")
