@@ -120,7 +120,7 @@ class ClassGame:
         """A page opened from a game link (`?game=<room id>`) joins that room and shows it from what the room keeps
         (no run is played on it); an unknown or ended room is one line."""
         params = dict(request.query_params) if request is not None else {}
-        key = str(params.get("game", "")).strip()
+        key = _linked_room(request)
         if not key:
             return {"game_state": None}
         headers = getattr(request, "headers", None) or {}
@@ -153,12 +153,11 @@ class ClassGame:
     def again(self, state: dict | None, lang: str, request: gr.Request | None = None) -> Any:
         """The game's panel again in `lang` (the page's language switch, also as the page opens)."""
         key = (state or {}).get("room")
-        if not key:
-            linked = str(dict(request.query_params).get("game", "")).strip() if request is not None else ""
-            if linked and self.rooms.find(linked) is not None:
-                return gr.skip()  # a game link's page not (yet) in its room: the link's own answer stands
-            if linked:  # a link to no room: still said, in the new language (not the blank of a page with no game)
-                return game.html(None, lang, t("game_gone", lang), alone=True)
+        linked = "" if key else _linked_room(request)
+        if linked and self.rooms.find(linked) is not None:
+            return gr.skip()  # a game link's page not (yet) in its room: the link's own answer stands
+        if linked:  # a link to no room: still said, in the new language (not the blank of a page with no game)
+            return game.html(None, lang, t("game_gone", lang), alone=True)
         room = self.rooms.find(key) if key else None
         me = session_key(request)
         return game.html(self.rooms.view(room, me) if room else None, lang)
@@ -193,6 +192,12 @@ class ClassGame:
         if select:
             out["tabs"] = gr.update(selected="teacher")
         return out
+
+
+def _linked_room(request: gr.Request | None) -> str:
+    """The room id a page's game link names (`?game=<id>`; "" for a page opened without one)."""
+    params = dict(request.query_params) if request is not None else {}
+    return str(params.get("game", "")).strip()
 
 
 def _room_run(session: Any, room: game.Room | None) -> Any:

@@ -281,14 +281,20 @@ def test_a_room_whose_teacher_left_and_nobody_ticks_is_reclaimed_before_a_refusa
     assert rooms.find(opened[0].key) is opened[0] and rooms.find(opened[2].key) is opened[2]
 
 
-def test_guessed_counts_the_players_still_in_the_room(finished):
+def _guessed_room(finished, players: tuple[str, ...]) -> tuple[Rooms, game.Room, Clock]:
+    """A room at step 1 where each of `players` guessed the first option, on a clock of the test's own."""
     run, settings = finished
     clock = Clock()
     rooms = Rooms(clock=clock)
     room = rooms.open(run, settings, TEACHER, 1, shared=True)
     pick = room.steps[1].options[0].token_id
-    for who in ("ada", "bo", "cy"):
+    for who in players:
         rooms.guess(room.key, who, pick, who)
+    return rooms, room, clock
+
+
+def test_guessed_counts_the_players_still_in_the_room(finished):
+    rooms, room, clock = _guessed_room(finished, ("ada", "bo", "cy"))
     rooms.join(room.key, "dee", "dee")
     assert game.html(game.view(room, TEACHER, clock.now), "en").count("3 of 4 guessed") == 1
     clock.now += game.PRESENT_SECONDS / 2
@@ -298,13 +304,7 @@ def test_guessed_counts_the_players_still_in_the_room(finished):
 
 
 def test_a_player_whose_tab_closed_leaves_at_once_and_their_guess_stays_for_the_reveal(finished):
-    run, settings = finished
-    clock = Clock()
-    rooms = Rooms(clock=clock)
-    room = rooms.open(run, settings, TEACHER, 1, shared=True)
-    pick = room.steps[1].options[0].token_id
-    for who in ("ada", "bo"):
-        rooms.guess(room.key, who, pick, who)
+    rooms, room, clock = _guessed_room(finished, ("ada", "bo"))
     version = room.version
     rooms.leave("bo")  # bo's tab closed a moment later: not PRESENT_SECONDS later
     assert room.version > version and "1 of 1 guessed" in game.html(game.view(room, TEACHER, clock.now), "en")

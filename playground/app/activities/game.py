@@ -596,7 +596,6 @@ def _board_html(title: str, rows: list[tuple[bool, str]]) -> str:
     return f'<h4>{html_lib.escape(title)}</h4><ol class="pg-game-board">{items}</ol>'
 
 
-
 def _pct(p: float) -> str:
     return "&lt;0.5%" if 0 < p < 0.005 else f"{100 * p:.1f}%"
 
