@@ -22,6 +22,7 @@ from playground.app.registry import ModelRegistry
 from playground.app.visitors import QueuePlaces
 from playground.hosting import on_space
 from playground.ui.gradio_internals import (
+    EndStreamsOfGoneSessions,
     HeartbeatWatch,
     UploadCache,
     VisitorQueue,
@@ -124,7 +125,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
         handlers = demo.playground_handlers
         watch = Middleware(HeartbeatWatch, on_beat=lambda key: (handlers.sessions.touch(key), handlers.tabs.seen(key)),
                            on_connect=handlers.tabs.connect, on_disconnect=handlers.tabs.disconnect)
-        kwargs["app_kwargs"] = {"middleware": [watch]}
+        kwargs["app_kwargs"] = {"middleware": [watch, Middleware(EndStreamsOfGoneSessions)]}
     return kwargs
 
 

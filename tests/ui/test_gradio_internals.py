@@ -175,3 +175,28 @@ def test_two_event_streams_of_one_tab_closing_together_log_no_error(served, capl
         time.sleep(0.5)  # the second stream's clean-up
     assert session not in demo._queue.pending_messages_per_session
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+
+
+def test_a_stream_opened_after_its_sessions_queue_was_deleted_ends_without_a_traceback(served, caplog):
+    """A closing tab: the client aborts its event stream (Gradio deletes the session's message queue), then an event
+    the page had joined opens a new stream. Gradio answers it "session not found" by raising an HTTP 404 inside the
+    response it has started; the server logged "response already started" with a traceback (seen in CI)."""
+    import logging
+    import socket
+    from urllib.parse import urlparse
+
+    demo, url = served
+    session = "closed-tab"
+    assert session not in demo._queue.pending_messages_per_session
+    with caplog.at_level(logging.ERROR), socket.create_connection(("127.0.0.1", urlparse(url).port)) as s:
+        s.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        s.settimeout(10)
+        received = b""
+        while not received.endswith(b"0\r\n\r\n"):  # the chunked body's end: the stream is closed
+            chunk = s.recv(4096)
+            assert chunk, received  # the server did not cut the connection without ending the body
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].endswith(b"200 OK"), head
+    assert b'"session_not_found":true' in body, body  # what the Gradio client reads as "this session is gone"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
