@@ -48,6 +48,7 @@ import httpx
 
 from playground.tools.loadtest_page import LAB_MIX, Page, Visitor, arguments, held_total, mib, run, verdict
 from playground.tools.server import client_headers
+from playground.ui.class_game import GAME_SLOTS
 
 SCHOOL = "198.51.100.7"  # the school's one address (a documentation range): the class behind NAT
 HOME_EVERY = 6  # every sixth student works from home: an address of its own
@@ -55,7 +56,9 @@ CLASS_MIX = LAB_MIX + ",game,game,link,long"
 BRANCHES = 4  # the shared link's branches (each from the run before it)
 DEFAULTS = dict(clients=30, seconds=3600.0, warmup=300.0, think_seconds=20.0, holdings_every=60.0, mix=CLASS_MIX,
                 lab=False)
-GAME_VIEW, GAME_CHOICE, GAME_LINK = 0, 1, 6  # the game events' outputs (`ui.class_game.GAME_SLOTS`)
+# the game events' outputs, by place: read from the page's own list, so a new slot never shifts them (a hard-coded
+# 6 read the lens after "game_lens" came, and every game round of the soak failed as "Start opened no room")
+GAME_VIEW, GAME_CHOICE, GAME_LINK = (GAME_SLOTS.index(name) for name in ("game_view", "game_choice", "game_link"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
