@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -283,6 +284,24 @@ def _plain(value: Any) -> Any:
 # keeps the strings it was given, shared with this cache: its record counts them as its own.
 _TOKEN_TEXTS: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 TOKEN_TEXTS_KEPT = 16384
+
+
+def token_texts_held() -> tuple[int, int]:
+    """(token texts, bytes) the tokenizers' `token_text` caches keep: each cache's dict, its ids and its texts. A
+    text a run keeps too is counted in both places (at most the caches' size, about 1 MB a tokenizer)."""
+    count = size = 0
+    for _ in range(3):  # a tokenizer that comes or goes meanwhile changes the map: look again
+        try:
+            caches = [dict(known) for known in list(_TOKEN_TEXTS.values())]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return 0, 0
+    for known in caches:
+        count += len(known)
+        size += sys.getsizeof(known) + sum(sys.getsizeof(i) + sys.getsizeof(text) for i, text in known.items())
+    return count, size
 
 
 def detokenize(tokenizer: Any | None, ids: list[int], *, skip_special_tokens: bool = False) -> str:

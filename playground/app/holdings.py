@@ -18,6 +18,7 @@ from playground.app import heap
 from playground.app.registry import ModelRegistry
 from playground.app.serving import pools_held, prefix_held
 from playground.app.session import Sessions
+from playground.loaded import token_texts_held
 from playground.variants import VARIANTS
 
 log = logging.getLogger("playground.memory")
@@ -45,6 +46,8 @@ class Holdings:
     live_value_bytes: int = 0
     pools: int = 0  # the running requests' KV caches: rows of the shared batch's pools (`app.serving.pools_held`)
     pool_bytes: int = 0
+    token_texts: int = 0  # the tokenizers' remembered token texts (`loaded.token_texts_held`)
+    token_text_bytes: int = 0
     # Not kept on purpose, so not in the total: glibc's own account of the whole process (`heap.allocator`), which
     # tells what the rest of RSS is: still allocated by something, or freed and kept by the allocator
     heap_in_use: int = 0
@@ -55,7 +58,8 @@ class Holdings:
     def total_bytes(self) -> int:
         # Gradio's copy of each tab's state is kept on purpose too (row 2: 0.42 MiB a tab that nothing counted).
         return (self.model_bytes + self.copy_bytes + self.capture_bytes + self.run_bytes + self.tab_state_bytes
-                + self.step_bytes + self.prefix_bytes + self.live_value_bytes + self.pool_bytes)
+                + self.step_bytes + self.prefix_bytes + self.live_value_bytes + self.pool_bytes
+                + self.token_text_bytes)
 
     def line(self) -> str:
         """One log line, machine-readable after the prefix: `key=value` pairs, bytes as integers."""
@@ -66,6 +70,7 @@ class Holdings:
                 f"run_bytes={self.run_bytes} prefix_blocks={self.prefix_blocks} prefix_bytes={self.prefix_bytes} "
                 f"live_values={self.live_values} live_value_bytes={self.live_value_bytes} "
                 f"pools={self.pools} pool_bytes={self.pool_bytes} "
+                f"token_texts={self.token_texts} token_text_bytes={self.token_text_bytes} "
                 f"heap_in_use={self.heap_in_use} heap_free_kept={self.heap_free_kept} "
                 f"heap_mmapped={self.heap_mmapped} ({self.total_bytes / MIB:,.0f} MiB)")
 
@@ -74,18 +79,20 @@ def holdings(registry: ModelRegistry, sessions: Sessions,
              tab_states: Callable[[], tuple[int, int]] = lambda: (0, 0),
              prefixes: Callable[[], tuple[int, int]] = prefix_held,
              live_values: Callable[[], tuple[int, int]] = lambda: (0, 0),
-             pools: Callable[[], tuple[int, int]] = pools_held) -> Holdings:
+             pools: Callable[[], tuple[int, int]] = pools_held,
+             token_texts: Callable[[], tuple[int, int]] = token_texts_held) -> Holdings:
     """`tab_states`: (sessions, bytes) of Gradio's per-tab state (`ui.gradio_state.tab_states`; no Gradio here);
     `prefixes`: (blocks, bytes) of the prefix stores (the process's server's); `live_values`: (values, bytes) of
-    the whole live-screen values kept for `live_state` (`Streaming.live_values`)."""
+    the whole live-screen values kept for `live_state` (`Streaming.live_values`); `token_texts`: (texts, bytes) the
+    tokenizers remember (the process's)."""
     models, model_bytes = registry.held()
     copies, copy_bytes = VARIANTS.held()
     tabs, runs, capture_bytes, run_bytes = sessions.held()
     steps, step_bytes = registry.steps_held()
     malloc = heap.allocator() or heap.Allocator(0, 0, 0)
     return Holdings(models, model_bytes, copies, copy_bytes, tabs, runs, capture_bytes, *tab_states(), steps,
-                    step_bytes, run_bytes, *prefixes(), *live_values(), *pools(), malloc.in_use, malloc.free_kept,
-                    malloc.mmapped)
+                    step_bytes, run_bytes, *prefixes(), *live_values(), *pools(), *token_texts(), malloc.in_use,
+                    malloc.free_kept, malloc.mmapped)
 
 
 def parse(line: str) -> Holdings | None:

@@ -337,7 +337,8 @@ def pause(seconds: float, until: float) -> None:
 PARTS = (("models", "model_bytes"), ("precision copies", "copy_bytes"), ("runs' records", "run_bytes"),
          ("runs' recorded arrays", "capture_bytes"), ("Gradio's tab states", "tab_state_bytes"),
          ("captured steps", "step_bytes"), ("prefix blocks", "prefix_bytes"),
-         ("live screens kept", "live_value_bytes"), ("running requests' KV pools", "pool_bytes"))
+         ("live screens kept", "live_value_bytes"), ("running requests' KV pools", "pool_bytes"),
+         ("tokenizers' token texts", "token_text_bytes"))
 # glibc's account of the whole process (not counted: it says what the rest of RSS is made of)
 ALLOCATOR = (("malloc: allocated, not freed", "heap_in_use"), ("malloc: freed, kept by the allocator", "heap_free_kept"),
              ("malloc: mmapped blocks", "heap_mmapped"))

@@ -632,7 +632,7 @@ def held_words(held: dict[str, int] | None) -> str:
             f"{mib(h.copy_bytes)}, {h.runs} runs of {h.tabs} tabs {mib(h.run_bytes)} + their recorded arrays "
             f"{mib(h.capture_bytes)}, Gradio's state of {h.tab_states} tabs {mib(h.tab_state_bytes)}, "
             f"{h.steps} captured steps {mib(h.step_bytes)}, {h.live_values} live screens kept "
-            f"{mib(h.live_value_bytes)})")
+            f"{mib(h.live_value_bytes)}, {h.token_texts} token texts {mib(h.token_text_bytes)})")
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -26,7 +26,8 @@ def h(tmp_path_factory):
 def test_holdings_are_the_models_copies_and_recorded_runs(h):
     variants.VARIANTS.clear()
     # (the prefix stores are the process's server's: other tests in this process may have left blocks there)
-    empty = holdings(h.registry, h.sessions, prefixes=lambda: (0, 0))
+    # (so are the tokenizers' remembered token texts)
+    empty = holdings(h.registry, h.sessions, prefixes=lambda: (0, 0), token_texts=lambda: (0, 0))
     assert dataclasses.replace(empty, heap_in_use=0, heap_free_kept=0, heap_mmapped=0) == Holdings(0, 0, 0, 0, 0, 0, 0)
     assert empty.total_bytes == 0  # the allocator's account is beside the total, not in it
     request = gr.Request(session_hash="holder")
@@ -43,7 +44,7 @@ def test_holdings_are_the_models_copies_and_recorded_runs(h):
     assert (held.tabs, held.runs, held.capture_bytes) == (1, 1, run.capture_bytes()) and held.capture_bytes > 0
     assert held.run_bytes == run.record_bytes() > 0  # the run's record: events, path, prompt
     assert held.total_bytes == (lm.resident_bytes + held.copy_bytes + run.capture_bytes() + run.record_bytes()
-                                + held.prefix_bytes)
+                                + held.prefix_bytes + held.token_text_bytes)
     run.drop_captures()  # what the memory budget frees first
     assert holdings(h.registry, h.sessions).capture_bytes == 0
     variants.VARIANTS.clear()
@@ -54,12 +55,13 @@ def test_what_gradio_keeps_per_tab_is_in_the_total(h):
     held = holdings(h.registry, h.sessions, tab_states=lambda: (3, 1_500_000))
     assert (held.tab_states, held.tab_state_bytes) == (3, 1_500_000)
     assert held.total_bytes == (held.model_bytes + held.copy_bytes + held.capture_bytes + held.run_bytes + 1_500_000
-                                + held.prefix_bytes)
+                                + held.prefix_bytes + held.token_text_bytes)
     assert f"total={held.total_bytes} " in held.line()
 
 
 def test_the_log_line_reads_back_and_other_lines_do_not():
-    held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001, heap_in_use=7, heap_free_kept=8, heap_mmapped=9)
+    held = Holdings(3, 1_234_567_890, 2, 98_765, 6, 41, 5_000_001, token_texts=10, token_text_bytes=11,
+                    heap_in_use=7, heap_free_kept=8, heap_mmapped=9)
     assert parse("INFO playground.memory: " + held.line()) == held
     assert parse("INFO playground.app: offering tiny-lm") is None
     assert parse("INFO playground.memory: holding total=abc") is None
@@ -91,11 +93,12 @@ def test_holdings_count_the_models_kept_captured_steps_exactly(tmp_path):
     save_tiny_decoder(tmp_path / "tiny-lm")
     registry = ModelRegistry(loader=lambda path, dtype: playground.load_model(path, dtype=dtype, compile="eager"))
     lm = registry.get(tmp_path / "tiny-lm")
-    before = holdings(registry, Sessions())
+    alone = dict(token_texts=lambda: (0, 0))  # the run remembers its token texts too: not this test's count
+    before = holdings(registry, Sessions(), **alone)
     assert (before.steps, before.step_bytes) == (0, 0)
     cfg = GenerationConfig(max_new_tokens=4, temperature=0.7, seed=1, top_candidates=5)
     assert generate_all(lm, "Hello", cfg).decoding["captured"]
-    held = holdings(registry, Sessions())
+    held = holdings(registry, Sessions(), **alone)
     [(step, _)] = lm.captured._steps.values()
     own = sum(t.numel() * t.element_size() for t in step.buffers(recurse=False))  # not the model's own buffers
     assert (held.steps, held.step_bytes) == (1, own) and own > 0
@@ -133,3 +136,23 @@ def test_live_states_whole_values_are_counted(h):
     relabelled = h.stream.relabelled_value("en", request)  # a language switch's redraw: the kept value, not another
     assert relabelled["relabel"] and relabelled["path"] is value["path"]
     assert h.stream.live_values() == (held.live_values, held.live_value_bytes)
+
+
+def test_the_tokenizers_remembered_token_texts_are_counted(h):
+    """Each tokenizer remembers up to `TOKEN_TEXTS_KEPT` token texts (about 1 MB): the holdings line counts them, in
+    the total, each text and id once."""
+    import sys
+
+    from playground import loaded
+
+    lm = h.models.model_for("tiny-lm", "float32", "holder")
+    before = loaded.token_texts_held()
+    fresh = [i for i in range(lm.config.vocab_size) if i not in loaded._TOKEN_TEXTS.get(lm.tokenizer, {})][:40]
+    texts = lm.token_texts(fresh)
+    count, size = loaded.token_texts_held()
+    assert count == before[0] + len(fresh)
+    grown = sum(sys.getsizeof(i) + sys.getsizeof(text) for i, text in zip(fresh, texts))
+    assert grown <= size - before[1] <= grown + sys.getsizeof(loaded._TOKEN_TEXTS[lm.tokenizer])  # and the dict grew
+    held = holdings(h.registry, h.sessions)
+    assert (held.token_texts, held.token_text_bytes) == (count, size)
+    assert f"token_text_bytes={size} " in held.line() and parse(held.line()) == held
