@@ -195,7 +195,7 @@ class DecoderLM(LaidOut):
 
     def run(self, batch: Batch) -> list[torch.Tensor | None]:
         """The forward pass over a batch (`models.rows`): the only way into the model, but for the CacheBlend lab's
-        pass, which runs the same blocks over fewer rows after its check layer (`analysis.cache_blend.blend_pass`)."""
+        pass, which runs the same blocks over fewer rows after its check layer (`models.cache_blend.blend_pass`)."""
         x = self.embed_rows(batch)
         ropes = self.rotary_tables(batch, x.dtype)
         batch.record_residual(x)

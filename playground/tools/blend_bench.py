@@ -20,6 +20,7 @@ import torch
 
 import playground
 from playground.analysis import cache_blend as cb
+from playground.models import cache_blend as blending
 
 PARAGRAPHS = (
     "The old lighthouse on the northern cape was built in 1871 from granite quarried on the island. Its lamp "
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     lm = playground.load_model(args.model, device="cpu", dtype="float32")
     text = "\n\n".join(PARAGRAPHS) + "\n\n" + QUESTION
     ids = lm.tokenizer.encode(text)
-    starts = cb.chunk_starts(lm.token_texts(ids), "paragraphs")
+    starts = blending.chunk_starts(lm.token_texts(ids), "paragraphs")
     rs = [float(r) for r in args.r.split(",")]
     runs = []
     for _ in range(args.repeats):

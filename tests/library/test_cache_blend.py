@@ -13,6 +13,7 @@ import torch
 
 import playground
 from playground.analysis import cache_blend as cb
+from playground.models import cache_blend as blending
 from playground.models.kv_cache import KVCache
 from tests.float32_bounds import assert_within, float32_depth, sum_bound
 from tests.hf_tiny import gpt2_like, llama_like, neox_like, save_decoder
@@ -34,19 +35,19 @@ def lm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory)
     return playground.load_model(directory, device="cpu", dtype="float32")
 
 
-def _parts(model: torch.nn.Module) -> tuple[cb.KV, cb.KV]:
-    return cb.chunked_kv(model, IDS, STARTS), cb.kv_of(model, IDS)
+def _parts(model: torch.nn.Module) -> tuple[blending.KV, blending.KV]:
+    return blending.chunked_kv(model, IDS, STARTS), blending.kv_of(model, IDS)
 
 
 def test_movable(lm: object) -> None:
-    assert cb.why_not_movable(lm) is None
+    assert blending.why_not_movable(lm) is None
 
 
 def test_r100_is_the_full_prefill_bitwise(lm: object) -> None:
     model = lm.model
     reused, full = _parts(model)
-    logits, cache, picked = cb.blend(model, IDS, reused, 100)
-    plain, plain_cache = cb.prefill(model, IDS)
+    logits, cache, picked = blending.blend(model, IDS, reused, 100)
+    plain, plain_cache = blending.prefill(model, IDS)
     assert picked.tolist() == list(range(len(IDS) - 1))
     assert torch.equal(logits, plain)
     ours, theirs = cache.read_span(0, len(IDS)), plain_cache.read_span(0, len(IDS))
@@ -57,16 +58,16 @@ def test_r100_is_the_full_prefill_bitwise(lm: object) -> None:
 def test_r0_is_naive_reuse(lm: object) -> None:
     model = lm.model
     reused, full = _parts(model)
-    logits, _, picked = cb.blend(model, IDS, reused, 0)
-    naive, _ = cb.naive_reuse(model, IDS, reused)
+    logits, _, picked = blending.blend(model, IDS, reused, 0)
+    naive, _ = blending.naive_reuse(model, IDS, reused)
     assert picked.numel() == 0 and torch.equal(logits, naive)
     # the blend's own pass with nothing but the last token fresh computes the same numbers (other kernels, other
     # row counts: within float32 rounding)
-    masked, _, picked = cb.blend_pass(model, IDS, reused, 0)
+    masked, _, picked = blending.blend_pass(model, IDS, reused, 0)
     assert picked.numel() == 0
     assert_within(masked.numpy(), naive.numpy(), _logits_bound(lm, reused), "the pass at r = 0 against naive reuse")
     # and naive reuse loses something: the chunks never saw each other
-    plain, _ = cb.prefill(model, IDS)
+    plain, _ = blending.prefill(model, IDS)
     assert cb.kl(plain, naive) > 0
 
 
@@ -74,7 +75,7 @@ class DenseBlendCache(KVCache):
     """The blend as first defined, over every row: a pass of all T tokens whose every layer stores the reused K/V
     except at the `fresh` positions (the rows the blend's pass computes after its check layer)."""
 
-    def __init__(self, *, reused: cb.KV, fresh: torch.Tensor, **kw: object) -> None:
+    def __init__(self, *, reused: blending.KV, fresh: torch.Tensor, **kw: object) -> None:
         super().__init__(**kw)
         self.reused, self.fresh = reused, fresh
 
@@ -90,7 +91,7 @@ class DenseBlendCache(KVCache):
         return super().write_masked(layer, start, k, v, ordered=ordered)
 
 
-def _logits_bound(lm: object, reused: cb.KV, cache: KVCache | None = None, token: int = 7) -> np.ndarray:
+def _logits_bound(lm: object, reused: blending.KV, cache: KVCache | None = None, token: int = 7) -> np.ndarray:
     """Two float32 computations of the last logits that differ in their kernels' order: every logit is a sum over
     d_model of the final hidden state times the head, whose inputs carry the rounding of every block before it.
     The magnitudes are naive reuse's, or those of one decode step of `token` after `cache`."""
@@ -98,7 +99,7 @@ def _logits_bound(lm: object, reused: cb.KV, cache: KVCache | None = None, token
     hidden: list[torch.Tensor] = []
     handle = model.norm.register_forward_hook(lambda _m, _i, out: hidden.append(out[0, -1].detach()))
     try:
-        cb.naive_reuse(model, IDS, reused) if cache is None else cb.prefill(model, [token], cache)
+        blending.naive_reuse(model, IDS, reused) if cache is None else blending.prefill(model, [token], cache)
     finally:
         handle.remove()
     h = hidden[-1].abs().double().numpy()
@@ -116,26 +117,26 @@ def test_the_blend_pass_computes_the_blend_over_every_row(lm: object, r: int) ->
     K/V replaced."""
     model = lm.model
     reused, full = _parts(model)
-    logits, cache, picked = cb.blend_pass(model, IDS, reused, r)
-    assert picked.tolist() == cb.selection(cb.deviation(reused, full)[cb.CHECK_LAYER], r).tolist()
+    logits, cache, picked = blending.blend_pass(model, IDS, reused, r)
+    assert picked.tolist() == blending.selection(cb.deviation(reused, full)[blending.CHECK_LAYER], r).tolist()
     fresh = torch.cat([picked, torch.tensor([len(IDS) - 1])])
-    dense = cb.new_cache(model, len(IDS) + 64, DenseBlendCache, reused=reused, fresh=fresh)
-    expected, dense = cb.prefill(model, IDS, dense)
+    dense = blending.new_cache(model, len(IDS) + 64, DenseBlendCache, reused=reused, fresh=fresh)
+    expected, dense = blending.prefill(model, IDS, dense)
     assert_within(logits.numpy(), expected.numpy(), _logits_bound(lm, reused), f"the blend's pass at r = {r}")
     assert cache.length == len(IDS)  # then it decodes as a plain cache, on the blended K/V
-    copy = cb.new_cache(model, len(IDS) + 64)
+    copy = blending.new_cache(model, len(IDS) + 64)
     copy.fill_from(cache)
     bound = _logits_bound(lm, reused, copy)  # its magnitudes, from a copy of the blended cache
-    step, _ = cb.prefill(model, [7], cache)
-    again, _ = cb.prefill(model, [7], dense)
+    step, _ = blending.prefill(model, [7], cache)
+    again, _ = blending.prefill(model, [7], dense)
     assert_within(step.numpy(), again.numpy(), bound, f"a decode step after the blend's pass at r = {r}")
 
 
 def test_more_recompute_comes_closer(lm: object) -> None:
     model = lm.model
     reused, full = _parts(model)
-    plain, _ = cb.prefill(model, IDS)
-    kls = [cb.kl(plain, cb.blend(model, IDS, reused, r)[0]) for r in (0, 50, 100)]
+    plain, _ = blending.prefill(model, IDS)
+    kls = [cb.kl(plain, blending.blend(model, IDS, reused, r)[0]) for r in (0, 50, 100)]
     assert kls[2] == 0.0 and kls[1] < kls[0]
 
 
@@ -144,9 +145,9 @@ def test_rotation_moves_keys_where_a_recomputation_puts_them(lm: object) -> None
     s … s+L−1 (layer 0, where a key depends only on its token and its position)."""
     model = lm.model
     chunk, s = IDS[15:24], 15
-    alone = cb.kv_of(model, chunk)[0][0]
-    moved = cb.rotate_keys(model, cb.kv_of(model, chunk)[0], s)[0]
-    there = cb.kv_of(model, IDS[: s + len(chunk)])[0][0][:, s:]
+    alone = blending.kv_of(model, chunk)[0][0]
+    moved = blending.rotate_keys(model, blending.kv_of(model, chunk)[0], s)[0]
+    there = blending.kv_of(model, IDS[: s + len(chunk)])[0][0][:, s:]
     assert not torch.allclose(alone, there)
     torch.testing.assert_close(moved, there, rtol=1.3e-6, atol=1e-5)
     # the first chunk needs no move: its reused K/V are its full-prefill ones at layer 0
@@ -176,13 +177,13 @@ def test_sweep_and_prefix_reuse(lm: object) -> None:
 
 def test_chunk_starts() -> None:
     texts = ["A", "b", ".\n\n", "C", "d\n", "E", "?"]
-    assert cb.chunk_starts(texts, "paragraphs") == [0, 3, 5]
-    assert cb.chunk_starts(texts, "tokens:2") == [0, 2, 4]
+    assert blending.chunk_starts(texts, "paragraphs") == [0, 3, 5]
+    assert blending.chunk_starts(texts, "tokens:2") == [0, 2, 4]
     with pytest.raises(ValueError):
-        cb.chunk_starts(texts, "sentences")
+        blending.chunk_starts(texts, "sentences")
 
 
 def test_models_without_rope_say_why(tmp_path: Path) -> None:
     save_decoder(tmp_path / "gpt2", "gpt2", gpt2_like())
     lm = playground.load_model(tmp_path / "gpt2", device="cpu", dtype="float32")
-    assert cb.why_not_movable(lm) == "learned"
+    assert blending.why_not_movable(lm) == "learned"

@@ -5,7 +5,8 @@
 * CacheBlend: the prompt split into chunks (paragraphs, or every N tokens), each chunk's K/V computed alone and its
   keys rotated to where the chunk sits; what is lost (each layer's K/V deviation, the answer's KL and top-1
   agreement with the full prefill), and r % of the positions recomputed (those whose K/V deviate most at layer 1),
-  r from 0 (naive reuse) to 100 (the full prefill, bitwise). The maths: `playground.analysis.cache_blend`.
+  r from 0 (naive reuse) to 100 (the full prefill, bitwise). The maths: `playground.models.cache_blend`; the measures:
+  `playground.analysis.cache_blend`.
 * A fork: the run again with the second prompt, as a branch beside it (the prefix cache of the server reuses the
   shared blocks).
 
@@ -34,6 +35,7 @@ from playground.app.jobs import Progress
 from playground.app.notes import note
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
+from playground.models import cache_blend as blending
 from playground.notes import Note
 from playground.viz import reuse as figures
 
@@ -52,7 +54,7 @@ def chunk_choices(lang: str) -> list[tuple[str, str]]:
 def _check(lm: Any, run: Any, moves: bool = True) -> None:
     """Refuse a model whose cached keys cannot be moved (CacheBlend), or (prefix reuse, `moves` False) whose cache
     cannot be reused at all: an encoder-decoder, or sliding-window layers that keep only their last positions."""
-    why = cb.why_not_movable(lm)
+    why = blending.why_not_movable(lm)
     if why is not None and (moves or why in ("seq2seq", "window")):
         raise ForkError(note("reuse_cannot", why=note(f"reuse_why_{why}")))
     if len(run.prompt_ids) > MAX_TOKENS:
@@ -77,7 +79,7 @@ def measure_blend(req: JobRequest) -> Iterator[Progress | dict[str, Any]]:
     if len(ids) < 3:
         raise ForkError(note("reuse_too_short"))
     mode = str(req.values.get("reuse_chunks") or "paragraphs")
-    starts = cb.chunk_starts(lm.token_texts(ids), mode if mode.startswith("tokens:") else "paragraphs")
+    starts = blending.chunk_starts(lm.token_texts(ids), mode if mode.startswith("tokens:") else "paragraphs")
     work = cb.blend_sweep(lm.model, ids, starts, RS, steps=STEPS)
     done = 0
     while True:
@@ -125,7 +127,7 @@ def badge(settings: Any) -> list[Note]:
 
 def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run, lm = ctx.run, ctx.lm
-    return {"number": run.number, "why": cb.why_not_movable(lm), "texts": lm.token_texts(list(run.prompt_ids)),
+    return {"number": run.number, "why": blending.why_not_movable(lm), "texts": lm.token_texts(list(run.prompt_ids)),
             "r": float(sel.values.get("reuse_r") or 0), "blend": run.results.get("reuse_blend"),
             "prefix": run.results.get("reuse_prefix")}
 
