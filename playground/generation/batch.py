@@ -91,6 +91,11 @@ class _BatchedModel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
+    def alone(self, fn: Callable[[torch.nn.Module], Any]) -> Any:
+        """`fn(model)` in this request's turn, alone: passes of the model itself, outside the batch (a CacheBlend
+        prompt's chunks and blend pass, which are no rows of the pool)."""
+        return self._turn(fn)(self._model)
+
     def new_cache(self, batch: int, max_tokens: int, policy: KVPolicy | None = None) -> KVCache | Seq2SeqCache | PolicyCache:
         """The request's cache as rows of the scheduler's pool, so its decoding rows attend beside others'.
         A run with its own KV policy or RoPE table (`policy`) keeps a cache of its own and takes its own turn."""

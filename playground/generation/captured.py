@@ -525,6 +525,7 @@ EAGER_BECAUSE = {  # the words for the settings the step leaves to the eager loo
     "num_beams": "beam search decodes eagerly",
     "draft": "speculative decoding checks drafts eagerly",
     "use_cache": "without a KV cache every step reads the whole sequence: eager",
+    "cache_blend": "a blended prompt cache is written by passes of its own: eager",
     **dict.fromkeys(("kv_window", "kv_sink", "kv_heavy", "kv_dtype", "rope_scaling"),
                     "a KV-cache policy or RoPE scaling decodes eagerly"),
 }

@@ -16,6 +16,7 @@ from playground.errors import PlaygroundError
 from playground.generation.knobs import EARLY_STOPPING, KNOBS, Knob
 from playground.interventions import Intervention, InterventionError, as_interventions
 from playground.loaded import LoadedModel
+from playground.models.cache_blend import parse_blend
 from playground.models.quantize import PRECISIONS
 from playground.models.rope_scaling import RopeScalingError, check_rope_scaling
 
@@ -72,6 +73,11 @@ class GenerationConfig:
     # The tokens are the model's own either way (greedy: the same ids; sampling: the same distribution).
     draft: str | LoadedModel | None = None
     draft_tokens: int = 4  # tokens drafted per pass of the model
+    # CacheBlend (playground.models.cache_blend): the prompt's keys and values but its last token's come from its
+    # chunks cached alone, moved to their places, r % of the positions recomputed ("paragraphs@15",
+    # "tokens:16@40"); the last prompt token is then computed over them and the run decodes as usual. None: the
+    # plain prefill.
+    cache_blend: str | None = None
 
     @property
     def records(self) -> bool:
@@ -130,9 +136,27 @@ class GenerationConfig:
         except InterventionError as error:
             raise SettingsError(str(error)) from None
         self._validate_kv()
+        self._validate_blend()
         _check(DRAFT_TOKENS, self.draft_tokens)
         draft_layers(self.draft)  # raises for a draft that is none of the kinds
         return self
+
+    def _validate_blend(self) -> None:
+        if self.cache_blend is None:
+            return
+        try:
+            parse_blend(self.cache_blend)
+        except ValueError as error:
+            raise SettingsError(str(error)) from None
+        if not self.use_cache:
+            raise SettingsError("cache_blend fills the KV cache: set use_cache=True")
+        if self.kv_policy:
+            raise SettingsError("cache_blend and a KV-cache policy (kv_window, kv_dtype, rope_scaling) do not combine; "
+                                "run one or the other")
+        if self.draft is not None:
+            raise SettingsError("cache_blend and speculative decoding do not combine; run one or the other")
+        if self.interventions:
+            raise SettingsError("cache_blend computes the prompt's cache without edits; run the edit or the blend")
 
     def _validate_kv(self) -> None:
         for knob in KV_KNOBS:

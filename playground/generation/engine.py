@@ -65,7 +65,8 @@ def run_plan(p: Plan, stop: threading.Event | None = None) -> Iterator[StepEvent
 
 
 def _new_stepper(p: Plan, batch: int) -> Stepper:
-    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache, policy=p.policy)
+    return p.stepper(p.lm.model, batch=batch, max_tokens=p.max_length, use_cache=p.cfg.use_cache, policy=p.policy,
+                     blend=p.blend)
 
 
 def _forward(p: Plan, stepper: Stepper, step: int, tokens: torch.Tensor | None):

@@ -21,6 +21,7 @@ from playground.generation.speculative import DraftSpec, resolve_draft
 from playground.generation.stepper import Stepper, stepper_class
 from playground.interventions import InterventionError, check
 from playground.loaded import LoadedModel
+from playground.models.cache_blend import chunk_starts, parse_blend, why_not_movable
 from playground.models.kv_policy import KVPolicy
 from playground.models.rope_scaling import RopeScalingError, rotary_override
 from playground.notes import Note
@@ -120,6 +121,7 @@ class Plan:
     request: Request | None = None  # what the run will hold (generation.budget): checked here, admitted by the batch
     prefix: Any = None  # the batch's prefix store a captured step's prefill reads and fills (None: none)
     steps: Any = None  # a scheduler's captured steps shared by its runs (`shared_step.Seating`; None: a step of its own)
+    blend: tuple[tuple[int, ...], int] | None = None  # cache_blend's chunk starts and r (None: the plain prefill)
 
     @property
     def max_length(self) -> int:
@@ -252,7 +254,26 @@ def assemble(
     min_keep = 1 if cfg.num_beams == 1 else len(c.eos_token_ids) + 1
     pipeline = build_pipeline(cfg, forced_bos=forced_bos, forced_eos=forced_eos, min_tokens_to_keep=min_keep)
     return Plan(lm, cfg, stepper, ids, prefix, c.eos_token_ids, pipeline, notes, forced, kv_policy(lm, cfg), precision,
-                draft, request=request)
+                draft, request=request, blend=prompt_blend(lm, cfg, ids, notes))
+
+
+def prompt_blend(lm: LoadedModel, cfg: GenerationConfig, ids: list[int], notes: list[Note]) -> tuple[tuple[int, ...], int] | None:
+    """cache_blend's chunk starts over the prompt `ids` and its r (None: the plain prefill); SettingsError where the
+    model's cached keys cannot be moved. A prompt of one token has nothing to reuse: a note, and the plain prefill."""
+    if cfg.cache_blend is None:
+        return None
+    why = why_not_movable(lm)
+    if why is not None:
+        raise SettingsError(f"cache_blend moves cached keys by rotation, which this model cannot ({why} positions "
+                            "or layers); run it without cache_blend")
+    if len(ids) < 2:
+        notes.append(Note("cache_blend needs a prompt of two tokens at least: the prompt was prefilled whole",
+                          "plan_blend_short"))
+        return None
+    mode, r = parse_blend(cfg.cache_blend)
+    if r == 100:  # everything recomputed is the full prefill itself: the plain run, bitwise
+        return None
+    return tuple(chunk_starts(lm.token_texts(ids), mode)), r
 
 
 def draft_shape(draft: DraftSpec | None, max_length: int, draft_tokens: int) -> DraftShape | None:

@@ -22,6 +22,7 @@ from torch import nn
 
 from playground.config import ModelConfig
 from playground.errors import PlaygroundError
+from playground.models.cache_blend import blended_prompt
 from playground.models.kv_cache import CacheStats, CrossCacheStats, dtype_name
 from playground.models.kv_policy import KVPolicy
 from playground.models.recorder import Recorder
@@ -40,10 +41,12 @@ class Stepper:
     kinds: ClassVar[tuple[str, ...]]  # attention kinds a decoding step records
 
     def __init__(
-        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None,
+        blend: tuple[tuple[int, ...], int] | None = None,
     ) -> None:
         self.model, self.config = model, model.config
         self.policy = policy  # a run's own KV policy (decoder-only; the plan refuses it elsewhere)
+        self.blend = blend  # cache_blend's chunk starts and r over the prompt (decoder-only; `Plan.blend`)
         self.batch, self.max_tokens, self.use_cache = batch, max_tokens, use_cache
         self.dtype = model.dtype
         self.tokens = torch.zeros((batch, max_tokens), dtype=torch.long, device=model.device)
@@ -135,12 +138,30 @@ class DecoderStepper(Stepper):
             return self.model(prompt[None], None, recorder, last_only=True)[:, -1].float().expand(self.batch, -1)
         self.cache = self._new_cache(self.batch, self.max_tokens)
         if self.batch == 1:
-            return self.model(prompt[None], self.cache, recorder, last_only=True)[:, -1].float()
+            return self._prefill(source, prompt, self.cache, recorder)
         # prefill once, then copy into every beam's rows (a policy cache of the same length: same layer kinds)
         first = self._new_cache(1, n if self.policy is None else self.max_tokens)
-        logits = self.model(prompt[None], first, recorder, last_only=True)[:, -1].float()
+        logits = self._prefill(source, prompt, first, recorder)
         self.cache.fill_from(first)
         return logits.expand(self.batch, -1)
+
+    def _prefill(self, source: torch.Tensor, prefix: torch.Tensor, cache: Any, recorder: Recorder | None) -> torch.Tensor:
+        """The pass over the decoder stream's first ids into `cache`. With a blend, the prompt's positions but its
+        last come from CacheBlend first (computed alone, by the model itself: outside any shared batch, in the
+        request's turn), then the pass runs over the rest (the prompt's last token, and a branch's forced ones)."""
+        if self.blend is not None:
+            starts, r = self.blend
+            ids = source.tolist()
+            alone = getattr(self.model, "alone", None)  # a shared batch's request: the model's own pass, in its turn
+
+            def blended(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                return blended_prompt(model, ids, starts, r)
+
+            keys, values = alone(blended) if alone is not None else blended(self.model)
+            cache.write_span(0, len(ids) - 1, keys, values)
+            cache.reused = 0  # blended, not restored from the prefix store: the KV panel does not call it reused
+            prefix = prefix[len(ids) - 1:]
+        return self.model(prefix[None], cache, recorder, last_only=True)[:, -1].float()
 
     def step(self, tokens: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
         """tokens: (B,) one new token per row. Returns next-token logits (B, V) in float32."""
@@ -171,8 +192,10 @@ class Seq2SeqStepper(Stepper):
     kinds = ("self", "cross")
 
     def __init__(
-        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None
+        self, model: nn.Module, *, batch: int, max_tokens: int, use_cache: bool, policy: KVPolicy | None = None,
+        blend: tuple[tuple[int, ...], int] | None = None,
     ) -> None:
+        # (no blend here: the plan refuses cache_blend for an encoder-decoder, whose keys it cannot move)
         super().__init__(model, batch=batch, max_tokens=max_tokens, use_cache=use_cache, policy=policy)
         self.encoder_out: torch.Tensor | None = None
         self.source_length = 0

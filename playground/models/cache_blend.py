@@ -56,6 +56,19 @@ KV = tuple[list[torch.Tensor], list[torch.Tensor]]  # per layer: keys, values (h
 # --- can the model's cached keys move? ----------------------------------------------------------------
 
 
+def parse_blend(text: str) -> tuple[str, int]:
+    """A run's `cache_blend` setting, "<chunks>@<r>" (chunks "paragraphs" or "tokens:N", r a whole percent from 0 to
+    100, e.g. "paragraphs@15"), as (chunks, r); ValueError for any other text."""
+    mode, at, r = str(text).rpartition("@")
+    size = mode.removeprefix("tokens:")
+    ok = at and r.isdigit() and int(r) <= 100 and (mode == "paragraphs" or (
+        mode.startswith("tokens:") and size.isdigit() and 1 <= int(size) <= 4096))
+    if not ok:
+        raise ValueError(f"cache_blend is {text!r}; use 'paragraphs@R' or 'tokens:N@R', R from 0 to 100 (e.g. "
+                         "'paragraphs@15')")
+    return mode, int(r)
+
+
 def why_not_movable(lm: Any) -> str | None:
     """None when cached keys can be moved by rotation (a RoPE decoder whose every layer sees all its keys), else why
     not: "learned", "sinusoidal", "relative" (T5's bias), "none", "seq2seq" or "window"."""
@@ -259,6 +272,7 @@ def blended_prompt(model: Any, ids: Sequence[int], starts: Sequence[int], r: flo
     """The keys and values a CacheBlend engine would leave at positions 0 … T−2 of `ids` (chunks beginning at
     `starts`, r % recomputed): what a run whose prompt cache is blended decodes from (its last prompt token is then
     the model's own pass over them). r = 100 is the full prefill's; r = 0 naive reuse's."""
-    logits, cache, _ = blend(model, ids, chunked_kv(model, ids, starts), r, room=1)
+    _, cache, _ = blend(model, ids, chunked_kv(model, ids, starts), r, room=1)
+    keys, values = cache.read_span(0, len(ids))
     n = len(ids) - 1
-    return cache.read_span(0, n)
+    return [k[:, :n] for k in keys], [v[:, :n] for v in values]

@@ -35,6 +35,8 @@ def _absurd(rng: random.Random, name: str) -> object:
         return rng.choice(["int4", "int8", "bfloat16", "float16", "float32", None, None, "fp8", "INT8", 8])
     if name == "draft":  # usable drafters too: on this 2-layer model "layer:9" is not one
         return rng.choice(["ngram", "layer:1", "layer:9", "bogus", None, 3])
+    if name == "cache_blend":  # usable blends too; "tokens:0@5" names no chunk size
+        return rng.choice(["paragraphs@15", "tokens:2@40", "tokens:3@0", "tokens:0@5", "halves@1", None, 3])
     if name == "draft_tokens":
         return rng.choice([1, 4, 16, 0, 17, "4", None])
     return rng.choice(ABSURD)

@@ -1,16 +1,19 @@
 """The cache-reuse lab's handlers without a browser: CacheBlend measured on the run on screen (progress, then its
-figures and caption in both languages), prefix reuse of a second prompt, the second prompt as a branch, and a model
-without RoPE saying why its keys cannot move."""
+figures and caption in both languages), prefix reuse of a second prompt, the second prompt as a branch, the run
+forked to decode from its blended prompt cache (replayed by its link), and a model without RoPE saying why its keys
+cannot move."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import pytest
 
 from playground.app.settings import UISettings
+from playground.generation import GenerationConfig, generate_all
 from tests.hf_tiny import gpt2_like, save_decoder
-from tests.ui.test_ui import app, h, request, run  # noqa: F401 - fixtures
+from tests.ui.test_ui import app, h, open_link, request, run, values  # noqa: F401 - fixtures
 from tests.ui.test_ui_lab import press
 from tests.ui_fixtures import CHARS, SPECIALS, save_char_tokenizer, save_tiny_decoder
 
@@ -79,3 +82,46 @@ def test_a_model_without_rope_says_why(h):  # noqa: F811
     assert frames[-1] == "" and gpt2.results["reuse_prefix"]["same"]  # learned positions: a prefix is still exact
     h.sessions.get("gpt2").lang = "zh"
     assert "无法移动" in panels(h, "gpt2")["reuse_md"]["value"]
+
+
+def test_a_blended_fork_decodes_from_the_blend_and_its_link_replays_it(h):  # noqa: F811
+    _, original = run(h, SETTINGS, "blendfork")
+    frames = press(h, "reuse_blend_fork", "blendfork", reuse_chunks="tokens:16", reuse_r=40)
+    fork = h.sessions.get("blendfork").current
+    assert fork is not original and fork.origin == original.number and fork.settings.cache_blend == "tokens:16@40"
+    live = frames[-1][0]
+    assert live["status"]["state"] == "done"
+    assert [b["edit"] for b in live["branches"]] == ["", "CacheBlend: every 16 tokens, r = 40 %"]
+    lm = h.models.model_for(SETTINGS.model, "float32", "blendfork")
+    blended = generate_all(lm, list(original.prompt_ids), fork.cfg.replace(cache_blend="tokens:16@40"))
+    assert fork.generated_ids == blended.token_ids  # the engine's own decode from the blended cache
+    plain = generate_all(lm, list(original.prompt_ids), GenerationConfig(max_new_tokens=6))
+    assert original.generated_ids == plain.token_ids
+    md = panels(h, "blendfork")["reuse_md"]["value"]
+    assert f"Run {fork.number} decoded from a blended prompt cache (CacheBlend: every 16 tokens, r = 40 %)" in md
+    same = next((i for i, (a, b) in enumerate(zip(fork.generated_ids, original.generated_ids)) if a != b), None)
+    assert (f"agrees with run {original.number} for its first {same} of 6 tokens" in md if same is not None
+            else f"Its 6 tokens are run {original.number}'s" in md)
+    h.sessions.get("blendfork").lang = "zh"
+    assert "从混合后的提示词缓存解码" in panels(h, "blendfork")["reuse_md"]["value"]
+    h.sessions.get("blendfork").lang = "en"
+    query = h.stream.link(request("blendfork"), *values(SETTINGS))
+    params = dict(parse_qsl(query[1:]))
+    assert params["cache_blend"] == "tokens:16@40"
+    open_link(h, "blendfork-replay", **params)
+    again = h.sessions.get("blendfork-replay")
+    assert again.current.settings.cache_blend == "tokens:16@40"
+    assert again.current.generated_ids == fork.generated_ids
+    assert again.runs[0].generated_ids == original.generated_ids
+
+
+def test_a_blend_a_model_cannot_take_is_refused_or_dropped_with_a_note(h):  # noqa: F811
+    run(h, UISettings(model="tiny-gpt2", prompt="Hello there, friend", max_new_tokens=3), "gpt2-blend")
+    frames = press(h, "reuse_blend_fork", "gpt2-blend", reuse_chunks="paragraphs", reuse_r=15)
+    assert len(frames) == 1 and "cannot be moved" in frames[0][3]  # the line under the button; no run
+    linked = open_link(h, "gpt2-blend-link", model="tiny-gpt2", prompt="Hello there, friend", max_new_tokens="3",
+                       cache_blend="paragraphs@15")
+    run_ = h.sessions.get("gpt2-blend-link").current
+    assert run_.cfg.cache_blend is None and run_.generated_ids  # prefilled whole, and said so
+    notes = linked[-1][1]
+    assert "CacheBlend was not used" in str(notes) and "learns one vector per position" in str(notes)

@@ -7,8 +7,9 @@
   agreement with the full prefill), and r % of the positions recomputed (those whose K/V deviate most at layer 1),
   r from 0 (naive reuse) to 100 (the full prefill, bitwise). The maths: `playground.models.cache_blend`; the measures:
   `playground.analysis.cache_blend`.
-* A fork: the run again with the second prompt, as a branch beside it (the prefix cache of the server reuses the
-  shared blocks).
+* Two forks: the run again with the second prompt, as a branch beside it (the prefix cache of the server reuses the
+  shared blocks); and the run again decoding from its prompt's CacheBlend cache at the chosen chunks and r (the
+  run setting `cache_blend`, which a link replays), compared with the run it came from.
 
 A model without RoPE gets a line saying why its cached keys cannot be moved."""
 
@@ -29,10 +30,11 @@ from playground.app.experiments.base import (
     Row,
     Widget,
     Words,
+    compared_with,
 )
 from playground.app.fields import Field
 from playground.app.jobs import Progress
-from playground.app.notes import note
+from playground.app.notes import note, render
 from playground.app.view import HIDDEN, Context, Drawn, Selection, Slot, View, shown
 from playground.app.words import t
 from playground.models import cache_blend as blending
@@ -44,6 +46,19 @@ STEPS = 8  # the answer's tokens along which KL and top-1 agreement are measured
 MAX_TOKENS = 512  # a longer prompt is refused in one line (each r is a pass over it)
 # a fork's second prompt: the tokens it shares with the run it forked from (its badge; it changes nothing else)
 SHARED = Field("reuse_shared", "whole", 0, 0, 1_000_000, widget=False)
+
+
+def _check_blend(text: str) -> None:
+    """A link's `cache_blend` ("paragraphs@15", "tokens:16@40"; empty: off), refused in one line otherwise."""
+    if text:
+        try:
+            blending.parse_blend(text)
+        except ValueError:
+            raise ValueError(note("reuse_blend_bad", value=repr(text))) from None
+
+
+# the run's prompt cache from CacheBlend at these chunks and r (empty: the plain prefill)
+BLEND = Field("cache_blend", "text", "", check=_check_blend, widget=False)
 
 
 def chunk_choices(lang: str) -> list[tuple[str, str]]:
@@ -117,9 +132,56 @@ def fork(req: ForkRequest) -> Fork:
     return Fork({"prompt": text, "reuse_shared": max(1, min(shared, SHARED.high))})
 
 
+def fork_blend(req: ForkRequest) -> Fork:
+    """The run again, its prompt's keys and values (but the last token's) from CacheBlend at the chosen chunks and
+    r: the cache a CacheBlend engine would decode from."""
+    _check(req.lm, req.run)
+    if len(req.run.prompt_ids) < 3:
+        raise ForkError(note("reuse_too_short"))
+    mode = str(req.values.get("reuse_chunks") or "paragraphs")
+    mode = mode if mode in {value for _, value in chunk_choices("en")} else "paragraphs"
+    r = int(min(100, max(0, round(float(req.values.get("reuse_r") or 0)))))
+    return Fork({"cache_blend": f"{mode}@{r}"})
+
+
+def config(settings: Any) -> dict[str, Any]:
+    """GenerationConfig's cache_blend (none for the plain prefill)."""
+    return {"cache_blend": settings.cache_blend} if settings.cache_blend else {}
+
+
+def lenient(c: Any, lm: Any, notes: list[Note]) -> None:
+    """A blend this model or this run cannot take is dropped with a note: the run prefills its prompt whole."""
+    if c.cache_blend in (None, ""):  # off
+        c.cache_blend = None
+        return
+    try:
+        blending.parse_blend(c.cache_blend)
+    except ValueError:
+        notes.append(note("reuse_blend_bad", value=repr(c.cache_blend)))
+        c.cache_blend = None
+        return
+    why = blending.why_not_movable(lm)
+    if why is not None:
+        notes.append(note("reuse_blend_dropped", why=note(f"reuse_why_{why}")))
+    elif c.kv_policy or c.draft is not None or c.interventions or not c.use_cache:
+        notes.append(note("reuse_blend_dropped", why=note("reuse_blend_alone")))
+    else:
+        return
+    c.cache_blend = None
+
+
+def blend_words(setting: str) -> Note:
+    """A cache_blend setting in words: its chunks and r."""
+    mode, r = blending.parse_blend(setting)
+    chunks = note("reuse_chunks_paragraphs") if mode == "paragraphs" else note("reuse_chunks_n", n=int(mode[7:]))
+    return note("reuse_blend_badge", chunks=chunks, r=r)
+
+
 def badge(settings: Any) -> list[Note]:
-    """A second prompt forked here: how many of its first tokens it shares with the run it came from."""
-    return [note("reuse_badge", n=settings.reuse_shared)] if settings.reuse_shared else []
+    """A second prompt forked here: how many of its first tokens it shares with the run it came from; a blended
+    prompt cache: its chunks and r."""
+    out = [note("reuse_badge", n=settings.reuse_shared)] if settings.reuse_shared else []
+    return out + ([blend_words(settings.cache_blend)] if settings.cache_blend else [])
 
 
 # --- its view ---------------------------------------------------------------------------------------------
@@ -129,7 +191,21 @@ def compute(ctx: Context, sel: Selection) -> dict[str, Any]:
     run, lm = ctx.run, ctx.lm
     return {"number": run.number, "why": blending.why_not_movable(lm), "texts": lm.token_texts(list(run.prompt_ids)),
             "r": float(sel.values.get("reuse_r") or 0), "blend": run.results.get("reuse_blend"),
-            "prefix": run.results.get("reuse_prefix")}
+            "prefix": run.results.get("reuse_prefix"), "fork": blended_fork(run, ctx.runs)}
+
+
+def blended_fork(run: Any, runs: tuple[Any, ...]) -> dict[str, Any] | None:
+    """A run decoded from a blended prompt cache: its setting, and how long it agrees with the run it came from."""
+    if not run.cfg.cache_blend:
+        return None
+    origin = compared_with(run, runs)
+    mine = [s.token_id for s in run.path]
+    out = {"blend": blend_words(run.cfg.cache_blend), "tokens": len(mine), "origin": None, "same": 0, "whole": False}
+    if origin is not None:
+        theirs = [s.token_id for s in origin.path]
+        same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        out.update(origin=origin.number, same=same, whole=mine == theirs)
+    return out
 
 
 def _row(blend: dict[str, Any], r: float) -> dict[str, Any]:
@@ -159,7 +235,18 @@ def prefix_words(p: dict[str, Any], lang: str) -> str:
              same=t("reuse_same" if p["same"] else "reuse_differ", lang), diff=p["max_logit_diff"])
 
 
+def fork_words(f: dict[str, Any], n: int, lang: str) -> str:
+    """What a blended run is, and how far it agrees with the run it forked from."""
+    words = t("reuse_blend_run", lang, n=n, blend=render(f["blend"], lang))
+    if f["origin"] is not None:
+        key = "reuse_blend_whole" if f["whole"] else "reuse_blend_same"
+        words += ("" if lang == "zh" else " ") + t(key, lang, origin=f["origin"], same=f["same"], tokens=f["tokens"])
+    return words
+
+
 def caption(d: dict[str, Any], lang: str) -> str:
+    if d["fork"] is not None:
+        return fork_words(d["fork"], d["number"], lang)
     if d["why"] is not None:
         still = d["why"] not in ("seq2seq", "window")
         return t("reuse_cannot", lang, why=t(f"reuse_why_{d['why']}", lang)) + (
@@ -190,7 +277,7 @@ VIEW = View("reuse", "reuse", frozenset({"finished"}),
 
 EXPERIMENT = Experiment(
     name="reuse", tab="reuse", elem_id="reuse-tab", order=50,
-    fields=(SHARED,),
+    fields=(SHARED, BLEND),
     layout=(
         Words("reuse_intro", ("reuse_intro", "reuse_rope"), "reuse-intro"),
         Row((Widget("reuse_chunks", "radio", "reuse_chunks", "reuse-chunks", default="paragraphs",
@@ -199,7 +286,9 @@ EXPERIMENT = Experiment(
                     step=5, view=True, min_width=240)), elem_id="reuse-controls"),
         Row((Action("reuse_blend", "job", "reuse_blend", "reuse-blend-btn", inputs=("reuse_chunks",),
                     run=measure_blend, out="reuse_job_md", progress="reuse_progress"),
-             Action("reuse_stop", "stop", "reuse_stop", "reuse-stop", primary=False, min_width=80)),
+             Action("reuse_stop", "stop", "reuse_stop", "reuse-stop", primary=False, min_width=80),
+             Action("reuse_blend_fork", "fork", "reuse_blend_fork", "reuse-blend-fork-btn",
+                    inputs=("reuse_chunks", "reuse_r"), run=fork_blend, primary=False)),
             elem_id="reuse-buttons"),
         Out("reuse_job_md", "markdown", "reuse-job-md"),
         Out("reuse_md", "markdown", "reuse-md", words="reuse_needs_run"),
@@ -216,5 +305,5 @@ EXPERIMENT = Experiment(
         Out("reuse_prefix_job_md", "markdown", "reuse-prefix-job-md"),
         Out("reuse_prefix_md", "markdown", "reuse-prefix-md"),
     ),
-    view=VIEW, badge=badge, config=lambda settings: {}, needs_run="reuse_needs_run",
+    view=VIEW, badge=badge, config=config, lenient=lenient, needs_run="reuse_needs_run",
 )
