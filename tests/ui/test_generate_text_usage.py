@@ -12,9 +12,14 @@ PROMPT = ("the quick brown fox jumps over the lazy dog; " * 6)[:225]  # 225 toke
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    weights = tmp_path_factory.mktemp("weights")
-    save_tiny_decoder(weights / "tiny-lm")
+def weights(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("weights")
+    save_tiny_decoder(folder / "tiny-lm")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def client(weights, tmp_path_factory):
     with served_app(weights, tmp_path_factory.mktemp("uploads")) as app, script_client(app[1]) as c:
         yield c
 
@@ -44,3 +49,18 @@ def test_every_answer_says_how_it_decoded(client):
     beams = client.predict("tiny-lm", "gone with the wind", "max_new_tokens=4&mode=beam&num_beams=3",
                            api_name="/generate_text")
     assert beams["decoding"]["rows"] == 3 and beams["decoding"]["backend"] == "eager"
+
+
+def test_a_blended_prompt_cache_is_a_setting_of_the_query(client, weights):
+    """`cache_blend` (the cache-reuse lab's fork) in a script's settings query: the answer is the model's own decode
+    from the blended prompt cache, not the plain run's, and no prefix block is read for it."""
+    import playground
+    from playground.generation import GenerationConfig, generate_all
+
+    prompt = "the quick brown fox\njumps over the lazy dog\nand then? "
+    answer = client.predict("tiny-lm", prompt, "max_new_tokens=6&cache_blend=tokens:4@30", api_name="/generate_text")
+    lm = playground.load_model(weights / "tiny-lm")
+    blended = generate_all(lm, prompt, GenerationConfig(max_new_tokens=6, cache_blend="tokens:4@30"))
+    plain = generate_all(lm, prompt, GenerationConfig(max_new_tokens=6))
+    assert answer["token_ids"] == blended.token_ids and blended.token_ids != plain.token_ids
+    assert answer["usage"]["cached_tokens"] == 0 and answer["notes"] == []
