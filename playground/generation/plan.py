@@ -257,6 +257,10 @@ def assemble(
                 draft, request=request, blend=prompt_blend(lm, cfg, ids, notes))
 
 
+_UNMOVABLE = {"learned": "learned positions", "sinusoidal": "sinusoidal positions", "relative": "T5's relative bias",
+              "none": "no positions on its keys", "seq2seq": "an encoder-decoder", "window": "sliding-window layers"}
+
+
 def prompt_blend(lm: LoadedModel, cfg: GenerationConfig, ids: list[int], notes: list[Note]) -> tuple[tuple[int, ...], int] | None:
     """cache_blend's chunk starts over the prompt `ids` and its r (None: the plain prefill); SettingsError where the
     model's cached keys cannot be moved. A prompt of one token has nothing to reuse: a note, and the plain prefill."""
@@ -264,8 +268,8 @@ def prompt_blend(lm: LoadedModel, cfg: GenerationConfig, ids: list[int], notes: 
         return None
     why = why_not_movable(lm)
     if why is not None:
-        raise SettingsError(f"cache_blend moves cached keys by rotation, which this model cannot ({why} positions "
-                            "or layers); run it without cache_blend")
+        raise SettingsError(f"cache_blend moves cached keys by rotation, which this model cannot ({_UNMOVABLE[why]}); "
+                            "run it without cache_blend")
     if len(ids) < 2:
         notes.append(Note("cache_blend needs a prompt of two tokens at least: the prompt was prefilled whole",
                           "plan_blend_short"))
