@@ -271,7 +271,7 @@ def prompt_blend(lm: LoadedModel, cfg: GenerationConfig, ids: list[int], notes: 
         raise SettingsError(f"cache_blend moves cached keys by rotation, which this model cannot ({_UNMOVABLE[why]}); "
                             "run it without cache_blend")
     if len(ids) < 2:
-        notes.append(Note("cache_blend needs a prompt of two tokens at least: the prompt was prefilled whole",
+        notes.append(Note("CacheBlend needs a prompt of two tokens at least: the prompt was prefilled whole",
                           "plan_blend_short"))
         return None
     mode, r = parse_blend(cfg.cache_blend)

@@ -7,10 +7,8 @@
 - `UploadCache` (its own module, imported here): Gradio's copies of files POSTed to its upload route
   (`Blocks.upload_file_set`), held to the app's upload quota.
 - `slow_queue_polling`: the queue's idle polling interval (`Blocks._queue`).
-- `tolerate_streams_closing_together`: a session's message queue (`Queue.pending_messages_per_session`)
-  deleted twice when two event streams of one tab are cut at once is no error.
-- `EndStreamsOfGoneSessions`: an event stream opened for a session whose message queue is gone (a closing tab)
-  ends without a traceback in the server log.
+- `tolerate_streams_closing_together` and `EndStreamsOfGoneSessions` (their own module, imported here): two endings
+  of Gradio's event streams made quiet (a tab's two streams cut at once; a stream opened by a closing tab).
 - `HeartbeatWatch`: each beat of Gradio's heartbeat route (`/heartbeat/{session_hash}`, which an open tab
   keeps connected) is a sign the tab is open: its session is not idle, whatever it last clicked.
 - `VisitorQueue`: the queue's places per visitor (`app/visitors.py`), enforced where an event joins the queue
@@ -56,10 +54,12 @@ from gradio.server_messages import ProcessCompletedMessage
 from playground.app import heap, visitors
 from playground.app.notes import render
 from playground.ui.gradio_state import PagesLastStateHolder, drop_state, tab_states
+from playground.ui.gradio_streams import EndStreamsOfGoneSessions, tolerate_streams_closing_together
 from playground.ui.gradio_uploads import UploadCache
 
 GRADIO_VERSION = "6.31.0"
-__all__ = ["PagesLastStateHolder", "UploadCache", "drop_state", "tab_states"]  # from gradio_state and gradio_uploads
+__all__ = ["EndStreamsOfGoneSessions", "PagesLastStateHolder", "UploadCache", "drop_state", "tab_states",
+           "tolerate_streams_closing_together"]  # from gradio_state, gradio_streams and gradio_uploads
 
 GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result within milliseconds
 
@@ -159,51 +159,6 @@ class HeartbeatWatch:
         finally:
             if self.on_disconnect is not None:
                 self.on_disconnect(session)
-
-
-QUEUE_DATA_PATH = re.compile(r"/queue/data$")
-
-
-def _session_was_gone(error: BaseException) -> bool:
-    """Whether `error` is, or was raised from, Gradio's "no such session" (an HTTP 404) in its event stream."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if getattr(seen, "status_code", None) == 404:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-class EndStreamsOfGoneSessions:
-    """ASGI middleware: an event stream (`/queue/data`) that opens after its session's message queue was deleted
-    ends quietly. A closing tab does this: the Gradio client aborts the stream it holds (Gradio then deletes the
-    session's queue), and an event the page had already joined opens a new stream a moment later. Gradio answers
-    that stream "session not found" (the tab is gone, so no one reads it) and raises an HTTP 404 inside a response
-    it has started, which the server logged as a traceback ("response already started")."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope.get("type") != "http" or QUEUE_DATA_PATH.search(scope.get("path", "")) is None:
-            await self.app(scope, receive, send)
-            return
-        state = {"started": False, "ended": False}
-
-        async def watched(message: dict) -> None:
-            if message.get("type") == "http.response.start":
-                state["started"] = True
-            elif message.get("type") == "http.response.body" and not message.get("more_body", False):
-                state["ended"] = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched)
-        except Exception as error:
-            if not (state["started"] and _session_was_gone(error)):
-                raise
-            if not state["ended"]:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def request_visitor(request: Any, username: str | None = None) -> str:
@@ -315,24 +270,6 @@ def slow_queue_polling(demo: gr.Blocks, seconds: float) -> None:
     queue = demo._queue
     queue.sleep_when_free = max(queue.sleep_when_free, seconds)
     queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, seconds)
-
-
-class _SessionMessages(gradio.utils.LRUCache):
-    """Gradio's map of session → message queue, whose delete of a session already gone is a no-op."""
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key, None)
-
-
-def tolerate_streams_closing_together(demo: gr.Blocks) -> None:
-    """A tab that reconnects holds two event streams (`/queue/data`) for a while. When both are cut (the tab closes),
-    each stream's clean-up deletes the session's message queue; the second raised KeyError into the server log
-    (Gradio `routes.sse_stream`). Both clean-ups mean the same thing: the session has no stream left."""
-    queue = demo._queue
-    old = queue.pending_messages_per_session
-    new = _SessionMessages(old.max_size)
-    new.update(old)
-    queue.pending_messages_per_session = new
 
 
 def event_data(evt: gr.EventData | None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 KEPT_LATIN = {"min-p", "top-k", "top-p", "Min-p", "Top-k", "Top-p", "KV", "forced_bos_token_id", "true", "false",
               "never", "BOS", "token", "NaN", "float32", "MiB", "safetensors", "Hub", "owner/name", "fr", "fr_XX",
               "fra_Latn", "CPU", "GPU", "ZeroGPU", "Space", "Hugging", "Face", "int8", "int4", "bfloat16", "float16",
-              "ngram", "layer", "K", "model", "name", "linear", "ntk", "yarn", "RoPE"}
+              "ngram", "layer", "K", "model", "name", "linear", "ntk", "yarn", "RoPE", "CacheBlend"}
 # The notes whose words are the page's (in words.STRINGS): walked too.
 OLDER_NOTE_KEYS = ("empty_prompt", "seed_drawn", "pace_capped", "chat_unavailable", "prompt_cut", "prompt_tokens_cut",
                    "numbers_nonfinite", "numbers_overflow", "numbers_uniform", "zerogpu_quota", "zerogpu_busy",

@@ -90,5 +90,6 @@ def test_the_server_logs_what_it_keeps_when_asked(served_process):
     held = holdings_of(proc, log)
     assert held is not None and held.models >= 1 and held.model_bytes > 0 and held.runs >= 1
     assert held.total_bytes == (held.model_bytes + held.copy_bytes + held.capture_bytes + held.run_bytes
-                                + held.tab_state_bytes + held.step_bytes + held.prefix_bytes + held.live_value_bytes)
+                                + held.tab_state_bytes + held.step_bytes + held.prefix_bytes + held.live_value_bytes
+                                + held.pool_bytes + held.token_text_bytes)
     assert holdings_of(proc, log) is not None  # and again: each signal its own line
