@@ -52,7 +52,10 @@ def test_a_link_opens_and_runs_by_itself_with_its_seed_and_branches(page, browse
     wait_state(page, "running", "done")
     wait_state(page, "done")
     page.wait_for_selector(".pg-branches:not([hidden]) .pg-branchrow.current")
+    # the branch's stream on screen, its forced token in it (a loaded CI machine once read it while it was redrawn)
+    page.wait_for_function("() => document.querySelectorAll('#token-stream .tok.forced').length === 1")
     shown = tokens(page)
+    assert shown
     link = link_of(page)
     query = dict(parse_qsl(urlparse(link).query))
     assert query["seed"].isdigit() and query["branches"].startswith("2:") and query["chat"] == "false"
