@@ -76,6 +76,11 @@ def _check(lm: Any, run: Any, moves: bool = True) -> None:
         raise ForkError(note("reuse_too_long", n=len(run.prompt_ids), most=MAX_TOKENS))
 
 
+def shared_length(a: list[int], b: list[int]) -> int:
+    """How many first ids two sequences share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def second_prompt(prompt: str, ending: str) -> str:
     """The run's prompt up to its last line break (else its last sentence), then `ending`."""
     body = prompt.rstrip()
@@ -128,7 +133,7 @@ def fork(req: ForkRequest) -> Fork:
         raise ForkError(note("reuse_choose"))
     text = second_prompt(req.settings.prompt, ending)
     ids, first = req.lm.tokenize(text, chat=req.settings.chat), list(req.run.prompt_ids)
-    shared = next((i for i, (a, b) in enumerate(zip(ids, first)) if a != b), min(len(ids), len(first)))
+    shared = shared_length(ids, first)
     return Fork({"prompt": text, "reuse_shared": max(1, min(shared, SHARED.high))})
 
 
@@ -203,8 +208,7 @@ def blended_fork(run: Any, runs: tuple[Any, ...]) -> dict[str, Any] | None:
     out = {"blend": blend_words(run.cfg.cache_blend), "tokens": len(mine), "origin": None, "same": 0, "whole": False}
     if origin is not None:
         theirs = [s.token_id for s in origin.path]
-        same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-        out.update(origin=origin.number, same=same, whole=mine == theirs)
+        out.update(origin=origin.number, same=shared_length(mine, theirs), whole=mine == theirs)
     return out
 
 
