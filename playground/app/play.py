@@ -38,6 +38,9 @@ from playground.generation.stepper import stepper_class
 from playground.notes import Note
 
 MAX_PACE_SECONDS = 30.0  # slow motion never sleeps longer than this in one run (it holds a slot)
+# The memory budgets are kept again each time a run has recorded this much more (a long run on a small model records
+# ~80 KB a token): between two checks 30 running runs may pass a budget by at most 30 x this.
+BUDGET_CHECK_BYTES = 2 * 1024**2
 Lookup = Callable[[str, str, str], Any]  # (catalog name, dtype, owner) -> the loaded model
 Parent = tuple[Run, int, list[int]]  # (run, step, token ids): continue `run` from `step` with these tokens
 
@@ -225,10 +228,11 @@ def fork_base(session: Session, run: Run, experiment: Experiment) -> tuple[Run, 
 
 def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent | None = None, *,
          origin: Origin | None = None, captures: bool = True, pace: bool = True,
-         on_end: Callable[[], Any] | None = None) -> Iterator[Frame]:
+         keep_within_budget: Callable[[], Any] | None = None) -> Iterator[Frame]:
     """Frames of one run of `settings` in `session` (a branch when `parent` is given, an experiment's fork when
     `origin` is): the first at once (the run has started), then at the live screen's pace, the last when the run
-    has ended (or failed)."""
+    has ended (or failed). `keep_within_budget` (`Sessions.enforce_memory`) is called each time the run has
+    recorded `BUDGET_CHECK_BYTES` more, and when it ends."""
     stops = session.stops  # a Stop pressed while this press starts (a model loading under load) ends it too
     try:  # the model is resolved here, never on the torch thread
         lm = lookup(settings.model, settings.dtype, session.key)
@@ -240,11 +244,13 @@ def play(session: Session, lookup: Lookup, settings: UISettings, parent: Parent 
         message = error_line(exc, settings.lang, "generate")
         yield Frame(None, session.link_notes + [message], error=message)
         return
-    yield from _stream(session, lm, run, p, settings, pace=pace, on_end=on_end, stops=stops)
+    yield from _stream(session, lm, run, p, settings, pace=pace, keep_within_budget=keep_within_budget,
+                       stops=stops)
 
 
 def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, *, pace: bool,
-            on_end: Callable[[], Any] | None, stops: int, visitor: str | None = None) -> Iterator[Frame]:
+            keep_within_budget: Callable[[], Any] | None, stops: int, visitor: str | None = None,
+            ) -> Iterator[Frame]:
     stop = threading.Event()
     if session.stop is not None:
         session.stop.set()  # one generation per session: a new run ends the previous one
@@ -261,6 +267,7 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
     last_frame = 0.0
     shown = 0  # the tokens of the frames yielded so far: what the page shows
     error = None
+    checked = 0  # the run's recorded bytes when the budgets were last kept
     # batched with every other visitor's run; the run's token labels it in the batch's step history
     # (one running generation per visitor: the tab, or a script's client; app.visitors)
     stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token)
@@ -274,6 +281,9 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
                 run.notes.append(note(event.key, **event.values))
                 continue
             run.add_event(event, lm)
+            if keep_within_budget is not None and run.recorded_bytes() >= checked + BUDGET_CHECK_BYTES:
+                keep_within_budget()  # while it runs: 30 long runs recording at once would pass the budgets
+                checked = run.recorded_bytes()
             now = time.monotonic()
             # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
             if (len(run.events) == 1 or event.finished
@@ -294,8 +304,8 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
         _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
     run.finish(lm, error)
-    if on_end is not None:
-        on_end()  # e.g. finished runs keep their recorded arrays within the memory budgets
+    if keep_within_budget is not None:
+        keep_within_budget()
     yield frame()
 
 
@@ -357,7 +367,7 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str,
     run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
     if missing is not None:
         run.notes.insert(0, missing)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, on_end=None, stops=session.stops, visitor=visitor):
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, keep_within_budget=None, stops=session.stops, visitor=visitor):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)

@@ -71,6 +71,7 @@ class Run:
     numbers_noted: bool = False  # a step's numbers could not be right, and a note says so (once per run)
     event_bytes: int = 0  # what its events keep besides their captures, summed as they come (`record_bytes`)
     fixed_bytes: int | None = None  # what its prompt and branch point keep (set once, when first counted)
+    tally: _Tally | None = field(default=None, repr=False, compare=False)  # its recorded arrays counted so far
 
     # --- what it is ------------------------------------------------------------------------------
 
@@ -272,6 +273,7 @@ class Run:
     def _count_events(self) -> None:
         """`event_bytes` again, from every event (after some of them changed or left)."""
         self.event_bytes = sum(e.record_bytes(b) for e, b in zip(self.events, [None, *self.events[:-1]]))
+        self.tally = None  # some recorded arrays may have left with them: counted again when asked
 
     def record_bytes(self) -> int:
         """Bytes the run keeps besides its recorded arrays (`capture_bytes`): its events (each a node of the shared
@@ -302,46 +304,77 @@ class Run:
     def capture_bytes(self) -> int:
         """Bytes of what the run keeps beyond its path: recorded attention rows and residuals (each array
         counted once, however many events and steps share it), whole-run maps, the lessons' pass."""
-        seen: set[int] = set()
-        total = 0
-
-        def count(value: Any) -> None:
-            nonlocal total
-            if isinstance(value, np.ndarray):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    total += value.nbytes
-            elif isinstance(value, dict):
-                for v in value.values():
-                    count(v)
-            elif isinstance(value, (list, tuple)):
-                for v in value:
-                    count(v)
-
-        for e in self.events:
-            beams = e.beam_captures or {}  # its candidates and kept continuations are the record's (`record_bytes`)
-            count((e.attention, e.residual, e.prompt_attention, beams.get("attention"), beams.get("residual")))
-        for step in self.path:
-            count((step.capture.attention, step.capture.residual))
-        count(self.maps)
+        total = self.recorded_bytes()
+        for layer in list(self.maps.values()):
+            total += sum(a.nbytes for a in layer.values())
         return total + (self.analysis.budget_bytes if self.analysis is not None else 0)  # its internals' cap
 
-    def drop_captures(self) -> None:
+    def recorded_bytes(self) -> int:
+        """Bytes of the arrays its events and path recorded, each counted once. Counted as they come: the memory
+        budget asks after every few MiB a run records, for every run of the server, so a finished run answers at
+        once and a running one counts its new steps only (a running beam search, whose path is rewritten as beams
+        overtake, counts again)."""
+        tally = self.tally
+        if tally is None or (self.beam and self.running):
+            tally = self.tally = _Tally()
+        events, path = self.events, self.path
+        upto = len(events)
+        for t in range(tally.steps, upto):  # step t's arrays are its event's and its path entry's (never another's)
+            e = events[t]
+            beams = e.beam_captures or {}  # its candidates and kept continuations are the record's (`record_bytes`)
+            arrays = _arrays((e.attention, e.residual, e.prompt_attention, beams.get("attention"), beams.get("residual")))
+            if t < len(path):
+                arrays.update(_arrays((path[t].capture.attention, path[t].capture.residual)))
+            elif not self.beam:
+                upto = t  # its path entry comes next: counted then
+                break
+            tally.bytes += sum(a.nbytes for a in arrays.values())
+        tally.steps = max(tally.steps, upto)
+        return tally.bytes
+
+    def drop_captures(self, keep_newest: bool = False) -> None:
         """Free every recorded array over the memory budget: an attention row asked for later is computed
         through the engine (`attention_row`), the lessons' pass is made again; the page's own copy of
-        the path (`compact`) stays."""
+        the path (`compact`) stays. `keep_newest`: a running run keeps its newest step's, which its next frame
+        draws (the steps it records next are counted and freed in turn)."""
         self.forget_derived()
-        for e in self.events:
+        events, path = list(self.events), list(self.path)
+        if keep_newest:
+            events, path = events[:-1], path[: max(0, len(events) - 1)]
+        for e in events:
             e.attention = e.residual = e.prompt_attention = None
             if e.beam_captures is not None:  # the beams' rows go; their candidates and kept continuations stay
                 e.beam_captures = {k: v for k, v in e.beam_captures.items()
                                    if k in ("candidates", "kept") and v is not None} or None
-        for step in self.path:
+        for step in path:
             step.capture.attention = step.capture.residual = None
         self.captures_dropped = True
+        self.tally = None
 
     def forget_derived(self) -> None:
         """A run that is not on screen: free what is made again when it is (the lessons' pass, the whole-run maps).
         What it recorded stays, for the history's pick (the memory budget frees that: `drop_captures`)."""
         self.analysis = None
         self.maps.clear()
+
+
+@dataclass
+class _Tally:
+    """A run's recorded arrays counted so far: its first `steps` steps hold `bytes`."""
+
+    steps: int = 0
+    bytes: int = 0
+
+
+def _arrays(value: Any, found: dict[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
+    """The numpy arrays inside nested dicts, lists and tuples, by id (one entry for an array held twice)."""
+    found = {} if found is None else found
+    if isinstance(value, np.ndarray):
+        found[id(value)] = value
+    elif isinstance(value, dict):
+        for v in value.values():
+            _arrays(v, found)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _arrays(v, found)
+    return found

@@ -306,10 +306,11 @@ class Sessions:
 
     def enforce_memory(self, *, per_session: int = SESSION_KEPT_BYTES, per_visitor: int = VISITOR_KEPT_BYTES,
                        server: int = SERVER_KEPT_BYTES) -> int:
-        """Keep what the finished runs keep (their records and recorded arrays, `Run.kept_bytes`) within a budget per
-        tab, per visitor (`visitor_of`: an address or an account) and for the server. The oldest runs' recorded
-        arrays are freed first; where that is not enough, the oldest runs leave their tab's history (never the run
-        on screen, never a running one). Returns the bytes kept."""
+        """Keep what runs keep (their records and recorded arrays, `Run.kept_bytes`) within a budget per tab, per
+        visitor (`visitor_of`: an address or an account) and for the server. The oldest runs' recorded arrays are
+        freed first, a running run's too (all but its newest step's: it is called again as runs record, see
+        `play`); where that is not enough, the oldest finished runs leave their tab's history (never the run on
+        screen, never a running one). Returns the bytes kept."""
         with self._lock:
             tabs = list(self._sessions.items())
         runs = [(run, key, session) for key, session in tabs for run in session.runs]
@@ -330,9 +331,9 @@ class Sessions:
 
         oldest_first = sorted(runs, key=lambda r: r[0].started)
         for run, key, _ in oldest_first:
-            if not run.running and over(key) and run.capture_bytes():
+            if over(key) and run.capture_bytes():
                 before = sizes[id(run)]
-                run.drop_captures()
+                run.drop_captures(keep_newest=run.running)
                 sizes[id(run)] = run.kept_bytes()
                 free(key, before - sizes[id(run)])
         for run, key, session in oldest_first:

@@ -85,7 +85,7 @@ class Streaming:
             settings = dataclasses.replace(settings, **{f: getattr(session.link_settings, f) for f in RUN_FIELDS})
         session.lang = settings.lang
         yield from self._frames(session, play_link(session, self.models.model_for, settings,
-                                                   on_end=self.sessions.enforce_memory))
+                                                   keep_within_budget=self.sessions.enforce_memory))
 
     def branch(self, evt: gr.EventData, request: gr.Request | None = None) -> Iterator[tuple]:
         """Continue a finished run from one of its steps with another token (picked or typed)."""
@@ -116,7 +116,7 @@ class Streaming:
         """(live screen, notes, branches) frames of one run of `settings` in `session` (an experiment's fork when
         `origin` is given)."""
         yield from self._frames(session, play(session, self.models.model_for, settings, parent=parent, origin=origin,
-                                              on_end=self.sessions.enforce_memory))
+                                              keep_within_budget=self.sessions.enforce_memory))
 
     def _frames(self, session: Session, press: Iterator[Frame]) -> Iterator[tuple]:
         """(live screen, notes, branches) for each frame of a press: the notes and branches as plain values every

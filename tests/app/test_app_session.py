@@ -104,7 +104,8 @@ def test_a_link_names_the_seed_a_sampling_run_drew(models):
     again = play(Session(), models["a"], parsed)
     assert again.generated_ids == run.generated_ids
     # a branch of it samples with the same seed, so the link replays the branch too
-    branch = play(session, models["a"], run.settings, parent=(run, 2, [other_token(run, 2)]))
+    at = min(2, len(run.path) - 1)  # a drawn seed may end the run early (the end token)
+    branch = play(session, models["a"], run.settings, parent=(run, at, [other_token(run, at)]))
     assert branch.cfg.seed == run.cfg.seed
     replay_settings = from_query(dict(parse_qsl(session.link_query()[1:])))[0]
     tab = Session()
@@ -290,3 +291,53 @@ def test_a_picked_run_is_read_by_the_lessons_again(models):
     for lang in ("en", "zh"):
         gone = lessons.show("lens", lm, first, None, lessons.Inputs(), lang)
         assert gone.caption == t("lesson_lens_no_residual", lang) and gone.figures == []
+
+
+def test_a_running_run_keeps_its_recorded_arrays_within_the_budgets_while_it_records(tmp_path, monkeypatch):
+    """Issue 42's class soak: 35 minutes in, the runs kept 1,091 MiB against the server's 1,024 MiB, because the
+    budget was kept only when a run ended: the arrays of runs still recording passed it. Now the budget is kept
+    again each time a run has recorded `BUDGET_CHECK_BYTES` more: a run's older steps' arrays go while it runs
+    (its newest step's stay, the live screen draws them), and a freed row is computed again, equal."""
+    from playground.app import play as play_module
+    from playground.app.session import Sessions
+
+    lm = load_model(save_tiny_decoder(tmp_path / "m"))
+    settings = UISettings(model="m", prompt="Hello there", max_new_tokens=24)
+    solo = play(Session(key="solo"), lm, settings)
+    steps = [sum({id(a): a.nbytes for a in _arrays_of(e, solo.path[t])}.values()) for t, e in enumerate(solo.events)]
+    assert solo.recorded_bytes() == sum(steps)  # the count kept as steps came equals a count of every array
+    step_bytes = max(steps)  # the first (it reads the prompt), then rows growing with the context
+
+    sessions = Sessions()
+    budget = 4 * step_bytes
+    limit = budget + solo.record_bytes()  # its record (never freed while it runs) and four steps' arrays
+    monkeypatch.setattr(play_module, "BUDGET_CHECK_BYTES", step_bytes)
+    held = []
+
+    def keep() -> None:
+        held.append(sessions.enforce_memory(per_session=limit, server=limit))
+
+    tab = sessions.get("a")
+    frames = list(play_module.play(tab, lambda *a: lm, settings, pace=False, keep_within_budget=keep))
+    run = frames[-1].run
+    assert run.generated_ids == solo.generated_ids and len(held) >= 8
+    assert max(held) <= limit + step_bytes  # over by at most one check's worth, and never for long
+    assert run.captures_dropped and run.recorded_bytes() <= budget
+    layer = lm.config.n_layers - 1
+    assert run.path[-1].capture.attention is not None  # the newest step drawn live kept its row
+    np.testing.assert_allclose(run.attention_row(lm, "self", layer, 3), solo.attention_row(lm, "self", layer, 3),
+                               rtol=0, atol=1e-6)  # a freed row, computed through the engine
+
+
+def _arrays_of(event, step) -> list[np.ndarray]:
+    found = [event.attention, event.residual, event.prompt_attention, step.capture.attention, step.capture.residual]
+    out, stack = [], found
+    while stack:
+        value = stack.pop()
+        if isinstance(value, np.ndarray):
+            out.append(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return out
