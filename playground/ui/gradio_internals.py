@@ -1,7 +1,7 @@
 """Every reach into Gradio's private internals, in one place, pinned to the Gradio of requirements.txt.
 
-- `ScriptSessions`: Gradio's memory of script sessions (its `StateHolder.session_data`), returned
-  once their calls are over (below).
+- `ScriptSessions`: Gradio's memory of script sessions and of closed tabs (its `StateHolder.session_data`),
+  returned once their calls are over (below).
 - `gradio_state` (its own module, imported here): Gradio's state holder, evicting sessions that are no page tab
   first, then idle tabs, never a tab whose heartbeat is connected; what it keeps per tab, counted.
 - `UploadCache` (its own module, imported here): Gradio's copies of files POSTed to its upload route
@@ -28,9 +28,10 @@ lets one go only when `state_session_capacity` are held. Every `gradio_client.Cl
 `generate_text` is a session of its own, so without this a public Space grows by that much per script
 call. A script session has nothing worth keeping (`generate_text` takes and returns plain values), so
 it is dropped once a grace period has passed since it was last used: its call's return, then the
-unload Gradio runs for it when the client goes away (which makes the state anew). Page tabs are left
-to Gradio (bounded by `TAB_CAPACITY`): a phone tab that comes back from the background reuses its
-session.
+unload Gradio runs for it when the client goes away (which makes the state anew). A page tab's state is
+kept while the tab is open (bounded by `TAB_CAPACITY`): a phone tab that comes back from the background
+reuses its session. Once the tab is gone (its unload, its idle expiry, its visitor's bound of tabs), nothing
+of it is kept on the app's side, so Gradio's copy goes the same way.
 
 This reaches into Gradio's `StateHolder` (the requirements pin Gradio); without one it does nothing.
 """
@@ -65,8 +66,8 @@ GRACE_SECONDS = 5.0  # from a session's last use: Gradio sends a call's result w
 
 
 class ScriptSessions:
-    """Session hashes whose calls are over, dropped from Gradio's state holder `grace_seconds` later
-    by a background sweeper that runs only while some are waiting."""
+    """Session hashes whose calls are over (a script's; a page tab's once it closed), dropped from Gradio's state
+    holder `grace_seconds` later by a background sweeper that runs only while some are waiting."""
 
     def __init__(self, is_page: Callable[[str], bool], grace_seconds: float = GRACE_SECONDS) -> None:
         self.is_page = is_page  # a page tab's session is never dropped, whatever it called
