@@ -310,24 +310,17 @@ class Run:
         return total + (self.analysis.budget_bytes if self.analysis is not None else 0)  # its internals' cap
 
     def recorded_bytes(self) -> int:
-        """Bytes of the arrays its events and path recorded, each counted once. Counted as they come: the memory
-        budget asks after every few MiB a run records, for every run of the server, so a finished run answers at
-        once and a running one counts its new steps only (a running beam search, whose path is rewritten as beams
-        overtake, counts again)."""
+        """Bytes of the arrays its events recorded, each counted once (its path's are the same arrays, or a beam's
+        rows of them: views). Counted as they come: the memory budget asks after every few MiB a run records, for
+        every run of the server, so a finished run answers at once and a running one counts its new events only."""
         tally = self.tally
-        if tally is None or (self.beam and self.running):
+        if tally is None:
             tally = self.tally = _Tally()
-        events, path = self.events, self.path
+        events = self.events
         upto = len(events)
-        for t in range(tally.steps, upto):  # step t's arrays are its event's and its path entry's (never another's)
-            e = events[t]
+        for e in events[tally.steps:upto]:
             beams = e.beam_captures or {}  # its candidates and kept continuations are the record's (`record_bytes`)
             arrays = _arrays((e.attention, e.residual, e.prompt_attention, beams.get("attention"), beams.get("residual")))
-            if t < len(path):
-                arrays.update(_arrays((path[t].capture.attention, path[t].capture.residual)))
-            elif not self.beam:
-                upto = t  # its path entry comes next: counted then
-                break
             tally.bytes += sum(a.nbytes for a in arrays.values())
         tally.steps = max(tally.steps, upto)
         return tally.bytes
