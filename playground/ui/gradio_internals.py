@@ -199,6 +199,17 @@ class VisitorQueue:
         self._lock: asyncio.Lock | None = None  # made in the server's event loop, on the first push
         self.queue.push = self.push
 
+    def _fn_of(self, body: Any) -> Any:
+        """The event a join names, or None (Gradio's own push refuses it). A session Gradio holds no state for
+        reads the page's own events: looking it up in its state would make that state, and a join refused here
+        would leave it behind (the class soak: about 4 per script flood, 288 states for 62 tabs after an hour)."""
+        blocks = self.queue.blocks
+        known = body.session_hash and body.session_hash in getattr(blocks.state_holder, "session_data", {})
+        try:
+            return route_utils.get_fn(blocks, None, body if known else body.model_copy(update={"session_hash": None}))
+        except Exception:  # noqa: BLE001 - no such event
+            return None
+
     def held(self) -> Iterator[visitors.Place]:
         """Every event the queue holds: waiting in a lane, or running."""
         for lane in list(self.queue.event_queue_per_concurrency_id.values()):
@@ -218,10 +229,7 @@ class VisitorQueue:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one join at a time: a visitor's places are counted before its event joins
-            try:
-                fn = route_utils.get_fn(self.queue.blocks, None, body)
-            except Exception:  # noqa: BLE001 - no such event: Gradio's own push refuses it
-                fn = None
+            fn = self._fn_of(body)
             page_event = fn is not None and fn.api_visibility == "private"  # a public API call is its client's
             who = request_visitor(request, username)
             tab = body.session_hash if page_event and body.session_hash and self.is_page(body.session_hash) else None
