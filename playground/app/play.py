@@ -367,7 +367,8 @@ def play_script(lookup: Lookup, model: str, prompt: str, query: str, owner: str,
     run, p = start_run(session, lm, link_defaults(settings, params, lm), captures=False, draft_lm=drafter)
     if missing is not None:
         run.notes.insert(0, missing)
-    for _ in _stream(session, lm, run, p, run.settings, pace=False, keep_within_budget=None, stops=session.stops, visitor=visitor):
+    for _ in _stream(session, lm, run, p, run.settings, pace=False, keep_within_budget=None, stops=session.stops,
+                     visitor=visitor):
         pass
     if run.finish_reason == "error":
         raise PlaygroundError(run.error)

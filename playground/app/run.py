@@ -332,8 +332,8 @@ class Run:
         draws (the steps it records next are counted and freed in turn)."""
         self.forget_derived()
         events, path = list(self.events), list(self.path)
-        if keep_newest:
-            events, path = events[:-1], path[: max(0, len(events) - 1)]
+        if keep_newest and events:  # step t's path entry holds its event's arrays (or views of them)
+            events, path = events[:-1], path[: len(events) - 1]
         for e in events:
             e.attention = e.residual = e.prompt_attention = None
             if e.beam_captures is not None:  # the beams' rows go; their candidates and kept continuations stay

@@ -202,7 +202,7 @@ class VisitorQueue:
     def _fn_of(self, body: Any) -> Any:
         """The event a join names, or None (Gradio's own push refuses it). A session Gradio holds no state for
         reads the page's own events: looking it up in its state would make that state, and a join refused here
-        would leave it behind (the class soak: about 4 per script flood, 288 states for 62 tabs after an hour)."""
+        would leave it behind (the class soak: about 4 per script flood, 357 states for 62 tabs after an hour)."""
         blocks = self.queue.blocks
         known = body.session_hash and body.session_hash in getattr(blocks.state_holder, "session_data", {})
         try:

@@ -323,6 +323,8 @@ def test_a_running_run_keeps_its_recorded_arrays_within_the_budgets_while_it_rec
     assert run.generated_ids == solo.generated_ids and len(held) >= 8
     assert max(held) <= limit + step_bytes  # over by at most one check's worth, and never for long
     assert run.captures_dropped and run.recorded_bytes() <= budget
+    held = {id(a): a.nbytes for t, e in enumerate(run.events) for a in _arrays_of(e, run.path[t])}
+    assert sum(held.values()) == run.recorded_bytes()  # what its path still holds is counted: nothing kept unseen
     layer = lm.config.n_layers - 1
     assert run.path[-1].capture.attention is not None  # the newest step drawn live kept its row
     np.testing.assert_allclose(run.attention_row(lm, "self", layer, 3), solo.attention_row(lm, "self", layer, 3),
