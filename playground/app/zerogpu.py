@@ -6,7 +6,9 @@ nothing the worker changes in its own memory comes back. So a run crosses as a `
 names its model (the checkpoint's path on the shared disk, the dtype) and carries the prompt ids and the
 `GenerationConfig` (a second model that drafts crosses the same way, by its path: never a model in the
 arguments); the worker loads the models on CUDA once and keeps them while it is reused
-(`WorkerModels`), plans the run again with `generation.plan.plan` and yields the engine's own
+(`WorkerModels`), with their captured decode steps where the app runs with `--compile` (CUDA graphs captured
+by hand, no compiler: a fresh worker captures a run's step shape once, and a reused one replays it), plans the
+run again with `generation.plan.plan` and yields the engine's own
 `StepEvent`s, which hold only plain Python and numpy. The page's other model work (lessons, the lab's
 measurements, attention rows) stays on the main process's CPU copy: cheap for the shipped sizes, and it
 costs no visitor any quota.
@@ -46,6 +48,11 @@ log = logging.getLogger("playground.zerogpu")
 # the 135M SmolLM2 (73 tokens/s); ZeroGPU's card was not measured, hence the margin in STEP_SECONDS.
 START_SECONDS = 10.0  # a fresh worker: fork, CUDA start-up, reading the weights of a model of ~135M
 STEP_SECONDS = 0.03  # one decode step of a ~135M model, with room for captures and a slower card
+# A fresh worker's first run of a step shape captures its CUDA graph (`app.py --compile`): built, run once, captured.
+# Measured in the emulated worker on an H200 (SmolLM2-135M's shape, float32, the page's captures): 0.63 s; ZeroGPU's
+# half card is slower, hence the margin. The main process cannot know whether the worker it gets is fresh or reused,
+# so every captured run asks for one.
+CAPTURE_SECONDS = 2.0
 REFERENCE_PARAMETERS = 135e6
 MIN_SECONDS, MAX_SECONDS = 5, 20 * 60  # ZeroGPU's streaming limit is 20 minutes a call
 
@@ -65,6 +72,7 @@ class WorkerRequest:
     draft_path: str | None = None  # a second model that drafts: its checkpoint, loaded by the worker like the model
     draft_dtype: str = "float32"
     draft_parameters: int = 0  # the drafter's size: each drafted token is one pass of it
+    captured: bool = False  # the worker decodes it through a captured step (`--compile`; a run the step takes)
 
     @classmethod
     def of(cls, plan: Plan, device: str | None = None) -> WorkerRequest:
@@ -77,7 +85,7 @@ class WorkerRequest:
             cfg = cfg.replace(draft=None)
         return cls(path=str(lm.path), dtype=str(lm.dtype).removeprefix("torch."), prompt_ids=tuple(plan.prompt_ids),
                    forced_ids=tuple(plan.forced_ids), cfg=cfg, parameters=lm.parameter_count,
-                   layers=lm.config.n_layers, device=device, **draft)
+                   layers=lm.config.n_layers, device=device, captured=worker_captures(plan), **draft)
 
 
 @dataclass(frozen=True)
@@ -97,11 +105,24 @@ class Failed:
     message: str
 
 
+def worker_captures(plan: Plan) -> bool:
+    """Whether a worker decodes the run of `plan` through a captured step: the app runs with `--compile` (the
+    worker's models have steps; the page's CPU copy has none) and the step takes the run (a copy of the model at
+    another weight precision has no steps)."""
+    from playground.checkpoints.loader import compile_requested
+    from playground.generation.captured import why_not_taken
+
+    return compile_requested() and plan.cfg.weight_precision is None and why_not_taken(plan) is None
+
+
 @dataclass(frozen=True)
 class Decoded:
-    """The worker's last item: how the run decoded there (`Plan.decoding`; the caller's plan is not the worker's)."""
+    """The worker's last item: how the run decoded there (`Plan.decoding`; the caller's plan is not the worker's),
+    and the steps the worker captured for it (0 in a worker that had its shape already) and their seconds."""
 
     decoding: dict[str, Any]
+    captures: int = 0
+    capture_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +147,8 @@ def estimate_seconds(request: WorkerRequest) -> int:
     steps = cfg.max_new_tokens + len(request.prompt_ids) / 512  # the prompt is one prefill pass per ~512 tokens
     factor = (1.0 + 0.1 * (cfg.num_beams - 1)) * (1.5 if cfg.records else 1.0) * size
     seconds = START_SECONDS * size + steps * STEP_SECONDS * factor
+    if request.captured:  # a fresh worker captures the run's step first
+        seconds += CAPTURE_SECONDS * size
     drafter = _drafter_size(request)
     if drafter and cfg.num_beams == 1:
         if request.draft_path is not None:
@@ -225,12 +248,16 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent | De
         yield Failed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return
     yield loaded
-    if p.lm.captured is not None:
+    decoder = p.lm.captured
+    captures, seconds = (decoder.captures, decoder.capture_seconds) if decoder is not None else (0, 0.0)
+    if decoder is not None:
         yield from run_plan(p)  # a captured step decodes as the engine's own loop does (its static rows are no pool's)
     else:
         yield from _through_batch(p, WORKER_MODELS.prefix(lm))
     if p.decoding is not None:
-        yield Decoded(p.decoding)
+        if decoder is not None:  # what this call captured: a reused worker replays the steps it kept
+            captures, seconds = decoder.captures - captures, decoder.capture_seconds - seconds
+        yield Decoded(p.decoding, captures, round(seconds, 3))
 
 
 def _through_batch(p: Plan, store: Any) -> Iterator[StepEvent]:
@@ -314,6 +341,9 @@ class ZeroGPU:
                     continue
                 if isinstance(item, Decoded):
                     plan.decoding = item.decoding
+                    if item.captures:
+                        log.info("ZeroGPU: the worker captured %d decode step(s) for this run (%.2f s)", item.captures,
+                                 item.capture_seconds)
                     continue
                 if isinstance(item, Failed):
                     log.warning("ZeroGPU: the worker could not run it (%s); the run goes to the CPU", item.message)

@@ -114,6 +114,11 @@ def load_model(
     )
 
 
+def compile_requested() -> bool:
+    """Whether models load with their captured decode steps by default ($PLAYGROUND_COMPILE: `app.py --compile`)."""
+    return _compile_backend(None, torch.device("cuda")) is not None
+
+
 def _compile_backend(compile: bool | str | None, device: torch.device) -> str | None:
     """The captured decoding backend `compile` asks for on `device` (None: none), $PLAYGROUND_COMPILE when
     None. True picks the device's: CUDA graphs by hand on CUDA, torch.compile elsewhere."""

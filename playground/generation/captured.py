@@ -45,6 +45,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -364,6 +365,7 @@ class CapturedDecoder:
         self._preparing: set[StepShape] = set()  # being built and compiled (aside, or inline by a run)
         self._cold: set[StepShape] = set()  # built aside, captured by hand on the torch thread at first take
         self._failed: dict[StepShape, str] = {}  # shapes whose capture raised: why they decode eagerly
+        self.captures, self.capture_seconds = 0, 0.0  # steps captured (compiled) so far, and the time they took
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # told whenever a preparation ends
 
@@ -446,6 +448,7 @@ class CapturedDecoder:
     def _prepare(self, shape: StepShape, *, warm: bool) -> tuple[DecodeStep, Callable[..., torch.Tensor]] | str:
         """Build the step of `shape` and (`warm`) run it once while no row is live so that it compiles (or is
         captured) now, where a compiler's failure can still leave the run to the eager loop (`take`)."""
+        started = time.perf_counter()
         try:
             step, run = self.build(shape)
             if warm:
@@ -453,6 +456,8 @@ class CapturedDecoder:
         except BaseException as error:  # noqa: BLE001 - a compiler's failure on one shape must not fail a run
             return self._fail(shape, error)
         with self._settled:
+            if warm:
+                self._count_capture(started)
             self._steps[shape] = (step, run)
             self._bytes[shape] = step_bytes(step, run)
             self._preparing.discard(shape)
@@ -474,14 +479,21 @@ class CapturedDecoder:
 
     def _warm_cold(self, shape: StepShape, got: tuple[DecodeStep, Callable[..., torch.Tensor]]) -> Any:
         """A step built aside whose graph is captured by hand: captured now, on the torch thread."""
+        started = time.perf_counter()
         try:
             self._warm(*got)
         except Exception as error:  # noqa: BLE001 - as in `_prepare`
             return self._fail(shape, error)
         with self._lock:
+            self._count_capture(started)
             self._cold.discard(shape)
             self._bytes[shape] = step_bytes(*got)
         return got
+
+    def _count_capture(self, started: float) -> None:
+        """(with the lock) One more step captured (compiled), which began at perf_counter() `started`."""
+        self.captures += 1
+        self.capture_seconds += time.perf_counter() - started
 
     def _fail(self, shape: StepShape, error: BaseException) -> str:
         reason = f"capturing this step failed ({type(error).__name__}): eager"
@@ -536,7 +548,7 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(GenerationConfig)}
 def why_eager(p: Any) -> str | None:
     """Why the run of plan `p` cannot decode through its model's captured steps (None: it can; the model
     must have them: `load_model(..., compile=True)`)."""
-    lm, cfg = p.lm, p.cfg
+    lm = p.lm
     decoder = getattr(lm, "captured", None)
     if decoder is None:
         return "the model was loaded without compile=True"
@@ -544,6 +556,14 @@ def why_eager(p: Any) -> str | None:
         return "the shared batch decodes its requests together, eagerly"
     if lm.model is not decoder.model:
         return PRECISION_COPY
+    return why_not_taken(p)
+
+
+def why_not_taken(p: Any) -> str | None:
+    """Why the captured step cannot take the run of plan `p`, whatever its model holds (None: it can): the
+    model's architecture, the run's settings and edits. A ZeroGPU worker's model has steps where the page's copy
+    has none, and the GPU time a call asks for depends on whether the worker captures one (`app.zerogpu`)."""
+    lm, cfg = p.lm, p.cfg
     reason = capturable(lm.model)
     if reason is not None:
         return reason

@@ -2,10 +2,13 @@
 (a forked worker, arguments and events pickled), timed cold and warm, checked against the engine alone.
 
     python -m playground.tools.zerogpu_check --model weights/SmolLM2-135M-Instruct --device cuda --json
+    PLAYGROUND_COMPILE=cudagraph python -m playground.tools.zerogpu_check ...   # as `app.py --compile` on ZeroGPU
 
 The page's own plan (chat, the live panel's attention layer, the residual stream, 8 candidates) is made on
 the main process's CPU copy, as the app makes it; the worker loads the model on `--device` (a GPU where the
-machine has one) from the same path. Needs neither Gradio nor a GPU: on the CPU it is the tests' path.
+machine has one) from the same path. Each run says how it decoded in the worker and what that call captured (a
+fresh worker captures the run's step shape once; a reused one replays it). Needs neither Gradio nor a GPU: on the
+CPU it is the tests' path.
 """
 
 from __future__ import annotations
@@ -56,12 +59,16 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 events.append(event)
             total = time.perf_counter() - started
             loaded = next(x for x in reversed(gpu.received) if isinstance(x, zerogpu.Loaded))
+            decoded = next((x for x in reversed(gpu.received) if isinstance(x, zerogpu.Decoded)), None)
             steps = [e for e in events if isinstance(e, StepEvent)]
             sizes = [len(pickle.dumps(e)) for e in steps]
             runs.append({
                 "worker": "reused" if loaded.cached else "new", "device": loaded.device, "load_s": round(loaded.seconds, 3),
                 "first_token_s": round(first or 0.0, 3), "run_s": round(total, 3), "tokens": len(steps),
                 "worker_tokens_per_s": steps[-1].timing.get("tokens_per_s") if steps else None,
+                "decoding": "eager" if decoded is None or not decoded.decoding.get("captured")
+                else f"captured ({decoded.decoding.get('backend')})",
+                "captures": decoded.captures if decoded else 0, "capture_s": decoded.capture_seconds if decoded else 0.0,
                 "asked_s": gpu.durations[-1], "event_kB_mean": round(sum(sizes) / max(1, len(sizes)) / 1e3, 1),
                 "notices": [e.key for e in events if isinstance(e, zerogpu.Notice)],
                 "same_tokens_as_cpu": [e.token_ids for e in steps] == [e.token_ids for e in reference],

@@ -8,6 +8,7 @@ saying why; nothing the worker did comes back to the main process but the events
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import threading
@@ -277,3 +278,35 @@ def test_a_warm_worker_reuses_a_prompts_beginning(lm, gpu, zero_gpu):
     assert again[-1].cache["reused_tokens"] == n
     assert [e.token_ids for e in again] == [e.token_ids for e in fresh] == [e.token_ids for e in first]
     assert [e.prob for e in again] == [e.prob for e in fresh]
+
+
+def test_a_fresh_worker_captures_a_runs_step_once_and_a_reused_worker_replays_it(lm, monkeypatch, one_thread):
+    """`app.py --compile` on ZeroGPU: the worker loads its models with captured steps (CUDA graphs on a Space; here
+    the same step uncompiled, on the CPU). A fresh worker captures the run's step shape in its first call, and the
+    GPU time that call asks for counts that capture; the reused worker replays the step it kept (no capture), and
+    both runs equal the run served normally. Every call asks for a capture: the caller cannot know which worker
+    it gets."""
+    monkeypatch.setenv("PLAYGROUND_COMPILE", "eager")
+    fresh = EmulatedGPU()
+    zerogpu.install(zerogpu.ZeroGPU(fresh, device="cpu"))
+    settings = UISettings(prompt="Hello", max_new_tokens=8, attention=True)
+    try:
+        plans = [page_plan(lm, settings) for _ in range(2)]
+        runs = [steps(served(p)) for p in plans]
+    finally:
+        zerogpu.install(None)
+        fresh.close_worker()
+    decoded = [item for item in fresh.received if isinstance(item, zerogpu.Decoded)]
+    assert fresh.workers_started == 1 and len(decoded) == 2
+    assert [d.captures for d in decoded] == [1, 0] and decoded[0].capture_seconds > 0 == decoded[1].capture_seconds
+    assert all(p.decoding["captured"] and p.decoding["backend"] == "eager" for p in plans)
+    request = zerogpu.WorkerRequest.of(plans[0], "cpu")
+    assert request.captured and fresh.durations == [zerogpu.estimate_seconds(request)] * 2
+    uncaptured = zerogpu.estimate_seconds(dataclasses.replace(request, captured=False))
+    assert zerogpu.estimate_seconds(request) - uncaptured >= zerogpu.CAPTURE_SECONDS - 1  # ceil of the sum
+    monkeypatch.delenv("PLAYGROUND_COMPILE")
+    normal = steps(served(page_plan(lm, settings)))
+    assert [e.token_ids for e in runs[0]] == [e.token_ids for e in runs[1]] == [e.token_ids for e in normal]
+    np.testing.assert_allclose([e.prob for e in runs[0]], [e.prob for e in normal], rtol=0, atol=1e-5)
+    assert [e.prob for e in runs[1]] == [e.prob for e in runs[0]]
+    assert not zerogpu.WorkerRequest.of(plans[0], "cpu").captured  # without --compile nothing is captured
