@@ -2,7 +2,7 @@
 
     python -m playground.tools.loadtest --core [--model weights/SmolLM2-135M-Instruct] [--visitors 1,8]
                                               [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
-                                              [--compile auto] [--random-weights] [--plain-too]
+                                              [--compile auto] [--random-weights] [--plain-too] [--breakdown]
 
 Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and
 the page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates),
@@ -21,6 +21,9 @@ hand): before each crowd size is timed, a crowd of that size warms the server (a
 size is prepared, as a warm server has them), and each visitor's line says how it decoded (captured, the rows of
 its step). `--random-weights`: the model folder's config and tokenizer with random weights (a GPU machine the real
 weights cannot travel to). `--plain-too`: each crowd again without the page's captures (what they cost).
+`--breakdown`: where each crowd's scheduler steps went, per step: the captured step's call (its replay, waiting for
+it and its output to the host), each run's own work after it (its event, token chain, KV statistics, candidates and
+copies; also per row), and the rest (admitting, the eager batch's passes, prompts, the readers taking the GIL).
 """
 
 from __future__ import annotations
@@ -148,6 +151,58 @@ def random_weights(folder: Path, workdir: Path) -> Path:
     return workdir
 
 
+class StepTimes:
+    """`--breakdown`: the scheduler's steps timed while a crowd runs (its methods wrapped, put back by `close`)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        from playground.generation import batch, shared_step
+
+        self.steps = self.rows = 0
+        self.total = self.call = self.after = 0.0
+        self._put_back = [(batch.Scheduler, "step"), (batch.Scheduler, "_resume"), (shared_step.SharedStep, "advance")]
+        self._put_back = [(owner, name, getattr(owner, name)) for owner, name in self._put_back]
+        (_, _, step), (_, _, resume), (_, _, advance) = self._put_back
+        times = self
+
+        def timed_step(scheduler: Any) -> None:
+            began = time.perf_counter()
+            step(scheduler)
+            times.total += time.perf_counter() - began
+            times.steps += 1
+
+        def timed_resume(scheduler: Any, ticket: Any, value: Any = None) -> None:
+            began = time.perf_counter()
+            resume(scheduler, ticket, value)
+            if isinstance(value, np.ndarray):  # a seated run reading its row of the step call just made
+                times.after += time.perf_counter() - began
+                times.rows += 1
+
+        def timed_advance(group: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return advance(group)
+            finally:
+                times.call += time.perf_counter() - began
+
+        batch.Scheduler.step, batch.Scheduler._resume = timed_step, timed_resume
+        shared_step.SharedStep.advance = timed_advance
+
+    def close(self) -> None:
+        for owner, name, original in self._put_back:
+            setattr(owner, name, original)
+
+    def line(self) -> str:
+        if not self.steps:
+            return "breakdown: no scheduler step"
+        per = lambda seconds: f"{1000 * seconds / self.steps:.2f} ms"  # noqa: E731
+        row = f" ({1e6 * self.after / self.rows:.1f} µs a row)" if self.rows else ""
+        return (f"breakdown, per scheduler step ({self.steps} steps, {self.rows / self.steps:.1f} rows a step call): "
+                f"{per(self.total)} in all; the captured step's call {per(self.call)}; each run's own work after it "
+                f"{per(self.after)}{row}; the rest {per(self.total - self.call - self.after)}")
+
+
 def steady(visits: list[Visit]) -> str:
     """The crowd's decode rate while every visitor was decoding (from the last first token to the first last token):
     what transformers' rate at as many rows measures (no prefill, no one joining or leaving)."""
@@ -177,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="decode through the captured step (app.py --compile)")
     parser.add_argument("--random-weights", action="store_true", help="the folder's config and tokenizer, random weights")
     parser.add_argument("--plain-too", action="store_true", help="each crowd again without the page's captures")
+    parser.add_argument("--breakdown", action="store_true", help="where each crowd's scheduler steps went")
     args = parser.parse_args(argv)
     if (code := gpu_bench.fail_without_cuda(args.device)) is not None:
         return code
@@ -211,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     for n, captures in [(n, c) for n in sizes for c in ((True, False) if args.plain_too else (True,))]:
         if args.compile:
             warm(lm, name, n, args.new_tokens, captures)
-        visits = crowd(lm, name, n, args.new_tokens, captures)
+        times = StepTimes() if args.breakdown else None
+        try:
+            visits = crowd(lm, name, n, args.new_tokens, captures)
+        finally:
+            if times is not None:
+                times.close()
         print(f"\n{n} visitor{'s' if n > 1 else ''} at once{'' if captures else ', nothing captured'}\n\n"
               "| visitor | tokens | first token | decode tokens/s | against the CLI | equal to alone | decoded |\n"
               "|---|---|---|---|---|---|---|")
@@ -227,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         if theirs is not None and captures:
             rate = torch_thread.call(transformers_rate, theirs, lm, n, args.new_tokens, args.device)
             line += f"; transformers static cache, {n} rows of {gpu_bench.PROMPT_TOKENS} tokens: {rate:.1f} tokens/s"
-        print(line, flush=True)
+        print(line + ("" if times is None else "\n" + times.line()), flush=True)
         if args.device == "cpu" and captures:
             worst = min(v.rate for v in visits) / cli
             first = max(v.first for v in visits)

@@ -109,8 +109,15 @@ def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(
     # with the captured step (uncompiled here), on a warm server: both visitors in one step of two rows, and again
     # without the page's captures
     assert loadtest.main(["--core", "--model", str(folder), "--visitors", "2", "--new-tokens", "5", "--compile",
-                          "eager", "--plain-too", "--no-transformers"]) == 0
+                          "eager", "--plain-too", "--no-transformers", "--breakdown"]) == 0
     out = capsys.readouterr().out
     assert "2 visitors at once\n" in out and "2 visitors at once, nothing captured" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| visitor")]
     assert len(rows) == 4 and all(row.endswith("| yes | captured, 2 rows |") for row in rows), rows
+    # where the steps went: each crowd's 2 rows a step call, read back by the runs (5 tokens: 4 after the prefill)
+    breakdowns = [line for line in out.splitlines() if line.startswith("breakdown, per scheduler step (")]
+    assert len(breakdowns) == 2 and all(" rows a step call)" in line and "µs a row" in line for line in breakdowns)
+    from playground.generation import batch, shared_step
+
+    assert batch.Scheduler.step.__qualname__ == "Scheduler.step"  # the tool put the scheduler back
+    assert shared_step.SharedStep.advance.__qualname__ == "SharedStep.advance"
