@@ -249,15 +249,15 @@ def gpu_run(request: WorkerRequest) -> Iterator[Loaded | Failed | StepEvent | De
         return
     yield loaded
     decoder = p.lm.captured
-    captures, seconds = (decoder.captures, decoder.capture_seconds) if decoder is not None else (0, 0.0)
     if decoder is not None:
+        before = decoder.captures, decoder.capture_seconds
         yield from run_plan(p)  # a captured step decodes as the engine's own loop does (its static rows are no pool's)
+        captured = decoder.captures - before[0], decoder.capture_seconds - before[1]  # none in a worker that kept it
     else:
         yield from _through_batch(p, WORKER_MODELS.prefix(lm))
+        captured = 0, 0.0
     if p.decoding is not None:
-        if decoder is not None:  # what this call captured: a reused worker replays the steps it kept
-            captures, seconds = decoder.captures - captures, decoder.capture_seconds - seconds
-        yield Decoded(p.decoding, captures, round(seconds, 3))
+        yield Decoded(p.decoding, captured[0], round(captured[1], 3))
 
 
 def _through_batch(p: Plan, store: Any) -> Iterator[StepEvent]:

@@ -334,4 +334,3 @@ def _copy(view: np.ndarray) -> np.ndarray:
     to get it back: one row's residual stream (SmolLM2, 8 visitors, the CPU) took 111 µs to copy, 19 µs this way."""
     data = bytearray(view) if view.flags.c_contiguous else bytearray(view.tobytes())
     return np.frombuffer(data, dtype=view.dtype).reshape(view.shape)
-

@@ -161,9 +161,9 @@ class StepTimes:
 
         self.steps = self.rows = 0
         self.total = self.call = self.after = 0.0
-        self._put_back = [(batch.Scheduler, "step"), (batch.Scheduler, "_resume"), (shared_step.SharedStep, "advance")]
-        self._put_back = [(owner, name, getattr(owner, name)) for owner, name in self._put_back]
-        (_, _, step), (_, _, resume), (_, _, advance) = self._put_back
+        step, resume, advance = batch.Scheduler.step, batch.Scheduler._resume, shared_step.SharedStep.advance
+        self._put_back = [(batch.Scheduler, "step", step), (batch.Scheduler, "_resume", resume),
+                          (shared_step.SharedStep, "advance", advance)]
         times = self
 
         def timed_step(scheduler: Any) -> None:
