@@ -4,17 +4,17 @@
                                               [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
                                               [--compile auto] [--random-weights] [--plain-too] [--breakdown]
 
-Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and
-the page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates),
-its events from the app's own batch on the one torch thread (`engine_stream.run_events`: what the page's stream
-reads). First every visitor runs alone (its solo tokens); then for each N, N visitors press at once. Printed per
-visitor: its tokens, first token (press → first event), decode tokens/s (tokens after the first over first → last
-event) and that rate against the command-line generator's in the same run (`generate_all` on the first question,
-nothing recorded: what `python -m playground generate` does), and whether its tokens equal its solo run. Beside
-them, transformers `generate()` with a static cache on the same model (compiled by transformers where it compiles
-one: on CUDA), at 1 row and at N rows of the same length. On the CPU the crowd must not get slower: one visitor at
-least 0.9× the CLI, and with 8 visitors each at least 0.5× the CLI with a first token within 3 s; the last lines
-say whether it held. The machine's other load moves every number: compare within one run.
+Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and the
+page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates), its events
+from the app's own batch on the one torch thread (`engine_stream.run_events`: what the page's stream reads). First every
+visitor runs alone (its solo tokens); then for each N, N visitors press at once (every request in line before the
+batch's first step). Printed per visitor: its tokens, first token (request sent → first event), decode tokens/s (tokens
+after the first over first → last event) and that rate against the command-line generator's in the same run
+(`generate_all` on the first question, nothing recorded: what `python -m playground generate` does), and whether its
+tokens equal its solo run. Beside them, transformers `generate()` with a static cache on the same model (compiled by
+transformers where it compiles one: on CUDA), at 1 row and at N rows of the same length. On the CPU the crowd must not
+get slower: one visitor at least 0.9× the CLI, and with 8 visitors each at least 0.5× the CLI with a first token within
+3 s; the last lines say whether it held. The machine's other load moves every number: compare within one run.
 
 `--compile` loads the model with its captured decode step (`app.py --compile`; on CUDA "auto" is CUDA graphs by
 hand): before each crowd size is timed, a crowd of that size warms the server (and every row bucket up to its
@@ -73,13 +73,18 @@ def settings(name: str, i: int, new_tokens: int) -> Any:
                       max_new_tokens=new_tokens)
 
 
-def press(lm: Any, name: str, i: int, new_tokens: int, start: float, captures: bool = True) -> Visit:
-    """Visitor i's page press through the app's core, its events timed from `start`."""
-    from playground.app.engine_stream import run_events
+def plan(lm: Any, name: str, i: int, new_tokens: int, captures: bool = True) -> Any:
+    """Visitor i's run as the page plans it, in a session of its own."""
     from playground.app.play import start_run
     from playground.app.session import Session
 
-    _, p = start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=captures)
+    return start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=captures)[1]
+
+
+def follow(p: Any, i: int, start: float) -> Visit:
+    """Visitor i's run `p` through the app's batch, as the page's stream reads it, its events timed from `start`."""
+    from playground.app.engine_stream import run_events
+
     visit = Visit([], [])
     for event in run_events(p, threading.Event(), owner=f"visitor-{i}"):
         if hasattr(event, "token_id"):  # not a place in line
@@ -89,16 +94,38 @@ def press(lm: Any, name: str, i: int, new_tokens: int, start: float, captures: b
     return visit
 
 
+def press(lm: Any, name: str, i: int, new_tokens: int, start: float, captures: bool = True) -> Visit:
+    """Visitor i's page press through the app's core, its events timed from `start`."""
+    return follow(plan(lm, name, i, new_tokens, captures), i, start)
+
+
 def crowd(lm: Any, name: str, n: int, new_tokens: int, captures: bool = True) -> list[Visit]:
+    """`n` visitors pressing at once: every request is in line before the batch's first step, however the threads
+    happen to start (a busy machine could otherwise let the first visitor finish before the last one asked)."""
+    from playground.app import serving
+
+    plans = [plan(lm, name, i, new_tokens, captures) for i in range(n)]
     visits: list[Visit | None] = [None] * n
+    held, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        gate.wait(timeout=60)
+
+    holder = threading.Thread(target=torch_thread.call, args=(hold,), daemon=True)
+    holder.start()
+    held.wait()
     start = time.perf_counter()
 
     def go(i: int) -> None:
-        visits[i] = press(lm, name, i, new_tokens, start, captures)
+        visits[i] = follow(plans[i], i, start)
 
     threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
         t.start()
+    while serving.default_server().active() < n and time.perf_counter() - start < 60:
+        time.sleep(0.001)
+    gate.set()
     for t in threads:
         t.join(timeout=1800)
     return [v or Visit([], []) for v in visits]
@@ -125,12 +152,10 @@ def transformers_rate(theirs: Any, lm: Any, rows: int, new_tokens: int, device: 
 def warm(lm: Any, name: str, n: int, new_tokens: int, captures: bool) -> None:
     """A warm server for a crowd of `n`: one such crowd, then every row bucket up to `n` of its step shape prepared
     (a crowd arriving at once outgrows a bucket before the next is ready: vLLM captures its sizes at start)."""
-    from playground.app.play import start_run
-    from playground.app.session import Session
     from playground.generation.captured import ROW_BUCKETS, row_bucket, shape_of
 
     crowd(lm, name, n, new_tokens, captures)
-    _, p = start_run(Session(key="warm", lang="en"), lm, settings(name, 0, new_tokens), captures=captures)
+    p = plan(lm, name, 0, new_tokens, captures)
     for rows in ROW_BUCKETS[: ROW_BUCKETS.index(row_bucket(n)) + 1]:
         lm.captured.ahead(shape_of(p, rows))
     lm.captured.settle()
