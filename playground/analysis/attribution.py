@@ -40,7 +40,7 @@ from torch import nn
 from playground.interventions import Ablate, Intervention, Patch, Steer, as_interventions, check
 from playground.loaded import LoadedModel
 from playground.models.decoder import OutputNormBlock, ParallelBlock, PostNormBlock, SandwichBlock
-from playground.models.edits import blocks_of, edited
+from playground.models.edits import CROSS_HEADS, HEADS, MLP, blocks_of, edited, tapped
 from playground.models.layers import Float32RMSNorm, RMSNorm
 
 Key = tuple[Any, ...]
@@ -143,7 +143,8 @@ class _Parts:
 
 
 class _Capture:
-    """Forward hooks that keep, at one row of the sequence, what the parts are made of."""
+    """Taps (and a hook on the absolute positions) that keep, at one row of the sequence, what the parts are made
+    of."""
 
     def __init__(self, row: int) -> None:
         self.row = row
@@ -155,14 +156,15 @@ class _Capture:
         self.values[key] = tensor[self.row].detach().double()
 
     def install(self, stack: ExitStack, model: nn.Module, blocks: nn.ModuleList, positions: nn.Module | None) -> None:
+        # what the model's pass holds at each site, its edits applied (an ablated head or MLP adds nothing): the
+        # heads before each output projection, each MLP's output
+        taps = {}
         for i, block in enumerate(blocks):
-            attentions = [("self", block.attn)] + ([("cross", block.cross)] if hasattr(block, "cross") else [])
-            for kind, attn in attentions:
-                handle = attn.out.register_forward_pre_hook(
-                    lambda m, args, k=(kind, i): self.keep(("z",) + k, args[0]))
-                stack.callback(handle.remove)
-            handle = block.mlp.register_forward_hook(lambda m, a, out, i=i: self.keep(("mlp", i), out))
-            stack.callback(handle.remove)
+            taps[HEADS, "decoder", i] = lambda z, i=i: self.keep(("z", "self", i), z)
+            if hasattr(block, "cross"):
+                taps[CROSS_HEADS, "decoder", i] = lambda z, i=i: self.keep(("z", "cross", i), z)
+            taps[MLP, "decoder", i] = lambda y, i=i: self.keep(("mlp", i), y)
+        stack.enter_context(tapped(model, taps))
         if positions is not None:
             handle = positions.register_forward_hook(lambda m, a, out: self.keep(("positions",), out))
             stack.callback(handle.remove)

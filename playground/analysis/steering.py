@@ -26,7 +26,7 @@ import torch
 
 from playground.interventions import Ablate, Intervention, Patch, Steer, as_interventions, check
 from playground.loaded import LoadedModel
-from playground.models.edits import blocks_of, edited
+from playground.models.edits import BLOCK, blocks_of, edited, tapped
 
 
 @dataclass(frozen=True)
@@ -91,18 +91,13 @@ def residual_after(
     edits = as_interventions(interventions)
     check(edits, lm.config)
     kept: list[torch.Tensor] = []
-    block = blocks_of(lm.model, "decoder")[layer]
-    with edited(lm.model, edits):
-        handle = block.register_forward_hook(lambda m, a, out: kept.append(out[0].float()))
-        try:
-            if lm.kind == "seq2seq":
-                if source_ids is None:
-                    raise ValueError("a seq2seq model needs source_ids (what the encoder reads)")
-                lm.logits([list(source_ids)], [list(ids)])
-            else:
-                lm.logits([list(ids)])
-        finally:
-            handle.remove()
+    with edited(lm.model, edits), tapped(lm.model, {(BLOCK, "decoder", layer): lambda x: kept.append(x[0].float())}):
+        if lm.kind == "seq2seq":
+            if source_ids is None:
+                raise ValueError("a seq2seq model needs source_ids (what the encoder reads)")
+            lm.logits([list(source_ids)], [list(ids)])
+        else:
+            lm.logits([list(ids)])
     return kept[-1]
 
 

@@ -67,18 +67,19 @@ from playground.models.recorder import Recorder
 from playground.models.rows import Segment
 
 CHUNK = BLOCK  # prompt tokens a request feeds per step; fixed, never chosen from the others (prefix blocks too)
-_TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a request with edits)
+_TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a KV policy's request)
 _WAIT = object()  # a request waits a step without a pass (for a prefix block another request is computing)
 
 
 class _BatchedModel:
     """The model as a scheduled request sees it: a forward pass waits for the next batch.
 
-    A request with interventions (the causal lab's edits) never joins the batch: its edits are hooks on
-    the shared model, so each of its passes runs alone in its turn, the hooks installed for that pass
-    only (`applies_own_edits` tells `models.edits.edited` to leave them to us). A request with a KV
-    policy or its own RoPE table (`models.kv_policy.PolicyCache`) also runs each pass alone in its turn:
-    its cache is not rows of a pool and its table travels with that cache, so nobody else sees it."""
+    A request with interventions (the causal lab's edits) joins the batch like any other: its segments
+    carry its edits, which the pass applies to its rows only (`models.edits`; `applies_own_edits` tells
+    `models.edits.edited` to leave them to us). Its prompt is never shared through the prefix store (its
+    keys are its edits'). A request with a KV policy or its own RoPE table (`models.kv_policy.PolicyCache`)
+    runs each pass alone in its turn: its cache is not rows of a pool and its table travels with that
+    cache, so nobody else sees it."""
 
     applies_own_edits = True
     shared_batch = True  # its requests decode together, eagerly (never through a model's captured step)
@@ -110,7 +111,7 @@ class _BatchedModel:
         self, input_ids: torch.Tensor, cache: KVCache | None = None, recorder: Recorder | None = None,
         *, last_only: bool = False,
     ) -> torch.Tensor:
-        if self._edits or isinstance(cache, PolicyCache):
+        if isinstance(cache, PolicyCache):
             return _in_turns(self._turn(self._model), input_ids, cache, recorder, last_only=last_only)
         scheduler = greenlet.getcurrent().parent
         T = input_ids.shape[1]
@@ -124,14 +125,15 @@ class _BatchedModel:
         elif cache is not None and self._chunks(recorder, last_only):
             feed = self._feed(cache, input_ids)
         if cache is not None and self._chunks(recorder, last_only):
-            input_ids = _fill(scheduler, input_ids, cache, feed)
+            input_ids = _fill(scheduler, input_ids, cache, feed, self._edits)
         if feed is not None and recorder is None and last_only:
             # Nothing recorded of the last pass (a script's run): the whole prompt may come from the store. The
             # page's runs record the last position's residual stream (and attention row) at step 0, which a tail
             # does not hold: they restore full blocks only and run their last chunk.
             return _last(scheduler, input_ids, cache, feed)
         start = cache.length if cache is not None else 0
-        return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all"))
+        return scheduler.switch(Segment(input_ids, cache, recorder, start, "last" if last_only else "all",
+                                        edits=self._edits))
 
     def _chunks(self, recorder: Recorder | None, last_only: bool) -> bool:
         """Whether a pass with a cache may be fed in chunks: nothing recorded, or only what its last position
@@ -147,7 +149,7 @@ class _BatchedModel:
         within the cache (longrope re-encodes everything with other factors past its original context)."""
         ticket = self._ticket
         store = ticket.scheduler.prefix if ticket is not None and ticket.scheduler is not None else None
-        if store is None or type(cache) is not KVCache or cache.length or input_ids.shape[0] != 1:
+        if store is None or type(cache) is not KVCache or cache.length or input_ids.shape[0] != 1 or self._edits:
             return None
         if self._model is not ticket.scheduler.lm.model:  # a precision copy's keys are its own: never the store's
             return None
@@ -159,7 +161,7 @@ class _BatchedModel:
     def _turn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def in_turn(*args: Any, **kwargs: Any) -> Any:
             greenlet.getcurrent().parent.switch(_TURN)
-            with edited(self._model, self._edits):  # no switch inside: nobody else's pass sees the hooks
+            with edited(self._model, self._edits):  # no switch inside: the scope is this pass's only
                 return fn(*args, **kwargs)
         return in_turn
 
@@ -169,7 +171,7 @@ class _BatchedModel:
 
     @property
     def decode(self) -> Callable[..., Any]:
-        return self._turn(self._model.decode) if self._edits else self._decode_segment
+        return self._decode_segment
 
     def _decode_segment(
         self, input_ids: torch.Tensor, encoder_out: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -179,13 +181,16 @@ class _BatchedModel:
             return self._turn(self._model.decode)(input_ids, encoder_out, attention_mask, cache, recorder,
                                                   last_only=last_only)
         start = cache.length if cache is not None else 0
-        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", encoder_out=encoder_out)
+        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", encoder_out=encoder_out,
+                          edits=self._edits)
         return greenlet.getcurrent().parent.switch(segment)
 
 
-def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed | None) -> torch.Tensor:
-    """Chunked prefill: every chunk but the last only fills the cache (a pass each, or a block restored from
-    the prefix store by `feed`). Returns the last chunk, whose pass gives the logits."""
+def _fill(
+    scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache, feed: Feed | None, edits: tuple = (),
+) -> torch.Tensor:
+    """Chunked prefill: every chunk but the last only fills the cache (a pass each, under the request's `edits`, or
+    a block restored from the prefix store by `feed`). Returns the last chunk, whose pass gives the logits."""
     while input_ids.shape[1] > CHUNK:
         chunk, input_ids = input_ids[:, :CHUNK], input_ids[:, CHUNK:]
         said = feed.next(cache, chunk[0].tolist()) if feed is not None else "compute"
@@ -193,7 +198,7 @@ def _fill(scheduler: greenlet.greenlet, input_ids: torch.Tensor, cache: KVCache,
             scheduler.switch(_WAIT)
             said = feed.next(cache, chunk[0].tolist())
         if said == "compute":
-            scheduler.switch(Segment(chunk, cache, None, cache.length, "none"))
+            scheduler.switch(Segment(chunk, cache, None, cache.length, "none", edits=edits))
             if feed is not None:
                 feed.keep(cache)
     return input_ids
@@ -218,7 +223,7 @@ def _in_turns(
     own: Callable[..., torch.Tensor], input_ids: torch.Tensor, cache: Any, recorder: Recorder | None, *, last_only: bool,
 ) -> torch.Tensor:
     """A pass that runs alone (`own`: in its turn), its prompt fed in CHUNK-token turns as the batch feeds
-    everyone's: the others step between them, so a long prompt with edits, a KV policy or a drafter's never
+    everyone's: the others step between them, so a long prompt with a KV policy or a drafter's never
     holds the torch thread for a whole pass. Whole where the chunks would change the numbers: a recorded
     pass, one whose every logit is read, a heavy-hitter policy (its evictions follow the whole prompt's
     attention)."""
@@ -694,10 +699,11 @@ class Scheduler:
             # Alone: the model's own forward pass with the single-request kernels (`x @ W`, fastest for one
             # row), so a visitor alone decodes as fast as the command line, with generate_all's numbers.
             s = segments[0]
-            if s.encoder_out is not None:
-                logits = model.decode(s.ids, s.encoder_out, None, s.cache, s.recorder, last_only=s.logits != "all")
-            else:
-                logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
+            with edited(model, s.edits):
+                if s.encoder_out is not None:
+                    logits = model.decode(s.ids, s.encoder_out, None, s.cache, s.recorder, last_only=s.logits != "all")
+                else:
+                    logits = model(s.ids, s.cache, s.recorder, last_only=s.logits != "all")
             return [None if s.logits == "none" else logits]
         model.prepare_invariant()  # the batch-invariant kernels' weight layouts, once per model
         if segments[0].encoder_out is not None:

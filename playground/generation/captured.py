@@ -313,8 +313,8 @@ _WORKER = _Worker()
 def _hookless(model: nn.Module) -> nn.Module:
     """A twin of `model`'s module tree that shares every parameter, buffer and attribute but has hook tables
     of its own. A step traces its twin: dynamo bakes a module's hooks into the graph without guarding them,
-    and an edited eager pass installs hooks on the shared model (`models.edits.edited`) while the worker
-    may be tracing on its own thread; the step's edits are its buffers, never hooks."""
+    and an analysis installs reading hooks on the shared model (`analysis.steering`, `analysis.attribution`)
+    while the worker may be tracing on its own thread; the step's edits are its buffers, never hooks."""
     twin = copy.copy(model)
     for name, value in vars(model).items():
         if name.endswith("_hooks") or name.endswith("_hooks_with_kwargs") or name == "_forward_hooks_always_called":

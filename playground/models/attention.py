@@ -143,7 +143,7 @@ class SelfAttention(nn.Module):
         if rope is not None:  # queries and keys rotate together: one pass of small ops instead of two
             qk = apply_rope(qk, *rope)
         q, k = qk[:, :h], qk[:, h:]  # (L0, h, L1, d), (L0, h_kv, L1, d)
-        heads = batch.edit_heads(layer, batch.attend(self, layer, q, k, v))  # (L0, L1, h·d)
+        heads = batch.edit_heads(layer, batch.attend(self, layer, q, k, v), self.head_dim)  # (L0, L1, h·d)
         out = self.out(heads, batch.invariant)
         batch.attended(layer, out)
         return out

@@ -194,10 +194,10 @@ class BlendPassCache(KVCache):
 
 class BlendRows(Rows):
     """The rows of a blend pass: the prompt's every position, then (`narrow`) the recomputed ones only, each with
-    its own position's rotary angles."""
+    its own position's rotary angles (and the edits of the model's scope, as its own passes take them)."""
 
-    def __init__(self, ids: torch.Tensor, cache: BlendPassCache) -> None:
-        super().__init__([Segment(ids, cache, None, 0, "last")])
+    def __init__(self, ids: torch.Tensor, cache: BlendPassCache, edits: tuple = ()) -> None:
+        super().__init__([Segment(ids, cache, None, 0, "last", edits=edits)])
         self.tokens = ids.shape[1]
         self.positions: torch.Tensor | None = None  # None: every position, in order
 
@@ -219,7 +219,7 @@ def blend_pass(model: Any, ids: Sequence[int], reused: KV, r: float, room: int =
     after it."""
     check = min(check_layer, len(model.blocks) - 1)
     cache = new_cache(model, len(ids) + room, BlendPassCache, reused=reused, r=r, check_layer=check)
-    batch = BlendRows(torch.tensor([list(ids)], device=model.device), cache)
+    batch = BlendRows(torch.tensor([list(ids)], device=model.device), cache, model.scoped_edits)
     x = model.embed_rows(batch)
     ropes = model.rotary_tables(batch, x.dtype)
     for block in model.blocks:

@@ -39,7 +39,7 @@ class CrossAttention(nn.Module):
         read its own source (`Segment.cross_kv`, `cross_mask` hiding its padding). Returns (L0, L1, d_model)."""
         L0, L1, _ = x.shape
         q = self.q(x, batch.invariant).view(L0, L1, self.n_heads, self.head_dim).transpose(1, 2)  # (L0, h, L1, d)
-        out = self.out(batch.cross_attend(self, layer, q), batch.invariant)
+        out = self.out(batch.edit_heads(layer, batch.cross_attend(self, layer, q), self.head_dim, cross=True), batch.invariant)
         batch.attended(layer, out)
         return out
 

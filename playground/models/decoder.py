@@ -17,6 +17,7 @@ from torch import nn
 
 from playground.config import LayerKind, ModelConfig
 from playground.models.attention import SelfAttention
+from playground.models.edits import Scoped
 from playground.models.kv_cache import KVCache
 from playground.models.kv_policy import KVPolicy, PolicyCache
 from playground.models.kv_pool import KVPool
@@ -112,7 +113,7 @@ def block_class(config: ModelConfig) -> type[DecoderBlock]:
     ]
 
 
-class DecoderLM(LaidOut):
+class DecoderLM(LaidOut, Scoped):
     """Causal language model; `forward` returns logits (B, T, V) for the new tokens."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -178,7 +179,8 @@ class DecoderLM(LaidOut):
         segment (`run` of `Rows`), laid out (B, T).
         """
         start = cache.length if cache is not None else 0
-        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all")
+        segment = Segment(input_ids, cache, recorder, start, "last" if last_only else "all", edits=self.scoped_edits,
+                          taps=self.scoped_taps)
         return self.forward_rows([segment], shared=False)[0]
 
     def forward_rows(self, segments: list[Segment], *, shared: bool = True) -> list[torch.Tensor | None]:

@@ -1,33 +1,33 @@
-"""Applying interventions (`playground.interventions`) to our models for the length of a forward pass.
+"""The interventions (`playground.interventions`) as values of a pass: where each one acts and what it writes.
 
-    with edited(model, interventions):
+An edit is part of what a pass computes, never a change to the shared model: each `models.rows.Segment`
+carries its request's edits, and the pass applies them to that segment's rows only (`Rows.edit_heads`,
+`edit_mlp`, `edit_block`; the captured step's `StaticRows` does the same from per-row buffers). So an
+edited request shares a batched pass with plain ones, and nobody else's rows ever see its edits.
+
+Where each acts, on every block kind (pre-, post- and sandwich norms, parallel residual, seq2seq blocks),
+exactly where transformers' modules would be hooked:
+- a head: its slice of the attention's heads (L0, L1, h·d_head) before the output projection (o_proj's
+  input), set to zero or its mean;
+- an MLP: the block's MLP output (L0, L1, d), replaced by zero or its mean;
+- Steer / Patch: the block's output, the residual stream after it (the decoder layer's output).
+
+The model's own passes (`forward`, `encode`, `decode`: one segment) take the edits of the `edited` scope, and
+call the taps of the `tapped` scope with what each site holds once edited (what an analysis reads there):
+
+    with edited(model, interventions), tapped(model, {(MLP, "decoder", 3): kept.append}):
         logits = model(ids, cache)
-
-Each edit is a hook on one of the model's own modules, installed on entry and removed in `finally`:
-- a head: a forward pre-hook on the attention's output projection (`attn.out`, or `cross.out`) that
-  overwrites the head's slice of its input (B, T, h·d_head), so the head adds nothing (or its mean);
-- an MLP: a forward hook on the block's `mlp` that replaces its output (B, T, d_model);
-- Steer / Patch: a forward hook on the block that edits its output, the residual stream after it.
-
-Every block kind (pre-, post- and sandwich norms, parallel residual, seq2seq blocks) routes its
-attention through `attn.out` and its MLP through `mlp`, so the same hooks mean the same thing on
-every family, exactly where transformers' modules would be hooked (o_proj's input, the MLP's output,
-the decoder layer's output). Without interventions nothing is installed: the model runs as always.
-
-The hooks live only inside the `with`: the app runs every forward pass on one thread, one at a time,
-so a visitor's edits never reach another visitor's pass on the same shared model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from playground.interventions import Ablate, Intervention, Patch, Steer
-from playground.models.rows import Batch
 
 
 def blocks_of(model: nn.Module, stack: str) -> nn.ModuleList:
@@ -37,64 +37,70 @@ def blocks_of(model: nn.Module, stack: str) -> nn.ModuleList:
     return model.encoder.blocks if stack == "encoder" else model.decoder.blocks
 
 
-def _batch_of(args: tuple, kwargs: dict) -> Batch:
-    """The pass a block was called in (its last argument: `models.rows.Batch`)."""
-    return kwargs["batch"] if "batch" in kwargs else args[-1]
+# Where a pass applies an edit: the heads of a self-attention, of a cross-attention, an MLP's output, a block's output.
+HEADS, CROSS_HEADS, MLP, BLOCK = "heads", "cross-heads", "mlp", "block"
 
 
-def _install(model: nn.Module, iv: Intervention, dtype: torch.dtype, device: torch.device):
-    block = blocks_of(model, iv.stack)[iv.layer]
+def site(iv: Intervention) -> str:
+    """Where in its block `iv` acts (`HEADS`, `CROSS_HEADS`, `MLP` or `BLOCK`)."""
     if isinstance(iv, Ablate):
-        if iv.component == "head":
-            attn = block.cross if iv.attention == "cross" else block.attn
-            d = attn.head_dim
-            lo, hi = iv.head * d, (iv.head + 1) * d
-            mean = None if iv.mean is None else torch.tensor(iv.mean, dtype=dtype, device=device)
-
-            def ablate_head(module: nn.Module, args: tuple) -> tuple:
-                x = args[0].clone()  # (B, T, h·d_head)
-                x[..., lo:hi] = 0.0 if mean is None else mean
-                return (x, *args[1:])
-
-            return attn.out.register_forward_pre_hook(ablate_head)
-        mean = None if iv.mean is None else torch.tensor(iv.mean, dtype=dtype, device=device)
-
-        def ablate_mlp(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            return torch.zeros_like(output) if mean is None else mean.expand_as(output).clone()
-
-        return block.mlp.register_forward_hook(ablate_mlp)
-    if isinstance(iv, Steer):
-        delta = torch.tensor(iv.vector, dtype=torch.float64).mul(iv.scale).to(dtype=dtype, device=device)
-
-        def steer(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            return output + delta
-
-        return block.register_forward_hook(steer)
-    if isinstance(iv, Patch):
-        value = torch.tensor(iv.value, dtype=dtype, device=device)
-
-        def patch(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
-            return _batch_of(args, kwargs).patch(output, iv.position, value)
-
-        return block.register_forward_hook(patch, with_kwargs=True)
+        if iv.component != "head":
+            return MLP
+        return CROSS_HEADS if iv.attention == "cross" else HEADS
+    if isinstance(iv, (Steer, Patch)):
+        return BLOCK
     raise TypeError(f"not an intervention: {iv!r}")
+
+
+def value(iv: Intervention, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """What `iv` writes or adds, in the pass's dtype: a head's or an MLP's mean (None: zero), a steering
+    vector times its scale (multiplied in float64, then rounded once), a patch's value."""
+    if isinstance(iv, Ablate):
+        return None if iv.mean is None else torch.tensor(iv.mean, dtype=dtype, device=device)
+    if isinstance(iv, Steer):
+        return torch.tensor(iv.vector, dtype=torch.float64).mul(iv.scale).to(dtype=dtype, device=device)
+    if isinstance(iv, Patch):
+        return torch.tensor(iv.value, dtype=dtype, device=device)
+    raise TypeError(f"not an intervention: {iv!r}")
+
+
+# A reader of one site of the model's own passes: (site, stack, layer) -> called with the site's value (B, T, ·).
+Taps = Mapping[tuple[str, str, int], Callable[[torch.Tensor], None]]
+
+
+class Scoped:
+    """The edits and taps of the model's own passes now (`edited`, `tapped`): none outside any scope."""
+
+    scoped_edits: tuple[Intervention, ...] = ()
+    scoped_taps: Taps = {}
 
 
 @contextmanager
 def edited(model: nn.Module, interventions: Sequence[Intervention] = ()) -> Iterator[None]:
-    """Apply `interventions` (already checked against the model's config) inside the `with`.
+    """Every pass the model runs itself inside the `with` carries `interventions` (already checked against the
+    model's config) as its segment's edits. The app runs every pass on one thread, one at a time, so a scope
+    never reaches another visitor's pass.
 
-    A wrapper that applies them itself around each real pass (`applies_own_edits`: the batch scheduler's
-    stand-in, whose passes run later, beside other requests') is left alone."""
+    A wrapper that puts them on its own segments (`applies_own_edits`: the batch scheduler's stand-in, whose
+    passes run later, beside other requests') is left alone."""
     if not interventions or getattr(model, "applies_own_edits", False):
         yield
         return
-    dtype, device = model.dtype, model.device
-    handles = []
+    before = model.scoped_edits
+    model.scoped_edits = tuple(interventions)
     try:
-        for iv in interventions:
-            handles.append(_install(model, iv, dtype, device))
         yield
     finally:
-        for handle in handles:
-            handle.remove()
+        model.scoped_edits = before
+
+
+@contextmanager
+def tapped(model: nn.Module, taps: Taps) -> Iterator[None]:
+    """Every pass the model runs itself inside the `with` calls `taps` with the value at each of their sites, its
+    edits applied: a block's output, an MLP's output, the heads before the output projection (B, T, ·)."""
+    before = model.scoped_taps
+    model.scoped_taps = {**before, **taps}
+    try:
+        yield
+    finally:
+        model.scoped_taps = before

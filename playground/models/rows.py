@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from playground.interventions import Intervention, Patch
+from playground.models import edits
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_pool import KVPool
 from playground.models.recorder import Recorder
@@ -59,18 +61,17 @@ class Batch:
     def cross_attend(self, attn: torch.nn.Module, layer: int, q: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no source to attend")
 
-    def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
-        """x (L0, L1, d) with the rows of tokens at absolute `position` set to `value` (the Patch edit)."""
-        raise NotImplementedError
-
-    def edit_heads(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """The heads' outputs (L0, L1, h·d) before the output projection, as the pass's edits leave them."""
+    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int, *, cross: bool = False) -> torch.Tensor:
+        """The heads' outputs (L0, L1, h·head_dim) of a layer's self- (or `cross`-) attention before its output
+        projection, as the pass's edits leave them (`models.edits`)."""
         return x
 
     def edit_mlp(self, layer: int, y: torch.Tensor) -> torch.Tensor:
+        """A block's MLP output (L0, L1, d) as the pass's edits leave it."""
         return y
 
     def edit_block(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """A block's output, the residual stream (L0, L1, d), as the pass's edits leave it."""
         return x
 
     def record_residual(self, x: torch.Tensor) -> None:
@@ -96,6 +97,8 @@ class Segment:
     cross_mask: torch.Tensor | None = None  # additive (B, 1, 1, S): the source's padding
     causal: bool = True  # False: an encoder's bidirectional pass
     kind: str = "self"  # what its self-attention records as: "self" (a decoder) or "encoder"
+    edits: tuple[Intervention, ...] = ()  # its request's interventions, applied to its rows only (`models.edits`)
+    taps: edits.Taps = dataclasses.field(default_factory=dict)  # readers of its edited sites (`models.edits.tapped`)
 
     @property
     def rows(self) -> int:
@@ -132,6 +135,8 @@ class Rows(Batch):
         self._memo: dict[tuple, object] = {}  # what every layer of this pass shares (indices, masks)
         self._internals: list[tuple[Recorder, int, str, tuple]] = []  # (recorder, segment, kind, (q, k, v))
         self.bounds: list[tuple[int, int]] = []
+        self.edited = any(s.edits for s in segments)  # most passes have no edit and no tap: nothing to look up
+        self.tapped = any(s.taps for s in segments)
         a = 0
         for s in segments:
             self.bounds.append((a, a + s.rows))
@@ -204,21 +209,85 @@ class Rows(Batch):
             rec.record_internals(kind, layer, q=q, k=k, v=v, output=self.segment_rows(i, out))
         self._internals = []
 
-    def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
-        if not self.shared:
-            row = position - self.segments[0].start
-            if not 0 <= row < x.shape[1]:
-                return x
-            x = x.clone()
-            x[:, row] = value
+    # --- edits: each segment's own, on its rows only (`models.edits`)
+
+    def _rows_of(self, i: int) -> slice:
+        """Segment i's rows of a layer tensor (L0, L1, ...): its span of a shared pass, or all of its own."""
+        return slice(*self.bounds[i]) if self.shared else slice(None)
+
+    def _edits_at(self, site: str, layer: int) -> list[tuple[int, Intervention]]:
+        """(segment, edit) of every edit of this pass at `site` of `layer`, each segment's in its order."""
+        if not self.edited:
+            return []
+        key = ("edits", site, layer)
+        if key not in self._memo:
+            found = []
+            for i, s in enumerate(self.segments):
+                stack = "encoder" if s.kind == "encoder" else "decoder"
+                found += [(i, iv) for iv in s.edits if iv.layer == layer and iv.stack == stack and edits.site(iv) == site]
+            self._memo[key] = found
+        return self._memo[key]
+
+    def _value(self, iv: Intervention, like: torch.Tensor) -> torch.Tensor | None:
+        key = ("value", id(iv))
+        if key not in self._memo:
+            self._memo[key] = edits.value(iv, like.dtype, like.device)
+        return self._memo[key]
+
+    def _tap(self, site: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """x, once each segment's tap at `site` of `layer` (if any) has read its rows."""
+        if not self.tapped:
             return x
-        rows = [a + b * s.ids.shape[1] + position - s.start for s, (a, _) in zip(self.segments, self.bounds)
-                for b in range(s.ids.shape[0]) if 0 <= position - s.start < s.ids.shape[1]]
-        if not rows:
-            return x
-        x = x.clone()
-        x[rows] = value
+        for i, s in enumerate(self.segments):
+            tap = s.taps.get((site, "encoder" if s.kind == "encoder" else "decoder", layer)) if s.taps else None
+            if tap is not None:
+                tap(self.segment_rows(i, x))
         return x
+
+    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int, *, cross: bool = False) -> torch.Tensor:
+        site = edits.CROSS_HEADS if cross else edits.HEADS
+        found = self._edits_at(site, layer)
+        if found:
+            x = x.clone()
+            for i, iv in found:
+                lo, hi = iv.head * head_dim, (iv.head + 1) * head_dim
+                mean = self._value(iv, x)
+                x[self._rows_of(i), ..., lo:hi] = 0.0 if mean is None else mean
+        return self._tap(site, layer, x)
+
+    def edit_mlp(self, layer: int, y: torch.Tensor) -> torch.Tensor:
+        found = self._edits_at(edits.MLP, layer)
+        if found:
+            y = y.clone()
+            for i, iv in found:
+                mean = self._value(iv, y)
+                y[self._rows_of(i)] = 0.0 if mean is None else mean
+        return self._tap(edits.MLP, layer, y)
+
+    def edit_block(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        found = self._edits_at(edits.BLOCK, layer)
+        if found:
+            x = x.clone()
+            for i, iv in found:
+                if isinstance(iv, Patch):
+                    self._patch(i, x, iv.position, self._value(iv, x))
+                else:
+                    rows = self._rows_of(i)
+                    x[rows] = x[rows] + self._value(iv, x)
+        return self._tap(edits.BLOCK, layer, x)
+
+    def _patch(self, i: int, x: torch.Tensor, position: int, value: torch.Tensor) -> None:
+        """Segment i's token rows at absolute `position` set to `value` in x (L0, L1, d), if the pass holds it."""
+        s = self.segments[i]
+        B, T = s.ids.shape
+        row = position - s.start
+        if not 0 <= row < T:
+            return
+        if not self.shared:
+            x[:, row] = value
+        else:
+            a = self.bounds[i][0]
+            x[[a + b * T + row for b in range(B)]] = value
 
     def record_residual(self, x: torch.Tensor) -> None:
         for i, s in enumerate(self.segments):

@@ -28,6 +28,7 @@ from torch import nn
 from playground.config import ModelConfig
 from playground.models.attention import SelfAttention, causal_mask
 from playground.models.cross_attention import CrossAttention
+from playground.models.edits import Scoped
 from playground.models.kv_cache import KVCache, Seq2SeqCache
 from playground.models.kv_pool import KVPool
 from playground.models.layers import LaidOut, Linear, TiedHead, make_mlp, make_norm
@@ -69,7 +70,7 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
         x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, batch=batch), self.pre)
-        return _sublayer(x, self.mlp_norm, lambda h: self.mlp(h, batch.invariant), self.pre)
+        return _sublayer(x, self.mlp_norm, lambda h: batch.edit_mlp(self.layer, self.mlp(h, batch.invariant)), self.pre)
 
 
 class CrossDecoderBlock(nn.Module):
@@ -89,7 +90,7 @@ class CrossDecoderBlock(nn.Module):
         """x: the pass's decoder hidden states (L0, L1, d) in its batch's layout (`models.rows.Batch`)."""
         x = _sublayer(x, self.attn_norm, lambda h: self.attn(h, layer=self.layer, batch=batch), self.pre)
         x = _sublayer(x, self.cross_norm, lambda h: self.cross(h, layer=self.layer, batch=batch), self.pre)
-        return _sublayer(x, self.mlp_norm, lambda h: self.mlp(h, batch.invariant), self.pre)
+        return _sublayer(x, self.mlp_norm, lambda h: batch.edit_mlp(self.layer, self.mlp(h, batch.invariant)), self.pre)
 
 
 class Stack(nn.Module):
@@ -120,7 +121,7 @@ class Stack(nn.Module):
         return self.norm(x) if self.norm is not None else x
 
 
-class EncoderDecoderLM(LaidOut):
+class EncoderDecoderLM(LaidOut, Scoped):
     """Sequence-to-sequence model: `encode` the source once, `decode` target tokens against it."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -162,10 +163,11 @@ class EncoderDecoderLM(LaidOut):
         mask = padding_bias(attention_mask, self.dtype)
         if self.encoder.relative_bias is not None:
             mask = _add_bias(self.encoder.relative_bias(S, S).to(self.dtype), mask)
-        batch = Rows([Segment(input_ids, None, recorder, 0, "none", self_mask=mask, causal=False, kind="encoder")])
+        batch = Rows([Segment(input_ids, None, recorder, 0, "none", self_mask=mask, causal=False, kind="encoder",
+                               edits=self.scoped_edits, taps=self.scoped_taps)])
         x = self.encoder.embed_positions(self._embed(input_ids), batch)
         for block in self.encoder.blocks:
-            x = block(x, batch)
+            x = batch.edit_block(block.layer, block(x, batch))
         return self.encoder.finish(x)
 
     # --- decoder
@@ -224,7 +226,8 @@ class EncoderDecoderLM(LaidOut):
         """
         start = cache.length if cache is not None else 0
         segment = Segment(decoder_input_ids, cache, recorder, start, "last" if last_only else "all",
-                          encoder_out=encoder_out, cross_mask=padding_bias(attention_mask, encoder_out.dtype))
+                          encoder_out=encoder_out, cross_mask=padding_bias(attention_mask, encoder_out.dtype),
+                          edits=self.scoped_edits, taps=self.scoped_taps)
         return self.decode_rows([segment], shared=False)[0]
 
     def decode_rows(self, segments: list[Segment], *, shared: bool = True) -> list[torch.Tensor | None]:
@@ -241,7 +244,7 @@ class EncoderDecoderLM(LaidOut):
             s.self_mask = self.decoder_self_mask(s.ids.shape[1], s.start, x.dtype, x.device)
         batch.record_residual(x)
         for block in self.decoder.blocks:
-            x = block(x, batch)
+            x = batch.edit_block(block.layer, block(x, batch))
             batch.record_residual(x)
         return batch.logits(x, lambda h: self.unembed(h, batch.invariant))
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from playground.interventions import Ablate, Intervention, Patch, Steer
+from playground.models import edits
 from playground.models.attention import attend, attend_padded
 from playground.models.rows import Batch
 
@@ -36,7 +37,7 @@ class Capture:
 
 
 # One edit of a step: ("heads", layer) or ("mlp", layer) (ablations), ("steer", layer) or ("patch", layer),
-# each the nth of its kind on that layer, in the order a run lists them (the order hooks would apply them).
+# each the nth of its kind on that layer, in the order a run lists them (the order an eager pass applies them).
 EditKey = tuple[str, int, int]
 
 
@@ -65,7 +66,7 @@ def edit_keys(interventions: Sequence[Intervention]) -> tuple[EditKey, ...]:
 
 class Edits:
     """A step's edits as per-row buffers: each `EditKey` has a mask and values per row (a row without that
-    edit has a mask of False, or a position of -1): the same numbers the hooks of `models.edits` give."""
+    edit has a mask of False, or a position of -1): the same numbers an eager pass's edits give (`models.edits`)."""
 
     def __init__(self, keys: tuple[EditKey, ...], rows: int, heads: int, head_dim: int, d_model: int,
                  dtype: torch.dtype, device: torch.device) -> None:
@@ -89,20 +90,20 @@ class Edits:
         for (kind, layer, n), iv in zip(edit_keys(interventions), interventions):
             name = f"{kind}_{layer}_{n}"
             value = b[f"{name}_value"]
+            written = edits.value(iv, value.dtype, value.device)  # what the eager pass writes or adds (None: zero)
             if kind == "heads":
                 lo, hi = iv.head * head_dim, (iv.head + 1) * head_dim
                 b[f"{name}_mask"][row, :, lo:hi] = True
-                if iv.mean is not None:
-                    value[row, :, lo:hi] = torch.tensor(iv.mean, dtype=value.dtype)
+                if written is not None:
+                    value[row, :, lo:hi] = written
             elif kind == "mlp":
                 b[f"{name}_mask"][row] = True
-                if iv.mean is not None:
-                    value[row, 0] = torch.tensor(iv.mean, dtype=value.dtype)
-            elif kind == "steer":
-                value[row, 0] = torch.tensor(iv.vector, dtype=torch.float64).mul(iv.scale).to(value.dtype)
+                if written is not None:
+                    value[row, 0] = written
             else:
-                b[f"{name}_at"][row] = iv.position
-                value[row, 0] = torch.tensor(iv.value, dtype=value.dtype)
+                value[row, 0] = written
+                if kind == "patch":
+                    b[f"{name}_at"][row] = iv.position
 
 
 class StaticRows(Batch):
@@ -176,10 +177,7 @@ class StaticRows(Batch):
         held = (position[None, :] <= self.positions[:, None]) & (position[None, :] > self.positions[:, None] - width)
         return weights[:, :, position % width] * held[:, None, :].to(weights.dtype)
 
-    def patch(self, x: torch.Tensor, position: int, value: torch.Tensor) -> torch.Tensor:
-        return torch.where((self.positions == position)[:, None, None], value, x)
-
-    def edit_heads(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+    def edit_heads(self, layer: int, x: torch.Tensor, head_dim: int, *, cross: bool = False) -> torch.Tensor:
         for _, n in self.edits.get(("heads", layer), ()):
             x = torch.where(self.buffer(f"heads_{layer}_{n}_mask"), self.buffer(f"heads_{layer}_{n}_value"), x)
         return x

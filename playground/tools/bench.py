@@ -115,7 +115,7 @@ CAPTURES = {
     "app": lambda lm: {"capture_attention": True, "attention_layers": (lm.config.n_layers - 1,), "top_candidates": 8},
     "all layers": lambda lm: {"capture_attention": True},
     "residual": lambda lm: {"capture_residual": True},
-    # the causal lab's edits: hooks for each forward pass, none at all when a run has no edits
+    # the causal lab's edits: values of each pass's segment, applied to its rows (nothing at all without edits)
     "ablate": lambda lm: {"interventions": (Ablate(lm.config.n_layers // 2, head=0),)},
     "steer": lambda lm: {"interventions": (Steer(lm.config.n_layers // 2, torch.ones(lm.config.d_model), 1.0),)},
 }

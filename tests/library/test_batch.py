@@ -18,8 +18,9 @@ import torch
 import playground
 from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import CHUNK, Scheduler, run_alone
+from playground.generation.batch_history import DECODE
 from playground.generation.plan import plan
-from playground.interventions import Ablate, Steer
+from playground.interventions import Ablate, Patch, Steer
 from tests.hf_tiny import (
     bart_like,
     gpt2_like,
@@ -46,6 +47,12 @@ def lm(request, tmp_path_factory):
     directory = tmp_path_factory.mktemp(request.param)
     save_decoder(directory, family, kwargs, init_std=0.1)
     return playground.load_model(directory)
+
+
+def decoded_together(scheduler: Scheduler, tags: set) -> bool:
+    """Whether one of the scheduler's passes decoded a token for each request tagged `tags`, and for no other."""
+    return any({e.tag for e in p.entries if e.kind == DECODE} == tags
+               for record in scheduler.history.records() for p in record.passes)
 
 
 def _same(a, b) -> bool:
@@ -219,28 +226,31 @@ def test_seq2seq_requests_share_each_decoder_pass(tmp_path, one_thread, family):
         assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
 
 
-def test_an_edited_request_runs_alone_and_never_touches_its_neighbours(lm, one_thread):
-    """The causal lab's edits are hooks on the shared model: a request carrying them takes its passes
-    alone, so the plain requests beside it equal their solo runs bitwise, and it equals its own edited
-    generate_all (same kernels as the single-request path: token ids and probabilities alike)."""
+def test_an_edited_request_shares_the_pass_and_never_touches_its_neighbours(lm, one_thread):
+    """The causal lab's edits are values of the request's own segments: a request carrying them decodes in the
+    same passes as plain ones, its edits on its rows only. The plain requests equal their solo runs bitwise, the
+    edited one equals its own solo run bitwise (edits included) and its edited generate_all to float32 error."""
     vector = np.linspace(-1.0, 1.0, lm.config.d_model, dtype=np.float32)
-    edits = (Ablate(0, head=1), Steer(1, torch.from_numpy(vector), scale=3.0), Ablate(1, component="mlp"))
+    value = np.linspace(0.5, -0.5, lm.config.d_model, dtype=np.float32)
+    edits = (Ablate(0, head=1), Steer(1, torch.from_numpy(vector), scale=3.0), Ablate(1, component="mlp"),
+             Patch(0, 2, torch.from_numpy(value)), Patch(1, 6, torch.from_numpy(value)))  # 6: a decoded token's place
     plain = [plan(lm, [5, 9, 23, 40, 7], GenerationConfig(max_new_tokens=8)),
              plan(lm, [11, 3, 17], GenerationConfig(max_new_tokens=6, num_beams=2))]
     edited_cfg = GenerationConfig(max_new_tokens=8, interventions=edits)
-    alone = [run_alone(p, invariant=True) for p in plain]
+    mine = plan(lm, [5, 9, 23, 40, 7], edited_cfg)
+    alone = [run_alone(p, invariant=True) for p in [*plain, mine]]
     scheduler = Scheduler(lm, max_rows=16, max_prefills=4, invariant_alone=True)
-    tickets = [scheduler.submit(p) for p in plain]
-    ticket = scheduler.submit(plan(lm, [5, 9, 23, 40, 7], edited_cfg))
+    tickets = [scheduler.submit(p, tag=i) for i, p in enumerate([*plain, mine])]
     while scheduler.busy():
         scheduler.step()
+    assert decoded_together(scheduler, {0, 1, 2})  # the edited request in the plain ones' decoding passes
     for t, solo in zip(tickets, alone):
         _assert_equal_runs(t.drain(), solo)
-    got = ticket.drain()
+    got = alone[2]
     reference = generate_all(lm, [5, 9, 23, 40, 7], edited_cfg)
     assert got[-1].token_ids == reference.token_ids
+    assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
     assert got[-1].token_ids != alone[0][-1].token_ids or [e.prob for e in got] != [e.prob for e in alone[0]]
-    assert [e.prob for e in got] == [e.prob for e in reference.steps]
 
 
 def test_the_longest_wait_counts_the_requests_ahead_in_line(lm, one_thread):

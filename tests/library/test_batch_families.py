@@ -1,10 +1,11 @@
 """The shared batch on every supported family: a request's tokens never depend on who else decodes.
 
 For each decoder type and each encoder-decoder family (tiny random checkpoints saved by transformers),
-a greedy request that captures attention and the residual stream, a beam search, and a request with an
-ablated head decode side by side. Each equals:
+a greedy request that captures attention and the residual stream, a beam search, a request with edits (an
+ablated head, a steered and a patched block; on an encoder-decoder also a cross-attention head and the encoder)
+and a sampled one decode side by side, in the same passes. Each equals:
 - its run alone through the batch-invariant kernels (`run_alone(invariant=True)`): bitwise, captures
-  and cache statistics included (the edited one takes its passes alone: bitwise its own generate_all);
+  and cache statistics included;
 - `playground.generate_all`: the same token ids, probabilities within 1e-5 (float32);
 - its run alone as the server runs it (the model's own pass): the same tokens, probabilities within 1e-5.
 The prompts are longer than every sliding window here, so ring caches wrap while rows share a pass.
@@ -22,7 +23,7 @@ import playground
 from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import Scheduler, run_alone
 from playground.generation.plan import plan
-from playground.interventions import Ablate
+from playground.interventions import Ablate, Patch, Steer
 from tests.hf_tiny import (
     bart_like,
     gemma3_like,
@@ -39,7 +40,7 @@ from tests.hf_tiny import (
     save_seq2seq,
     t5_like,
 )
-from tests.library.test_batch import _assert_equal_runs
+from tests.library.test_batch import _assert_equal_runs, decoded_together
 
 transformers.logging.set_verbosity_error()
 
@@ -81,13 +82,18 @@ def _requests(lm) -> list[tuple[list[int], GenerationConfig]]:
     prompt = [(7 * i) % top + 3 for i in range(9)]
     if lm.kind == "seq2seq":
         prompt[-1] = lm.config.eos_token_id if isinstance(lm.config.eos_token_id, int) else 1
-    ablate = Ablate(min(1, lm.config.n_layers - 1), head=lm.config.n_heads - 1)
+    last, d = min(1, lm.config.n_layers - 1), lm.config.d_model
+    place = 3 if lm.kind == "seq2seq" else 11  # a decoded token's place (a decoder-only prompt holds 8)
+    edits = [Ablate(last, head=lm.config.n_heads - 1), Steer(0, np.linspace(-1, 1, d, dtype=np.float32), scale=2.0),
+             Patch(last, place, np.linspace(0.5, -0.5, d, dtype=np.float32))]
+    if lm.kind == "seq2seq":
+        edits += [Ablate(0, head=0, attention="cross"), Steer(0, np.ones(d, dtype=np.float32), stack="encoder")]
     # mBART and M2M100 start from their end token: a forced target language, as they are used
     lang = {"forced_bos_token_id": 57} if lm.config.family in ("mbart", "m2m_100") else {}
     return [
         (prompt, GenerationConfig(max_new_tokens=7, capture_attention=True, capture_residual=True, **lang)),
         (prompt[2:], GenerationConfig(max_new_tokens=5, num_beams=2, **lang)),
-        (prompt[1:], GenerationConfig(max_new_tokens=6, interventions=(ablate,), **lang)),
+        (prompt[1:], GenerationConfig(max_new_tokens=6, interventions=tuple(edits), **lang)),
         (prompt[3:], GenerationConfig(max_new_tokens=6, temperature=0.8, seed=5, **lang)),
     ]
 
@@ -104,16 +110,10 @@ def _check(lm) -> None:
     plans = [plan(lm, ids, cfg) for ids, cfg in requests]
     alone = [run_alone(p, invariant=True) for p in plans]
     scheduler = Scheduler(lm, max_rows=8, max_prefills=4, invariant_alone=True)
-    tickets = [scheduler.submit(p) for p in plans]
-    blocks = lm.model.decoder.blocks if lm.kind == "seq2seq" else lm.model.blocks
-    rows: list[int] = []  # token rows of each pass through the first block
-    hook = blocks[0].register_forward_hook(lambda module, args, out: rows.append(out.shape[0]))
-    try:
-        while scheduler.busy():
-            scheduler.step()
-    finally:
-        hook.remove()
-    assert max(rows) >= 1 + 2 + 1  # the greedy request, both beams and the sampled row shared passes
+    tickets = [scheduler.submit(p, tag=i) for i, p in enumerate(plans)]
+    while scheduler.busy():
+        scheduler.step()
+    assert decoded_together(scheduler, set(range(len(plans))))  # the edited request among them
     for ticket, solo, p, (ids, cfg) in zip(tickets, alone, plans, requests):
         got = ticket.drain()
         assert got and got[-1].finished and len(got) >= 3
@@ -122,8 +122,6 @@ def _check(lm) -> None:
         assert got[-1].token_ids == reference.token_ids
         assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
         assert got[-1].cache == reference.cache
-        if cfg.interventions:  # the edited request's passes are the model's own: bitwise generate_all
-            assert [e.prob for e in got] == [e.prob for e in reference.steps]
         served = run_alone(p)
         assert served[-1].token_ids == reference.token_ids
         assert np.allclose([e.prob for e in served], [e.prob for e in got], rtol=0, atol=1e-5)

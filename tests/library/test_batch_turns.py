@@ -93,15 +93,26 @@ def test_a_drafters_long_prompt_is_fed_a_chunk_per_turn(lm, drafter, one_thread)
     assert got[-1].token_ids == generate_all(lm, LONG, cfg).token_ids
 
 
-@pytest.mark.parametrize("experiment", ["edits", "window"])
-def test_a_run_that_takes_its_own_turns_reads_its_prompt_in_chunks(lm, one_thread, experiment):
-    """An edited run and a run with a KV window over a four-chunk prompt: no pass reads more than a chunk, the
-    plain request beside it decodes meanwhile, and each picks the tokens it picks alone (probabilities to
-    float32 rounding: the same pass in chunks sums in another order)."""
-    cfg = (GenerationConfig(max_new_tokens=6, interventions=(Ablate(0, head=1),)) if experiment == "edits" else
-           GenerationConfig(max_new_tokens=6, kv_window=16, kv_sink=2))
+def test_a_run_with_a_kv_window_takes_its_own_turns_and_reads_its_prompt_in_chunks(lm, one_thread):
+    """A run with a KV window over a four-chunk prompt: no pass reads more than a chunk, the plain request beside it
+    decodes meanwhile, and it picks the tokens it picks alone (probabilities to float32 rounding: the same pass in
+    chunks sums in another order)."""
+    cfg = GenerationConfig(max_new_tokens=6, kv_window=16, kv_sink=2)
     got, plain, steps = _run_beside_a_plain_request(lm, [], cfg, LONG)
     assert max(n for s in steps for n in s) <= CHUNK, [s for s in steps if max(s, default=0) > CHUNK]
+    reference = generate_all(lm, LONG, cfg)
+    assert got[-1].token_ids == reference.token_ids
+    assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
+    assert plain[-1].finished and len(plain) == 12
+
+
+def test_an_edited_runs_prompt_goes_in_the_batchs_chunks_beside_the_others(lm, one_thread):
+    """An edited run over a four-chunk prompt is fed as everyone's is: a chunk per step, in the same pass as the
+    plain request's prompt (never a pass of its own), and it picks the tokens it picks alone."""
+    cfg = GenerationConfig(max_new_tokens=6, interventions=(Ablate(0, head=1),))
+    got, plain, steps = _run_beside_a_plain_request(lm, [], cfg, LONG)
+    assert max(len(s) for s in steps) == 1  # one pass a step: the edited rows share the batch's
+    assert max(n for s in steps for n in s) == CHUNK + 5  # its first chunk beside the plain prompt's 5 tokens
     reference = generate_all(lm, LONG, cfg)
     assert got[-1].token_ids == reference.token_ids
     assert np.allclose([e.prob for e in got], [e.prob for e in reference.steps], rtol=0, atol=1e-5)
