@@ -18,7 +18,7 @@ import gradio as gr
 
 from playground.app import describe, history
 from playground.app.session import MAX_RUNS_PER_SESSION, Session, Sessions
-from playground.app.settings import format_branches
+from playground.app.settings import WIDGETS, format_branches, from_widgets
 from playground.app.words import t
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import event_data
@@ -28,8 +28,10 @@ from playground.ui.streaming import Streaming
 # The link box holds a query string from the server: the page's own address goes before it (inside a Space the
 # server already wrote the Space's address).
 RUN_SLOTS = 3  # a streamed frame's first outputs: the live screen, the notes, the branches (then the badge, the history)
+# "?": the page's bare address (the link of settings that are all the defaults); "": no link (the box is hidden)
 ABSOLUTE_LINK_JS = """
-(query) => (!query || /^https?:[/][/]/.test(query)) ? query : window.location.origin + window.location.pathname + query
+(query) => (!query || /^https?:[/][/]/.test(query)) ? query
+  : window.location.origin + window.location.pathname + (query === '?' ? '' : query)
 """
 
 
@@ -71,13 +73,18 @@ class Runs:
         change costs an empty diff); an empty badge hides itself (page.css)."""
         return badge_html(session), history_html(session)
 
-    def show(self, request: gr.Request | None = None) -> tuple[str, str, dict]:
-        """(badge, history, link box) of the run on screen: the link box holds its link (hidden with nothing on
-        screen)."""
+    def show(self, request: gr.Request | None = None, *widgets: Any) -> tuple[str, str, dict]:
+        """(badge, history, link box) of the run on screen: the link box holds its link. With nothing on screen it
+        holds the link of the left column's `widgets` once Copy link was pressed (a redraw that follows a model
+        load or switch then renews it, never hides what was asked for), and is hidden before."""
         session = self.sessions.get(session_key(request))
-        run = session.current
-        link = (gr.update(value=shared_link(session.link_query())) if run is not None
-                else gr.update(value="", visible=False))
+        if session.current is not None:
+            link = gr.update(value=shared_link(session.link_query()))
+        elif session.link_asked and len(widgets) == len(WIDGETS):
+            query = session.link_query(from_widgets(dict(zip(WIDGETS, widgets))))
+            link = gr.update(value=shared_link(query) or "?", visible=True)
+        else:
+            link = gr.update(value="", visible=False)
         return (*self.panels(session), link)
 
     def pick(self, evt: gr.EventData, request: gr.Request | None = None) -> tuple:

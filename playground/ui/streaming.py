@@ -231,6 +231,7 @@ class Streaming:
         """Copy link: the query string that reproduces the run on screen (see `Session.link_query`); inside a Space,
         the Space's huggingface.co address before it."""
         session = self.sessions.get(session_key(request))
+        session.link_asked = True
         return shared_link(session.link_query(from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))))
 
     # --- Stop ------------------------------------------------------------------------------------

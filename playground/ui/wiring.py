@@ -120,7 +120,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     # and language switch; under each lab's fork button, what a fork of it keeps.
     fork_lines = fork_line_outputs(page)
     for dep in redraws + runs:
-        dep.then(h.runs.show, None, [p.active_settings, p.run_history, p.link], queue=False).then(
+        dep.then(h.runs.show, settings_inputs, [p.active_settings, p.run_history, p.link], queue=False).then(
             None, p.link, p.link, js=ABSOLUTE_LINK_JS, queue=False).then(  # one chain follows a run, then its redraw
             h.experiments.fork_lines, None, fork_lines, queue=False)
 

@@ -373,27 +373,29 @@ def test_beam_search_shows_the_best_beam_as_clickable_tokens(page, server):
 
 
 def test_a_chat_model_opens_with_chat_on_and_a_link_restores_it(page, browser, server):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     open_app(page, server, model="tiny-chat")
     assert page.is_checked("#chat input")
-    # The model's example prompt is the load's last write to the controls: before it, a loaded machine once sent
-    # the controls' values from before the load with the click, and the link came back empty
+    # Copy link at once: the page's own load is still redrawing its panels, and the box it asked for stays (before,
+    # the load's last redraw hid it, and a first click once showed no link at all)
     page.wait_for_function("() => document.querySelector('#prompt textarea').value !== ''")
-    page.click("#copy-link-btn")
-    # the link first, then what it says (a CI log then tells a link that never came from one without chat=true)
-    try:
-        page.wait_for_function("() => (document.querySelector('#share-link textarea')?.value ?? '').startsWith('http')")
-    except PlaywrightTimeout:  # once in a CI rehearsal (2026-11-30): say what the page held, for the next time
-        held = page.evaluate("() => ({box: document.querySelector('#share-link textarea')?.value ?? null,"
-                             " address: window.location.search, prompt: document.querySelector('#prompt textarea').value})")
-        raise AssertionError(f"Copy link made no link: {held}") from None
-    shared = page.input_value("#share-link textarea")
-    assert "chat=true" in shared, shared
+    shared = copied_link(page)
+    assert "chat=true" in shared and "model=tiny-chat" in shared, shared
     off = new_page(browser, page.viewport_size)
     open_app(off, server, model="tiny-chat", chat="false", prompt="Hi")
     assert not off.is_checked("#chat input") and off.input_value("#prompt textarea") == "Hi"
     off.context.close()
+
+
+def test_with_nothing_on_screen_the_asked_link_follows_a_model_switch(desktop, server):
+    """The box Copy link showed holds the left column's link while no run is on screen: a model switch renews it
+    (the old model's link would open the wrong model), it never vanishes."""
+    page = desktop
+    open_app(page, server, model="tiny-chat")
+    assert "model=tiny-chat" in copied_link(page)
+    page.click("#model-select input")
+    page.get_by_role("option", name="tiny-random").first.click()
+    page.wait_for_function("() => /model=tiny-random/.test(document.querySelector('#share-link textarea')?.value ?? '')")
+    assert page.input_value("#share-link textarea").startswith("http")
 
 
 @needs_defaults
