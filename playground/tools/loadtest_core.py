@@ -241,7 +241,7 @@ def steady(visits: list[Visit]) -> str:
 
 def decoded(v: Visit) -> str:
     d = v.decoding or {}
-    return f"captured, {d.get('rows')} rows" if d.get("captured") else f"eager ({d.get('reason', '')[:40]})"
+    return f"captured, {d.get('rows')} rows" if d.get("captured") else f"eager ({d.get('reason', '')})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,7 +103,7 @@ def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(
     assert "1 visitor at once" in out and "2 visitors at once" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| visitor")]
     assert len(rows) == 3 and all("| yes |" in row for row in rows)  # every visitor equal to its solo run
-    assert all(row.endswith("| eager (the model was loaded without compile=Tru) |") for row in rows)
+    assert all(row.endswith("| eager (the model was loaded without compile=True) |") for row in rows)
     assert out.count("transformers static cache, ") == 2
     assert "1 visitor: " in out and "2 visitors: the slowest " in out
     # with the captured step (uncompiled here), on a warm server: both visitors in one step of two rows, and again
