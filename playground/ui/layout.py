@@ -51,8 +51,9 @@ LIVE_TEMPLATE = """<div class="pg-live">
 # needs a secure context; the text box is the fallback).
 COPY_LINK_JS = """
 (query) => {
-  const url = /^https:[/][/]/.test(query) ? query : window.location.origin + window.location.pathname + query;
-  try { window.history.replaceState(null, '', window.location.pathname + url.slice(url.indexOf('?'))); } catch (e) {}
+  const url = /^https?:[/][/]/.test(query) ? query : window.location.origin + window.location.pathname + query;
+  const at = url.indexOf('?');  // none: the bare address (every setting at its default)
+  try { window.history.replaceState(null, '', window.location.pathname + (at < 0 ? '' : url.slice(at))); } catch (e) {}
   if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(url).catch(() => {}); }
   return url;
 }

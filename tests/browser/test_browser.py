@@ -183,7 +183,9 @@ def copied_link(page) -> str:
                            " const decoded = (x) => { try { return decodeURIComponent(x); } catch (e) { return x; } };"
                            " return q.length > 1 && box.startsWith('http')"
                            " && decoded(box.slice(box.indexOf('?'))) === decoded(q); }")
-    return page.input_value("#share-link textarea")
+    link = page.input_value("#share-link textarea")
+    assert link.count("://") == 1, link  # one address (the box's link, made absolute again, once had the page's twice)
+    return link
 
 
 def settled_text(page, selector: str) -> str:
