@@ -280,7 +280,13 @@ def main(argv: list[str] | None = None) -> int:
 
     serving.configure(max_rows=max(serving.MAX_ROWS, *sizes))  # app.py --max-rows: every visitor decodes at once
     lm = torch_thread.call(load_model, folder, device=args.device, dtype=args.dtype, compile=args.compile or False)
-    cli = torch_thread.call(cli_rate, lm, name, args.new_tokens)
+    from playground.errors import PlaygroundError
+
+    try:
+        cli = torch_thread.call(cli_rate, lm, name, args.new_tokens)
+    except PlaygroundError as error:  # e.g. more new tokens than the model's context holds after a question
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"{name}; {gpu_bench.device_name(args.device)}, {args.dtype}; greedy, chat on, the page's live captures, "
           f"{args.new_tokens} new tokens; the CLI alone: {cli:.1f} tokens/s", flush=True)
     solo = [press(lm, name, i, args.new_tokens, time.perf_counter()).tokens for i in range(max(sizes))]

@@ -98,6 +98,9 @@ def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(
     tok = PreTrainedTokenizerFast.from_pretrained(folder)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     tok.save_pretrained(folder)
+    # more new tokens than the model's context holds: one line that says what to lower, no traceback
+    assert loadtest.main(["--core", "--model", str(folder), "--new-tokens", "100000", "--no-transformers"]) == 2
+    assert "lower max_new_tokens" in capsys.readouterr().err
     assert loadtest.main(["--core", "--model", str(folder), "--visitors", "1,2", "--new-tokens", "5"]) == 0
     out = capsys.readouterr().out
     assert "1 visitor at once" in out and "2 visitors at once" in out
