@@ -71,7 +71,9 @@ class Session:
     link_settings: UISettings | None = None  # what they ask for (the run fields a link's own run replays)
     link_pending: bool = False  # the link names a prompt whose run has not started yet
     link_notes: list[str] = field(default_factory=list)  # what the link's load said: shown until the visitor acts
-    link_asked: bool = False  # Copy link was pressed: with nothing on screen the box keeps the settings' link
+    # what Copy link was last pressed for: "run" (a run on screen), "settings" (nothing on screen: the left column's
+    # link, which the box keeps and renews until a run comes), "" (never, or the run it showed went away)
+    link_asked: str = ""
     notes: list[str] = field(default_factory=list)  # the notes box now (keyed): a language switch says them again
     seen: float = field(default_factory=time.monotonic)
     job_stop: threading.Event | None = None  # the stop flag of the tab's running job (a rerun, a sweep, a measure)

@@ -74,16 +74,20 @@ class Runs:
         return badge_html(session), history_html(session)
 
     def show(self, request: gr.Request | None = None, *widgets: Any) -> tuple[str, str, dict]:
-        """(badge, history, link box) of the run on screen: the link box holds its link. With nothing on screen it
-        holds the link of the left column's `widgets` once Copy link was pressed (a redraw that follows a model
-        load or switch then renews it, never hides what was asked for), and is hidden before."""
+        """(badge, history, link box) of the run on screen: the link box holds its link. With nothing on screen, a
+        box Copy link showed for the left column (pressed with nothing on screen) holds the link of its `widgets`,
+        renewed by every redraw (the page's own load finishing after the press, a model switch): it never hides what
+        was just asked for. A box that showed a run's link is hidden once no run is on screen (a model switch):
+        nothing of the old run stays."""
         session = self.sessions.get(session_key(request))
         if session.current is not None:
+            session.link_asked = "run" if session.link_asked else ""  # a shown box now holds this run's link
             link = gr.update(value=shared_link(session.link_query()))
-        elif session.link_asked and len(widgets) == len(WIDGETS):
+        elif session.link_asked == "settings" and len(widgets) == len(WIDGETS):
             query = session.link_query(from_widgets(dict(zip(WIDGETS, widgets))))
             link = gr.update(value=shared_link(query) or "?", visible=True)
         else:
+            session.link_asked = ""
             link = gr.update(value="", visible=False)
         return (*self.panels(session), link)
 

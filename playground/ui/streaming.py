@@ -231,7 +231,7 @@ class Streaming:
         """Copy link: the query string that reproduces the run on screen (see `Session.link_query`); inside a Space,
         the Space's huggingface.co address before it."""
         session = self.sessions.get(session_key(request))
-        session.link_asked = True
+        session.link_asked = "run" if session.current is not None else "settings"
         return shared_link(session.link_query(from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))))
 
     # --- Stop ------------------------------------------------------------------------------------

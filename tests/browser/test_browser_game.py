@@ -83,7 +83,15 @@ def start_game(pg, server: str, lang: str, **params) -> str:
     pg.wait_for_function("() => (document.querySelector('#game-link textarea')?.value ?? '').includes('?game=')")
     link = pg.input_value("#game-link textarea")
     assert list(dict(parse_qsl(urlparse(link).query))) == ["game"]
-    pg.wait_for_selector("#game-view .pg-game[data-step='4']")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        pg.wait_for_selector("#game-view .pg-game[data-step='4']")
+    except PlaywrightTimeout:  # once in a CI rehearsal (2026-11-30, a phone player): say what the teacher's page held
+        held = pg.evaluate("() => ({steps: [...document.querySelectorAll('#game-view .pg-game')].map(e => e.dataset.step),"
+                           " view: document.querySelector('#game-view')?.innerText.slice(0, 300),"
+                           " selected: document.querySelector('#token-stream .selected')?.dataset.step})")
+        raise AssertionError(f"the teacher's game view never showed step 4: {held}") from None
     return link
 
 
