@@ -169,11 +169,7 @@ class _BatchedModel:
     def encode(self) -> Callable[..., Any]:
         return self._turn(self._model.encode)  # once per request, alone: the source's own pass
 
-    @property
-    def decode(self) -> Callable[..., Any]:
-        return self._decode_segment
-
-    def _decode_segment(
+    def decode(
         self, input_ids: torch.Tensor, encoder_out: torch.Tensor, attention_mask: torch.Tensor | None = None,
         cache: Any = None, recorder: Recorder | None = None, *, last_only: bool = False,
     ) -> torch.Tensor:
