@@ -105,6 +105,11 @@ class Segment:
         return self.ids.numel()
 
     @property
+    def stack(self) -> str:
+        """The stack its pass runs through, as an edit names it: "encoder" or "decoder"."""
+        return "encoder" if self.kind == "encoder" else "decoder"
+
+    @property
     def self_cache(self) -> KVCache | PolicyCache | None:
         """The self-attention cache (a seq2seq cache holds one beside its cross-attention keys)."""
         return getattr(self.cache, "self_cache", self.cache)
@@ -223,8 +228,7 @@ class Rows(Batch):
         if key not in self._memo:
             found = []
             for i, s in enumerate(self.segments):
-                stack = "encoder" if s.kind == "encoder" else "decoder"
-                found += [(i, iv) for iv in s.edits if iv.layer == layer and iv.stack == stack and edits.site(iv) == site]
+                found += [(i, iv) for iv in s.edits if iv.layer == layer and iv.stack == s.stack and edits.site(iv) == site]
             self._memo[key] = found
         return self._memo[key]
 
@@ -239,7 +243,7 @@ class Rows(Batch):
         if not self.tapped:
             return x
         for i, s in enumerate(self.segments):
-            tap = s.taps.get((site, "encoder" if s.kind == "encoder" else "decoder", layer)) if s.taps else None
+            tap = s.taps.get((site, s.stack, layer)) if s.taps else None
             if tap is not None:
                 tap(self.segment_rows(i, x))
         return x
