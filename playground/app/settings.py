@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -85,6 +85,12 @@ def from_widgets(values: Mapping[str, Any]) -> Any:
     settings no widget names keep their defaults. Widgets already bound their ranges; this only fixes types (a Number
     gives floats) so that the settings compare equal to the parsed link."""
     return UISettings(**{name: BY_NAME[name].coerce(value) for name, value in values.items() if name in BY_NAME})
+
+
+def widget_settings(values: Sequence[Any]) -> Any:
+    """Settings from the left column's widget values in `WIDGETS` order, as an event sends them (values after
+    them, another component's, are left out)."""
+    return from_widgets(dict(zip(WIDGETS, values[: len(WIDGETS)])))
 
 
 def plain(settings: Any) -> Any:

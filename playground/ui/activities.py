@@ -20,7 +20,7 @@ from playground.app import describe, serving, visitors
 from playground.app.activities import game, lens_guess, samples
 from playground.app.notes import error_line
 from playground.app.session import Sessions
-from playground.app.settings import WIDGETS, from_widgets
+from playground.app.settings import widget_settings
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.ui.lanes import GENERATE, JOBS, Lanes
@@ -50,7 +50,7 @@ class Activities:
     def ask_many(self, request: gr.Request, n: Any, prediction: Any, *widgets: Any) -> Iterator[tuple[Any, Any]]:
         """(the view, the outcome's data): "answer i of N" while the samples run, then the table."""
         session = self.sessions.get(session_key(request))
-        settings = from_widgets(dict(zip(WIDGETS, widgets[: len(WIDGETS)])))
+        settings = widget_settings(widgets)
         lang = settings.lang
         try:
             count = samples.check_count(n)

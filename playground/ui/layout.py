@@ -52,8 +52,7 @@ LIVE_TEMPLATE = """<div class="pg-live">
 COPY_LINK_JS = """
 (query) => {
   const url = /^https?:[/][/]/.test(query) ? query : window.location.origin + window.location.pathname + query;
-  const at = url.indexOf('?');  // none: the bare address (every setting at its default)
-  try { window.history.replaceState(null, '', window.location.pathname + (at < 0 ? '' : url.slice(at))); } catch (e) {}
+  try { window.history.replaceState(null, '', window.location.pathname + url.slice(url.indexOf('?'))); } catch (e) {}
   if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(url).catch(() => {}); }
   return url;
 }

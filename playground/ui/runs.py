@@ -18,7 +18,7 @@ import gradio as gr
 
 from playground.app import describe, history
 from playground.app.session import MAX_RUNS_PER_SESSION, Session, Sessions
-from playground.app.settings import WIDGETS, format_branches, from_widgets
+from playground.app.settings import WIDGETS, format_branches, widget_settings
 from playground.app.words import t
 from playground.hosting import shared_link
 from playground.ui.gradio_internals import event_data
@@ -28,10 +28,8 @@ from playground.ui.streaming import Streaming
 # The link box holds a query string from the server: the page's own address goes before it (inside a Space the
 # server already wrote the Space's address).
 RUN_SLOTS = 3  # a streamed frame's first outputs: the live screen, the notes, the branches (then the badge, the history)
-# "?": the page's bare address (the link of settings that are all the defaults); "": no link (the box is hidden)
 ABSOLUTE_LINK_JS = """
-(query) => (!query || /^https?:[/][/]/.test(query)) ? query
-  : window.location.origin + window.location.pathname + (query === '?' ? '' : query)
+(query) => (!query || /^https?:[/][/]/.test(query)) ? query : window.location.origin + window.location.pathname + query
 """
 
 
@@ -84,8 +82,8 @@ class Runs:
             session.link_asked = "run" if session.link_asked else ""  # a shown box now holds this run's link
             link = gr.update(value=shared_link(session.link_query()))
         elif session.link_asked == "settings" and len(widgets) == len(WIDGETS):
-            query = session.link_query(from_widgets(dict(zip(WIDGETS, widgets))))
-            link = gr.update(value=shared_link(query) or "?", visible=True)
+            query = session.link_query(widget_settings(widgets))
+            link = gr.update(value=shared_link(query), visible=True)
         else:
             session.link_asked = ""
             link = gr.update(value="", visible=False)

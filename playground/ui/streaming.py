@@ -27,7 +27,7 @@ from playground.app.notes import error_line
 from playground.app.play import Frame, Origin, play, play_link, play_script
 from playground.app.run import Run
 from playground.app.session import LiveView, Session, Sessions
-from playground.app.settings import LANGS, RUN_FIELDS, WIDGETS, UISettings, format_branches, from_widgets
+from playground.app.settings import LANGS, RUN_FIELDS, UISettings, format_branches, widget_settings
 from playground.errors import PlaygroundError
 from playground.generation.events import held_bytes
 from playground.hosting import shared_link
@@ -67,7 +67,7 @@ class Streaming:
         session = self.sessions.get(session_key(request))
         session.take_link_run()  # the visitor's own press: a link's run (if still pending) is not replayed
         session.link_notes = []  # and the link's notes are done
-        settings = from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))
+        settings = widget_settings(args)
         if float(ticket or 0) and float(ticket) <= session.stopped_before:
             yield UNCHANGED  # Stop was pressed while this run waited in the queue
             return
@@ -80,7 +80,7 @@ class Streaming:
         if not session.take_link_run():
             yield UNCHANGED  # nothing to run: what the page shows (the link's notes) stays
             return
-        settings = from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))
+        settings = widget_settings(args)
         if session.link_settings is not None:  # what only a link sets: its branches and experiments
             settings = dataclasses.replace(settings, **{f: getattr(session.link_settings, f) for f in RUN_FIELDS})
         session.lang = settings.lang
@@ -232,7 +232,7 @@ class Streaming:
         the Space's huggingface.co address before it."""
         session = self.sessions.get(session_key(request))
         session.link_asked = "run" if session.current is not None else "settings"
-        return shared_link(session.link_query(from_widgets(dict(zip(WIDGETS, args[: len(WIDGETS)])))))
+        return shared_link(session.link_query(widget_settings(args)))
 
     # --- Stop ------------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from playground.app import describe, serving, tokens_view
 from playground.app.activities import export, side_by_side
 from playground.app.notes import error_line
 from playground.app.session import Session, Sessions
-from playground.app.settings import WIDGETS, from_widgets
+from playground.app.settings import widget_settings
 from playground.app.words import t
 from playground.ui.activities import Activities, wire_activities
 from playground.ui.class_game import ClassGame, wire_game
@@ -90,7 +90,7 @@ class Teacher:
         after another, then compared: (live, notes, branches, comparison, its data)."""
         session = self.sessions.get(session_key(request))
         session.link_notes = []
-        settings = from_widgets(dict(zip(WIDGETS, widgets[: len(WIDGETS)])))
+        settings = widget_settings(widgets)
         session.lang = lang = settings.lang
         seed = settings.seed if settings.seed is not None else secrets.randbelow(2**31)
         temperatures = [float(x) if x is not None else d for x, d in zip((t1, t2, t3), side_by_side.TEMPERATURES)]
