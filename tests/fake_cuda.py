@@ -181,6 +181,8 @@ class _FakeCudaMode(TorchFunctionMode):
                                 "tensor to host memory first.")
         if func in _FACTORIES:
             on_cuda = _is_cuda(kwargs.get("device"))
+            if kwargs.get("pin_memory") and not on_cuda:  # page-locked host memory: plain host memory here
+                kwargs = {k: v for k, v in kwargs.items() if k != "pin_memory"}
             _check_generator(func, on_cuda, args, kwargs)
             out = func(*args, **{**kwargs, "device": CPU} if on_cuda else kwargs)
             return CudaTensor(out) if on_cuda and type(out) is torch.Tensor else out
@@ -205,23 +207,42 @@ class _FakeCudaMode(TorchFunctionMode):
 
 
 class FakeDevice:
-    """What the code under test did with the device: how often it waited for it."""
+    """What the code under test did with the device: how often it waited for it (the device, or an event)."""
 
     def __init__(self) -> None:
         self.synchronized = 0
+        self.events_waited = 0
 
     def synchronize(self, device: Any = None) -> None:
         self.synchronized += 1
+
+    def event(self) -> _FakeEvent:
+        return _FakeEvent(self)
+
+
+class _FakeEvent:
+    """`torch.cuda.Event`: the work queued before `record` is done when it is recorded (it ran on the CPU)."""
+
+    def __init__(self, device: FakeDevice) -> None:
+        self.device, self.recorded = device, False
+
+    def record(self, stream: Any = None) -> None:
+        self.recorded = True
+
+    def synchronize(self) -> None:
+        assert self.recorded, "an event waited for before it was recorded"
+        self.device.events_waited += 1
 
 
 @contextlib.contextmanager
 def fake_cuda() -> Iterator[FakeDevice]:
     """Pretend this CPU build has one CUDA device (see the module docstring)."""
     fake = FakeDevice()
-    saved = (torch.cuda._lazy_init, torch.cuda.synchronize, torch.Generator,
+    saved = (torch.cuda._lazy_init, torch.cuda.synchronize, torch.Generator, torch.cuda.Event,
              torch.__future__.get_swap_module_params_on_conversion())
     torch.cuda._lazy_init = lambda: None  # the tensors never reach a CUDA kernel
     torch.cuda.synchronize = fake.synchronize
+    torch.cuda.Event = fake.event
     torch.Generator = _CudaGenerator
     # nn.Module.to swaps each parameter for its CudaTensor (a plain `.data =` cannot hold a subclass).
     torch.__future__.set_swap_module_params_on_conversion(True)
@@ -229,5 +250,5 @@ def fake_cuda() -> Iterator[FakeDevice]:
         with _FakeCudaMode():
             yield fake
     finally:
-        torch.cuda._lazy_init, torch.cuda.synchronize, torch.Generator = saved[:3]
-        torch.__future__.set_swap_module_params_on_conversion(saved[3])
+        torch.cuda._lazy_init, torch.cuda.synchronize, torch.Generator, torch.cuda.Event = saved[:4]
+        torch.__future__.set_swap_module_params_on_conversion(saved[4])

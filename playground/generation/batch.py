@@ -679,16 +679,18 @@ class Scheduler:
             t.seat = t.waiting
             groups.setdefault(id(t.seat.group), []).append(t)
         for batch in groups.values():
-            self._note(batch, [Entry(t.tag, 1, 1, DECODE, True) for t in batch], batch[0].plan.lm.model)
             try:
                 told = batch[0].seat.group.advance()
             except Exception as error:  # e.g. out of memory: every run of this call fails alike
+                self._note(batch, [Entry(t.tag, 1, 1, DECODE, True) for t in batch], batch[0].plan.lm.model)
                 for t in batch:
                     self._end(t, error)
                 continue
-            rows = [told[t.seat.row] for t in batch]  # all read first: a run that ends now frees its row
-            for t, row in zip(batch, rows):
-                self._resume(t, row)
+            # the runs this call told (with the device a step ahead, one that joined since waits for the next)
+            heard = [t for t in batch if t.seat in told]
+            self._note(heard, [Entry(t.tag, 1, 1, DECODE, True) for t in heard], batch[0].plan.lm.model)
+            for t in heard:
+                self._resume(t, told[t.seat])
 
     def _forward(self, segments: list[Segment], model: torch.nn.Module, *, alone: bool) -> list[torch.Tensor | None]:
         if alone and not self.invariant_alone:

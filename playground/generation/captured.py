@@ -359,6 +359,9 @@ class CapturedDecoder:
             raise ValueError("a CUDA graph needs the model on a CUDA device; use the inductor backend on the CPU")
         self.model, self.backend, self.mode = model, backend, mode
         self.aside, self.max_steps = aside, max_steps
+        # the next step call launched before the host handles this one's rows (`shared_step`): on CUDA the device
+        # computes while the host builds the events; on the CPU a call is computed when launched, nothing to gain
+        self.overlap = model.device.type == "cuda"
         self._steps: dict[StepShape, tuple[DecodeStep, Callable[..., torch.Tensor]]] = {}
         self._bytes: dict[StepShape, int] = {}  # each kept step's `step_bytes`
         self._busy: set[StepShape] = set()

@@ -3,7 +3,7 @@
     group = SharedStep(lm.captured, shape_of(p))   # the runs of one step shape (its rows aside)
     seat = group.join(p)                           # a row of the step, or why not (a str: the run decodes eagerly)
     ... the prompt's eager pass into seat.cache, then seat.first(logits)
-    told = group.advance()                         # one call of the step for every live row: (rows, width), host
+    told = group.advance()                         # one call of the step for every live row: {seat: its row}, host
     seat.leave()
 
 A group holds its model's kept step (`captured.CapturedDecoder`) of the smallest row bucket that holds its live
@@ -17,6 +17,19 @@ before it is needed: a growing group keeps the two buckets above its own prepare
 A script's run (`generate_all`, the CLI) is a group of its own, one row (`decode` without a scheduler). A server's
 scheduler (`batch.Scheduler`) keeps one group per step shape for all its visitors and calls `advance` once per
 step for all the rows waiting on it, so a class decodes through one call of the captured step.
+
+The device a step ahead (`CapturedDecoder.overlap`, on by default on CUDA). A class's step is host-bound on a GPU:
+each row's event (its candidates' texts, its captures, the detokenised text) is Python work, and a synchronous step
+leaves the device idle meanwhile. So `advance` reads the call launched before (its output copied to pinned host
+memory as soon as it is computed), then launches the next call at once and returns: the device computes step N+1
+while the host builds step N's events. A row's state lives on the device, so the next call needs nothing from the
+host; what the host does between two calls (a run leaving or joining, a move between buckets, noise drawn for
+the next call) is queued on the same stream after the call in flight, so it takes effect at the call after it, as
+it would have without overlap. What overlap changes is who hears a call: the seats live when it was launched (a
+run that joined after it hears from the next; a run that left ignores its row: one token computed for nothing, at
+a position its cache holds, since a run's last call feeds position `max_length - 2`). Every run's tokens are the
+ones it decodes without overlap (tests/library/test_shared_step.py runs the whole group both ways on the CPU, where
+a call is computed when it is launched, so overlap saves nothing there and is off).
 """
 
 from __future__ import annotations
@@ -72,6 +85,30 @@ class Seat:
             self.group.leave(self)
 
 
+class _Launched:
+    """A step call on its way to the host: its output and the seats live when it was launched, with their rows then
+    (a move between buckets may renumber them before it is read). On CUDA its output is copied into pinned host
+    memory as soon as it is computed, so reading it later waits for nothing else (the step's own output buffer may
+    be a CUDA graph's, written again by the next replay)."""
+
+    def __init__(self, out: torch.Tensor, seats: list[tuple[Seat, int]]) -> None:
+        self.seats, self.done = seats, None
+        if out.device.type == "cuda":
+            self.out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self.out.copy_(out, non_blocking=True)
+            self.done = torch.cuda.Event()
+            self.done.record()
+        else:
+            self.out = out
+
+    def read(self) -> np.ndarray:
+        """(rows, width) on the host, once the call and its copy are done."""
+        if self.done is not None:
+            self.done.synchronize()
+        with torch.inference_mode():
+            return self.out.numpy() if self.done is not None else self.out.cpu().numpy()
+
+
 class SharedStep:
     """The runs of one step shape (`shape` with any row count) of one model: one step call advances them all.
     `grow`: move to a bigger row bucket when every row is taken (a scheduler's groups); else one bucket, fixed."""
@@ -84,6 +121,8 @@ class SharedStep:
         self.run: Callable[..., torch.Tensor] | None = None
         self.seats: list[Seat | None] = []  # per row of the held step
         self.noise: torch.Tensor | None = None
+        self.overlap = decoder.overlap  # launch the next call before the host handles this one's rows
+        self.launched: _Launched | None = None  # the call in flight (with `overlap`), not read yet
 
     @property
     def bucket(self) -> int:
@@ -119,18 +158,28 @@ class SharedStep:
         self.seats[row] = seat
         return seat
 
-    def advance(self) -> np.ndarray:
-        """One call of the step: every live row's next token; (rows, width) read to the host in one transfer."""
+    def advance(self) -> dict[Seat, np.ndarray]:
+        """One call of the step for every live row: {seat: its output row (width,)}, read to the host in one
+        transfer. With `overlap`, the output of the call launched before, and the next call is launched before this
+        returns (a seat that joined since hears from that one; see the module docstring)."""
+        launched = self.launched if self.launched is not None else self._launch()
+        told = launched.read()
+        self.launched = self._launch() if self.overlap else None
+        return {seat: told[row] for seat, row in launched.seats if not seat.left}
+
+    def _launch(self) -> _Launched:
+        """Call the step for the live rows (between two calls: move to a smaller bucket when one seats them)."""
         self._settle()
+        seats = self.live
         if self.noise is not None:
-            for seat in self.live:
+            for seat in seats:
                 if seat.generator is not None:
                     sampler.draw_noise(self.noise[seat.row], seat.generator)
         with torch.inference_mode():
-            told = self.run(self.noise).cpu().numpy()
-        for seat in self.live:
+            launched = _Launched(self.run(self.noise), [(seat, seat.row) for seat in seats])
+        for seat in seats:
             seat.rows = max(seat.rows, self.bucket)
-        return told
+        return launched
 
     def leave(self, seat: Seat) -> None:
         if self.step is not None and 0 <= seat.row < self.bucket and self.seats[seat.row] is seat:
@@ -170,7 +219,7 @@ class SharedStep:
     def _drop(self) -> None:
         if self.step is not None:
             self.decoder.give(self.step.shape)
-            self.step = self.run = self.noise = None
+            self.step = self.run = self.noise = self.launched = None  # a call in flight served only seats gone now
             self.seats = []
 
     def _settle(self) -> None:
@@ -248,7 +297,7 @@ def decode(p: Any, stop: threading.Event | None, eager: Callable[..., Iterator[S
         group, wait = p.steps.steps.group(shape), p.steps.wait
     else:
         group = SharedStep(p.lm.captured, shape, grow=False)
-        wait = lambda seat: group.advance()[seat.row]  # noqa: E731 - the script's own step call
+        wait = lambda seat: group.advance()[seat]  # noqa: E731 - the script's own step call
     try:
         seat = group.join(p)
         if isinstance(seat, str):

@@ -3,6 +3,7 @@
     python -m playground.tools.loadtest --core [--model weights/SmolLM2-135M-Instruct] [--visitors 1,8]
                                               [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
                                               [--compile auto] [--random-weights] [--plain-too] [--breakdown]
+                                              [--no-overlap]
 
 Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and the
 page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates), its events
@@ -21,8 +22,10 @@ hand): before each crowd size is timed, a crowd of that size warms the server (a
 size is prepared, as a warm server has them), and each visitor's line says how it decoded (captured, the rows of
 its step). `--random-weights`: the model folder's config and tokenizer with random weights (a GPU machine the real
 weights cannot travel to). `--plain-too`: each crowd again without the page's captures (what they cost).
-`--breakdown`: where each crowd's scheduler steps went, per step: the captured step's call (its replay, waiting for
-it and its output to the host), each run's own work after it (its event, token chain, KV statistics, candidates and
+`--no-overlap`: the captured step synchronous, as on the CPU (on CUDA the device otherwise computes the next call
+while the host builds this one's events, `generation.shared_step`): run it both ways to see what overlap gains.
+`--breakdown`: where each crowd's scheduler steps went, per step: the captured step's call (waiting for the call in
+flight and its output to the host, then launching the next), each run's own work after it (its event, token chain, KV statistics, candidates and
 copies; also per row), and the rest (admitting, the eager batch's passes, prompts, the readers taking the GIL).
 """
 
@@ -257,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="decode through the captured step (app.py --compile)")
     parser.add_argument("--random-weights", action="store_true", help="the folder's config and tokenizer, random weights")
     parser.add_argument("--plain-too", action="store_true", help="each crowd again without the page's captures")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="the captured step synchronous (on CUDA: no call launched while the host builds events)")
     parser.add_argument("--breakdown", action="store_true", help="where each crowd's scheduler steps went")
     args = parser.parse_args(argv)
     if (code := gpu_bench.fail_without_cuda(args.device)) is not None:
@@ -280,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
 
     serving.configure(max_rows=max(serving.MAX_ROWS, *sizes))  # app.py --max-rows: every visitor decodes at once
     lm = torch_thread.call(load_model, folder, device=args.device, dtype=args.dtype, compile=args.compile or False)
+    if args.no_overlap and lm.captured is not None:
+        lm.captured.overlap = False
     from playground.errors import PlaygroundError
 
     try:
@@ -287,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     except PlaygroundError as error:  # e.g. more new tokens than the model's context holds after a question
         print(f"error: {error}", file=sys.stderr)
         return 2
+    overlap = "" if lm.captured is None else (
+        "; the captured step a call ahead of the host" if lm.captured.overlap else "; the captured step synchronous")
     print(f"{name}; {gpu_bench.device_name(args.device)}, {args.dtype}; greedy, chat on, the page's live captures, "
-          f"{args.new_tokens} new tokens; the CLI alone: {cli:.1f} tokens/s", flush=True)
+          f"{args.new_tokens} new tokens{overlap}; the CLI alone: {cli:.1f} tokens/s", flush=True)
     solo = [press(lm, name, i, args.new_tokens, time.perf_counter()).tokens for i in range(max(sizes))]
     theirs = None
     if not args.no_transformers:

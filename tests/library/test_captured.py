@@ -340,10 +340,13 @@ def test_the_step_keeps_every_tensor_on_the_models_device(tmp_path_factory, one_
                            capture_attention=True, capture_residual=True,
                            interventions=(Ablate(0, head=1), Steer(0, vector=[0.1] * c.d_model, scale=1.0),
                                           Patch(1, position=len(PROMPT) + 1, value=[0.0] * c.d_model)))
-    with fake_cuda():
+    with fake_cuda() as device:
         model = playground.load_model(cpu.path).model.to(torch.device("cuda", 0))
         assert isinstance(model.embed.weight, CudaTensor)
         lm = dataclasses.replace(cpu, model=model, device=torch.device("cuda", 0))
         eager, got = generate_all(lm, PROMPT, cfg), generate_all(captured(lm), PROMPT, cfg)
     assert got.decoding["captured"] and got.token_ids == eager.token_ids
+    # on CUDA the device runs a call ahead: each call's output copied to pinned host memory, its event waited for
+    # once per token after the first (the prefill's token is chosen eagerly)
+    assert device.events_waited == cfg.max_new_tokens - 1
     assert np.allclose([e.prob for e in got.steps], [e.prob for e in eager.steps], rtol=0, atol=1e-5)
