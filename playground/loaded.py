@@ -145,7 +145,11 @@ class LoadedModel:
         return text
 
     def token_texts(self, ids: list[int]) -> list[str]:
-        return [self.token_text(i) for i in ids]
+        """`token_text` of each id (the remembered texts looked up once: a class's step asks for every row's
+        candidates)."""
+        known = _TOKEN_TEXTS.get(self.tokenizer, {}) if self.tokenizer is not None else {}
+        texts = [known.get(i) for i in ids]
+        return texts if None not in texts else [self.token_text(i) if t is None else t for i, t in zip(ids, texts)]
 
     def checkpoint_texts(self) -> dict[str, str]:
         """Every piece of text this checkpoint controls that the app may show, keyed by where it comes

@@ -129,9 +129,10 @@ class Layout:
                          else t.reshape(rows, n).to(torch.float32))
         return torch.cat(parts, dim=1)
 
-    def read(self, row: np.ndarray, name: str) -> np.ndarray:
+    def block(self, told: np.ndarray, name: str) -> np.ndarray:
+        """Field `name` of every row of a step's output `told` (rows, width): a view (rows, *dims)."""
         at, n, dims = self.fields[name]
-        return row[at : at + n].reshape(dims)
+        return told[:, at : at + n].reshape(told.shape[0], *dims)
 
 
 class DecodeStep(nn.Module):

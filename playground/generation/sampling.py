@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from playground.generation.events import Candidates
+from playground.generation.events import Candidates, shared_names
 
 TRUNCATION_STAGES = ("top_k", "top_p", "min_p", "forced_bos", "forced_eos")
 
@@ -62,10 +63,33 @@ def describe(
     (probs[stage][j]) and whether its score was finite there (the first stage where it is not removed it).
     What a captured step reads back (`generation.captured`) and the eager path computes meet here."""
     n = len(ids)
-    finite_at = np.asarray(finite, dtype=bool).reshape(len(names), n)
-    removed = np.full(n, -1)
-    for i in range(len(names) - 1, 0, -1):  # the first stage where a finite score became -inf (the last one set wins)
-        removed[finite_at[i - 1] & ~finite_at[i]] = i
-    ids = [int(i) for i in ids]
-    return Candidates.of(names, ids, raw_logits, removed, np.asarray(probs, dtype=np.float64),
-                         [token_text(i) for i in ids], ids.index(chosen) if chosen in ids else -1)
+    return describe_rows(names, np.asarray(ids, dtype=np.int64).reshape(1, n), np.asarray(raw_logits).reshape(1, n),
+                         np.asarray(probs).reshape(1, len(names), n), np.asarray(finite, dtype=bool).reshape(1, len(names), n),
+                         np.array([chosen]), lambda row: [token_text(i) for i in row])[0]
+
+
+def describe_rows(
+    names: Sequence[str], ids: np.ndarray, raw_logits: np.ndarray, probs: np.ndarray, finite: np.ndarray,
+    chosen: np.ndarray, token_texts: Callable[[list[int]], list[str]],
+) -> list[Candidates]:
+    """`describe` for G rows at once, all with the stages `names`: ids (G, n), raw_logits (G, n), probs and
+    finite (G, stages, n), chosen (G,). A class's captured step describes every row of a step in one pass
+    (`shared_step`): numpy per step, not per row; only each row's table and texts are its own."""
+    g, n = ids.shape
+    # the first stage where a finite score became -inf removed it (-1: kept)
+    removed = np.full((g, n), -1)
+    if len(names) > 1:
+        drops = finite[:, :-1] & ~finite[:, 1:]  # (G, stages - 1, n)
+        removed = np.where(drops.any(axis=1), drops.argmax(axis=1) + 1, -1)
+    tables = np.empty((g, n, 3 + len(names)), dtype=np.float64)
+    tables[:, :, 0], tables[:, :, 1], tables[:, :, 2] = ids, raw_logits, removed
+    tables[:, :, 3:] = probs.transpose(0, 2, 1)
+    hits = ids == np.asarray(chosen).reshape(g, 1)
+    at = np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
+    names = shared_names(names)
+    out = []
+    for r in range(g):
+        texts = token_texts(ids[r].tolist())
+        out.append(Candidates(names, tables[r].copy(), "".join(texts), tuple(itertools.accumulate(map(len, texts))),
+                              int(at[r])))
+    return out

@@ -38,7 +38,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from playground.generation.captured import (
     row_bucket,
     shape_of,
 )
-from playground.generation.events import StepEvent
+from playground.generation.events import Candidates, StepEvent
 from playground.generation.tail import EventTail
 from playground.models.edits import edited
 from playground.models.kv_cache import KVCache
@@ -61,22 +61,66 @@ from playground.models.kv_cache import KVCache
 FULL = "every row of the largest captured step is taken: eager"
 
 
+class RowTold(NamedTuple):
+    """One run's row of a step call, as the host reads it."""
+
+    token_id: int
+    prob: float
+    candidates: Candidates | None
+    attention: np.ndarray | None  # (captured layers, heads, length): a view of the call's output
+    residual: np.ndarray | None  # (layers + 1, d_model): a view of the call's output
+
+
+def read_rows(step: DecodeStep, told: np.ndarray, seats: list[tuple[Seat, int]]) -> dict[Seat, RowTold]:
+    """The rows of `seats` of one call's output `told` (rows, width), read in one pass: the chosen tokens and their
+    probabilities for all rows at once, the candidates of all rows with the same stages in one `describe_rows`
+    (numpy per call, not per row: a class's step is host-bound on a GPU, issue 43). Captures stay views; a run
+    copies what it keeps (`_copy`)."""
+    if not seats:
+        return {}
+    layout, shape = step.layout, step.shape
+    rows = np.array([row for _, row in seats])
+    tokens = layout.block(told, "token")[rows].astype(np.int64)
+    probs = layout.block(told, "numerator")[rows].astype(np.float64) / layout.block(told, "denominator")[rows]
+    cands: list[Candidates | None] = [None] * len(seats)
+    if shape.candidates:
+        ids, raw = layout.block(told, "ids")[rows].astype(np.int64), layout.block(told, "raw")[rows]
+        stage_probs, finite = layout.block(told, "probs")[rows], layout.block(told, "finite")[rows] > 0
+        by_stages: dict[tuple[str, ...], list[int]] = {}
+        for j, (seat, _) in enumerate(seats):
+            by_stages.setdefault(seat.stages, []).append(j)
+        for names, js in by_stages.items():
+            picked = [sampler.STAGES.index(name) for name in names]
+            at = np.array(js)
+            told_here = sampling.describe_rows(names, ids[at], raw[at], stage_probs[at][:, picked], finite[at][:, picked],
+                                               tokens[at], seats[js[0]][0].token_texts)
+            for j, c in zip(js, told_here):
+                cands[j] = c
+    attention = layout.block(told, "attention") if shape.capture.layers else None
+    residual = layout.block(told, "residual") if shape.capture.residual else None
+    return {seat: RowTold(int(tokens[j]), float(probs[j]), cands[j], None if attention is None else attention[row],
+                          None if residual is None else residual[row]) for j, (seat, row) in enumerate(seats)}
+
+
 class Seat:
     """One run's row in a group's step: where its state lives, its own draws, the most rows it decoded beside."""
 
-    def __init__(self, group: SharedStep, row: int, cache: KVCache, generator: torch.Generator | None) -> None:
+    def __init__(self, group: SharedStep, row: int, cache: KVCache, generator: torch.Generator | None,
+                 stages: tuple[str, ...], token_texts: Callable[[list[int]], list[str]]) -> None:
         self.group, self.row, self.cache, self.generator = group, row, cache, generator
+        self.stages, self.token_texts = stages, token_texts  # what its candidates report, and their texts
         self.rows = group.bucket  # the largest bucket it decoded in (its `decoding["rows"]`)
         self.left = False
 
-    def first(self, logits: torch.Tensor) -> np.ndarray:
-        """The prefill's logits (1, V) -> the run's first token, chosen as every step chooses; its output row."""
+    def first(self, logits: torch.Tensor) -> RowTold:
+        """The prefill's logits (1, V) -> the run's first token, chosen as every step chooses; its output row read."""
         noise = None
         if self.group.shape.sampling:
             noise = torch.ones((1, logits.shape[-1]), dtype=torch.float32, device=logits.device)
             if self.generator is not None:
                 sampler.draw_noise(noise[0], self.generator)
-        return self.group.step.first(self.row, logits, noise)[0].cpu().numpy()
+        out = self.group.step.first(self.row, logits, noise).cpu().numpy()
+        return read_rows(self.group.step, out, [(self, 0)])[self]
 
     def leave(self) -> None:
         """The run ended (or failed): its row is free again. Said twice, nothing more happens."""
@@ -86,13 +130,13 @@ class Seat:
 
 
 class _Launched:
-    """A step call on its way to the host: its output and the seats live when it was launched, with their rows then
-    (a move between buckets may renumber them before it is read). On CUDA its output is copied into pinned host
+    """A step call on its way to the host: its step, its output and the seats live when it was launched, with their
+    rows then (a move between buckets may renumber them, or hold another step, before it is read). On CUDA its output is copied into pinned host
     memory as soon as it is computed, so reading it later waits for nothing else (the step's own output buffer may
     be a CUDA graph's, written again by the next replay)."""
 
-    def __init__(self, out: torch.Tensor, seats: list[tuple[Seat, int]]) -> None:
-        self.seats, self.done = seats, None
+    def __init__(self, step: DecodeStep, out: torch.Tensor, seats: list[tuple[Seat, int]]) -> None:
+        self.step, self.seats, self.done = step, seats, None
         if out.device.type == "cuda":
             self.out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
             self.out.copy_(out, non_blocking=True)
@@ -154,18 +198,19 @@ class SharedStep:
         if p.pipeline.sampling:
             generator = torch.Generator(device=p.lm.device)
             generator.manual_seed(p.cfg.seed) if p.cfg.seed is not None else generator.seed()
-        seat = Seat(self, row, cache, generator)
+        seat = Seat(self, row, cache, generator, sampler.RowKnobs.of(p.pipeline).stages(), p.lm.token_texts)
         self.seats[row] = seat
         return seat
 
-    def advance(self) -> dict[Seat, np.ndarray]:
-        """One call of the step for every live row: {seat: its output row (width,)}, read to the host in one
-        transfer. With `overlap`, the output of the call launched before, and the next call is launched before this
-        returns (a seat that joined since hears from that one; see the module docstring)."""
+    def advance(self) -> dict[Seat, RowTold]:
+        """One call of the step for every live row: {seat: its row read}, the output read to the host in one
+        transfer and every row's numbers in one pass (`read_rows`). With `overlap`, the call launched before, and the
+        next call is launched before the rows are read (a seat that joined since hears from that one; see the module
+        docstring)."""
         launched = self.launched if self.launched is not None else self._launch()
         told = launched.read()
         self.launched = self._launch() if self.overlap else None
-        return {seat: told[row] for seat, row in launched.seats if not seat.left}
+        return read_rows(launched.step, told, [(seat, row) for seat, row in launched.seats if not seat.left])
 
     def _launch(self) -> _Launched:
         """Call the step for the live rows (between two calls: move to a smaller bucket when one seats them)."""
@@ -176,7 +221,7 @@ class SharedStep:
                 if seat.generator is not None:
                     sampler.draw_noise(self.noise[seat.row], seat.generator)
         with torch.inference_mode():
-            launched = _Launched(self.run(self.noise), [(seat, seat.row) for seat in seats])
+            launched = _Launched(self.step, self.run(self.noise), [(seat, seat.row) for seat in seats])
         for seat in seats:
             seat.rows = max(seat.rows, self.bucket)
         return launched
@@ -284,7 +329,7 @@ class Seating:
     plan through the scheduler's shared eager batch, for a run that gets no row."""
 
     steps: Steps
-    wait: Callable[[Seat], np.ndarray]
+    wait: Callable[[Seat], RowTold]
     batched: Callable[[Any], Any]
 
 
@@ -327,12 +372,10 @@ def _prefill(p: Any, ids: torch.Tensor, cache: KVCache, recorder: Any) -> torch.
     return prefix_cache.prefill(model, ids, cache, recorder, prefix_cache.Feed(p.prefix, prefix_cache.Alone()))
 
 
-def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Seat], np.ndarray]) -> Iterator[StepEvent]:
+def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Seat], RowTold]) -> Iterator[StepEvent]:
     lm, cfg, shape = p.lm, p.cfg, seat.group.shape
-    layout, cache = seat.group.step.layout, seat.cache
+    cache = seat.cache
     n_layers = lm.config.n_layers
-    names = sampler.RowKnobs.of(p.pipeline).stages()
-    picked = [sampler.STAGES.index(name) for name in names]
     prompt_length = len(p.prefix_ids)
     tail = EventTail(p)
     for i in range(cfg.max_new_tokens):
@@ -354,22 +397,15 @@ def _steps(p: Any, stop: threading.Event | None, seat: Seat, wait: Callable[[Sea
                     prompt = captures.prompt_maps(recorder, {"self": n_layers})
                 residual = captures.pick_residual(captures.residual_rows(recorder), 0)
         else:
-            told = wait(seat)  # the step's one transfer to the host, this run's row of it
+            told = wait(seat)  # this run's row of the step's one transfer to the host
         position = prompt_length + i - 1  # the query this step fed (step 0: the prompt's last)
         cache.written_to(prompt_length + i)
         if i > 0 and shape.capture.layers:
-            attention = layout.read(told, "attention")
-            by_layer = dict(zip(shape.capture.layers, attention))
+            by_layer = dict(zip(shape.capture.layers, told.attention))
             rows = {"self": [_copy(by_layer[k][:, : position + 1]) if k in by_layer else None for k in range(n_layers)]}
         if i > 0 and shape.capture.residual:
-            residual = _copy(layout.read(told, "residual"))
-        token_id = int(told[layout.fields["token"][0]])
-        prob = float(layout.read(told, "numerator")) / float(layout.read(told, "denominator"))
-        cands = None
-        if shape.candidates:
-            probs, finite = layout.read(told, "probs")[picked], layout.read(told, "finite")[picked] > 0
-            cands = sampling.describe(names, layout.read(told, "ids").astype(np.int64), layout.read(told, "raw"), probs,
-                                      finite, token_id, lm.token_text)  # arrays as read: no lists per row
+            residual = _copy(told.residual)
+        token_id, prob, cands = told.token_id, told.prob, told.candidates
         event = tail.event(i, token_id, prob, t0, kv=cache.stats(), candidates=cands, attention=rows, residual=residual,
                            prompt_attention=prompt)
         yield event

@@ -25,7 +25,8 @@ weights cannot travel to). `--plain-too`: each crowd again without the page's ca
 `--no-overlap`: the captured step synchronous, as on the CPU (on CUDA the device otherwise computes the next call
 while the host builds this one's events, `generation.shared_step`): run it both ways to see what overlap gains.
 `--breakdown`: where each crowd's scheduler steps went, per step: the captured step's call (waiting for the call in
-flight and its output to the host, then launching the next), each run's own work after it (its event, token chain, KV statistics, candidates and
+flight and its output to the host, launching the next, and reading every run's row at once: tokens, probabilities,
+candidates), each run's own work after it (its event, token chain, KV statistics, candidates and
 copies; also per row), and the rest (admitting, the eager batch's passes, prompts, the readers taking the GIL).
 """
 
@@ -183,15 +184,15 @@ class StepTimes:
     """`--breakdown`: the scheduler's steps timed while a crowd runs (its methods wrapped, put back by `close`)."""
 
     def __init__(self) -> None:
-        import numpy as np
-
         from playground.generation import batch, shared_step
 
         self.steps = self.rows = 0
-        self.total = self.call = self.after = 0.0
+        self.total = self.call = self.read = self.after = 0.0
+        self.in_call = False
         step, resume, advance = batch.Scheduler.step, batch.Scheduler._resume, shared_step.SharedStep.advance
+        read_rows = shared_step.read_rows
         self._put_back = [(batch.Scheduler, "step", step), (batch.Scheduler, "_resume", resume),
-                          (shared_step.SharedStep, "advance", advance)]
+                          (shared_step.SharedStep, "advance", advance), (shared_step, "read_rows", read_rows)]
         times = self
 
         def timed_step(scheduler: Any) -> None:
@@ -203,19 +204,28 @@ class StepTimes:
         def timed_resume(scheduler: Any, ticket: Any, value: Any = None) -> None:
             began = time.perf_counter()
             resume(scheduler, ticket, value)
-            if isinstance(value, np.ndarray):  # a seated run reading its row of the step call just made
+            if isinstance(value, shared_step.RowTold):  # a seated run reading its row of the step call just made
                 times.after += time.perf_counter() - began
                 times.rows += 1
 
         def timed_advance(group: Any) -> Any:
-            began = time.perf_counter()
+            began, times.in_call = time.perf_counter(), True
             try:
                 return advance(group)
             finally:
                 times.call += time.perf_counter() - began
+                times.in_call = False
+
+        def timed_read(*args: Any) -> Any:  # a step call's rows (a prefill's first token reads its row too: not counted)
+            began = time.perf_counter()
+            try:
+                return read_rows(*args)
+            finally:
+                if times.in_call:
+                    times.read += time.perf_counter() - began
 
         batch.Scheduler.step, batch.Scheduler._resume = timed_step, timed_resume
-        shared_step.SharedStep.advance = timed_advance
+        shared_step.SharedStep.advance, shared_step.read_rows = timed_advance, timed_read
 
     def close(self) -> None:
         for owner, name, original in self._put_back:
@@ -227,7 +237,8 @@ class StepTimes:
         per = lambda seconds: f"{1000 * seconds / self.steps:.2f} ms"  # noqa: E731
         row = f" ({1e6 * self.after / self.rows:.1f} µs a row)" if self.rows else ""
         return (f"breakdown, per scheduler step ({self.steps} steps, {self.rows / self.steps:.1f} rows a step call): "
-                f"{per(self.total)} in all; the captured step's call {per(self.call)}; each run's own work after it "
+                f"{per(self.total)} in all; the captured step's call {per(self.call)} (of which its rows read for every "
+                f"run at once {per(self.read)}); each run's own work after it "
                 f"{per(self.after)}{row}; the rest {per(self.total - self.call - self.after)}")
 
 

@@ -121,7 +121,9 @@ def test_the_core_load_test_prints_each_visitor_beside_the_cli_and_transformers(
     # where the steps went: each crowd's 2 rows a step call, read back by the runs (5 tokens: 4 after the prefill)
     breakdowns = [line for line in out.splitlines() if line.startswith("breakdown, per scheduler step (")]
     assert len(breakdowns) == 2 and all(" rows a step call)" in line and "µs a row" in line for line in breakdowns)
+    assert all("(of which its rows read for every run at once " in line for line in breakdowns)
     from playground.generation import batch, shared_step
 
     assert batch.Scheduler.step.__qualname__ == "Scheduler.step"  # the tool put the scheduler back
     assert shared_step.SharedStep.advance.__qualname__ == "SharedStep.advance"
+    assert shared_step.read_rows.__qualname__ == "read_rows"
