@@ -58,6 +58,11 @@ def history_html(session: Session) -> str:
             + (f'<p class="pg-muted pg-gone">{html.escape(gone)}</p>' if gone else "") + "</div>")
 
 
+def link_label(session: Session) -> str:
+    """The link box's label: the run on screen's link, or (with none) the run the left column's settings make."""
+    return t("link" if session.current is not None else "link_settings", session.lang)
+
+
 class Runs:
     """The run on screen's badge, history and link, and the pick, for the sessions of one app."""
 
@@ -80,14 +85,21 @@ class Runs:
         session = self.sessions.get(session_key(request))
         if session.current is not None:
             session.link_asked = "run" if session.link_asked else ""  # a shown box now holds this run's link
-            link = gr.update(value=shared_link(session.link_query()))
+            link = gr.update(value=shared_link(session.link_query()), label=link_label(session))
         elif session.link_asked == "settings" and len(widgets) == len(WIDGETS):
             query = session.link_query(widget_settings(widgets))
-            link = gr.update(value=shared_link(query), visible=True)
+            link = gr.update(value=shared_link(query), visible=True, label=link_label(session))
         else:
             session.link_asked = ""
             link = gr.update(value="", visible=False)
         return (*self.panels(session), link)
+
+    def copied(self, request: gr.Request, *widgets: Any) -> dict:
+        """Copy link pressed: the box shows the link (`Streaming.link`) under the label of what it holds. The query,
+        the box's visibility and its label in one update: a second update that only showed the box raced the first,
+        and the browser then turned an empty query into the bare address (about one first click in three)."""
+        value = self.stream.link(request, *widgets)
+        return gr.update(value=value, visible=True, label=link_label(self.sessions.get(session_key(request))))
 
     def pick(self, evt: gr.EventData, request: gr.Request | None = None) -> tuple:
         """A run of the history was clicked: it becomes the run on screen (live screen, notes, branches, badge,

@@ -129,12 +129,7 @@ def wire(page: Page, h: Handlers, *, generate_concurrency: int = 4, server_lane:
     wire_views(page, h.views, redraws + runs + jobs, figures_kw)  # every tab's jobs too: their result is drawn
 
     # Sharing: the server writes the query string; the browser turns it into a full URL.
-    # The query and the box's visibility in one update: a second update that only showed the box raced the first,
-    # and the browser then turned an empty query into the bare address (about one first click in three)
-    def shown_link(request: gr.Request, *args) -> dict:
-        return gr.update(value=h.stream.link(request, *args), visible=True)
-
-    p.copy_link.click(shown_link, settings_inputs, p.link, queue=False).then(
+    p.copy_link.click(h.runs.copied, settings_inputs, p.link, queue=False).then(
         None, p.link, p.link, js=COPY_LINK_JS, queue=False)
 
     # Scripts (gradio_client, the load test) call generation by name; nothing else is listed.

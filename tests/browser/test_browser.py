@@ -398,6 +398,9 @@ def test_with_nothing_on_screen_the_asked_link_follows_a_model_switch(desktop, s
     page.get_by_role("option", name="tiny-random").first.click()
     page.wait_for_function("() => /model=tiny-random/.test(document.querySelector('#share-link textarea')?.value ?? '')")
     assert page.input_value("#share-link textarea").startswith("http")
+    assert "Link to the run these settings make" in page.inner_text("#share-link")  # not a run on screen: says so
+    generate_and_wait(page)
+    page.wait_for_function("() => document.querySelector('#share-link').innerText.includes('Link to this exact run')")
 
 
 @needs_defaults

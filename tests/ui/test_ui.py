@@ -245,6 +245,21 @@ def test_an_empty_seed_is_drawn_for_each_press_shown_and_reproduces(h):
     assert h.sessions.get("seed-link").current.generated_ids == r2.generated_ids and replay
 
 
+def test_the_link_box_says_whether_it_holds_the_run_on_screen_or_the_settings(h):
+    """Copy link with nothing on screen gives the run the left column's settings make, and the box says so; once a run
+    is on screen the box holds its link and says "this exact run", in either language."""
+    s = UISettings(prompt="Hello", max_new_tokens=4)
+    box = h.runs.copied(request("label"), *values(s))
+    assert box["visible"] and "prompt=Hello" in box["value"]
+    assert box["label"] == t("link_settings", "en") != t("link", "en")
+    assert h.runs.show(request("label"), *values(s))[2]["label"] == t("link_settings", "en")  # a redraw keeps it
+    run(h, s, session="label")
+    assert h.runs.show(request("label"), *values(s))[2]["label"] == t("link", "en")
+    assert h.runs.copied(request("label"), *values(s))["label"] == t("link", "en")
+    h.sessions.get("label").lang = "zh"
+    assert h.runs.copied(request("label"), *values(s))["label"] == t("link", "zh")
+
+
 def test_seeded_sampling_reproduces_and_the_api_matches_the_stream(h):
     s = UISettings(prompt="Hello", mode="sample", temperature=1.0, top_k=20, top_p=0.9, seed=11, max_new_tokens=10)
     _, a = run(h, s, "a")
