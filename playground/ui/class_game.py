@@ -37,6 +37,9 @@ GAME_PAGE_JS = """() => {
 }"""
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
+# Start game opens the room at the step on screen, which the page tells the server by a call of its own as a token is
+# clicked: the press waits for that call, or a quick click after picking a step started the room at the one before.
+AFTER_STEP_TOLD_JS = "async (...inputs) => { await window.__pgStepTold; return inputs; }"
 GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_lens",
               "game_link", "game_qr", "game_timer", "game_state", "tabs")
 
@@ -263,7 +266,7 @@ def wire_game(p: Any, g: ClassGame, lang: Any, job_kw: dict[str, Any]) -> None:
 
     p.demo.load(None, None, None, js=GAME_PAGE_JS, queue=False)
     p.demo.load(from_link, None, slots, **quick).then(None, None, None, js=GAME_SCROLL_JS, queue=False)
-    p.game_start.click(start, [p.game_at, p.page_address, lang], slots, **quick)
+    p.game_start.click(start, [p.game_at, p.page_address, lang], slots, js=AFTER_STEP_TOLD_JS, **quick)
     p.game_reveal.click(reveal, [p.game_state, lang], slots, **quick)
     p.game_next.click(step_on, [p.game_state, lang], slots, **quick)
     p.game_lens.click(ask_layer, [p.game_state, lang], slots, **job_kw)

@@ -318,3 +318,35 @@ def test_projector_mode_shows_the_player_link_as_a_big_qr_code(browser, server, 
 def test_a_player_s_page_has_no_qr_code(browser, server, players):
     player = open_player(browser, server, players, "phone", "en")
     assert player.locator("#game-qr svg").count() == 0
+
+
+def test_start_game_pressed_before_the_server_heard_of_the_step_picked_plays_that_step(browser, server, players):
+    """The page tells the server the step on screen by a call of its own as a token is clicked; Start game pressed
+    while that call is still on its way waits for it. Here the call is held back until after the press: the room
+    still opens at the step picked (before, it opened at the step the server knew, the run's last)."""
+    teacher = sized(browser, "desktop", "en")
+    players.append(teacher)
+    open_app(teacher, server, model="tiny-system", prompt=QUESTION, mode="sample", seed=3, max_new_tokens=12)
+    open_tab(teacher, TAB["en"])
+    held = []
+
+    def hold(route):
+        if '"fn_name":"select_step"' in (route.request.post_data or ""):
+            held.append(route)
+        else:
+            route.continue_()
+
+    teacher.route("**/gradio_api/component_server/", hold)
+    teacher.click("#token-stream [data-step='3']")
+    for _ in range(100):
+        if held:
+            break
+        teacher.wait_for_timeout(50)
+    assert held, "the step picked was never sent"
+    teacher.click("#game-start-btn")
+    teacher.wait_for_timeout(700)
+    link = teacher.evaluate("() => document.querySelector('#game-link textarea')?.value ?? ''")
+    assert "?game=" not in link  # the press waits for the step to be told
+    held[0].continue_()
+    teacher.wait_for_selector("#game-view .pg-game[data-step='4']")
+    teacher.unroute("**/gradio_api/component_server/")

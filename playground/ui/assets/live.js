@@ -190,7 +190,10 @@ function select(step, focus) {
   // Quick presses are requests that may arrive in either order: each carries its count, the newest wins.
   const run = v.run;
   st.order = (st.order || 0) + 1;
-  server.select_step([run, step, st.order]).catch(() => {}).then(() => trigger("select", { step: step, run: run }));
+  // A press that reads the step on screen (Start game) waits for the server to know it: `__pgStepTold`.
+  const told = server.select_step([run, step, st.order]).catch(() => {});
+  window.__pgStepTold = told;
+  told.then(() => trigger("select", { step: step, run: run }));
 }
 
 // ---------------------------------------------------------------- status and step bar
