@@ -18,7 +18,7 @@ A script's run (`generate_all`, the CLI) is a group of its own, one row (`decode
 scheduler (`batch.Scheduler`) keeps one group per step shape for all its visitors and calls `advance` once per
 step for all the rows waiting on it, so a class decodes through one call of the captured step.
 
-The device a step ahead (`CapturedDecoder.overlap`, on by default on CUDA). A class's step is host-bound on a GPU:
+The device a call ahead (`CapturedDecoder.overlap`, on by default on CUDA). A class's step is host-bound on a GPU:
 each row's event (its candidates' texts, its captures, the detokenised text) is Python work, and a synchronous step
 leaves the device idle meanwhile. So `advance` reads the call launched before (its output copied to pinned host
 memory as soon as it is computed), then launches the next call at once and returns: the device computes step N+1
@@ -131,9 +131,9 @@ class Seat:
 
 class _Launched:
     """A step call on its way to the host: its step, its output and the seats live when it was launched, with their
-    rows then (a move between buckets may renumber them, or hold another step, before it is read). On CUDA its output is copied into pinned host
-    memory as soon as it is computed, so reading it later waits for nothing else (the step's own output buffer may
-    be a CUDA graph's, written again by the next replay)."""
+    rows then (a move between buckets may renumber them, or hold another step, before it is read). On CUDA its output
+    is copied into pinned host memory as soon as it is computed, so reading it later waits for nothing else (the
+    step's own output buffer may be a CUDA graph's, written again by the next replay)."""
 
     def __init__(self, step: DecodeStep, out: torch.Tensor, seats: list[tuple[Seat, int]]) -> None:
         self.step, self.seats, self.done = step, seats, None
