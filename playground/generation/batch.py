@@ -686,7 +686,7 @@ class Scheduler:
                 for t in batch:
                     self._end(t, error)
                 continue
-            # the runs this call told (with the device a step ahead, one that joined since waits for the next)
+            # the runs this call told (with the device a call ahead, one that joined since waits for the next)
             heard = [t for t in batch if t.seat in told]
             self._note(heard, [Entry(t.tag, 1, 1, DECODE, True) for t in heard], batch[0].plan.lm.model)
             for t in heard:
