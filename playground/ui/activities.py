@@ -25,6 +25,7 @@ from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.ui.lanes import GENERATE, JOBS, Lanes
 from playground.ui.models import Models, session_key
+from playground.ui.streaming import AFTER_STEP_TOLD_JS
 
 
 def _note(text: str) -> str:
@@ -160,7 +161,7 @@ def wire_activities(page: Any, a: Activities, lanes: Lanes, settings_inputs: lis
     p.samples_run.click(a.ask_many, [p.samples_n, p.samples_guess, *settings_inputs], [p.samples_view, p.samples_state],
                         **lanes.lane(GENERATE), trigger_mode="once", show_progress="minimal")
     asked = [p.lens_view, p.lens_state, p.lens_pick, p.lens_player, p.lens_next]
-    p.lens_ask.click(a.lens_ask, [p.lens_at, p.lens_state, lang], asked, **quick)
+    p.lens_ask.click(a.lens_ask, [p.lens_at, p.lens_state, lang], asked, js=AFTER_STEP_TOLD_JS, **quick)
     p.lens_next.click(a.lens_next, [p.lens_state, lang], asked, **quick)
     p.lens_reveal.click(a.lens_reveal, [p.lens_pick, p.lens_state, lang], [p.lens_view, p.lens_state, p.lens_player],
                         **lanes.lane(JOBS), show_progress="minimal")

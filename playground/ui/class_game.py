@@ -20,6 +20,7 @@ from playground.app.session import Sessions
 from playground.app.words import browser_language, t
 from playground.errors import PlaygroundError
 from playground.ui.models import Models, session_key
+from playground.ui.streaming import AFTER_STEP_TOLD_JS
 
 # A page opened from a game link shows the game alone (teacher.css hides the rest: no settings, no Generate).
 # A game page marks itself; and the folded system message a visitor opened stays open when the room's view is drawn
@@ -37,9 +38,6 @@ GAME_PAGE_JS = """() => {
 }"""
 GAME_SCROLL_JS = "() => { if (/[?&]game=[\\w-]/.test(location.search)) document.querySelector('#game')?.scrollIntoView(); }"
 # What a game update touches, by component name.
-# Start game opens the room at the step on screen, which the page tells the server by a call of its own as a token is
-# clicked: the press waits for that call, or a quick click after picking a step started the room at the one before.
-AFTER_STEP_TOLD_JS = "async (...inputs) => { await window.__pgStepTold; return inputs; }"
 GAME_SLOTS = ("game_view", "game_choice", "game_player", "game_teacher", "game_reveal", "game_next", "game_lens",
               "game_link", "game_qr", "game_timer", "game_state", "tabs")
 

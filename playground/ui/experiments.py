@@ -27,15 +27,16 @@ from playground.app.tab import Action, JobRequest, Tab, Widget
 from playground.app.words import t
 from playground.notes import Note
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.streaming import Streaming
+from playground.ui.streaming import AFTER_STEP_TOLD_JS, Streaming
 from playground.ui.tabs import fork_parts
 
 PROGRESS_SECONDS = 0.5  # a job's progress line is rewritten at most this often
 KEEP = "__keep__"  # a fork's input: the tab's keep box (fork the run on screen as it is, with what it has)
 
 # A fork streams in the live screen above the tabs: bring it into view so the visitor watches it grow.
-WATCH_JS = """(...args) => {
+WATCH_JS = """async (...args) => {
   document.querySelector('#token-output')?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  await window.__pgStepTold;  // the fork opens at the step on screen: the server knows it first (AFTER_STEP_TOLD_JS)
   return args;
 }"""
 
@@ -202,7 +203,7 @@ def wire_experiments(page: Any, h: Experiments, gen_outputs: list[Any], gen_kw: 
                 forks.append(button.click(handler, set(names), [*gen_outputs, out], **dict(gen_kw, js=WATCH_JS)))
             elif action.kind == "job":
                 jobs.append(button.click(_bound(h.job, experiment, action, names), set(names) or None,
-                                         page.component(action.out), **jobs_kw))
+                                         page.component(action.out), js=AFTER_STEP_TOLD_JS, **jobs_kw))
             elif action.kind == "stop":
                 button.click(h.stop_job, None, None, queue=False)  # (a tool's "press": its own handler binds it)
         for widget in experiment.widgets():

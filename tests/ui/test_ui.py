@@ -864,6 +864,21 @@ def test_a_run_ends_in_one_redraw_of_the_open_view_and_no_event_returns_a_positi
     assert not any(hasattr(m, n) for m in (experiments, tabs) for n in ("OUTPUTS", "DEEP_OUTPUTS", "PE_OUTPUTS"))
 
 
+def test_every_press_that_reads_the_step_on_screen_waits_for_the_server_to_know_it(app):
+    """A token click tells the server the step on screen by a call of its own, queued in the tab's lane behind that
+    click's attention row; a press acting at that step (Start game, "Which layer knows?", every lab's fork and job)
+    waits for the call in the page first (tests/browser/test_browser_game.py holds the call back to see it)."""
+    from playground.app import tabs as registry
+
+    page = app.playground_page
+    buttons = {"game_start": page.component("game_start"), "lens_ask": page.component("lens_ask")}
+    buttons.update({a.name: page.component(a.name) for e in registry.TABS for a in e.actions() if a.kind in ("fork", "job")})
+    assert len(buttons) > 6
+    for name, button in buttons.items():
+        (fn,) = [f for f in app.fns.values() if (button._id, "click") in list(f.targets)]
+        assert "await window.__pgStepTold" in (fn.js or ""), name
+
+
 def test_a_redraw_with_nothing_to_change_still_answers_gradio_with_a_dict_of_its_outputs(app):
     page = app.playground_page
     fn = next(f for f in app.fns.values() if (page.att_sink._id, "change") in list(f.targets))
