@@ -24,8 +24,8 @@ from playground.app.settings import widget_settings
 from playground.app.words import t
 from playground.errors import PlaygroundError
 from playground.ui.lanes import GENERATE, JOBS, Lanes
+from playground.ui.layout import AFTER_STEP_TOLD_JS
 from playground.ui.models import Models, session_key
-from playground.ui.streaming import AFTER_STEP_TOLD_JS
 
 
 def _note(text: str) -> str:

@@ -19,8 +19,8 @@ from playground.app.notes import error_line, note
 from playground.app.session import Sessions
 from playground.app.words import browser_language, t
 from playground.errors import PlaygroundError
+from playground.ui.layout import AFTER_STEP_TOLD_JS
 from playground.ui.models import Models, session_key
-from playground.ui.streaming import AFTER_STEP_TOLD_JS
 
 # A page opened from a game link shows the game alone (teacher.css hides the rest: no settings, no Generate).
 # A game page marks itself; and the folded system message a visitor opened stays open when the room's view is drawn

@@ -26,8 +26,9 @@ from playground.app.session import Session, Sessions
 from playground.app.tab import Action, JobRequest, Tab, Widget
 from playground.app.words import t
 from playground.notes import Note
+from playground.ui.layout import AFTER_STEP_TOLD_JS
 from playground.ui.models import Models, one_line, session_key
-from playground.ui.streaming import AFTER_STEP_TOLD_JS, Streaming
+from playground.ui.streaming import Streaming
 from playground.ui.tabs import fork_parts
 
 PROGRESS_SECONDS = 0.5  # a job's progress line is rewritten at most this often

@@ -61,6 +61,10 @@ COPY_LINK_JS = """
 # run still waiting in the queue never starts.
 TICKET_JS = "(...args) => { args[0] = Date.now(); return args; }"
 STOP_JS = "(t) => Date.now()"
+# A press that acts at the step on screen (Start game, a lab's fork or job, "Which layer knows?") waits for the server to
+# know it: the page tells it by a call of its own as a token is clicked (`select_step`), which queues in the tab's lane
+# behind the attention row drawn for that click; a quick press overtook it and acted on the step the server knew before.
+AFTER_STEP_TOLD_JS = "async (...inputs) => { await window.__pgStepTold; return inputs; }"
 
 
 @dataclass

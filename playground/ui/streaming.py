@@ -41,10 +41,6 @@ log = logging.getLogger("playground.ui")
 UNCHANGED = (gr.skip(), gr.skip(), gr.skip())
 SCRIPT_OWNER = "script-api"  # generate_text callers own no uploads: they reach the shipped checkpoints only
 # Whole values `live_state` keeps (up to about 1 MB each for a 1,024-token run): the runs asked for at once.
-# A press that reads the step on screen (Start game, a lab's fork or job, "Which layer knows?") waits for the server to
-# know it: the page tells it by a call of its own as a token is clicked (`select_step`), which queues in the tab's lane
-# behind the attention row drawn for that click; a quick press overtook it and acted on the step the server knew before.
-AFTER_STEP_TOLD_JS = "async (...inputs) => { await window.__pgStepTold; return inputs; }"
 WHOLE_VALUES_KEPT = 4
 
 
