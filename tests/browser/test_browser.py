@@ -510,10 +510,18 @@ def _open_lesson(page, label: str) -> str:
     waiting = [words.split("{n}")[0] for words in STRINGS["view_pending"]]  # "Reading run {n}…": not drawn yet
 
     def drawn() -> None:
-        page.wait_for_function(
-            "(waiting) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
-            " return md && !waiting.some(w => md.startsWith(w)) && !document.querySelector('#lessons-tab .pending'); }",
-            arg=waiting)
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            page.wait_for_function(
+                "(waiting) => { const md = document.querySelector('#lesson-md')?.innerText ?? '';"
+                " return md && !waiting.some(w => md.startsWith(w)) && !document.querySelector('#lessons-tab .pending'); }",
+                arg=waiting)
+        except PlaywrightTimeout:  # once in a CI rehearsal (2026-11-30, phone): say what the tab held
+            held = page.evaluate("() => ({md: (document.querySelector('#lesson-md')?.innerText ?? '').slice(0, 200),"
+                                 " pending: !!document.querySelector('#lessons-tab .pending'),"
+                                 " status: document.querySelector('#gen-status')?.innerText.slice(0, 200)})")
+            raise AssertionError(f"the lesson was never drawn: {held}") from None
 
     if not page.locator("#lesson-pick").is_visible():  # the tab draws the lesson it shows when it opens
         page.click("#section-inside-button")
