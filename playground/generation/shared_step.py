@@ -192,13 +192,14 @@ class SharedStep:
                 return why
             free = len(self.live)
         step = self.step
-        row, cache = step.start(p.prefix_ids, p.max_length, sampler.RowKnobs.of(p.pipeline), p.cfg.interventions)
+        knobs = sampler.RowKnobs.of(p.pipeline)
+        row, cache = step.start(p.prefix_ids, p.max_length, knobs, p.cfg.interventions)
         assert row == free, (row, free)  # the step's pool places a cache in its first free row, as counted here
         generator = None
         if p.pipeline.sampling:
             generator = torch.Generator(device=p.lm.device)
             generator.manual_seed(p.cfg.seed) if p.cfg.seed is not None else generator.seed()
-        seat = Seat(self, row, cache, generator, sampler.RowKnobs.of(p.pipeline).stages(), p.lm.token_texts)
+        seat = Seat(self, row, cache, generator, knobs.stages(), p.lm.token_texts)
         self.seats[row] = seat
         return seat
 

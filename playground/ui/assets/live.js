@@ -190,7 +190,7 @@ function select(step, focus) {
   // Quick presses are requests that may arrive in either order: each carries its count, the newest wins.
   const run = v.run;
   st.order = (st.order || 0) + 1;
-  // A press that reads the step on screen (Start game) waits for the server to know it: `__pgStepTold`.
+  // Every press that acts at the step on screen awaits this call first (layout.AFTER_STEP_TOLD_JS): `__pgStepTold`.
   const told = server.select_step([run, step, st.order]).catch(() => {});
   window.__pgStepTold = told;
   told.then(() => trigger("select", { step: step, run: run }));
