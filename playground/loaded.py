@@ -133,7 +133,9 @@ class LoadedModel:
         character shows its bytes ("<0xC3>"), not the "�" it decodes to alone. Remembered per tokenizer: a
         class's step asks it for every row's candidates (64 rows × 8 at 64 visitors), each a tokenizer call."""
         token_id = int(token_id)
-        known = _TOKEN_TEXTS.setdefault(self.tokenizer, {}) if self.tokenizer is not None else {}
+        known = {}
+        if self.tokenizer is not None:  # `get` first: a weak map's `setdefault` makes a weak reference with a callback
+            known = _TOKEN_TEXTS.get(self.tokenizer) or _TOKEN_TEXTS.setdefault(self.tokenizer, {})
         text = known.get(token_id)
         if text is None:
             text = self.detokenize([token_id])

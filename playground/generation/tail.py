@@ -44,7 +44,9 @@ class Clock:
         places; the rate is the decode rate after the prefill, before any decode step the rate with the prefill."""
         per_token = self.decode_ms / self.decode_steps if self.decode_steps else 0.0
         rate = 1000.0 / per_token if per_token else tokens * 1000.0 / max(self.total_ms, 1e-9)
-        return Timing(round(x, 3) for x in (self.prefill_ms, step_ms, per_token, rate, self.total_ms))
+        # a tuple, not a generator: built for every row of every step (an array from a generator costs twice as much)
+        return Timing((round(self.prefill_ms, 3), round(step_ms, 3), round(per_token, 3), round(rate, 3),
+                       round(self.total_ms, 3)))
 
 
 def finish_reason(p: Any, token_id: int, generated: int, tokens: Tokens) -> str | None:

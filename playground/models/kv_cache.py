@@ -8,6 +8,7 @@ keys and values an encoder-decoder projects once per source. Both describe thems
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -145,6 +146,7 @@ class CacheStats:
         return data
 
 
+@functools.cache  # asked for every row of every step (its stats): one lookup, not a str() and an intern
 def dtype_name(dtype: torch.dtype) -> str:
     return sys.intern(str(dtype).removeprefix("torch."))  # one string per name: a run keeps a stats object per step
 
