@@ -31,7 +31,8 @@ from playground.app.run import Run
 from playground.app.session import Session, new_token
 from playground.app.settings import UISettings, changed, from_query, generation_kwargs, parse_branches, plain
 from playground.errors import PlaygroundError
-from playground.generation import GenerationConfig, language_token_id
+from playground.generation import GenerationConfig, StepEvent, language_token_id
+from playground.generation.batch import CaughtUp
 from playground.generation.plan import Plan, assemble
 from playground.generation.speculative import summary as speculation_summary
 from playground.generation.stepper import stepper_class
@@ -264,13 +265,13 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         return Frame(run, session.link_notes + run.notes, waiting, branches=lineage)
 
     pause = min(settings.pace_ms / 1000.0, MAX_PACE_SECONDS / max(1, run.cfg.max_new_tokens)) if pace else 0.0
-    last_frame = 0.0
-    shown = 0  # the tokens of the frames yielded so far: what the page shows
+    pacing = _Pacing(run, pause)
     error = None
     checked = 0  # the run's recorded bytes when the budgets were last kept
     # batched with every other visitor's run; the run's token labels it in the batch's step history
     # (one running generation per visitor: the tab, or a script's client; app.visitors)
-    stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token)
+    stream = run_events(p, stop, owner=visitor or visitors.page(session.key), report_waiting=True, tag=run.token,
+                        due=None if pause else pacing.due)
     try:
         yield frame()  # at once: the new run, started (the old run's "Done" stayed up until the first token)
         for event in stream:
@@ -280,18 +281,14 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
             if isinstance(event, zerogpu.Notice):  # ZeroGPU: the GPU refused (the run goes on on the CPU), or its time
                 run.notes.append(note(event.key, **event.values))
                 continue
-            run.add_event(event, lm)
-            if keep_within_budget is not None and run.recorded_bytes() >= checked + BUDGET_CHECK_BYTES:
-                keep_within_budget()  # while it runs: 30 long runs recording at once would pass the budgets
-                checked = run.recorded_bytes()
-            now = time.monotonic()
-            # slow motion keeps the frames' pace too: a pause shorter than a frame shows a few tokens a frame
-            if (len(run.events) == 1 or event.finished
-                    or now - last_frame >= frames.frame_seconds(serving.active_requests())):
-                last_frame = now
-                shown = len(run.path)
+            if not isinstance(event, CaughtUp):
+                run.add_event(event, lm)
+                if keep_within_budget is not None and run.recorded_bytes() >= checked + BUDGET_CHECK_BYTES:
+                    keep_within_budget()  # while it runs: 30 long runs recording at once would pass the budgets
+                    checked = run.recorded_bytes()
+            if pacing.draws(event):
                 yield frame()
-            if pause and not event.finished:
+            if pause and not isinstance(event, CaughtUp) and not event.finished:
                 stop.wait(pause)  # Stop during the pause: the stream ends before the engine's next step
     except Exception as exc:  # noqa: BLE001
         error = error_line(exc, settings.lang, "generate")
@@ -302,11 +299,39 @@ def _stream(session: Session, lm: Any, run: Run, p: Plan, settings: UISettings, 
         heap.release()
     if stop.is_set() and error is None and not run.beam:
         seen = session.stop_seen  # what the page showed when Stop was pressed, when its script said (stop_at)
-        _end_where_shown(run, min(shown, seen[1]) if seen and seen[0] == run.token else shown)
+        _end_where_shown(run, min(pacing.shown, seen[1]) if seen and seen[0] == run.token else pacing.shown)
     run.finish(lm, error)
     if keep_within_budget is not None:
         keep_within_budget()
     yield frame()
+
+
+class _Pacing:
+    """When a run's page gets a frame: its first event and its last at once, then one frame per
+    `frames.frame_seconds`. A paced stream (`due`) wakes the reader once a frame and says when it has caught up; slow
+    motion (`pause`) reads every event, and draws the frame that is due among them (a pause shorter than a frame
+    shows a few tokens a frame)."""
+
+    def __init__(self, run: Run, pause: float) -> None:
+        self.run, self.pause = run, pause
+        self.last = 0.0  # when the last frame was drawn (time.monotonic)
+        self.shown = 0  # the tokens of the frames drawn so far: what the page shows
+        self.unshown = False  # events taken since the last frame
+
+    def due(self) -> float:
+        """The next frame's time (the stream does not wake the reader for each step before it)."""
+        return self.last + frames.frame_seconds(serving.active_requests())
+
+    def draws(self, event: StepEvent | CaughtUp) -> bool:
+        """Whether a frame is drawn after `event` (taken into the run) or after the stream caught up."""
+        if isinstance(event, CaughtUp):
+            draw = self.unshown and time.monotonic() >= self.due()
+        else:
+            self.unshown = True
+            draw = len(self.run.events) == 1 or event.finished or (bool(self.pause) and time.monotonic() >= self.due())
+        if draw:
+            self.last, self.shown, self.unshown = time.monotonic(), len(self.run.path), False
+        return draw
 
 
 def _end_where_shown(run: Run, shown: int) -> None:

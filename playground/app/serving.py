@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from playground.app import torch_thread
 from playground.app.jobs import Job
-from playground.generation.batch import Scheduler, Ticket, prefix_store
+from playground.generation.batch import CaughtUp, Scheduler, Ticket, prefix_store
 from playground.generation.batch_history import StepHistory
 from playground.generation.engine import drain
 from playground.generation.events import StepEvent
@@ -160,10 +160,13 @@ class Server:
 
     def events(
         self, p: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
-    ) -> Iterator[StepEvent | Waiting]:
+        due: Callable[[], float] | None = None,
+    ) -> Iterator[StepEvent | Waiting | CaughtUp]:
         """The run's StepEvents as they come. With `report_waiting`, while the request waits for a place in
         the batch (rows or memory taken), a `Waiting` first and whenever its place or wait changes. `tag` labels
-        the request in its model's step history (`history_of`)."""
+        the request in its model's step history (`history_of`). `due()`: when the reader next wants events (its
+        next frame, `time.monotonic()`); until then it is not woken by each step, and it gets `CaughtUp` when it
+        holds every event computed so far (`Ticket.stream`)."""
         ticket = self.submit(p, stop, owner, tag)
         try:
             shown = None
@@ -176,7 +179,7 @@ class Server:
                 if position and waiting != shown:
                     shown = waiting
                     yield waiting
-            for event in ticket.stream():
+            for event in ticket.stream(due=due):
                 if stop.is_set():  # events computed ahead of a slow reader (slow motion) are not shown after Stop
                     return
                 yield event
@@ -243,11 +246,13 @@ def active_requests() -> int:
 
 def run_events(
     plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
+    due: Callable[[], float] | None = None,
 ) -> Iterator[StepEvent | Waiting]:
     """The run's StepEvents as they come, computed in the process's shared batch (with `report_waiting`,
-    `Waiting` while it waits for a place; `tag`: its label in the step history). Setting `stop` (or closing
-    this iterator) ends the run before its next step, as with the engine's own stream."""
-    return default_server().events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
+    `Waiting` while it waits for a place; `tag`: its label in the step history; `due`: when the reader next wants
+    events, `Server.events`). Setting `stop` (or closing this iterator) ends the run before its next step, as with
+    the engine's own stream."""
+    return default_server().events(plan, stop, owner, report_waiting=report_waiting, tag=tag, due=due)
 
 
 def prefix_held() -> tuple[int, int]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from playground.app import serving
 from playground.app.words import t
+from playground.generation.batch import CAUGHT_UP
 from playground.generation.config import GenerationConfig, draft_layers
 from playground.generation.events import StepEvent
 from playground.generation.plan import Plan
@@ -313,9 +314,11 @@ class ZeroGPU:
 
     def run_events(
         self, plan: Plan, stop: threading.Event, owner: Any = None, *, report_waiting: bool = False, tag: Any = None,
+        due: Callable[[], float] | None = None,
     ) -> Iterator[StepEvent | Notice | serving.Waiting]:
         """The run's events from the GPU call; before its first token, a refusal or a failure sends the run to
-        the CPU (a `Notice` first with `report_waiting`). Stop (or closing this) closes the GPU call."""
+        the CPU (a `Notice` first with `report_waiting`; `due`: the reader's next frame there, `serving.run_events`).
+        Stop (or closing this) closes the GPU call."""
         request = WorkerRequest.of(plan, self.device)
         stream = self.call(request)
         started = False
@@ -350,6 +353,8 @@ class ZeroGPU:
                     break
                 started = True
                 yield item
+                if due is not None:  # a paced reader (a page) draws what the worker sent: it cannot see what is queued
+                    yield CAUGHT_UP
         finally:
             stream.close()
         if started or ended or stop.is_set():
@@ -362,7 +367,7 @@ class ZeroGPU:
                         getattr(refused, "title", None) or type(refused).__name__, str(refused).splitlines()[:1])
         if report_waiting:
             yield refusal(refused) if refused is not None else Notice("zerogpu_failed")
-        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag)
+        yield from serving.run_events(plan, stop, owner, report_waiting=report_waiting, tag=tag, due=due)
 
 
 _active: ZeroGPU | None = None  # the process's mode: set once at start (app.main), or by a test

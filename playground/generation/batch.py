@@ -67,6 +67,18 @@ from playground.models.recorder import Recorder
 from playground.models.rows import Segment
 
 CHUNK = BLOCK  # prompt tokens a request feeds per step; fixed, never chosen from the others (prefix blocks too)
+
+
+class CaughtUp:
+    """What a paced reader (`Ticket.stream(due=...)`) gets after the events queued when it woke: it holds every event
+    computed so far (a page draws its frame now)."""
+
+    def __repr__(self) -> str:
+        return "CAUGHT_UP"
+
+
+CAUGHT_UP = CaughtUp()
+
 _TURN = object()  # a request asks for its turn at an unbatched pass (a seq2seq encoder, a KV policy's request)
 _WAIT = object()  # a request waits a step without a pass (for a prefix block another request is computing)
 
@@ -300,6 +312,7 @@ class Ticket:
         self.first_event = False
         self.produced = 0  # events so far (tokens, or beam steps)
         self.arrived = threading.Event()  # set by the first event or the end: the request is no longer waiting
+        self.ended = threading.Event()  # set by the end: wakes a reader that waits for its next frame (`stream`)
         self.done = False
         self.scheduler: Scheduler | None = None
         self.caches: list[KVCache | Seq2SeqCache] = []  # its caches, rows of the scheduler's pools
@@ -367,20 +380,37 @@ class Ticket:
             self.scheduler._release(self)
         self.events.put(error if error is not None else _END)
         self.arrived.set()
+        self.ended.set()
 
     @property
     def steps_left(self) -> int:
         """Steps it may still take (its budget; an end token may come sooner)."""
         return max(0, self.plan.cfg.max_new_tokens - self.produced)
 
-    def stream(self, timeout: float | None = None) -> Iterator[StepEvent]:
-        """The events as the scheduler produces them (blocking); raises the run's error, if any."""
+    def stream(
+        self, timeout: float | None = None, due: Callable[[], float] | None = None,
+    ) -> Iterator[StepEvent | CaughtUp]:
+        """The events as the scheduler produces them (blocking); raises the run's error, if any.
+
+        `due()`: when the reader next wants events (`time.monotonic()`, a page's next frame). With nothing queued it
+        sleeps until then, or until the run ends, and takes what came meanwhile, then CAUGHT_UP: it is woken once a
+        frame, not once a step (a class's readers woken at every step take the GIL from the torch thread in turn)."""
+        fresh = False  # events yielded since the last CAUGHT_UP
         while True:
+            if due is not None and self.events.empty():
+                if fresh:
+                    fresh = False
+                    yield CAUGHT_UP
+                    continue
+                wait = due() - time.monotonic()
+                if wait > 0:
+                    self.ended.wait(wait)
             item = self.events.get(timeout=timeout)
             if item is _END:
                 return
             if isinstance(item, BaseException):
                 raise item
+            fresh = True
             yield item
 
     def take(self) -> list[StepEvent]:

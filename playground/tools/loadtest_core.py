@@ -3,7 +3,7 @@
     python -m playground.tools.loadtest --core [--model weights/SmolLM2-135M-Instruct] [--visitors 1,8]
                                               [--new-tokens 64] [--device cpu] [--dtype float32] [--no-transformers]
                                               [--compile auto] [--random-weights] [--plain-too] [--breakdown]
-                                              [--no-overlap]
+                                              [--no-overlap] [--unpaced]
 
 Each visitor is a page's press: a session of its own, the page's settings (its own question, chat on, greedy) and the
 page's live captures (`play.start_run`: attention of the live layer, the residual stream, the candidates), its events
@@ -24,6 +24,9 @@ its step). `--random-weights`: the model folder's config and tokenizer with rand
 weights cannot travel to). `--plain-too`: each crowd again without the page's captures (what they cost).
 `--no-overlap`: the captured step synchronous, as on the CPU (on CUDA the device otherwise computes the next call
 while the host builds this one's events, `generation.shared_step`): run it both ways to see what overlap gains.
+Each visitor's reader is paced as the page's (`play._Pacing`): woken once a frame, it takes the frame's tokens at once
+and times them by the run's own clock. `--unpaced`: woken for every step's event instead (what every reader did before
+the page paced its stream: a class's readers then take the GIL from the torch thread in turn at every step).
 `--breakdown`: where each crowd's scheduler steps went, per step: the captured step's call (waiting for the call in
 flight and its output to the host, launching the next, and reading every run's row at once: tokens, probabilities,
 candidates), each run's own work after it (its event, token chain, KV statistics, candidates and
@@ -85,15 +88,32 @@ def plan(lm: Any, name: str, i: int, new_tokens: int, captures: bool = True) -> 
     return start_run(Session(key=f"visitor-{i}", lang="en"), lm, settings(name, i, new_tokens), captures=captures)[1]
 
 
-def follow(p: Any, i: int, start: float) -> Visit:
-    """Visitor i's run `p` through the app's batch, as the page's stream reads it, its events timed from `start`."""
+def follow(p: Any, i: int, start: float, paced: bool = True) -> Visit:
+    """Visitor i's run `p` through the app's batch, as the page's stream reads it, its events timed from `start`.
+
+    `paced` (the page's way, `play._Pacing`): the reader is woken once a frame (`frames.frame_seconds` of the runs
+    being served) and takes the frame's tokens at once, so each token is timed by the run's own clock from its first
+    token's arrival (which the page takes at once). Unpaced, it is woken for every step's event and times each
+    event's arrival."""
+    from playground.app import frames, serving
     from playground.app.engine_stream import run_events
+    from playground.generation.batch import CaughtUp
 
     visit = Visit([], [])
-    for event in run_events(p, threading.Event(), owner=f"visitor-{i}"):
-        if hasattr(event, "token_id"):  # not a place in line
+    last_frame, first = 0.0, None
+
+    def due() -> float:
+        return last_frame + frames.frame_seconds(serving.active_requests())
+
+    for event in run_events(p, threading.Event(), owner=f"visitor-{i}", due=due if paced else None):
+        if isinstance(event, CaughtUp):
+            last_frame = time.monotonic() if time.monotonic() >= due() else last_frame
+        elif hasattr(event, "token_id"):  # not a place in line
+            now, clock = time.perf_counter() - start, event.timing["elapsed_ms"] / 1000
+            if first is None:
+                first, last_frame = (now, clock), time.monotonic()  # the page draws its first token at once
             visit.tokens.append(int(event.token_id))
-            visit.stamps.append(time.perf_counter() - start)
+            visit.stamps.append(first[0] + clock - first[1] if paced else now)
     visit.decoding = p.decoding
     return visit
 
@@ -103,7 +123,7 @@ def press(lm: Any, name: str, i: int, new_tokens: int, start: float, captures: b
     return follow(plan(lm, name, i, new_tokens, captures), i, start)
 
 
-def crowd(lm: Any, name: str, n: int, new_tokens: int, captures: bool = True) -> list[Visit]:
+def crowd(lm: Any, name: str, n: int, new_tokens: int, captures: bool = True, paced: bool = True) -> list[Visit]:
     """`n` visitors pressing at once: every request is in line before the batch's first step, however the threads
     happen to start (a busy machine could otherwise let the first visitor finish before the last one asked)."""
     from playground.app import serving
@@ -122,7 +142,7 @@ def crowd(lm: Any, name: str, n: int, new_tokens: int, captures: bool = True) ->
     start = time.perf_counter()
 
     def go(i: int) -> None:
-        visits[i] = follow(plans[i], i, start)
+        visits[i] = follow(plans[i], i, start, paced)
 
     threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
@@ -271,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="decode through the captured step (app.py --compile)")
     parser.add_argument("--random-weights", action="store_true", help="the folder's config and tokenizer, random weights")
     parser.add_argument("--plain-too", action="store_true", help="each crowd again without the page's captures")
+    parser.add_argument("--unpaced", action="store_true",
+                        help="each visitor's reader woken for every step's event, not once a frame as the page's")
     parser.add_argument("--no-overlap", action="store_true",
                         help="the captured step synchronous (on CUDA: no call launched while the host builds events)")
     parser.add_argument("--breakdown", action="store_true", help="where each crowd's scheduler steps went")
@@ -320,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             warm(lm, name, n, args.new_tokens, captures)
         times = StepTimes() if args.breakdown else None
         try:
-            visits = crowd(lm, name, n, args.new_tokens, captures)
+            visits = crowd(lm, name, n, args.new_tokens, captures, not args.unpaced)
         finally:
             if times is not None:
                 times.close()
