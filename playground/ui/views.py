@@ -43,10 +43,11 @@ class Views:
         self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
         self._lock = threading.Lock()
 
-    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any]:
+    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any] | None:
         """The open view of `session` for the controls' `values` (`moved`: one of its tab's controls moved, so a
         control that counts only then, the query row, counts; else it follows the selected step), as updates by
-        component name; nothing when a newer redraw of the tab took its place."""
+        component name; None when a newer redraw of the tab took its place (began before this one ended: the
+        figures' lane runs two at once, so this one's answer could reach the page after the newer one's)."""
         if session.deep_tab == views.NO_VIEW:  # Class tools is open: no view on screen
             return {}
         view = views.open_view(session.deep_tab, session.lesson)
@@ -64,14 +65,14 @@ class Views:
             data = serving.call_sliced(views.slices(view, ctx, selection), owner=session.key, stop=stop)
             slots = views.draw(view, data, lang)
         except serving.Stopped:
-            return {}
+            return None
         except Exception as exc:  # noqa: BLE001 - one line where the view's caption would be
             slots = {view.caption_slot: Slot(describe.inert(one_line(exc, lang, view.name)))}
         finally:
             with self._lock:
                 if self._drawing.get(session.key) is stop:
                     del self._drawing[session.key]
-        return render(slots)
+        return None if stop.is_set() else render(slots)
 
     # --- the events that redraw --------------------------------------------------------------------
 
@@ -82,7 +83,10 @@ class Views:
         updates: dict[str, Any] = {}
         for view in views.closed_views(session.deep_tab, session.lesson):
             updates.update(render(views.pending(view, session.current, session.lang)))
-        return {**updates, **self.draw_open(session, values)}
+        opened = self.draw_open(session, values)
+        # superseded (a tab opened meanwhile, say): the newer redraw says it all, and these words for the views then
+        # closed would empty the view it drew, had this answer come last (a lesson stuck on "Reading run N…")
+        return {} if opened is None else {**updates, **opened}
 
     def reading(self, request: gr.Request | None = None) -> dict[str, Any]:
         """Said at once when the run on screen, the language or the model changed, before the open view's redraw
@@ -103,7 +107,7 @@ class Views:
         view = views.open_view(session.deep_tab, session.lesson)
         if run is None or event_data(evt).get("run") != run.token or not view.follows_step:
             return {}
-        return self.draw_open(session, values)
+        return self.draw_open(session, values) or {}
 
     def tab_selected(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
         """The views' tab on screen changed to `tab` (a section or a tab opened; the page's script says which): it
@@ -112,14 +116,14 @@ class Views:
         if tab not in views.TABS and tab != views.NO_VIEW:
             return {}
         session.deep_tab = tab
-        return self.draw_open(session, values)
+        return self.draw_open(session, values) or {}
 
     def control(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
         """A control of `tab` moved: its view redraws when it is the open one."""
         session = self.sessions.get(session_key(request))
         if session.deep_tab != tab:
             return {}
-        return self.draw_open(session, values, moved=True)
+        return self.draw_open(session, values, moved=True) or {}
 
     def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None,
                     tab: str = "lessons") -> dict[str, Any]:
@@ -127,7 +131,7 @@ class Views:
         session = self.sessions.get(session_key(request))
         session.lesson = views.picked(tab, lesson)
         session.deep_tab = tab
-        return self.draw_open(session, values)
+        return self.draw_open(session, values) or {}
 
 
 def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, Any]) -> Callable[[Any], Any]:

@@ -111,4 +111,43 @@ def test_a_newer_redraw_stops_the_tabs_older_one_before_its_work_starts(app):
     release.set()
     for th in (busy, older, newer):
         th.join(60)
-    assert results["older"] == {} and results["newer"]  # only the last one's numbers were computed
+    assert results["older"] is None and results["newer"]  # only the last one's numbers were computed
+
+
+def test_a_run_ends_redraw_overtaken_by_a_tab_opened_says_nothing(app):
+    """The run's end redraws the open view and empties every other with "Reading run N…"; a tab opened meanwhile
+    (the figures' lane runs both at once) draws its own view. The older redraw's answer must not empty that view,
+    whichever answer reaches the page last (a CI rehearsal's lesson stayed on "Reading run 2…" once)."""
+    from types import SimpleNamespace
+
+    from playground.app import serving, torch_thread
+
+    demo, url = app
+    page = Page.read(url)
+    tab = Visitor(page, 1, "tiny-lm", "tiny-lm", max_new_tokens=6)
+    with httpx.Client() as client:
+        tab.open(client)
+        assert tab.follow(client, tab.join(client, page.generate, [time.time() * 1000, *tab.values()]))["success"]
+    handlers = demo.playground_handlers
+    request = SimpleNamespace(session_hash=tab.session)
+    session = handlers.sessions.get(tab.session)
+    session.deep_tab = "steps"
+    held, release = threading.Event(), threading.Event()
+    busy = threading.Thread(target=torch_thread.call, args=(lambda: (held.set(), release.wait(60)),), daemon=True)
+    busy.start()
+    assert held.wait(30)
+    results: dict[str, dict | None] = {}
+    older = threading.Thread(target=lambda: results.setdefault("older", handlers.views.redraw({}, request)))
+    older.start()
+    deadline = time.time() + 30
+    while serving.active_requests() < 1 and time.time() < deadline:
+        time.sleep(0.01)
+    newer = threading.Thread(target=lambda: results.setdefault("newer", handlers.views.tab_selected("lessons", {}, request)))
+    newer.start()
+    while serving.active_requests() < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for th in (busy, older, newer):
+        th.join(60)
+    assert results["older"] == {}  # not the closed views' words: the lesson among them is the newer redraw's
+    assert results["newer"].get("lesson_md") and "Reading run" not in str(results["newer"]["lesson_md"])
