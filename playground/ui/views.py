@@ -43,10 +43,14 @@ class Views:
         self._drawing: dict[str, threading.Event] = {}  # each tab's running redraw: its stop flag
         self._lock = threading.Lock()
 
-    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any] | None:
+    def draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any]:
         """The open view of `session` for the controls' `values` (`moved`: one of its tab's controls moved, so a
         control that counts only then, the query row, counts; else it follows the selected step), as updates by
-        component name; None when a newer redraw of the tab took its place (began before this one ended: the
+        component name; nothing when a newer redraw of the tab took its place."""
+        return self._draw_open(session, values, moved=moved) or {}
+
+    def _draw_open(self, session: Session, values: Mapping[str, Any], *, moved: bool = False) -> dict[str, Any] | None:
+        """`draw_open`, None when a newer redraw of the tab took its place (began before this one ended: the
         figures' lane runs two at once, so this one's answer could reach the page after the newer one's)."""
         if session.deep_tab == views.NO_VIEW:  # Class tools is open: no view on screen
             return {}
@@ -83,7 +87,7 @@ class Views:
         updates: dict[str, Any] = {}
         for view in views.closed_views(session.deep_tab, session.lesson):
             updates.update(render(views.pending(view, session.current, session.lang)))
-        opened = self.draw_open(session, values)
+        opened = self._draw_open(session, values)
         # superseded (a tab opened meanwhile, say): the newer redraw says it all, and these words for the views then
         # closed would empty the view it drew, had this answer come last (a lesson stuck on "Reading run N…")
         return {} if opened is None else {**updates, **opened}
@@ -107,7 +111,7 @@ class Views:
         view = views.open_view(session.deep_tab, session.lesson)
         if run is None or event_data(evt).get("run") != run.token or not view.follows_step:
             return {}
-        return self.draw_open(session, values) or {}
+        return self.draw_open(session, values)
 
     def tab_selected(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
         """The views' tab on screen changed to `tab` (a section or a tab opened; the page's script says which): it
@@ -116,14 +120,14 @@ class Views:
         if tab not in views.TABS and tab != views.NO_VIEW:
             return {}
         session.deep_tab = tab
-        return self.draw_open(session, values) or {}
+        return self.draw_open(session, values)
 
     def control(self, tab: str, values: Mapping[str, Any], request: gr.Request | None = None) -> dict[str, Any]:
         """A control of `tab` moved: its view redraws when it is the open one."""
         session = self.sessions.get(session_key(request))
         if session.deep_tab != tab:
             return {}
-        return self.draw_open(session, values, moved=True) or {}
+        return self.draw_open(session, values, moved=True)
 
     def pick_lesson(self, lesson: str, values: Mapping[str, Any], request: gr.Request | None = None,
                     tab: str = "lessons") -> dict[str, Any]:
@@ -131,7 +135,7 @@ class Views:
         session = self.sessions.get(session_key(request))
         session.lesson = views.picked(tab, lesson)
         session.deep_tab = tab
-        return self.draw_open(session, values) or {}
+        return self.draw_open(session, values)
 
 
 def wire_views(page: Any, h: Views, follows: list[Any], figures_kw: dict[str, Any]) -> Callable[[Any], Any]:
