@@ -66,6 +66,13 @@ DECODER_CLASSES.update({
 })
 
 
+def save_small_llama(directory: Path) -> None:
+    """The tests' small LLaMA-style checkpoint (grouped-query attention, 64 wide, 112 tokens) saved in `directory`:
+    dimensions that are multiples of 16, as real models' are."""
+    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+
+
 def neox_like(**overrides: Any) -> dict[str, Any]:
     """Pythia-style: parallel residual, 25% rotary of head_dim 16 (2 pairs), untied head."""
     base = dict(

@@ -22,7 +22,7 @@ from playground.generation import GenerationConfig
 from playground.generation.batch import CHUNK, Scheduler
 from playground.generation.plan import plan
 from playground.viz import shared_batch as v_batch
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import save_small_llama
 from tests.ui_fixtures import save_tiny_decoder
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -107,8 +107,7 @@ def test_a_run_the_server_no_longer_keeps_says_so(lm):
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     return playground.load_model(directory)
 
 

@@ -12,14 +12,13 @@ from playground.generation import GenerationConfig
 from playground.generation.batch import CHUNK, Scheduler
 from playground.generation.batch_history import DECODE, PREFILL, StepHistory
 from playground.generation.plan import plan
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import save_small_llama
 
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     return playground.load_model(directory)
 
 

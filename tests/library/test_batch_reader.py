@@ -12,7 +12,7 @@ import playground
 from playground.generation import GenerationConfig
 from playground.generation.batch import CAUGHT_UP, Scheduler
 from playground.generation.plan import plan
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import save_small_llama
 
 WAIT = 30.0  # seconds: far longer than any run here; a reader still asleep after it was not woken
 
@@ -20,8 +20,7 @@ WAIT = 30.0  # seconds: far longer than any run here; a reader still asleep afte
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     return playground.load_model(directory)
 
 

@@ -14,7 +14,7 @@ import playground
 from playground.generation import GenerationConfig, generate_all
 from playground.generation.batch import Scheduler
 from playground.generation.plan import plan
-from tests.hf_tiny import llama_like, save_decoder
+from tests.hf_tiny import save_small_llama
 
 KEYS = {"captured", "rows", "backend", "reason"}
 
@@ -22,8 +22,7 @@ KEYS = {"captured", "rows", "backend", "reason"}
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     return directory
 
 

@@ -26,6 +26,7 @@ from tests.hf_tiny import (
     neox_like,
     save_decoder,
     save_seq2seq,
+    save_small_llama,
     t5_like,
 )
 
@@ -162,8 +163,7 @@ def test_visitors_on_the_gpu_server_each_get_their_solo_tokens(visitors, tmp_pat
     from playground.app.serving import Server  # the batch needs greenlet: carry it where it is missing
 
     directory = tmp_path / "llama"
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     lm = playground.load_model(directory, device=CUDA)
     plans = [plan(lm, [5 + i, 9, 23, 40 + i], GenerationConfig(max_new_tokens=12 + i, num_beams=1 + (i % 3 == 2)))
              for i in range(visitors)]

@@ -33,7 +33,7 @@ from playground.models.quantize import (
     rounded,
 )
 from playground.variants import variant
-from tests.hf_tiny import llama_like, save_decoder, save_seq2seq
+from tests.hf_tiny import save_decoder, save_seq2seq, save_small_llama
 from tests.library.test_batch import _assert_equal_runs
 from tests.library.test_batch_families import DECODERS, SEQ2SEQ
 
@@ -139,8 +139,7 @@ def test_settings_refuse_other_precisions_in_one_line_and_links_keep_the_string(
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")
-    save_decoder(directory, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                                num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(directory)
     return playground.load_model(directory)
 
 
@@ -235,8 +234,7 @@ def test_sampling_and_beams_run_on_the_variant(llama, one_thread):
 
 
 def test_a_bfloat16_model_runs_each_precision(tmp_path, one_thread):
-    save_decoder(tmp_path, "llama", llama_like(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                               num_key_value_heads=2, vocab_size=112), init_std=0.1)
+    save_small_llama(tmp_path)
     lm = playground.load_model(tmp_path, dtype="bfloat16")
     plain = generate_all(lm, [5, 9, 23], GenerationConfig(max_new_tokens=4))
     for precision in PRECISIONS:

@@ -81,43 +81,10 @@ def test_a_storm_of_selections_from_one_tab_runs_only_the_last(app):
     assert demo.playground_queue.superseded >= STORM - 3
 
 
-def test_a_newer_redraw_stops_the_tabs_older_one_before_its_work_starts(app):
-    """Two redraws of one tab already past the queue (its two figure workers): the older one's job is stopped
-    before its first slice and changes nothing; the newer one draws."""
-    from playground.app import serving, torch_thread
-
-    demo, url = app
-    page = Page.read(url)
-    tab = Visitor(page, 1, "tiny-lm", "tiny-lm", max_new_tokens=6)
-    with httpx.Client() as client:
-        tab.open(client)
-        assert tab.follow(client, tab.join(client, page.generate, [time.time() * 1000, *tab.values()]))["success"]
-    handlers = demo.playground_handlers
-    session = handlers.sessions.get(tab.session)
-    held, release = threading.Event(), threading.Event()
-    busy = threading.Thread(target=torch_thread.call, args=(lambda: (held.set(), release.wait(60)),), daemon=True)
-    busy.start()
-    assert held.wait(30)  # no job can start its first slice until both redraws have asked
-    results: dict[str, dict] = {}
-    older = threading.Thread(target=lambda: results.setdefault("older", handlers.views.draw_open(session, {})))
-    older.start()
-    deadline = time.time() + 30
-    while serving.active_requests() < 1 and time.time() < deadline:
-        time.sleep(0.01)
-    newer = threading.Thread(target=lambda: results.setdefault("newer", handlers.views.draw_open(session, {})))
-    newer.start()
-    while serving.active_requests() < 2 and time.time() < deadline:
-        time.sleep(0.01)
-    release.set()
-    for th in (busy, older, newer):
-        th.join(60)
-    assert results["older"] is None and results["newer"]  # only the last one's numbers were computed
-
-
-def test_a_run_ends_redraw_overtaken_by_a_tab_opened_says_nothing(app):
-    """The run's end redraws the open view and empties every other with "Reading run N…"; a tab opened meanwhile
-    (the figures' lane runs both at once) draws its own view. The older redraw's answer must not empty that view,
-    whichever answer reaches the page last (a CI rehearsal's lesson stayed on "Reading run 2…" once)."""
+def _overtaken(app, older, newer) -> dict:
+    """Two redraws of one tab (`older(handlers, session, request)`, then `newer(...)`), both past the queue (its two
+    figure workers) before either job can start: a tab with a finished run, the torch thread held until both asked.
+    Their answers, by "older" and "newer"."""
     from types import SimpleNamespace
 
     from playground.app import serving, torch_thread
@@ -131,23 +98,43 @@ def test_a_run_ends_redraw_overtaken_by_a_tab_opened_says_nothing(app):
     handlers = demo.playground_handlers
     request = SimpleNamespace(session_hash=tab.session)
     session = handlers.sessions.get(tab.session)
-    session.deep_tab = "steps"
     held, release = threading.Event(), threading.Event()
     busy = threading.Thread(target=torch_thread.call, args=(lambda: (held.set(), release.wait(60)),), daemon=True)
     busy.start()
-    assert held.wait(30)
-    results: dict[str, dict | None] = {}
-    older = threading.Thread(target=lambda: results.setdefault("older", handlers.views.redraw({}, request)))
-    older.start()
+    assert held.wait(30)  # no job can start its first slice until both redraws have asked
+    results: dict[str, dict] = {}
     deadline = time.time() + 30
-    while serving.active_requests() < 1 and time.time() < deadline:
-        time.sleep(0.01)
-    newer = threading.Thread(target=lambda: results.setdefault("newer", handlers.views.tab_selected("lessons", {}, request)))
-    newer.start()
-    while serving.active_requests() < 2 and time.time() < deadline:
-        time.sleep(0.01)
+    threads = []
+    for asked, (name, draw) in enumerate((("older", older), ("newer", newer)), start=1):
+        threads.append(threading.Thread(target=lambda n=name, d=draw: results.setdefault(n, d(handlers, session, request))))
+        threads[-1].start()
+        while serving.active_requests() < asked and time.time() < deadline:
+            time.sleep(0.01)
     release.set()
-    for th in (busy, older, newer):
+    for th in (busy, *threads):
         th.join(60)
+    return results
+
+
+def test_a_newer_redraw_stops_the_tabs_older_one_before_its_work_starts(app):
+    """Two redraws of one tab already past the queue (its two figure workers): the older one's job is stopped
+    before its first slice and changes nothing; the newer one draws."""
+    def draw(handlers, session, request):
+        return handlers.views.draw_open(session, {})
+
+    results = _overtaken(app, draw, draw)
+    assert results["older"] == {} and results["newer"]  # only the last one's numbers were computed
+
+
+def test_a_run_ends_redraw_overtaken_by_a_tab_opened_says_nothing(app):
+    """The run's end redraws the open view and empties every other with "Reading run N…"; a tab opened meanwhile
+    (the figures' lane runs both at once) draws its own view. The older redraw's answer must not empty that view,
+    whichever answer reaches the page last (a CI rehearsal's lesson stayed on "Reading run 2…" once)."""
+    def run_ended(handlers, session, request):
+        session.deep_tab = "steps"
+        return handlers.views.redraw({}, request)
+
+    results = _overtaken(app, run_ended, lambda handlers, session, request: handlers.views.tab_selected(
+        "lessons", {}, request))
     assert results["older"] == {}  # not the closed views' words: the lesson among them is the newer redraw's
     assert results["newer"].get("lesson_md") and "Reading run" not in str(results["newer"]["lesson_md"])
